@@ -1,0 +1,31 @@
+"""Engine adapters and the factory that builds one from a backend spec of the matrix."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
+
+if TYPE_CHECKING:
+    from ..config import BackendSpec
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "Capabilities",
+    "Generation",
+    "GenerationParams",
+    "PromptInput",
+    "create_backend",
+]
+
+
+def create_backend(name: str, spec: BackendSpec, source: str, revision: str | None) -> Backend:
+    """Build the backend ``name`` of kind ``spec.kind`` serving the model at ``source``."""
+    if spec.kind == "mlx-lm":
+        from .mlx_lm import MlxLmBackend, MlxModelSpec
+
+        return MlxLmBackend(
+            name, MlxModelSpec(source, revision), chat=spec.chat, add_bos=spec.add_bos
+        )
+    raise BackendError(f"backend {name!r}: unknown kind {spec.kind!r}")

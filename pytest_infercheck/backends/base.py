@@ -1,0 +1,131 @@
+"""The backend protocol: what every engine adapter provides and declares it can do.
+
+A backend turns a rendered prompt into a :class:`Generation` (token ids, text, per-step
+log-probabilities) and, where it can, scores a given continuation teacher-forced. It declares
+its :class:`Capabilities` so that a check can pick the strongest comparison both sides of a
+pair support, and say which one it used.
+
+Backends are async-first (HTTP backends drive requests concurrently); in-process backends
+simply compute inside the coroutine.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can return; checks choose their comparison method from these."""
+
+    full_vocab_logprobs: bool = False
+    top_k_logprobs: int = 0
+    token_ids: bool = False
+    teacher_forcing: bool = False
+    chat_template: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "full_vocab_logprobs": self.full_vocab_logprobs,
+            "top_k_logprobs": self.top_k_logprobs,
+            "token_ids": self.token_ids,
+            "teacher_forcing": self.teacher_forcing,
+            "chat_template": self.chat_template,
+        }
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling parameters; part of the generation cache key."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    seed: int | None = None
+
+    def key(self) -> tuple[Any, ...]:
+        return (self.max_tokens, self.temperature, self.seed)
+
+
+@dataclass(frozen=True)
+class PromptInput:
+    """A prompt as sent to the engine: the rendered text and, when known, its token ids.
+
+    Both sides of a comparison receive the same ``token_ids`` when their tokenizers agree:
+    the chat template is applied once, by the baseline, and recorded here.
+    """
+
+    text: str
+    token_ids: tuple[int, ...] | None
+    templated: bool
+    tokenizer_fingerprint: str | None = None
+
+    def key(self) -> str:
+        payload = repr((self.text, self.token_ids)).encode()
+        return hashlib.sha256(payload).hexdigest()[:16]
+
+
+@dataclass
+class Generation:
+    """One greedy (or sampled) generation.
+
+    ``token_ids`` includes the end-of-sequence token when the generation stopped on it
+    (``finish_reason == "stop"``), so a teacher-forced comparison also scores the decision
+    to stop; ``text`` never contains it. ``chosen_logprobs[t]`` is the log-probability of
+    ``token_ids[t]``; ``top_logprobs[t]`` maps the top-k token ids at step t to theirs.
+    """
+
+    text: str
+    token_ids: list[int] | None
+    finish_reason: str
+    chosen_logprobs: list[float] | None = None
+    top_logprobs: list[dict[int, float]] | None = None
+    elapsed_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class BackendError(RuntimeError):
+    """A backend failed to produce a result; the message names the backend and the cause."""
+
+
+class Backend(abc.ABC):
+    """An engine adapter. Subclasses set ``kind`` and ``capabilities``."""
+
+    kind: str = "abstract"
+    capabilities: Capabilities = Capabilities()
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @abc.abstractmethod
+    def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        """Apply the chat template (if any) once and tokenize, returning what will be sent."""
+
+    @abc.abstractmethod
+    async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """Generate a continuation of ``prompt``."""
+
+    async def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
+        """Teacher-forced full-vocabulary log-probabilities, shape (len(continuation), V).
+
+        Row i is the distribution that predicts ``continuation_ids[i]`` given the prompt and
+        ``continuation_ids[:i]``. Only backends with ``capabilities.teacher_forcing``.
+        """
+        raise BackendError(f"backend {self.name!r} ({self.kind}) cannot score teacher-forced")
+
+    def tokenizer_fingerprint(self) -> str | None:
+        """A hash of the vocabulary, so that two sides can share token ids safely."""
+        return None
+
+    def identity(self) -> dict[str, Any]:
+        """Engine identity for the results: package versions, model path, build info."""
+        return {"kind": self.kind, "name": self.name}
+
+    async def aclose(self) -> None:
+        """Release resources (connections, processes, model memory)."""
+        return None

@@ -1,0 +1,245 @@
+"""mlx-lm in-process backend: greedy generation and one-pass teacher-forced scoring.
+
+Models are loaded lazily, once per process (session and xdist worker), and shared by every
+backend instance that names the same weights. Generation uses ``mlx_lm.generate_step``
+(greedy when no sampler is given), stops at any EOS id and honours ``max_tokens``. Scoring
+is one forward pass over prompt + continuation: row ``i`` of the result is the float32
+log-softmax at position ``len(prompt) - 1 + i``, which predicts ``continuation[i]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from .base import (
+    Backend,
+    BackendError,
+    Capabilities,
+    Generation,
+    GenerationParams,
+    PromptInput,
+)
+
+TOP_K = 8
+"""How many top log-probabilities per step a generation keeps (for reports and top-k KL)."""
+
+
+@dataclass(frozen=True)
+class MlxModelSpec:
+    """Where the weights come from: a local folder or a hub repo (users' real models)."""
+
+    source: str
+    revision: str | None = None
+
+
+@dataclass
+class _Loaded:
+    model: Any
+    tokenizer: Any
+    config: dict[str, Any]
+    fingerprint: str
+
+
+_LOADED: dict[MlxModelSpec, _Loaded] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def _load(spec: MlxModelSpec) -> _Loaded:
+    """Load (once per process) the model and tokenizer for ``spec``."""
+    with _LOAD_LOCK:
+        if spec not in _LOADED:
+            try:
+                from mlx_lm import load
+            except ImportError as exc:  # pragma: no cover - depends on the environment
+                raise BackendError(
+                    "the mlx-lm backend needs mlx and mlx-lm: pip install 'pytest-infercheck[mlx]'"
+                ) from exc
+            try:
+                model, tokenizer, config = load(
+                    spec.source, revision=spec.revision, return_config=True
+                )
+            except Exception as exc:
+                raise BackendError(f"mlx-lm could not load {spec.source!r}: {exc}") from exc
+            vocab = sorted(tokenizer.get_vocab().items())
+            fingerprint = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
+            _LOADED[spec] = _Loaded(model, tokenizer, dict(config), fingerprint)
+        return _LOADED[spec]
+
+
+class MlxLmBackend(Backend):
+    """mlx-lm running in this process."""
+
+    kind = "mlx-lm"
+
+    def __init__(
+        self,
+        name: str,
+        spec: MlxModelSpec,
+        *,
+        chat: bool | None = None,
+        add_bos: bool = True,
+    ) -> None:
+        super().__init__(name)
+        self.spec = spec
+        self.chat = chat
+        self.add_bos = add_bos
+
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        return Capabilities(
+            full_vocab_logprobs=True,
+            top_k_logprobs=TOP_K,
+            token_ids=True,
+            teacher_forcing=True,
+            chat_template=self._uses_chat_template(),
+        )
+
+    @property
+    def _loaded(self) -> _Loaded:
+        return _load(self.spec)
+
+    def _uses_chat_template(self) -> bool:
+        has_template = bool(getattr(self._loaded.tokenizer, "has_chat_template", False))
+        return has_template if self.chat is None else (self.chat and has_template)
+
+    def tokenizer_fingerprint(self) -> str:
+        return self._loaded.fingerprint
+
+    def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        tokenizer = self._loaded.tokenizer
+        if self._uses_chat_template():
+            messages = [{"role": "system", "content": system}] if system else []
+            messages.append({"role": "user", "content": user_text})
+            text = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, enable_thinking=thinking
+            )
+            ids = list(tokenizer.encode(text, add_special_tokens=False))
+            templated = True
+        else:
+            text = f"{system}\n\n{user_text}" if system else user_text
+            ids = list(tokenizer.encode(text, add_special_tokens=True))
+            bos = tokenizer.bos_token_id
+            if self.add_bos and bos is not None and (not ids or ids[0] != bos):
+                ids.insert(0, bos)
+            templated = False
+        return PromptInput(text, tuple(ids), templated, self._loaded.fingerprint)
+
+    def _prompt_ids(self, prompt: PromptInput) -> list[int]:
+        if prompt.token_ids is not None and prompt.tokenizer_fingerprint in (
+            None,
+            self._loaded.fingerprint,
+        ):
+            return list(prompt.token_ids)
+        return list(self._loaded.tokenizer.encode(prompt.text, add_special_tokens=False))
+
+    async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        return self.generate_sync(prompt, params)
+
+    def generate_sync(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """Greedy generation; keeps float32 per-step full-vocabulary logprobs in ``extra``."""
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+        from mlx_lm.sample_utils import make_sampler
+
+        loaded = self._loaded
+        eos_ids = set(loaded.tokenizer.eos_token_ids)
+        prompt_ids = self._prompt_ids(prompt)
+        if not prompt_ids:
+            raise BackendError(f"backend {self.name!r}: the prompt encodes to zero tokens")
+        if params.seed is not None:
+            mx.random.seed(params.seed)
+        sampler = None if params.temperature == 0 else make_sampler(temp=params.temperature)
+        started = time.perf_counter()
+        tokens: list[int] = []
+        steps: list[Any] = []
+        finish = "length"
+        if params.max_tokens > 0:
+            for token, logprobs in generate_step(
+                mx.array(prompt_ids), loaded.model, max_tokens=params.max_tokens, sampler=sampler
+            ):
+                tokens.append(int(token))
+                steps.append(logprobs)
+                if token in eos_ids:
+                    finish = "stop"
+                    break
+        full = (
+            np.array(mx.stack(steps).astype(mx.float32))
+            if steps
+            else np.zeros((0, 0), dtype=np.float32)
+        )
+        elapsed = time.perf_counter() - started
+        text_ids = tokens[:-1] if finish == "stop" else tokens
+        text = loaded.tokenizer.decode(text_ids)
+        chosen, top = _chosen_and_top(full, tokens)
+        return Generation(
+            text=text,
+            token_ids=tokens,
+            finish_reason=finish,
+            chosen_logprobs=chosen,
+            top_logprobs=top,
+            elapsed_s=elapsed,
+            extra={"logprobs": full, "prompt_tokens": len(prompt_ids)},
+        )
+
+    async def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
+        return self.score_sync(prompt_ids, continuation_ids)
+
+    def score_sync(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
+        """One forward pass; float32 log-softmax rows predicting each continuation token."""
+        import mlx.core as mx
+
+        if not continuation_ids:
+            return np.zeros((0, 0), dtype=np.float32)
+        if not prompt_ids:
+            raise BackendError(f"backend {self.name!r}: cannot score with an empty prompt")
+        ids = mx.array([*prompt_ids, *continuation_ids])[None]
+        start = len(prompt_ids) - 1
+        logits = self._loaded.model(ids)[0, start : start + len(continuation_ids)]
+        logits = logits.astype(mx.float32)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        return np.array(logprobs)
+
+    def identity(self) -> dict[str, Any]:
+        config = self._loaded.config
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "model": self.spec.source,
+            "revision": self.spec.revision,
+            "quantization": config.get("quantization"),
+            "tokenizer": self._loaded.fingerprint,
+            "mlx": _version("mlx"),
+            "mlx-lm": _version("mlx-lm"),
+        }
+
+
+def _chosen_and_top(
+    logprobs: np.ndarray, tokens: list[int]
+) -> tuple[list[float], list[dict[int, float]]]:
+    """Log-probability of each chosen token and the top-k map of each step."""
+    if not tokens:
+        return [], []
+    chosen = logprobs[np.arange(len(tokens)), tokens].astype(float).tolist()
+    k = min(TOP_K, logprobs.shape[1])
+    top_idx = np.argpartition(-logprobs, k - 1, axis=1)[:, :k]
+    top = [
+        {int(i): float(row[i]) for i in sorted(idx, key=lambda j: -row[j])}
+        for row, idx in zip(logprobs, top_idx, strict=True)
+    ]
+    return chosen, top
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+

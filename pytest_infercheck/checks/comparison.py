@@ -1,0 +1,194 @@
+"""One prompt, two targets: generate both, score teacher-forced, compare answers and text.
+
+The comparison method is the strongest both sides allow, and is recorded:
+
+- ``teacher-forced``: the baseline's continuation C (including its EOS) is scored by both
+  targets on the same prompt ids; KL_t over the full vocabulary at every position of C.
+- ``top-k-lower-bound``: free-running top-k logprobs of both generations, only up to the
+  first divergent token (later positions condition on different prefixes); a lower bound.
+- ``text``: no usable logprobs; text similarity, first divergence and answers only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..backends import GenerationParams
+from ..metrics.answers import classify_flip, extract_answer, parse_reference
+from ..metrics.text import first_divergence, severity, similarity
+
+if TYPE_CHECKING:
+    from ..engine import Engine, ResolvedTarget
+    from ..suites import Prompt
+
+TEACHER_FORCED = "teacher-forced"
+TOP_K_LOWER_BOUND = "top-k-lower-bound"
+TEXT_ONLY = "text"
+
+
+@dataclass
+class PromptComparison:
+    """Everything measured for one prompt and one pair; plain types only (xdist, JSON)."""
+
+    prompt_id: str
+    prompt_text: str
+    baseline: str
+    test: str
+    method: str
+    base_text: str
+    test_text: str
+    base_ids: list[int] | None
+    test_ids: list[int] | None
+    base_finish: str
+    test_finish: str
+    first_divergence: int | None
+    similarity: float
+    severity: str
+    kl_per_position: list[float] = field(default_factory=list)
+    same_top: list[bool] = field(default_factory=list)
+    delta_p: list[float] = field(default_factory=list)
+    answer_kind: str | None = None
+    reference: str | None = None
+    base_answer: str | None = None
+    test_answer: str | None = None
+    flip: str = "unchanged"
+    templated: bool = False
+
+    @property
+    def kl_mean(self) -> float | None:
+        """Mean of KL_t over the compared positions (None without logprobs)."""
+        kl = self.kl_per_position
+        return sum(kl) / len(kl) if kl else None
+
+    @property
+    def kl_max(self) -> float | None:
+        return max(self.kl_per_position) if self.kl_per_position else None
+
+    @property
+    def same_top_rate(self) -> float | None:
+        st = self.same_top
+        return sum(st) / len(st) if st else None
+
+    @property
+    def is_flip(self) -> bool:
+        return self.flip in ("correct_to_wrong", "wrong_to_correct", "changed")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PromptComparison:
+        return cls(**data)
+
+
+def generation_params(
+    prompt: Prompt, max_tokens: int | None, default: int, seed: int | None
+) -> GenerationParams:
+    """Greedy params: an explicit ``max_tokens`` setting replaces the prompt's own."""
+    tokens = max_tokens if max_tokens is not None else (prompt.max_tokens or default)
+    return GenerationParams(max_tokens=tokens, temperature=0.0, seed=seed)
+
+
+def compare_prompt(
+    engine: Engine,
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    prompt: Prompt,
+    params: GenerationParams,
+    *,
+    thinking: bool = False,
+    base_run: int = 0,
+    test_run: int = 0,
+) -> PromptComparison:
+    """Compare ``test`` against ``baseline`` on ``prompt`` (see the module docstring)."""
+    rendered = engine.render(baseline, prompt, thinking)
+    shared_ids = rendered.token_ids is not None and (
+        rendered.tokenizer_fingerprint == test.backend.tokenizer_fingerprint()
+    )
+    test_input = rendered if shared_ids else engine.render(test, prompt, thinking)
+    base = engine.generate(baseline, rendered, params, run=base_run)
+    other = engine.generate(test, test_input, params, run=test_run)
+
+    divergence = (
+        first_divergence(base.token_ids, other.token_ids)
+        if base.token_ids is not None and other.token_ids is not None
+        else None
+    )
+    sim = similarity(base.text, other.text)
+    same_ids = shared_ids and base.token_ids is not None and other.token_ids is not None
+    identical = base.token_ids == other.token_ids if same_ids else base.text == other.text
+    result = PromptComparison(
+        prompt_id=prompt.id,
+        prompt_text=prompt.text,
+        baseline=baseline.label,
+        test=test.label,
+        method=TEXT_ONLY,
+        base_text=base.text,
+        test_text=other.text,
+        base_ids=base.token_ids,
+        test_ids=other.token_ids,
+        base_finish=base.finish_reason,
+        test_finish=other.finish_reason,
+        first_divergence=divergence,
+        similarity=sim,
+        severity=severity(identical, sim).value,
+        templated=rendered.templated,
+    )
+    _add_logprob_metrics(
+        engine, baseline, test, rendered.token_ids, base, other, shared_ids, result
+    )
+    _add_answers(prompt, result)
+    return result
+
+
+def _add_logprob_metrics(
+    engine: Engine,
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    prompt_ids: tuple[int, ...] | None,
+    base: Any,
+    other: Any,
+    shared_ids: bool,
+    result: PromptComparison,
+) -> None:
+    from ..metrics.kl import position_stats, topk_kl_lower_bound_positions
+
+    caps_b, caps_t = baseline.backend.capabilities, test.backend.capabilities
+    if (
+        shared_ids
+        and prompt_ids is not None
+        and caps_b.teacher_forcing
+        and caps_t.teacher_forcing
+        and base.token_ids
+    ):
+        base_lp = engine.score(baseline, list(prompt_ids), base.token_ids)
+        test_lp = engine.score(test, list(prompt_ids), base.token_ids)
+        stats = position_stats(base_lp, test_lp, base.token_ids)
+        result.method = TEACHER_FORCED
+        result.kl_per_position = stats.kl.tolist()
+        result.same_top = stats.same_top.tolist()
+        result.delta_p = stats.delta_p.tolist()
+    elif shared_ids and base.top_logprobs and other.top_logprobs:
+        upto = result.first_divergence
+        n = min(len(base.top_logprobs), len(other.top_logprobs))
+        n = n if upto is None else min(n, upto + 1)
+        result.method = TOP_K_LOWER_BOUND
+        result.kl_per_position = topk_kl_lower_bound_positions(
+            base.top_logprobs[:n], other.top_logprobs[:n]
+        ).tolist()
+
+
+def _add_answers(prompt: Prompt, result: PromptComparison) -> None:
+    if prompt.answer_kind is None:
+        return
+    base_answer = extract_answer(result.base_text, prompt.answer_kind)
+    test_answer = extract_answer(result.test_text, prompt.answer_kind)
+    reference = (
+        parse_reference(prompt.answer, prompt.answer_kind) if prompt.answer is not None else None
+    )
+    result.answer_kind = prompt.answer_kind
+    result.reference = prompt.answer
+    result.base_answer = base_answer.raw if base_answer else None
+    result.test_answer = test_answer.raw if test_answer else None
+    result.flip = classify_flip(base_answer, test_answer, reference).value

@@ -1,0 +1,88 @@
+"""Thresholds applied to one prompt's comparison, and the failure text a person can act on."""
+
+from __future__ import annotations
+
+from ..config import Thresholds
+from .comparison import TEACHER_FORCED, TEXT_ONLY, PromptComparison
+
+TRIM = 160
+
+
+def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[str]:
+    """Every per-item threshold that ``result`` breaks, as ``measured vs limit`` lines."""
+    out: list[str] = []
+    mean, peak = result.kl_mean, result.kl_max
+    lower = "" if result.method == TEACHER_FORCED else " (lower bound)"
+    if thresholds.max_kl is not None and mean is not None and mean > thresholds.max_kl:
+        out.append(f"mean KL{lower} {mean:.6g} > max_kl {thresholds.max_kl:g}")
+    if (
+        thresholds.max_kl_position is not None
+        and peak is not None
+        and peak > thresholds.max_kl_position
+    ):
+        out.append(f"max KL_t{lower} {peak:.6g} > max_kl_position {thresholds.max_kl_position:g}")
+    if thresholds.min_similarity is not None and result.similarity < thresholds.min_similarity:
+        out.append(
+            f"text similarity {result.similarity:.4f} < min_similarity "
+            f"{thresholds.min_similarity:g}"
+        )
+    fail_on = thresholds.flips.fail_item_on
+    if (fail_on == "correct_to_wrong" and result.flip == "correct_to_wrong") or (
+        fail_on == "any" and result.is_flip
+    ):
+        out.append(f"answer flip {result.flip} (fail_item_on: {fail_on})")
+    return out
+
+
+def safe_text(text: str, limit: int = TRIM) -> str:
+    """Model output made safe for a terminal: control characters escaped, long text trimmed."""
+    escaped = "".join(
+        ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )
+    return escaped if len(escaped) <= limit else escaped[: limit - 1] + "…"
+
+
+def mark_divergence(text: str, other: str, limit: int = TRIM) -> str:
+    """``text`` with ``⟦`` inserted where it first differs from ``other`` (trimmed around it)."""
+    cut = next((i for i, (a, b) in enumerate(zip(text, other, strict=False)) if a != b), None)
+    if cut is None:
+        cut = min(len(text), len(other)) if len(text) != len(other) else None
+    if cut is None:
+        return safe_text(text, limit)
+    head = text[:cut]
+    head = ("…" + head[-(limit // 2) :]) if len(head) > limit // 2 else head
+    return f"{safe_text(head, limit)}⟦{safe_text(text[cut:], limit // 2)}"
+
+
+def failure_text(result: PromptComparison, violations: list[str]) -> str:
+    """The report of a failed item: prompt, both outputs, answers, numbers vs thresholds."""
+    lines = [f"prompt {result.prompt_id}: {safe_text(result.prompt_text)}"]
+    if result.method == TEXT_ONLY:
+        lines.append("method: text only (no comparable logprobs on both sides)")
+    else:
+        lines.append(f"method: {result.method} over {len(result.kl_per_position)} positions")
+    where = (
+        f"first divergent token at index {result.first_divergence}"
+        if result.first_divergence is not None
+        else "token ids identical"
+        if result.base_ids is not None and result.base_ids == result.test_ids
+        else "token ids not comparable"
+    )
+    lines.append(f"baseline {result.baseline}: {mark_divergence(result.base_text, result.test_text)}")
+    lines.append(f"test     {result.test}: {mark_divergence(result.test_text, result.base_text)}")
+    lines.append(f"  ({where}; ⟦ marks the first differing character)")
+    if result.answer_kind is not None:
+        lines.append(
+            f"answers ({result.answer_kind}): reference {_show(result.reference)}, baseline "
+            f"{_show(result.base_answer)}, test {_show(result.test_answer)} -> {result.flip}"
+        )
+    if result.kl_mean is not None:
+        lines.append(f"KL mean {result.kl_mean:.6g}, max {result.kl_max:.6g}")
+    lines.append("violations:")
+    lines.extend(f"  - {v}" for v in violations)
+    return "\n".join(lines)
+
+
+def _show(value: str | None) -> str:
+    return "none" if value is None else repr(safe_text(value, 40))

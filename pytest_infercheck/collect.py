@@ -1,0 +1,222 @@
+"""The matrix as pytest nodes, with stable readable ids.
+
+``infercheck.yaml`` -> one collector per check (``compare[bf16-vs-q4]``, ``sweep[bf16]``) ->
+one collector per suite (``reasoning``) -> one item per prompt (``r017``; in a sweep one per
+prompt and model, ``r017[q4]``) plus ``aggregate`` (suite gates) and, for a sweep,
+``self-check`` (the baseline run twice must be identical). Work is done by :mod:`.runs`;
+this module only shapes the tree and the failure reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .config import CheckSpec, LoadedMatrix, Target, load_matrix
+from .options import effective_settings
+from .suites import Suite, SuiteError, load_suite
+from .yamlpos import SourceError
+
+if TYPE_CHECKING:
+    from _pytest._code.code import ExceptionInfo, TerminalRepr
+
+    from .runs import CheckRun
+
+
+class InfercheckFailure(Exception):
+    """A check failed; the message is the whole human-readable report."""
+
+
+def _plain_failure(
+    node: pytest.Item | pytest.Collector, excinfo: ExceptionInfo[BaseException]
+) -> str | None:
+    if isinstance(excinfo.value, InfercheckFailure | SourceError | SuiteError):
+        return str(excinfo.value)
+    from .backends import BackendError
+
+    if isinstance(excinfo.value, BackendError):
+        return f"backend error: {excinfo.value}"
+    return None
+
+
+class InfercheckFile(pytest.File):
+    """An ``infercheck*.yaml`` matrix."""
+
+    def collect(self) -> Iterator[pytest.Collector]:
+        loaded = load_matrix(self.path)
+        settings = effective_settings(self.config, loaded.matrix.settings)
+        seen: dict[str, int] = {}
+        for index, check in enumerate(loaded.matrix.checks):
+            name = check_name(loaded, check, index)
+            seen[name] = seen.get(name, 0) + 1
+            if seen[name] > 1:
+                name = f"{name[:-1]}-{seen[name]}]"
+            yield CheckCollector.from_parent(
+                self, name=name, loaded=loaded, check=check, index=index, settings=settings
+            )
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: ExceptionInfo[BaseException]
+    ) -> str | TerminalRepr:
+        return _plain_failure(self, excinfo) or super().repr_failure(excinfo)
+
+
+def check_name(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
+    """``compare[bf16-vs-q4]``; backends appear only where they tell the sides apart."""
+    loc = ("checks", index, check.kind)
+    if check.name:
+        return f"{check.kind}[{check.name}]"
+    if check.compare is not None:
+        base = loaded.target(check.compare.baseline, (*loc, "baseline"))
+        test = loaded.target(check.compare.test, (*loc, "test"))
+        return f"{check.kind}[{_side(base, test)}-vs-{_side(test, base)}]"
+    assert check.sweep is not None
+    base = loaded.target(check.sweep.baseline, (*loc, "baseline"))
+    return f"{check.kind}[{base.model}]"
+
+
+def _side(target: Target, other: Target) -> str:
+    if target.backend == other.backend:
+        return target.model
+    return target.model if target.model != other.model else f"{target.model}.{target.backend}"
+
+
+class CheckCollector(pytest.Collector):
+    """One entry of ``checks:``."""
+
+    def __init__(
+        self,
+        *,
+        loaded: LoadedMatrix,
+        check: CheckSpec,
+        index: int,
+        settings: Any,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.loaded = loaded
+        self.check = check
+        self.index = index
+        self.settings = settings
+
+    def collect(self) -> Iterator[pytest.Collector]:
+        refs = self.check.suites or self.loaded.matrix.suites
+        for ref in refs:
+            suite = load_suite(ref.suite, self.loaded.base_dir)
+            limits = [n for n in (ref.limit, self.settings.num_prompts) if n is not None]
+            suite = suite.limited(min(limits)) if limits else suite
+            yield SuiteCollector.from_parent(self, name=suite.name, suite=suite)
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: ExceptionInfo[BaseException]
+    ) -> str | TerminalRepr:
+        return _plain_failure(self, excinfo) or super().repr_failure(excinfo)
+
+
+class SuiteCollector(pytest.Collector):
+    """One suite within a check; owns the shared :class:`CheckRun`."""
+
+    def __init__(self, *, suite: Suite, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.suite = suite
+        self._run: CheckRun | None = None
+
+    @property
+    def check_collector(self) -> CheckCollector:
+        assert isinstance(self.parent, CheckCollector)
+        return self.parent
+
+    def run(self) -> CheckRun:
+        """The check x suite state shared by this suite's items (built on first use)."""
+        if self._run is None:
+            from .runs import CheckRun
+            from .state import engine_for
+
+            parent = self.check_collector
+            self._run = CheckRun(
+                engine=engine_for(self.config),
+                loaded=parent.loaded,
+                check=parent.check,
+                index=parent.index,
+                suite=self.suite,
+                settings=parent.settings,
+            )
+        return self._run
+
+    def collect(self) -> Iterator[pytest.Item]:
+        check = self.check_collector.check
+        if check.compare is not None:
+            for prompt in self.suite.prompts:
+                yield PromptItem.from_parent(self, name=prompt.id, prompt_id=prompt.id, test=None)
+        else:
+            assert check.sweep is not None
+            if check.sweep.self_check:
+                yield SelfCheckItem.from_parent(self, name="self-check")
+            for prompt in self.suite.prompts:
+                for ref in check.sweep.models:
+                    model = ref.partition("@")[0]
+                    yield PromptItem.from_parent(
+                        self, name=f"{prompt.id}[{model}]", prompt_id=prompt.id, test=ref
+                    )
+        yield AggregateItem.from_parent(self, name="aggregate")
+
+
+class _InfercheckItem(pytest.Item):
+    @property
+    def suite_node(self) -> SuiteCollector:
+        assert isinstance(self.parent, SuiteCollector)
+        return self.parent
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.nodeid.split("::", 1)[-1]
+
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: ExceptionInfo[BaseException], style: Any = None
+    ) -> str | TerminalRepr:
+        return _plain_failure(self, excinfo) or super().repr_failure(excinfo, style=style)
+
+
+class PromptItem(_InfercheckItem):
+    """One prompt x comparison; per-item thresholds."""
+
+    def __init__(self, *, prompt_id: str, test: str | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.prompt_id = prompt_id
+        self.test_ref = test
+
+    def runtest(self) -> None:
+        from .checks.verdicts import failure_text
+
+        run = self.suite_node.run()
+        result, violations = run.prompt_result(self.prompt_id, self.test_ref)
+        self.user_properties.extend(run.item_properties(result))
+        if violations:
+            raise InfercheckFailure(failure_text(result, violations))
+
+
+class AggregateItem(_InfercheckItem):
+    """Suite gates over every prompt of the check x suite (and, for a sweep, every model)."""
+
+    def runtest(self) -> None:
+        run = self.suite_node.run()
+        summary, violations, properties = run.aggregate()
+        self.user_properties.extend(properties)
+        if violations:
+            raise InfercheckFailure(summary + "\nviolations:\n" + "\n".join(
+                f"  - {v}" for v in violations
+            ))
+
+
+class SelfCheckItem(_InfercheckItem):
+    """The sweep's baseline generated twice must be identical, token for token."""
+
+    def runtest(self) -> None:
+        problems = self.suite_node.run().self_check()
+        if problems:
+            raise InfercheckFailure(
+                "baseline self-check FAILED: the baseline is not deterministic, so no sweep "
+                "level can be judged against it\n" + "\n".join(f"  - {p}" for p in problems)
+            )

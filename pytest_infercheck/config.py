@@ -1,0 +1,234 @@
+"""The YAML matrix as pydantic models: models, backends, suites, settings and checks.
+
+Every error names the file, the line and the field (``infercheck.yaml:14: checks[0].compare
+.test: unknown model 'q5'``); the plugin shows it as a collection error, not a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .yamlpos import PositionedYaml, SourceError, load_positioned
+
+CHECK_KINDS = ("compare", "sweep")
+BACKEND_KINDS = ("mlx-lm",)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """Weights: a local ``path`` or a hub ``repo`` (with ``revision``); ``quantization`` labels."""
+
+    path: str | None = None
+    repo: str | None = None
+    revision: str | None = None
+    quantization: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.path is None) == (self.repo is None):
+            raise ValueError("give exactly one of 'path' or 'repo'")
+        return self
+
+
+class BackendSpec(_Strict):
+    """An engine. ``chat``: apply the chat template (default: when the tokenizer has one)."""
+
+    kind: Literal["mlx-lm"]
+    chat: bool | None = None
+    add_bos: bool = True
+
+
+class SuiteRef(_Strict):
+    """A bundled suite name or a path to a JSONL/YAML suite, with an optional prompt limit."""
+
+    suite: str
+    limit: int | None = Field(default=None, gt=0)
+
+
+class Settings(_Strict):
+    """Run-wide settings; the command line and ini file override these."""
+
+    num_prompts: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    default_max_tokens: int = Field(default=256, gt=0)
+    thinking: bool = False
+    seed: int | None = None
+
+
+class FlipThresholds(_Strict):
+    """Answer-flip gates.
+
+    ``fail_item_on``: which flip fails a prompt's item (``correct_to_wrong``, ``any`` flip, or
+    ``never``). ``max_rate``: suite gate on the flip rate, compared with the upper bound of
+    its Wilson interval at ``confidence`` (or the point estimate with ``gate: point``).
+    """
+
+    fail_item_on: Literal["correct_to_wrong", "any", "never"] = "correct_to_wrong"
+    max_rate: float | None = Field(default=None, ge=0, le=1)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    gate: Literal["upper", "point"] = "upper"
+
+
+class Thresholds(_Strict):
+    """Per item: ``max_kl`` (teacher-forced mean KL of the prompt), ``max_kl_position`` (its
+    largest KL_t), ``min_similarity`` (text). Per suite: ``max_mean_kl`` (pooled mean KL),
+    ``min_same_top`` (argmax agreement rate), ``flips.max_rate``."""
+
+    max_kl: float | None = Field(default=None, ge=0)
+    max_kl_position: float | None = Field(default=None, ge=0)
+    min_similarity: float | None = Field(default=None, ge=0, le=1)
+    max_mean_kl: float | None = Field(default=None, ge=0)
+    min_same_top: float | None = Field(default=None, ge=0, le=1)
+    flips: FlipThresholds = FlipThresholds()
+
+
+class CompareSpec(_Strict):
+    baseline: str
+    test: str
+
+
+class SweepSpec(_Strict):
+    baseline: str
+    models: list[str] = Field(min_length=1)
+    self_check: bool = True
+
+
+class CheckSpec(Thresholds):
+    """One entry of ``checks:``: exactly one kind key plus thresholds and options."""
+
+    compare: CompareSpec | None = None
+    sweep: SweepSpec | None = None
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.+-]+$")
+    suites: list[SuiteRef] | None = None
+
+    @field_validator("suites", mode="before")
+    @classmethod
+    def _suite_shorthand(cls, value: Any) -> Any:
+        return _suite_list(value)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> CheckSpec:
+        kinds = [k for k in CHECK_KINDS if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError(f"a check needs exactly one of {', '.join(CHECK_KINDS)}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in CHECK_KINDS if getattr(self, k) is not None)
+
+
+def _suite_list(value: Any) -> Any:
+    """Accept ``[reasoning, {suite: x.jsonl, limit: 5}]`` as well as full mappings."""
+    if not isinstance(value, list):
+        return value
+    return [{"suite": item} if isinstance(item, str) else item for item in value]
+
+
+class Matrix(_Strict):
+    """The whole ``infercheck.yaml``."""
+
+    models: dict[str, ModelSpec] = Field(min_length=1)
+    backends: dict[str, BackendSpec] = Field(
+        default_factory=lambda: {"local": BackendSpec(kind="mlx-lm")}
+    )
+    suites: list[SuiteRef] = Field(min_length=1)
+    settings: Settings = Settings()
+    checks: list[CheckSpec] = Field(min_length=1)
+
+    @field_validator("suites", mode="before")
+    @classmethod
+    def _suite_shorthand(cls, value: Any) -> Any:
+        return _suite_list(value)
+
+
+class Target(_Strict):
+    """A ``model@backend`` pair, the unit a check runs."""
+
+    model: str
+    backend: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}@{self.backend}"
+
+
+class LoadedMatrix:
+    """A validated matrix with its source, so later errors can still name a line."""
+
+    def __init__(self, source: PositionedYaml, matrix: Matrix) -> None:
+        self.source = source
+        self.matrix = matrix
+        self.path = source.path
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def target(self, ref: str, loc: tuple[str | int, ...]) -> Target:
+        """Resolve ``model@backend`` (or ``model`` when there is one backend)."""
+        model, _, backend = ref.partition("@")
+        if not backend:
+            if len(self.matrix.backends) != 1:
+                raise self.source.error(
+                    loc, f"{ref!r} needs '@backend' (backends: {_names(self.matrix.backends)})"
+                )
+            backend = next(iter(self.matrix.backends))
+        if model not in self.matrix.models:
+            raise self.source.error(
+                loc, f"unknown model {model!r} (models: {_names(self.matrix.models)})"
+            )
+        if backend not in self.matrix.backends:
+            raise self.source.error(
+                loc, f"unknown backend {backend!r} (backends: {_names(self.matrix.backends)})"
+            )
+        return Target(model=model, backend=backend)
+
+    def model_source(self, name: str) -> tuple[str, str | None]:
+        """Local paths resolve against the YAML's folder; hub repos pass through."""
+        spec = self.matrix.models[name]
+        if spec.path is not None:
+            path = Path(spec.path).expanduser()
+            return str(path if path.is_absolute() else (self.base_dir / path).resolve()), None
+        assert spec.repo is not None
+        return spec.repo, spec.revision
+
+
+def _names(mapping: dict[str, Any]) -> str:
+    return ", ".join(sorted(mapping)) or "none"
+
+
+def load_matrix(path: Path) -> LoadedMatrix:
+    """Read and validate ``path``; raises :class:`SourceError` naming file, line and field."""
+    source = load_positioned(path)
+    if not isinstance(source.data, dict):
+        raise SourceError(path, 1, "the file must be a mapping with models, suites and checks")
+    try:
+        matrix = Matrix.model_validate(source.data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = tuple(p for p in first["loc"] if isinstance(p, str | int))
+        loc = _yaml_loc(loc)
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise source.error(loc, f"{first['msg']}{more}") from None
+    loaded = LoadedMatrix(source, matrix)
+    for i, check in enumerate(matrix.checks):
+        if check.compare is not None:
+            loaded.target(check.compare.baseline, ("checks", i, "compare", "baseline"))
+            loaded.target(check.compare.test, ("checks", i, "compare", "test"))
+        if check.sweep is not None:
+            loaded.target(check.sweep.baseline, ("checks", i, "sweep", "baseline"))
+            for j, ref in enumerate(check.sweep.models):
+                loaded.target(ref, ("checks", i, "sweep", "models", j))
+    return loaded
+
+
+def _yaml_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """Drop pydantic's union/tag segments (e.g. ``function-after[...]``) from a location."""
+    return tuple(p for p in loc if not (isinstance(p, str) and "[" in p))

@@ -1,0 +1,119 @@
+"""Runs generations and teacher-forced scoring, each computed once per session and worker.
+
+The engine owns the backends (one instance per model, backend and options, shared by every
+check and YAML file), a private event loop for the async backend API, and three caches:
+
+- rendered prompts per (target, prompt, thinking): the chat template is applied once;
+- generations per (target, prompt input, generation params, run): the baseline of a sweep is
+  generated once, not once per test model; ``run`` > 0 forces an independent repeat (the
+  sweep's self-check, determinism runs);
+- teacher-forced log-probabilities, in a small LRU bounded by bytes, since a (T, V) float32
+  matrix of a real model is large.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .backends import Backend, Generation, GenerationParams, PromptInput, create_backend
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .config import LoadedMatrix, Target
+    from .suites import Prompt
+
+T = TypeVar("T")
+
+SCORE_CACHE_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """A ``model@backend`` with its live backend; ``key`` identifies it across YAML files."""
+
+    label: str
+    key: tuple[Any, ...]
+    backend: Backend
+
+
+class Engine:
+    """Session-wide generation service with caching; see the module docstring."""
+
+    def __init__(self, score_cache_bytes: int = SCORE_CACHE_BYTES) -> None:
+        self._backends: dict[tuple[Any, ...], Backend] = {}
+        self._renders: dict[tuple[Any, ...], PromptInput] = {}
+        self._generations: dict[tuple[Any, ...], Generation] = {}
+        self._scores: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+        self._score_bytes = 0
+        self._score_cache_limit = score_cache_bytes
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.memo: dict[tuple[Any, ...], Any] = {}
+        """Per-check results keyed by the check, so an aggregate item reuses its items' work."""
+
+    # -- targets -------------------------------------------------------------------------
+    def resolve(self, matrix: LoadedMatrix, target: Target) -> ResolvedTarget:
+        """The live backend for ``target`` of ``matrix`` (created on first use)."""
+        source, revision = matrix.model_source(target.model)
+        spec = matrix.matrix.backends[target.backend]
+        key = (source, revision, spec.model_dump_json())
+        if key not in self._backends:
+            self._backends[key] = create_backend(target.backend, spec, source, revision)
+        return ResolvedTarget(target.label, key, self._backends[key])
+
+    # -- running coroutines ------------------------------------------------------------------
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a backend coroutine on the engine's own loop (items are synchronous)."""
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    # -- cached operations ---------------------------------------------------------------------
+    def render(self, target: ResolvedTarget, prompt: Prompt, thinking: bool) -> PromptInput:
+        key = (target.key, prompt.text, prompt.system, thinking)
+        if key not in self._renders:
+            self._renders[key] = target.backend.render(prompt.text, prompt.system, thinking)
+        return self._renders[key]
+
+    def generate(
+        self,
+        target: ResolvedTarget,
+        prompt: PromptInput,
+        params: GenerationParams,
+        run: int = 0,
+    ) -> Generation:
+        key = (target.key, prompt.key(), params.key(), run)
+        if key not in self._generations:
+            generation = self.run(target.backend.generate(prompt, params))
+            generation.extra.pop("logprobs", None)  # full per-step logprobs: too big to keep
+            self._generations[key] = generation
+        return self._generations[key]
+
+    def score(
+        self, target: ResolvedTarget, prompt_ids: list[int], continuation_ids: list[int]
+    ) -> np.ndarray:
+        key = (target.key, tuple(prompt_ids), tuple(continuation_ids))
+        cached = self._scores.get(key)
+        if cached is not None:
+            self._scores.move_to_end(key)
+            return cached
+        result = self.run(target.backend.score(prompt_ids, continuation_ids))
+        self._scores[key] = result
+        self._score_bytes += result.nbytes
+        while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:
+            _, evicted = self._scores.popitem(last=False)
+            self._score_bytes -= evicted.nbytes
+        return result
+
+    def close(self) -> None:
+        """Close every backend and the loop."""
+        if self._backends:
+            for backend in self._backends.values():
+                self.run(backend.aclose())
+            self._backends.clear()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.close()

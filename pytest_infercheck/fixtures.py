@@ -1,0 +1,125 @@
+"""Fixtures for users' own Python tests: the engine, the matrix and ready targets.
+
+``infercheck_target`` yields a ready backend for a ``model@backend`` name of the matrix,
+given by indirect parametrisation or the ``infercheck_target`` marker::
+
+    @pytest.mark.parametrize("infercheck_target", ["q4@local"], indirect=True)
+    def test_adds(infercheck_target):
+        assert infercheck_target.generate("2+2=", max_tokens=4).text == "4"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .state import engine_for
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .backends import Backend, Generation, PromptInput
+    from .checks.comparison import PromptComparison
+    from .config import LoadedMatrix
+    from .engine import Engine, ResolvedTarget
+
+
+def matrix_paths(config: pytest.Config) -> list[Path]:
+    """Matrix files named by ``--infercheck-config`` and the ini, relative to rootdir."""
+    names = list(config.getoption("infercheck_config")) + list(config.getini("infercheck_config"))
+    return [p if p.is_absolute() else config.rootpath / p for p in map(Path, names)]
+
+
+@dataclass
+class TargetHandle:
+    """A resolved ``model@backend`` with convenience calls (cached through the engine)."""
+
+    engine: Engine
+    resolved: ResolvedTarget
+
+    @property
+    def label(self) -> str:
+        return self.resolved.label
+
+    @property
+    def backend(self) -> Backend:
+        return self.resolved.backend
+
+    def render(self, text: str, system: str | None = None, thinking: bool = False) -> PromptInput:
+        return self.backend.render(text, system, thinking)
+
+    def generate(self, text: str, max_tokens: int = 64, system: str | None = None) -> Generation:
+        """Greedy generation of ``text`` (chat template applied when the model has one)."""
+        from .backends import GenerationParams
+
+        rendered = self.render(text, system)
+        return self.engine.generate(self.resolved, rendered, GenerationParams(max_tokens))
+
+    async def agenerate(
+        self, text: str, max_tokens: int = 64, system: str | None = None
+    ) -> Generation:
+        """Like :meth:`generate`, awaited on the caller's event loop (not cached)."""
+        from .backends import GenerationParams
+
+        return await self.backend.generate(self.render(text, system), GenerationParams(max_tokens))
+
+    def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
+        return self.engine.score(self.resolved, prompt_ids, continuation_ids)
+
+    def compare_to(
+        self,
+        baseline: TargetHandle,
+        text: str,
+        *,
+        max_tokens: int = 64,
+        answer: str | None = None,
+        answer_kind: str | None = None,
+    ) -> PromptComparison:
+        """Compare this target against ``baseline`` on one prompt, as a check item would."""
+        from .backends import GenerationParams
+        from .checks.comparison import compare_prompt
+        from .suites import Prompt, derive_prompt_id
+
+        prompt = Prompt(
+            id=derive_prompt_id(text), text=text, category=None, max_tokens=max_tokens,
+            answer=answer, answer_kind=answer_kind, system=None, source="<test>",
+        )
+        return compare_prompt(
+            self.engine, baseline.resolved, self.resolved, prompt, GenerationParams(max_tokens)
+        )
+
+
+@pytest.fixture(scope="session")
+def infercheck_engine(pytestconfig: pytest.Config) -> Engine:
+    """The session's generation engine (one per xdist worker), shared with the YAML checks."""
+    return engine_for(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def infercheck_matrix(pytestconfig: pytest.Config) -> LoadedMatrix:
+    """The matrix from ``--infercheck-config`` / ini ``infercheck_config`` or
+    ``<rootdir>/infercheck.yaml``."""
+    from .config import load_matrix
+
+    paths = matrix_paths(pytestconfig) or [pytestconfig.rootpath / "infercheck.yaml"]
+    if not paths[0].is_file():
+        pytest.fail(f"infercheck: no matrix file at {paths[0]} (use --infercheck-config)")
+    return load_matrix(paths[0])
+
+
+@pytest.fixture
+def infercheck_target(
+    request: pytest.FixtureRequest, infercheck_engine: Engine, infercheck_matrix: LoadedMatrix
+) -> TargetHandle:
+    """A ready ``model@backend`` (indirect parameter or ``@pytest.mark.infercheck_target``)."""
+    ref = getattr(request, "param", None)
+    if ref is None:
+        marker = request.node.get_closest_marker("infercheck_target")
+        ref = marker.args[0] if marker and marker.args else None
+    if not isinstance(ref, str):
+        pytest.fail("infercheck_target needs a 'model@backend' name (indirect param or marker)")
+    target = infercheck_matrix.target(ref, ("models",))
+    return TargetHandle(infercheck_engine, infercheck_engine.resolve(infercheck_matrix, target))

@@ -1,0 +1,76 @@
+"""Command-line and ini options, and how they override the YAML ``settings:``.
+
+Precedence: command line over ini over YAML. ``max_tokens``, when set anywhere, replaces
+every prompt's own ``max_tokens``; ``num_prompts`` keeps the first N prompts of each suite.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .config import Settings
+
+INT_OPTIONS = {
+    "num_prompts": "keep the first N prompts of every suite",
+    "max_tokens": "generate at most N tokens per prompt (replaces the suites' own max_tokens)",
+}
+DEFAULT_FILE_PATTERNS = "infercheck*.yaml infercheck*.yml"
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("infercheck", "inference-engine correctness checks")
+    for name, help_text in INT_OPTIONS.items():
+        flag = "--infercheck-" + name.replace("_", "-")
+        group.addoption(flag, dest=f"infercheck_{name}", type=int, default=None, help=help_text)
+        parser.addini(f"infercheck_{name}", help_text + " (ini)", default=None)
+    group.addoption(
+        "--infercheck-config",
+        dest="infercheck_config",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="collect this matrix YAML even if its name does not match infercheck_files",
+    )
+    parser.addini(
+        "infercheck_config", "matrix YAML files to collect (paths from rootdir)", type="args"
+    )
+    group.addoption(
+        "--infercheck-thinking",
+        dest="infercheck_thinking",
+        action="store_true",
+        default=None,
+        help="let models think (chat templates get enable_thinking=True); off by default",
+    )
+    parser.addini(
+        "infercheck_files",
+        "glob patterns of matrix YAML files collected automatically",
+        type="args",
+        default=DEFAULT_FILE_PATTERNS.split(),
+    )
+
+
+def _int_option(config: pytest.Config, name: str) -> int | None:
+    value = config.getoption(f"infercheck_{name}")
+    if value is None:
+        raw = config.getini(f"infercheck_{name}")
+        if raw in (None, ""):
+            return None
+        try:
+            value = int(str(raw))
+        except ValueError:
+            raise pytest.UsageError(f"ini option infercheck_{name} must be an integer: {raw!r}")
+    if value <= 0:
+        raise pytest.UsageError(f"infercheck {name} must be positive, got {value}")
+    return int(value)
+
+
+def effective_settings(config: pytest.Config, settings: Settings) -> Settings:
+    """``settings`` from the YAML with command-line and ini values laid over them."""
+    update: dict[str, object] = {}
+    for name in INT_OPTIONS:
+        value = _int_option(config, name)
+        if value is not None:
+            update[name] = value
+    if config.getoption("infercheck_thinking"):
+        update["thinking"] = True
+    return settings.model_copy(update=update)

@@ -1,0 +1,82 @@
+"""pytest hook wiring only; the work lives in collect, runs, checks, metrics and report.
+
+Importing this module must stay cheap: no mlx, numpy or httpx at load time.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .fixtures import infercheck_engine, infercheck_matrix, infercheck_target, matrix_paths
+from .options import add_options
+from .state import close_engine
+
+__all__ = ["infercheck_engine", "infercheck_matrix", "infercheck_target"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "infercheck_target(ref): the model@backend for the infercheck_target fixture"
+    )
+    config.pluginmanager.register(_Summary(), "infercheck-summary")
+    for path in matrix_paths(config):
+        if str(path) not in config.args and path.exists():
+            config.args.append(str(path))
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix not in (".yaml", ".yml"):
+        return None
+    config = parent.config
+    patterns = config.getini("infercheck_files")
+    explicit = {p.resolve() for p in matrix_paths(config)}
+    if any(fnmatch(file_path.name, pat) for pat in patterns) or file_path.resolve() in explicit:
+        from .collect import InfercheckFile
+
+        return InfercheckFile.from_parent(parent, path=file_path)
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "load":
+        return None
+    from .xdist_scheduling import make_scheduler
+
+    return make_scheduler(config, log)
+
+
+class _Summary:
+    """Collects aggregate results (from this process or, under xdist, from the workers'
+    reports) and prints the table at the end of the run."""
+
+    def __init__(self) -> None:
+        self.aggregates: list[tuple[str, bool, dict[str, Any]]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name == "infercheck_aggregate" and isinstance(value, dict):
+                self.aggregates.append((report.nodeid, report.passed, value))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.aggregates:
+            return
+        from .report.terminal import render_table, summary_rows
+
+        terminalreporter.write_sep("=", "infercheck summary")
+        for line in render_table(summary_rows(self.aggregates)):
+            terminalreporter.write_line(line)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    close_engine(config)

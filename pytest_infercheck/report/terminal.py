@@ -1,0 +1,71 @@
+"""The end-of-run terminal table: one row per check x suite x test target."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+COLUMNS = (
+    ("check", "<"),
+    ("suite", "<"),
+    ("test", "<"),
+    ("prompts", ">"),
+    ("failed", ">"),
+    ("KL mean±SE", ">"),
+    ("KL p99", ">"),
+    ("KL max", ">"),
+    ("same-top", ">"),
+    ("flips (CI)", ">"),
+    ("verdict", "<"),
+)
+
+
+def _num(value: float | None, fmt: str = ".4g") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, fmt)
+
+
+def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[list[str]]:
+    """Rows from ``(aggregate node id, passed, infercheck_aggregate property)``."""
+    rows: list[list[str]] = []
+    for nodeid, passed, data in aggregates:
+        parts = nodeid.split("::")
+        check = parts[-3] if len(parts) >= 3 else data.get("check", "?")
+        for level in data["levels"]:
+            flips = (
+                "-"
+                if level["flip_rate"] is None
+                else f"{level['n_flips']}/{level['n_answered']} "
+                f"({level['flip_rate_low']:.2f}-{level['flip_rate_high']:.2f})"
+            )
+            rows.append(
+                [
+                    check,
+                    data["suite"],
+                    level["test"],
+                    str(level["n_prompts"]),
+                    str(level["n_failed"]),
+                    f"{_num(level['kl_mean'])}±{_num(level['kl_se'], '.2g')}",
+                    _num(level["kl_p99"]),
+                    _num(level["kl_max"]),
+                    _num(level["same_top_rate"], ".3f"),
+                    flips,
+                    "pass" if passed else "FAIL",
+                ]
+            )
+    return rows
+
+
+def render_table(rows: list[list[str]]) -> list[str]:
+    """Fixed-width lines for ``rows`` under :data:`COLUMNS`."""
+    headers = [name for name, _ in COLUMNS]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            cell.ljust(w) if align == "<" else cell.rjust(w)
+            for cell, w, (_, align) in zip(cells, widths, COLUMNS, strict=True)
+        ).rstrip()
+
+    return [line(headers), *(line(r) for r in rows)]

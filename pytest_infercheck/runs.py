@@ -1,0 +1,148 @@
+"""The work of one check x suite: per-prompt comparisons, the sweep self-check, aggregates.
+
+Results are memoised on the engine, so the aggregate item reuses what the prompt items
+computed (and computes what ``-k`` or another worker left out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .checks.aggregate import (
+    SuiteAggregate,
+    aggregate,
+    aggregate_violations,
+    degradation_cliff,
+    format_aggregate,
+)
+from .checks.comparison import PromptComparison, compare_prompt, generation_params
+from .checks.verdicts import item_violations
+from .config import CheckSpec, LoadedMatrix, Settings
+from .engine import Engine, ResolvedTarget
+from .metrics.text import first_divergence
+from .suites import Prompt, Suite
+
+
+@dataclass
+class CheckRun:
+    engine: Engine
+    loaded: LoadedMatrix
+    check: CheckSpec
+    index: int
+    suite: Suite
+    settings: Settings
+
+    # -- targets ----------------------------------------------------------------------------
+    def _target(self, ref: str, field: str) -> ResolvedTarget:
+        target = self.loaded.target(ref, ("checks", self.index, self.check.kind, field))
+        return self.engine.resolve(self.loaded, target)
+
+    @property
+    def baseline(self) -> ResolvedTarget:
+        spec = self.check.compare or self.check.sweep
+        assert spec is not None
+        return self._target(spec.baseline, "baseline")
+
+    def tests(self) -> list[str]:
+        """The test side(s) as written: one for compare, the sweep's models in order."""
+        if self.check.compare is not None:
+            return [self.check.compare.test]
+        assert self.check.sweep is not None
+        return list(self.check.sweep.models)
+
+    def _prompt(self, prompt_id: str) -> Prompt:
+        return next(p for p in self.suite.prompts if p.id == prompt_id)
+
+    def _params_for(self, prompt: Prompt) -> Any:
+        s = self.settings
+        return generation_params(prompt, s.max_tokens, s.default_max_tokens, s.seed)
+
+    # -- per prompt ------------------------------------------------------------------------------
+    def prompt_result(
+        self, prompt_id: str, test_ref: str | None
+    ) -> tuple[PromptComparison, list[str]]:
+        """The comparison of one prompt (memoised) and the per-item thresholds it breaks."""
+        ref = test_ref or self.tests()[0]
+        key = ("comparison", self.loaded.path, self.index, self.suite.name, prompt_id, ref)
+        result = self.engine.memo.get(key)
+        if result is None:
+            prompt = self._prompt(prompt_id)
+            result = compare_prompt(
+                self.engine,
+                self.baseline,
+                self._target(ref, "test"),
+                prompt,
+                self._params_for(prompt),
+                thinking=self.settings.thinking,
+            )
+            self.engine.memo[key] = result
+        return result, item_violations(result, self.check)
+
+    def item_properties(self, result: PromptComparison) -> list[tuple[str, Any]]:
+        """Scalar numbers for JUnit properties and the report; plain types only."""
+        return [
+            ("infercheck_method", result.method),
+            ("infercheck_kl_mean", result.kl_mean),
+            ("infercheck_kl_max", result.kl_max),
+            ("infercheck_same_top_rate", result.same_top_rate),
+            ("infercheck_first_divergence", result.first_divergence),
+            ("infercheck_similarity", round(result.similarity, 6)),
+            ("infercheck_severity", result.severity),
+            ("infercheck_flip", result.flip),
+        ]
+
+    # -- suite level -------------------------------------------------------------------------------
+    def aggregate(self) -> tuple[str, list[str], list[tuple[str, Any]]]:
+        """Summary text, suite-gate violations and report properties for the suite."""
+        texts: list[str] = []
+        violations: list[str] = []
+        aggregates: list[SuiteAggregate] = []
+        for ref in self.tests():
+            results = [self.prompt_result(p.id, ref)[0] for p in self.suite.prompts]
+            agg = aggregate(results, self.check)
+            aggregates.append(agg)
+            texts.append(format_aggregate(agg))
+            violations.extend(f"{agg.test}: {v}" for v in aggregate_violations(agg, self.check))
+        properties: list[tuple[str, Any]] = [
+            (
+                "infercheck_aggregate",
+                {
+                    "check": self.check.kind,
+                    "suite": self.suite.name,
+                    "levels": [a.to_dict() for a in aggregates],
+                },
+            )
+        ]
+        if self.check.sweep is not None:
+            cliff = degradation_cliff(
+                [("self-check", 0.0, 0.0)]
+                + [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in aggregates]
+            )
+            texts.append(f"degradation cliff: {cliff or 'none'}")
+            properties.append(("infercheck_cliff", cliff))
+        return "\n\n".join(texts), violations, properties
+
+    def self_check(self) -> list[str]:
+        """Differences between two independent baseline generations of every prompt."""
+        baseline = self.baseline
+        problems: list[str] = []
+        for prompt in self.suite.prompts:
+            rendered = self.engine.render(baseline, prompt, self.settings.thinking)
+            params = self._params_for(prompt)
+            first = self.engine.generate(baseline, rendered, params, run=0)
+            second = self.engine.generate(baseline, rendered, params, run=1)
+            if first.token_ids is not None and first.token_ids != second.token_ids:
+                at = first_divergence(first.token_ids, second.token_ids or [])
+                problems.append(f"{prompt.id}: token ids differ from index {at}")
+            elif first.text != second.text:
+                problems.append(f"{prompt.id}: output text differs")
+            elif first.chosen_logprobs != second.chosen_logprobs:
+                drift = max(
+                    abs(a - b)
+                    for a, b in zip(
+                        first.chosen_logprobs or [], second.chosen_logprobs or [], strict=False
+                    )
+                )
+                problems.append(f"{prompt.id}: same tokens, logprobs drift by {drift:.3g}")
+        return problems
