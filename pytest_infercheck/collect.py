@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from _pytest.pathlib import bestrelpath
 
 from .config import CheckSpec, LoadedMatrix, Target, load_matrix
 from .options import effective_settings
@@ -33,8 +34,12 @@ class InfercheckFailure(Exception):
 def _plain_failure(
     node: pytest.Item | pytest.Collector, excinfo: ExceptionInfo[BaseException]
 ) -> str | None:
-    if isinstance(excinfo.value, InfercheckFailure | SourceError | SuiteError):
-        return str(excinfo.value)
+    err = excinfo.value
+    if isinstance(err, SourceError | SuiteError):
+        path = bestrelpath(node.config.rootpath, Path(err.path))
+        return f"{path}:{err.line}: {err.reason}" if err.line else f"{path}: {err.reason}"
+    if isinstance(err, InfercheckFailure):
+        return str(err)
     from .backends import BackendError
 
     if isinstance(excinfo.value, BackendError):

@@ -1,0 +1,149 @@
+"""Collection through pytester: node ids, selection, options and YAML errors.
+
+Collection never loads a model, so these run without weights.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SUITE = """\
+{"id": "add1", "prompt": "12+34=", "answer": "46", "answer_kind": "number", "max_tokens": 4}
+{"id": "add2", "prompt": "50+25=", "answer": "75", "answer_kind": "number", "max_tokens": 4}
+{"prompt": "7+8=", "answer": "15", "answer_kind": "number"}
+"""
+
+MATRIX = """\
+models:
+  bf16: {path: ./models/bf16}
+  q4: {path: ./models/q4, quantization: 4bit}
+  q8: {path: ./models/q8, quantization: 8bit}
+suites: [arith.jsonl]
+checks:
+  - compare: {baseline: bf16, test: q4}
+    max_kl: 0.05
+  - sweep: {baseline: bf16, models: [q8, q4]}
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makefile(".jsonl", arith=SUITE)
+    pytester.makefile(".yaml", infercheck=MATRIX)
+    return pytester
+
+
+def collected(result: pytest.RunResult) -> list[str]:
+    return [line for line in result.outlines if "::" in line and not line.startswith(" ")]
+
+
+def test_node_ids_are_stable_and_readable(project: pytest.Pytester) -> None:
+    first = collected(project.runpytest("--collect-only", "-q"))
+    derived = [n for n in first if "::p" in n][0].split("::")[3]
+    assert first == [
+        "infercheck.yaml::compare[bf16-vs-q4]::arith::add1",
+        "infercheck.yaml::compare[bf16-vs-q4]::arith::add2",
+        f"infercheck.yaml::compare[bf16-vs-q4]::arith::{derived}",
+        "infercheck.yaml::compare[bf16-vs-q4]::arith::aggregate",
+        "infercheck.yaml::sweep[bf16]::arith::self-check",
+        "infercheck.yaml::sweep[bf16]::arith::add1[q8]",
+        "infercheck.yaml::sweep[bf16]::arith::add1[q4]",
+        "infercheck.yaml::sweep[bf16]::arith::add2[q8]",
+        "infercheck.yaml::sweep[bf16]::arith::add2[q4]",
+        f"infercheck.yaml::sweep[bf16]::arith::{derived}[q8]",
+        f"infercheck.yaml::sweep[bf16]::arith::{derived}[q4]",
+        "infercheck.yaml::sweep[bf16]::arith::aggregate",
+    ]
+    # A prompt without an id gets one derived from its text: the same in every run.
+    assert derived.startswith("p") and len(derived) == 11
+    assert collected(project.runpytest("--collect-only", "-q")) == first
+
+
+@pytest.mark.parametrize(
+    ("expr", "count"),
+    [("q4", 7), ("add1", 3), ("sweep and q8", 3), ("aggregate", 2), ("compare", 4)],
+)
+def test_keyword_selection(project: pytest.Pytester, expr: str, count: int) -> None:
+    result = project.runpytest("--collect-only", "-q", "-k", expr)
+    assert len(collected(result)) == count, result.outlines
+
+
+def test_num_prompts_command_line_over_ini_over_yaml(project: pytest.Pytester) -> None:
+    project.makefile(".yaml", infercheck=MATRIX + "settings: {num_prompts: 1}\n")
+    assert len(collected(project.runpytest("--collect-only", "-q"))) == 2 + 4
+    project.makeini("[pytest]\ninfercheck_num_prompts = 2\n")
+    assert len(collected(project.runpytest("--collect-only", "-q"))) == 3 + 6
+    result = project.runpytest("--collect-only", "-q", "--infercheck-num-prompts", "3")
+    assert len(collected(result)) == 4 + 8
+
+
+def test_suite_limit_in_yaml(project: pytest.Pytester) -> None:
+    project.makefile(".yaml", infercheck=MATRIX.replace(
+        "suites: [arith.jsonl]", "suites: [{suite: arith.jsonl, limit: 1}]"
+    ))
+    assert len(collected(project.runpytest("--collect-only", "-q"))) == 2 + 4
+
+
+def test_bundled_suites_collect(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", infercheck=MATRIX.replace("[arith.jsonl]", "[reasoning, code]"))
+    ids = collected(pytester.runpytest("--collect-only", "-q"))
+    assert "infercheck.yaml::compare[bf16-vs-q4]::reasoning::r001" in ids
+    assert any("::code::" in i for i in ids)
+
+
+def test_other_yaml_files_are_not_collected(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", arith=MATRIX)  # name does not match infercheck*.yaml
+    result = pytester.runpytest("--collect-only", "-q")
+    assert collected(result) == []
+
+
+def test_config_option_collects_any_name(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".jsonl", arith=SUITE)
+    pytester.makefile(".yaml", matrix=MATRIX)
+    result = pytester.runpytest("--collect-only", "-q", "--infercheck-config", "matrix.yaml")
+    assert len(collected(result)) == 12
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (MATRIX.replace("test: q4}", "test: q5}"), "infercheck.yaml:7: checks[0].compare.test: "
+         "unknown model 'q5'"),
+        (MATRIX.replace("max_kl: 0.05", "max_kl: [1"), "infercheck.yaml:9: YAML syntax error"),
+        (MATRIX.replace("max_kl: 0.05", "max_kl: -1"), "infercheck.yaml:8: checks[0].max_kl"),
+    ],
+)
+def test_yaml_errors_are_collection_errors_with_lines(
+    project: pytest.Pytester, text: str, where: str
+) -> None:
+    project.makefile(".yaml", infercheck=text)
+    result = project.runpytest("-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    escaped = where.replace("[", "[[]")
+    result.stdout.fnmatch_lines(["*ERROR collecting infercheck.yaml*", escaped + "*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_bad_suite_line_is_a_collection_error(project: pytest.Pytester) -> None:
+    project.makefile(".jsonl", arith=SUITE + '{"id": "x", "prompt": \n')
+    result = project.runpytest("-q")
+    result.stdout.fnmatch_lines(["*arith.jsonl:4:*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_collection_does_not_import_mlx(project: pytest.Pytester) -> None:
+    project.makeconftest(
+        "import sys\n"
+        "def pytest_collection_finish(session):\n"
+        "    heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_lm'))\n"
+        "    print('HEAVY', heavy)\n"
+    )
+    result = project.runpytest_subprocess("--collect-only", "-q", "-s")
+    result.stdout.fnmatch_lines(["HEAVY []"])
+
+
+def test_help_lists_options(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(
+        ["*--infercheck-num-prompts*", "*--infercheck-max-tokens*", "*--infercheck-config*"]
+    )

@@ -1,0 +1,145 @@
+"""Suite aggregates, item verdicts, the sweep cliff and the summary table, by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pytest_infercheck.checks.aggregate import aggregate, aggregate_violations, degradation_cliff
+from pytest_infercheck.checks.comparison import PromptComparison
+from pytest_infercheck.checks.verdicts import failure_text, item_violations, safe_text
+from pytest_infercheck.config import Thresholds
+from pytest_infercheck.report.terminal import render_table, summary_rows
+from pytest_infercheck.xdist_scheduling import scope_of
+
+
+def comparison(
+    pid: str, kl: list[float], same_top: list[bool], delta_p: list[float], flip: str = "unchanged"
+) -> PromptComparison:
+    return PromptComparison(
+        prompt_id=pid, prompt_text="2+2=", baseline="bf16@local", test="q4@local",
+        method="teacher-forced", base_text="4", test_text="5", base_ids=[52, 2],
+        test_ids=[53, 2], base_finish="stop", test_finish="stop", first_divergence=0,
+        similarity=0.0, severity="severe", kl_per_position=kl, same_top=same_top,
+        delta_p=delta_p, answer_kind="number", reference="4", base_answer="4",
+        test_answer="5", flip=flip,
+    )
+
+
+RESULTS = [
+    comparison("a", [0.1, 0.3], [True, False], [-0.2, 0.0], "correct_to_wrong"),
+    comparison("b", [0.2], [True], [0.1], "unchanged"),
+    comparison("c", [0.0, 0.0, 0.6], [True, True, True], [0.0, 0.0, -0.1], "wrong_to_correct"),
+]
+
+
+def test_aggregate_by_hand() -> None:
+    agg = aggregate(RESULTS, Thresholds(max_kl_position=0.5))
+    # Pooled KL: [0.1, 0.3, 0.2, 0, 0, 0.6] -> mean 1.2/6 = 0.2.
+    assert agg.kl_n == 6 and agg.kl_mean == pytest.approx(0.2)
+    # Clustered SE: cluster sums of (x - 0.2): a: -0.1+0.1 = 0; b: 0; c: -0.2-0.2+0.4 = 0.
+    assert agg.kl_se == pytest.approx(0.0, abs=1e-12)
+    assert agg.kl_max == pytest.approx(0.6)
+    # Median of the six pooled values (0, 0, 0.1, 0.2, 0.3, 0.6) = 0.15.
+    assert agg.kl_median == pytest.approx(0.15)
+    assert agg.same_top_rate == pytest.approx(5 / 6)
+    # delta-p pooled: [-0.2, 0, 0.1, 0, 0, -0.1]: mean -0.2/6, RMS sqrt(0.06/6) = 0.1.
+    assert agg.delta_p_mean == pytest.approx(-0.2 / 6)
+    assert agg.delta_p_rms == pytest.approx(0.1)
+    assert agg.n_answered == 3 and agg.n_flips == 2
+    assert agg.flips == {"correct_to_wrong": 1, "unchanged": 1, "wrong_to_correct": 1}
+    # McNemar b=1, c=1: p = min(1, 2 * (C(2,0)+C(2,1))/4) = 1.
+    assert agg.mcnemar_p == 1.0
+    # Item a fails on its correct->wrong flip, c on KL_t 0.6 > 0.5; b passes.
+    assert agg.n_failed == 2 and agg.failure_rate == pytest.approx(2 / 3)
+
+
+def test_flip_rate_gate_uses_upper_wilson_bound_unless_point() -> None:
+    agg = aggregate(RESULTS, Thresholds())
+    # 2/3 flips; z = 1.959964; Wilson upper = (p + z^2/2n + z*sqrt(p(1-p)/n + z^2/4n^2))/(1+z^2/n)
+    z, n, p = 1.959964, 3, 2 / 3
+    upper = (p + z * z / (2 * n) + z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (
+        1 + z * z / n
+    )
+    assert agg.flip_rate_high == pytest.approx(upper, rel=1e-5)
+    upper_gate = Thresholds.model_validate({"flips": {"max_rate": 0.9}})
+    point_gate = Thresholds.model_validate({"flips": {"max_rate": 0.9, "gate": "point"}})
+    assert aggregate_violations(agg, upper_gate)  # upper bound ~0.94 > 0.9
+    assert not aggregate_violations(agg, point_gate)  # 0.667 <= 0.9
+
+
+def test_mean_kl_and_same_top_gates() -> None:
+    agg = aggregate(RESULTS, Thresholds())
+    assert aggregate_violations(agg, Thresholds(max_mean_kl=0.25)) == []
+    assert "max_mean_kl 0.1" in aggregate_violations(agg, Thresholds(max_mean_kl=0.1))[0]
+    assert "min_same_top 0.9" in aggregate_violations(agg, Thresholds(min_same_top=0.9))[0]
+
+
+def test_item_violations() -> None:
+    a = RESULTS[0]
+    assert item_violations(a, Thresholds()) == ["answer flip correct_to_wrong "
+                                                "(fail_item_on: correct_to_wrong)"]
+    never = Thresholds.model_validate({"flips": {"fail_item_on": "never"}})
+    assert item_violations(a, never) == []
+    found = item_violations(a, Thresholds(max_kl=0.1, max_kl_position=0.25, min_similarity=0.5))
+    assert found[:3] == [
+        "mean KL 0.2 > max_kl 0.1",
+        "max KL_t 0.3 > max_kl_position 0.25",
+        "text similarity 0.0000 < min_similarity 0.5",
+    ]
+    wrong_to_correct = RESULTS[2]
+    assert item_violations(wrong_to_correct, Thresholds()) == []
+    anyflip = Thresholds.model_validate({"flips": {"fail_item_on": "any"}})
+    assert item_violations(wrong_to_correct, anyflip)
+
+
+def test_failure_text_marks_divergence_and_escapes() -> None:
+    result = comparison("a", [0.1], [True], [0.0])
+    result.base_text, result.test_text = "The sum is 42.", "The sum is 4\x1b[31m7."
+    text = failure_text(result, ["mean KL 0.1 > max_kl 0.05"])
+    assert "baseline bf16@local: The sum is 4⟦2." in text
+    assert "\x1b" not in text and "\\x1b[31m" in text
+    assert "first divergent token at index 0" in text
+    assert "- mean KL 0.1 > max_kl 0.05" in text
+    assert safe_text("x" * 500, 10) == "x" * 9 + "…"
+
+
+@pytest.mark.parametrize(
+    ("levels", "cliff"),
+    [
+        ([("self", 0.0, 0.0), ("q8", 0.0, 0.0), ("q4", 0.1, 0.0)], "q4"),
+        ([("self", 0.0, 0.0), ("q8", 0.1, 0.1), ("q6", 0.15, 0.2), ("q4", 0.5, 0.2)], "q8"),
+        ([("self", 0.0, 0.0), ("q8", 0.0, 0.0), ("q4", 0.0, 0.0)], None),
+        ([("self", 0.0, 0.0), ("q8", 0.0, 0.0)], None),
+    ],
+)
+def test_degradation_cliff(levels: list[tuple[str, float, float]], cliff: str | None) -> None:
+    assert degradation_cliff(levels) == cliff
+
+
+def test_cliff_needs_more_than_double() -> None:
+    levels = [("self", 0.0, 0.0), ("q8", 0.1, 0.0), ("q6", 0.2, 0.0), ("q4", 0.41, 0.0)]
+    assert degradation_cliff(levels) == "q8"
+    assert degradation_cliff(levels[1:]) == "q4"  # 0.2 -> 0.41 more than doubles; 0.1->0.2 not
+
+
+def test_xdist_scope_groups_check_and_suite() -> None:
+    assert scope_of("m.yaml::compare[a-vs-b]::reasoning::r017") == "m.yaml::compare[a-vs-b]::reasoning"
+    assert scope_of("m.yml::sweep[a]::code::c1[q4]") == "m.yml::sweep[a]::code"
+    assert scope_of("tests/test_x.py::test_y") == "tests/test_x.py::test_y"
+
+
+def test_summary_table() -> None:
+    agg = aggregate(RESULTS, Thresholds())
+    data = {"check": "compare", "suite": "reasoning", "levels": [agg.to_dict()]}
+    rows = summary_rows([("m.yaml::compare[bf16-vs-q4]::reasoning::aggregate", False, data)])
+    (row,) = rows
+    # p99 of (0, 0, 0.1, 0.2, 0.3, 0.6) with linear interpolation: 0.3 + 0.95 * 0.3 = 0.585.
+    assert row[:5] == ["compare[bf16-vs-q4]", "reasoning", "q4@local", "3", "1"]
+    assert row[5].startswith("0.2±") and row[6:] == [
+        "0.585", "0.6", "0.833", "2/3 (0.21-0.94)", "FAIL"
+    ]
+    lines = render_table(rows)
+    assert lines[0].split()[:3] == ["check", "suite", "test"]
+    assert len(lines) == 2

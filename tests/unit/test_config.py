@@ -1,0 +1,104 @@
+"""The matrix schema: valid files load; every error names the file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_infercheck.config import load_matrix
+from pytest_infercheck.yamlpos import SourceError, format_loc
+
+VALID = """\
+models:
+  bf16: {path: ./m/bf16}
+  q4:
+    path: ./m/q4
+    quantization: 4bit
+suites: [reasoning, {suite: mine.jsonl, limit: 5}]
+checks:
+  - compare: {baseline: bf16, test: q4@local}
+    max_kl: 0.05
+    flips: {max_rate: 0.1, confidence: 0.9}
+  - sweep: {baseline: bf16@local, models: [q4]}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "infercheck.yaml"
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> SourceError:
+    with pytest.raises(SourceError) as info:
+        load_matrix(write(tmp_path, text))
+    return info.value
+
+
+def test_valid_matrix_loads_with_defaults(tmp_path: Path) -> None:
+    loaded = load_matrix(write(tmp_path, VALID))
+    matrix = loaded.matrix
+    assert list(matrix.models) == ["bf16", "q4"]
+    assert matrix.backends["local"].kind == "mlx-lm"  # the embedded default backend
+    assert [s.suite for s in matrix.suites] == ["reasoning", "mine.jsonl"]
+    assert matrix.suites[1].limit == 5
+    assert matrix.checks[0].kind == "compare"
+    assert matrix.checks[0].flips.max_rate == 0.1
+    assert matrix.checks[0].flips.fail_item_on == "correct_to_wrong"
+    assert matrix.checks[1].kind == "sweep"
+    source, revision = loaded.model_source("q4")
+    assert source == str((tmp_path / "m" / "q4").resolve()) and revision is None
+    assert loaded.target("bf16", ("x",)).label == "bf16@local"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        # YAML syntax error: the unclosed flow mapping is reported where the parser stops.
+        ("models:\n  bf16: {path: x\nsuites: [a]\n", 3, "YAML syntax error"),
+        # Unknown model in a check: the line of the 'test' key.
+        (VALID.replace("test: q4@local", "test: q5@local"), 8, "unknown model 'q5'"),
+        # Unknown backend.
+        (VALID.replace("test: q4@local", "test: q4@gpu"), 8, "unknown backend 'gpu'"),
+        # Wrong type deep inside: flips.max_rate on line 10.
+        (VALID.replace("max_rate: 0.1", "max_rate: lots"), 10, "checks[0].flips.max_rate"),
+        # Unknown key in a model (line 5 holds 'quantisation').
+        (VALID.replace("quantization", "quantisation"), 5, "models.q4.quantisation"),
+        # A check with two kinds.
+        (VALID.replace("    max_kl: 0.05", "    sweep: {baseline: bf16, models: [q4]}"), 8,
+         "exactly one of compare, sweep"),
+        # Unknown backend kind.
+        ("models: {a: {path: x}}\nbackends:\n  b: {kind: tensorrt}\nsuites: [r]\n"
+         "checks: [{compare: {baseline: a, test: a}}]\n", 3, "backends.b.kind"),
+        # Missing required section.
+        ("models: {a: {path: x}}\nsuites: [r]\n", 1, "checks"),
+        # A model with neither path nor repo.
+        ("models:\n  a: {quantization: 4bit}\nsuites: [r]\n"
+         "checks: [{compare: {baseline: a, test: a}}]\n", 2, "exactly one of 'path' or 'repo'"),
+    ],
+)
+def test_errors_name_file_line_and_field(
+    tmp_path: Path, text: str, line: int, fragment: str
+) -> None:
+    err = error_of(tmp_path, text)
+    assert err.line == line, str(err)
+    assert fragment in str(err)
+    assert str(err).startswith(f"{tmp_path / 'infercheck.yaml'}:{line}: ")
+
+
+def test_target_without_backend_is_ambiguous_with_two_backends(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "suites:", "backends:\n  a: {kind: mlx-lm}\n  b: {kind: mlx-lm, chat: false}\nsuites:"
+    ).replace("test: q4@local", "test: q4@a").replace("bf16@local", "bf16@a")
+    err = error_of(tmp_path, text)
+    assert "needs '@backend'" in str(err) and "a, b" in str(err)
+
+
+def test_empty_file_is_an_error(tmp_path: Path) -> None:
+    assert error_of(tmp_path, "").line == 1
+
+
+def test_format_loc() -> None:
+    assert format_loc(("checks", 0, "compare", "test")) == "checks[0].compare.test"
+    assert format_loc(()) == "(document)"
