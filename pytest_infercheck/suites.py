@@ -1,0 +1,483 @@
+"""Prompt suites: loading, validating and addressing the prompts that infercheck runs.
+
+A suite is a file of prompt records, either JSON Lines (``.jsonl``: one JSON object per line) or
+YAML (``.yaml`` / ``.yml``: a top-level list of records, or a mapping with a ``prompts:`` list).
+Six suites ship with the package (see :func:`bundled_suite_names`) and can be referred to by name.
+
+Each record accepts these keys:
+
+``id``
+    Optional stable identifier (``^[A-Za-z0-9_.-]+$``, not one of :data:`RESERVED_IDS`). When it
+    is missing, one is derived from the prompt text with :func:`derive_prompt_id`.
+``prompt`` (alias ``text``)
+    Required, non-empty user message.
+``category``
+    Optional short topic tag.
+``max_tokens``
+    Optional positive integer generation budget.
+``answer`` / ``answer_kind``
+    Optional reference answer (a string; JSON/YAML numbers and booleans are converted to strings)
+    and how to compare it: one of :data:`ANSWER_KINDS`. ``answer_kind`` is required whenever
+    ``answer`` is given; it may be given alone (e.g. ``code`` with no reference solution).
+``system``
+    Optional system message.
+
+Any other key is an error. Every problem is reported as a :class:`SuiteError` whose message
+starts with ``path:line:`` so that it can be located in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "ANSWER_KINDS",
+    "RESERVED_IDS",
+    "SUITE_SUFFIXES",
+    "Prompt",
+    "Suite",
+    "SuiteError",
+    "bundled_suite_names",
+    "bundled_suites_dir",
+    "derive_prompt_id",
+    "load_suite",
+]
+
+RESERVED_IDS = frozenset({"aggregate", "self-check"})
+"""Prompt ids that are used by infercheck itself for synthetic test items."""
+
+ANSWER_KINDS = frozenset({"number", "boolean", "choice", "code", "json", "exact"})
+"""Allowed values of ``answer_kind``."""
+
+SUITE_SUFFIXES = (".jsonl", ".yaml", ".yml")
+"""File suffixes recognised as suite files."""
+
+_ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_BOOLEAN_ANSWERS = frozenset({"yes", "no", "true", "false"})
+_RECORD_KEYS = ("id", "prompt", "text", "category", "max_tokens", "answer", "answer_kind", "system")
+
+
+class SuiteError(Exception):
+    """A suite could not be found, parsed or validated.
+
+    The message is ``"<path>:<line>: <reason>"`` (or ``"<path>: <reason>"`` for problems that
+    concern the whole file, such as a missing or empty file).
+    """
+
+    def __init__(self, path: Path, line: int | None, message: str) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.reason = message
+        where = f"{self.path}:{line}" if line is not None else f"{self.path}"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One validated prompt of a suite."""
+
+    id: str
+    text: str
+    category: str | None
+    max_tokens: int | None
+    answer: str | None
+    answer_kind: str | None
+    system: str | None
+    source: str
+    """Where the record was defined, as ``"file:line"``."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named, ordered collection of prompts loaded from one file."""
+
+    name: str
+    path: Path
+    prompts: tuple[Prompt, ...]
+
+    def limited(self, n: int | None) -> Suite:
+        """Return a suite with only the first ``n`` prompts in file order (``None``: all)."""
+        if n is None:
+            return self
+        if n < 0:
+            raise ValueError(f"prompt limit must be >= 0, got {n}")
+        return dataclasses.replace(self, prompts=self.prompts[:n])
+
+
+def bundled_suites_dir() -> Path:
+    """Directory holding the bundled suites.
+
+    In an installed wheel the suites live next to this module (``pytest_infercheck/suites/``);
+    in a source checkout they are the repository's top-level ``suites/`` directory.
+    """
+    installed = Path(__file__).parent / "suites"
+    if installed.is_dir():
+        return installed
+    return Path(__file__).parent.parent / "suites"
+
+
+def bundled_suite_names() -> list[str]:
+    """Sorted names (file stems) of the bundled suites."""
+    directory = bundled_suites_dir()
+    if not directory.is_dir():
+        return []
+    return sorted(
+        {p.stem for p in directory.iterdir() if p.is_file() and p.suffix in SUITE_SUFFIXES}
+    )
+
+
+def derive_prompt_id(text: str) -> str:
+    """Stable id for a prompt without one: ``"p"`` + first 10 hex digits of sha256(text)."""
+    return "p" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+
+
+def load_suite(ref: str, base_dir: Path) -> Suite:
+    """Load and validate a suite.
+
+    ``ref`` is either the name of a bundled suite (e.g. ``"reasoning"``) or a path, relative to
+    ``base_dir`` unless absolute, to a ``.jsonl``, ``.yaml`` or ``.yml`` file. The suite is named
+    after the bundled suite or the file stem.
+
+    Raises:
+        SuiteError: the suite does not exist or is invalid; the message names file and line.
+    """
+    path, name = _resolve(ref, base_dir)
+    try:
+        content = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SuiteError(path, None, f"file is not valid UTF-8: {exc.reason}") from exc
+    except OSError as exc:
+        raise SuiteError(path, None, f"cannot read suite file: {exc.strerror or exc}") from exc
+
+    if path.suffix == ".jsonl":
+        records = list(_jsonl_records(path, content))
+    else:
+        records = list(_yaml_records(path, content))
+    if not records:
+        raise SuiteError(path, None, "suite contains no prompts")
+
+    prompts: list[Prompt] = []
+    first_line: dict[str, int] = {}
+    for line, raw in records:
+        prompt = _validate_record(path, line, raw)
+        if prompt.id in first_line:
+            note = "" if "id" in raw else " (derived from the prompt text)"
+            lines = f"lines {first_line[prompt.id]} and {line}"
+            raise SuiteError(path, line, f"duplicate prompt id {prompt.id!r}{note}: {lines}")
+        first_line[prompt.id] = line
+        prompts.append(prompt)
+    return Suite(name=name, path=path, prompts=tuple(prompts))
+
+
+# --------------------------------------------------------------------------------------------
+# Resolution
+
+
+def _resolve(ref: str, base_dir: Path) -> tuple[Path, str]:
+    """Map a suite reference to (file path, suite name)."""
+    names = bundled_suite_names()
+    if ref in names:
+        directory = bundled_suites_dir()
+        for suffix in SUITE_SUFFIXES:
+            candidate = directory / f"{ref}{suffix}"
+            if candidate.is_file():
+                return candidate, ref
+
+    path = Path(ref).expanduser()
+    if not path.is_absolute():
+        path = Path(base_dir) / path
+    available = ", ".join(names) if names else "(none found)"
+    if not path.exists():
+        raise SuiteError(
+            path,
+            None,
+            f"suite {ref!r} not found: it is neither a bundled suite nor an existing file "
+            f"(bundled suites: {available})",
+        )
+    if not path.is_file():
+        raise SuiteError(path, None, f"suite {ref!r} is not a file (bundled suites: {available})")
+    if path.suffix not in SUITE_SUFFIXES:
+        raise SuiteError(
+            path,
+            None,
+            f"unsupported suite file type {path.suffix or '(no suffix)'!r}: "
+            f"expected one of {', '.join(SUITE_SUFFIXES)} (bundled suites: {available})",
+        )
+    return path, path.stem
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads` that refuses repeated keys."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def _reject_constant(name: str) -> Any:
+    """``parse_constant`` for :func:`json.loads`: NaN and Infinity are not valid JSON."""
+    raise ValueError(f"{name} is not allowed")
+
+
+def _jsonl_records(path: Path, content: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (1-based line number, record) for each non-blank, non-comment JSONL line."""
+    # Split on "\n" only: str.splitlines() would also split on characters such as U+2028 that
+    # may legitimately appear inside JSON strings, and the line numbers would drift.
+    for number, line in enumerate(content.split("\n"), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("//", "#")):
+            continue
+        try:
+            record = json.loads(
+                stripped,
+                object_pairs_hook=_reject_duplicate_keys,
+                parse_float=Decimal,
+                parse_constant=_reject_constant,
+            )
+        except json.JSONDecodeError as exc:
+            raise SuiteError(path, number, f"invalid JSON: {exc.msg} (column {exc.colno})") from exc
+        except ValueError as exc:
+            raise SuiteError(path, number, f"invalid JSON: {exc}") from exc
+        if not isinstance(record, dict):
+            raise SuiteError(path, number, f"expected a JSON object, got {_type_name(record)}")
+        yield number, record
+
+
+def _yaml_records(path: Path, content: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (1-based line number, record) for each record of a YAML suite."""
+    loader = yaml.SafeLoader(content)
+    try:
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = exc.problem or exc.context or "syntax error"
+        raise SuiteError(path, line, f"invalid YAML: {problem}") from exc
+    except yaml.YAMLError as exc:
+        raise SuiteError(path, None, f"invalid YAML: {exc}") from exc
+    finally:
+        loader.dispose()
+
+    if root is None:
+        return
+    items_node: yaml.Node = root
+    items: Any = data
+    if isinstance(root, yaml.MappingNode):
+        items_node, items = _prompts_entry(path, root, data)
+    if not isinstance(items_node, yaml.SequenceNode) or not isinstance(items, list):
+        raise SuiteError(
+            path,
+            items_node.start_mark.line + 1,
+            "expected a list of prompt records (or a mapping with a 'prompts:' list)",
+        )
+    for node, record in zip(items_node.value, items, strict=True):
+        line = node.start_mark.line + 1
+        if not isinstance(node, yaml.MappingNode) or not isinstance(record, dict):
+            raise SuiteError(path, line, f"expected a mapping, got {_type_name(record)}")
+        _check_yaml_duplicate_keys(path, node)
+        yield line, record
+
+
+def _prompts_entry(path: Path, root: yaml.MappingNode, data: Any) -> tuple[yaml.Node, Any]:
+    """Return the node and constructed value of the ``prompts:`` key of a top-level mapping."""
+    found: yaml.Node | None = None
+    for key_node, value_node in root.value:
+        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        if key != "prompts":
+            raise SuiteError(
+                path,
+                key_node.start_mark.line + 1,
+                f"unknown top-level key {key!r}: a suite mapping may only contain 'prompts'",
+            )
+        found = value_node
+    if found is None or not isinstance(data, dict):
+        raise SuiteError(path, root.start_mark.line + 1, "top-level mapping has no 'prompts' key")
+    return found, data.get("prompts")
+
+
+def _check_yaml_duplicate_keys(path: Path, node: yaml.MappingNode) -> None:
+    """Reject records that repeat a key (PyYAML would silently keep the last one)."""
+    seen: set[str] = set()
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            continue
+        if key_node.value in seen:
+            raise SuiteError(
+                path, key_node.start_mark.line + 1, f"duplicate key {key_node.value!r}"
+            )
+        seen.add(key_node.value)
+
+
+def _type_name(value: Any) -> str:
+    """Human-readable JSON-ish type name of a parsed value."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+
+class _PromptRecord(BaseModel):
+    """Schema of one prompt record."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: StrictStr | None = None
+    prompt: StrictStr = Field(validation_alias=AliasChoices("prompt", "text"))
+    category: StrictStr | None = None
+    max_tokens: StrictInt | None = Field(default=None, gt=0)
+    answer: StrictStr | None = None
+    answer_kind: StrictStr | None = None
+    system: StrictStr | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not _ID_RE.match(value):
+            raise ValueError(f"invalid id {value!r}: use only letters, digits, '_', '.' and '-'")
+        if value.lower() in RESERVED_IDS:
+            raise ValueError(
+                f"id {value!r} is reserved (reserved ids: {', '.join(sorted(RESERVED_IDS))})"
+            )
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _check_prompt(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("prompt must not be empty")
+        return value
+
+    @field_validator("category")
+    @classmethod
+    def _check_category(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("category must not be empty")
+        return value
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _coerce_answer(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (int, float, Decimal)):
+            return str(value)
+        return value
+
+    @field_validator("answer_kind")
+    @classmethod
+    def _check_answer_kind(cls, value: str | None) -> str | None:
+        if value is not None and value not in ANSWER_KINDS:
+            kinds = ", ".join(sorted(ANSWER_KINDS))
+            raise ValueError(f"unknown answer_kind {value!r} (expected one of: {kinds})")
+        return value
+
+    @model_validator(mode="after")
+    def _check_answer(self) -> _PromptRecord:
+        if self.answer is None:
+            return self
+        if self.answer_kind is None:
+            raise ValueError("'answer' is given without 'answer_kind'")
+        if not self.answer.strip():
+            raise ValueError("'answer' must not be empty")
+        problem = _answer_problem(self.answer, self.answer_kind)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+def _answer_problem(answer: str, kind: str) -> str | None:
+    """Describe why ``answer`` is not a valid reference of ``kind``, or return ``None``."""
+    if kind == "number":
+        try:
+            value = Decimal(answer.strip().replace(",", ""))
+        except InvalidOperation:
+            return f"answer {answer!r} is not a number (answer_kind 'number')"
+        if not value.is_finite():
+            return f"answer {answer!r} is not a finite number (answer_kind 'number')"
+    elif kind == "boolean":
+        if answer.strip().lower() not in _BOOLEAN_ANSWERS:
+            return f"answer {answer!r} is not one of yes/no/true/false (answer_kind 'boolean')"
+    elif kind == "json":
+        try:
+            json.loads(answer)
+        except ValueError:
+            return f"answer {answer!r} is not valid JSON (answer_kind 'json')"
+    return None
+
+
+def _validate_record(path: Path, line: int, raw: dict[str, Any]) -> Prompt:
+    """Validate one raw record and build its :class:`Prompt`."""
+    if "prompt" in raw and "text" in raw:
+        raise SuiteError(path, line, "both 'prompt' and its alias 'text' are given; use one")
+    try:
+        record = _PromptRecord.model_validate(raw)
+    except ValidationError as exc:
+        raise SuiteError(path, line, _describe_validation_error(exc)) from exc
+    return Prompt(
+        id=record.id if record.id is not None else derive_prompt_id(record.prompt),
+        text=record.prompt,
+        category=record.category,
+        max_tokens=record.max_tokens,
+        answer=record.answer,
+        answer_kind=record.answer_kind,
+        system=record.system,
+        source=f"{path}:{line}",
+    )
+
+
+def _describe_validation_error(exc: ValidationError) -> str:
+    """Turn pydantic errors into one message that names every offending field."""
+    messages: list[str] = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            messages.append(f"unknown key {field!r} (allowed keys: {', '.join(_RECORD_KEYS)})")
+        elif error["type"] == "missing":
+            messages.append(f"missing required field {field!r}")
+        elif field:
+            messages.append(f"field {field!r}: {message}")
+        else:
+            messages.append(message)
+    return "; ".join(messages)

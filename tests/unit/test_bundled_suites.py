@@ -1,0 +1,244 @@
+"""Sanity checks of the bundled prompt suites (suites/*.jsonl)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import pytest
+
+try:
+    import pytest_infercheck  # noqa: F401
+except ImportError:  # running from a source checkout without the package installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from pytest_infercheck.metrics.answers import answers_equal, extract_answer, parse_reference
+from pytest_infercheck.suites import (
+    ANSWER_KINDS,
+    Prompt,
+    Suite,
+    bundled_suite_names,
+    load_suite,
+)
+
+EXPECTED = {
+    "reasoning": "r",
+    "adversarial-numerics": "an",
+    "code": "c",
+    "long-context": "lc",
+    "quant-sensitive": "qs",
+    "determinism": "d",
+}
+ANSWERED = ("reasoning", "adversarial-numerics", "quant-sensitive")
+TIMES = "\N{MULTIPLICATION SIGN}"  # products in the suites read "a <TIMES> b"
+# How each kind of checkable prompt ends: a final "Answer:" line where the extractor looks for
+# one, a bare reply for `exact` (compared as the whole reply), a lone object for `json`.
+INSTRUCTIONS = {
+    "number": "(just the number: no units, no thousands separators).",
+    "boolean": "`Answer: yes` or `Answer: no`.",
+    "choice": "`Answer: <letter>`.",
+    "exact": "and nothing else: no explanation, no quotes, no code fences.",
+    "json": "Reply with only the JSON object on a single line: no code fences, no explanation.",
+}
+
+
+def load(name: str) -> Suite:
+    return load_suite(name, Path.cwd())
+
+
+def as_decimal(text: str) -> Decimal:
+    return Decimal(text.strip().replace(",", ""))
+
+
+def answered(name: str) -> list[Prompt]:
+    return [p for p in load(name).prompts if p.answer is not None]
+
+
+def test_all_expected_suites_are_bundled() -> None:
+    assert set(EXPECTED) <= set(bundled_suite_names())
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_suite_shape(name: str) -> None:
+    suite = load(name)
+    assert suite.name == name
+    assert len(suite.prompts) >= 50
+    ids = [p.id for p in suite.prompts]
+    assert len(ids) == len(set(ids))
+    id_re = re.compile(rf"^{EXPECTED[name]}\d{{3}}$")
+    for prompt in suite.prompts:
+        assert id_re.match(prompt.id), prompt.id
+        assert prompt.category, prompt.id
+        assert prompt.category == prompt.category.strip().lower(), prompt.id
+        assert prompt.max_tokens is not None, prompt.id
+        assert 64 <= prompt.max_tokens <= 512, prompt.id
+        assert prompt.text.strip(), prompt.id
+        assert prompt.answer_kind is None or prompt.answer_kind in ANSWER_KINDS
+        if prompt.answer is not None:
+            assert prompt.answer == prompt.answer.strip(), prompt.id
+            assert prompt.text.endswith(INSTRUCTIONS[prompt.answer_kind or ""]), prompt.id
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_ids_are_in_file_order(name: str) -> None:
+    ids = [p.id for p in load(name).prompts]
+    prefix = EXPECTED[name]
+    assert ids == [f"{prefix}{i:03d}" for i in range(1, len(ids) + 1)]
+
+
+@pytest.mark.parametrize("name", ANSWERED)
+def test_answer_coverage(name: str) -> None:
+    suite = load(name)
+    assert len(answered(name)) / len(suite.prompts) >= 0.6
+
+
+def test_long_context_prompts_are_long_and_checkable() -> None:
+    for prompt in load("long-context").prompts:
+        assert 1500 <= len(prompt.text) <= 4000, (prompt.id, len(prompt.text))
+        assert prompt.answer is not None, prompt.id
+        assert prompt.answer_kind in {"number", "exact", "boolean"}, prompt.id
+
+
+def test_determinism_prompts_invite_long_generations() -> None:
+    suite = load("determinism")
+    for prompt in suite.prompts:
+        assert prompt.max_tokens is not None and prompt.max_tokens >= 128, prompt.id
+    open_ended = [p for p in suite.prompts if p.answer is None]
+    assert len(open_ended) > len(suite.prompts) / 2
+    assert len(open_ended) < len(suite.prompts)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_references_are_well_formed(name: str) -> None:
+    for prompt in answered(name):
+        answer = prompt.answer
+        assert answer is not None
+        if prompt.answer_kind == "number":
+            try:
+                value = as_decimal(answer)
+            except InvalidOperation:
+                pytest.fail(f"{prompt.id}: {answer!r} is not a number")
+            assert value.is_finite(), prompt.id
+            assert "," not in answer, f"{prompt.id}: prompts ask for no thousands separators"
+        elif prompt.answer_kind == "boolean":
+            assert answer in {"yes", "no"}, prompt.id
+        elif prompt.answer_kind == "choice":
+            assert re.fullmatch("[A-D]", answer), prompt.id
+            for letter in "ABCD":
+                assert f"\n{letter}) " in prompt.text, f"{prompt.id} lacks option {letter}"
+        elif prompt.answer_kind == "json":
+            assert isinstance(json.loads(answer), dict), prompt.id
+
+
+# --------------------------------------------------------------------------------------------
+# Recompute machine-checkable references from the prompt text.
+
+COMPUTE_RE = re.compile(rf"^Compute (\d+(?: [{TIMES}+] \d+)+) exactly\.")
+REVERSE_RE = re.compile(r'^Reverse the string "(.*)" character by character\.')
+LETTER_RE = re.compile(r"^How many times does the letter '(.)' appear in the word \"(\w+)\"\?")
+DIGIT_RE = re.compile(r"^How many times does the digit (\d) appear in (\d+)\?")
+BINOP_RE = re.compile(rf"^What is (-?\d+(?:\.\d+)?) ([-+{TIMES}]) \(?(-?\d+(?:\.\d+)?)\)?\?")
+TRACE_RE = re.compile(r"^What does this Python 3 program print\?\n\n```python\n(.*?)```", re.S)
+
+
+def evaluate(expression: str) -> int:
+    """Evaluate a chain of non-negative integers joined by one operator (times or plus)."""
+    if TIMES in expression:
+        result = 1
+        for factor in expression.split(f" {TIMES} "):
+            result *= int(factor)
+        return result
+    return sum(int(term) for term in expression.split(" + "))
+
+
+def all_prompts() -> list[Prompt]:
+    return [p for name in EXPECTED for p in load(name).prompts]
+
+
+def test_compute_references_are_correct() -> None:
+    checked = 0
+    for prompt in all_prompts():
+        match = COMPUTE_RE.match(prompt.text)
+        if match:
+            assert prompt.answer_kind == "number"
+            assert prompt.answer == str(evaluate(match.group(1))), prompt.id
+            checked += 1
+    assert checked >= 15
+
+
+def test_binary_operation_references_are_correct() -> None:
+    checked = 0
+    for prompt in all_prompts():
+        match = BINOP_RE.match(prompt.text)
+        if match and prompt.answer is not None:
+            a, op, b = Decimal(match.group(1)), match.group(2), Decimal(match.group(3))
+            expected = {"+": a + b, "-": a - b, TIMES: a * b}[op]
+            assert as_decimal(prompt.answer) == expected, prompt.id
+            checked += 1
+    assert checked >= 8
+
+
+def test_string_references_are_correct() -> None:
+    checked = 0
+    for prompt in all_prompts():
+        if match := REVERSE_RE.match(prompt.text):
+            assert prompt.answer == match.group(1)[::-1], prompt.id
+            checked += 1
+        elif (match := LETTER_RE.match(prompt.text)) or (match := DIGIT_RE.match(prompt.text)):
+            assert prompt.answer == str(match.group(2).count(match.group(1))), prompt.id
+            checked += 1
+    assert checked >= 12
+
+
+def test_code_trace_references_match_real_output() -> None:
+    checked = 0
+    for prompt in load("code").prompts:
+        match = TRACE_RE.match(prompt.text)
+        if not match:
+            continue
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            exec(compile(match.group(1), f"<{prompt.id}>", "exec"), {"__name__": "__main__"})
+        assert prompt.answer == buffer.getvalue().strip(), prompt.id
+        checked += 1
+    assert checked >= 20
+
+
+def test_some_hand_written_references() -> None:
+    """Spot-check references whose prompts do not follow a parseable pattern."""
+    expected: list[tuple[str, str, str, int | Decimal]] = [
+        ("reasoning", "r001", "14 trays of bread rolls", 14 * 36 - 417 - 38),
+        ("reasoning", "r012", "compounded once a year", Decimal("1157.63")),  # 1157.625 half-up
+        ("reasoning", "r035", "starts at 22:45", (24 * 60 - (22 * 60 + 45)) + 6 * 60 + 10),
+        ("reasoning", "r052", "from 1 to 200", 200 * 201 // 2),
+        ("adversarial-numerics", "an043", "17.5% of 2480", Decimal("0.175") * 2480),
+        ("adversarial-numerics", "an033", "2 to the power 64", 2**64),
+        ("quant-sensitive", "qs035", "100 degrees Celsius", Decimal("373.15")),
+        ("determinism", "d048", "multiplication table of 7", 7 * sum(range(1, 13))),
+    ]
+    prompts = {(name, p.id): p for name in EXPECTED for p in load(name).prompts}
+    for name, prompt_id, snippet, value in expected:
+        prompt = prompts[name, prompt_id]
+        assert snippet in prompt.text, prompt_id
+        assert prompt.answer is not None, prompt_id
+        assert as_decimal(prompt.answer) == Decimal(value), prompt_id
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_ideal_replies_match_references(name: str) -> None:
+    """An ideal reply in the requested format is scored correct by the answer extractor."""
+    for prompt in answered(name):
+        assert prompt.answer is not None and prompt.answer_kind is not None
+        reference = parse_reference(prompt.answer, prompt.answer_kind)
+        assert reference is not None, f"{prompt.id}: reference {prompt.answer!r} does not parse"
+        if prompt.answer_kind in {"exact", "json"}:
+            reply = prompt.answer
+        else:
+            reply = f"Working: 12 + 30 = 42, so 7 is not it.\n\nAnswer: {prompt.answer}"
+        extracted = extract_answer(reply, prompt.answer_kind)
+        assert answers_equal(extracted, reference), (prompt.id, extracted, reference)
