@@ -6,16 +6,10 @@ import contextlib
 import io
 import json
 import re
-import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import pytest
-
-try:
-    import pytest_infercheck  # noqa: F401
-except ImportError:  # running from a source checkout without the package installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pytest_infercheck.metrics.answers import answers_equal, extract_answer, parse_reference
 from pytest_infercheck.suites import (

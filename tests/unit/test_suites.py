@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-try:
-    import pytest_infercheck  # noqa: F401
-except ImportError:  # running from a source checkout without the package installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pytest_infercheck.suites import (
     RESERVED_IDS,
