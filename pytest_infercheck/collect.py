@@ -1,9 +1,13 @@
 """The matrix as pytest nodes, with stable readable ids.
 
-``infercheck.yaml`` -> one collector per check (``compare[bf16-vs-q4]``, ``sweep[bf16]``) ->
+``infercheck.yaml`` -> one collector per check (``compare(bf16-vs-q4)``, ``sweep(bf16)``) ->
 one collector per suite (``reasoning``) -> one item per prompt (``r017``; in a sweep one per
 prompt and model, ``r017[q4]``) plus ``aggregate`` (suite gates) and, for a sweep,
-``self-check`` (the baseline run twice must be identical). Work is done by :mod:`.runs`;
+``self-check`` (the baseline run twice must be identical).
+
+Brackets appear only at the end, as parameters: pytest reads ``[`` in a node id as the
+start of an item's parameters (``--lf``, xdist and JUnit parse ids back from strings), so a
+collector named ``compare[...]`` would not round-trip. Work is done by :mod:`.runs`;
 this module only shapes the tree and the failure reports.
 """
 
@@ -58,7 +62,7 @@ class InfercheckFile(pytest.File):
             name = check_name(loaded, check, index)
             seen[name] = seen.get(name, 0) + 1
             if seen[name] > 1:
-                name = f"{name[:-1]}-{seen[name]}]"
+                name = f"{name[:-1]}-{seen[name]})"
             yield CheckCollector.from_parent(
                 self, name=name, loaded=loaded, check=check, index=index, settings=settings
             )
@@ -70,17 +74,17 @@ class InfercheckFile(pytest.File):
 
 
 def check_name(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
-    """``compare[bf16-vs-q4]``; backends appear only where they tell the sides apart."""
+    """``compare(bf16-vs-q4)``; backends appear only where they tell the sides apart."""
     loc = ("checks", index, check.kind)
     if check.name:
-        return f"{check.kind}[{check.name}]"
+        return f"{check.kind}({check.name})"
     if check.compare is not None:
         base = loaded.target(check.compare.baseline, (*loc, "baseline"))
         test = loaded.target(check.compare.test, (*loc, "test"))
-        return f"{check.kind}[{_side(base, test)}-vs-{_side(test, base)}]"
+        return f"{check.kind}({_side(base, test)}-vs-{_side(test, base)})"
     assert check.sweep is not None
     base = loaded.target(check.sweep.baseline, (*loc, "baseline"))
-    return f"{check.kind}[{base.model}]"
+    return f"{check.kind}({base.model})"
 
 
 def _side(target: Target, other: Target) -> str:
@@ -164,9 +168,20 @@ class SuiteCollector(pytest.Collector):
                 for ref in check.sweep.models:
                     model = ref.partition("@")[0]
                     yield PromptItem.from_parent(
-                        self, name=f"{prompt.id}[{model}]", prompt_id=prompt.id, test=ref
+                        self,
+                        name=f"{prompt.id}[{model}]",
+                        nodeid=_param_id(self, prompt.id, model),
+                        prompt_id=prompt.id,
+                        test=ref,
                     )
         yield AggregateItem.from_parent(self, name="aggregate")
+
+
+def _param_id(parent: pytest.Collector, name: str, param: str) -> Any:
+    """The node id ``<parent>::name[param]`` with ``param`` as real parameters (pytest >= 9
+    structures node ids; older versions build the same string from the name)."""
+    node_id = getattr(parent, "id", None)
+    return None if node_id is None else node_id.child(name).with_params(param)
 
 
 class _InfercheckItem(pytest.Item):
@@ -178,7 +193,7 @@ class _InfercheckItem(pytest.Item):
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, self.nodeid.split("::", 1)[-1]
 
-    def repr_failure(  # type: ignore[override]
+    def repr_failure(
         self, excinfo: ExceptionInfo[BaseException], style: Any = None
     ) -> str | TerminalRepr:
         return _plain_failure(self, excinfo) or super().repr_failure(excinfo, style=style)
@@ -210,9 +225,9 @@ class AggregateItem(_InfercheckItem):
         summary, violations, properties = run.aggregate()
         self.user_properties.extend(properties)
         if violations:
-            raise InfercheckFailure(summary + "\nviolations:\n" + "\n".join(
-                f"  - {v}" for v in violations
-            ))
+            raise InfercheckFailure(
+                summary + "\nviolations:\n" + "\n".join(f"  - {v}" for v in violations)
+            )
 
 
 class SelfCheckItem(_InfercheckItem):

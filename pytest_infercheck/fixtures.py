@@ -84,8 +84,14 @@ class TargetHandle:
         from .suites import Prompt, derive_prompt_id
 
         prompt = Prompt(
-            id=derive_prompt_id(text), text=text, category=None, max_tokens=max_tokens,
-            answer=answer, answer_kind=answer_kind, system=None, source="<test>",
+            id=derive_prompt_id(text),
+            text=text,
+            category=None,
+            max_tokens=max_tokens,
+            answer=answer,
+            answer_kind=answer_kind,
+            system=None,
+            source="<test>",
         )
         return compare_prompt(
             self.engine, baseline.resolved, self.resolved, prompt, GenerationParams(max_tokens)

@@ -58,7 +58,9 @@ def _int_option(config: pytest.Config, name: str) -> int | None:
         try:
             value = int(str(raw))
         except ValueError:
-            raise pytest.UsageError(f"ini option infercheck_{name} must be an integer: {raw!r}")
+            raise pytest.UsageError(
+                f"ini option infercheck_{name} must be an integer: {raw!r}"
+            ) from None
     if value <= 0:
         raise pytest.UsageError(f"infercheck {name} must be positive, got {value}")
     return int(value)

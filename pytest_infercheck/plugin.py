@@ -71,10 +71,10 @@ class _Summary:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.aggregates:
             return
-        from .report.terminal import render_table, summary_rows
+        from .report.terminal import cliff_lines, render_table, summary_rows
 
         terminalreporter.write_sep("=", "infercheck summary")
-        for line in render_table(summary_rows(self.aggregates)):
+        for line in render_table(summary_rows(self.aggregates)) + cliff_lines(self.aggregates):
             terminalreporter.write_line(line)
 
 

@@ -104,23 +104,20 @@ class CheckRun:
             aggregates.append(agg)
             texts.append(format_aggregate(agg))
             violations.extend(f"{agg.test}: {v}" for v in aggregate_violations(agg, self.check))
-        properties: list[tuple[str, Any]] = [
-            (
-                "infercheck_aggregate",
-                {
-                    "check": self.check.kind,
-                    "suite": self.suite.name,
-                    "levels": [a.to_dict() for a in aggregates],
-                },
-            )
-        ]
+        summary: dict[str, Any] = {
+            "check": self.check.kind,
+            "suite": self.suite.name,
+            "levels": [a.to_dict() for a in aggregates],
+        }
+        properties: list[tuple[str, Any]] = [("infercheck_aggregate", summary)]
         if self.check.sweep is not None:
             cliff = degradation_cliff(
                 [("self-check", 0.0, 0.0)]
                 + [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in aggregates]
             )
+            summary["cliff"] = cliff or "none"
             texts.append(f"degradation cliff: {cliff or 'none'}")
-            properties.append(("infercheck_cliff", cliff))
+            properties.append(("infercheck_cliff", cliff or "none"))
         return "\n\n".join(texts), violations, properties
 
     def self_check(self) -> list[str]:

@@ -12,7 +12,7 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def scope_of(nodeid: str) -> str:
-    """``a.yaml::compare[x-vs-y]::reasoning::r017`` -> ``a.yaml::compare[x-vs-y]::reasoning``."""
+    """``a.yaml::compare(x-vs-y)::reasoning::r017`` -> ``a.yaml::compare(x-vs-y)::reasoning``."""
     parts = nodeid.split("::")
     if len(parts) >= 4 and parts[0].endswith(YAML_SUFFIXES):
         return "::".join(parts[:3])
@@ -22,7 +22,7 @@ def scope_of(nodeid: str) -> str:
 def make_scheduler(config: Any, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
-    class CheckSuiteScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    class CheckSuiteScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
 

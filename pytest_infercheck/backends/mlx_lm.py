@@ -63,7 +63,7 @@ def _load(spec: MlxModelSpec) -> _Loaded:
                     "the mlx-lm backend needs mlx and mlx-lm: pip install 'pytest-infercheck[mlx]'"
                 ) from exc
             try:
-                model, tokenizer, config = load(
+                model, tokenizer, config = load(  # type: ignore[misc]
                     spec.source, revision=spec.revision, return_config=True
                 )
             except Exception as exc:
@@ -242,4 +242,3 @@ def _version(package: str) -> str | None:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
-

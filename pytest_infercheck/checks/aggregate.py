@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -138,7 +139,7 @@ def degradation_cliff(levels: list[tuple[str, float, float]]) -> str | None:
     baseline's self-check (normally 0, 0). A rate rising from 0 to anything above 0 counts as
     more than doubling. None when no level qualifies.
     """
-    for (_, prev_fail, prev_flip), (label, fail, flip) in zip(levels, levels[1:], strict=False):
+    for (_, prev_fail, prev_flip), (label, fail, flip) in itertools.pairwise(levels):
         if fail > 2 * prev_fail or flip > 2 * prev_flip:
             return label
     return None

@@ -69,7 +69,9 @@ def failure_text(result: PromptComparison, violations: list[str]) -> str:
         if result.base_ids is not None and result.base_ids == result.test_ids
         else "token ids not comparable"
     )
-    lines.append(f"baseline {result.baseline}: {mark_divergence(result.base_text, result.test_text)}")
+    lines.append(
+        f"baseline {result.baseline}: {mark_divergence(result.base_text, result.test_text)}"
+    )
     lines.append(f"test     {result.test}: {mark_divergence(result.test_text, result.base_text)}")
     lines.append(f"  ({where}; ⟦ marks the first differing character)")
     if result.answer_kind is not None:

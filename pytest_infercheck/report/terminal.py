@@ -27,7 +27,10 @@ def _num(value: float | None, fmt: str = ".4g") -> str:
 
 
 def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[list[str]]:
-    """Rows from ``(aggregate node id, passed, infercheck_aggregate property)``."""
+    """Rows from ``(aggregate node id, passed, infercheck_aggregate property)``.
+
+    The verdict is ``FAIL`` when the suite gates failed or any of its items did.
+    """
     rows: list[list[str]] = []
     for nodeid, passed, data in aggregates:
         parts = nodeid.split("::")
@@ -51,7 +54,7 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
                     _num(level["kl_max"]),
                     _num(level["same_top_rate"], ".3f"),
                     flips,
-                    "pass" if passed else "FAIL",
+                    "pass" if passed and level["n_failed"] == 0 else "FAIL",
                 ]
             )
     return rows
@@ -69,3 +72,13 @@ def render_table(rows: list[list[str]]) -> list[str]:
         ).rstrip()
 
     return [line(headers), *(line(r) for r in rows)]
+
+
+def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+    """``sweep(bf16) reasoning: degradation cliff: q4@local`` for every sweep aggregate."""
+    lines = []
+    for nodeid, _, data in aggregates:
+        if "cliff" in data:
+            parts = nodeid.split("::")
+            lines.append(f"{parts[-3]} {data['suite']}: degradation cliff: {data['cliff']}")
+    return lines

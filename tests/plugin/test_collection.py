@@ -39,20 +39,20 @@ def collected(result: pytest.RunResult) -> list[str]:
 
 def test_node_ids_are_stable_and_readable(project: pytest.Pytester) -> None:
     first = collected(project.runpytest("--collect-only", "-q"))
-    derived = [n for n in first if "::p" in n][0].split("::")[3]
+    derived = next(n for n in first if "::p" in n).split("::")[3]
     assert first == [
-        "infercheck.yaml::compare[bf16-vs-q4]::arith::add1",
-        "infercheck.yaml::compare[bf16-vs-q4]::arith::add2",
-        f"infercheck.yaml::compare[bf16-vs-q4]::arith::{derived}",
-        "infercheck.yaml::compare[bf16-vs-q4]::arith::aggregate",
-        "infercheck.yaml::sweep[bf16]::arith::self-check",
-        "infercheck.yaml::sweep[bf16]::arith::add1[q8]",
-        "infercheck.yaml::sweep[bf16]::arith::add1[q4]",
-        "infercheck.yaml::sweep[bf16]::arith::add2[q8]",
-        "infercheck.yaml::sweep[bf16]::arith::add2[q4]",
-        f"infercheck.yaml::sweep[bf16]::arith::{derived}[q8]",
-        f"infercheck.yaml::sweep[bf16]::arith::{derived}[q4]",
-        "infercheck.yaml::sweep[bf16]::arith::aggregate",
+        "infercheck.yaml::compare(bf16-vs-q4)::arith::add1",
+        "infercheck.yaml::compare(bf16-vs-q4)::arith::add2",
+        f"infercheck.yaml::compare(bf16-vs-q4)::arith::{derived}",
+        "infercheck.yaml::compare(bf16-vs-q4)::arith::aggregate",
+        "infercheck.yaml::sweep(bf16)::arith::self-check",
+        "infercheck.yaml::sweep(bf16)::arith::add1[q8]",
+        "infercheck.yaml::sweep(bf16)::arith::add1[q4]",
+        "infercheck.yaml::sweep(bf16)::arith::add2[q8]",
+        "infercheck.yaml::sweep(bf16)::arith::add2[q4]",
+        f"infercheck.yaml::sweep(bf16)::arith::{derived}[q8]",
+        f"infercheck.yaml::sweep(bf16)::arith::{derived}[q4]",
+        "infercheck.yaml::sweep(bf16)::arith::aggregate",
     ]
     # A prompt without an id gets one derived from its text: the same in every run.
     assert derived.startswith("p") and len(derived) == 11
@@ -78,16 +78,19 @@ def test_num_prompts_command_line_over_ini_over_yaml(project: pytest.Pytester) -
 
 
 def test_suite_limit_in_yaml(project: pytest.Pytester) -> None:
-    project.makefile(".yaml", infercheck=MATRIX.replace(
-        "suites: [arith.jsonl]", "suites: [{suite: arith.jsonl, limit: 1}]"
-    ))
+    project.makefile(
+        ".yaml",
+        infercheck=MATRIX.replace(
+            "suites: [arith.jsonl]", "suites: [{suite: arith.jsonl, limit: 1}]"
+        ),
+    )
     assert len(collected(project.runpytest("--collect-only", "-q"))) == 2 + 4
 
 
 def test_bundled_suites_collect(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", infercheck=MATRIX.replace("[arith.jsonl]", "[reasoning, code]"))
     ids = collected(pytester.runpytest("--collect-only", "-q"))
-    assert "infercheck.yaml::compare[bf16-vs-q4]::reasoning::r001" in ids
+    assert "infercheck.yaml::compare(bf16-vs-q4)::reasoning::r001" in ids
     assert any("::code::" in i for i in ids)
 
 
@@ -107,8 +110,10 @@ def test_config_option_collects_any_name(pytester: pytest.Pytester) -> None:
 @pytest.mark.parametrize(
     ("text", "where"),
     [
-        (MATRIX.replace("test: q4}", "test: q5}"), "infercheck.yaml:7: checks[0].compare.test: "
-         "unknown model 'q5'"),
+        (
+            MATRIX.replace("test: q4}", "test: q5}"),
+            "infercheck.yaml:7: checks[0].compare.test: unknown model 'q5'",
+        ),
         (MATRIX.replace("max_kl: 0.05", "max_kl: [1"), "infercheck.yaml:9: YAML syntax error"),
         (MATRIX.replace("max_kl: 0.05", "max_kl: -1"), "infercheck.yaml:8: checks[0].max_kl"),
     ],

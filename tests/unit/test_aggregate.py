@@ -18,12 +18,28 @@ def comparison(
     pid: str, kl: list[float], same_top: list[bool], delta_p: list[float], flip: str = "unchanged"
 ) -> PromptComparison:
     return PromptComparison(
-        prompt_id=pid, prompt_text="2+2=", baseline="bf16@local", test="q4@local",
-        method="teacher-forced", base_text="4", test_text="5", base_ids=[52, 2],
-        test_ids=[53, 2], base_finish="stop", test_finish="stop", first_divergence=0,
-        similarity=0.0, severity="severe", kl_per_position=kl, same_top=same_top,
-        delta_p=delta_p, answer_kind="number", reference="4", base_answer="4",
-        test_answer="5", flip=flip,
+        prompt_id=pid,
+        prompt_text="2+2=",
+        baseline="bf16@local",
+        test="q4@local",
+        method="teacher-forced",
+        base_text="4",
+        test_text="5",
+        base_ids=[52, 2],
+        test_ids=[53, 2],
+        base_finish="stop",
+        test_finish="stop",
+        first_divergence=0,
+        similarity=0.0,
+        severity="severe",
+        kl_per_position=kl,
+        same_top=same_top,
+        delta_p=delta_p,
+        answer_kind="number",
+        reference="4",
+        base_answer="4",
+        test_answer="5",
+        flip=flip,
     )
 
 
@@ -78,8 +94,9 @@ def test_mean_kl_and_same_top_gates() -> None:
 
 def test_item_violations() -> None:
     a = RESULTS[0]
-    assert item_violations(a, Thresholds()) == ["answer flip correct_to_wrong "
-                                                "(fail_item_on: correct_to_wrong)"]
+    assert item_violations(a, Thresholds()) == [
+        "answer flip correct_to_wrong (fail_item_on: correct_to_wrong)"
+    ]
     never = Thresholds.model_validate({"flips": {"fail_item_on": "never"}})
     assert item_violations(a, never) == []
     found = item_violations(a, Thresholds(max_kl=0.1, max_kl_position=0.25, min_similarity=0.5))
@@ -125,20 +142,26 @@ def test_cliff_needs_more_than_double() -> None:
 
 
 def test_xdist_scope_groups_check_and_suite() -> None:
-    assert scope_of("m.yaml::compare[a-vs-b]::reasoning::r017") == "m.yaml::compare[a-vs-b]::reasoning"
-    assert scope_of("m.yml::sweep[a]::code::c1[q4]") == "m.yml::sweep[a]::code"
+    assert (
+        scope_of("m.yaml::compare(a-vs-b)::reasoning::r017") == "m.yaml::compare(a-vs-b)::reasoning"
+    )
+    assert scope_of("m.yml::sweep(a)::code::c1[q4]") == "m.yml::sweep(a)::code"
     assert scope_of("tests/test_x.py::test_y") == "tests/test_x.py::test_y"
 
 
 def test_summary_table() -> None:
     agg = aggregate(RESULTS, Thresholds())
     data = {"check": "compare", "suite": "reasoning", "levels": [agg.to_dict()]}
-    rows = summary_rows([("m.yaml::compare[bf16-vs-q4]::reasoning::aggregate", False, data)])
+    rows = summary_rows([("m.yaml::compare(bf16-vs-q4)::reasoning::aggregate", False, data)])
     (row,) = rows
     # p99 of (0, 0, 0.1, 0.2, 0.3, 0.6) with linear interpolation: 0.3 + 0.95 * 0.3 = 0.585.
-    assert row[:5] == ["compare[bf16-vs-q4]", "reasoning", "q4@local", "3", "1"]
+    assert row[:5] == ["compare(bf16-vs-q4)", "reasoning", "q4@local", "3", "1"]
     assert row[5].startswith("0.2±") and row[6:] == [
-        "0.585", "0.6", "0.833", "2/3 (0.21-0.94)", "FAIL"
+        "0.585",
+        "0.6",
+        "0.833",
+        "2/3 (0.21-0.94)",
+        "FAIL",
     ]
     lines = render_table(rows)
     assert lines[0].split()[:3] == ["check", "suite", "test"]

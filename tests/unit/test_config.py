@@ -66,16 +66,27 @@ def test_valid_matrix_loads_with_defaults(tmp_path: Path) -> None:
         # Unknown key in a model (line 5 holds 'quantisation').
         (VALID.replace("quantization", "quantisation"), 5, "models.q4.quantisation"),
         # A check with two kinds.
-        (VALID.replace("    max_kl: 0.05", "    sweep: {baseline: bf16, models: [q4]}"), 8,
-         "exactly one of compare, sweep"),
+        (
+            VALID.replace("    max_kl: 0.05", "    sweep: {baseline: bf16, models: [q4]}"),
+            8,
+            "exactly one of compare, sweep",
+        ),
         # Unknown backend kind.
-        ("models: {a: {path: x}}\nbackends:\n  b: {kind: tensorrt}\nsuites: [r]\n"
-         "checks: [{compare: {baseline: a, test: a}}]\n", 3, "backends.b.kind"),
+        (
+            "models: {a: {path: x}}\nbackends:\n  b: {kind: tensorrt}\nsuites: [r]\n"
+            "checks: [{compare: {baseline: a, test: a}}]\n",
+            3,
+            "backends.b.kind",
+        ),
         # Missing required section.
         ("models: {a: {path: x}}\nsuites: [r]\n", 1, "checks"),
         # A model with neither path nor repo.
-        ("models:\n  a: {quantization: 4bit}\nsuites: [r]\n"
-         "checks: [{compare: {baseline: a, test: a}}]\n", 2, "exactly one of 'path' or 'repo'"),
+        (
+            "models:\n  a: {quantization: 4bit}\nsuites: [r]\n"
+            "checks: [{compare: {baseline: a, test: a}}]\n",
+            2,
+            "exactly one of 'path' or 'repo'",
+        ),
     ],
 )
 def test_errors_name_file_line_and_field(
@@ -88,9 +99,13 @@ def test_errors_name_file_line_and_field(
 
 
 def test_target_without_backend_is_ambiguous_with_two_backends(tmp_path: Path) -> None:
-    text = VALID.replace(
-        "suites:", "backends:\n  a: {kind: mlx-lm}\n  b: {kind: mlx-lm, chat: false}\nsuites:"
-    ).replace("test: q4@local", "test: q4@a").replace("bf16@local", "bf16@a")
+    text = (
+        VALID.replace(
+            "suites:", "backends:\n  a: {kind: mlx-lm}\n  b: {kind: mlx-lm, chat: false}\nsuites:"
+        )
+        .replace("test: q4@local", "test: q4@a")
+        .replace("bf16@local", "bf16@a")
+    )
     err = error_of(tmp_path, text)
     assert "needs '@backend'" in str(err) and "a, b" in str(err)
 

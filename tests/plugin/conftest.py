@@ -1,0 +1,21 @@
+"""Fixtures for plugin tests that run real mlx-lm on the tiny models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import matrix_yaml, suite_jsonl
+
+
+@pytest.fixture
+def write_matrix(pytester: pytest.Pytester, tiny_models: dict[str, Path]) -> Any:
+    """Write addition.jsonl and an infercheck.yaml with the given checks block."""
+    pytester.makefile(".jsonl", addition=suite_jsonl())
+
+    def write(checks: str, **kwargs: Any) -> None:
+        pytester.makefile(".yaml", infercheck=matrix_yaml(tiny_models, checks, **kwargs))
+
+    return write

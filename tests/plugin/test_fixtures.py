@@ -1,0 +1,54 @@
+"""The plugin's fixtures used from users' own Python tests (sync and async, strict mode)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mlx_lm")
+
+USER_TESTS = """
+import pytest
+
+@pytest.mark.parametrize("infercheck_target", ["bf16@local"], indirect=True)
+def test_generate(infercheck_target):
+    gen = infercheck_target.generate("12+34=", max_tokens=5)
+    assert gen.finish_reason == "stop" and gen.text.isdigit()
+    assert infercheck_target.backend.capabilities.teacher_forcing
+
+@pytest.mark.infercheck_target("q4@local")
+def test_marker_and_compare(infercheck_target, infercheck_engine, infercheck_matrix):
+    from pytest_infercheck.fixtures import TargetHandle
+    target = infercheck_matrix.target("bf16@local", ("models",))
+    base = TargetHandle(infercheck_engine, infercheck_engine.resolve(infercheck_matrix, target))
+    result = infercheck_target.compare_to(base, "99+99=", answer="198", answer_kind="number")
+    assert result.method == "teacher-forced" and result.kl_mean > 0
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("infercheck_target", ["bf16@local"], indirect=True)
+async def test_async_generate(infercheck_target):
+    gen = await infercheck_target.agenerate("50+25=", max_tokens=5)
+    assert gen.token_ids[-1] == 2
+
+def test_unknown_target_is_a_clear_failure(request, infercheck_matrix):
+    from pytest_infercheck.yamlpos import SourceError
+    with pytest.raises(SourceError, match="unknown model 'q5'"):
+        infercheck_matrix.target("q5@local", ("models",))
+"""
+
+
+def test_fixtures_in_user_tests(pytester: pytest.Pytester, write_matrix: Any) -> None:
+    write_matrix("  - compare: {baseline: bf16, test: q4}\n")
+    pytester.makepyfile(test_user=USER_TESTS)
+    pytester.makeini("[pytest]\nasyncio_mode = strict\n")
+    result = pytester.runpytest("-q", "test_user.py")
+    result.assert_outcomes(passed=4)
+
+
+def test_target_without_name_fails_clearly(pytester: pytest.Pytester, write_matrix: Any) -> None:
+    write_matrix("  - compare: {baseline: bf16, test: q4}\n")
+    pytester.makepyfile(test_user="def test_x(infercheck_target):\n    pass\n")
+    result = pytester.runpytest("-q", "test_user.py")
+    result.assert_outcomes(errors=1)  # a fixture that fails is a setup error
+    result.stdout.fnmatch_lines(["*needs a 'model@backend' name*"])

@@ -1,0 +1,146 @@
+"""Real runs through pytester on the tiny models: thresholds that must pass and must fail,
+--lf, -x, -n 2, the sweep self-check and cliff, JUnit properties."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import junit_properties
+
+pytest.importorskip("mlx_lm")
+
+SELF_COMPARE = """\
+  - compare: {baseline: bf16, test: bf16}
+    max_kl: 0.0
+    flips: {fail_item_on: any, max_rate: 0.0, gate: point}
+    max_mean_kl: 0.0
+    min_same_top: 1.0
+"""
+Q4_STRICT = """\
+  - compare: {baseline: bf16, test: q4}
+    max_kl: 1.0e-9
+"""
+Q4_LOOSE = """\
+  - compare: {baseline: bf16, test: q4}
+    max_kl: 10.0
+    flips: {fail_item_on: never}
+"""
+
+
+def test_compare_with_itself_passes_with_kl_exactly_zero(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix(SELF_COMPARE)
+    result = pytester.runpytest("-q", "--junitxml=out.xml")
+    result.assert_outcomes(passed=9)
+    props = junit_properties(pytester.path / "out.xml")
+    for name in ("s01", "s04", "s08"):
+        assert props[name]["infercheck_method"] == "teacher-forced"
+        assert props[name]["infercheck_kl_mean"] == "0.0"
+        assert props[name]["infercheck_kl_max"] == "0.0"
+        assert props[name]["infercheck_flip"] == "unchanged"
+    result.stdout.fnmatch_lines(["*infercheck summary*", "*compare*bf16@local*8*0*0±0*pass*"])
+
+
+def test_q4_diverges_and_fails_a_tight_threshold(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix(Q4_STRICT)
+    result = pytester.runpytest("-q", "--junitxml=out.xml")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 6, outcomes  # KL > 1e-9 on (nearly) every prompt
+    props = junit_properties(pytester.path / "out.xml")
+    kls = [float(p["infercheck_kl_mean"]) for n, p in props.items() if n.startswith("s0")]
+    assert len(kls) == 8 and all(k >= 0 for k in kls) and max(kls) > 0
+    result.stdout.fnmatch_lines(
+        ["*prompt s0*", "*method: teacher-forced over * positions*", "*> max_kl 1e-09*"]
+    )
+
+
+def test_q4_passes_a_loose_threshold(pytester: pytest.Pytester, write_matrix: Any) -> None:
+    write_matrix(Q4_LOOSE)
+    pytester.runpytest("-q").assert_outcomes(passed=9)
+
+
+def test_last_failed_and_exitfirst(pytester: pytest.Pytester, write_matrix: Any) -> None:
+    write_matrix(Q4_STRICT)
+    first = pytester.runpytest("-q", "-p", "cacheprovider").parseoutcomes()
+    rerun = pytester.runpytest("-q", "-p", "cacheprovider", "--lf").parseoutcomes()
+    assert rerun.get("failed") == first.get("failed") and "passed" not in rerun
+    stopped = pytester.runpytest("-q", "-x").parseoutcomes()
+    assert stopped.get("failed") == 1
+
+
+def test_xdist_two_workers_same_outcome_and_summary(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix(Q4_STRICT + SELF_COMPARE)
+    serial = pytester.runpytest_subprocess("-q").parseoutcomes()
+    parallel = pytester.runpytest_subprocess("-q", "-n", "2")
+    assert parallel.parseoutcomes() == serial
+    assert serial["failed"] >= 6 and serial["passed"] >= 9
+    parallel.stdout.fnmatch_lines(["*infercheck summary*", "*compare(bf16-vs-q4)*FAIL*"])
+
+
+def test_sweep_self_check_cliff_and_flip_gate(pytester: pytest.Pytester, write_matrix: Any) -> None:
+    write_matrix(
+        "  - sweep: {baseline: bf16, models: [q8, q4]}\n"
+        "    flips: {fail_item_on: never, max_rate: 0.0, gate: point}\n"
+    )
+    result = pytester.runpytest("-q", "-rA", "--junitxml=out.xml")
+    result.stdout.fnmatch_lines(["*sweep(bf16) addition: degradation cliff: *"])
+    result.stdout.fnmatch_lines(["PASSED infercheck.yaml::sweep(bf16)::addition::self-check"])
+    props = junit_properties(pytester.path / "out.xml")
+    assert "infercheck_cliff" in props["aggregate"]
+    # Prompt items never fail on flips here; only the aggregate's flip-rate gate can.
+    outcomes = result.parseoutcomes()
+    assert outcomes["passed"] >= 17
+
+
+def test_self_check_fails_loudly_on_a_perturbed_baseline(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix("  - sweep: {baseline: bf16, models: [q4]}\n")
+    pytester.makeconftest(
+        """
+from pytest_infercheck.backends.mlx_lm import MlxLmBackend
+
+original = MlxLmBackend.generate_sync
+calls = {"n": 0}
+
+def perturbed(self, prompt, params):
+    generation = original(self, prompt, params)
+    calls["n"] += 1
+    if calls["n"] % 2 == 0:  # every second generation is off by one token
+        generation.token_ids = [*generation.token_ids[:-1], 7]
+    return generation
+
+MlxLmBackend.generate_sync = perturbed
+"""
+    )
+    result = pytester.runpytest("-q", "-k", "self-check")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*baseline self-check FAILED*", "*s0*: token ids differ*"])
+
+
+def test_item_failure_shows_both_outputs_and_answers(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix("  - compare: {baseline: bf16, test: q4}\n    min_similarity: 1.0\n")
+    result = pytester.runpytest("-q")
+    if result.parseoutcomes().get("failed"):
+        result.stdout.fnmatch_lines(
+            ["*baseline bf16@local: *", "*test     q4@local: *", "*answers (number): reference*"]
+        )
+
+
+def test_max_tokens_option_caps_generation(pytester: pytest.Pytester, write_matrix: Any) -> None:
+    write_matrix(SELF_COMPARE)
+    result = pytester.runpytest("-q", "--infercheck-max-tokens", "1", "--junitxml=out.xml")
+    result.assert_outcomes(passed=9)
+    props = junit_properties(Path(pytester.path / "out.xml"))
+    # With one token the answer is cut: "46" becomes "4", still identical on both sides.
+    assert props["s01"]["infercheck_kl_mean"] == "0.0"
