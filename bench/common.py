@@ -1,0 +1,120 @@
+"""Shared helpers of the benchmark: paths, timed subprocesses, prompts, formatting."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH_DIR = REPO / "bench"
+CACHE = Path.home() / ".cache" / "pytest-infercheck" / "bench"
+MODELS_DIR = CACHE / "models"
+PYTHON = Path(sys.executable)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One subprocess: wall time from spawn to exit, exit code and captured output."""
+
+    seconds: float
+    cpu_seconds: float
+    """user + system CPU time of the process and its children (less sensitive to load)."""
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_timed(
+    cmd: Sequence[str | Path],
+    cwd: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    ok_codes: Sequence[int] = (0,),
+) -> Timed:
+    """Run ``cmd`` and time it (wall clock); raise with its output if the exit code is bad."""
+    full_env = dict(os.environ)
+    full_env.pop("PYTEST_ADDOPTS", None)
+    full_env.pop("PYTEST_PLUGINS", None)
+    if env:
+        full_env.update(env)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, env=full_env, capture_output=True, text=True
+    )
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode not in ok_codes:
+        raise RuntimeError(
+            f"command failed with exit code {proc.returncode}: {' '.join(map(str, cmd))}\n"
+            f"--- stdout (tail)\n{proc.stdout[-4000:]}\n--- stderr (tail)\n{proc.stderr[-4000:]}"
+        )
+    return Timed(seconds, cpu, proc.returncode, proc.stdout, proc.stderr)
+
+
+def best(runs: Sequence[Timed]) -> Timed:
+    """The fastest of repeated runs (the least disturbed by other load)."""
+    return min(runs, key=lambda r: r.seconds)
+
+
+# A few topics and openings; the random-weight model ignores them and rambles until
+# max_tokens, a trained model would write at length.
+_TOPICS = (
+    "the history of the printing press",
+    "how a compiler turns source code into machine code",
+    "the water cycle and why it matters for farming",
+    "a lighthouse keeper who finds a message in a bottle",
+    "the rules of chess, explained to a child",
+    "how vaccines train the immune system",
+    "a day in the life of a medieval blacksmith",
+    "why the sky is blue and sunsets are red",
+    "the design of a suspension bridge",
+    "a detective story set on a night train",
+)
+_OPENINGS = (
+    "Write a long, detailed essay about",
+    "Tell me a long story about",
+    "Explain step by step, at great length,",
+    "Describe in as much detail as you can",
+)
+
+
+def long_prompts(n: int) -> list[str]:
+    """``n`` distinct prompts that ask for long answers."""
+    out = []
+    for i in range(n):
+        opening = _OPENINGS[i % len(_OPENINGS)]
+        topic = _TOPICS[(i // len(_OPENINGS) + i) % len(_TOPICS)]
+        out.append(f"{opening} {topic}. (prompt {i + 1})")
+    return out
+
+
+def write_suite(path: Path, prompts: Sequence[str], max_tokens: int) -> None:
+    """One JSONL suite readable by both the plugin and infer-check 0.2.6.
+
+    Both read ``id``, ``text``, ``category`` and ``max_tokens`` (the plugin takes ``text`` as
+    an alias of ``prompt``). infer-check's ``--max-tokens`` does not override a line's own
+    ``max_tokens`` (its default is 1024), so every line carries the budget.
+    """
+    with path.open("w", encoding="utf-8") as f:
+        for i, text in enumerate(prompts):
+            record: dict[str, str | int] = {"id": f"p{i:04d}", "text": text, "category": "bench"}
+            record["max_tokens"] = max_tokens
+            f.write(json.dumps(record) + "\n")
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min; {os.cpu_count()} cores)"
+
+
+def mb(n_bytes: float) -> str:
+    return f"{n_bytes / 1e6:,.1f} MB"
