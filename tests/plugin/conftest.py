@@ -10,6 +10,12 @@ import pytest
 from .helpers import matrix_yaml, suite_jsonl
 
 
+@pytest.fixture(autouse=True)
+def _quiet_asyncio_ini(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inner runs have no ini of ours; pytest-asyncio warns when its loop scope is unset."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-o asyncio_default_fixture_loop_scope=function")
+
+
 @pytest.fixture
 def write_matrix(pytester: pytest.Pytester, tiny_models: dict[str, Path]) -> Any:
     """Write addition.jsonl and an infercheck.yaml with the given checks block."""
