@@ -15,8 +15,6 @@ from pytest_infercheck.checks.comparison import TEACHER_FORCED, compare_prompt
 from pytest_infercheck.engine import Engine, ResolvedTarget
 from pytest_infercheck.suites import Prompt
 
-pytest.importorskip("mlx_lm")
-
 EOS = 2
 
 

@@ -6,8 +6,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mlx_lm")
-
 USER_TESTS = """
 import pytest
 

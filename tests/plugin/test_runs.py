@@ -10,8 +10,6 @@ import pytest
 
 from .helpers import junit_properties
 
-pytest.importorskip("mlx_lm")
-
 SELF_COMPARE = """\
   - compare: {baseline: bf16, test: bf16}
     max_kl: 0.0

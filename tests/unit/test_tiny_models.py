@@ -9,10 +9,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import mlx_lm
 import pytest
-
-pytest.importorskip("mlx.core")
-mlx_lm = pytest.importorskip("mlx_lm")
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS_DIR = REPO / "examples" / "models"
