@@ -38,7 +38,6 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -50,6 +49,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from .yamlpos import SourceError, load_positioned
 
 __all__ = [
     "ANSWER_KINDS",
@@ -78,19 +79,12 @@ _BOOLEAN_ANSWERS = frozenset({"yes", "no", "true", "false"})
 _RECORD_KEYS = ("id", "prompt", "text", "category", "max_tokens", "answer", "answer_kind", "system")
 
 
-class SuiteError(Exception):
+class SuiteError(SourceError):
     """A suite could not be found, parsed or validated.
 
     The message is ``"<path>:<line>: <reason>"`` (or ``"<path>: <reason>"`` for problems that
     concern the whole file, such as a missing or empty file).
     """
-
-    def __init__(self, path: Path, line: int | None, message: str) -> None:
-        self.path = Path(path)
-        self.line = line
-        self.reason = message
-        where = f"{self.path}:{line}" if line is not None else f"{self.path}"
-        super().__init__(f"{where}: {message}")
 
 
 @dataclass(frozen=True)
@@ -271,69 +265,38 @@ def _jsonl_records(path: Path, content: str) -> Iterator[tuple[int, dict[str, An
 
 
 def _yaml_records(path: Path, content: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (1-based line number, record) for each record of a YAML suite."""
-    loader = yaml.SafeLoader(content)
+    """Yield (1-based line number, record) for each record of a YAML suite: a top-level list,
+    or a mapping whose only key is ``prompts:``."""
     try:
-        root = loader.get_single_node()
-        data = loader.construct_document(root) if root is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        problem = exc.problem or exc.context or "syntax error"
-        raise SuiteError(path, line, f"invalid YAML: {problem}") from exc
-    except yaml.YAMLError as exc:
-        raise SuiteError(path, None, f"invalid YAML: {exc}") from exc
-    finally:
-        loader.dispose()
-
-    if root is None:
+        source = load_positioned(path, content)
+    except SourceError as exc:
+        raise SuiteError(exc.path, exc.line, exc.reason) from exc
+    items: Any = source.data
+    prefix: tuple[str, ...] = ()
+    if items is None:
         return
-    items_node: yaml.Node = root
-    items: Any = data
-    if isinstance(root, yaml.MappingNode):
-        items_node, items = _prompts_entry(path, root, data)
-    if not isinstance(items_node, yaml.SequenceNode) or not isinstance(items, list):
+    if isinstance(items, dict):
+        for key in items:
+            if key != "prompts":
+                raise SuiteError(
+                    path,
+                    source.line_of((key,)),
+                    f"unknown top-level key {key!r}: a suite mapping may only contain 'prompts'",
+                )
+        if "prompts" not in items:
+            raise SuiteError(path, 1, "top-level mapping has no 'prompts' key")
+        items, prefix = items["prompts"], ("prompts",)
+    if not isinstance(items, list):
         raise SuiteError(
             path,
-            items_node.start_mark.line + 1,
+            source.line_of(prefix),
             "expected a list of prompt records (or a mapping with a 'prompts:' list)",
         )
-    for node, record in zip(items_node.value, items, strict=True):
-        line = node.start_mark.line + 1
-        if not isinstance(node, yaml.MappingNode) or not isinstance(record, dict):
+    for index, record in enumerate(items):
+        line = source.line_of((*prefix, index)) or 1
+        if not isinstance(record, dict):
             raise SuiteError(path, line, f"expected a mapping, got {_type_name(record)}")
-        _check_yaml_duplicate_keys(path, node)
         yield line, record
-
-
-def _prompts_entry(path: Path, root: yaml.MappingNode, data: Any) -> tuple[yaml.Node, Any]:
-    """Return the node and constructed value of the ``prompts:`` key of a top-level mapping."""
-    found: yaml.Node | None = None
-    for key_node, value_node in root.value:
-        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-        if key != "prompts":
-            raise SuiteError(
-                path,
-                key_node.start_mark.line + 1,
-                f"unknown top-level key {key!r}: a suite mapping may only contain 'prompts'",
-            )
-        found = value_node
-    if found is None or not isinstance(data, dict):
-        raise SuiteError(path, root.start_mark.line + 1, "top-level mapping has no 'prompts' key")
-    return found, data.get("prompts")
-
-
-def _check_yaml_duplicate_keys(path: Path, node: yaml.MappingNode) -> None:
-    """Reject records that repeat a key (PyYAML would silently keep the last one)."""
-    seen: set[str] = set()
-    for key_node, _ in node.value:
-        if not isinstance(key_node, yaml.ScalarNode):
-            continue
-        if key_node.value in seen:
-            raise SuiteError(
-                path, key_node.start_mark.line + 1, f"duplicate key {key_node.value!r}"
-            )
-        seen.add(key_node.value)
 
 
 def _type_name(value: Any) -> str:

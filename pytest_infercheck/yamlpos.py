@@ -52,33 +52,44 @@ def format_loc(loc: Sequence[str | int]) -> str:
     return out or "(document)"
 
 
-def load_positioned(path: Path) -> PositionedYaml:
-    """Parse ``path`` with the safe loader; syntax errors become :class:`SourceError`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SourceError(path, None, f"cannot read: {exc.strerror or exc}") from exc
+def load_positioned(path: Path, text: str | None = None) -> PositionedYaml:
+    """Parse ``path`` (or ``text`` read from it) with the safe loader.
+
+    Syntax errors and repeated mapping keys (which PyYAML would silently collapse) become
+    :class:`SourceError` with their line.
+    """
+    if text is None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SourceError(path, None, f"cannot read: {exc.strerror or exc}") from exc
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
-        raise SourceError(path, line, f"YAML syntax error: {exc.problem or exc}") from exc
-    lines: dict[Loc, int] = {}
-    if node is None:
-        return PositionedYaml(path, None, {(): 1})
-    _index(node, (), lines)
-    data = yaml.safe_load(text)
+        raise SourceError(path, line, f"invalid YAML: {exc.problem or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise SourceError(path, None, f"invalid YAML: {exc}") from exc
+    lines: dict[Loc, int] = {(): 1}
+    if node is not None:
+        _index(path, node, (), lines)
     return PositionedYaml(path, data, lines)
 
 
-def _index(node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
-    lines.setdefault(loc, node.start_mark.line + 1)
+def _index(path: Path, node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> None:
+    lines[loc] = lines.get(loc, node.start_mark.line + 1) if loc else node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
         for key_node, value_node in node.value:
             key = key_node.value
-            lines[(*loc, key)] = key_node.start_mark.line + 1
-            _index(value_node, (*loc, key), lines)
+            key_line = key_node.start_mark.line + 1
+            if isinstance(key, str) and key in seen:
+                raise SourceError(path, key_line, f"duplicate key {key!r}")
+            seen.add(key)
+            lines[(*loc, key)] = key_line
+            _index(path, value_node, (*loc, key), lines)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _index(item, (*loc, i), lines)
+            _index(path, item, (*loc, i), lines)

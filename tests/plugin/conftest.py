@@ -9,11 +9,13 @@ import pytest
 
 from .helpers import matrix_yaml, suite_jsonl
 
+INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+
 
 @pytest.fixture(autouse=True)
-def _quiet_asyncio_ini(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The inner runs have no ini of ours; pytest-asyncio warns when its loop scope is unset."""
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-o asyncio_default_fixture_loop_scope=function")
+def _inner_ini(pytester: pytest.Pytester) -> None:
+    """An ini for the inner runs (pytest-asyncio warns when its loop scope is unset)."""
+    pytester.makefile(".ini", pytest=INI)
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from .conftest import INI
+
 SUITE = """\
 {"id": "add1", "prompt": "12+34=", "answer": "46", "answer_kind": "number", "max_tokens": 4}
 {"id": "add2", "prompt": "50+25=", "answer": "75", "answer_kind": "number", "max_tokens": 4}
@@ -71,7 +73,7 @@ def test_keyword_selection(project: pytest.Pytester, expr: str, count: int) -> N
 def test_num_prompts_command_line_over_ini_over_yaml(project: pytest.Pytester) -> None:
     project.makefile(".yaml", infercheck=MATRIX + "settings: {num_prompts: 1}\n")
     assert len(collected(project.runpytest("--collect-only", "-q"))) == 2 + 4
-    project.makeini("[pytest]\ninfercheck_num_prompts = 2\n")
+    project.makefile(".ini", pytest=INI + "infercheck_num_prompts = 2\n")
     assert len(collected(project.runpytest("--collect-only", "-q"))) == 3 + 6
     result = project.runpytest("--collect-only", "-q", "--infercheck-num-prompts", "3")
     assert len(collected(result)) == 4 + 8
@@ -114,7 +116,7 @@ def test_config_option_collects_any_name(pytester: pytest.Pytester) -> None:
             MATRIX.replace("test: q4}", "test: q5}"),
             "infercheck.yaml:7: checks[0].compare.test: unknown model 'q5'",
         ),
-        (MATRIX.replace("max_kl: 0.05", "max_kl: [1"), "infercheck.yaml:9: YAML syntax error"),
+        (MATRIX.replace("max_kl: 0.05", "max_kl: [1"), "infercheck.yaml:9: invalid YAML"),
         (MATRIX.replace("max_kl: 0.05", "max_kl: -1"), "infercheck.yaml:8: checks[0].max_kl"),
     ],
 )

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import INI
+
 USER_TESTS = """
 import pytest
 
@@ -39,7 +41,7 @@ def test_unknown_target_is_a_clear_failure(request, infercheck_matrix):
 def test_fixtures_in_user_tests(pytester: pytest.Pytester, write_matrix: Any) -> None:
     write_matrix("  - compare: {baseline: bf16, test: q4}\n")
     pytester.makepyfile(test_user=USER_TESTS)
-    pytester.makeini("[pytest]\nasyncio_mode = strict\n")
+    pytester.makefile(".ini", pytest=INI + "asyncio_mode = strict\n")
     result = pytester.runpytest("-q", "test_user.py")
     result.assert_outcomes(passed=4)
 

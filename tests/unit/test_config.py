@@ -56,7 +56,7 @@ def test_valid_matrix_loads_with_defaults(tmp_path: Path) -> None:
     ("text", "line", "fragment"),
     [
         # YAML syntax error: the unclosed flow mapping is reported where the parser stops.
-        ("models:\n  bf16: {path: x\nsuites: [a]\n", 3, "YAML syntax error"),
+        ("models:\n  bf16: {path: x\nsuites: [a]\n", 3, "invalid YAML"),
         # Unknown model in a check: the line of the 'test' key.
         (VALID.replace("test: q4@local", "test: q5@local"), 8, "unknown model 'q5'"),
         # Unknown backend.
@@ -78,6 +78,8 @@ def test_valid_matrix_loads_with_defaults(tmp_path: Path) -> None:
             3,
             "backends.b.kind",
         ),
+        # A repeated key (PyYAML alone would silently keep the last one).
+        (VALID.replace("  q4:\n", "  bf16: {path: x}\n  q4:\n"), 3, "duplicate key 'bf16'"),
         # Missing required section.
         ("models: {a: {path: x}}\nsuites: [r]\n", 1, "checks"),
         # A model with neither path nor repo.
