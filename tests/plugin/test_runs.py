@@ -142,3 +142,14 @@ def test_max_tokens_option_caps_generation(pytester: pytest.Pytester, write_matr
     props = junit_properties(Path(pytester.path / "out.xml"))
     # With one token the answer is cut: "46" becomes "4", still identical on both sides.
     assert props["s01"]["infercheck_kl_mean"] == "0.0"
+
+
+def test_keyword_and_last_failed_under_xdist(pytester: pytest.Pytester, write_matrix: Any) -> None:
+    write_matrix(Q4_STRICT + SELF_COMPARE)
+    picked = pytester.runpytest_subprocess("-q", "-n", "2", "-k", "q4 and (s01 or s02)")
+    picked.assert_outcomes(failed=2)
+    pytester.runpytest_subprocess("-q", "-n", "2", "-p", "cacheprovider")
+    rerun = pytester.runpytest_subprocess("-q", "-n", "2", "-p", "cacheprovider", "--lf")
+    outcomes = rerun.parseoutcomes()
+    assert outcomes.get("failed", 0) >= 6 and "passed" not in outcomes, outcomes
+    rerun.stdout.no_fnmatch_line("*compare(bf16-vs-bf16)*")
