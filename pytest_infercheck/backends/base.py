@@ -64,9 +64,12 @@ class PromptInput:
     token_ids: tuple[int, ...] | None
     templated: bool
     tokenizer_fingerprint: str | None = None
+    system: str | None = None
+    """For servers that template themselves: the system message sent beside ``text``."""
+    thinking: bool = False
 
     def key(self) -> str:
-        payload = repr((self.text, self.token_ids)).encode()
+        payload = repr((self.text, self.token_ids, self.system, self.thinking)).encode()
         return hashlib.sha256(payload).hexdigest()[:16]
 
 
@@ -77,14 +80,16 @@ class Generation:
     ``token_ids`` includes the end-of-sequence token when the generation stopped on it
     (``finish_reason == "stop"``), so a teacher-forced comparison also scores the decision
     to stop; ``text`` never contains it. ``chosen_logprobs[t]`` is the log-probability of
-    ``token_ids[t]``; ``top_logprobs[t]`` maps the top-k token ids at step t to theirs.
+    ``token_ids[t]``; ``top_logprobs[t]`` maps the top-k tokens at step t to theirs, keyed by
+    token id (``top_keys == "id"``) or, for servers that return no ids, by token text.
     """
 
     text: str
     token_ids: list[int] | None
     finish_reason: str
     chosen_logprobs: list[float] | None = None
-    top_logprobs: list[dict[int, float]] | None = None
+    top_logprobs: list[dict[Any, float]] | None = None
+    top_keys: str = "id"
     elapsed_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 

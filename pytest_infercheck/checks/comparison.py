@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..backends import GenerationParams
+from ..backends import Generation, GenerationParams
 from ..metrics.answers import classify_flip, extract_answer, parse_reference
 from ..metrics.text import first_divergence, severity, similarity
 
@@ -110,11 +110,7 @@ def compare_prompt(
     base = engine.generate(baseline, rendered, params, run=base_run)
     other = engine.generate(test, test_input, params, run=test_run)
 
-    divergence = (
-        first_divergence(base.token_ids, other.token_ids)
-        if base.token_ids is not None and other.token_ids is not None
-        else None
-    )
+    divergence = _first_divergence(base, other)
     sim = similarity(base.text, other.text)
     same_ids = shared_ids and base.token_ids is not None and other.token_ids is not None
     identical = base.token_ids == other.token_ids if same_ids else base.text == other.text
@@ -142,13 +138,23 @@ def compare_prompt(
     return result
 
 
+def _first_divergence(base: Generation, other: Generation) -> int | None:
+    """First differing token: by id, or by token text for servers that return no ids."""
+    if base.token_ids is not None and other.token_ids is not None:
+        return first_divergence(base.token_ids, other.token_ids)
+    tokens_a, tokens_b = base.extra.get("tokens"), other.extra.get("tokens")
+    if tokens_a is not None and tokens_b is not None:
+        return first_divergence(tokens_a, tokens_b)
+    return None
+
+
 def _add_logprob_metrics(
     engine: Engine,
     baseline: ResolvedTarget,
     test: ResolvedTarget,
     prompt_ids: tuple[int, ...] | None,
-    base: Any,
-    other: Any,
+    base: Generation,
+    other: Generation,
     shared_ids: bool,
     result: PromptComparison,
 ) -> None:
@@ -169,7 +175,12 @@ def _add_logprob_metrics(
         result.kl_per_position = stats.kl.tolist()
         result.same_top = stats.same_top.tolist()
         result.delta_p = stats.delta_p.tolist()
-    elif shared_ids and base.top_logprobs and other.top_logprobs:
+    elif (
+        base.top_logprobs
+        and other.top_logprobs
+        and base.top_keys == other.top_keys
+        and (shared_ids or base.top_keys == "text")
+    ):
         upto = result.first_divergence
         n = min(len(base.top_logprobs), len(other.top_logprobs))
         n = n if upto is None else min(n, upto + 1)

@@ -14,7 +14,7 @@ MODERATE_THRESHOLD = 0.5
 """Similarity at or above which a non-identical pair of generations is ``moderate``."""
 
 
-def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+def first_divergence(a: Sequence[object], b: Sequence[object]) -> int | None:
     """Index of the first position where the token ids of ``a`` and ``b`` differ.
 
     If one sequence is a strict prefix of the other, that is the length of the shorter one;
