@@ -76,8 +76,16 @@ class Engine:
     def render(self, target: ResolvedTarget, prompt: Prompt, thinking: bool) -> PromptInput:
         key = (target.key, prompt.text, prompt.system, thinking)
         if key not in self._renders:
-            self._renders[key] = target.backend.render(prompt.text, prompt.system, thinking)
+            rendered = self.run(target.backend.render(prompt.text, prompt.system, thinking))
+            self._renders[key] = rendered
         return self._renders[key]
+
+    def accepts_ids(self, target: ResolvedTarget, prompt: PromptInput) -> bool:
+        """Whether ``target`` can take ``prompt``'s token ids as they are (cached)."""
+        key = ("accepts", target.key, prompt.key())
+        if key not in self.memo:
+            self.memo[key] = self.run(target.backend.accepts_token_ids(prompt))
+        return bool(self.memo[key])
 
     def generate(
         self,

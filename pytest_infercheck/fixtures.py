@@ -49,7 +49,7 @@ class TargetHandle:
         return self.resolved.backend
 
     def render(self, text: str, system: str | None = None, thinking: bool = False) -> PromptInput:
-        return self.backend.render(text, system, thinking)
+        return self.engine.run(self.backend.render(text, system, thinking))
 
     def generate(self, text: str, max_tokens: int = 64, system: str | None = None) -> Generation:
         """Greedy generation of ``text`` (chat template applied when the model has one)."""
@@ -64,7 +64,8 @@ class TargetHandle:
         """Like :meth:`generate`, awaited on the caller's event loop (not cached)."""
         from .backends import GenerationParams
 
-        return await self.backend.generate(self.render(text, system), GenerationParams(max_tokens))
+        rendered = await self.backend.render(text, system, False)
+        return await self.backend.generate(rendered, GenerationParams(max_tokens))
 
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
         return self.engine.score(self.resolved, prompt_ids, continuation_ids)

@@ -108,8 +108,17 @@ class Backend(abc.ABC):
         self.name = name
 
     @abc.abstractmethod
-    def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+    async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         """Apply the chat template (if any) once and tokenize, returning what will be sent."""
+
+    async def accepts_token_ids(self, prompt: PromptInput) -> bool:
+        """True when this backend may be sent ``prompt.token_ids`` rendered by another backend:
+        its tokenizer is verifiably the same (by default: equal vocabulary fingerprints)."""
+        return (
+            prompt.token_ids is not None
+            and prompt.tokenizer_fingerprint is not None
+            and prompt.tokenizer_fingerprint == self.tokenizer_fingerprint()
+        )
 
     @abc.abstractmethod
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:

@@ -113,7 +113,11 @@ class MlxLmBackend(Backend):
     def tokenizer_fingerprint(self) -> str:
         return self._loaded.fingerprint
 
-    def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+    async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        return self.render_sync(user_text, system, thinking)
+
+    def render_sync(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        """Chat template (when used) applied once, then tokenized; BOS added in raw mode."""
         tokenizer = self._loaded.tokenizer
         if self._uses_chat_template():
             messages = [{"role": "system", "content": system}] if system else []
@@ -130,7 +134,9 @@ class MlxLmBackend(Backend):
             if self.add_bos and bos is not None and (not ids or ids[0] != bos):
                 ids.insert(0, bos)
             templated = False
-        return PromptInput(text, tuple(ids), templated, self._loaded.fingerprint)
+        return PromptInput(
+            text, tuple(ids), templated, self._loaded.fingerprint, system=system, thinking=thinking
+        )
 
     def _prompt_ids(self, prompt: PromptInput) -> list[int]:
         if prompt.token_ids is not None and prompt.tokenizer_fingerprint in (

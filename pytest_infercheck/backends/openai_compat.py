@@ -56,7 +56,7 @@ class OpenAICompatBackend(Backend):
             chat_template=self.chat,
         )
 
-    def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+    async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         return PromptInput(user_text, None, templated=self.chat, system=system, thinking=thinking)
 
     def _payload(self, prompt: PromptInput, params: GenerationParams) -> Any:

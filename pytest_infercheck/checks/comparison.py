@@ -103,9 +103,7 @@ def compare_prompt(
 ) -> PromptComparison:
     """Compare ``test`` against ``baseline`` on ``prompt`` (see the module docstring)."""
     rendered = engine.render(baseline, prompt, thinking)
-    shared_ids = rendered.token_ids is not None and (
-        rendered.tokenizer_fingerprint == test.backend.tokenizer_fingerprint()
-    )
+    shared_ids = engine.accepts_ids(test, rendered)
     test_input = rendered if shared_ids else engine.render(test, prompt, thinking)
     base = engine.generate(baseline, rendered, params, run=base_run)
     other = engine.generate(test, test_input, params, run=test_run)

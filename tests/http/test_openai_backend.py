@@ -27,7 +27,7 @@ async def test_chat_generation_with_logprobs_and_thinking_off() -> None:
     script = Script([Reply(body=chat_answer("46", [("4", -0.1), ("6", -0.2)]))])
     with fake_server(script) as url:
         b = backend(url)
-        gen = await b.generate(b.render("12+34=", "sys", False), GenerationParams(8))
+        gen = await b.generate(await b.render("12+34=", "sys", False), GenerationParams(8))
         await b.aclose()
     assert gen.text == "46" and gen.finish_reason == "stop"
     assert gen.chosen_logprobs == [-0.1, -0.2] and gen.top_keys == "text"
@@ -58,7 +58,7 @@ async def test_raw_completion_and_legacy_logprobs_shape() -> None:
     script = Script([Reply(body=legacy)])
     with fake_server(script) as url:
         b = backend(url, chat=False)
-        gen = await b.generate(b.render("12+34=", None, False), GenerationParams(2))
+        gen = await b.generate(await b.render("12+34=", None, False), GenerationParams(2))
     assert script.requests[0]["path"] == "/v1/completions"
     assert (
         script.requests[0]["json"]["prompt"] == "12+34="
@@ -75,7 +75,7 @@ async def test_rejected_logprobs_fall_back_and_are_recorded() -> None:
     )
     with fake_server(script) as url:
         b = backend(url)
-        gen = await b.generate(b.render("x", None, False), GenerationParams(4))
+        gen = await b.generate(await b.render("x", None, False), GenerationParams(4))
     assert gen.text == "46" and gen.chosen_logprobs is None
     assert "logprobs" not in script.requests[1]["json"]
     assert b.observed == {"logprobs": False} and b.capabilities.top_k_logprobs == 0
@@ -85,7 +85,7 @@ async def test_rejected_logprobs_fall_back_and_are_recorded() -> None:
 async def test_silently_ignored_logprobs_are_detected() -> None:
     with fake_server(Script([Reply(body=chat_answer("46"))])) as url:
         b = backend(url)
-        await b.generate(b.render("x", None, False), GenerationParams(4))
+        await b.generate(await b.render("x", None, False), GenerationParams(4))
     assert b.observed["logprobs"] is False
     assert b.identity()["observed"] == {"logprobs": False}
 

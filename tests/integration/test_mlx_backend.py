@@ -37,7 +37,7 @@ def prompt(text: str, answer: str | None = None) -> Prompt:
 
 def test_greedy_generation_stops_at_eos(tiny_models: dict[str, Path]) -> None:
     b = backend(tiny_models["bf16"])
-    rendered = b.render("12+34=", None, thinking=False)
+    rendered = b.render_sync("12+34=", None, thinking=False)
     assert rendered.token_ids is not None and rendered.token_ids[0] == 1  # BOS added, raw mode
     assert not rendered.templated
     gen = b.generate_sync(rendered, GenerationParams(max_tokens=16))
@@ -49,14 +49,14 @@ def test_greedy_generation_stops_at_eos(tiny_models: dict[str, Path]) -> None:
 
 def test_max_tokens_is_honoured(tiny_models: dict[str, Path]) -> None:
     b = backend(tiny_models["bf16"])
-    gen = b.generate_sync(b.render("12+34=", None, False), GenerationParams(max_tokens=1))
+    gen = b.generate_sync(b.render_sync("12+34=", None, False), GenerationParams(max_tokens=1))
     assert gen.finish_reason == "length" and gen.token_ids is not None
     assert len(gen.token_ids) == 1
 
 
 def test_generation_logprobs_are_float32_full_vocab(tiny_models: dict[str, Path]) -> None:
     b = backend(tiny_models["bf16"])
-    gen = b.generate_sync(b.render("50+25=", None, False), GenerationParams(max_tokens=8))
+    gen = b.generate_sync(b.render_sync("50+25=", None, False), GenerationParams(max_tokens=8))
     full = gen.extra["logprobs"]
     assert full.dtype == np.float32 and full.shape[0] == len(gen.token_ids or [])
     # Each row is a full log-softmax: probabilities sum to 1.
@@ -68,7 +68,7 @@ def test_generation_logprobs_are_float32_full_vocab(tiny_models: dict[str, Path]
 
 def test_teacher_forced_scoring_matches_generation(tiny_models: dict[str, Path]) -> None:
     b = backend(tiny_models["bf16"])
-    rendered = b.render("63+29=", None, False)
+    rendered = b.render_sync("63+29=", None, False)
     gen = b.generate_sync(rendered, GenerationParams(max_tokens=8))
     scored = b.score_sync(list(rendered.token_ids or ()), gen.token_ids or [])
     assert scored.shape == gen.extra["logprobs"].shape and scored.dtype == np.float32
@@ -136,11 +136,11 @@ def test_chat_template_applied_once_with_thinking_off_by_default(
     config_path.write_text(json.dumps(config))
     b = backend(model)
     assert b.capabilities.chat_template
-    off = b.render("12+34", None, thinking=False)
-    on = b.render("12+34", "sys", thinking=True)
+    off = b.render_sync("12+34", None, thinking=False)
+    on = b.render_sync("12+34", "sys", thinking=True)
     assert off.templated and off.text == "<user>12+34[nothink]="
     assert on.text == "<system>sys<user>12+34[think]="
-    raw = backend(model, chat=False).render("12+34=", None, thinking=False)
+    raw = backend(model, chat=False).render_sync("12+34=", None, thinking=False)
     assert not raw.templated and raw.text == "12+34="
 
 
@@ -148,4 +148,4 @@ def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
     from pytest_infercheck.backends import BackendError
 
     with pytest.raises(BackendError, match="could not load"):
-        backend(tmp_path / "nope").render("x", None, False)
+        backend(tmp_path / "nope").render_sync("x", None, False)
