@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .yamlpos import PositionedYaml, SourceError, load_positioned
 
 CHECK_KINDS = ("compare", "sweep")
-BACKEND_KINDS = ("mlx-lm",)
+SERVER_KINDS = ("openai", "vllm-mlx")
 
 
 class _Strict(BaseModel):
@@ -37,11 +37,32 @@ class ModelSpec(_Strict):
 
 
 class BackendSpec(_Strict):
-    """An engine. ``chat``: apply the chat template (default: when the tokenizer has one)."""
+    """An engine.
 
-    kind: Literal["mlx-lm"]
+    ``mlx-lm`` runs in-process. Server kinds (``openai``, ``vllm-mlx``) attach to ``url``.
+    ``chat``: use the chat template (mlx-lm default: when the tokenizer has one; servers:
+    ``/v1/chat/completions``, or ``/v1/completions`` with ``chat: false``). ``model_name``: the
+    ``model`` field sent to a server (default: the model's path or repo). ``api_key_env``: the
+    environment variable holding the API key (never the key itself).
+    """
+
+    kind: Literal["mlx-lm", "openai", "vllm-mlx"]
     chat: bool | None = None
     add_bos: bool = True
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    model_name: str | None = None
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    timeout: float = Field(default=120.0, gt=0)
+    max_concurrency: int = Field(default=4, ge=1)
+    retries: int = Field(default=4, ge=0)
+
+    @model_validator(mode="after")
+    def _server_needs_url(self) -> BackendSpec:
+        if self.kind in SERVER_KINDS and self.url is None:
+            raise ValueError(f"a {self.kind} backend needs 'url'")
+        if self.kind == "mlx-lm" and self.url is not None:
+            raise ValueError("an mlx-lm backend runs in-process: remove 'url'")
+        return self
 
 
 class SuiteRef(_Strict):

@@ -62,7 +62,9 @@ class Engine:
         spec = matrix.matrix.backends[target.backend]
         key = (source, revision, spec.model_dump_json())
         if key not in self._backends:
-            self._backends[key] = create_backend(target.backend, spec, source, revision)
+            backend = create_backend(target.backend, spec, source, revision)
+            self.run(backend.ensure_ready())
+            self._backends[key] = backend
         return ResolvedTarget(target.label, key, self._backends[key])
 
     # -- running coroutines ------------------------------------------------------------------

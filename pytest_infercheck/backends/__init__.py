@@ -28,4 +28,24 @@ def create_backend(name: str, spec: BackendSpec, source: str, revision: str | No
         return MlxLmBackend(
             name, MlxModelSpec(source, revision), chat=spec.chat, add_bos=spec.add_bos
         )
+    from .http import HttpSettings
+
+    assert spec.url is not None
+    settings = HttpSettings(
+        base_url=spec.url.rstrip("/"),
+        timeout_s=spec.timeout,
+        max_concurrency=spec.max_concurrency,
+        retries=spec.retries,
+        api_key_env=spec.api_key_env,
+    )
+    model = spec.model_name or source
+    chat = True if spec.chat is None else spec.chat
+    if spec.kind == "openai":
+        from .openai_compat import OpenAICompatBackend
+
+        return OpenAICompatBackend(name, settings, model=model, chat=chat)
+    if spec.kind == "vllm-mlx":
+        from .vllm_mlx import VllmMlxBackend
+
+        return VllmMlxBackend(name, settings, model=model, chat=chat)
     raise BackendError(f"backend {name!r}: unknown kind {spec.kind!r}")

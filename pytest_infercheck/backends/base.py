@@ -132,6 +132,10 @@ class Backend(abc.ABC):
         """
         raise BackendError(f"backend {self.name!r} ({self.kind}) cannot score teacher-forced")
 
+    async def ensure_ready(self) -> None:
+        """Called once before first use: health checks, verifying the served model."""
+        return None
+
     def tokenizer_fingerprint(self) -> str | None:
         """A hash of the vocabulary, so that two sides can share token ids safely."""
         return None

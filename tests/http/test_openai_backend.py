@@ -187,3 +187,17 @@ def test_reasoning_is_split_from_the_answer() -> None:
 def test_response_without_choices_is_an_error() -> None:
     with pytest.raises(HttpError, match="no choices"):
         parse_choice({"error": "x"}, chat=True)
+
+
+@pytest.mark.asyncio
+async def test_vllm_mlx_health_must_name_the_expected_model() -> None:
+    from pytest_infercheck.backends.vllm_mlx import VllmMlxBackend
+
+    health = {"status": "ok", "model_loaded": True, "model_name": "other", "engine_type": "simple"}
+    with fake_server(Script([Reply(body=health)])) as url:
+        b = VllmMlxBackend("v", HttpSettings(base_url=url), model="/models/tiny")
+        with pytest.raises(BackendError, match="has 'other' loaded, expected '/models/tiny'"):
+            await b.ensure_ready()
+    assert b.capabilities.top_k_logprobs == 0  # declared: vllm-mlx returns no logprobs
+    with fake_server(Script([Reply(body={**health, "model_name": "/models/tiny"})])) as url:
+        await VllmMlxBackend("v", HttpSettings(base_url=url), model="/models/tiny").ensure_ready()

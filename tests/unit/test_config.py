@@ -80,6 +80,19 @@ def test_valid_matrix_loads_with_defaults(tmp_path: Path) -> None:
         ),
         # A repeated key (PyYAML alone would silently keep the last one).
         (VALID.replace("  q4:\n", "  bf16: {path: x}\n  q4:\n"), 3, "duplicate key 'bf16'"),
+        # A server backend without a url, and an in-process one with a url.
+        (
+            "models: {a: {path: x}}\nbackends:\n  v: {kind: vllm-mlx}\nsuites: [r]\n"
+            "checks: [{compare: {baseline: a, test: a}}]\n",
+            3,
+            "a vllm-mlx backend needs 'url'",
+        ),
+        (
+            "models: {a: {path: x}}\nbackends:\n  m: {kind: mlx-lm, url: 'http://x'}\n"
+            "suites: [r]\nchecks: [{compare: {baseline: a, test: a}}]\n",
+            3,
+            "remove 'url'",
+        ),
         # Missing required section.
         ("models: {a: {path: x}}\nsuites: [r]\n", 1, "checks"),
         # A model with neither path nor repo.
@@ -119,3 +132,19 @@ def test_empty_file_is_an_error(tmp_path: Path) -> None:
 def test_format_loc() -> None:
     assert format_loc(("checks", 0, "compare", "test")) == "checks[0].compare.test"
     assert format_loc(()) == "(document)"
+
+
+def test_server_backend_options(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "suites:",
+        "backends:\n  local: {kind: mlx-lm}\n  srv: {kind: openai, url: 'http://127.0.0.1:8080',"
+        " chat: false, api_key_env: MY_KEY, max_concurrency: 8, timeout: 30}\nsuites:",
+    )
+    spec = load_matrix(write(tmp_path, text)).matrix.backends["srv"]
+    assert (spec.kind, spec.url, spec.chat, spec.api_key_env) == (
+        "openai",
+        "http://127.0.0.1:8080",
+        False,
+        "MY_KEY",
+    )
+    assert spec.max_concurrency == 8 and spec.timeout == 30

@@ -1,0 +1,41 @@
+"""vllm-mlx: an OpenAI-compatible server with a model-aware ``/health``.
+
+Measured on vllm-mlx 0.6.0: logprobs are silently ignored (declared here, not discovered as
+a surprise), ``seed`` is ignored, and the default engine answers concurrent requests with
+HTTP 503 ``text_generation_busy`` (retried by the HTTP layer, honouring ``Retry-After``;
+``--continuous-batching`` or ``VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION=wait`` avoid it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import BackendError, Capabilities
+from .openai_compat import OpenAICompatBackend
+
+
+class VllmMlxBackend(OpenAICompatBackend):
+    kind = "vllm-mlx"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.observed["logprobs"] = False
+
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        return Capabilities(chat_template=self.chat)
+
+    async def ensure_ready(self) -> None:
+        await self.check_health()
+
+    async def check_health(self) -> dict[str, Any]:
+        """``/health`` must report the expected model loaded; returns the health document."""
+        health = await self.http.request("GET", "/health")
+        if not isinstance(health, dict) or not health.get("model_loaded"):
+            raise BackendError(f"backend {self.name!r}: no model loaded: {health!r}")
+        served = health.get("model_name")
+        if self.model is not None and served != self.model:
+            raise BackendError(
+                f"backend {self.name!r}: the server has {served!r} loaded, expected {self.model!r}"
+            )
+        return health
