@@ -135,7 +135,7 @@ def test_format_loc() -> None:
 
 
 def test_server_backend_options(tmp_path: Path) -> None:
-    text = VALID.replace(
+    text = VALID.replace("baseline: bf16,", "baseline: bf16@local,").replace(
         "suites:",
         "backends:\n  local: {kind: mlx-lm}\n  srv: {kind: openai, url: 'http://127.0.0.1:8080',"
         " chat: false, api_key_env: MY_KEY, max_concurrency: 8, timeout: 30}\nsuites:",
