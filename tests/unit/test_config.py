@@ -135,10 +135,14 @@ def test_format_loc() -> None:
 
 
 def test_server_backend_options(tmp_path: Path) -> None:
-    text = VALID.replace("baseline: bf16,", "baseline: bf16@local,").replace(
-        "suites:",
-        "backends:\n  local: {kind: mlx-lm}\n  srv: {kind: openai, url: 'http://127.0.0.1:8080',"
-        " chat: false, api_key_env: MY_KEY, max_concurrency: 8, timeout: 30}\nsuites:",
+    text = (
+        VALID.replace("baseline: bf16,", "baseline: bf16@local,")
+        .replace("[q4]", "[q4@local]")
+        .replace(
+            "suites:",
+            "backends:\n  local: {kind: mlx-lm}\n  srv: {kind: openai, url: 'http://127.0.0.1:8080',"
+            " chat: false, api_key_env: MY_KEY, max_concurrency: 8, timeout: 30}\nsuites:",
+        )
     )
     spec = load_matrix(write(tmp_path, text)).matrix.backends["srv"]
     assert (spec.kind, spec.url, spec.chat, spec.api_key_env) == (
