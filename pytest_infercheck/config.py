@@ -43,13 +43,19 @@ class BackendSpec(_Strict):
     ``chat``: use the chat template (mlx-lm default: when the tokenizer has one; servers:
     ``/v1/chat/completions``, or ``/v1/completions`` with ``chat: false``). ``model_name``: the
     ``model`` field sent to a server (default: the model's path or repo). ``api_key_env``: the
-    environment variable holding the API key (never the key itself).
+    environment variable holding the API key (never the key itself). ``serve``: start the
+    server with this command (``{model}``, ``{port}`` filled in; ``env`` added), wait for
+    ``health_path`` up to ``startup_timeout`` seconds, stop it at the end of the run.
     """
 
     kind: Literal["mlx-lm", "openai", "vllm-mlx"]
     chat: bool | None = None
     add_bos: bool = True
     url: str | None = Field(default=None, pattern=r"^https?://")
+    serve: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    health_path: str = "/health"
+    startup_timeout: float = Field(default=180.0, gt=0)
     model_name: str | None = None
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     timeout: float = Field(default=120.0, gt=0)
@@ -58,10 +64,15 @@ class BackendSpec(_Strict):
 
     @model_validator(mode="after")
     def _server_needs_url(self) -> BackendSpec:
-        if self.kind in SERVER_KINDS and self.url is None:
-            raise ValueError(f"a {self.kind} backend needs 'url'")
-        if self.kind == "mlx-lm" and self.url is not None:
-            raise ValueError("an mlx-lm backend runs in-process: remove 'url'")
+        if self.kind in SERVER_KINDS and (self.url is None) == (self.serve is None):
+            raise ValueError(
+                f"a {self.kind} backend needs exactly one of 'url' (attach to a running "
+                "server) or 'serve' (a command with {model} and {port} to start one)"
+            )
+        if self.kind == "mlx-lm" and (self.url is not None or self.serve is not None):
+            raise ValueError("an mlx-lm backend runs in-process: remove 'url'/'serve'")
+        if self.serve is not None and "{port}" not in self.serve:
+            raise ValueError("'serve' must contain {port} (and usually {model})")
         return self
 
 

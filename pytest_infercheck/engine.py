@@ -19,12 +19,20 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .backends import Backend, Generation, GenerationParams, PromptInput, create_backend
+from .backends import (
+    Backend,
+    BackendError,
+    Generation,
+    GenerationParams,
+    PromptInput,
+    create_backend,
+)
+from .servers import ServerPool, ServerSpec
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .config import LoadedMatrix, Target
+    from .config import BackendSpec, LoadedMatrix, Target
     from .suites import Prompt
 
 T = TypeVar("T")
@@ -41,11 +49,27 @@ class ResolvedTarget:
     backend: Backend
 
 
+def server_spec(spec: BackendSpec, model: str) -> ServerSpec:
+    """The managed-server description of a backend with ``serve:``."""
+    assert spec.serve is not None
+    return ServerSpec(
+        command=spec.serve,
+        model=model,
+        env=tuple(sorted(spec.env.items())),
+        health_path=spec.health_path,
+        startup_timeout_s=spec.startup_timeout,
+    )
+
+
 class Engine:
     """Session-wide generation service with caching; see the module docstring."""
 
-    def __init__(self, score_cache_bytes: int = SCORE_CACHE_BYTES) -> None:
+    def __init__(
+        self, servers: ServerPool | None = None, score_cache_bytes: int = SCORE_CACHE_BYTES
+    ) -> None:
+        self.servers = servers
         self._backends: dict[tuple[Any, ...], Backend] = {}
+        self._managed: dict[tuple[Any, ...], tuple[str, ServerSpec]] = {}
         self._renders: dict[tuple[Any, ...], PromptInput] = {}
         self._generations: dict[tuple[Any, ...], Generation] = {}
         self._scores: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
@@ -62,7 +86,14 @@ class Engine:
         spec = matrix.matrix.backends[target.backend]
         key = (source, revision, spec.model_dump_json())
         if key not in self._backends:
-            backend = create_backend(target.backend, spec, source, revision)
+            url = None
+            if spec.serve is not None:
+                if self.servers is None:
+                    raise BackendError(f"backend {target.backend!r}: no server pool to start it")
+                managed = (target.backend, server_spec(spec, source))
+                url = self.servers.url_for(*managed)
+                self._managed[key] = managed
+            backend = create_backend(target.backend, spec, source, revision, url)
             self.run(backend.ensure_ready())
             self._backends[key] = backend
         return ResolvedTarget(target.label, key, self._backends[key])
@@ -74,11 +105,24 @@ class Engine:
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(coro)
 
+    def _call(self, target: ResolvedTarget, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` for ``target``; a failure of a managed server that has died is
+        reported as its death, with the server's last log lines."""
+        try:
+            return self.run(coro)
+        except BackendError:
+            managed = self._managed.get(target.key)
+            if managed is not None and self.servers is not None:
+                self.servers.check_alive(*managed)
+            raise
+
     # -- cached operations ---------------------------------------------------------------------
     def render(self, target: ResolvedTarget, prompt: Prompt, thinking: bool) -> PromptInput:
         key = (target.key, prompt.text, prompt.system, thinking)
         if key not in self._renders:
-            rendered = self.run(target.backend.render(prompt.text, prompt.system, thinking))
+            rendered = self._call(
+                target, target.backend.render(prompt.text, prompt.system, thinking)
+            )
             self._renders[key] = rendered
         return self._renders[key]
 
@@ -86,7 +130,7 @@ class Engine:
         """Whether ``target`` can take ``prompt``'s token ids as they are (cached)."""
         key = ("accepts", target.key, prompt.key())
         if key not in self.memo:
-            self.memo[key] = self.run(target.backend.accepts_token_ids(prompt))
+            self.memo[key] = self._call(target, target.backend.accepts_token_ids(prompt))
         return bool(self.memo[key])
 
     def generate(
@@ -98,7 +142,7 @@ class Engine:
     ) -> Generation:
         key = (target.key, prompt.key(), params.key(), run)
         if key not in self._generations:
-            generation = self.run(target.backend.generate(prompt, params))
+            generation = self._call(target, target.backend.generate(prompt, params))
             generation.extra.pop("logprobs", None)  # full per-step logprobs: too big to keep
             self._generations[key] = generation
         return self._generations[key]
@@ -111,7 +155,7 @@ class Engine:
         if cached is not None:
             self._scores.move_to_end(key)
             return cached
-        result = self.run(target.backend.score(prompt_ids, continuation_ids))
+        result = self._call(target, target.backend.score(prompt_ids, continuation_ids))
         self._scores[key] = result
         self._score_bytes += result.nbytes
         while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:

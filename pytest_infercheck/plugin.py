@@ -13,7 +13,7 @@ import pytest
 
 from .fixtures import infercheck_engine, infercheck_matrix, infercheck_target, matrix_paths
 from .options import add_options
-from .state import close_engine
+from .state import finish, start_controller, worker_input
 
 __all__ = ["infercheck_engine", "infercheck_matrix", "infercheck_target"]
 
@@ -27,6 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "infercheck_target(ref): the model@backend for the infercheck_target fixture"
     )
     config.pluginmanager.register(_Summary(), "infercheck-summary")
+    start_controller(config)
     for path in matrix_paths(config):
         if str(path) not in config.args and path.exists():
             config.args.append(str(path))
@@ -43,6 +44,11 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
         return InfercheckFile.from_parent(parent, path=file_path)
     return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput.update(worker_input(node.config))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -79,4 +85,4 @@ class _Summary:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    close_engine(config)
+    finish(config)

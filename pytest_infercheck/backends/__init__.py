@@ -20,8 +20,11 @@ __all__ = [
 ]
 
 
-def create_backend(name: str, spec: BackendSpec, source: str, revision: str | None) -> Backend:
-    """Build the backend ``name`` of kind ``spec.kind`` serving the model at ``source``."""
+def create_backend(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None = None
+) -> Backend:
+    """Build the backend ``name`` of kind ``spec.kind`` serving the model at ``source``;
+    ``url`` is where a managed server was started (else ``spec.url``)."""
     if spec.kind == "mlx-lm":
         from .mlx_lm import MlxLmBackend, MlxModelSpec
 
@@ -30,9 +33,10 @@ def create_backend(name: str, spec: BackendSpec, source: str, revision: str | No
         )
     from .http import HttpSettings
 
-    assert spec.url is not None
+    base_url = url or spec.url
+    assert base_url is not None
     settings = HttpSettings(
-        base_url=spec.url.rstrip("/"),
+        base_url=base_url.rstrip("/"),
         timeout_s=spec.timeout,
         max_concurrency=spec.max_concurrency,
         retries=spec.retries,

@@ -1,0 +1,90 @@
+"""A watchdog that runs one server and guarantees it does not outlive pytest.
+
+``python -m pytest_infercheck.supervise --watch PID --log FILE -- COMMAND...`` starts COMMAND
+in its own process group (output to FILE) and then waits. It stops the whole group
+(SIGTERM, a grace period, SIGKILL) when the watched pytest process disappears (a normal end
+that forgot, Ctrl-C, a SIGKILLed controller or worker) or when it is itself terminated. It
+exits with the server's exit code when the server dies on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+
+GRACE_S = 10.0
+POLL_S = 0.2
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, finished but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def stop_group(pgid: int, grace_s: float = GRACE_S) -> None:
+    """SIGTERM the process group, wait up to ``grace_s``, then SIGKILL what is left."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pytest_infercheck.supervise")
+    parser.add_argument("--watch", type=int, required=True, help="stop when this pid is gone")
+    parser.add_argument("--log", required=True, help="the server's output goes here")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    with open(args.log, "ab", buffering=0) as log:
+        server = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    stopping = False
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while True:
+        code = server.poll()
+        if code is not None:
+            stop_group(server.pid, grace_s=1.0)  # children the server may have left
+            return code
+        if stopping or not alive(args.watch):
+            stop_group(server.pid)
+            server.wait()
+            return 0
+        time.sleep(POLL_S)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Managed servers for real: mlx_lm.server started and stopped by the plugin, no process left,
+a server that fails to start, a server killed mid-session, one server for two xdist workers.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.plugin.conftest import INI
+from tests.plugin.helpers import suite_jsonl
+
+
+def server_processes(marker: str) -> list[int]:
+    """Pids whose command line contains ``marker`` (a per-test folder name)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline and "mlx_lm.server" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture
+def serve_project(pytester: pytest.Pytester, tiny_models: dict[str, Path]) -> Any:
+    """Write a matrix comparing in-process mlx-lm with a plugin-started mlx_lm.server."""
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(".jsonl", addition=suite_jsonl())
+    hub = pytester.path / "hub"
+    hub.mkdir()
+
+    def write(serve: str | None = None, extra_checks: str = "") -> None:
+        command = serve or (
+            f"{sys.executable} -m mlx_lm.server --model {{model}} --port {{port}} --host 127.0.0.1"
+        )
+        pytester.makefile(
+            ".yaml",
+            infercheck=f"""\
+models:
+  bf16: {{path: '{tiny_models["bf16"]}'}}
+backends:
+  local: {{kind: mlx-lm}}
+  srv:
+    kind: openai
+    chat: false
+    serve: "{command}"
+    env: {{HF_HUB_CACHE: '{hub}'}}
+    startup_timeout: 60
+suites: [addition.jsonl]
+checks:
+  - compare: {{baseline: bf16@local, test: bf16@srv}}
+    name: local-vs-server
+{extra_checks}""",
+        )
+
+    return write
+
+
+def test_server_started_used_and_stopped(pytester: pytest.Pytester, serve_project: Any) -> None:
+    serve_project()
+    result = pytester.runpytest_subprocess("-q", "-rA")
+    outcomes = result.parseoutcomes()
+    # Every item ran against the real server (no backend errors); mlx_lm.server returns text
+    # only here (no token ids), so the comparison is on text and answers.
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 9, result.stdout.str()
+    result.stdout.no_fnmatch_line("*backend error*")
+    assert server_processes(pytester.path.name) == []
+
+
+def test_server_that_fails_to_start_fails_its_items_with_the_log(
+    pytester: pytest.Pytester, serve_project: Any
+) -> None:
+    crash = pytester.makepyfile(crash="print('bad flag --frobnicate')\nraise SystemExit(3)\n")
+    serve_project(
+        serve=f"{sys.executable} {crash} {{port}}",
+        extra_checks="  - compare: {baseline: bf16@local, test: bf16@local}\n",
+    )
+    result = pytester.runpytest_subprocess("-q")
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] == 9 and outcomes["passed"] == 9  # the in-process check goes on
+    result.stdout.fnmatch_lines(["*server 'srv' exited with code 3 before it was healthy*"])
+    result.stdout.fnmatch_lines(["*bad flag --frobnicate*"])
+
+
+def test_server_killed_mid_session(pytester: pytest.Pytester, serve_project: Any) -> None:
+    serve_project()
+    pytester.makeconftest(
+        """
+import os, signal
+from pathlib import Path
+
+def pytest_runtest_teardown(item):
+    if item.name == "s03":
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmd = (entry / "cmdline").read_bytes().replace(b"\\0", b" ").decode()
+                except OSError:
+                    continue
+                if "mlx_lm.server" in cmd and "supervise" not in cmd:
+                    os.kill(int(entry.name), signal.SIGKILL)
+"""
+    )
+    result = pytester.runpytest_subprocess("-q")
+    result.stdout.fnmatch_lines(["*server 'srv' died during the run; last log lines:*"])
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] >= 5  # s04..s08 and the aggregate
+    assert server_processes(pytester.path.name) == []
+
+
+def test_two_xdist_workers_share_one_server(
+    pytester: pytest.Pytester, serve_project: Any, tmp_path: Path
+) -> None:
+    starts = tmp_path / "starts"
+    command = (
+        f"sh -c 'echo started >> {starts}; exec {sys.executable} -m mlx_lm.server "
+        f"--model $0 --port $1 --host 127.0.0.1' {{model}} {{port}}"
+    )
+    # Two checks -> two scopes, spread over the two workers, both against the server.
+    serve_project(
+        serve=command,
+        extra_checks="  - compare: {baseline: bf16@local, test: bf16@srv}\n    name: second\n",
+    )
+    result = pytester.runpytest_subprocess("-q", "-n", "2")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 18, result.stdout.str()
+    result.stdout.no_fnmatch_line("*backend error*")
+    assert starts.read_text().splitlines() == ["started"]
+    assert server_processes(pytester.path.name) == []
