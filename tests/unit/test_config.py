@@ -85,7 +85,7 @@ def test_valid_matrix_loads_with_defaults(tmp_path: Path) -> None:
             "models: {a: {path: x}}\nbackends:\n  v: {kind: vllm-mlx}\nsuites: [r]\n"
             "checks: [{compare: {baseline: a, test: a}}]\n",
             3,
-            "a vllm-mlx backend needs 'url'",
+            "a vllm-mlx backend needs exactly one of 'url'",
         ),
         (
             "models: {a: {path: x}}\nbackends:\n  m: {kind: mlx-lm, url: 'http://x'}\n"
