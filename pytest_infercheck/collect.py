@@ -74,16 +74,16 @@ class InfercheckFile(pytest.File):
 
 
 def check_name(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
-    """``compare(bf16-vs-q4)``; backends appear only where they tell the sides apart."""
-    loc = ("checks", index, check.kind)
+    """``compare(bf16-vs-q4)``, ``sweep(bf16)``, ``diff(bf16)``; backends appear in a compare
+    only where they tell the sides apart."""
     if check.name:
         return f"{check.kind}({check.name})"
+    baseline = check.baseline_side(index)
+    base = loaded.target(baseline.ref, baseline.loc)
     if check.compare is not None:
-        base = loaded.target(check.compare.baseline, (*loc, "baseline"))
-        test = loaded.target(check.compare.test, (*loc, "test"))
+        (side,) = check.test_sides(index)
+        test = loaded.target(side.ref, side.loc)
         return f"{check.kind}({_side(base, test)}-vs-{_side(test, base)})"
-    assert check.sweep is not None
-    base = loaded.target(check.sweep.baseline, (*loc, "baseline"))
     return f"{check.kind}({base.model})"
 
 
@@ -156,23 +156,23 @@ class SuiteCollector(pytest.Collector):
         return self._run
 
     def collect(self) -> Iterator[pytest.Item]:
-        check = self.check_collector.check
-        if check.compare is not None:
-            for prompt in self.suite.prompts:
-                yield PromptItem.from_parent(self, name=prompt.id, prompt_id=prompt.id, test=None)
-        else:
-            assert check.sweep is not None
-            if check.sweep.self_check:
-                yield SelfCheckItem.from_parent(self, name="self-check")
-            for prompt in self.suite.prompts:
-                for ref in check.sweep.models:
-                    model = ref.partition("@")[0]
+        parent = self.check_collector
+        sides = parent.check.test_sides(parent.index)
+        if parent.check.self_check:
+            yield SelfCheckItem.from_parent(self, name="self-check")
+        for prompt in self.suite.prompts:
+            for side in sides:
+                if side.label is None:
+                    yield PromptItem.from_parent(
+                        self, name=prompt.id, prompt_id=prompt.id, test=side.ref
+                    )
+                else:
                     yield PromptItem.from_parent(
                         self,
-                        name=f"{prompt.id}[{model}]",
-                        nodeid=_param_id(self, prompt.id, model),
+                        name=f"{prompt.id}[{side.label}]",
+                        nodeid=_param_id(self, prompt.id, side.label),
                         prompt_id=prompt.id,
-                        test=ref,
+                        test=side.ref,
                     )
         yield AggregateItem.from_parent(self, name="aggregate")
 
@@ -202,7 +202,7 @@ class _InfercheckItem(pytest.Item):
 class PromptItem(_InfercheckItem):
     """One prompt x comparison; per-item thresholds."""
 
-    def __init__(self, *, prompt_id: str, test: str | None, **kwargs: Any) -> None:
+    def __init__(self, *, prompt_id: str, test: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.prompt_id = prompt_id
         self.test_ref = test

@@ -6,6 +6,7 @@ Every error names the file, the line and the field (``infercheck.yaml:14: checks
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .yamlpos import PositionedYaml, SourceError, load_positioned
 
-CHECK_KINDS = ("compare", "sweep")
+CHECK_KINDS = ("compare", "sweep", "diff")
 SERVER_KINDS = ("openai", "vllm-mlx")
 
 
@@ -131,11 +132,31 @@ class SweepSpec(_Strict):
     self_check: bool = True
 
 
+class DiffSpec(_Strict):
+    """One model across backends; the first backend is the baseline."""
+
+    model: str
+    backends: list[str] = Field(min_length=2)
+
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One test side of a check: its label in item ids (None for compare), ref and YAML loc."""
+
+    label: str | None
+    ref: str
+    loc: Loc
+
+
 class CheckSpec(Thresholds):
     """One entry of ``checks:``: exactly one kind key plus thresholds and options."""
 
     compare: CompareSpec | None = None
     sweep: SweepSpec | None = None
+    diff: DiffSpec | None = None
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.+-]+$")
     suites: list[SuiteRef] | None = None
 
@@ -154,6 +175,36 @@ class CheckSpec(Thresholds):
     @property
     def kind(self) -> str:
         return next(k for k in CHECK_KINDS if getattr(self, k) is not None)
+
+    def baseline_side(self, index: int) -> Side:
+        """The baseline's ref and where it is written."""
+        loc: Loc = ("checks", index, self.kind)
+        if self.diff is not None:
+            return Side(None, f"{self.diff.model}@{self.diff.backends[0]}", (*loc, "backends", 0))
+        spec = self.compare or self.sweep
+        assert spec is not None
+        return Side(None, spec.baseline, (*loc, "baseline"))
+
+    def test_sides(self, index: int) -> list[Side]:
+        """The sides compared with the baseline, in the user's order."""
+        loc: Loc = ("checks", index, self.kind)
+        if self.compare is not None:
+            return [Side(None, self.compare.test, (*loc, "test"))]
+        if self.sweep is not None:
+            return [
+                Side(ref.partition("@")[0], ref, (*loc, "models", j))
+                for j, ref in enumerate(self.sweep.models)
+            ]
+        assert self.diff is not None
+        return [
+            Side(backend, f"{self.diff.model}@{backend}", (*loc, "backends", j))
+            for j, backend in enumerate(self.diff.backends)
+            if j > 0
+        ]
+
+    @property
+    def self_check(self) -> bool:
+        return self.sweep is not None and self.sweep.self_check
 
 
 def _suite_list(value: Any) -> Any:
@@ -251,13 +302,8 @@ def load_matrix(path: Path) -> LoadedMatrix:
         raise source.error(loc, f"{first['msg']}{more}") from None
     loaded = LoadedMatrix(source, matrix)
     for i, check in enumerate(matrix.checks):
-        if check.compare is not None:
-            loaded.target(check.compare.baseline, ("checks", i, "compare", "baseline"))
-            loaded.target(check.compare.test, ("checks", i, "compare", "test"))
-        if check.sweep is not None:
-            loaded.target(check.sweep.baseline, ("checks", i, "sweep", "baseline"))
-            for j, ref in enumerate(check.sweep.models):
-                loaded.target(ref, ("checks", i, "sweep", "models", j))
+        for side in [check.baseline_side(i), *check.test_sides(i)]:
+            loaded.target(side.ref, side.loc)
     return loaded
 
 

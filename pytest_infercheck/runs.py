@@ -18,7 +18,7 @@ from .checks.aggregate import (
 )
 from .checks.comparison import PromptComparison, compare_prompt, generation_params
 from .checks.verdicts import item_violations
-from .config import CheckSpec, LoadedMatrix, Settings
+from .config import CheckSpec, LoadedMatrix, Settings, Side
 from .engine import Engine, ResolvedTarget
 from .metrics.text import first_divergence
 from .suites import Prompt, Suite
@@ -34,22 +34,17 @@ class CheckRun:
     settings: Settings
 
     # -- targets ----------------------------------------------------------------------------
-    def _target(self, ref: str, field: str) -> ResolvedTarget:
-        target = self.loaded.target(ref, ("checks", self.index, self.check.kind, field))
-        return self.engine.resolve(self.loaded, target)
+    def _target(self, side: Side) -> ResolvedTarget:
+        return self.engine.resolve(self.loaded, self.loaded.target(side.ref, side.loc))
 
     @property
     def baseline(self) -> ResolvedTarget:
-        spec = self.check.compare or self.check.sweep
-        assert spec is not None
-        return self._target(spec.baseline, "baseline")
+        return self._target(self.check.baseline_side(self.index))
 
-    def tests(self) -> list[str]:
-        """The test side(s) as written: one for compare, the sweep's models in order."""
-        if self.check.compare is not None:
-            return [self.check.compare.test]
-        assert self.check.sweep is not None
-        return list(self.check.sweep.models)
+    def tests(self) -> list[Side]:
+        """The test sides in the user's order: one for compare, the sweep's models, the diff's
+        other backends."""
+        return self.check.test_sides(self.index)
 
     def _prompt(self, prompt_id: str) -> Prompt:
         return next(p for p in self.suite.prompts if p.id == prompt_id)
@@ -59,19 +54,17 @@ class CheckRun:
         return generation_params(prompt, s.max_tokens, s.default_max_tokens, s.seed)
 
     # -- per prompt ------------------------------------------------------------------------------
-    def prompt_result(
-        self, prompt_id: str, test_ref: str | None
-    ) -> tuple[PromptComparison, list[str]]:
+    def prompt_result(self, prompt_id: str, test_ref: str) -> tuple[PromptComparison, list[str]]:
         """The comparison of one prompt (memoised) and the per-item thresholds it breaks."""
-        ref = test_ref or self.tests()[0]
-        key = ("comparison", self.loaded.path, self.index, self.suite.name, prompt_id, ref)
+        key = ("comparison", self.loaded.path, self.index, self.suite.name, prompt_id, test_ref)
         result = self.engine.memo.get(key)
         if result is None:
             prompt = self._prompt(prompt_id)
+            side = next(s for s in self.tests() if s.ref == test_ref)
             result = compare_prompt(
                 self.engine,
                 self.baseline,
-                self._target(ref, "test"),
+                self._target(side),
                 prompt,
                 self._params_for(prompt),
                 thinking=self.settings.thinking,
@@ -98,8 +91,8 @@ class CheckRun:
         texts: list[str] = []
         violations: list[str] = []
         aggregates: list[SuiteAggregate] = []
-        for ref in self.tests():
-            results = [self.prompt_result(p.id, ref)[0] for p in self.suite.prompts]
+        for side in self.tests():
+            results = [self.prompt_result(p.id, side.ref)[0] for p in self.suite.prompts]
             agg = aggregate(results, self.check)
             aggregates.append(agg)
             texts.append(format_aggregate(agg))

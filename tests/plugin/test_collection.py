@@ -154,3 +154,38 @@ def test_help_lists_options(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["*--infercheck-num-prompts*", "*--infercheck-max-tokens*", "*--infercheck-config*"]
     )
+
+
+def test_diff_ids_one_model_across_backends(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".jsonl", arith=SUITE)
+    pytester.makefile(
+        ".yaml",
+        infercheck="""\
+models: {bf16: {path: ./m}}
+backends:
+  local: {kind: mlx-lm}
+  llama: {kind: openai, url: 'http://127.0.0.1:8080', chat: false}
+  vmlx: {kind: vllm-mlx, url: 'http://127.0.0.1:8000'}
+suites: [{suite: arith.jsonl, limit: 1}]
+checks:
+  - diff: {model: bf16, backends: [local, llama, vmlx]}
+""",
+    )
+    assert collected(pytester.runpytest("--collect-only", "-q")) == [
+        "infercheck.yaml::diff(bf16)::arith::add1[llama]",
+        "infercheck.yaml::diff(bf16)::arith::add1[vmlx]",
+        "infercheck.yaml::diff(bf16)::arith::aggregate",
+    ]
+    pytester.makefile(
+        ".yaml",
+        infercheck="""\
+models: {bf16: {path: ./m}}
+suites: [arith.jsonl]
+checks:
+  - diff: {model: bf16, backends: [local, nowhere]}
+""",
+    )
+    result = pytester.runpytest("--collect-only", "-q")
+    result.stdout.fnmatch_lines(
+        ["*infercheck.yaml:4: checks[[]0].diff.backends[[]1]: unknown backend*"]
+    )
