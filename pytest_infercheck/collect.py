@@ -131,6 +131,8 @@ class SuiteCollector(pytest.Collector):
     def __init__(self, *, suite: Suite, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.suite = suite
+        self.selected: set[str] = set()
+        """Prompt ids of this suite's items that were selected to run (set after -k etc.)."""
         self._run: CheckRun | None = None
 
     @property
@@ -152,6 +154,7 @@ class SuiteCollector(pytest.Collector):
                 index=parent.index,
                 suite=self.suite,
                 settings=parent.settings,
+                selected=frozenset(self.selected),
             )
         return self._run
 
@@ -240,3 +243,10 @@ class SelfCheckItem(_InfercheckItem):
                 "baseline self-check FAILED: the baseline is not deterministic, so no sweep "
                 "level can be judged against it\n" + "\n".join(f"  - {p}" for p in problems)
             )
+
+
+def note_selected(items: list[pytest.Item]) -> None:
+    """Tell each suite which of its prompts will run, so HTTP prefetching skips the rest."""
+    for item in items:
+        if isinstance(item, PromptItem):
+            item.suite_node.selected.add(item.prompt_id)

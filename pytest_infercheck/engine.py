@@ -147,6 +147,30 @@ class Engine:
             self._generations[key] = generation
         return self._generations[key]
 
+    def prefetch(
+        self, target: ResolvedTarget, jobs: list[tuple[PromptInput, GenerationParams]]
+    ) -> None:
+        """Generate ``jobs`` concurrently on a concurrent backend (bounded by its own
+        ``max_concurrency``), filling the cache. Best effort: a failed job is left for the item
+        that needs it, which then fails with the error."""
+        if target.backend.concurrency <= 1:
+            return
+        missing = [
+            (prompt, params)
+            for prompt, params in dict.fromkeys(jobs)
+            if (target.key, prompt.key(), params.key(), 0) not in self._generations
+        ]
+
+        async def gather() -> list[Generation | BaseException]:
+            return await asyncio.gather(
+                *(target.backend.generate(p, params) for p, params in missing),
+                return_exceptions=True,
+            )
+
+        for (prompt, params), result in zip(missing, self.run(gather()), strict=True):
+            if isinstance(result, Generation):
+                self._generations[(target.key, prompt.key(), params.key(), 0)] = result
+
     def score(
         self, target: ResolvedTarget, prompt_ids: list[int], continuation_ids: list[int]
     ) -> np.ndarray:

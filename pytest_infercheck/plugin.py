@@ -5,6 +5,7 @@ Importing this module must stay cheap: no mlx, numpy or httpx at load time.
 
 from __future__ import annotations
 
+import sys
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,12 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
         return InfercheckFile.from_parent(parent, path=file_path)
     return None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    collect = sys.modules.get("pytest_infercheck.collect")  # loaded only if a matrix was seen
+    if collect is not None:
+        collect.note_selected(session.items)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -32,6 +32,8 @@ class CheckRun:
     index: int
     suite: Suite
     settings: Settings
+    selected: frozenset[str] = frozenset()
+    """Prompt ids whose items survived selection (-k, --lf); empty means all."""
 
     # -- targets ----------------------------------------------------------------------------
     def _target(self, side: Side) -> ResolvedTarget:
@@ -54,11 +56,34 @@ class CheckRun:
         return generation_params(prompt, s.max_tokens, s.default_max_tokens, s.seed)
 
     # -- per prompt ------------------------------------------------------------------------------
+    def prefetch(self, side: Side) -> None:
+        """Generate the selected prompts of the suite on both sides at once, where a side is
+        a concurrent (HTTP) backend; an in-process engine generates item by item."""
+        key = ("prefetched", self.loaded.path, self.index, self.suite.name, side.ref)
+        if key in self.engine.memo:
+            return
+        self.engine.memo[key] = True
+        prompts = [p for p in self.suite.prompts if p.id in self.selected] or self.suite.prompts
+        baseline, test = self.baseline, self._target(side)
+        if baseline.backend.concurrency <= 1 and test.backend.concurrency <= 1:
+            return
+        thinking = self.settings.thinking
+        base_jobs, test_jobs = [], []
+        for prompt in prompts:
+            rendered = self.engine.render(baseline, prompt, thinking)
+            shared = self.engine.accepts_ids(test, rendered)
+            test_input = rendered if shared else self.engine.render(test, prompt, thinking)
+            base_jobs.append((rendered, self._params_for(prompt)))
+            test_jobs.append((test_input, self._params_for(prompt)))
+        self.engine.prefetch(baseline, base_jobs)
+        self.engine.prefetch(test, test_jobs)
+
     def prompt_result(self, prompt_id: str, test_ref: str) -> tuple[PromptComparison, list[str]]:
         """The comparison of one prompt (memoised) and the per-item thresholds it breaks."""
         key = ("comparison", self.loaded.path, self.index, self.suite.name, prompt_id, test_ref)
         result = self.engine.memo.get(key)
         if result is None:
+            self.prefetch(next(s for s in self.tests() if s.ref == test_ref))
             prompt = self._prompt(prompt_id)
             side = next(s for s in self.tests() if s.ref == test_ref)
             result = compare_prompt(

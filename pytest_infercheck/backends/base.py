@@ -103,6 +103,8 @@ class Backend(abc.ABC):
 
     kind: str = "abstract"
     capabilities: Capabilities = Capabilities()
+    concurrency: int = 1
+    """Requests worth having in flight at once (in-process engines: 1)."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -42,6 +42,7 @@ class OpenAICompatBackend(Backend):
     ) -> None:
         super().__init__(name)
         self.http = HttpClient(name, settings)
+        self.concurrency = settings.max_concurrency
         self.model = model
         self.chat = chat
         self.top_k = top_k

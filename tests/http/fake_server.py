@@ -27,6 +27,9 @@ class Script:
 
     replies: list[Reply]
     requests: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def next(self) -> Reply:
         return self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
@@ -43,8 +46,13 @@ def fake_server(script: Script) -> Iterator[str]:
             script.requests.append(
                 {"path": self.path, "json": payload, "auth": self.headers.get("authorization")}
             )
-            reply = script.next()
+            with script.lock:
+                reply = script.next()
+                script.in_flight += 1
+                script.max_in_flight = max(script.max_in_flight, script.in_flight)
             time.sleep(reply.delay_s)
+            with script.lock:
+                script.in_flight -= 1
             data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
             try:
                 self.send_response(reply.status)
