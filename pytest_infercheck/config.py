@@ -6,6 +6,7 @@ Every error names the file, the line and the field (``infercheck.yaml:14: checks
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -15,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .yamlpos import PositionedYaml, SourceError, load_positioned
 
 CHECK_KINDS = ("compare", "sweep", "diff")
-SERVER_KINDS = ("openai", "vllm-mlx")
+SERVER_KINDS = ("openai", "vllm-mlx", "llama-server")
 
 
 class _Strict(BaseModel):
@@ -23,18 +24,60 @@ class _Strict(BaseModel):
 
 
 class ModelSpec(_Strict):
-    """Weights: a local ``path`` or a hub ``repo`` (with ``revision``); ``quantization`` labels."""
+    """Where each kind of backend finds a model.
+
+    ``path`` (a local mlx/Hugging Face folder) or ``repo`` (a hub id, with ``revision``) for
+    mlx-lm, mlx_lm.server and vllm-mlx; ``gguf`` (a file) for llama-server; ``served_name`` for
+    a server that knows the model by name (an OpenAI model id, an Ollama ``name:tag``).
+    ``quantization`` is a label. The infer-check shorthand is accepted as a plain string:
+    ``mlx:DIR``, ``gguf:FILE``, ``ollama:NAME:TAG``, ``vllm-mlx:DIR``, ``openai:NAME``, or a
+    bare value detected as a ``.gguf`` file, an ``org/name`` hub repo, an Ollama ``name:tag``,
+    or else a folder.
+    """
 
     path: str | None = None
     repo: str | None = None
     revision: str | None = None
+    gguf: str | None = None
+    served_name: str | None = None
     quantization: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return parse_model_shorthand(value) if isinstance(value, str) else value
+
     @model_validator(mode="after")
-    def _one_source(self) -> ModelSpec:
-        if (self.path is None) == (self.repo is None):
-            raise ValueError("give exactly one of 'path' or 'repo'")
+    def _some_source(self) -> ModelSpec:
+        if self.path is not None and self.repo is not None:
+            raise ValueError("give 'path' or 'repo', not both")
+        if not any((self.path, self.repo, self.gguf, self.served_name)):
+            raise ValueError("give one of 'path', 'repo', 'gguf' or 'served_name'")
         return self
+
+
+def parse_model_shorthand(spec: str) -> dict[str, str]:
+    """``gguf:./m.gguf`` -> ``{"gguf": "./m.gguf"}`` and so on (see :class:`ModelSpec`)."""
+    prefix, sep, rest = spec.partition(":")
+    if sep and prefix in ("mlx", "vllm-mlx"):
+        return (
+            parse_model_shorthand(rest) if "/" in rest and not _is_local(rest) else {"path": rest}
+        )
+    if sep and prefix == "gguf":
+        return {"gguf": rest}
+    if sep and prefix in ("ollama", "openai"):
+        return {"served_name": rest}
+    if spec.endswith(".gguf"):
+        return {"gguf": spec}
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not _is_local(spec):
+        return {"repo": spec}
+    if re.fullmatch(r"[\w.-]+:[\w.-]+", spec):
+        return {"served_name": spec}
+    return {"path": spec}
+
+
+def _is_local(spec: str) -> bool:
+    return spec.startswith((".", "/", "~"))
 
 
 class BackendSpec(_Strict):
@@ -49,9 +92,10 @@ class BackendSpec(_Strict):
     ``health_path`` up to ``startup_timeout`` seconds, stop it at the end of the run.
     """
 
-    kind: Literal["mlx-lm", "openai", "vllm-mlx"]
+    kind: Literal["mlx-lm", "openai", "vllm-mlx", "llama-server"]
     chat: bool | None = None
     add_bos: bool = True
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
     url: str | None = Field(default=None, pattern=r"^https?://")
     serve: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
@@ -273,14 +317,29 @@ class LoadedMatrix:
             )
         return Target(model=model, backend=backend)
 
-    def model_source(self, name: str) -> tuple[str, str | None]:
-        """Local paths resolve against the YAML's folder; hub repos pass through."""
+    def model_source(self, name: str, kind: str = "mlx-lm") -> tuple[str, str | None]:
+        """What a backend of ``kind`` is given for model ``name`` (local paths resolved
+        against the YAML's folder), and the hub revision if any."""
         spec = self.matrix.models[name]
+        if kind == "llama-server":
+            if spec.gguf is None:
+                raise self.source.error(
+                    ("models", name), f"a llama-server needs 'gguf' for {name!r}"
+                )
+            return self._local(spec.gguf), None
+        if kind != "mlx-lm" and spec.served_name is not None:
+            return spec.served_name, None
         if spec.path is not None:
-            path = Path(spec.path).expanduser()
-            return str(path if path.is_absolute() else (self.base_dir / path).resolve()), None
-        assert spec.repo is not None
-        return spec.repo, spec.revision
+            return self._local(spec.path), None
+        if spec.repo is not None:
+            return spec.repo, spec.revision
+        raise self.source.error(
+            ("models", name), f"a {kind} backend needs 'path' or 'repo' for {name!r}"
+        )
+
+    def _local(self, path_text: str) -> str:
+        path = Path(path_text).expanduser()
+        return str(path if path.is_absolute() else (self.base_dir / path).resolve())
 
 
 def _names(mapping: dict[str, Any]) -> str:

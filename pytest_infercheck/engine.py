@@ -82,7 +82,9 @@ class Engine:
     # -- targets -------------------------------------------------------------------------
     def resolve(self, matrix: LoadedMatrix, target: Target) -> ResolvedTarget:
         """The live backend for ``target`` of ``matrix`` (created on first use)."""
-        source, revision = matrix.model_source(target.model)
+        source, revision = matrix.model_source(
+            target.model, matrix.matrix.backends[target.backend].kind
+        )
         spec = matrix.matrix.backends[target.backend]
         key = (source, revision, spec.model_dump_json())
         if key not in self._backends:

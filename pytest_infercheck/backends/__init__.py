@@ -29,7 +29,7 @@ def create_backend(
         from .mlx_lm import MlxLmBackend, MlxModelSpec
 
         return MlxLmBackend(
-            name, MlxModelSpec(source, revision), chat=spec.chat, add_bos=spec.add_bos
+            name, MlxModelSpec(source, revision, spec.dtype), chat=spec.chat, add_bos=spec.add_bos
         )
     from .http import HttpSettings
 
@@ -48,6 +48,10 @@ def create_backend(
         from .openai_compat import OpenAICompatBackend
 
         return OpenAICompatBackend(name, settings, model=model, chat=chat)
+    if spec.kind == "llama-server":
+        from .llama_server import LlamaServerBackend
+
+        return LlamaServerBackend(name, settings, chat=bool(spec.chat))
     if spec.kind == "vllm-mlx":
         from .vllm_mlx import VllmMlxBackend
 

@@ -38,6 +38,8 @@ class MlxModelSpec:
 
     source: str
     revision: str | None = None
+    dtype: str | None = None
+    """Cast the weights (e.g. ``float32``, to compare exactly with a float32 engine)."""
 
 
 @dataclass
@@ -68,6 +70,10 @@ def _load(spec: MlxModelSpec) -> _Loaded:
                 )
             except Exception as exc:
                 raise BackendError(f"mlx-lm could not load {spec.source!r}: {exc}") from exc
+            if spec.dtype is not None:
+                import mlx.core as mx
+
+                model.set_dtype(getattr(mx, spec.dtype))
             vocab = sorted(tokenizer.get_vocab().items())
             fingerprint = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
             _LOADED[spec] = _Loaded(model, tokenizer, dict(config), fingerprint)

@@ -100,7 +100,7 @@ def test_valid_matrix_loads_with_defaults(tmp_path: Path) -> None:
             "models:\n  a: {quantization: 4bit}\nsuites: [r]\n"
             "checks: [{compare: {baseline: a, test: a}}]\n",
             2,
-            "exactly one of 'path' or 'repo'",
+            "give one of 'path', 'repo', 'gguf' or 'served_name'",
         ),
     ],
 )
@@ -152,3 +152,38 @@ def test_server_backend_options(tmp_path: Path) -> None:
         "MY_KEY",
     )
     assert spec.max_concurrency == 8 and spec.timeout == 30
+
+
+@pytest.mark.parametrize(
+    ("spec", "parsed"),
+    [
+        ("mlx:./models/tiny", {"path": "./models/tiny"}),
+        ("mlx:mlx-community/Qwen3-4B-4bit", {"repo": "mlx-community/Qwen3-4B-4bit"}),
+        ("gguf:./tiny.gguf", {"gguf": "./tiny.gguf"}),
+        ("./weights/tiny-q4.gguf", {"gguf": "./weights/tiny-q4.gguf"}),
+        ("ollama:llama3.2:1b", {"served_name": "llama3.2:1b"}),
+        ("llama3.2:1b", {"served_name": "llama3.2:1b"}),
+        ("openai:gpt-4o-mini", {"served_name": "gpt-4o-mini"}),
+        ("vllm-mlx:./models/tiny", {"path": "./models/tiny"}),
+        ("mlx-community/Llama-3.2-1B-4bit", {"repo": "mlx-community/Llama-3.2-1B-4bit"}),
+        ("./models/tiny", {"path": "./models/tiny"}),
+    ],
+)
+def test_model_shorthand_like_infer_check(spec: str, parsed: dict[str, str]) -> None:
+    from pytest_infercheck.config import parse_model_shorthand
+
+    assert parse_model_shorthand(spec) == parsed
+
+
+def test_each_backend_kind_gets_its_artifact(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "  bf16: {path: ./m/bf16}", "  bf16: {path: ./m/bf16, gguf: ./m/bf16.gguf}"
+    ).replace("quantization: 4bit", "quantization: 4bit\n  named: 'ollama:qwen3:4b'")
+    loaded = load_matrix(write(tmp_path, text))
+    assert loaded.model_source("bf16", "llama-server") == (str(tmp_path / "m/bf16.gguf"), None)
+    assert loaded.model_source("bf16", "mlx-lm") == (str(tmp_path / "m/bf16"), None)
+    assert loaded.model_source("named", "openai") == ("qwen3:4b", None)
+    with pytest.raises(SourceError, match="a llama-server needs 'gguf' for 'q4'"):
+        loaded.model_source("q4", "llama-server")
+    with pytest.raises(SourceError, match="needs 'path' or 'repo' for 'named'"):
+        loaded.model_source("named", "mlx-lm")
