@@ -139,6 +139,7 @@ class MlxLmBackend(Backend):
             bos = tokenizer.bos_token_id
             if self.add_bos and bos is not None and (not ids or ids[0] != bos):
                 ids.insert(0, bos)
+                text = tokenizer.decode(ids)  # the exact string of the ids, "<s>" included
             templated = False
         return PromptInput(
             text, tuple(ids), templated, self._loaded.fingerprint, system=system, thinking=thinking

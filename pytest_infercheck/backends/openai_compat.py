@@ -60,6 +60,12 @@ class OpenAICompatBackend(Backend):
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         return PromptInput(user_text, None, templated=self.chat, system=system, thinking=thinking)
 
+    async def accepts_token_ids(self, prompt: PromptInput) -> bool:
+        """In raw mode the baseline's rendered text is sent as it is (the exact string of its
+        ids, e.g. with ``<s>``, which servers parse as the special token); in chat mode the
+        server applies its own template, so nothing rendered elsewhere is taken."""
+        return not self.chat and prompt.token_ids is not None
+
     def _payload(self, prompt: PromptInput, params: GenerationParams) -> Any:
         body: dict[str, Any] = {
             "max_tokens": params.max_tokens,

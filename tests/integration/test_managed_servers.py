@@ -70,7 +70,9 @@ def test_server_started_used_and_stopped(pytester: pytest.Pytester, serve_projec
     outcomes = result.parseoutcomes()
     # Every item ran against the real server (no backend errors); mlx_lm.server returns text
     # only here (no token ids), so the comparison is on text and answers.
-    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 9, result.stdout.str()
+    # The raw prompt is sent as the exact string of the baseline's ids ("<s>12+34="), so the
+    # server, same bf16 weights, answers as mlx-lm does: every item passes.
+    assert outcomes == {"passed": 9}, result.stdout.str()
     result.stdout.no_fnmatch_line("*backend error*")
     assert server_processes(pytester.path.name) == []
 

@@ -141,7 +141,7 @@ def test_chat_template_applied_once_with_thinking_off_by_default(
     assert off.templated and off.text == "<user>12+34[nothink]="
     assert on.text == "<system>sys<user>12+34[think]="
     raw = backend(model, chat=False).render_sync("12+34=", None, thinking=False)
-    assert not raw.templated and raw.text == "12+34="
+    assert not raw.templated and raw.text == "<s>12+34="  # the exact string of the ids
 
 
 def test_missing_model_is_a_clear_error(tmp_path: Path) -> None:
