@@ -87,7 +87,8 @@ class LlamaServerBackend(Backend):
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:
         if prompt.token_ids is None:
             return False
-        ids = await self._tokenize(prompt.text, add_special=not prompt.templated)
+        # A rendered text is the exact string of its ids (special tokens spelled out).
+        ids = await self._tokenize(prompt.text, add_special=False)
         return tuple(ids) == prompt.token_ids
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:

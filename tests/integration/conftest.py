@@ -1,0 +1,44 @@
+"""Real servers for the integration tests: built or installed by the repo's scripts (cached
+outside the repo), never mocked. A server that cannot be had fails its tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import MODELS_CACHE, REPO
+
+
+def _script_output(script: str) -> Path:
+    """Run ``scripts/<script>`` (idempotent) and return the path on its last stdout line."""
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / script)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.fail(f"scripts/{script} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> Path:
+    return _script_output("build_llama_server.sh")
+
+
+@pytest.fixture(scope="session")
+def vllm_mlx_bin() -> Path:
+    return _script_output("install_vllm_mlx.sh")
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_models: dict[str, Path]) -> Path:
+    """The tiny adder as an f32 GGUF (from the same bf16 weights)."""
+    path = REPO / "examples" / "models" / "make_gguf.py"
+    spec = importlib.util.spec_from_file_location("infercheck_make_gguf", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out: Path = module.make_gguf(tiny_models["bf16"], MODELS_CACHE / "gguf" / "tiny-adder-f32.gguf")
+    return out

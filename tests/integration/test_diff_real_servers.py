@@ -1,0 +1,86 @@
+"""The diff check across real engines serving the same tiny model, each started by the
+plugin: mlx-lm in-process, llama-server, mlx_lm.server and vllm-mlx (both engines).
+
+Expected, per pair (and asserted):
+- mlx-lm (float32) vs llama-server (f32 GGUF, ``-fa off -ctk f32 -ctv f32``): token ids and
+  teacher-forced full-vocabulary KL, identical tokens, KL below 1e-6.
+- mlx-lm (bf16) vs mlx_lm.server and vllm-mlx (same bf16 weights, raw completions): no ids
+  or comparable logprobs, so text and answers; identical text, no flips.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.plugin.conftest import INI
+from tests.plugin.helpers import junit_properties, suite_jsonl
+
+
+def test_diff_across_real_engines(
+    pytester: pytest.Pytester,
+    tiny_models: dict[str, Path],
+    tiny_gguf: Path,
+    llama_server_bin: Path,
+    vllm_mlx_bin: Path,
+) -> None:
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(".jsonl", addition=suite_jsonl())
+    hub = pytester.path / "hub"
+    hub.mkdir()
+    vllm = f"{vllm_mlx_bin} serve {{model}} --host 127.0.0.1 --port {{port}}"
+    llama = (
+        f"{llama_server_bin} -m {{model}} --host 127.0.0.1 --port {{port}}"
+        " -fa off -ctk f32 -ctv f32 -np 1 -c 64 -t 2"
+    )
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"""\
+models:
+  adder: {{path: '{tiny_models["bf16"]}', gguf: '{tiny_gguf}'}}
+backends:
+  local: {{kind: mlx-lm}}
+  local32: {{kind: mlx-lm, dtype: float32}}
+  llama:
+    kind: llama-server
+    serve: "{llama}"
+  mlxserver:
+    kind: openai
+    chat: false
+    serve: "{sys.executable} -m mlx_lm.server --model {{model}} --host 127.0.0.1 --port {{port}}"
+    env: {{HF_HUB_CACHE: '{hub}'}}
+  vllm:
+    kind: vllm-mlx
+    chat: false
+    serve: "{vllm}"
+    env: {{VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION: wait, HF_HUB_CACHE: '{hub}'}}
+  vllmcb:
+    kind: vllm-mlx
+    chat: false
+    serve: "{vllm} --continuous-batching"
+    env: {{HF_HUB_CACHE: '{hub}'}}
+suites: [addition.jsonl]
+checks:
+  - diff: {{model: adder, backends: [local32, llama]}}
+    name: exact
+    max_kl: 1.0e-6
+    flips: {{fail_item_on: any}}
+  - diff: {{model: adder, backends: [local, mlxserver, vllm, vllmcb]}}
+    name: text
+    min_similarity: 1.0
+    flips: {{fail_item_on: any}}
+""",
+    )
+    result = pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
+    assert result.parseoutcomes() == {"passed": 8 + 1 + 24 + 1}, result.stdout.str()
+    props = junit_properties(pytester.path / "out.xml")
+    exact = props["s04[llama]"]
+    assert exact["infercheck_method"] == "teacher-forced"
+    assert float(exact["infercheck_kl_max"]) < 1e-6
+    assert exact["infercheck_first_divergence"] == "None"
+    for backend in ("mlxserver", "vllm", "vllmcb"):
+        text = props[f"s04[{backend}]"]
+        assert text["infercheck_method"] == "text", backend
+        assert text["infercheck_severity"] == "identical", backend
