@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .yamlpos import PositionedYaml, SourceError, load_positioned
 
 CHECK_KINDS = ("compare", "sweep", "diff")
-SERVER_KINDS = ("openai", "vllm-mlx", "llama-server")
+SERVER_KINDS = ("openai", "vllm-mlx", "llama-server", "ollama")
 
 
 class _Strict(BaseModel):
@@ -92,7 +92,7 @@ class BackendSpec(_Strict):
     ``health_path`` up to ``startup_timeout`` seconds, stop it at the end of the run.
     """
 
-    kind: Literal["mlx-lm", "openai", "vllm-mlx", "llama-server"]
+    kind: Literal["mlx-lm", "openai", "vllm-mlx", "llama-server", "ollama"]
     chat: bool | None = None
     add_bos: bool = True
     dtype: Literal["float32", "bfloat16", "float16"] | None = None

@@ -52,6 +52,10 @@ def create_backend(
         from .llama_server import LlamaServerBackend
 
         return LlamaServerBackend(name, settings, chat=bool(spec.chat))
+    if spec.kind == "ollama":
+        from .ollama import OllamaBackend
+
+        return OllamaBackend(name, settings, model=model, chat=chat)
     if spec.kind == "vllm-mlx":
         from .vllm_mlx import VllmMlxBackend
 

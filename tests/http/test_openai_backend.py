@@ -201,3 +201,47 @@ async def test_vllm_mlx_health_must_name_the_expected_model() -> None:
     assert b.capabilities.top_k_logprobs == 0  # declared: vllm-mlx returns no logprobs
     with fake_server(Script([Reply(body={**health, "model_name": "/models/tiny"})])) as url:
         await VllmMlxBackend("v", HttpSettings(base_url=url), model="/models/tiny").ensure_ready()
+
+
+@pytest.mark.asyncio
+async def test_ollama_native_chat_with_think_off() -> None:
+    from pytest_infercheck.backends.ollama import OllamaBackend
+
+    tags = {"models": [{"name": "qwen3:4b"}]}
+    answer = {
+        "message": {"role": "assistant", "content": "46", "thinking": "12 plus 34"},
+        "done_reason": "stop",
+        "logprobs": [
+            {"token": "4", "logprob": -0.1, "top_logprobs": [{"token": "4", "logprob": -0.1}]},
+            {"token": "6", "logprob": -0.3, "top_logprobs": []},
+        ],
+    }
+    script = Script([Reply(body=tags), Reply(body=answer)])
+    with fake_server(script) as url:
+        b = OllamaBackend("ol", HttpSettings(base_url=url), model="qwen3:4b", chat=True)
+        await b.ensure_ready()
+        gen = await b.generate(await b.render("12+34=", None, False), GenerationParams(8, seed=1))
+    sent = script.requests[1]
+    assert sent["path"] == "/api/chat" and sent["json"]["think"] is False
+    assert sent["json"]["options"] == {"temperature": 0.0, "num_predict": 8, "seed": 1}
+    assert gen.text == "46" and gen.extra["reasoning"] == "12 plus 34"
+    assert gen.chosen_logprobs == [-0.1, -0.3] and gen.extra["tokens"] == ["4", "6"]
+
+
+@pytest.mark.asyncio
+async def test_ollama_raw_generate_and_missing_model() -> None:
+    from pytest_infercheck.backends.ollama import OllamaBackend
+
+    script = Script([Reply(body={"models": [{"name": "other:1b"}]})])
+    with fake_server(script) as url:
+        b = OllamaBackend("ol", HttpSettings(base_url=url), model="qwen3:4b", chat=False)
+        with pytest.raises(
+            BackendError, match="Ollama has no model 'qwen3:4b' \\(has: other:1b\\)"
+        ):
+            await b.ensure_ready()
+    script = Script([Reply(body={"response": "46", "done_reason": "length"})])
+    with fake_server(script) as url:
+        b = OllamaBackend("ol", HttpSettings(base_url=url), model="qwen3:4b", chat=False)
+        gen = await b.generate(await b.render("12+34=", None, False), GenerationParams(2))
+    assert script.requests[0]["path"] == "/api/generate" and script.requests[0]["json"]["raw"]
+    assert gen.finish_reason == "length" and b.observed == {"logprobs": False}
