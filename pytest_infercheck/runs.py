@@ -108,6 +108,10 @@ class CheckRun:
             ("infercheck_similarity", round(result.similarity, 6)),
             ("infercheck_severity", result.severity),
             ("infercheck_flip", result.flip),
+            (
+                "infercheck_reasoning_chars",
+                [result.base_reasoning_chars, result.test_reasoning_chars],
+            ),
         ]
 
     # -- suite level -------------------------------------------------------------------------------

@@ -8,9 +8,11 @@ HTTP 503 ``text_generation_busy`` (retried by the HTTP layer, honouring ``Retry-
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .base import BackendError, Capabilities
+from .http import HttpClient
 from .openai_compat import OpenAICompatBackend
 
 
@@ -26,7 +28,11 @@ class VllmMlxBackend(OpenAICompatBackend):
         return Capabilities(chat_template=self.chat)
 
     async def ensure_ready(self) -> None:
-        await self.check_health()
+        health = await self.check_health()
+        if health.get("engine_type") == "simple":
+            # The simple engine runs one request at a time and answers others with 503 busy.
+            self.concurrency = 1
+            self.http = HttpClient(self.name, replace(self.http.settings, max_concurrency=1))
 
     async def check_health(self) -> dict[str, Any]:
         """``/health`` must report the expected model loaded; returns the health document."""

@@ -54,6 +54,9 @@ class PromptComparison:
     test_answer: str | None = None
     flip: str = "unchanged"
     templated: bool = False
+    base_reasoning_chars: int = 0
+    test_reasoning_chars: int = 0
+    """Length of a reasoning chain a side returned apart from its answer (compared: answers)."""
 
     @property
     def kl_mean(self) -> float | None:
@@ -128,6 +131,8 @@ def compare_prompt(
         similarity=sim,
         severity=severity(identical, sim).value,
         templated=rendered.templated,
+        base_reasoning_chars=len(base.extra.get("reasoning") or ""),
+        test_reasoning_chars=len(other.extra.get("reasoning") or ""),
     )
     _add_logprob_metrics(
         engine, baseline, test, rendered.token_ids, base, other, shared_ids, result

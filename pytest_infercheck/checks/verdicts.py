@@ -74,6 +74,11 @@ def failure_text(result: PromptComparison, violations: list[str]) -> str:
     )
     lines.append(f"test     {result.test}: {mark_divergence(result.test_text, result.base_text)}")
     lines.append(f"  ({where}; ⟦ marks the first differing character)")
+    if result.base_reasoning_chars or result.test_reasoning_chars:
+        lines.append(
+            f"reasoning returned apart from the answer: baseline {result.base_reasoning_chars} "
+            f"chars, test {result.test_reasoning_chars} chars (outputs compared on the answer)"
+        )
     if result.answer_kind is not None:
         lines.append(
             f"answers ({result.answer_kind}): reference {_show(result.reference)}, baseline "

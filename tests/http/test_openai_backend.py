@@ -245,3 +245,19 @@ async def test_ollama_raw_generate_and_missing_model() -> None:
         gen = await b.generate(await b.render("12+34=", None, False), GenerationParams(2))
     assert script.requests[0]["path"] == "/api/generate" and script.requests[0]["json"]["raw"]
     assert gen.finish_reason == "length" and b.observed == {"logprobs": False}
+
+
+@pytest.mark.asyncio
+async def test_vllm_mlx_simple_engine_gets_one_request_at_a_time() -> None:
+    from pytest_infercheck.backends.vllm_mlx import VllmMlxBackend
+
+    health = {"status": "healthy", "model_loaded": True, "model_name": "m", "engine_type": "simple"}
+    with fake_server(Script([Reply(body=health)])) as url:
+        b = VllmMlxBackend("v", HttpSettings(base_url=url, max_concurrency=4), model="m")
+        await b.ensure_ready()
+    assert b.concurrency == 1 and b.http.settings.max_concurrency == 1
+    batched = {**health, "engine_type": "batched"}
+    with fake_server(Script([Reply(body=batched)])) as url:
+        b = VllmMlxBackend("v", HttpSettings(base_url=url, max_concurrency=4), model="m")
+        await b.ensure_ready()
+    assert b.concurrency == 4
