@@ -15,16 +15,18 @@ from tests.plugin.helpers import suite_jsonl
 
 
 def server_processes(marker: str) -> list[int]:
-    """Pids whose command line contains ``marker`` (a per-test folder name)."""
+    """Pids of mlx_lm.server processes whose environment mentions ``marker`` (each test's
+    servers get ``HF_HUB_CACHE`` inside its own folder)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environ = (entry / "environ").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if marker in cmdline and "mlx_lm.server" in cmdline:
+        if "mlx_lm.server" in cmdline and "supervise" not in cmdline and marker in environ:
             pids.append(int(entry.name))
     return pids
 
@@ -142,3 +144,47 @@ def test_two_xdist_workers_share_one_server(
     result.stdout.no_fnmatch_line("*backend error*")
     assert starts.read_text().splitlines() == ["started"]
     assert server_processes(pytester.path.name) == []
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT"])
+def test_no_orphan_when_pytest_is_killed_or_interrupted(
+    pytester: pytest.Pytester, serve_project: Any, signal_name: str
+) -> None:
+    import signal
+    import subprocess
+    import time
+
+    serve_project()
+    marker = pytester.path / "server-is-up"
+    pytester.makeconftest(
+        f"""
+import time
+from pathlib import Path
+
+def pytest_runtest_teardown(item):
+    if item.name == "s01":
+        Path({str(marker)!r}).write_text("up")
+        time.sleep(120)
+"""
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            assert process.poll() is None, "pytest ended before its server came up"
+            time.sleep(0.2)
+        assert server_processes(pytester.path.name), "the server should be running"
+        process.send_signal(getattr(signal, signal_name))
+        process.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while server_processes(pytester.path.name) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert server_processes(pytester.path.name) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
