@@ -30,6 +30,11 @@ class Capabilities:
     teacher_forcing: bool = False
     chat_template: bool = False
 
+    @classmethod
+    def token_level(cls, top_k: int, chat_template: bool) -> Capabilities:
+        """An engine that gives token ids and full-vocabulary teacher-forced scores."""
+        return cls(True, top_k, True, True, chat_template)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "full_vocab_logprobs": self.full_vocab_logprobs,

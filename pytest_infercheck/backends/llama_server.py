@@ -42,13 +42,7 @@ class LlamaServerBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
-        return Capabilities(
-            full_vocab_logprobs=True,
-            top_k_logprobs=TOP_K,
-            token_ids=True,
-            teacher_forcing=True,
-            chat_template=self.chat,
-        )
+        return Capabilities.token_level(TOP_K, self.chat)
 
     async def ensure_ready(self) -> None:
         await self.http.request("GET", "/health")

@@ -100,13 +100,7 @@ class MlxLmBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
-        return Capabilities(
-            full_vocab_logprobs=True,
-            top_k_logprobs=TOP_K,
-            token_ids=True,
-            teacher_forcing=True,
-            chat_template=self._uses_chat_template(),
-        )
+        return Capabilities.token_level(TOP_K, self._uses_chat_template())
 
     @property
     def _loaded(self) -> _Loaded:
