@@ -145,7 +145,6 @@ class Engine:
         key = (target.key, prompt.key(), params.key(), run)
         if key not in self._generations:
             generation = self._call(target, target.backend.generate(prompt, params))
-            generation.extra.pop("logprobs", None)  # full per-step logprobs: too big to keep
             self._generations[key] = generation
         return self._generations[key]
 

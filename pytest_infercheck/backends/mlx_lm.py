@@ -28,9 +28,6 @@ from .base import (
     PromptInput,
 )
 
-TOP_K = 8
-"""How many top log-probabilities per step a generation keeps (for reports and top-k KL)."""
-
 
 @dataclass(frozen=True)
 class MlxModelSpec:
@@ -100,7 +97,7 @@ class MlxLmBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
-        return Capabilities.token_level(TOP_K, self._uses_chat_template())
+        return Capabilities.token_level(0, self._uses_chat_template())
 
     @property
     def _loaded(self) -> _Loaded:
@@ -150,8 +147,13 @@ class MlxLmBackend(Backend):
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return self.generate_sync(prompt, params)
 
-    def generate_sync(self, prompt: PromptInput, params: GenerationParams) -> Generation:
-        """Greedy generation; keeps float32 per-step full-vocabulary logprobs in ``extra``."""
+    def generate_sync(
+        self, prompt: PromptInput, params: GenerationParams, *, full_logprobs: bool = False
+    ) -> Generation:
+        """Greedy generation. Each step's chosen-token logprob is gathered inside mlx (cheap
+        whatever the vocabulary; comparisons use teacher-forced full-vocabulary scores, so no
+        per-step top-k is kept); with ``full_logprobs`` the float32 per-step full-vocabulary
+        logprobs are also returned, in ``extra["logprobs"]`` (T, V)."""
         import mlx.core as mx
         from mlx_lm.generate import generate_step
         from mlx_lm.sample_utils import make_sampler
@@ -166,6 +168,7 @@ class MlxLmBackend(Backend):
         sampler = None if params.temperature == 0 else make_sampler(temp=params.temperature)
         started = time.perf_counter()
         tokens: list[int] = []
+        chosen: list[Any] = []
         steps: list[Any] = []
         finish = "length"
         if params.max_tokens > 0:
@@ -173,27 +176,28 @@ class MlxLmBackend(Backend):
                 mx.array(prompt_ids), loaded.model, max_tokens=params.max_tokens, sampler=sampler
             ):
                 tokens.append(int(token))
-                steps.append(logprobs)
+                chosen.append(logprobs[token])
+                if full_logprobs:
+                    steps.append(logprobs)
                 if token in eos_ids:
                     finish = "stop"
                     break
-        full = (
-            np.array(mx.stack(steps).astype(mx.float32))
-            if steps
-            else np.zeros((0, 0), dtype=np.float32)
-        )
-        elapsed = time.perf_counter() - started
+        extra: dict[str, Any] = {"prompt_tokens": len(prompt_ids)}
+        if full_logprobs:
+            extra["logprobs"] = (
+                np.array(mx.stack(steps).astype(mx.float32))
+                if steps
+                else np.zeros((0, 0), dtype=np.float32)
+            )
         text_ids = tokens[:-1] if finish == "stop" else tokens
-        text = loaded.tokenizer.decode(text_ids)
-        chosen, top = _chosen_and_top(full, tokens)
+        chosen_values = np.array(mx.stack(chosen).astype(mx.float32)).tolist() if chosen else []
         return Generation(
-            text=text,
+            text=loaded.tokenizer.decode(text_ids),
             token_ids=tokens,
             finish_reason=finish,
-            chosen_logprobs=chosen,
-            top_logprobs=top,
-            elapsed_s=elapsed,
-            extra={"logprobs": full, "prompt_tokens": len(prompt_ids)},
+            chosen_logprobs=chosen_values,
+            elapsed_s=time.perf_counter() - started,
+            extra=extra,
         )
 
     async def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
@@ -226,22 +230,6 @@ class MlxLmBackend(Backend):
             "mlx": _version("mlx"),
             "mlx-lm": _version("mlx-lm"),
         }
-
-
-def _chosen_and_top(
-    logprobs: np.ndarray, tokens: list[int]
-) -> tuple[list[float], list[dict[int, float]]]:
-    """Log-probability of each chosen token and the top-k map of each step."""
-    if not tokens:
-        return [], []
-    chosen = logprobs[np.arange(len(tokens)), tokens].astype(float).tolist()
-    k = min(TOP_K, logprobs.shape[1])
-    top_idx = np.argpartition(-logprobs, k - 1, axis=1)[:, :k]
-    top = [
-        {int(i): float(row[i]) for i in sorted(idx, key=lambda j: -row[j])}
-        for row, idx in zip(logprobs, top_idx, strict=True)
-    ]
-    return chosen, top
 
 
 def _version(package: str) -> str | None:

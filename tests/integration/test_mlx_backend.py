@@ -56,7 +56,9 @@ def test_max_tokens_is_honoured(tiny_models: dict[str, Path]) -> None:
 
 def test_generation_logprobs_are_float32_full_vocab(tiny_models: dict[str, Path]) -> None:
     b = backend(tiny_models["bf16"])
-    gen = b.generate_sync(b.render_sync("50+25=", None, False), GenerationParams(max_tokens=8))
+    gen = b.generate_sync(
+        b.render_sync("50+25=", None, False), GenerationParams(max_tokens=8), full_logprobs=True
+    )
     full = gen.extra["logprobs"]
     assert full.dtype == np.float32 and full.shape[0] == len(gen.token_ids or [])
     # Each row is a full log-softmax: probabilities sum to 1.
@@ -69,7 +71,7 @@ def test_generation_logprobs_are_float32_full_vocab(tiny_models: dict[str, Path]
 def test_teacher_forced_scoring_matches_generation(tiny_models: dict[str, Path]) -> None:
     b = backend(tiny_models["bf16"])
     rendered = b.render_sync("63+29=", None, False)
-    gen = b.generate_sync(rendered, GenerationParams(max_tokens=8))
+    gen = b.generate_sync(rendered, GenerationParams(max_tokens=8), full_logprobs=True)
     scored = b.score_sync(list(rendered.token_ids or ()), gen.token_ids or [])
     assert scored.shape == gen.extra["logprobs"].shape and scored.dtype == np.float32
     # Same model, same prefix: one forward pass equals the incremental KV-cache steps. The
