@@ -131,7 +131,13 @@ class CheckRun:
             "suite": self.suite.name,
             "levels": [a.to_dict() for a in aggregates],
         }
-        properties: list[tuple[str, Any]] = [("infercheck_aggregate", summary)]
+        engines = {
+            t.label: t.backend.identity() for t in [self.baseline, *map(self._target, self.tests())]
+        }
+        properties: list[tuple[str, Any]] = [
+            ("infercheck_aggregate", summary),
+            ("infercheck_engines", engines),
+        ]
         if self.check.sweep is not None:
             cliff = degradation_cliff(
                 [("self-check", 0.0, 0.0)]

@@ -80,6 +80,19 @@ checks:
     assert exact["infercheck_method"] == "teacher-forced"
     assert float(exact["infercheck_kl_max"]) < 1e-6
     assert exact["infercheck_first_divergence"] == "None"
+    import xml.etree.ElementTree as ET
+
+    (exact_aggregate,) = [
+        case
+        for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase")
+        if "diff(exact)" in case.get("classname", "") and case.get("name") == "aggregate"
+    ]
+    engines = next(
+        p.get("value", "")
+        for p in exact_aggregate.iter("property")
+        if p.get("name") == "infercheck_engines"
+    )
+    assert "'build_info': 'b1-" in engines and str(tiny_gguf) in engines  # from /props
     for backend in ("mlxserver", "vllm", "vllmcb"):
         text = props[f"s04[{backend}]"]
         assert text["infercheck_method"] == "text", backend
