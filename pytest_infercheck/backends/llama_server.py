@@ -76,6 +76,10 @@ class LlamaServerBackend(Backend):
         else:
             text = f"{system}\n\n{user_text}" if system else user_text
             ids = await self._tokenize(text, add_special=True)
+            plain = await self._tokenize(text, add_special=False)
+            if ids[1:] == plain and len(ids) == len(plain) + 1:
+                # The rendered text is the exact string of the ids: spell out the BOS.
+                text = str(self.props.get("bos_token", "")) + text
         return PromptInput(text, tuple(ids), self.chat, None, system=system, thinking=thinking)
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:

@@ -71,10 +71,16 @@ checks:
     name: text
     min_similarity: 1.0
     flips: {{fail_item_on: any}}
+  # llama-server as the baseline: a raw-completion server gets its prompt as the exact
+  # string of llama-server's ids ("<s>12+34="), so it answers the same.
+  - diff: {{model: adder, backends: [llama, vllm]}}
+    name: from-llama
+    min_similarity: 1.0
+    flips: {{fail_item_on: any}}
 """,
     )
     result = pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
-    assert result.parseoutcomes() == {"passed": 8 + 1 + 24 + 1}, result.stdout.str()
+    assert result.parseoutcomes() == {"passed": 8 + 1 + 24 + 1 + 8 + 1}, result.stdout.str()
     props = junit_properties(pytester.path / "out.xml")
     exact = props["s04[llama]"]
     assert exact["infercheck_method"] == "teacher-forced"
