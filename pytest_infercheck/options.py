@@ -6,9 +6,12 @@ every prompt's own ``max_tokens``; ``num_prompts`` keeps the first N prompts of 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from .config import Settings
+if TYPE_CHECKING:
+    from .config import Settings
 
 INT_OPTIONS = {
     "num_prompts": "keep the first N prompts of every suite",

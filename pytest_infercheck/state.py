@@ -60,7 +60,8 @@ def finish(config: pytest.Config) -> None:
         del config.stash[ENGINE_KEY]
     folder = config.stash.get(SERVERS_DIR_KEY, None)
     if folder is not None and not is_worker(config):
-        from .servers import ServerPool
+        if any(folder.glob("*.json")):  # a server was started: stop it (imports httpx)
+            from .servers import ServerPool
 
-        ServerPool(folder, os.getpid()).stop_all()
+            ServerPool(folder, os.getpid()).stop_all()
         shutil.rmtree(folder, ignore_errors=True)
