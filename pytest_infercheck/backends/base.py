@@ -35,15 +35,6 @@ class Capabilities:
         """An engine that gives token ids and full-vocabulary teacher-forced scores."""
         return cls(True, top_k, True, True, chat_template)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "full_vocab_logprobs": self.full_vocab_logprobs,
-            "top_k_logprobs": self.top_k_logprobs,
-            "token_ids": self.token_ids,
-            "teacher_forcing": self.teacher_forcing,
-            "chat_template": self.chat_template,
-        }
-
 
 @dataclass(frozen=True)
 class GenerationParams:

@@ -80,10 +80,6 @@ class PromptComparison:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PromptComparison:
-        return cls(**data)
-
 
 def generation_params(
     prompt: Prompt, max_tokens: int | None, default: int, seed: int | None
