@@ -153,3 +153,26 @@ def test_keyword_and_last_failed_under_xdist(pytester: pytest.Pytester, write_ma
     outcomes = rerun.parseoutcomes()
     assert outcomes.get("failed", 0) >= 6 and "passed" not in outcomes, outcomes
     rerun.stdout.no_fnmatch_line("*compare(bf16-vs-bf16)*")
+
+
+def test_diff_passes_on_identical_engines_and_fails_on_different_arithmetic(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    # Same weights, two mlx-lm backends: bf16 arithmetic vs float32 arithmetic.
+    write_matrix(
+        "  - diff: {model: bf16, backends: [local, same]}\n    name: same\n    max_kl: 0.0\n"
+        "  - diff: {model: bf16, backends: [local, f32]}\n    name: f32\n    max_kl: 0.0\n"
+    )
+    text = (pytester.path / "infercheck.yaml").read_text()
+    text = text.replace(
+        "suites:",
+        "backends:\n  local: {kind: mlx-lm}\n  same: {kind: mlx-lm, chat: false}\n"
+        "  f32: {kind: mlx-lm, dtype: float32}\nsuites:",
+    )
+    (pytester.path / "infercheck.yaml").write_text(text)
+    result = pytester.runpytest("-q")
+    result.stdout.fnmatch_lines(["*diff(f32)*FAIL*"])
+    outcomes = result.parseoutcomes()
+    assert outcomes["passed"] >= 9  # the whole diff(same) suite: KL exactly 0
+    assert outcomes["failed"] >= 1
+    result.stdout.no_fnmatch_line("*diff(same)*FAILED*")
