@@ -28,6 +28,7 @@ from .yamlpos import SourceError
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
 
+    from .checks.target import ItemPlan, Outcome, TargetRun
     from .runs import CheckRun
 
 
@@ -74,12 +75,17 @@ class InfercheckFile(pytest.File):
 
 
 def check_name(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
-    """``compare(bf16-vs-q4)``, ``sweep(bf16)``, ``diff(bf16)``; backends appear in a compare
-    only where they tell the sides apart."""
+    """``compare(bf16-vs-q4)``, ``sweep(bf16)``, ``diff(bf16)``, ``determinism(q4)``; backends
+    appear in a compare only where they tell the sides apart, in a single-target check only
+    when the matrix has several (``stress(q4.llama)``)."""
     if check.name:
         return f"{check.kind}({check.name})"
     baseline = check.baseline_side(index)
     base = loaded.target(baseline.ref, baseline.loc)
+    if not check.is_comparison:
+        several = len(loaded.matrix.backends) > 1
+        label = f"{base.model}.{base.backend}" if several else base.model
+        return f"{check.kind}({label})"
     if check.compare is not None:
         (side,) = check.test_sides(index)
         test = loaded.target(side.ref, side.loc)
@@ -132,8 +138,8 @@ class SuiteCollector(pytest.Collector):
         super().__init__(**kwargs)
         self.suite = suite
         self.selected: set[str] = set()
-        """Prompt ids of this suite's items that were selected to run (set after -k etc.)."""
-        self._run: CheckRun | None = None
+        """Prompt ids (plan keys) of this suite's items selected to run (set after -k etc.)."""
+        self._run: CheckRun | TargetRun | None = None
 
     @property
     def check_collector(self) -> CheckCollector:
@@ -141,25 +147,67 @@ class SuiteCollector(pytest.Collector):
         return self.parent
 
     def run(self) -> CheckRun:
-        """The check x suite state shared by this suite's items (built on first use)."""
+        """The comparison state shared by this suite's items (built on first use)."""
+        run = self._shared_run()
+        from .runs import CheckRun
+
+        assert isinstance(run, CheckRun)
+        return run
+
+    def target_run(self) -> TargetRun:
+        """The single-target check state shared by this suite's items."""
+        run = self._shared_run()
+        from .checks.target import TargetRun
+
+        assert isinstance(run, TargetRun)
+        return run
+
+    def _shared_run(self) -> CheckRun | TargetRun:
         if self._run is None:
-            from .runs import CheckRun
             from .state import engine_for
 
             parent = self.check_collector
-            self._run = CheckRun(
-                engine=engine_for(self.config),
-                loaded=parent.loaded,
-                check=parent.check,
-                index=parent.index,
-                suite=self.suite,
-                settings=parent.settings,
-                selected=frozenset(self.selected),
-            )
+            fields: dict[str, Any] = {
+                "engine": engine_for(self.config),
+                "loaded": parent.loaded,
+                "check": parent.check,
+                "index": parent.index,
+                "suite": self.suite,
+                "settings": parent.settings,
+                "selected": frozenset(self.selected),
+            }
+            if parent.check.is_comparison:
+                from .runs import CheckRun
+
+                self._run = CheckRun(**fields)
+            else:
+                from .checks.target import run_class
+
+                self._run = run_class(parent.check.kind)(**fields)
         return self._run
+
+    def record(
+        self, role: str, name: str, violations: list[str], data: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The report record of one of this suite's items (see ``plugin``: it travels on the
+        test report as ``report.infercheck``, across xdist, into the HTML and JSON reports)."""
+        parent = self.check_collector
+        return {
+            "check": parent.name,
+            "kind": parent.check.kind,
+            "suite": self.suite.name,
+            "role": role,
+            "name": name,
+            "thresholds": parent.check.thresholds(),
+            "violations": list(violations),
+            "data": data,
+        }
 
     def collect(self) -> Iterator[pytest.Item]:
         parent = self.check_collector
+        if not parent.check.is_comparison:
+            yield from self._collect_target_items()
+            return
         sides = parent.check.test_sides(parent.index)
         if parent.check.self_check:
             yield SelfCheckItem.from_parent(self, name="self-check")
@@ -179,6 +227,22 @@ class SuiteCollector(pytest.Collector):
                     )
         yield AggregateItem.from_parent(self, name="aggregate")
 
+    def _collect_target_items(self) -> Iterator[pytest.Item]:
+        from .checks.target import run_class
+
+        check = self.check_collector.check
+        for plan in run_class(check.kind).plan(check, self.suite):
+            if plan.param is None:
+                yield TargetItem.from_parent(self, name=plan.name, plan=plan)
+            else:
+                yield TargetItem.from_parent(
+                    self,
+                    name=f"{plan.name}[{plan.param}]",
+                    nodeid=_param_id(self, plan.name, plan.param),
+                    plan=plan,
+                )
+        yield TargetAggregateItem.from_parent(self, name="aggregate")
+
 
 def _param_id(parent: pytest.Collector, name: str, param: str) -> Any:
     """The node id ``<parent>::name[param]`` with ``param`` as real parameters (pytest >= 9
@@ -188,6 +252,9 @@ def _param_id(parent: pytest.Collector, name: str, param: str) -> Any:
 
 
 class _InfercheckItem(pytest.Item):
+    infercheck_record: dict[str, Any] | None = None
+    """Set by ``runtest``: what the item measured (see :meth:`SuiteCollector.record`)."""
+
     @property
     def suite_node(self) -> SuiteCollector:
         assert isinstance(self.parent, SuiteCollector)
@@ -216,6 +283,9 @@ class PromptItem(_InfercheckItem):
         run = self.suite_node.run()
         result, violations = run.prompt_result(self.prompt_id, self.test_ref)
         self.user_properties.extend(run.item_properties(result))
+        self.infercheck_record = self.suite_node.record(
+            "prompt", self.name, violations, run.item_data(result)
+        )
         if violations:
             raise InfercheckFailure(failure_text(result, violations))
 
@@ -225,8 +295,9 @@ class AggregateItem(_InfercheckItem):
 
     def runtest(self) -> None:
         run = self.suite_node.run()
-        summary, violations, properties = run.aggregate()
+        summary, violations, properties, data = run.aggregate()
         self.user_properties.extend(properties)
+        self.infercheck_record = self.suite_node.record("aggregate", self.name, violations, data)
         if violations:
             raise InfercheckFailure(
                 summary + "\nviolations:\n" + "\n".join(f"  - {v}" for v in violations)
@@ -238,6 +309,9 @@ class SelfCheckItem(_InfercheckItem):
 
     def runtest(self) -> None:
         problems = self.suite_node.run().self_check()
+        self.infercheck_record = self.suite_node.record(
+            "self-check", self.name, problems, {"problems": problems}
+        )
         if problems:
             raise InfercheckFailure(
                 "baseline self-check FAILED: the baseline is not deterministic, so no sweep "
@@ -245,8 +319,43 @@ class SelfCheckItem(_InfercheckItem):
             )
 
 
+class TargetItem(_InfercheckItem):
+    """One item of a single-target check (a prompt, a concurrency level, a hostile request)."""
+
+    def __init__(self, *, plan: ItemPlan, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.plan = plan
+
+    def runtest(self) -> None:
+        outcome = self.suite_node.target_run().run_item(self.plan)
+        _finish(self, self.plan.role, outcome)
+
+
+class TargetAggregateItem(_InfercheckItem):
+    """The suite gates of a single-target check."""
+
+    def runtest(self) -> None:
+        outcome = self.suite_node.target_run().aggregate()
+        _finish(self, "aggregate", outcome)
+
+
+def _finish(item: _InfercheckItem, role: str, outcome: Outcome) -> None:
+    item.user_properties.extend(outcome.properties)
+    item.infercheck_record = item.suite_node.record(
+        role, item.name, outcome.violations, outcome.data
+    )
+    if outcome.violations:
+        head = f"{outcome.text}\n" if outcome.text else ""
+        raise InfercheckFailure(
+            head + "violations:\n" + "\n".join(f"  - {v}" for v in outcome.violations)
+        )
+
+
 def note_selected(items: list[pytest.Item]) -> None:
-    """Tell each suite which of its prompts will run, so HTTP prefetching skips the rest."""
+    """Tell each suite which of its prompts (or plan keys) will run, so HTTP prefetching
+    skips the rest."""
     for item in items:
         if isinstance(item, PromptItem):
             item.suite_node.selected.add(item.prompt_id)
+        elif isinstance(item, TargetItem):
+            item.suite_node.selected.add(item.plan.key)

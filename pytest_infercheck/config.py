@@ -15,7 +15,27 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .yamlpos import PositionedYaml, SourceError, load_positioned
 
-CHECK_KINDS = ("compare", "sweep", "diff")
+COMPARISON_KINDS = ("compare", "sweep", "diff")
+TARGET_KINDS = (
+    "determinism",
+    "stress",
+    "batch-invariance",
+    "stream-parity",
+    "endpoint-parity",
+    "cache-pollution",
+)
+CHECK_KINDS = COMPARISON_KINDS + TARGET_KINDS
+Endpoint = Literal["completions", "chat", "messages"]
+HostileKind = Literal[
+    "context-overflow", "invalid-utf8", "special-tokens", "max-tokens-0", "disconnect"
+]
+HOSTILE_KINDS: tuple[HostileKind, ...] = (
+    "context-overflow",
+    "invalid-utf8",
+    "special-tokens",
+    "max-tokens-0",
+    "disconnect",
+)
 SERVER_KINDS = ("openai", "vllm-mlx", "llama-server", "ollama")
 
 
@@ -165,6 +185,84 @@ class Thresholds(_Strict):
     flips: FlipThresholds = FlipThresholds()
 
 
+class TargetThresholds(_Strict):
+    """Thresholds of the single-target checks.
+
+    determinism: ``min_determinism`` (suite gate on the determinism score, the mean over
+    prompts of the share of runs equal to the modal output); ``max_logprob_drift`` (per item:
+    the largest |logprob difference| among runs with identical tokens; None: reported only).
+    stress: ``min_consistency`` (per level: share of outputs equal to their reference);
+    ``max_error_rate`` (per level, and for determinism runs). batch-invariance, stream-parity:
+    ``logprob_tolerance`` (largest |logprob difference| allowed where tokens are identical).
+    """
+
+    min_determinism: float | None = Field(default=None, ge=0, le=1)
+    max_logprob_drift: float | None = Field(default=None, ge=0)
+    min_consistency: float = Field(default=1.0, ge=0, le=1)
+    max_error_rate: float = Field(default=0.0, ge=0, le=1)
+    logprob_tolerance: float = Field(default=1e-4, ge=0)
+
+
+class TargetCheck(_Strict):
+    """A check of one ``model@backend``; ``determinism: q4@llama`` is short for
+    ``determinism: {target: q4@llama}``."""
+
+    target: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"target": value} if isinstance(value, str) else value
+
+
+class DeterminismSpec(TargetCheck):
+    """Each prompt ``runs`` times at temperature 0."""
+
+    runs: int = Field(default=10, ge=2)
+
+
+class StressSpec(TargetCheck):
+    """The suite at each concurrency level; ``repeats`` copies of every prompt per level, so a
+    prompt is also in flight with itself."""
+
+    levels: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16], min_length=1)
+    repeats: int = Field(default=2, ge=1)
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, value: list[int]) -> list[int]:
+        if any(level < 1 for level in value) or len(set(value)) != len(value):
+            raise ValueError("levels must be distinct integers >= 1")
+        return sorted(value)
+
+
+class BatchInvarianceSpec(TargetCheck):
+    """Each prompt alone, then at a random position of ``trials`` batches of ``batch_size``
+    prompts of mixed lengths, drawn with ``seed``."""
+
+    trials: int = Field(default=3, ge=1)
+    batch_size: int = Field(default=8, ge=2)
+    seed: int = 0
+
+
+class StreamParitySpec(TargetCheck):
+    """The same request streamed (SSE) and not streamed."""
+
+
+class EndpointParitySpec(TargetCheck):
+    """The same templated prompt through each endpoint; the first is the reference."""
+
+    endpoints: list[Endpoint] = Field(
+        default_factory=lambda: list[Endpoint](["completions", "chat"]), min_length=2
+    )
+
+
+class CachePollutionSpec(TargetCheck):
+    """Reference prompts, then each hostile request, then the reference prompts again."""
+
+    hostile: list[HostileKind] = Field(default_factory=lambda: list(HOSTILE_KINDS), min_length=1)
+
+
 class CompareSpec(_Strict):
     baseline: str
     test: str
@@ -195,12 +293,18 @@ class Side:
     loc: Loc
 
 
-class CheckSpec(Thresholds):
+class CheckSpec(Thresholds, TargetThresholds):
     """One entry of ``checks:``: exactly one kind key plus thresholds and options."""
 
     compare: CompareSpec | None = None
     sweep: SweepSpec | None = None
     diff: DiffSpec | None = None
+    determinism: DeterminismSpec | None = None
+    stress: StressSpec | None = None
+    batch_invariance: BatchInvarianceSpec | None = Field(default=None, alias="batch-invariance")
+    stream_parity: StreamParitySpec | None = Field(default=None, alias="stream-parity")
+    endpoint_parity: EndpointParitySpec | None = Field(default=None, alias="endpoint-parity")
+    cache_pollution: CachePollutionSpec | None = Field(default=None, alias="cache-pollution")
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.+-]+$")
     suites: list[SuiteRef] | None = None
 
@@ -211,18 +315,42 @@ class CheckSpec(Thresholds):
 
     @model_validator(mode="after")
     def _one_kind(self) -> CheckSpec:
-        kinds = [k for k in CHECK_KINDS if getattr(self, k) is not None]
+        kinds = [k for k in CHECK_KINDS if self.spec_of(k) is not None]
         if len(kinds) != 1:
             raise ValueError(f"a check needs exactly one of {', '.join(CHECK_KINDS)}")
         return self
 
+    def spec_of(self, kind: str) -> Any:
+        """The options of kind ``kind`` (``batch-invariance`` -> ``self.batch_invariance``)."""
+        return getattr(self, kind.replace("-", "_"))
+
     @property
     def kind(self) -> str:
-        return next(k for k in CHECK_KINDS if getattr(self, k) is not None)
+        return next(k for k in CHECK_KINDS if self.spec_of(k) is not None)
+
+    @property
+    def spec(self) -> Any:
+        """The options under the kind key."""
+        return self.spec_of(self.kind)
+
+    @property
+    def is_comparison(self) -> bool:
+        """compare, sweep and diff set a test side against a baseline; the other kinds check
+        one target on its own."""
+        return self.kind in COMPARISON_KINDS
+
+    def thresholds(self) -> dict[str, Any]:
+        """The thresholds this check is held to, as plain types (for reports)."""
+        fields = Thresholds.model_fields if self.is_comparison else TargetThresholds.model_fields
+        relevant = set(fields) | ({"flips", "min_similarity"} if not self.is_comparison else set())
+        data = self.model_dump(include=relevant)
+        return {k: v for k, v in data.items() if v is not None}
 
     def baseline_side(self, index: int) -> Side:
-        """The baseline's ref and where it is written."""
+        """The baseline's ref and where it is written (a single-target check: its target)."""
         loc: Loc = ("checks", index, self.kind)
+        if not self.is_comparison:
+            return Side(None, self.spec.target, (*loc, "target"))
         if self.diff is not None:
             return Side(None, f"{self.diff.model}@{self.diff.backends[0]}", (*loc, "backends", 0))
         spec = self.compare or self.sweep
@@ -230,8 +358,11 @@ class CheckSpec(Thresholds):
         return Side(None, spec.baseline, (*loc, "baseline"))
 
     def test_sides(self, index: int) -> list[Side]:
-        """The sides compared with the baseline, in the user's order."""
+        """The sides compared with the baseline, in the user's order (none for a
+        single-target check)."""
         loc: Loc = ("checks", index, self.kind)
+        if not self.is_comparison:
+            return []
         if self.compare is not None:
             return [Side(None, self.compare.test, (*loc, "test"))]
         if self.sweep is not None:

@@ -53,6 +53,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         collect.note_selected(session.items)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Attach what an infercheck item measured to its report as ``report.infercheck`` (plain
+    types: xdist ships report attributes to the controller, where reports are written)."""
+    report = yield
+    record = getattr(item, "infercheck_record", None)
+    if call.when == "call" and record is not None:
+        report.infercheck = record
+    return report
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     node.workerinput.update(worker_input(node.config))
@@ -75,19 +86,17 @@ class _Summary:
         self.aggregates: list[tuple[str, bool, dict[str, Any]]] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "call":
-            return
-        for name, value in report.user_properties:
-            if name == "infercheck_aggregate" and isinstance(value, dict):
-                self.aggregates.append((report.nodeid, report.passed, value))
+        record = getattr(report, "infercheck", None)
+        if report.when == "call" and isinstance(record, dict) and record["role"] == "aggregate":
+            self.aggregates.append((report.nodeid, report.passed, record))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.aggregates:
             return
-        from .report.terminal import cliff_lines, render_table, summary_rows
+        from .report.terminal import summary_lines
 
         terminalreporter.write_sep("=", "infercheck summary")
-        for line in render_table(summary_rows(self.aggregates)) + cliff_lines(self.aggregates):
+        for line in summary_lines(self.aggregates):
             terminalreporter.write_line(line)
 
 

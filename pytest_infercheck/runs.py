@@ -6,6 +6,7 @@ computed (and computes what ``-k`` or another worker left out).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,9 +115,20 @@ class CheckRun:
             ),
         ]
 
+    def item_data(self, result: PromptComparison) -> dict[str, Any]:
+        """Everything measured for one prompt, for the reports and the JSON results."""
+        data = result.to_dict()
+        data.update(
+            kl_mean=result.kl_mean,
+            kl_max=result.kl_max,
+            same_top_rate=result.same_top_rate,
+            is_flip=result.is_flip,
+        )
+        return data
+
     # -- suite level -------------------------------------------------------------------------------
-    def aggregate(self) -> tuple[str, list[str], list[tuple[str, Any]]]:
-        """Summary text, suite-gate violations and report properties for the suite."""
+    def aggregate(self) -> tuple[str, list[str], list[tuple[str, Any]], dict[str, Any]]:
+        """Summary text, suite-gate violations, JUnit properties and report data."""
         texts: list[str] = []
         violations: list[str] = []
         aggregates: list[SuiteAggregate] = []
@@ -126,27 +138,26 @@ class CheckRun:
             aggregates.append(agg)
             texts.append(format_aggregate(agg))
             violations.extend(f"{agg.test}: {v}" for v in aggregate_violations(agg, self.check))
-        summary: dict[str, Any] = {
-            "check": self.check.kind,
-            "suite": self.suite.name,
-            "levels": [a.to_dict() for a in aggregates],
-        }
         engines = {
             t.label: t.backend.identity() for t in [self.baseline, *map(self._target, self.tests())]
         }
-        properties: list[tuple[str, Any]] = [
-            ("infercheck_aggregate", summary),
-            ("infercheck_engines", engines),
-        ]
+        data: dict[str, Any] = {
+            "check": self.check.kind,
+            "suite": self.suite.name,
+            "levels": [a.to_dict() for a in aggregates],
+            "engines": engines,
+        }
+        properties = aggregate_properties(aggregates)
+        properties.append(("infercheck_engines", json.dumps(engines, sort_keys=True)))
         if self.check.sweep is not None:
             cliff = degradation_cliff(
                 [("self-check", 0.0, 0.0)]
                 + [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in aggregates]
             )
-            summary["cliff"] = cliff or "none"
+            data["cliff"] = cliff or "none"
             texts.append(f"degradation cliff: {cliff or 'none'}")
             properties.append(("infercheck_cliff", cliff or "none"))
-        return "\n\n".join(texts), violations, properties
+        return "\n\n".join(texts), violations, properties, data
 
     def self_check(self) -> list[str]:
         """Differences between two independent baseline generations of every prompt."""
@@ -171,3 +182,30 @@ class CheckRun:
                 )
                 problems.append(f"{prompt.id}: same tokens, logprobs drift by {drift:.3g}")
         return problems
+
+
+AGGREGATE_PROPERTIES = (
+    "n_prompts",
+    "n_failed",
+    "kl_mean",
+    "kl_se",
+    "kl_p99",
+    "kl_max",
+    "same_top_rate",
+    "n_flips",
+    "flip_rate",
+    "flip_rate_low",
+    "flip_rate_high",
+    "mcnemar_p",
+)
+
+
+def aggregate_properties(aggregates: list[SuiteAggregate]) -> list[tuple[str, Any]]:
+    """Scalar JUnit properties of a suite's aggregates: ``infercheck_kl_mean`` and so on; with
+    several test sides (a sweep) each name carries the side: ``infercheck_q4@local_kl_mean``."""
+    properties: list[tuple[str, Any]] = []
+    for agg in aggregates:
+        prefix = "infercheck_" if len(aggregates) == 1 else f"infercheck_{agg.test}_"
+        values = agg.to_dict()
+        properties.extend((prefix + name, values[name]) for name in AGGREGATE_PROPERTIES)
+    return properties

@@ -26,8 +26,27 @@ def _num(value: float | None, fmt: str = ".4g") -> str:
     return format(value, fmt)
 
 
+def summary_lines(records: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+    """The whole end-of-run summary from ``(aggregate node id, passed, record)``: one table
+    for the comparisons (compare, sweep, diff), then each single-target kind's own lines."""
+    from ..config import COMPARISON_KINDS
+
+    comparisons = [(n, p, r["data"]) for n, p, r in records if r["kind"] in COMPARISON_KINDS]
+    lines: list[str] = []
+    if comparisons:
+        lines += render_table(summary_rows(comparisons)) + cliff_lines(comparisons)
+    kinds = dict.fromkeys(r["kind"] for _, _, r in records if r["kind"] not in COMPARISON_KINDS)
+    if kinds:
+        from ..checks.target import summary_lines as target_lines
+
+        for kind in kinds:
+            group = [(n, p, r["data"]) for n, p, r in records if r["kind"] == kind]
+            lines += target_lines(kind, group)
+    return lines
+
+
 def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[list[str]]:
-    """Rows from ``(aggregate node id, passed, infercheck_aggregate property)``.
+    """Rows from ``(aggregate node id, passed, aggregate data)``.
 
     The verdict is ``FAIL`` when the suite gates failed or any of its items did.
     """
@@ -60,15 +79,17 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
     return rows
 
 
-def render_table(rows: list[list[str]]) -> list[str]:
-    """Fixed-width lines for ``rows`` under :data:`COLUMNS`."""
-    headers = [name for name, _ in COLUMNS]
+def render_table(
+    rows: list[list[str]], columns: tuple[tuple[str, str], ...] = COLUMNS
+) -> list[str]:
+    """Fixed-width lines for ``rows`` under ``columns`` (name, ``<`` or ``>`` alignment)."""
+    headers = [name for name, _ in columns]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
         return "  ".join(
             cell.ljust(w) if align == "<" else cell.rjust(w)
-            for cell, w, (_, align) in zip(cells, widths, COLUMNS, strict=True)
+            for cell, w, (_, align) in zip(cells, widths, columns, strict=True)
         ).rstrip()
 
     return [line(headers), *(line(r) for r in rows)]

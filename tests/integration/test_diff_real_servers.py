@@ -98,7 +98,7 @@ checks:
         for p in exact_aggregate.iter("property")
         if p.get("name") == "infercheck_engines"
     )
-    assert "'build_info': 'b1-" in engines and str(tiny_gguf) in engines  # from /props
+    assert '"build_info": "b1-' in engines and str(tiny_gguf) in engines  # from /props
     for backend in ("mlxserver", "vllm", "vllmcb"):
         text = props[f"s04[{backend}]"]
         assert text["infercheck_method"] == "text", backend
