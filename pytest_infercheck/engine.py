@@ -107,7 +107,7 @@ class Engine:
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(coro)
 
-    def _call(self, target: ResolvedTarget, coro: Coroutine[Any, Any, T]) -> T:
+    def call(self, target: ResolvedTarget, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` for ``target``; a failure of a managed server that has died is
         reported as its death, with the server's last log lines."""
         try:
@@ -122,7 +122,7 @@ class Engine:
     def render(self, target: ResolvedTarget, prompt: Prompt, thinking: bool) -> PromptInput:
         key = (target.key, prompt.text, prompt.system, thinking)
         if key not in self._renders:
-            rendered = self._call(
+            rendered = self.call(
                 target, target.backend.render(prompt.text, prompt.system, thinking)
             )
             self._renders[key] = rendered
@@ -132,7 +132,7 @@ class Engine:
         """Whether ``target`` can take ``prompt``'s token ids as they are (cached)."""
         key = ("accepts", target.key, prompt.key())
         if key not in self.memo:
-            self.memo[key] = self._call(target, target.backend.accepts_token_ids(prompt))
+            self.memo[key] = self.call(target, target.backend.accepts_token_ids(prompt))
         return bool(self.memo[key])
 
     def generate(
@@ -144,7 +144,7 @@ class Engine:
     ) -> Generation:
         key = (target.key, prompt.key(), params.key(), run)
         if key not in self._generations:
-            generation = self._call(target, target.backend.generate(prompt, params))
+            generation = self.call(target, target.backend.generate(prompt, params))
             self._generations[key] = generation
         return self._generations[key]
 
@@ -180,7 +180,7 @@ class Engine:
         if cached is not None:
             self._scores.move_to_end(key)
             return cached
-        result = self._call(target, target.backend.score(prompt_ids, continuation_ids))
+        result = self.call(target, target.backend.score(prompt_ids, continuation_ids))
         self._scores[key] = result
         self._score_bytes += result.nbytes
         while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:

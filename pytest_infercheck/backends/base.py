@@ -130,6 +130,40 @@ class Backend(abc.ABC):
         """
         raise BackendError(f"backend {self.name!r} ({self.kind}) cannot score teacher-forced")
 
+    async def generate_batch(
+        self, prompts: list[PromptInput], params: GenerationParams
+    ) -> list[Generation | BaseException]:
+        """Generate ``prompts`` together, results in order; a failed one is its exception.
+
+        Default: all requests in flight at once (a burst; the HTTP client's own
+        ``max_concurrency`` still bounds it). An in-process engine overrides this with real
+        batched generation, so batch invariance and stress test its batching code.
+        """
+        import asyncio
+
+        return await asyncio.gather(
+            *(self.generate(p, params) for p in prompts), return_exceptions=True
+        )
+
+    async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """The same request as :meth:`generate`, streamed (SSE), assembled from its chunks."""
+        raise BackendError(f"backend {self.name!r} ({self.kind}) cannot stream")
+
+    async def generate_via(
+        self, endpoint: str, prompt: PromptInput, params: GenerationParams
+    ) -> Generation:
+        """Generate through a named endpoint (``completions``, ``chat``, ``messages``)."""
+        raise BackendError(f"backend {self.name!r} ({self.kind}) has no endpoint {endpoint!r}")
+
+    async def send_hostile(self, kind: str) -> str:
+        """Send one hostile request (see ``config.HOSTILE_KINDS``); returns what happened,
+        in a few words (the server's status or error). Only server backends."""
+        raise BackendError(f"backend {self.name!r} ({self.kind}) takes no hostile requests")
+
+    async def alive(self) -> bool:
+        """Whether the engine still answers (a server: its health endpoint)."""
+        return True
+
     async def ensure_ready(self) -> None:
         """Called once before first use: health checks, verifying the served model."""
         return None
