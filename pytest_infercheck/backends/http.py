@@ -9,8 +9,11 @@ from an environment variable and are only ever put in a request header, never in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +22,20 @@ import httpx
 from .base import BackendError
 
 RETRY_STATUS = frozenset({429, 503})
+
+_UNDER_LOAD: ContextVar[bool] = ContextVar("infercheck_under_load", default=False)
+
+
+@contextlib.contextmanager
+def under_load() -> Iterator[None]:
+    """Requests started inside this context (and tasks created in it) go out exactly as the
+    caller schedules them: no ``max_concurrency`` gate and no retries, so a load test drives
+    the concurrency it asks for and sees every 429/503 as the error it is."""
+    token = _UNDER_LOAD.set(True)
+    try:
+        yield
+    finally:
+        _UNDER_LOAD.reset(token)
 
 
 @dataclass(frozen=True)
@@ -81,14 +98,16 @@ class HttpClient:
     async def request(self, method: str, path: str, payload: Any = None) -> Any:
         """Send one JSON request (retrying accidents) and return the decoded JSON body."""
         client, gate = self._client()
+        load = _UNDER_LOAD.get()
+        retries = 0 if load else self.settings.retries
         attempt = 0
         while True:
             delay = self.settings.backoff_s * (2**attempt) * (0.5 + random.random())
             try:
-                async with gate:
+                async with contextlib.nullcontext() if load else gate:
                     response = await client.request(method, path, json=payload)
             except (httpx.TransportError, httpx.TimeoutException) as exc:
-                if attempt >= self.settings.retries:
+                if attempt >= retries:
                     raise HttpError(
                         f"backend {self.name!r}: {method} {path} failed after "
                         f"{attempt + 1} attempts: {type(exc).__name__}: {exc}"
@@ -104,7 +123,7 @@ class HttpClient:
                             response.status_code,
                             response.text,
                         ) from exc
-                if response.status_code not in RETRY_STATUS or attempt >= self.settings.retries:
+                if response.status_code not in RETRY_STATUS or attempt >= retries:
                     raise HttpError(
                         f"backend {self.name!r}: {method} {path} -> HTTP "
                         f"{response.status_code}: {response.text[:300]}",
