@@ -200,6 +200,83 @@ class MlxLmBackend(Backend):
             extra=extra,
         )
 
+    async def generate_batch(
+        self, prompts: list[PromptInput], params: GenerationParams
+    ) -> list[Generation | BaseException]:
+        return self.generate_batch_sync(prompts, params)
+
+    def generate_batch_sync(
+        self, prompts: list[PromptInput], params: GenerationParams
+    ) -> list[Generation | BaseException]:
+        """Real batched generation: every prompt inserted into one ``mlx_lm``
+        ``BatchGenerator`` (prefill and decode batches as large as the batch, so all prompts
+        share each forward pass, left-padded to the longest). Results follow
+        :class:`Generation`'s convention, unlike ``batch_generate``, which drops the stop
+        token: ``token_ids`` include the EOS the generation stopped on and
+        ``chosen_logprobs`` align with them. A prompt that encodes to nothing is its
+        :class:`BackendError`."""
+        import mlx.core as mx
+        from mlx_lm.generate import BatchGenerator
+        from mlx_lm.sample_utils import make_sampler
+
+        loaded = self._loaded
+        results: list[Generation | BaseException] = [
+            Generation("", [], "length", [], extra={"prompt_tokens": 0}) for _ in prompts
+        ]
+        batch: list[tuple[int, list[int]]] = []
+        for i, prompt in enumerate(prompts):
+            ids = self._prompt_ids(prompt)
+            if not ids:
+                results[i] = BackendError(
+                    f"backend {self.name!r}: the prompt encodes to zero tokens"
+                )
+            elif params.max_tokens > 0:
+                batch.append((i, ids))
+        if not batch:
+            return results
+        if params.seed is not None:
+            mx.random.seed(params.seed)
+        sampler = None if params.temperature == 0 else make_sampler(temp=params.temperature)
+        started = time.perf_counter()
+        generator = BatchGenerator(
+            loaded.model,
+            max_tokens=params.max_tokens,
+            stop_tokens=[[t] for t in loaded.tokenizer.eos_token_ids],
+            sampler=sampler,
+            completion_batch_size=len(batch),
+            prefill_batch_size=len(batch),
+        )
+        try:
+            uids = generator.insert([ids for _, ids in batch])
+            tokens: dict[int, list[int]] = {uid: [] for uid in uids}
+            chosen: dict[int, list[Any]] = {uid: [] for uid in uids}
+            finish: dict[int, str] = {}
+            while responses := generator.next_generated():
+                for r in responses:
+                    tokens[r.uid].append(int(r.token))
+                    chosen[r.uid].append(r.logprobs[r.token])
+                    if r.finish_reason is not None:
+                        finish[r.uid] = r.finish_reason
+        finally:
+            generator.close()
+        elapsed = time.perf_counter() - started
+        for uid, (i, ids) in zip(uids, batch, strict=True):
+            reason = finish.get(uid, "length")
+            ids_out = tokens[uid]
+            text_ids = ids_out[:-1] if reason == "stop" else ids_out
+            values = chosen[uid]
+            results[i] = Generation(
+                text=loaded.tokenizer.decode(text_ids),
+                token_ids=ids_out,
+                finish_reason=reason,
+                chosen_logprobs=(
+                    np.array(mx.stack(values).astype(mx.float32)).tolist() if values else []
+                ),
+                elapsed_s=elapsed,
+                extra={"prompt_tokens": len(ids), "batched": len(batch)},
+            )
+        return results
+
     async def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
         return self.score_sync(prompt_ids, continuation_ids)
 
