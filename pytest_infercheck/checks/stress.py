@@ -1,0 +1,462 @@
+"""stress: the suite at increasing concurrency, every output compared with its reference.
+
+Items: one per level (``c1``, ``c2``, ... role ``level``) plus ``aggregate``.
+
+Reference: each prompt generated alone, one request at a time, through the backend's plain
+``generate``. It is computed once per run and shared with every xdist worker
+(:class:`~pytest_infercheck.shared_work.SharedWork`), while holding the target's load lock
+exclusively, so no stress level of any worker loads the same engine meanwhile (load from
+other kinds of checks is not coordinated).
+
+Level ``L``: every prompt ``copies = max(repeats, ceil(L / prompts))`` times, copies of a
+prompt side by side, so a prompt is in flight with itself and at least ``L`` requests exist.
+
+- An engine with batched generation of its own (it overrides ``generate_batch``: mlx-lm
+  in-process) gets consecutive batches of ``L`` requests (a batch is also cut where the
+  generation parameters change); each request's interval is its batch call's.
+- Any other engine (HTTP servers) gets every request started at once with at most ``L`` in
+  flight (a semaphore), inside ``under_load()``: no client gate and no retries, so a 503
+  busy answer is an error of the level, not a retry.
+
+A level holds the target's load lock shared: levels on different xdist workers overlap on
+the same server (pytest-xdist is the load generator); each level's figures are its own
+requests. Each level is measured once per run: its result is published in the shared folder
+and reused by its item and the aggregate, whichever runs first, on whichever worker.
+
+Per level (``Outcome.data``): ``requests``; ``errors`` {kind: count} (``http_503``,
+``ReadTimeout``, ...); ``error_rate = errors / requests``; ``consistent``: outputs equal to
+their reference (same token ids when both sides have ids, and same text); ``consistency =
+consistent / requests``, so an error counts as inconsistent and is never dropped from a
+denominator; ``flips``: outputs whose answer (by the prompt's ``answer_kind``) flipped
+against the reference's (:func:`~pytest_infercheck.metrics.answers.classify_flip`, with the
+prompt's reference answer); ``flip_rate = flips / requests``; ``latency_p50_s`` and
+``latency_p95_s`` over the successful requests (linear interpolation); ``tokens_per_s``,
+``achieved_concurrency`` (time-weighted mean in flight) and ``max_in_flight`` as defined in
+:mod:`~pytest_infercheck.metrics.load` (tokens of successful requests; None when the engine
+reports no token counts); ``mismatches``: the first :data:`MAX_MISMATCHES` inconsistent
+outputs (``first_divergence`` in tokens, or in characters for text-only engines: ``unit``).
+
+Gates, per level: ``error_rate <= max_error_rate``; ``consistency >= min_consistency``;
+``flips.max_rate`` against the Wilson upper bound of ``flip_rate`` at ``flips.confidence``
+(or the point estimate with ``gate: point``). The aggregate fails when any level does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from ..metrics.answers import classify_flip, extract_answer, parse_reference
+from ..metrics.load import max_in_flight, mean_in_flight, tokens_per_second
+from ..metrics.stats import percentile, wilson_interval
+from ..metrics.text import first_divergence
+from ..shared_work import SharedWork
+from .target import ItemPlan, Outcome, TargetRun
+
+if TYPE_CHECKING:
+    from ..backends import Backend, Generation, GenerationParams, PromptInput
+    from ..config import CheckSpec
+    from ..suites import Prompt, Suite
+
+MAX_MISMATCHES = 10
+"""Inconsistent outputs listed per level (all are counted)."""
+TEXT_CHARS = 200
+"""Characters of a mismatching reference and output kept in the report."""
+
+Job = tuple["Prompt", "PromptInput", "GenerationParams"]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One request of a level: its interval on the monotonic clock and what came back, or the
+    kind of error it met."""
+
+    prompt_id: str
+    start: float
+    end: float
+    text: str = ""
+    token_ids: list[int] | None = None
+    n_tokens: int | None = None
+    error: str | None = None
+
+
+def error_kind(exc: BaseException) -> str:
+    """``http_<status>`` for an HTTP answer, else the name of the underlying exception
+    (``ReadTimeout``, ``ConnectError``) or of the error itself."""
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return f"http_{status}"
+    cause = exc.__cause__
+    return type(cause if cause is not None else exc).__name__
+
+
+def token_count(generation: Generation) -> int | None:
+    """Generated tokens: the ids (with EOS), else the server's token texts, else unknown."""
+    if generation.token_ids is not None:
+        return len(generation.token_ids)
+    tokens = generation.extra.get("tokens")
+    return len(tokens) if tokens is not None else None
+
+
+def reference_of(generation: Generation) -> dict[str, Any]:
+    """What a reference keeps (plain, published to the other workers)."""
+    return {"text": generation.text, "token_ids": generation.token_ids}
+
+
+def jobs_for(prompts: Sequence[Prompt], level: int, repeats: int) -> list[Prompt]:
+    """Every prompt ``max(repeats, ceil(level / len(prompts)))`` times, copies side by side."""
+    copies = max(repeats, math.ceil(level / max(len(prompts), 1)))
+    return [p for p in prompts for _ in range(copies)]
+
+
+def batches(jobs: Sequence[Job], level: int) -> list[list[Job]]:
+    """Consecutive batches of at most ``level`` jobs, cut where the generation params change."""
+    out: list[list[Job]] = []
+    for job in jobs:
+        if out and len(out[-1]) < level and out[-1][0][2] == job[2]:
+            out[-1].append(job)
+        else:
+            out.append([job])
+    return out
+
+
+def batches_natively(backend: Backend) -> bool:
+    """Whether the engine has batched generation of its own (overrides ``generate_batch``)."""
+    from ..backends.base import Backend
+
+    return type(backend).generate_batch is not Backend.generate_batch
+
+
+def _output(prompt_id: str, start: float, end: float, result: Any) -> Output:
+    if isinstance(result, BaseException):
+        return Output(prompt_id, start, end, error=error_kind(result))
+    return Output(prompt_id, start, end, result.text, result.token_ids, token_count(result))
+
+
+async def send_burst(backend: Backend, jobs: Sequence[Job], level: int) -> list[Output]:
+    """Every job started at once, at most ``level`` in flight; errors become outputs."""
+    gate = asyncio.Semaphore(level)
+
+    async def one(job: Job) -> Output:
+        prompt, rendered, params = job
+        async with gate:
+            start = time.perf_counter()
+            try:
+                result: Any = await backend.generate(rendered, params)
+            except Exception as exc:  # counted by kind, never dropped
+                result = exc
+            return _output(prompt.id, start, time.perf_counter(), result)
+
+    return list(await asyncio.gather(*(one(job) for job in jobs)))
+
+
+async def send_batches(backend: Backend, jobs: Sequence[Job], level: int) -> list[Output]:
+    """Batches of ``level`` jobs through ``generate_batch``, one after the other."""
+    outputs: list[Output] = []
+    for batch in batches(jobs, level):
+        start = time.perf_counter()
+        try:
+            results: list[Any] = await backend.generate_batch(
+                [rendered for _, rendered, _ in batch], batch[0][2]
+            )
+        except Exception as exc:  # the whole batch failed: each request is an error
+            results = [exc] * len(batch)
+        end = time.perf_counter()
+        outputs += [
+            _output(p.id, start, end, r) for (p, _, _), r in zip(batch, results, strict=True)
+        ]
+    return outputs
+
+
+def _divergence(reference: dict[str, Any], output: Output) -> tuple[int | None, str]:
+    ids = reference["token_ids"]
+    if ids is not None and output.token_ids is not None:
+        at = first_divergence(ids, output.token_ids)
+        if at is not None or reference["text"] == output.text:
+            return at, "token"
+    return first_divergence(reference["text"], output.text), "char"
+
+
+def level_data(
+    level: int,
+    target: str,
+    outputs: Sequence[Output],
+    references: dict[str, dict[str, Any]],
+    prompts: Iterable[Prompt],
+) -> dict[str, Any]:
+    """The measured figures of one level (see the module docstring for each key)."""
+    by_id = {p.id: p for p in prompts}
+    errors = Counter(o.error for o in outputs if o.error is not None)
+    done = [o for o in outputs if o.error is None]
+    consistent = flips = 0
+    mismatches: list[dict[str, Any]] = []
+    for output in done:
+        reference = references[output.prompt_id]
+        at, unit = _divergence(reference, output)
+        if at is None:
+            consistent += 1
+        elif len(mismatches) < MAX_MISMATCHES:
+            mismatches.append(
+                {
+                    "prompt_id": output.prompt_id,
+                    "first_divergence": at,
+                    "unit": unit,
+                    "reference": reference["text"][:TEXT_CHARS],
+                    "output": output.text[:TEXT_CHARS],
+                }
+            )
+        prompt = by_id[output.prompt_id]
+        if prompt.answer_kind is not None:
+            expected = parse_reference(prompt.answer, prompt.answer_kind) if prompt.answer else None
+            flip = classify_flip(
+                extract_answer(reference["text"], prompt.answer_kind),
+                extract_answer(output.text, prompt.answer_kind),
+                expected,
+            )
+            flips += flip.is_flip
+    n = len(outputs)
+    intervals = [(o.start, o.end) for o in outputs]
+    latencies = [o.end - o.start for o in done]
+    counts = [o.n_tokens for o in done]
+    known = all(c is not None for c in counts) and bool(done)
+    tokens = sum(c for c in counts if c is not None)
+    return {
+        "target": target,
+        "level": level,
+        "requests": n,
+        "errors": dict(sorted(errors.items())),
+        "error_rate": (n - len(done)) / n if n else 0.0,
+        "consistent": consistent,
+        "consistency": consistent / n if n else 1.0,
+        "flips": flips,
+        "flip_rate": flips / n if n else 0.0,
+        "latency_p50_s": _finite(percentile(latencies, 50.0)),
+        "latency_p95_s": _finite(percentile(latencies, 95.0)),
+        "tokens_per_s": _finite(tokens_per_second(tokens, intervals)) if known else None,
+        "achieved_concurrency": _finite(mean_in_flight(intervals)),
+        "max_in_flight": max_in_flight(intervals),
+        "mismatches": mismatches,
+    }
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def level_violations(data: dict[str, Any], check: CheckSpec) -> list[str]:
+    """The per-level gates (see the module docstring)."""
+    n = data["requests"]
+    out: list[str] = []
+    if data["error_rate"] > check.max_error_rate:
+        kinds = ", ".join(f"{k} x{v}" for k, v in data["errors"].items())
+        failed = sum(data["errors"].values())
+        out.append(
+            f"error rate {data['error_rate']:.3f} ({failed}/{n}: {kinds}) > max_error_rate "
+            f"{check.max_error_rate}"
+        )
+    if data["consistency"] < check.min_consistency:
+        out.append(
+            f"consistency {data['consistency']:.3f} ({data['consistent']}/{n} outputs equal "
+            f"to their reference) < min_consistency {check.min_consistency}"
+        )
+    gate = check.flips
+    if gate.max_rate is not None and n:
+        upper = wilson_interval(data["flips"], n, gate.confidence)[1]
+        rate, how = (
+            (upper, f"Wilson upper bound at {gate.confidence:g}")
+            if gate.gate == "upper"
+            else (data["flip_rate"], "point estimate")
+        )
+        if rate > gate.max_rate:
+            out.append(
+                f"flip rate {data['flip_rate']:.3f} ({data['flips']}/{n}; {how} {rate:.3f}) "
+                f"> flips.max_rate {gate.max_rate}"
+            )
+    return out
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def level_row(data: dict[str, Any]) -> list[str]:
+    """One level as a row of :data:`COLUMNS`."""
+    failed = sum(data["errors"].values())
+    kinds = ", ".join(f"{k} x{v}" for k, v in data["errors"].items())
+    return [
+        f"c{data['level']}",
+        str(data["requests"]),
+        f"{failed} ({kinds})" if failed else "0",
+        f"{data['consistent']}/{data['requests']}",
+        str(data["flips"]),
+        _num(data["latency_p50_s"], ".3f"),
+        _num(data["latency_p95_s"], ".3f"),
+        _num(data["tokens_per_s"], ".1f"),
+        f"{_num(data['achieved_concurrency'], '.2f')}/{data['max_in_flight']}",
+        "FAIL" if data.get("violations") else "pass",
+    ]
+
+
+COLUMNS = (
+    ("level", "<"),
+    ("requests", ">"),
+    ("errors", ">"),
+    ("consistent", ">"),
+    ("flips", ">"),
+    ("p50 s", ">"),
+    ("p95 s", ">"),
+    ("tok/s", ">"),
+    ("in flight mean/max", ">"),
+    ("verdict", "<"),
+)
+
+
+def level_table(levels: Sequence[dict[str, Any]]) -> list[str]:
+    from ..report.terminal import render_table
+
+    return render_table([level_row(d) for d in levels], COLUMNS)
+
+
+def level_text(data: dict[str, Any]) -> str:
+    """The human-readable report of one level (model output shown as Python literals)."""
+    lines = level_table([data])
+    for m in data["mismatches"]:
+        lines.append(
+            f"  {m['prompt_id']}: reference {m['reference']!r} -> {m['output']!r} (first "
+            f"divergence at {m['unit']} {m['first_divergence']})"
+        )
+    return "\n".join(lines)
+
+
+def level_properties(data: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Scalar JUnit properties of one level."""
+    keys = (
+        "level",
+        "requests",
+        "error_rate",
+        "consistency",
+        "flips",
+        "latency_p50_s",
+        "latency_p95_s",
+        "tokens_per_s",
+        "achieved_concurrency",
+        "max_in_flight",
+        "measured_by",
+    )
+    return [(f"infercheck_{k}", data[k]) for k in keys]
+
+
+class StressRun(TargetRun):
+    """The stress check of one target x suite (see the module docstring)."""
+
+    @classmethod
+    def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
+        return [ItemPlan(f"c{level}", "level", str(level)) for level in check.spec.levels]
+
+    @cached_property
+    def shared(self) -> SharedWork:
+        """The run's shared folder (a subfolder of the managed-servers folder)."""
+        servers = self.engine.servers
+        return SharedWork(None if servers is None else servers.state_dir / "stress")
+
+    @cached_property
+    def _key(self) -> str:
+        """This check x suite, the same in every process of the run."""
+        ident = repr((str(self.loaded.path), self.index, self.suite.name))
+        return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+    @cached_property
+    def _load_lock(self) -> str:
+        """The lock of the engine under load, shared by every stress check of the target."""
+        return "load-" + hashlib.sha256(repr(self.target.key).encode()).hexdigest()[:16]
+
+    def references(self) -> dict[str, dict[str, Any]]:
+        """Each prompt generated alone (computed once per run, see the module docstring)."""
+        target = self.target
+
+        def alone() -> dict[str, dict[str, Any]]:
+            with self.shared.locked(self._load_lock, exclusive=True):
+                return {
+                    p.id: reference_of(
+                        self.engine.call(
+                            target, target.backend.generate(self.render(p), self.params(p))
+                        )
+                    )
+                    for p in self.suite.prompts
+                }
+
+        references: dict[str, dict[str, Any]] = self.shared.once(f"{self._key}-references", alone)
+        return references
+
+    def level(self, level: int) -> dict[str, Any]:
+        """The figures of ``level``, measured once per run by whichever process needs them
+        first."""
+        data: dict[str, Any] = self.shared.once(
+            f"{self._key}-c{level}", lambda: self._measure(level)
+        )
+        return data
+
+    def _measure(self, level: int) -> dict[str, Any]:
+        from ..backends.http import under_load
+
+        references = self.references()
+        target = self.target
+        jobs = [
+            (p, self.render(p), self.params(p))
+            for p in jobs_for(self.suite.prompts, level, self.check.spec.repeats)
+        ]
+        send = send_batches if batches_natively(target.backend) else send_burst
+        with self.shared.locked(self._load_lock, exclusive=False), under_load():
+            outputs = self.engine.run(send(target.backend, jobs, level))
+        data = level_data(level, target.label, outputs, references, self.suite.prompts)
+        data["violations"] = level_violations(data, self.check)
+        data["measured_by"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        return data
+
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        data = self.level(int(plan.key))
+        return Outcome(
+            violations=list(data["violations"]),
+            text=level_text(data),
+            data=data,
+            properties=level_properties(data),
+        )
+
+    def aggregate(self) -> Outcome:
+        levels = [self.level(level) for level in self.check.spec.levels]
+        target = self.target
+        violations = [f"c{d['level']}: {v}" for d in levels for v in d["violations"]]
+        return Outcome(
+            violations=violations,
+            text="\n".join(level_table(levels)),
+            data={
+                "target": target.label,
+                "levels": levels,
+                "engines": {target.label: target.backend.identity()},
+            },
+            properties=[
+                ("infercheck_levels_failed", sum(bool(d["violations"]) for d in levels)),
+                ("infercheck_measured_by", ",".join(sorted({d["measured_by"] for d in levels}))),
+            ],
+        )
+
+
+def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+    """The end-of-run table of each stress aggregate: every level, whichever worker measured
+    it (the aggregate's data carries all of them)."""
+    lines: list[str] = []
+    for nodeid, passed, data in aggregates:
+        parts = nodeid.split("::")
+        check, suite = (parts[-3], parts[-2]) if len(parts) >= 3 else ("stress", "?")
+        verdict = "pass" if passed else "FAIL"
+        lines.append(f"{check} {suite} on {data['target']}: {verdict}")
+        lines += [f"  {line}" for line in level_table(data["levels"])]
+    return lines
