@@ -1,0 +1,104 @@
+"""Determinism metrics against hand-computed values."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_infercheck.metrics.determinism import (
+    RunOutput,
+    determinism_score,
+    logprob_diff,
+    output_key,
+    summarize_runs,
+)
+
+
+def ids(*tokens: int, lp: tuple[float, ...] | None = None, text: str = "") -> RunOutput:
+    return RunOutput(text or "".join(map(str, tokens)), tokens, lp)
+
+
+def test_identical_runs_are_deterministic() -> None:
+    s = summarize_runs([ids(1, 2, 3, lp=(-0.5, -0.25, 0.0))] * 4)
+    assert (s.runs, s.errors, s.modal_count, s.distinct) == (4, 0, 4, 1)
+    assert s.modal_share == 1.0 and s.deterministic
+    assert s.first_divergences == [None] * 4
+    assert s.max_logprob_drift == 0.0
+    assert s.outputs == [{"text": "123", "token_ids": [1, 2, 3], "count": 4}]
+
+
+def test_modal_share_divergences_and_output_order() -> None:
+    a, b, c = ids(1, 2, 3), ids(1, 2, 4), ids(1, 2)
+    # a x3, b x2, c x1 in mixed order: modal a, share 3/6; b diverges at 2, c at len 2.
+    s = summarize_runs([b, a, c, a, b, a])
+    assert s.modal_count == 3 and s.modal_share == 0.5 and s.distinct == 3
+    assert not s.deterministic
+    assert s.first_divergences == [2, None, 2, None, 2, None]
+    assert [o["token_ids"] for o in s.outputs] == [[1, 2, 3], [1, 2, 4], [1, 2]]
+    assert [o["count"] for o in s.outputs] == [3, 2, 1]
+
+
+def test_tie_keeps_first_appearance() -> None:
+    s = summarize_runs([ids(7), ids(8), ids(8), ids(7)])
+    assert s.outputs[0]["token_ids"] == [7] and s.modal_share == 0.5
+    assert s.first_divergences == [None, 0, 0, None]
+
+
+def test_errors_count_as_failed_runs() -> None:
+    # 4 runs: 3 identical, 1 error -> share 3/4, not 3/3.
+    s = summarize_runs([ids(5), None, ids(5), ids(5)])
+    assert (s.runs, s.errors, s.modal_count, s.distinct) == (4, 1, 3, 1)
+    assert s.modal_share == 0.75 and not s.deterministic
+    assert s.first_divergences == [None, None, None, None]
+
+
+def test_all_runs_errored() -> None:
+    s = summarize_runs([None, None])
+    assert (s.modal_share, s.distinct, s.errors, s.outputs) == (0.0, 0, 2, [])
+    assert s.max_logprob_drift is None and not s.deterministic
+
+
+def test_logprob_drift_among_identical_tokens_only() -> None:
+    # Group [1,2]: position 0 spans -0.5..-0.5+1e-6, position 1 spans -0.1..-0.1+3e-6
+    # -> drift 3e-6. Group [1,3] (different tokens, large logprob change) has one run: ignored.
+    runs = [
+        ids(1, 2, lp=(-0.5, -0.1)),
+        ids(1, 2, lp=(-0.5 + 1e-6, -0.1 + 3e-6)),
+        ids(1, 2, lp=(-0.5, -0.1 + 2e-6)),
+        ids(1, 3, lp=(-0.5, -9.0)),
+    ]
+    assert summarize_runs(runs).max_logprob_drift == pytest.approx(3e-6, abs=1e-12)
+
+
+def test_no_logprobs_no_drift() -> None:
+    assert summarize_runs([ids(1), ids(1)]).max_logprob_drift is None
+    assert summarize_runs([ids(1, lp=(-1.0,)), ids(2, lp=(-1.0,))]).max_logprob_drift is None
+
+
+def test_text_only_outputs_compare_by_text() -> None:
+    s = summarize_runs([RunOutput("46"), RunOutput("46"), RunOutput("47")])
+    assert s.modal_count == 2 and s.distinct == 2
+    assert s.first_divergences == [None, None, 1]
+    assert s.outputs[1] == {"text": "47", "token_ids": None, "count": 1}
+    assert output_key("46", None) == ("text", "46")
+    assert output_key("x", [1]) == ("ids", (1,)) == output_key("y", (1,))
+
+
+def test_logprob_diff_stops_at_divergence() -> None:
+    assert logprob_diff([-1.0, -2.0, -3.0], [-1.5, -2.0, -9.0], upto=2) == 0.5
+    assert logprob_diff([-1.0, -2.0, -3.0], [-1.5, -2.0, -9.0], upto=None) == 6.0
+    assert logprob_diff([-1.0], None, upto=None) is None
+    assert logprob_diff([-1.0], [-2.0], upto=0) is None
+
+
+def test_determinism_score_and_wilson_interval() -> None:
+    # Two prompts x 10 runs: shares 1.0 and 0.8 -> score 0.9; pooled 18/20.
+    # Wilson 95% (z = 1.959964): centre = (0.9 + z^2/40) / (1 + z^2/20) = 0.835550,
+    # half = z / (1 + z^2/20) * sqrt(0.09/20 + z^2/1600) = 0.136584 -> (0.6990, 0.9721).
+    perfect = summarize_runs([ids(1)] * 10)
+    eight = summarize_runs([ids(1)] * 8 + [ids(2), None])
+    score, low, high = determinism_score([perfect, eight])
+    assert score == pytest.approx(0.9)
+    assert low == pytest.approx(0.6990, abs=1e-4)
+    assert high == pytest.approx(0.9721, abs=1e-4)
+    assert determinism_score([]) == (0.0, 0.0, 1.0)
+    assert determinism_score([perfect])[::2] == (1.0, 1.0)
