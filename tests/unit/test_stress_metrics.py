@@ -1,0 +1,181 @@
+"""Stress metrics against hand-computed values: concurrency achieved from request intervals,
+throughput, latency percentiles, consistency, flips, errors and the per-level gates."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pytest_infercheck.backends.http import HttpError
+from pytest_infercheck.checks.stress import (
+    Output,
+    batches,
+    error_kind,
+    jobs_for,
+    level_data,
+    level_violations,
+)
+from pytest_infercheck.config import CheckSpec
+from pytest_infercheck.metrics.load import max_in_flight, mean_in_flight, span, tokens_per_second
+from pytest_infercheck.shared_work import SharedWork
+from pytest_infercheck.suites import Prompt
+from pytest_infercheck.xdist_scheduling import scope_of
+
+
+def prompt(pid: str, answer: str | None = None, kind: str | None = "number") -> Prompt:
+    return Prompt(pid, f"{pid}=", None, 5, answer, kind, None, "t:1")
+
+
+# -- load metrics ------------------------------------------------------------------------------
+def test_concurrency_from_intervals() -> None:
+    # [0,2] [1,3] [1,2] [3,4]: busy time 2+2+1+1 = 6 over a span of 4 -> 1.5 in flight on
+    # average; at t in (1,2) three overlap; [1,3] and [3,4] only touch.
+    intervals = [(0.0, 2.0), (1.0, 3.0), (1.0, 2.0), (3.0, 4.0)]
+    assert span(intervals) == 4.0
+    assert mean_in_flight(intervals) == 1.5
+    assert max_in_flight(intervals) == 3
+    assert tokens_per_second(20, intervals) == 5.0
+
+
+def test_concurrency_edge_cases() -> None:
+    assert max_in_flight([(0.0, 1.0), (1.0, 2.0)]) == 1  # touching is not overlapping
+    assert mean_in_flight([(0.0, 1.0), (1.0, 2.0)]) == 1.0
+    assert max_in_flight([]) == 0 and span([]) == 0.0
+    assert math.isnan(mean_in_flight([])) and math.isnan(tokens_per_second(3, [(1.0, 1.0)]))
+    # a real batch of 4: every request spans the same call
+    assert mean_in_flight([(5.0, 7.0)] * 4) == 4.0 and max_in_flight([(5.0, 7.0)] * 4) == 4
+
+
+# -- one level ---------------------------------------------------------------------------------
+REFS = {
+    "a": {"text": "46", "token_ids": [10, 11, 2]},
+    "b": {"text": "75", "token_ids": [12, 13, 2]},
+}
+PROMPTS = [prompt("a", "46"), prompt("b", "75")]
+
+
+def test_level_data_by_hand() -> None:
+    outputs = [
+        Output("a", 0.0, 1.0, "46", [10, 11, 2], 3),  # consistent
+        Output("a", 0.0, 2.0, "47", [10, 14, 2], 3),  # token 1 differs: a correct->wrong flip
+        Output("b", 1.0, 4.0, "75", [12, 13, 2], 3),  # consistent
+        Output("b", 2.0, 2.5, error="http_503"),  # an error: in every denominator
+    ]
+    data = level_data(4, "m@srv", outputs, REFS, PROMPTS)
+    assert data["requests"] == 4
+    assert data["errors"] == {"http_503": 1} and data["error_rate"] == 0.25
+    assert data["consistent"] == 2 and data["consistency"] == 0.5
+    assert data["flips"] == 1 and data["flip_rate"] == 0.25
+    # successful latencies 1, 2, 3: p50 = 2; p95: h = 2 * 0.95 = 1.9 -> 2 + 0.9 * (3 - 2)
+    assert data["latency_p50_s"] == 2.0
+    assert data["latency_p95_s"] == pytest.approx(2.9)
+    # 9 tokens of successful requests over the level's span [0, 4]
+    assert data["tokens_per_s"] == 2.25
+    # busy 1 + 2 + 3 + 0.5 = 6.5 over 4; never more than two at once ([0,1] ends as [1,4]
+    # starts, [0,2] as [2,2.5] starts)
+    assert data["achieved_concurrency"] == 1.625 and data["max_in_flight"] == 2
+    assert data["mismatches"] == [
+        {
+            "prompt_id": "a",
+            "first_divergence": 1,
+            "unit": "token",
+            "reference": "46",
+            "output": "47",
+        }
+    ]
+
+
+def test_text_only_engine_diverges_by_character_and_has_no_token_rate() -> None:
+    refs = {"a": {"text": "46", "token_ids": None}}
+    outputs = [Output("a", 0.0, 1.0, "46"), Output("a", 0.0, 1.0, "4")]
+    data = level_data(2, "m@vllm", outputs, refs, [prompt("a", "46")])
+    assert data["consistency"] == 0.5
+    assert data["mismatches"][0]["first_divergence"] == 1
+    assert data["mismatches"][0]["unit"] == "char"
+    assert data["tokens_per_s"] is None
+
+
+def test_all_errors() -> None:
+    outputs = [Output("a", 0.0, 0.1, error="ConnectError")] * 2
+    data = level_data(2, "m@srv", outputs, REFS, PROMPTS)
+    assert data["error_rate"] == 1.0 and data["consistency"] == 0.0
+    assert data["latency_p50_s"] is None and data["tokens_per_s"] is None
+
+
+def check(**thresholds: object) -> CheckSpec:
+    return CheckSpec.model_validate({"stress": "m", **thresholds})
+
+
+def test_gates() -> None:
+    data = {
+        "requests": 20,
+        "errors": {"http_503": 2},
+        "error_rate": 0.1,
+        "consistent": 17,
+        "consistency": 0.85,
+        "flips": 1,
+        "flip_rate": 0.05,
+    }
+    violations = level_violations(data, check())
+    assert violations == [
+        "error rate 0.100 (2/20: http_503 x2) > max_error_rate 0.0",
+        "consistency 0.850 (17/20 outputs equal to their reference) < min_consistency 1.0",
+    ]
+    assert level_violations(data, check(max_error_rate=0.1, min_consistency=0.85)) == []
+    # flip gate: the Wilson upper bound of 1/20 at 95% (z = 1.96) is
+    # (0.05 + z^2/40 + z sqrt(0.05 * 0.95 / 20 + z^2/1600)) / (1 + z^2/20) = 0.236
+    upper = check(max_error_rate=0.1, min_consistency=0.8, flips={"max_rate": 0.2})
+    (flip,) = level_violations(data, upper)
+    assert flip == ("flip rate 0.050 (1/20; Wilson upper bound at 0.95 0.236) > flips.max_rate 0.2")
+    point = check(
+        max_error_rate=0.1, min_consistency=0.8, flips={"max_rate": 0.05, "gate": "point"}
+    )
+    assert level_violations(data, point) == []
+
+
+def test_jobs_and_batches() -> None:
+    a, b = prompt("a"), prompt("b")
+    assert [p.id for p in jobs_for([a, b], 1, 2)] == ["a", "a", "b", "b"]
+    # level 8 over 2 prompts: 4 copies of each, so 8 requests can be in flight
+    assert [p.id for p in jobs_for([a, b], 8, 2)] == ["a"] * 4 + ["b"] * 4
+    p5, p9 = object(), object()
+    jobs = [(a, "ra", p5), (a, "ra", p5), (b, "rb", p5), (b, "rb", p9)]
+    sizes = [[j[1] for j in batch] for batch in batches(jobs, 2)]  # type: ignore[arg-type]
+    assert sizes == [["ra", "ra"], ["rb"], ["rb"]]  # cut at 2 and where params change
+
+
+def test_error_kinds() -> None:
+    assert error_kind(HttpError("busy", 503)) == "http_503"
+    try:
+        try:
+            raise TimeoutError("slow")
+        except TimeoutError as exc:
+            raise HttpError("failed after 1 attempt") from exc
+    except HttpError as err:
+        assert error_kind(err) == "TimeoutError"
+    assert error_kind(ValueError("x")) == "ValueError"
+
+
+# -- sharing and scheduling --------------------------------------------------------------------
+def test_shared_work_computes_once(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def compute() -> dict[str, object]:
+        calls.append(1)
+        return {"level": 2, "pair": (1, 2)}
+
+    first = SharedWork(tmp_path).once("x-c2", compute)
+    other_process = SharedWork(tmp_path)  # a worker that comes later reads the published value
+    assert other_process.once("x-c2", compute) == first == {"level": 2, "pair": [1, 2]}
+    assert calls == [1]
+    in_memory = SharedWork(None)
+    assert in_memory.once("y", compute) == first and in_memory.once("y", compute) == first
+    assert calls == [1, 1]
+
+
+def test_stress_items_spread_over_workers() -> None:
+    assert scope_of("m.yaml::stress(q4)::addition::c8") == "m.yaml::stress(q4)::addition::c8"
+    assert scope_of("m.yaml::stress(q4)::addition::aggregate").endswith("::aggregate")
+    assert scope_of("m.yaml::determinism(q4)::addition::e1") == "m.yaml::determinism(q4)::addition"
