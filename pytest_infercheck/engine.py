@@ -30,6 +30,8 @@ from .backends import (
 from .servers import ServerPool, ServerSpec
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 
     from .config import BackendSpec, LoadedMatrix, Target
@@ -81,7 +83,10 @@ class Engine:
 
     # -- targets -------------------------------------------------------------------------
     def resolve(self, matrix: LoadedMatrix, target: Target) -> ResolvedTarget:
-        """The live backend for ``target`` of ``matrix`` (created on first use)."""
+        """The live backend for ``target`` of ``matrix`` (created on first use); for a golden
+        baseline, the replay of its file."""
+        if target.golden is not None:
+            return self._resolve_golden(matrix.golden_path(target.golden), target.label)
         source, revision = matrix.model_source(
             target.model, matrix.matrix.backends[target.backend].kind
         )
@@ -99,6 +104,15 @@ class Engine:
             self.run(backend.ensure_ready())
             self._backends[key] = backend
         return ResolvedTarget(target.label, key, self._backends[key])
+
+    def _resolve_golden(self, path: Path, label: str) -> ResolvedTarget:
+        from .backends.golden import GoldenBackend
+        from .golden import load_golden
+
+        key = ("golden", str(path))
+        if key not in self._backends:
+            self._backends[key] = GoldenBackend(label, load_golden(path))
+        return ResolvedTarget(label, key, self._backends[key])
 
     # -- running coroutines ------------------------------------------------------------------
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -149,28 +163,41 @@ class Engine:
         return self._generations[key]
 
     def prefetch(
-        self, target: ResolvedTarget, jobs: list[tuple[PromptInput, GenerationParams]]
-    ) -> None:
-        """Generate ``jobs`` concurrently on a concurrent backend (bounded by its own
-        ``max_concurrency``), filling the cache. Best effort: a failed job is left for the item
-        that needs it, which then fails with the error."""
+        self,
+        target: ResolvedTarget,
+        jobs: list[tuple[PromptInput, GenerationParams]],
+        runs: int = 1,
+    ) -> dict[tuple[str, tuple[Any, ...], int], BackendError]:
+        """Generate ``jobs`` (each as runs ``0 .. runs-1``) concurrently on a concurrent
+        backend (bounded by its own ``max_concurrency``), filling the cache; an in-process
+        backend is left to generate item by item.
+
+        Returns the jobs that failed with a :class:`BackendError`, keyed by
+        ``(prompt.key(), params.key(), run)``, for checks that count errors (determinism);
+        others may ignore it: a failed job is not cached, so the item that needs it generates
+        it again and fails with the error."""
         if target.backend.concurrency <= 1:
-            return
+            return {}
         missing = [
-            (prompt, params)
+            (prompt, params, run)
             for prompt, params in dict.fromkeys(jobs)
-            if (target.key, prompt.key(), params.key(), 0) not in self._generations
+            for run in range(runs)
+            if (target.key, prompt.key(), params.key(), run) not in self._generations
         ]
 
         async def gather() -> list[Generation | BaseException]:
             return await asyncio.gather(
-                *(target.backend.generate(p, params) for p, params in missing),
+                *(target.backend.generate(p, params) for p, params, _ in missing),
                 return_exceptions=True,
             )
 
-        for (prompt, params), result in zip(missing, self.run(gather()), strict=True):
+        failures: dict[tuple[str, tuple[Any, ...], int], BackendError] = {}
+        for (prompt, params, run), result in zip(missing, self.run(gather()), strict=True):
             if isinstance(result, Generation):
-                self._generations[(target.key, prompt.key(), params.key(), 0)] = result
+                self._generations[(target.key, prompt.key(), params.key(), run)] = result
+            elif isinstance(result, BackendError):
+                failures[(prompt.key(), params.key(), run)] = result
+        return failures
 
     def score(
         self, target: ResolvedTarget, prompt_ids: list[int], continuation_ids: list[int]

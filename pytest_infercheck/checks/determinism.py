@@ -1,0 +1,241 @@
+"""The ``determinism`` check: each prompt ``runs`` times at temperature 0 on one target.
+
+An item (one per prompt) fails when its runs are not all identical (token ids where the
+backend gives them, else text), when more of its runs errored than ``max_error_rate``
+allows, or when runs with identical tokens drift in logprobs by more than
+``max_logprob_drift``. The aggregate gates the suite's determinism score (mean modal share,
+see :func:`~pytest_infercheck.metrics.determinism.determinism_score`) with
+``min_determinism`` on the point estimate, and the error rate over all runs.
+
+HTTP backends get every selected prompt x run at once, bounded by their concurrency (so
+runs of a prompt also overlap with each other); in-process backends loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..backends import BackendError
+from ..metrics.determinism import (
+    DeterminismSummary,
+    RunOutput,
+    determinism_score,
+    summarize_runs,
+)
+from .target import ItemPlan, Outcome, TargetRun
+
+if TYPE_CHECKING:
+    from ..config import CheckSpec
+    from ..suites import Prompt
+
+MAX_SHOWN_OUTPUTS = 5
+
+
+class DeterminismRun(TargetRun):
+    """The runs of every prompt, memoised per prompt on ``engine.memo``."""
+
+    @property
+    def runs(self) -> int:
+        return int(self.check.spec.runs)
+
+    # -- per prompt ------------------------------------------------------------------------
+    def result(self, prompt: Prompt) -> tuple[DeterminismSummary, list[str]]:
+        """The summary of ``prompt``'s runs and its runs' error messages (memoised)."""
+        key = self.memo_key("prompt", prompt.id)
+        if key not in self.engine.memo:
+            wanted = [p for p in self.suite.prompts if p.id in self.selected]
+            self._compute([prompt, *wanted])
+        result: tuple[DeterminismSummary, list[str]] = self.engine.memo[key]
+        return result
+
+    def _compute(self, prompts: list[Prompt]) -> None:
+        """Run the prompts not yet memoised: concurrently first (HTTP), then collect."""
+        todo = [
+            p
+            for p in dict.fromkeys(prompts)
+            if self.memo_key("prompt", p.id) not in self.engine.memo
+        ]
+        target = self.target
+        jobs = [(self.render(p), self.params(p)) for p in todo]
+        failures = self.engine.prefetch(target, jobs, runs=self.runs)
+        for prompt, (rendered, params) in zip(todo, jobs, strict=True):
+            outputs: list[RunOutput | None] = []
+            messages: list[str] = []
+            for run in range(self.runs):
+                error = failures.get((rendered.key(), params.key(), run))
+                if error is None:
+                    try:
+                        g = self.engine.generate(target, rendered, params, run=run)
+                    except BackendError as exc:
+                        error = exc
+                if error is not None:
+                    outputs.append(None)
+                    messages.append(f"run {run}: {error}")
+                    continue
+                outputs.append(
+                    RunOutput(
+                        g.text,
+                        tuple(g.token_ids) if g.token_ids is not None else None,
+                        tuple(g.chosen_logprobs) if g.chosen_logprobs is not None else None,
+                    )
+                )
+            self.engine.memo[self.memo_key("prompt", prompt.id)] = (
+                summarize_runs(outputs),
+                messages,
+            )
+
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        prompt = self.prompt(plan.key)
+        summary, messages = self.result(prompt)
+        violations = item_violations(summary, self.check)
+        data = {
+            "prompt_id": prompt.id,
+            "target": self.target.label,
+            "runs": summary.runs,
+            "modal_share": summary.modal_share,
+            "distinct": summary.distinct,
+            "errors": summary.errors,
+            "error_messages": messages,
+            "first_divergences": summary.first_divergences,
+            "max_logprob_drift": summary.max_logprob_drift,
+            "outputs": summary.outputs,
+        }
+        properties: list[tuple[str, Any]] = [
+            ("infercheck_runs", summary.runs),
+            ("infercheck_modal_share", summary.modal_share),
+            ("infercheck_distinct", summary.distinct),
+            ("infercheck_errors", summary.errors),
+            ("infercheck_max_logprob_drift", summary.max_logprob_drift),
+        ]
+        return Outcome(violations, describe(summary, messages), data, properties)
+
+    # -- suite level -------------------------------------------------------------------------
+    def aggregate(self) -> Outcome:
+        self._compute(list(self.suite.prompts))
+        summaries = [self.result(p)[0] for p in self.suite.prompts]
+        score, low, high = determinism_score(summaries)
+        runs = sum(s.runs for s in summaries)
+        errors = sum(s.errors for s in summaries)
+        drifts = [s.max_logprob_drift for s in summaries if s.max_logprob_drift is not None]
+        deterministic = sum(s.deterministic for s in summaries)
+        violations = []
+        minimum = self.check.min_determinism
+        if minimum is not None and score < minimum:
+            violations.append(
+                f"determinism score {score:.4f} < min_determinism {minimum} "
+                f"(95% Wilson interval {low:.4f}-{high:.4f})"
+            )
+        if runs and errors / runs > self.check.max_error_rate:
+            violations.append(
+                f"{errors}/{runs} runs failed: error rate {errors / runs:.4f} > "
+                f"max_error_rate {self.check.max_error_rate}"
+            )
+        target = self.target
+        data = {
+            "target": target.label,
+            "runs": self.runs,
+            "prompts": len(summaries),
+            "deterministic_prompts": deterministic,
+            "score": score,
+            "score_low": low,
+            "score_high": high,
+            "interval": "95% Wilson interval of the pooled share of runs equal to their modal",
+            "errors": errors,
+            "max_logprob_drift": max(drifts) if drifts else None,
+            "engines": {target.label: target.backend.identity()},
+        }
+        text = (
+            f"{target.label}: {deterministic}/{len(summaries)} prompts deterministic over "
+            f"{self.runs} runs; score {score:.4f} (95% CI {low:.4f}-{high:.4f}); "
+            f"{errors} failed runs"
+        )
+        properties: list[tuple[str, Any]] = [
+            ("infercheck_determinism_score", score),
+            ("infercheck_determinism_score_low", low),
+            ("infercheck_determinism_score_high", high),
+            ("infercheck_deterministic_prompts", deterministic),
+            ("infercheck_errors", errors),
+            ("infercheck_max_logprob_drift", data["max_logprob_drift"]),
+        ]
+        return Outcome(violations, text, data, properties)
+
+
+def item_violations(summary: DeterminismSummary, check: CheckSpec) -> list[str]:
+    """Why one prompt fails: distinct outputs, more failed runs than ``max_error_rate``,
+    logprob drift above ``max_logprob_drift`` among runs with identical tokens."""
+    violations = []
+    max_error_rate = check.max_error_rate
+    if summary.distinct > 1:
+        violations.append(
+            f"{summary.distinct} distinct outputs in {summary.runs} runs "
+            f"(modal share {summary.modal_share:.4f})"
+        )
+    if summary.runs and summary.errors / summary.runs > max_error_rate:
+        violations.append(
+            f"{summary.errors}/{summary.runs} runs failed (max_error_rate {max_error_rate})"
+        )
+    limit = check.max_logprob_drift
+    drift = summary.max_logprob_drift
+    if limit is not None and drift is not None and drift > limit:
+        violations.append(
+            f"logprob drift {drift:.3g} among runs with identical tokens > "
+            f"max_logprob_drift {limit}"
+        )
+    return violations
+
+
+def describe(summary: DeterminismSummary, messages: list[str]) -> str:
+    """The item's report: counts, then each distinct output (escaped with ``repr``) with the
+    runs that gave it and where they left the modal output."""
+    lines = [
+        f"{summary.runs} runs: modal share {summary.modal_share:.4f}, "
+        f"{summary.distinct} distinct outputs, {summary.errors} failed"
+    ]
+    for n, output in enumerate(summary.outputs[:MAX_SHOWN_OUTPUTS]):
+        marker = "modal" if n == 0 else f"#{n + 1}"
+        lines.append(f"  {marker} x{output['count']}: {output['text']!r}")
+    if len(summary.outputs) > MAX_SHOWN_OUTPUTS:
+        lines.append(f"  ... {len(summary.outputs) - MAX_SHOWN_OUTPUTS} more outputs")
+    diverged = [(i, d) for i, d in enumerate(summary.first_divergences) if d is not None]
+    if diverged:
+        lines.append(
+            "  first divergence from the modal output: "
+            + ", ".join(f"run {i} at {d}" for i, d in diverged)
+        )
+    lines += [f"  {m}" for m in messages[:MAX_SHOWN_OUTPUTS]]
+    return "\n".join(lines)
+
+
+def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+    """One row per determinism check x suite for the terminal summary."""
+    from ..report.terminal import render_table
+
+    rows = []
+    for nodeid, passed, data in aggregates:
+        parts = nodeid.split("::")
+        drift = data["max_logprob_drift"]
+        rows.append(
+            [
+                parts[-3] if len(parts) >= 3 else "determinism",
+                parts[-2] if len(parts) >= 2 else "?",
+                data["target"],
+                str(data["runs"]),
+                f"{data['deterministic_prompts']}/{data['prompts']}",
+                f"{data['score']:.4f} ({data['score_low']:.3f}-{data['score_high']:.3f})",
+                str(data["errors"]),
+                "-" if drift is None else f"{drift:.3g}",
+                "PASS" if passed and data["deterministic_prompts"] == data["prompts"] else "FAIL",
+            ]
+        )
+    columns = (
+        ("check", "<"),
+        ("suite", "<"),
+        ("target", "<"),
+        ("runs", ">"),
+        ("deterministic", ">"),
+        ("score (95% CI)", ">"),
+        ("errors", ">"),
+        ("max drift", ">"),
+        ("verdict", "<"),
+    )
+    return render_table(rows, columns)
