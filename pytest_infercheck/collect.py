@@ -175,6 +175,7 @@ class SuiteCollector(pytest.Collector):
                 "suite": self.suite,
                 "settings": parent.settings,
                 "selected": frozenset(self.selected),
+                "only_selected": self.config.getoption("infercheck_shard", None) is not None,
             }
             if parent.check.is_comparison:
                 from .runs import CheckRun

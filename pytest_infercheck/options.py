@@ -6,6 +6,7 @@ every prompt's own ``max_tokens``; ``num_prompts`` keeps the first N prompts of 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -44,6 +45,29 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="let models think (chat templates get enable_thinking=True); off by default",
     )
+    group.addoption(
+        "--infercheck-results",
+        dest="infercheck_results",
+        default=None,
+        metavar="PATH",
+        help="write every infercheck item's results to this JSON file at the end of the run",
+    )
+    parser.addini("infercheck_results", "JSON results file written at the end of the run")
+    group.addoption(
+        "--infercheck-shard",
+        dest="infercheck_shard",
+        default=None,
+        metavar="I/N",
+        help="run shard I of N (1-based): a deterministic share of the items, by node id",
+    )
+    group.addoption(
+        "--infercheck-run-id",
+        dest="infercheck_run_id",
+        default=None,
+        metavar="ID",
+        help="id of this run in the results file; shards of one run must share it "
+        "(default: the CI run id or a fingerprint of the matrices and arguments)",
+    )
     parser.addini(
         "infercheck_files",
         "glob patterns of matrix YAML files collected automatically",
@@ -79,3 +103,13 @@ def effective_settings(config: pytest.Config, settings: Settings) -> Settings:
     if config.getoption("infercheck_thinking"):
         update["thinking"] = True
     return settings.model_copy(update=update)
+
+
+def results_path(config: pytest.Config) -> Path | None:
+    """Where to write the JSON results: ``--infercheck-results``, else ini ``infercheck_results``
+    (relative to the rootdir), else None."""
+    value = config.getoption("infercheck_results", None)
+    if value:
+        return Path(value)
+    raw = config.getini("infercheck_results")
+    return config.rootpath / str(raw) if raw else None

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from .fixtures import infercheck_engine, infercheck_matrix, infercheck_target, matrix_paths
-from .options import add_options
-from .state import finish, start_controller, worker_input
+from .options import add_options, results_path
+from .state import finish, is_worker, start_controller, worker_input
 
 __all__ = ["infercheck_engine", "infercheck_matrix", "infercheck_target"]
 
@@ -29,6 +29,15 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.pluginmanager.register(_Summary(), "infercheck-summary")
     start_controller(config)
+    if config.getoption("infercheck_shard", None) is not None:
+        from .sharding import configured_shard
+
+        configured_shard(config)  # a bad i/n is a usage error before collection
+    results = results_path(config)
+    if results is not None and not is_worker(config):
+        from .report.collector import ResultsCollector
+
+        config.pluginmanager.register(ResultsCollector(config, results), "infercheck-results")
     for path in matrix_paths(config):
         if str(path) not in config.args and path.exists():
             config.args.append(str(path))
@@ -47,6 +56,14 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return None
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("infercheck_shard", None) is not None:  # after -k and -m
+        from .sharding import select_shard
+
+        select_shard(config, items)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     collect = sys.modules.get("pytest_infercheck.collect")  # loaded only if a matrix was seen
     if collect is not None:
@@ -58,9 +75,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """Attach what an infercheck item measured to its report as ``report.infercheck`` (plain
     types: xdist ships report attributes to the controller, where reports are written)."""
     report = yield
+    if not hasattr(item, "infercheck_record"):
+        return report
+    from .report.properties import scalar_properties
+
+    report.user_properties = scalar_properties(report.user_properties)
     record = getattr(item, "infercheck_record", None)
     if call.when == "call" and record is not None:
         report.infercheck = record
+    elif not report.passed:  # an error or a skip: the item's identity, for the JSON results
+        from .report.collector import item_stub
+
+        report.infercheck_item = item_stub(item)
     return report
 
 

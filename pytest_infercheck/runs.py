@@ -35,6 +35,9 @@ class CheckRun:
     settings: Settings
     selected: frozenset[str] = frozenset()
     """Prompt ids whose items survived selection (-k, --lf); empty means all."""
+    only_selected: bool = False
+    """Aggregate only the selected prompts (under ``--infercheck-shard``: other shards run the
+    rest, and ``pytest-infercheck report`` aggregates the union)."""
 
     # -- targets ----------------------------------------------------------------------------
     def _target(self, side: Side) -> ResolvedTarget:
@@ -109,10 +112,8 @@ class CheckRun:
             ("infercheck_similarity", round(result.similarity, 6)),
             ("infercheck_severity", result.severity),
             ("infercheck_flip", result.flip),
-            (
-                "infercheck_reasoning_chars",
-                [result.base_reasoning_chars, result.test_reasoning_chars],
-            ),
+            ("infercheck_base_reasoning_chars", result.base_reasoning_chars),
+            ("infercheck_test_reasoning_chars", result.test_reasoning_chars),
         ]
 
     def item_data(self, result: PromptComparison) -> dict[str, Any]:
@@ -132,8 +133,9 @@ class CheckRun:
         texts: list[str] = []
         violations: list[str] = []
         aggregates: list[SuiteAggregate] = []
+        prompts = [p for p in self.suite.prompts if not self.only_selected or p.id in self.selected]
         for side in self.tests():
-            results = [self.prompt_result(p.id, side.ref)[0] for p in self.suite.prompts]
+            results = [self.prompt_result(p.id, side.ref)[0] for p in prompts]
             agg = aggregate(results, self.check)
             aggregates.append(agg)
             texts.append(format_aggregate(agg))

@@ -79,6 +79,8 @@ class TargetRun:
     settings: Settings
     selected: frozenset[str] = frozenset()
     """Item keys that survived selection (-k, --lf); empty means all."""
+    only_selected: bool = False
+    """Under ``--infercheck-shard``: the aggregate covers only the selected keys."""
 
     # -- collection time ---------------------------------------------------------------------
     @classmethod
