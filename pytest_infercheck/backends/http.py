@@ -2,17 +2,24 @@
 concurrency, timeouts, and retries with exponential backoff and jitter.
 
 Retried: connection errors, read errors and timeouts, HTTP 429 and 503 (``Retry-After`` is
-honoured). Never retried: other 4xx and 5xx, which are answers, not accidents. API keys come
+honoured). Never retried: other 4xx and 5xx, which are answers, not accidents. A stream is
+retried only until its first byte; afterwards a broken stream is an error. API keys come
 from an environment variable and are only ever put in a request header, never in a message.
+
+Streams: :meth:`HttpClient.stream` yields the decoded JSON events of a server-sent-events
+response (``data:`` lines, ending at ``[DONE]``) or of an NDJSON one (Ollama).
+:meth:`HttpClient.send_once` and :meth:`HttpClient.drop_after_first_event` send one
+unretried request and report what happened, for hostile requests and liveness probes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +29,8 @@ import httpx
 from .base import BackendError
 
 RETRY_STATUS = frozenset({429, 503})
+DONE = object()
+"""What :func:`parse_event_line` returns for the ``[DONE]`` line that ends an SSE stream."""
 
 _UNDER_LOAD: ContextVar[bool] = ContextVar("infercheck_under_load", default=False)
 
@@ -65,6 +74,28 @@ def _retry_after(response: httpx.Response, fallback: float) -> float:
         return min(max(float(value), 0.0), 60.0) if value is not None else fallback
     except ValueError:
         return fallback
+
+
+def parse_event_line(line: str, *, sse: bool = True) -> Any:
+    """The JSON payload of one line of a stream, ``None`` for a line that carries none (blank
+    lines, ``event:``/``id:``/``:`` comment lines of SSE), :data:`DONE` for ``data: [DONE]``.
+
+    SSE: only ``data:`` lines carry payloads (the ``event:`` name is repeated in the JSON by
+    every server this plugin speaks to). NDJSON: every non-blank line is one JSON document.
+    """
+    line = line.strip()
+    if not line:
+        return None
+    if sse:
+        if not line.startswith("data:"):
+            return None
+        line = line[len("data:") :].strip()
+        if line == "[DONE]":
+            return DONE
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise HttpError(f"malformed stream event: {line[:200]!r}") from exc
 
 
 class HttpClient:
@@ -133,6 +164,107 @@ class HttpClient:
                 delay = _retry_after(response, delay)
             attempt += 1
             await asyncio.sleep(delay)
+
+    async def stream(self, path: str, payload: Any, *, sse: bool = True) -> AsyncIterator[Any]:
+        """POST ``payload`` and yield the decoded events of the streamed answer, in order.
+
+        Connection errors, 429 and 503 are retried as in :meth:`request` until the response
+        starts; an error status is raised as :class:`HttpError`, as is a stream that breaks.
+        """
+        client, gate = self._client()
+        load = _UNDER_LOAD.get()
+        retries = 0 if load else self.settings.retries
+        attempt = 0
+        while True:
+            delay = self.settings.backoff_s * (2**attempt) * (0.5 + random.random())
+            try:
+                async with (
+                    contextlib.nullcontext() if load else gate,
+                    client.stream("POST", path, json=payload) as response,
+                ):
+                    if response.status_code >= 400:
+                        body = (await response.aread()).decode("utf-8", "replace")
+                        if response.status_code not in RETRY_STATUS or attempt >= retries:
+                            raise HttpError(
+                                f"backend {self.name!r}: POST {path} (stream) -> HTTP "
+                                f"{response.status_code}: {body[:300]}",
+                                response.status_code,
+                                body,
+                            )
+                        delay = _retry_after(response, delay)
+                    else:
+                        started = False
+                        try:
+                            async for line in response.aiter_lines():
+                                started = True
+                                event = parse_event_line(line, sse=sse)
+                                if event is DONE:
+                                    return
+                                if event is not None:
+                                    yield event
+                        except (httpx.TransportError, httpx.TimeoutException) as exc:
+                            if started:
+                                raise HttpError(
+                                    f"backend {self.name!r}: POST {path}: the stream broke: "
+                                    f"{type(exc).__name__}: {exc}"
+                                ) from exc
+                            raise
+                        return
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                if attempt >= retries:
+                    raise HttpError(
+                        f"backend {self.name!r}: POST {path} (stream) failed after "
+                        f"{attempt + 1} attempts: {type(exc).__name__}: {exc}"
+                    ) from exc
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    async def send_once(
+        self,
+        method: str,
+        path: str,
+        *,
+        payload: Any = None,
+        content: bytes | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[int, str]:
+        """One attempt, no retries, no concurrency gate: ``(status, body)`` whatever the
+        status. ``content`` is sent as raw JSON bytes (which may be malformed on purpose).
+        A connection failure raises :class:`HttpError`."""
+        client, _ = self._client()
+        headers = {"Content-Type": "application/json"} if content is not None else None
+        try:
+            response = await client.request(
+                method,
+                path,
+                json=payload if content is None else None,
+                content=content,
+                headers=headers,
+                timeout=timeout_s if timeout_s is not None else self.settings.timeout_s,
+            )
+        except (httpx.TransportError, httpx.TimeoutException) as exc:
+            raise HttpError(
+                f"backend {self.name!r}: {method} {path}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return response.status_code, response.text
+
+    async def drop_after_first_event(self, path: str, payload: Any) -> str:
+        """Start a streamed POST, read until its first non-blank line, then close the
+        connection mid-stream, as a client that goes away does. Returns what was seen."""
+        client, _ = self._client()
+        try:
+            async with client.stream("POST", path, json=payload) as response:
+                if response.status_code >= 400:
+                    body = (await response.aread()).decode("utf-8", "replace")
+                    return f"HTTP {response.status_code} before streaming: {body[:120]}"
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        return f"HTTP {response.status_code}, closed after the first event"
+                return f"HTTP {response.status_code}, the stream ended with no event"
+        except (httpx.TransportError, httpx.TimeoutException) as exc:
+            raise HttpError(
+                f"backend {self.name!r}: POST {path}: {type(exc).__name__}: {exc}"
+            ) from exc
 
     async def aclose(self) -> None:
         """Close the client of the running loop (others die with their loops)."""

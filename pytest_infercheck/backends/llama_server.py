@@ -11,6 +11,11 @@
   an ASCII token so no position is lost to the UTF-8 gap (the reported distribution is taken
   before the bias). That gives true full-vocabulary KL against an in-process engine.
 - ``/props`` (build info, model path) and ``/v1/models`` (vocabulary size) are recorded.
+- Streaming: ``/completion`` with ``stream: true``; every SSE chunk carries its ``content``,
+  ``tokens`` and probability entries, the last one ``stop_type``.
+- :meth:`generate_via`: ``completions`` (``/v1/completions`` with the text of
+  ``/apply-template``, the server's own template, rendered once), ``chat``
+  (``/v1/chat/completions``) and ``messages`` (Anthropic-style ``/v1/messages``); text only.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from typing import Any
 import numpy as np
 
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
+from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
+from .openai_compat import chat_messages, messages_payload, parse_choice, parse_message
 
 TOP_K = 8
 
@@ -39,6 +46,7 @@ class LlamaServerBackend(Backend):
         self.props: dict[str, Any] = {}
         self.n_vocab = 0
         self._forced_token: int | None = None
+        self._templated: dict[str, str] = {}
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
@@ -64,14 +72,8 @@ class LlamaServerBackend(Backend):
 
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         if self.chat:
-            messages = [{"role": "system", "content": system}] if system else []
-            messages.append({"role": "user", "content": user_text})
-            answer = await self.http.request(
-                "POST",
-                "/apply-template",
-                {"messages": messages, "chat_template_kwargs": {"enable_thinking": thinking}},
-            )
-            text = str(answer["prompt"])
+            chat = PromptInput(user_text, None, True, system=system, thinking=thinking)
+            text = await self._apply_template(chat)
             ids = await self._tokenize(text, add_special=False)
         else:
             text = f"{system}\n\n{user_text}" if system else user_text
@@ -89,8 +91,22 @@ class LlamaServerBackend(Backend):
         ids = await self._tokenize(prompt.text, add_special=False)
         return tuple(ids) == prompt.token_ids
 
-    async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
-        started = time.perf_counter()
+    async def _apply_template(self, prompt: PromptInput) -> str:
+        """The chat template applied by the server to ``prompt``'s messages (cached)."""
+        key = prompt.key()
+        if key not in self._templated:
+            answer = await self.http.request(
+                "POST",
+                "/apply-template",
+                {
+                    "messages": chat_messages(prompt),
+                    "chat_template_kwargs": {"enable_thinking": prompt.thinking},
+                },
+            )
+            self._templated[key] = str(answer["prompt"])
+        return self._templated[key]
+
+    def _body(self, prompt: PromptInput, params: GenerationParams) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": list(prompt.token_ids) if prompt.token_ids is not None else prompt.text,
             "n_predict": params.max_tokens,
@@ -101,17 +117,88 @@ class LlamaServerBackend(Backend):
         }
         if params.seed is not None:
             body["seed"] = params.seed
-        answer = await self.http.request("POST", "/completion", body)
-        tokens = [int(t) for t in answer.get("tokens") or []]
-        chosen, top = align_probabilities(tokens, answer.get("completion_probabilities") or [])
-        stop = answer.get("stop_type")
-        return Generation(
-            text=str(answer.get("content", "")),
-            token_ids=tokens,
-            finish_reason="stop" if stop in ("eos", "word") else "length",
-            chosen_logprobs=chosen,
-            top_logprobs=top,
-            elapsed_s=time.perf_counter() - started,
+        return body
+
+    async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        started = time.perf_counter()
+        answer = await self.http.request("POST", "/completion", self._body(prompt, params))
+        generation = native_generation(
+            str(answer.get("content", "")),
+            [int(t) for t in answer.get("tokens") or []],
+            answer.get("completion_probabilities") or [],
+            answer.get("stop_type"),
+        )
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """The same ``/completion`` request with ``stream: true``, assembled from its chunks."""
+        started = time.perf_counter()
+        body = {**self._body(prompt, params), "stream": True}
+        text: list[str] = []
+        tokens: list[int] = []
+        entries: list[dict[str, Any]] = []
+        stop = None
+        async for chunk in self.http.stream("/completion", body):
+            text.append(str(chunk.get("content") or ""))
+            tokens.extend(int(t) for t in chunk.get("tokens") or [])
+            entries.extend(chunk.get("completion_probabilities") or [])
+            stop = chunk.get("stop_type") or stop
+        generation = native_generation("".join(text), tokens, entries, stop)
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    async def generate_via(
+        self, endpoint: str, prompt: PromptInput, params: GenerationParams
+    ) -> Generation:
+        """``prompt``'s messages through ``completions`` (the server's template applied by
+        ``/apply-template``), ``chat`` or ``messages``; greedy, no prompt cache."""
+        started = time.perf_counter()
+        common = {"cache_prompt": False, **({"seed": params.seed} if params.seed else {})}
+        if endpoint == "completions":
+            text = await self._apply_template(prompt)
+            body = {
+                "prompt": text,
+                "max_tokens": params.max_tokens,
+                "temperature": params.temperature,
+                **common,
+            }
+            generation = parse_choice(
+                await self.http.request("POST", "/v1/completions", body), chat=False
+            )
+            generation.extra["prompt_text"] = text
+        elif endpoint == "chat":
+            body = {
+                "messages": chat_messages(prompt),
+                "max_tokens": params.max_tokens,
+                "temperature": params.temperature,
+                "chat_template_kwargs": {"enable_thinking": prompt.thinking},
+                **common,
+            }
+            generation = parse_choice(
+                await self.http.request("POST", "/v1/chat/completions", body), chat=True
+            )
+        elif endpoint == "messages":
+            body = {**messages_payload(prompt, params, None), **common}
+            generation = parse_message(await self.http.request("POST", "/v1/messages", body))
+        else:
+            return await super().generate_via(endpoint, prompt, params)
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    async def send_hostile(self, kind: str) -> str:
+        def body(text: str, max_tokens: int) -> dict[str, Any]:
+            return {"prompt": text, "n_predict": max_tokens, "temperature": 0}
+
+        settings = self.props.get("default_generation_settings") or {}
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        return await send_hostile(
+            self.http, kind, "/completion", body, n_ctx=n_ctx if isinstance(n_ctx, int) else None
+        )
+
+    async def alive(self) -> bool:
+        return await probe_alive(
+            self.http, "/health", lambda doc: isinstance(doc, dict) and doc.get("status") == "ok"
         )
 
     async def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
@@ -152,6 +239,20 @@ class LlamaServerBackend(Backend):
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+def native_generation(
+    text: str, tokens: list[int], entries: list[dict[str, Any]], stop_type: Any
+) -> Generation:
+    """A ``/completion`` answer (whole or assembled from a stream) as a :class:`Generation`."""
+    chosen, top = align_probabilities(tokens, entries)
+    return Generation(
+        text=text,
+        token_ids=tokens,
+        finish_reason="stop" if stop_type in ("eos", "word") else "length",
+        chosen_logprobs=chosen,
+        top_logprobs=top,
+    )
 
 
 def align_probabilities(

@@ -5,6 +5,8 @@ guessed from a port number.
 Greedy via ``options.temperature: 0`` and ``options.num_predict``; thinking suppressed with
 ``think: false`` (a returned ``thinking`` field is kept apart from the answer); logprobs are
 requested (``logprobs``/``top_logprobs``) and parsed when the server sends them.
+Streaming (``stream: true``) is NDJSON, one object per line, assembled the same way. Only
+the backend's own endpoint is offered: :meth:`generate_via` is not supported.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import time
 from typing import Any
 
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
+from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
-from .openai_compat import TOP_K
+from .openai_compat import TOP_K, chat_messages
 
 
 class OllamaBackend(Backend):
@@ -45,8 +48,8 @@ class OllamaBackend(Backend):
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         return PromptInput(user_text, None, templated=self.chat, system=system, thinking=thinking)
 
-    async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
-        started = time.perf_counter()
+    def _request(self, prompt: PromptInput, params: GenerationParams) -> tuple[str, Any]:
+        """The endpoint and body of a generation request."""
         options: dict[str, Any] = {
             "temperature": params.temperature,
             "num_predict": params.max_tokens,
@@ -62,26 +65,51 @@ class OllamaBackend(Backend):
             "top_logprobs": TOP_K,
         }
         if self.chat:
-            messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
-            messages.append({"role": "user", "content": prompt.text})
-            body["messages"] = messages
-            answer = await self.http.request("POST", "/api/chat", body)
-            message = answer.get("message") or {}
-            text, reasoning = message.get("content") or "", message.get("thinking")
-        else:
-            body.update(prompt=prompt.text, raw=True)
-            answer = await self.http.request("POST", "/api/generate", body)
-            text, reasoning = answer.get("response") or "", answer.get("thinking")
-        entries = answer.get("logprobs")
+            return "/api/chat", {**body, "messages": chat_messages(prompt)}
+        return "/api/generate", {**body, "prompt": prompt.text, "raw": True}
+
+    async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        started = time.perf_counter()
+        path, body = self._request(prompt, params)
+        generation = self._generation([await self.http.request("POST", path, body)])
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """The same request with ``stream: true`` (NDJSON lines), assembled."""
+        started = time.perf_counter()
+        path, body = self._request(prompt, params)
+        chunks = [c async for c in self.http.stream(path, {**body, "stream": True}, sse=False)]
+        generation = self._generation(chunks)
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    def _generation(self, answers: list[Any]) -> Generation:
+        """One answer, or a stream's chunks, as a :class:`Generation` (texts and logprob
+        entries concatenated, the last ``done_reason``)."""
+        text: list[str] = []
+        reasoning: list[str] = []
+        entries: list[Any] = []
+        done = None
+        for answer in answers:
+            if self.chat:
+                message = answer.get("message") or {}
+                text.append(message.get("content") or "")
+                reasoning.append(message.get("thinking") or "")
+            else:
+                text.append(answer.get("response") or "")
+                reasoning.append(answer.get("thinking") or "")
+            entries.extend(answer.get("logprobs") or [])
+            done = answer.get("done_reason") or done
         if not entries:
             self.observed["logprobs"] = False
-        extra: dict[str, Any] = {"reasoning": reasoning} if reasoning else {}
+        extra: dict[str, Any] = {"reasoning": "".join(reasoning)} if any(reasoning) else {}
         if entries:
             extra["tokens"] = [str(e.get("token", "")) for e in entries]
         return Generation(
-            text=text,
+            text="".join(text),
             token_ids=None,
-            finish_reason="stop" if answer.get("done_reason") == "stop" else "length",
+            finish_reason="stop" if done == "stop" else "length",
             chosen_logprobs=[float(e["logprob"]) for e in entries] if entries else None,
             top_logprobs=[
                 {t["token"]: float(t["logprob"]) for t in e.get("top_logprobs") or []}
@@ -90,9 +118,24 @@ class OllamaBackend(Backend):
             if entries
             else None,
             top_keys="text",
-            elapsed_s=time.perf_counter() - started,
             extra=extra,
         )
+
+    async def send_hostile(self, kind: str) -> str:
+        def body(text: str, max_tokens: int) -> dict[str, Any]:
+            options = {"temperature": 0, "num_predict": max_tokens}
+            return {
+                "model": self.model,
+                "prompt": text,
+                "raw": True,
+                "stream": False,
+                "options": options,
+            }
+
+        return await send_hostile(self.http, kind, "/api/generate", body)
+
+    async def alive(self) -> bool:
+        return await probe_alive(self.http, "/api/tags", lambda doc: isinstance(doc, dict))
 
     def identity(self) -> dict[str, Any]:
         return {

@@ -11,15 +11,25 @@ top_logprobs}]`` and the legacy completions shape ``logprobs.{tokens, token_logp
 top_logprobs}``. Thinking is suppressed with ``chat_template_kwargs.enable_thinking`` and a
 returned reasoning chain (``reasoning_content``/``reasoning`` or a ``<think>`` block) is split
 from the answer and kept in ``extra["reasoning"]``.
+
+Streaming (``stream: true``) is assembled from the SSE chunks' ``text`` / ``delta.content``
+and their logprobs (servers that stream none give none). :meth:`generate_via` reaches
+``completions`` and ``chat`` whatever ``chat:`` says; ``completions`` then gets the chat
+template rendered once, in-process, by the served model folder's tokenizer (the server's own
+template, so the endpoints see the same input). ``messages`` (Anthropic) is for the
+subclasses whose server offers it. Hostile requests go to the backend's own endpoint.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from pathlib import Path
 from typing import Any
 
-from .base import Backend, Capabilities, Generation, GenerationParams, PromptInput
+from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
+from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpError, HttpSettings
 
 TOP_K = 5
@@ -48,6 +58,7 @@ class OpenAICompatBackend(Backend):
         self.top_k = top_k
         self.observed: dict[str, Any] = {}
         """Capabilities learned from the server's answers (e.g. ``logprobs: False``)."""
+        self._templated: dict[str, str] = {}
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
@@ -66,7 +77,10 @@ class OpenAICompatBackend(Backend):
         server applies its own template, so nothing rendered elsewhere is taken."""
         return not self.chat and prompt.token_ids is not None
 
-    def _payload(self, prompt: PromptInput, params: GenerationParams) -> Any:
+    def _payload(
+        self, prompt: PromptInput, params: GenerationParams, chat: bool | None = None
+    ) -> Any:
+        chat = self.chat if chat is None else chat
         body: dict[str, Any] = {
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
@@ -76,10 +90,8 @@ class OpenAICompatBackend(Backend):
             body["model"] = self.model
         if params.seed is not None:
             body["seed"] = params.seed
-        if self.chat:
-            messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
-            messages.append({"role": "user", "content": prompt.text})
-            body["messages"] = messages
+        if chat:
+            body["messages"] = chat_messages(prompt)
             body["chat_template_kwargs"] = {"enable_thinking": prompt.thinking}
             if self.observed.get("logprobs", True):
                 body["logprobs"] = True
@@ -92,24 +104,113 @@ class OpenAICompatBackend(Backend):
 
     @property
     def _path(self) -> str:
-        return "/v1/chat/completions" if self.chat else "/v1/completions"
+        return chat_path(self.chat)
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        return await self._generate(prompt, params, self.chat)
+
+    async def _generate(
+        self, prompt: PromptInput, params: GenerationParams, chat: bool
+    ) -> Generation:
         started = time.perf_counter()
-        body = self._payload(prompt, params)
+        body = self._payload(prompt, params, chat)
         try:
-            answer = await self.http.request("POST", self._path, body)
+            answer = await self.http.request("POST", chat_path(chat), body)
         except HttpError as exc:
             if exc.status != 400 or "logprob" not in exc.body.lower():
                 raise
             self.observed["logprobs"] = False  # rejected: ask again without
-            body = self._payload(prompt, params)
-            answer = await self.http.request("POST", self._path, body)
-        generation = parse_choice(answer, chat=self.chat)
+            body = self._payload(prompt, params, chat)
+            answer = await self.http.request("POST", chat_path(chat), body)
+        generation = parse_choice(answer, chat=chat)
         if "logprobs" in body and generation.chosen_logprobs is None:
             self.observed["logprobs"] = False  # silently ignored
         generation.elapsed_s = time.perf_counter() - started
         return generation
+
+    async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        started = time.perf_counter()
+        body = {**self._payload(prompt, params), "stream": True}
+        chunks = [event async for event in self.http.stream(self._path, body)]
+        generation = assemble_chunks(chunks, chat=self.chat)
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    async def generate_via(
+        self, endpoint: str, prompt: PromptInput, params: GenerationParams
+    ) -> Generation:
+        """``chat``: the messages to ``/v1/chat/completions``; ``completions``: the same
+        messages rendered by the chat template (once) to ``/v1/completions``."""
+        if endpoint == "chat":
+            return await self._generate(prompt, params, chat=True)
+        if endpoint == "completions":
+            text = await self.templated_text(prompt)
+            raw = PromptInput(text, None, templated=True, thinking=prompt.thinking)
+            generation = await self._generate(raw, params, chat=False)
+            generation.extra["prompt_text"] = text
+            return generation
+        return await super().generate_via(endpoint, prompt, params)
+
+    async def templated_text(self, prompt: PromptInput) -> str:
+        """``prompt``'s messages rendered by the chat template of the served model folder
+        (transformers' ``apply_chat_template``, with the generation prompt), cached."""
+        key = prompt.key()
+        if key not in self._templated:
+            folder = self.model_folder()
+            if folder is None:
+                raise BackendError(
+                    f"backend {self.name!r} ({self.kind}): cannot render the chat template "
+                    f"for /v1/completions: the model {self.model!r} is not a local folder"
+                )
+            try:
+                from transformers import AutoTokenizer
+            except ImportError as exc:
+                raise BackendError(
+                    f"backend {self.name!r}: rendering the chat template needs transformers"
+                ) from exc
+            tokenizer = AutoTokenizer.from_pretrained(str(folder))
+            if not getattr(tokenizer, "chat_template", None):
+                raise BackendError(
+                    f"backend {self.name!r} ({self.kind}): the model {str(folder)!r} has no "
+                    "chat template, so its chat endpoints have nothing to compare with"
+                )
+            self._templated[key] = str(
+                tokenizer.apply_chat_template(
+                    chat_messages(prompt),
+                    tokenize=False,
+                    add_generation_prompt=True,
+                    enable_thinking=prompt.thinking,
+                )
+            )
+        return self._templated[key]
+
+    def model_folder(self) -> Path | None:
+        """The served model's local folder, when ``model`` names one."""
+        folder = Path(self.model).expanduser() if self.model else None
+        return folder if folder is not None and folder.is_dir() else None
+
+    def context_size(self) -> int | None:
+        """The model's context length from its local ``config.json``, when known."""
+        folder = self.model_folder()
+        try:
+            config = json.loads((folder / "config.json").read_text()) if folder else {}
+        except (OSError, ValueError):
+            return None
+        value = config.get("max_position_embeddings")
+        return int(value) if isinstance(value, int) else None
+
+    async def send_hostile(self, kind: str) -> str:
+        def body(text: str, max_tokens: int) -> dict[str, Any]:
+            prompt = PromptInput(text, None, templated=self.chat)
+            payload: dict[str, Any] = self._payload(prompt, GenerationParams(max_tokens))
+            payload.pop("logprobs", None)
+            payload.pop("top_logprobs", None)
+            return payload
+
+        return await send_hostile(self.http, kind, self._path, body, n_ctx=self.context_size())
+
+    async def alive(self) -> bool:
+        return await probe_alive(self.http, "/v1/models", lambda doc: isinstance(doc, dict))
 
     def identity(self) -> dict[str, Any]:
         return {
@@ -124,34 +225,111 @@ class OpenAICompatBackend(Backend):
         await self.http.aclose()
 
 
+def chat_path(chat: bool) -> str:
+    return "/v1/chat/completions" if chat else "/v1/completions"
+
+
+def chat_messages(prompt: PromptInput) -> list[dict[str, str]]:
+    """The system (if any) and user messages of ``prompt``."""
+    messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
+    messages.append({"role": "user", "content": prompt.text})
+    return messages
+
+
 def parse_choice(answer: Any, *, chat: bool) -> Generation:
     """The first choice of a (chat) completion response as a :class:`Generation`."""
-    try:
-        choice = answer["choices"][0]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise HttpError(f"response has no choices: {str(answer)[:200]!r}") from exc
+    choice = _first_choice(answer)
     if chat:
         message = choice.get("message") or {}
         text = message.get("content") or ""
         reasoning = message.get("reasoning_content") or message.get("reasoning")
     else:
         text, reasoning = choice.get("text") or "", None
+    return text_generation(text, reasoning, choice.get("finish_reason"), choice.get("logprobs"))
+
+
+def _first_choice(answer: Any) -> dict[str, Any]:
+    try:
+        choice: dict[str, Any] = answer["choices"][0]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise HttpError(f"response has no choices: {str(answer)[:200]!r}") from exc
+    return choice
+
+
+def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
+    """A streamed (chat) completion's chunks as one :class:`Generation`: the texts and
+    logprob entries concatenated in order, the last finish reason. Chunks without choices
+    (a final usage chunk) are skipped."""
+    text, reasoning, finish = [], [], None
+    entries: list[Any] = []
+    for chunk in chunks:
+        if not isinstance(chunk, dict) or not chunk.get("choices"):
+            continue
+        choice = _first_choice(chunk)
+        if chat:
+            delta = choice.get("delta") or {}
+            text.append(delta.get("content") or "")
+            reasoning.append(delta.get("reasoning_content") or delta.get("reasoning") or "")
+        else:
+            text.append(choice.get("text") or "")
+        logprobs = choice.get("logprobs")
+        if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+            entries.extend(logprobs["content"])
+        finish = choice.get("finish_reason") or finish
+    return text_generation(
+        "".join(text), "".join(reasoning) or None, finish, {"content": entries} if entries else None
+    )
+
+
+def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any) -> Generation:
+    """A text-only :class:`Generation`: a leading ``<think>`` block moved to ``reasoning``,
+    logprobs of either shape parsed, token texts in ``extra["tokens"]``."""
     match = THINK_BLOCK.match(text)
     if match:
         reasoning, text = match.group(1), text[match.end() :]
-    chosen, top, tokens = parse_logprobs(choice.get("logprobs"))
+    chosen, top, tokens = parse_logprobs(logprobs)
     extra: dict[str, Any] = {"reasoning": reasoning} if reasoning else {}
     if tokens is not None:
         extra["tokens"] = tokens
     return Generation(
         text=text,
         token_ids=None,
-        finish_reason=str(choice.get("finish_reason") or "unknown"),
+        finish_reason=str(finish or "unknown"),
         chosen_logprobs=chosen,
         top_logprobs=top,
         top_keys="text",
         extra=extra,
     )
+
+
+def messages_payload(prompt: PromptInput, params: GenerationParams, model: str | None) -> Any:
+    """An Anthropic-style ``/v1/messages`` request (greedy) for ``prompt``."""
+    body: dict[str, Any] = {
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "messages": [{"role": "user", "content": prompt.text}],
+    }
+    if model is not None:
+        body["model"] = model
+    if prompt.system:
+        body["system"] = prompt.system
+    return body
+
+
+def parse_message(answer: Any) -> Generation:
+    """An Anthropic-style message: its text blocks joined; ``thinking`` blocks are the
+    reasoning; ``stop_reason`` ``end_turn``/``stop_sequence`` -> ``stop``, ``max_tokens`` ->
+    ``length``."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("content"), list):
+        raise HttpError(f"response is not a message: {str(answer)[:200]!r}")
+    blocks = [b for b in answer["content"] if isinstance(b, dict)]
+    text = "".join(str(b.get("text") or "") for b in blocks if b.get("type") == "text")
+    thinking = "".join(str(b.get("thinking") or "") for b in blocks if b.get("type") == "thinking")
+    stop = answer.get("stop_reason")
+    finish = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}.get(
+        str(stop), stop
+    )
+    return text_generation(text, thinking or None, finish, None)
 
 
 def parse_logprobs(

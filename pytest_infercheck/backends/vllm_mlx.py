@@ -4,16 +4,20 @@ Measured on vllm-mlx 0.6.0: logprobs are silently ignored (declared here, not di
 a surprise), ``seed`` is ignored, and the default engine answers concurrent requests with
 HTTP 503 ``text_generation_busy`` (retried by the HTTP layer, honouring ``Retry-After``;
 ``--continuous-batching`` or ``VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION=wait`` avoid it).
+Its Anthropic-style ``/v1/messages`` is reachable through :meth:`generate_via`; the chat
+endpoints need a chat template in the model folder (without one they answer HTTP 500).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
-from .base import BackendError, Capabilities
+from .base import BackendError, Capabilities, Generation, GenerationParams, PromptInput
+from .hostile import probe_alive
 from .http import HttpClient
-from .openai_compat import OpenAICompatBackend
+from .openai_compat import OpenAICompatBackend, messages_payload, parse_message
 
 
 class VllmMlxBackend(OpenAICompatBackend):
@@ -45,3 +49,23 @@ class VllmMlxBackend(OpenAICompatBackend):
                 f"backend {self.name!r}: the server has {served!r} loaded, expected {self.model!r}"
             )
         return health
+
+    async def generate_via(
+        self, endpoint: str, prompt: PromptInput, params: GenerationParams
+    ) -> Generation:
+        if endpoint != "messages":
+            return await super().generate_via(endpoint, prompt, params)
+        started = time.perf_counter()
+        answer = await self.http.request(
+            "POST", "/v1/messages", messages_payload(prompt, params, self.model)
+        )
+        generation = parse_message(answer)
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    async def alive(self) -> bool:
+        return await probe_alive(
+            self.http,
+            "/health",
+            lambda doc: isinstance(doc, dict) and bool(doc.get("model_loaded")),
+        )
