@@ -1,0 +1,103 @@
+"""The stress check on in-process mlx-lm (levels as real batches through ``generate_batch``),
+alone and under ``-n 2``: the levels spread over the workers, each level is measured once
+per run (the aggregate reuses what the level items published), and the controller prints
+every level in one table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import junit_properties
+
+STRESS = """\
+  - stress: {target: bf16, levels: [1, 4, 16], repeats: 2}
+    min_consistency: 1.0
+    max_error_rate: 0.0
+    flips: {max_rate: 0.0, gate: point}
+"""
+
+# The controller's view of every item record (what xdist shipped back on the reports).
+RECORDS_CONFTEST = """
+import json
+
+def pytest_runtest_logreport(report):
+    record = getattr(report, "infercheck", None)
+    if report.when == "call" and record is not None:
+        with open("records.jsonl", "a") as out:
+            out.write(json.dumps({"nodeid": report.nodeid, **record}) + "\\n")
+"""
+
+
+def records(path: Path) -> dict[str, dict[str, Any]]:
+    lines = (path / "records.jsonl").read_text().splitlines()
+    return {r["name"]: r for r in map(json.loads, lines)}
+
+
+def test_in_process_levels_are_real_batches_and_pass(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix(STRESS)
+    pytester.makeconftest(RECORDS_CONFTEST)
+    result = pytester.runpytest("-q", "--junitxml=out.xml")
+    result.assert_outcomes(passed=4)
+    recs = records(pytester.path)
+    # 8 prompts: 2 copies each at levels 1 and 4, 2 at level 16 too (16 requests exist)
+    for name, in_flight in (("c1", 1), ("c4", 4), ("c16", 16)):
+        data = recs[name]["data"]
+        assert recs[name]["role"] == "level"
+        assert data["requests"] == 16 and data["consistent"] == 16 and data["errors"] == {}
+        assert data["max_in_flight"] == in_flight  # a batch of `level` prompts
+        assert data["tokens_per_s"] > 0 and data["latency_p95_s"] >= data["latency_p50_s"]
+    # one batch of 16: every request spans the whole call
+    assert recs["c16"]["data"]["achieved_concurrency"] == pytest.approx(16.0)
+    aggregate = recs["aggregate"]["data"]
+    assert [d["level"] for d in aggregate["levels"]] == [1, 4, 16]
+    assert aggregate["engines"]["bf16@local"]["kind"] == "mlx-lm"
+    props = junit_properties(pytester.path / "out.xml")
+    assert props["c4"]["infercheck_consistency"] == "1.0"
+    result.stdout.fnmatch_lines(
+        [
+            "*infercheck summary*",
+            "stress(bf16) addition on bf16@local: pass",
+            "*level*requests*errors*consistent*flips*p50 s*p95 s*tok/s*in flight mean/max*",
+            "*c1 *16*0*16/16*0*1.00/1*pass",
+            "*c4 *16*0*16/16*0*/4*pass",
+            "*c16 *16*0*16/16*0*16.00/16*pass",
+        ]
+    )
+
+
+def test_a_threshold_no_level_can_meet_fails_every_level_and_the_aggregate(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    # Every output equals its reference, but a flip gate on the Wilson upper bound cannot
+    # be met by 16 requests (0/16 has an upper bound of 0.194 at 95%): the gate fails the
+    # levels and the aggregate, and says why.
+    write_matrix(STRESS.replace("max_rate: 0.0, gate: point", "max_rate: 0.01"))
+    result = pytester.runpytest("-q")
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(
+        ["*flip rate 0.000 (0/16; Wilson upper bound at 0.95 0.194) > flips.max_rate 0.01*"]
+    )
+
+
+def test_under_xdist_levels_spread_and_are_measured_once(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix(STRESS.replace("[1, 4, 16]", "[1, 2, 4, 8, 16]"))
+    pytester.makeconftest(RECORDS_CONFTEST)
+    result = pytester.runpytest_subprocess("-q", "-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=6)
+    recs = records(pytester.path)
+    levels = {name: recs[name]["data"] for name in ("c1", "c2", "c4", "c8", "c16")}
+    assert {d["measured_by"] for d in levels.values()} == {"gw0", "gw1"}
+    # the aggregate reused the published measurements (a second measurement would differ in
+    # its timings), whichever worker made them
+    assert recs["aggregate"]["data"]["levels"] == list(levels.values())
+    result.stdout.fnmatch_lines(
+        ["stress(bf16) addition on bf16@local: pass", "*c1 *", "*c2 *", "*c4 *", "*c8 *", "*c16 *"]
+    )
