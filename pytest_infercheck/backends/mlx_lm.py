@@ -81,6 +81,8 @@ class MlxLmBackend(Backend):
     """mlx-lm running in this process."""
 
     kind = "mlx-lm"
+    batching = "mlx-lm BatchGenerator"
+    """How :meth:`generate_batch` batches (shown by the batch-invariance check)."""
 
     def __init__(
         self,

@@ -1,0 +1,216 @@
+"""The ``batch-invariance`` check (the needle test): a prompt run alone, then placed at a
+random position of ``trials`` batches of ``batch_size`` prompts of mixed lengths.
+
+The reference is the prompt generated alone, straight from the backend (never a cached
+generation that may have been produced under concurrency). Each trial draws, with a
+``random.Random`` seeded by ``(seed, prompt id)``, the needle's position and its
+``batch_size - 1`` companions: other prompts of the suite (the prompt itself when the suite
+has no other), each repeated 1-3 times so that the batch mixes lengths even when the suite's
+prompts are alike. The batch goes through ``Backend.generate_batch``: mlx-lm's own
+``BatchGenerator`` in-process, a burst of concurrent requests on a server.
+
+A trial passes when the needle's tokens equal the alone tokens (token ids where both sides
+have them, else text) and, where logprobs are exposed, ``max_t |lp_alone[t] - lp_batch[t]|``
+over the positions before the first divergence is within ``logprob_tolerance``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import TYPE_CHECKING, Any
+
+from ..backends import Generation
+from ..metrics.determinism import logprob_diff
+from ..metrics.text import first_divergence
+from .target import ItemPlan, Outcome, TargetRun
+
+if TYPE_CHECKING:
+    from ..backends import PromptInput
+    from ..config import CheckSpec
+    from ..suites import Prompt
+
+MAX_REPEAT = 3
+"""Companions are other prompts repeated 1..MAX_REPEAT times (mixed lengths)."""
+CONCURRENT_BURST = "concurrent burst"
+
+
+class BatchInvarianceRun(TargetRun):
+    """The needle trials of every prompt, memoised per prompt on ``engine.memo``."""
+
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        data = self.result(self.prompt(plan.key))
+        violations = trial_violations(data, self.check)
+        props: list[tuple[str, Any]] = [
+            ("infercheck_trials", len(data["trials"])),
+            ("infercheck_matching_trials", sum(t["match"] for t in data["trials"])),
+            ("infercheck_max_logprob_diff", _max_diff(data["trials"])),
+        ]
+        return Outcome(violations, describe(data), data, props)
+
+    def result(self, prompt: Prompt) -> dict[str, Any]:
+        """The item data of ``prompt`` (see the module docstring; memoised)."""
+        key = self.memo_key("prompt", prompt.id)
+        if key not in self.engine.memo:
+            self.engine.memo[key] = self._trials(prompt)
+        result: dict[str, Any] = self.engine.memo[key]
+        return result
+
+    def _trials(self, prompt: Prompt) -> dict[str, Any]:
+        spec = self.check.spec
+        target = self.target
+        backend = target.backend
+        params = self.params(prompt)
+        needle = self.render(prompt)
+        alone = self.engine.call(target, backend.generate(needle, params))
+        rng = random.Random(f"{spec.seed}:{prompt.id}")
+        others = [p for p in self.suite.prompts if p.id != prompt.id] or [prompt]
+        trials = []
+        for trial in range(spec.trials):
+            position = rng.randrange(spec.batch_size)
+            companions = [self._companion(rng, others) for _ in range(spec.batch_size - 1)]
+            inputs = [c for _, c in companions]
+            inputs.insert(position, needle)
+            names = [n for n, _ in companions]
+            names.insert(position, prompt.id)
+            results = self.engine.call(target, backend.generate_batch(inputs, params))
+            trials.append(
+                {"trial": trial, "position": position, "batch": names}
+                | compare_to_alone(alone, results[position])
+            )
+        return {
+            "prompt_id": prompt.id,
+            "target": target.label,
+            "seed": spec.seed,
+            "alone": {"text": alone.text, "token_ids": alone.token_ids},
+            "trials": trials,
+            "batched_by": getattr(backend, "batching", CONCURRENT_BURST),
+        }
+
+    def _companion(self, rng: random.Random, others: list[Prompt]) -> tuple[str, PromptInput]:
+        """A random other prompt repeated 1..MAX_REPEAT times: its name and rendering."""
+        other = rng.choice(others)
+        repeat = rng.randint(1, MAX_REPEAT)
+        name = other.id if repeat == 1 else f"{other.id}*{repeat}"
+        return name, self.render(dataclasses.replace(other, text=other.text * repeat))
+
+    def aggregate(self) -> Outcome:
+        results = [self.result(p) for p in self.suite.prompts]
+        invariant = sum(not trial_violations(r, self.check) for r in results)
+        trials = sum(len(r["trials"]) for r in results)
+        target = self.target
+        rate = invariant / len(results) if results else 0.0
+        data = {
+            "target": target.label,
+            "prompts": len(results),
+            "invariant_prompts": invariant,
+            "rate": rate,
+            "trials": trials,
+            "batched_by": results[0]["batched_by"] if results else None,
+            "engines": {target.label: target.backend.identity()},
+        }
+        text = (
+            f"{target.label}: {invariant}/{len(results)} prompts batch-invariant over "
+            f"{trials} trials ({data['batched_by']})"
+        )
+        props: list[tuple[str, Any]] = [
+            ("infercheck_invariant_prompts", invariant),
+            ("infercheck_batch_invariance_rate", rate),
+            ("infercheck_trials", trials),
+        ]
+        return Outcome([], text, data, props)
+
+
+def compare_to_alone(alone: Generation, batched: Generation | BaseException) -> dict[str, Any]:
+    """``match``, ``first_divergence``, ``max_logprob_diff`` and ``text`` of the needle's
+    batched generation against the alone one (``error`` when the batched request failed)."""
+    if isinstance(batched, BaseException):
+        return {
+            "match": False,
+            "first_divergence": None,
+            "max_logprob_diff": None,
+            "text": None,
+            "error": f"{type(batched).__name__}: {batched}",
+        }
+    by_ids = alone.token_ids is not None and batched.token_ids is not None
+    a_seq: Any = alone.token_ids if by_ids else alone.text
+    b_seq: Any = batched.token_ids if by_ids else batched.text
+    divergence = first_divergence(a_seq, b_seq)
+    return {
+        "match": divergence is None,
+        "first_divergence": divergence,
+        "max_logprob_diff": logprob_diff(
+            alone.chosen_logprobs, batched.chosen_logprobs, divergence
+        ),
+        "text": batched.text,
+    }
+
+
+def trial_violations(data: dict[str, Any], check: CheckSpec) -> list[str]:
+    """Why a prompt is not batch-invariant: trials whose tokens differ from the alone run,
+    whose batched request failed, or whose logprobs moved beyond ``logprob_tolerance``."""
+    violations = []
+    size = len(data["trials"][0]["batch"]) if data["trials"] else 0
+    for t in data["trials"]:
+        where = f"trial {t['trial']} (position {t['position']} of {size})"
+        if "error" in t:
+            violations.append(f"{where}: the batched request failed: {t['error']}")
+        elif not t["match"]:
+            violations.append(
+                f"{where}: output differs from the prompt alone at {t['first_divergence']}: "
+                f"{data['alone']['text']!r} alone vs {t['text']!r} batched"
+            )
+        diff = t["max_logprob_diff"]
+        if diff is not None and diff > check.logprob_tolerance:
+            violations.append(
+                f"{where}: logprobs moved by {diff:.3g} > logprob_tolerance "
+                f"{check.logprob_tolerance}"
+            )
+    return violations
+
+
+def describe(data: dict[str, Any]) -> str:
+    """The item's report: the alone output and each trial's batch and result."""
+    lines = [f"alone: {data['alone']['text']!r} (batched by {data['batched_by']})"]
+    for t in data["trials"]:
+        verdict = "match" if t["match"] else "DIFFERS"
+        lines.append(
+            f"  trial {t['trial']}: position {t['position']} in [{', '.join(t['batch'])}]: "
+            f"{verdict}, max |logprob diff| {t['max_logprob_diff']}"
+        )
+    return "\n".join(lines)
+
+
+def _max_diff(trials: list[dict[str, Any]]) -> float | None:
+    diffs = [t["max_logprob_diff"] for t in trials if t["max_logprob_diff"] is not None]
+    return max(diffs) if diffs else None
+
+
+def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+    """One row per batch-invariance check x suite for the terminal summary."""
+    from ..report.terminal import render_table
+
+    rows = []
+    for nodeid, passed, data in aggregates:
+        parts = nodeid.split("::")
+        rows.append(
+            [
+                parts[-3] if len(parts) >= 3 else "batch-invariance",
+                parts[-2] if len(parts) >= 2 else "?",
+                data["target"],
+                str(data["trials"]),
+                f"{data['invariant_prompts']}/{data['prompts']}",
+                str(data["batched_by"]),
+                "PASS" if passed and data["invariant_prompts"] == data["prompts"] else "FAIL",
+            ]
+        )
+    columns = (
+        ("check", "<"),
+        ("suite", "<"),
+        ("target", "<"),
+        ("trials", ">"),
+        ("invariant", ">"),
+        ("batched by", "<"),
+        ("verdict", "<"),
+    )
+    return render_table(rows, columns)
