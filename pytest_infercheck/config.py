@@ -149,13 +149,30 @@ class SuiteRef(_Strict):
 
 
 class Settings(_Strict):
-    """Run-wide settings; the command line and ini file override these."""
+    """Run-wide settings; the command line and ini file override these.
+
+    Golden baselines (see :mod:`.golden`): ``golden_dir`` (folder of the golden files,
+    relative to the matrix), ``golden_gzip`` (record ``.json.gz`` instead of ``.json``),
+    ``golden_top_k`` (most logprobs recorded per position). ``record`` is set by
+    ``--infercheck-record`` only.
+    """
 
     num_prompts: int | None = Field(default=None, gt=0)
     max_tokens: int | None = Field(default=None, gt=0)
     default_max_tokens: int = Field(default=256, gt=0)
     thinking: bool = False
     seed: int | None = None
+    golden_dir: str = "goldens"
+    golden_gzip: bool = False
+    golden_top_k: int = Field(default=20, ge=1, le=1000)
+    record: bool = False
+
+    @field_validator("record")
+    @classmethod
+    def _record_is_an_option(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("recording is a command-line option: pytest --infercheck-record")
+        return value
 
 
 class FlipThresholds(_Strict):
@@ -406,15 +423,20 @@ class Matrix(_Strict):
         return _suite_list(value)
 
 
+GOLDEN_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
 class Target(_Strict):
-    """A ``model@backend`` pair, the unit a check runs."""
+    """A ``model@backend`` pair, the unit a check runs; or a golden baseline
+    (``golden:NAME``, model ``golden.NAME``), replayed from its file."""
 
     model: str
     backend: str
+    golden: str | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.model}@{self.backend}"
+        return f"golden:{self.golden}" if self.golden else f"{self.model}@{self.backend}"
 
 
 class LoadedMatrix:
@@ -430,7 +452,15 @@ class LoadedMatrix:
         return self.path.parent
 
     def target(self, ref: str, loc: tuple[str | int, ...]) -> Target:
-        """Resolve ``model@backend`` (or ``model`` when there is one backend)."""
+        """Resolve ``model@backend`` (or ``model`` when there is one backend), or
+        ``golden:NAME``."""
+        if ref.startswith("golden:"):
+            name = ref.removeprefix("golden:")
+            if not GOLDEN_NAME.fullmatch(name):
+                raise self.source.error(
+                    loc, f"{ref!r}: a golden name is letters, digits and . _ + - only"
+                )
+            return Target(model=f"golden.{name}", backend="golden", golden=name)
         model, _, backend = ref.partition("@")
         if not backend:
             if len(self.matrix.backends) != 1:
@@ -468,6 +498,18 @@ class LoadedMatrix:
             ("models", name), f"a {kind} backend needs 'path' or 'repo' for {name!r}"
         )
 
+    def golden_path(self, name: str, *, writing: bool = False) -> Path:
+        """Where golden ``name`` lives: ``<golden_dir>/<name>.json`` (``.json.gz`` with
+        ``golden_gzip``) next to the matrix; to replay, whichever of the two exists."""
+        settings = self.matrix.settings
+        folder = Path(self._local(settings.golden_dir))
+        plain, packed = folder / f"{name}.json", folder / f"{name}.json.gz"
+        preferred = packed if settings.golden_gzip else plain
+        if writing or preferred.exists():
+            return preferred
+        other = plain if settings.golden_gzip else packed
+        return other if other.exists() else preferred
+
     def _local(self, path_text: str) -> str:
         path = Path(path_text).expanduser()
         return str(path if path.is_absolute() else (self.base_dir / path).resolve())
@@ -492,9 +534,18 @@ def load_matrix(path: Path) -> LoadedMatrix:
         raise source.error(loc, f"{first['msg']}{more}") from None
     loaded = LoadedMatrix(source, matrix)
     for i, check in enumerate(matrix.checks):
-        for side in [check.baseline_side(i), *check.test_sides(i)]:
-            loaded.target(side.ref, side.loc)
+        baseline = check.baseline_side(i)
+        for side in [baseline, *check.test_sides(i)]:
+            target = loaded.target(side.ref, side.loc)
+            if target.golden is not None and (side is not baseline or check.compare is None):
+                raise source.error(side.loc, GOLDEN_PLACE)
     return loaded
+
+
+GOLDEN_PLACE = (
+    "a golden is the baseline of a compare check: "
+    "compare: {baseline: golden:NAME, test: model@backend}"
+)
 
 
 def _yaml_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:

@@ -1,0 +1,54 @@
+"""The replay backend: a golden file (see :mod:`pytest_infercheck.golden`) served as if it
+were the engine that recorded it.
+
+It renders a prompt as the recorded input, "generates" the recorded output (token ids, text,
+finish reason, chosen and top-k logprobs) and names the recording engine as its identity. It
+has no live model, so it cannot score teacher-forced: a comparison against it scores the
+golden continuation on the test side instead (``golden-top-k-lower-bound``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .base import Backend, Capabilities, Generation, GenerationParams, PromptInput
+
+if TYPE_CHECKING:
+    from ..golden import GoldenFile
+
+GOLDEN_KIND = "golden"
+
+
+class GoldenBackend(Backend):
+    """Replays ``golden``; ``name`` is the target label (``golden:adder-v1``)."""
+
+    kind = GOLDEN_KIND
+
+    def __init__(self, name: str, golden: GoldenFile) -> None:
+        super().__init__(name)
+        self.golden = golden
+
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        return Capabilities(top_k_logprobs=self.golden.top_k, token_ids=True)
+
+    async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        return self.golden.render(user_text, system, thinking)
+
+    async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        return self.golden.generation(prompt, params)
+
+    def tokenizer_fingerprint(self) -> str | None:
+        return self.golden.tokenizer
+
+    def identity(self) -> dict[str, Any]:
+        """The recording engine's identity, with where it was replayed from."""
+        from ..golden import shown
+
+        header = self.golden.header
+        return {
+            **header.get("engine", {}),
+            "golden": shown(self.golden.path),
+            "recorded_target": header.get("target"),
+            "recorded_plugin_version": header.get("plugin_version"),
+        }

@@ -1,0 +1,353 @@
+"""Golden baselines: a target's outputs recorded in a small file meant to be committed, and
+replayed later as the baseline of a ``compare`` (the engine-upgrade gate).
+
+Recording (``pytest --infercheck-record``): a check ``compare: {baseline: golden:adder-v1,
+test: adder@local}`` records its test side into ``<golden_dir>/adder-v1.json`` (``goldens``
+next to the matrix by default; ``.json.gz`` with ``golden_gzip: true``). Without the option
+the same check replays that file as its baseline, so a new engine is compared with what the
+old one produced without the old engine installed.
+
+The file is plain JSON, deterministic (same outputs -> same bytes) and diff-friendly: one
+line per header field, one line per prompt::
+
+    {
+     "engine": {...},            # the recording backend's identity(): kind, versions, build
+     "format": "pytest-infercheck-golden",
+     "model": {"name": "adder", "path": "models/tiny-bf16"},   # the YAML's model entry
+     "name": "adder-v1",
+     "plugin_version": "0.1.0",
+     "target": "adder@local",
+     "tokenizer": "3f2a...",     # the recording backend's tokenizer fingerprint (or null)
+     "top_k": 20,
+     "version": 1,
+     "prompts": [
+      {"input": {...}, "output": {...}, "params": {...}, "prompt": {...}, "prompt_id": "s01",
+       "suite": "addition"},
+      ...
+     ]}
+
+Per prompt: ``prompt`` (user text, system, thinking: how the suite asked), ``input`` (the
+rendered prompt as sent: text, token ids, templated, system, thinking), ``params``
+(max_tokens, temperature, seed) and ``output``: token ids (the EOS included when the
+generation stopped on it), text, finish_reason, the chosen tokens' logprobs and per position
+the top-k logprobs as ``[token, logprob]`` pairs, most likely first (at most ``top_k``; keyed
+by token id, or by token text when ``top_keys`` is ``"text"``). Logprobs are rounded to
+:data:`DECIMALS` decimals, so a lower-bound KL read from the file is exact to about 1e-6.
+
+Replay looks prompts up by what was asked and outputs by the rendered input + params. A
+golden is refused, with its file and the difference named, when the test side's model has
+another name in the YAML, its tokenizer has another fingerprint, or a prompt (or its
+generation parameters) is not in the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .backends.base import BackendError, Generation, GenerationParams, PromptInput
+
+if TYPE_CHECKING:
+    import numpy as np
+
+FORMAT = "pytest-infercheck-golden"
+VERSION = 1
+DECIMALS = 6
+GOLDEN_PREFIX = "golden:"
+VERSION_KEYS = ("build_info", "mlx", "mlx-lm", "quantization", "version")
+"""Identity keys shown when a report names an engine in one line."""
+
+
+class GoldenError(BackendError):
+    """A golden file that cannot be read or used for this comparison; the message names the
+    file and what differs."""
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it, else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# -- recording -------------------------------------------------------------------------------
+def rounded(value: float) -> float | None:
+    """A logprob as stored: rounded to :data:`DECIMALS`; None for a non-finite value."""
+    return round(float(value), DECIMALS) if math.isfinite(value) else None
+
+
+def top_k_rows(logprobs: np.ndarray, k: int) -> list[list[list[Any]]]:
+    """The ``k`` most likely tokens of each row of a ``(T, V)`` logprob array as
+    ``[[id, logprob], ...]``, most likely first, ties by lower id; -inf entries dropped."""
+    import numpy as np
+
+    rows: list[list[list[Any]]] = []
+    for row in np.asarray(logprobs, dtype=np.float32):
+        order = np.argsort(-row, kind="stable")[:k]
+        rows.append([[int(i), rounded(row[i])] for i in order if math.isfinite(row[i])])
+    return rows
+
+
+def top_k_maps(top: Sequence[Mapping[Any, float]], k: int) -> list[list[list[Any]]]:
+    """A generation's per-step top logprobs (token -> logprob) as stored: ``k`` at most."""
+    rows: list[list[list[Any]]] = []
+    for step in top:
+        pairs = sorted(step.items(), key=lambda kv: (-kv[1], str(kv[0])))[:k]
+        rows.append([[key, rounded(lp)] for key, lp in pairs if math.isfinite(lp)])
+    return rows
+
+
+def make_entry(
+    *,
+    suite: str,
+    prompt_id: str,
+    user_text: str,
+    rendered: PromptInput,
+    params: GenerationParams,
+    generation: Generation,
+    top: list[list[list[Any]]] | None,
+    top_keys: str,
+) -> dict[str, Any]:
+    """One prompt's record (plain types; see the module docstring)."""
+    chosen = generation.chosen_logprobs
+    return {
+        "suite": suite,
+        "prompt_id": prompt_id,
+        "prompt": {"text": user_text, "system": rendered.system, "thinking": rendered.thinking},
+        "input": {
+            "text": rendered.text,
+            "token_ids": None if rendered.token_ids is None else list(rendered.token_ids),
+            "templated": rendered.templated,
+            "system": rendered.system,
+            "thinking": rendered.thinking,
+        },
+        "params": {
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "seed": params.seed,
+        },
+        "output": {
+            "text": generation.text,
+            "token_ids": generation.token_ids,
+            "finish_reason": generation.finish_reason,
+            "chosen_logprobs": None if chosen is None else [rounded(x) for x in chosen],
+            "top_logprobs": top,
+            "top_keys": top_keys,
+        },
+    }
+
+
+def make_header(
+    *,
+    name: str,
+    target: str,
+    model: Mapping[str, Any],
+    engine: Mapping[str, Any],
+    tokenizer: str | None,
+    top_k: int,
+) -> dict[str, Any]:
+    """The file's header: what was recorded, from which engine and tokenizer."""
+    from . import __version__
+
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": name,
+        "target": target,
+        "model": dict(model),
+        "engine": dict(engine),
+        "tokenizer": tokenizer,
+        "top_k": top_k,
+        "plugin_version": __version__,
+    }
+
+
+def _entry_order(entry: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (entry["suite"], entry["prompt_id"], json.dumps(entry["params"], sort_keys=True))
+
+
+def dumps(header: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> str:
+    """The file's text: header fields one per line, then one line per prompt, sorted by
+    suite, prompt id and params (duplicates dropped), so the same outputs give the same
+    bytes whatever the order or the process that produced them."""
+    unique = {json.dumps(e, sort_keys=True, separators=(",", ":")): e for e in entries}
+    lines = sorted(unique.items(), key=lambda kv: _entry_order(kv[1]))
+    head = [f" {json.dumps(k)}: {json.dumps(header[k], sort_keys=True)}," for k in sorted(header)]
+    body = ",\n".join(f"  {text}" for text, _ in lines)
+    return "{\n" + "\n".join(head) + '\n "prompts": [\n' + body + "\n ]}\n"
+
+
+def write_golden(
+    path: Path, header: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]
+) -> None:
+    """Write atomically (a temporary file in the same folder, then renamed); gzip (with a
+    fixed mtime, so deterministic too) when the name ends in ``.gz``."""
+    data = dumps(header, entries).encode()
+    if path.suffix == ".gz":
+        data = gzip.compress(data, mtime=0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -- replay ----------------------------------------------------------------------------------
+def _params_key(params: Mapping[str, Any]) -> tuple[Any, ...]:
+    return GenerationParams(**params).key()
+
+
+class GoldenFile:
+    """A loaded golden: its header and prompts, indexed for replay."""
+
+    def __init__(self, path: Path, header: dict[str, Any], entries: list[dict[str, Any]]) -> None:
+        self.path = path
+        self.header = header
+        self.entries = entries
+        self._asked: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._outputs: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for entry in entries:
+            asked = entry["prompt"]
+            self._asked[(asked["text"], asked["system"], asked["thinking"])] = entry
+            key = (self.prompt_input(entry).key(), _params_key(entry["params"]))
+            self._outputs[key] = entry
+
+    @property
+    def name(self) -> str:
+        return str(self.header["name"])
+
+    @property
+    def tokenizer(self) -> str | None:
+        value = self.header.get("tokenizer")
+        return None if value is None else str(value)
+
+    @property
+    def top_k(self) -> int:
+        return int(self.header.get("top_k") or 0)
+
+    def where(self) -> str:
+        return f"golden {shown(self.path)}"
+
+    def prompt_input(self, entry: Mapping[str, Any]) -> PromptInput:
+        """The rendered prompt recorded in ``entry``, as the test side will be sent it."""
+        sent = entry["input"]
+        ids = sent["token_ids"]
+        return PromptInput(
+            text=sent["text"],
+            token_ids=None if ids is None else tuple(ids),
+            templated=bool(sent["templated"]),
+            tokenizer_fingerprint=self.tokenizer,
+            system=sent["system"],
+            thinking=bool(sent["thinking"]),
+        )
+
+    def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        entry = self._asked.get((user_text, system, thinking))
+        if entry is None:
+            raise GoldenError(f"{self.where()}: {missing_prompt_text(user_text, system, thinking)}")
+        return self.prompt_input(entry)
+
+    def generation(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        entry = self._outputs.get((prompt.key(), params.key()))
+        if entry is None:
+            recorded = sorted(
+                {
+                    json.dumps(e["params"], sort_keys=True)
+                    for e in self.entries
+                    if self.prompt_input(e).key() == prompt.key()
+                }
+            )
+            raise GoldenError(
+                f"{self.where()}: prompt {prompt.text[:60]!r} was recorded with params "
+                f"{', '.join(recorded) or 'none'}, not {json.dumps(_params_dict(params))}: "
+                "record it again with --infercheck-record"
+            )
+        out = entry["output"]
+        top = out["top_logprobs"]
+        keys = out.get("top_keys", "id")
+        return Generation(
+            text=out["text"],
+            token_ids=out["token_ids"],
+            finish_reason=out["finish_reason"],
+            chosen_logprobs=out["chosen_logprobs"],
+            top_logprobs=None if top is None else [{k: lp for k, lp in row} for row in top],
+            top_keys=keys,
+            extra={"golden": self.name},
+        )
+
+    def asked(self, user_text: str, system: str | None, thinking: bool) -> bool:
+        return (user_text, system, thinking) in self._asked
+
+
+def _params_dict(params: GenerationParams) -> dict[str, Any]:
+    return {"max_tokens": params.max_tokens, "temperature": params.temperature, "seed": params.seed}
+
+
+def missing_prompt_text(user_text: str, system: str | None, thinking: bool) -> str:
+    extra = (f", system {system[:40]!r}" if system else "") + (", thinking on" if thinking else "")
+    return (
+        f"no recording of prompt {user_text[:60]!r}{extra} (the suite or the settings changed "
+        "since it was recorded): record it again with --infercheck-record"
+    )
+
+
+def load_golden(path: Path) -> GoldenFile:
+    """Read and check a golden file; :class:`GoldenError` names the file and the problem."""
+    if not path.is_file():
+        raise GoldenError(
+            f"no golden file {shown(path)}: record it first with pytest --infercheck-record"
+        )
+    try:
+        raw = path.read_bytes()
+        data = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+    except (OSError, ValueError) as exc:
+        raise GoldenError(f"golden {shown(path)} cannot be read: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise GoldenError(f"{shown(path)} is not a pytest-infercheck golden file")
+    if data.get("version") != VERSION:
+        raise GoldenError(
+            f"golden {shown(path)} has format version {data.get('version')!r}; this plugin "
+            f"reads version {VERSION}: record it again with --infercheck-record"
+        )
+    entries = data.pop("prompts", [])
+    try:
+        return GoldenFile(path, data, entries)
+    except (KeyError, TypeError) as exc:
+        raise GoldenError(f"golden {shown(path)} is malformed: missing {exc}") from None
+
+
+def replay_problems(golden: GoldenFile, test_model: str, test_tokenizer: str | None) -> list[str]:
+    """Why ``golden`` cannot be the baseline of a test side with model name ``test_model``
+    (the YAML's) and tokenizer fingerprint ``test_tokenizer`` (None: unknown, not checked)."""
+    problems: list[str] = []
+    recorded_model = golden.header.get("model", {}).get("name")
+    if recorded_model != test_model:
+        problems.append(
+            f"recorded from model {recorded_model!r}, compared with model {test_model!r} "
+            "(a golden gates an upgrade of the same model: name it the same in the YAML)"
+        )
+    known = golden.tokenizer is not None and test_tokenizer is not None
+    if known and golden.tokenizer != test_tokenizer:
+        problems.append(
+            f"recorded with tokenizer {golden.tokenizer}, the test side's tokenizer is "
+            f"{test_tokenizer} (another model or tokenizer)"
+        )
+    return problems
+
+
+def engine_summary(identity: Mapping[str, Any]) -> str:
+    """One line naming an engine and its versions: ``mlx-lm (mlx 0.29.1, mlx-lm 0.28.0)``."""
+    versions = [f"{k} {identity[k]}" for k in VERSION_KEYS if identity.get(k)]
+    kind = str(identity.get("kind", "?"))
+    return f"{kind} ({', '.join(versions)})" if versions else kind
