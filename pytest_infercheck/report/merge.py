@@ -1,0 +1,224 @@
+"""Results files -> runs: the shards of one run merged into one results document.
+
+Files with a ``run.shard`` are grouped by ``(run_id, shard count)``; every other file is a run
+of its own. Merging a group:
+
+- items: the union; the same node id in two shards is an error (the shards overlap), except
+  aggregates, which every shard has (each over its own prompts);
+- comparison aggregates (compare, sweep, diff) are recomputed from the union of the prompt
+  records with the check's thresholds (:func:`..checks.aggregate.aggregate`), so the merged
+  suite numbers are those of the unsharded run (up to float summation order);
+- single-target aggregates cannot be recomputed from their items' records: the merged item
+  keeps each shard's data under ``data["shards"]`` (with a warning), its outcome the worst;
+- missing shards are a warning; a matrix that differs between shards is an error;
+- run: earliest start, latest finish, wall time between them, ``shard: null``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from .results import item_sort_key, plain
+
+OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+COMPARISON_KINDS = ("compare", "sweep", "diff")
+
+
+class MergeError(Exception):
+    """Results files that cannot be merged into one run."""
+
+
+def merge_results(
+    named: list[tuple[str, dict[str, Any]]],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """``(runs, warnings)`` from ``(file name, results)`` pairs, runs in first-seen order."""
+    groups: dict[object, list[tuple[str, dict[str, Any]]]] = {}
+    for index, (name, results) in enumerate(named):
+        shard = results["run"]["shard"]
+        key: object = index if shard is None else (results["run"]["run_id"], shard["count"])
+        groups.setdefault(key, []).append((name, results))
+    runs: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    for files in groups.values():
+        if files[0][1]["run"]["shard"] is None:
+            runs.append(files[0][1])
+        else:
+            run, notes = merge_shards(files)
+            runs.append(run)
+            warnings += notes
+    return runs, warnings
+
+
+def merge_shards(files: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any], list[str]]:
+    """One results document from the shards of one run (see the module docstring)."""
+    run_id = files[0][1]["run"]["run_id"]
+    count = files[0][1]["run"]["shard"]["count"]
+    warnings: list[str] = []
+    by_index: dict[int, str] = {}
+    for name, results in files:
+        index = results["run"]["shard"]["index"]
+        if index in by_index:
+            raise MergeError(
+                f"{by_index[index]} and {name} are both shard {index}/{count} of run {run_id}"
+            )
+        by_index[index] = name
+    missing = sorted(set(range(1, count + 1)) - set(by_index))
+    if missing:
+        listed = ", ".join(f"{i}/{count}" for i in missing)
+        warnings.append(f"run {run_id}: shard(s) {listed} missing; its numbers cover the others")
+    matrices = _merged_matrices(files, run_id)
+    items = _merged_items(files, run_id, count, warnings)
+    engines: dict[str, Any] = {}
+    for _, results in files:
+        engines.update(results["engines"])
+    runs = [r["run"] for _, r in files]
+    started = min(runs, key=lambda r: _time(r["started"]))["started"]
+    finished = max(runs, key=lambda r: _time(r["finished"]))["finished"]
+    codes = [r["exitstatus"] for r in runs]
+    run = {
+        **runs[0],
+        "started": started,
+        "finished": finished,
+        "duration_s": (_time(finished) - _time(started)).total_seconds(),
+        "shard": None,
+        "exitstatus": max((c for c in codes if c != 5), default=5),  # 5: no tests collected
+    }
+    merged = {**files[0][1], "run": run, "matrices": matrices, "engines": engines, "items": items}
+    return merged, warnings
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def _merged_matrices(files: list[tuple[str, dict[str, Any]]], run_id: str) -> dict[str, Any]:
+    matrices: dict[str, Any] = {}
+    seen_in: dict[str, str] = {}
+    for name, results in files:
+        for path, data in results["matrices"].items():
+            if path in matrices and matrices[path] != data:
+                raise MergeError(
+                    f"{seen_in[path]} and {name} (run {run_id}) have different contents for "
+                    f"the matrix {path}: not shards of one run (pass the same "
+                    "--infercheck-run-id only to shards of one run)"
+                )
+            matrices[path] = data
+            seen_in.setdefault(path, name)
+    return matrices
+
+
+def _merged_items(
+    files: list[tuple[str, dict[str, Any]]], run_id: str, count: int, warnings: list[str]
+) -> list[dict[str, Any]]:
+    items: dict[str, dict[str, Any]] = {}
+    owner: dict[str, str] = {}
+    aggregates: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    for name, results in files:
+        index = results["run"]["shard"]["index"]
+        for item in results["items"]:
+            nodeid = item["nodeid"]
+            if item["role"] == "aggregate":
+                aggregates.setdefault(nodeid, []).append((index, item))
+            elif nodeid in items:
+                raise MergeError(
+                    f"{nodeid} is in both {owner[nodeid]} and {name} (run {run_id}): shards "
+                    "must not overlap"
+                )
+            else:
+                items[nodeid] = item
+                owner[nodeid] = name
+    prompts = list(items.values())
+    for nodeid, shards in aggregates.items():
+        kind = shards[0][1]["kind"]
+        merged = _recomputed(nodeid, shards, prompts) if kind in COMPARISON_KINDS else None
+        if merged is None:
+            warnings.append(
+                f"run {run_id}: {nodeid} ({kind}) is not recomputed across shards; each "
+                "shard's aggregate is kept under data.shards"
+            )
+            merged = _kept_per_shard(nodeid, shards, count)
+        items[nodeid] = merged
+    return sorted(items.values(), key=item_sort_key)
+
+
+def _suite_of(nodeid: str) -> str:
+    return nodeid.rsplit("::", 1)[0]
+
+
+def _recomputed(
+    nodeid: str, shards: list[tuple[int, dict[str, Any]]], items: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The aggregate of a comparison check x suite from the union of its prompt records, or
+    None when some shard's aggregate has no levels to follow (it errored)."""
+    from ..checks.aggregate import aggregate, aggregate_violations, degradation_cliff
+    from ..checks.comparison import PromptComparison
+    from ..config import Thresholds
+
+    first = shards[0][1]
+    if any("levels" not in item["data"] for _, item in shards):
+        return None
+    thresholds = Thresholds.model_validate(first["thresholds"])
+    names = {f.name for f in dataclasses.fields(PromptComparison)}
+    suite = _suite_of(nodeid)
+    comparisons = [
+        PromptComparison(**{k: v for k, v in item["data"].items() if k in names})
+        for item in items
+        if item["role"] == "prompt" and _suite_of(item["nodeid"]) == suite and item["data"]
+    ]
+    levels, violations = [], []
+    for test in [level["test"] for level in first["data"]["levels"]]:
+        results = [c for c in comparisons if c.test == test]
+        if not results:
+            return None
+        agg = aggregate(results, thresholds)
+        levels.append(agg)
+        violations += [f"{agg.test}: {v}" for v in aggregate_violations(agg, thresholds)]
+    engines: dict[str, Any] = {}
+    for _, item in shards:
+        engines.update(item["data"].get("engines") or {})
+    data: dict[str, Any] = {**first["data"], "levels": [plain(a.to_dict()) for a in levels]}
+    data["engines"] = engines
+    if "cliff" in first["data"]:
+        steps = [("self-check", 0.0, 0.0)]
+        steps += [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in levels]
+        data["cliff"] = degradation_cliff(steps) or "none"
+    errored = [item for _, item in shards if item["outcome"] == "error"]
+    outcome = "error" if errored else "failed" if violations else "passed"
+    longrepr = "\n".join(violations) or None
+    if errored:
+        longrepr = "\n".join(str(item["longrepr"]) for item in errored)
+    return {
+        **first,
+        "outcome": outcome,
+        "duration_s": sum(item["duration_s"] for _, item in shards),
+        "worker": None,
+        "longrepr": longrepr,
+        "violations": violations,
+        "data": data,
+    }
+
+
+def _kept_per_shard(
+    nodeid: str, shards: list[tuple[int, dict[str, Any]]], count: int
+) -> dict[str, Any]:
+    """A single-target aggregate merged as it was: each shard's data and verdict, side by side."""
+    first = shards[0][1]
+    engines: dict[str, Any] = {}
+    for _, item in shards:
+        engines.update(item["data"].get("engines") or {})
+    worst = max((item["outcome"] for _, item in shards), key=OUTCOME_RANK.__getitem__)
+    reprs = [f"shard {i}/{count}: {item['longrepr']}" for i, item in shards if item["longrepr"]]
+    return {
+        **first,
+        "outcome": worst,
+        "duration_s": sum(item["duration_s"] for _, item in shards),
+        "worker": None,
+        "longrepr": "\n".join(reprs) or None,
+        "violations": [f"shard {i}/{count}: {v}" for i, item in shards for v in item["violations"]],
+        "data": {
+            "engines": engines,
+            "shards": [{"shard": f"{i}/{count}", **item["data"]} for i, item in shards],
+        },
+    }
