@@ -1,0 +1,83 @@
+"""pytest-html hooks: sortable KL / flip / similarity columns, each item's detail view as an
+HTML extra, and the summary tables and charts above the results table.
+
+Registered by ``plugin.py`` only when pytest-html is installed and writing a report, in the
+process that writes it (the xdist controller): everything comes from the reports' records
+(``report.infercheck``), which xdist ships from the workers, so the same code serves runs
+with and without ``-n``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from .html import COLUMNS, result_cells
+from .markup import CSS, mapping
+from .summary import RunView, summary_html
+from .views import COMPARISON_KINDS, item_detail
+
+
+def register(config: pytest.Config) -> None:
+    """Register :class:`HtmlReport` when this process writes an HTML report."""
+    if config.getoption("htmlpath", None) and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(HtmlReport(), "infercheck-html")
+
+
+def _slim(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What the summary needs of a prompt item (its mean KL), so a run of many prompts does
+    not keep every output in memory until the end."""
+    data = mapping(record.get("data"))
+    return {
+        "check": record.get("check"),
+        "kind": record.get("kind"),
+        "suite": record.get("suite"),
+        "role": record.get("role"),
+        "data": {"test": data.get("test"), "kl_mean": data.get("kl_mean")},
+    }
+
+
+class HtmlReport:
+    """The hooks; keeps the aggregates (and each comparison prompt's mean KL) for the summary."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.engines: dict[str, Any] = {}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = getattr(report, "infercheck", None)
+        if report.when != "call" or not isinstance(record, Mapping):
+            return
+        from pytest_html import extras
+
+        detail = item_detail(record, report.outcome)
+        report.extras = [*getattr(report, "extras", []), extras.html(detail)]  # type: ignore[attr-defined]
+        if record.get("role") == "aggregate":
+            self.items.append({**record, "nodeid": report.nodeid, "outcome": report.outcome})
+            data = record.get("data")
+            if isinstance(data, Mapping) and isinstance(data.get("engines"), Mapping):
+                self.engines.update(data["engines"])
+        elif record.get("kind") in COMPARISON_KINDS and record.get("role") == "prompt":
+            self.items.append(_slim(record))
+
+    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+        for k, (col, title) in enumerate(COLUMNS):
+            cells.insert(2 + k, f'<th class="sortable" data-column-type="{col}">{title}</th>')
+
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
+        record = getattr(report, "infercheck", None)
+        values = result_cells(record if isinstance(record, Mapping) else None)
+        for k, (col, _) in enumerate(COLUMNS):
+            key, html = values[col]
+            hidden = f"<span hidden>{key}</span>" if key else ""
+            cells.insert(2 + k, f'<td class="col-{col}">{hidden}{html}</td>')
+
+    def pytest_html_results_summary(
+        self, prefix: list[str], summary: list[str], postfix: list[str], session: pytest.Session
+    ) -> None:
+        postfix.append(f"<style>{CSS}</style>")
+        if self.items:
+            postfix.append(summary_html([RunView("this run", self.items, self.engines)]))
