@@ -28,6 +28,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "infercheck_target(ref): the model@backend for the infercheck_target fixture"
     )
     config.pluginmanager.register(_Summary(), "infercheck-summary")
+    if config.pluginmanager.hasplugin("html"):  # pytest-html installed and not -p no:html
+        from .report.pytest_html import register
+
+        register(config)
     start_controller(config)
     if config.getoption("infercheck_shard", None) is not None:
         from .sharding import configured_shard
