@@ -1,0 +1,198 @@
+"""cache-pollution: one bad request must not change anyone else's answers.
+
+The suite's prompts are generated once, one at a time, as the reference ("before"). Each
+item then sends one hostile request (see :mod:`..backends.hostile`: context overflow,
+invalid UTF-8, special tokens in the prompt, ``max_tokens: 0``, a client that disconnects
+mid-stream), checks that the server is alive (its health endpoint), and generates the
+reference prompts again, one at a time. What the server answered to the hostile request
+(4xx, 5xx, a closed connection, a completion) is recorded, not judged; an item fails when
+the server is dead afterwards or any reference output changed: token ids where the server
+returns them, else text. Items run in order, so later items also see earlier hostile
+requests. This is the class of bug where one request corrupts a shared KV or prompt cache,
+a slot or a batch for every request after it.
+
+Needs a server backend; an in-process (mlx-lm) target fails its items with that message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..backends import BackendError, Generation
+from ..metrics.text import first_divergence
+from .parity import server_target
+from .target import ItemPlan, Outcome, TargetRun
+from .verdicts import mark_divergence
+
+if TYPE_CHECKING:
+    from ..config import CheckSpec
+    from ..suites import Suite
+
+
+def changed_outputs(
+    before: list[tuple[str, Generation]], after: list[tuple[str, Generation]]
+) -> list[dict[str, Any]]:
+    """``{"prompt_id", "before", "after", "first_divergence"}`` for each prompt whose output
+    differs (token ids when both sides have them, and text); the divergence is a token index
+    when ids exist, else a character index."""
+    changed = []
+    for (prompt_id, old), (_, new) in zip(before, after, strict=True):
+        if old.token_ids is not None and new.token_ids is not None:
+            same = old.token_ids == new.token_ids and old.text == new.text
+            divergence = first_divergence(old.token_ids, new.token_ids)
+        else:
+            same = old.text == new.text
+            divergence = None
+        if not same:
+            if divergence is None:
+                divergence = first_divergence(list(old.text), list(new.text))
+            changed.append(
+                {
+                    "prompt_id": prompt_id,
+                    "before": old.text,
+                    "after": new.text,
+                    "first_divergence": divergence,
+                }
+            )
+    return changed
+
+
+class CachePollutionRun(TargetRun):
+    """One item per hostile kind, then the aggregate (see the module docstring)."""
+
+    @classmethod
+    def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
+        return [ItemPlan(kind, "hostile", kind) for kind in check.spec.hostile]
+
+    def _references(self) -> list[tuple[str, Generation]]:
+        """The suite's prompts generated now, sequentially, bypassing every cache."""
+        target = server_target(self)
+        out = []
+        for prompt in self.suite.prompts:
+            rendered, params = self.render(prompt), self.params(prompt)
+            out.append(
+                (prompt.id, self.engine.call(target, target.backend.generate(rendered, params)))
+            )
+        return out
+
+    def before(self) -> list[tuple[str, Generation]]:
+        """The reference outputs before any hostile request (computed once)."""
+        key = self.memo_key("before")
+        if key not in self.engine.memo:
+            self.engine.memo[key] = self._references()
+        before: list[tuple[str, Generation]] = self.engine.memo[key]
+        return before
+
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        key = self.memo_key("hostile", plan.key)
+        if key not in self.engine.memo:
+            self.engine.memo[key] = self._hostile(plan.key)
+        outcome: Outcome = self.engine.memo[key]
+        return outcome
+
+    def _hostile(self, kind: str) -> Outcome:
+        target = server_target(self)
+        before = self.before()
+        response = self.engine.run(target.backend.send_hostile(kind))
+        alive = self.engine.run(target.backend.alive())
+        violations: list[str] = []
+        changed: list[dict[str, Any]] = []
+        if not alive:
+            violations.append(f"the server is not alive after the {kind} request")
+        else:
+            try:
+                changed = changed_outputs(before, self._references())
+            except BackendError as exc:
+                violations.append(f"the reference prompts failed after the {kind} request: {exc}")
+        if changed:
+            violations.append(
+                f"{len(changed)} of {len(before)} reference outputs changed after the {kind} "
+                f"request: {', '.join(c['prompt_id'] for c in changed)}"
+            )
+        lines = [f"hostile request {kind}: {response}", f"server alive: {alive}"]
+        lines += [
+            f"  {c['prompt_id']}: before {mark_divergence(c['before'], c['after'])}"
+            f" | after {mark_divergence(c['after'], c['before'])}"
+            for c in changed
+        ]
+        data = {
+            "target": target.label,
+            "hostile": kind,
+            "response": response,
+            "alive": alive,
+            "changed": changed,
+            "prompts": len(before),
+        }
+        properties: list[tuple[str, Any]] = [
+            ("infercheck_alive", alive),
+            ("infercheck_changed", len(changed)),
+            ("infercheck_prompts", len(before)),
+        ]
+        return Outcome(violations, "\n".join(lines), data, properties)
+
+    def aggregate(self) -> Outcome:
+        target = server_target(self)
+        outcomes: dict[str, Outcome] = {}
+        for plan in self.plan(self.check, self.suite):
+            if not self.selected or plan.key in self.selected:
+                outcomes[plan.key] = self.run_item(plan)
+        dead = [k for k, o in outcomes.items() if not o.data["alive"]]
+        polluted = [k for k, o in outcomes.items() if o.data["changed"]]
+        failed = [k for k, o in outcomes.items() if o.violations]
+        data: dict[str, Any] = {
+            "target": target.label,
+            "n_hostile": len(outcomes),
+            "n_dead": len(dead),
+            "n_polluted": len(polluted),
+            "n_failed": len(failed),
+            "prompts": len(self.suite.prompts),
+            "responses": {k: o.data["response"] for k, o in outcomes.items()},
+            "engines": {target.label: target.backend.identity()},
+        }
+        violations = []
+        if dead:
+            violations.append(f"the server died after: {', '.join(dead)}")
+        if polluted:
+            violations.append(f"reference outputs changed after: {', '.join(polluted)}")
+        other = [k for k in failed if k not in dead and k not in polluted]
+        if other:
+            violations.append(f"reference prompts failed after: {', '.join(other)}")
+        text = "\n".join(f"  {k}: {o.data['response']}" for k, o in outcomes.items())
+        properties: list[tuple[str, Any]] = [
+            ("infercheck_hostile", len(outcomes)),
+            ("infercheck_dead", len(dead)),
+            ("infercheck_polluted", len(polluted)),
+        ]
+        return Outcome(violations, f"{target.label}: hostile requests\n{text}", data, properties)
+
+
+def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+    """One row per cache-pollution check x suite for the terminal summary."""
+    from ..report.terminal import render_table
+
+    rows = []
+    for nodeid, passed, data in aggregates:
+        parts = nodeid.split("::")
+        rows.append(
+            [
+                parts[-3] if len(parts) >= 3 else "cache-pollution",
+                parts[-2] if len(parts) >= 2 else "?",
+                data["target"],
+                str(data["n_hostile"]),
+                str(data["prompts"]),
+                str(data["n_dead"]),
+                str(data["n_polluted"]),
+                "PASS" if passed else "FAIL",
+            ]
+        )
+    columns = (
+        ("check", "<"),
+        ("suite", "<"),
+        ("target", "<"),
+        ("hostile", ">"),
+        ("prompts", ">"),
+        ("died", ">"),
+        ("changed", ">"),
+        ("verdict", "<"),
+    )
+    return render_table(rows, columns) if rows else []

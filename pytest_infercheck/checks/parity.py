@@ -1,0 +1,394 @@
+"""stream-parity and endpoint-parity: one server, the same request two ways, same answer.
+
+**stream-parity**: each prompt generated with the backend's own request, once as usual and
+once streamed (SSE; Ollama: NDJSON), assembled from its chunks. The two must be identical:
+token ids where the server returns them (llama-server), else text; where both carry logprobs
+and the tokens are identical, ``max |logprob_a - logprob_b|`` over the positions must stay
+within ``logprob_tolerance``. A dropped, duplicated or reordered chunk fails the item.
+
+**endpoint-parity**: each prompt's messages through each of ``endpoints``; the first is the
+reference, every other one is an item ``<prompt>[<endpoint>]``. ``completions`` gets the text
+of the chat template rendered once (llama-server: its ``/apply-template``; OpenAI-compatible
+servers: the served model folder's own template, in-process), ``chat``
+(``/v1/chat/completions``) and ``messages`` (Anthropic-style ``/v1/messages``) get the
+messages and apply the same template on the server, so the three receive the same input.
+Compared on text: similarity (difflib ratio) at least ``min_similarity`` (default 1.0: the
+same text) and answers by the prompt's answer kind (``flips.fail_item_on``). Differences that
+remain by design of the endpoints, and can show up as real divergences: the servers strip
+special tokens from chat output but may keep them in completions text; BOS handling (a
+completions prompt is tokenized with the server's add-BOS rule, while a template may spell
+out the BOS; llama-server strips a leading BOS from its template output and adds it back);
+a reasoning block returned apart by the chat endpoints; Anthropic ``max_tokens`` is
+mandatory and ``stop_reason`` is mapped to ``stop``/``length``; no token ids or logprobs are
+compared (the chat endpoints of these servers return none comparable).
+
+Both need a server backend; an in-process (mlx-lm) target fails its items with that message.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..backends import BackendError, Generation, PromptInput
+from ..config import SERVER_KINDS
+from ..metrics.answers import classify_flip, extract_answer, parse_reference
+from ..metrics.text import first_divergence, similarity
+from .target import ItemPlan, Outcome, TargetRun
+from .verdicts import mark_divergence, safe_text
+
+if TYPE_CHECKING:
+    from ..config import CheckSpec
+    from ..engine import ResolvedTarget
+    from ..suites import Prompt, Suite
+
+
+def server_target(run: TargetRun) -> ResolvedTarget:
+    """The run's target, which must be served over HTTP (checked before anything loads)."""
+    side = run.check.baseline_side(run.index)
+    target = run.loaded.target(side.ref, side.loc)
+    kind = run.loaded.matrix.backends[target.backend].kind
+    if kind not in SERVER_KINDS:
+        raise BackendError(
+            f"{run.check.kind} needs a server backend ({', '.join(SERVER_KINDS)}): "
+            f"{target.label} runs in-process ({kind})"
+        )
+    return run.target
+
+
+@dataclass(frozen=True)
+class SideComparison:
+    """Two generations of one prompt compared (see :func:`compare_generations`)."""
+
+    match: bool
+    first_divergence: int | None
+    divergence_unit: str | None
+    similarity: float
+    answers: list[str | None]
+    flip: str | None
+    logprob_drift: float | None
+
+
+def compare_generations(prompt: Prompt, ref: Generation, other: Generation) -> SideComparison:
+    """``match``: equal token ids and text when both have ids, else equal text.
+    ``first_divergence``: first differing token id, else token text, else character
+    (``divergence_unit`` says which). ``logprob_drift``: max |difference| of the chosen
+    tokens' logprobs when the outputs match and both have them (NaN positions skipped).
+    ``flip``: :func:`classify_flip` of the answers when the prompt has an answer kind."""
+    if ref.token_ids is not None and other.token_ids is not None:
+        match = ref.token_ids == other.token_ids and ref.text == other.text
+        divergence, unit = first_divergence(ref.token_ids, other.token_ids), "token"
+    elif ref.extra.get("tokens") is not None and other.extra.get("tokens") is not None:
+        match = ref.text == other.text
+        divergence, unit = first_divergence(ref.extra["tokens"], other.extra["tokens"]), "token"
+    else:
+        match = ref.text == other.text
+        divergence, unit = first_divergence(list(ref.text), list(other.text)), "char"
+    if divergence is None and not match:
+        divergence, unit = first_divergence(list(ref.text), list(other.text)), "char"
+    drift = None
+    if match and ref.chosen_logprobs and other.chosen_logprobs:
+        diffs = [
+            abs(a - b)
+            for a, b in zip(ref.chosen_logprobs, other.chosen_logprobs, strict=False)
+            if math.isfinite(a) and math.isfinite(b)
+        ]
+        drift = max(diffs) if diffs else None
+    answers: list[str | None] = [None, None]
+    flip = None
+    if prompt.answer_kind is not None:
+        found = [extract_answer(g.text, prompt.answer_kind) for g in (ref, other)]
+        answers = [a.raw if a else None for a in found]
+        reference = (
+            parse_reference(prompt.answer, prompt.answer_kind)
+            if prompt.answer is not None
+            else None
+        )
+        flip = classify_flip(found[0], found[1], reference).value
+    return SideComparison(
+        match=match,
+        first_divergence=None if match else divergence,
+        divergence_unit=None if match else unit,
+        similarity=similarity(ref.text, other.text),
+        answers=answers,
+        flip=flip,
+        logprob_drift=drift,
+    )
+
+
+def side_data(label_key: str, label: str, generation: Generation) -> dict[str, Any]:
+    """One side of an item's data: ``{"mode"|"endpoint": label, "text", "token_ids"}``."""
+    data: dict[str, Any] = {
+        label_key: label,
+        "text": generation.text,
+        "token_ids": generation.token_ids,
+        "finish_reason": generation.finish_reason,
+    }
+    if "prompt_text" in generation.extra:
+        data["prompt_text"] = generation.extra["prompt_text"]
+    return data
+
+
+def is_flip(flip: str | None, fail_on: str) -> bool:
+    """Whether ``flip`` fails an item under ``flips.fail_item_on``."""
+    if flip is None or fail_on == "never":
+        return False
+    if fail_on == "correct_to_wrong":
+        return flip == "correct_to_wrong"
+    return flip in ("correct_to_wrong", "wrong_to_correct", "changed")
+
+
+class _ParityRun(TargetRun):
+    """What the two parity kinds share: items are pairs of generations of one prompt."""
+
+    label_key = "mode"
+
+    def _outcome(
+        self, prompt: Prompt, labels: tuple[str, str], ref: Generation, other: Generation
+    ) -> Outcome:
+        result = compare_generations(prompt, ref, other)
+        violations = self.violations(result, labels)
+        data = {
+            "prompt_id": prompt.id,
+            "target": self.target.label,
+            "reference": side_data(self.label_key, labels[0], ref),
+            "other": side_data(self.label_key, labels[1], other),
+            "match": result.match,
+            "first_divergence": result.first_divergence,
+            "divergence_unit": result.divergence_unit,
+            "similarity": result.similarity,
+            "answers": result.answers,
+            "flip": result.flip,
+            "logprob_drift": result.logprob_drift,
+        }
+        width = max(len(label) for label in labels)
+        text = "\n".join(
+            [
+                f"prompt {prompt.id}: {safe_text(prompt.text)}",
+                f"  {labels[0]:<{width}}: {mark_divergence(ref.text, other.text)}",
+                f"  {labels[1]:<{width}}: {mark_divergence(other.text, ref.text)}",
+                f"  first divergence: {result.first_divergence} ({result.divergence_unit}), "
+                f"similarity {result.similarity:.4f}, answers {result.answers}",
+            ]
+        )
+        properties: list[tuple[str, Any]] = [
+            ("infercheck_match", result.match),
+            ("infercheck_similarity", result.similarity),
+            ("infercheck_first_divergence", str(result.first_divergence)),
+            ("infercheck_flip", str(result.flip)),
+        ]
+        return Outcome(violations, text, data, properties)
+
+    def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
+        raise NotImplementedError
+
+    def _aggregate(self, outcomes: dict[str, Outcome | str], counts: dict[str, Any]) -> Outcome:
+        """Counts over every item's outcome (a string is an item's error), failing when any
+        item failed or errored."""
+        failed = sorted(k for k, o in outcomes.items() if isinstance(o, str) or o.violations)
+        errors = {k: o for k, o in outcomes.items() if isinstance(o, str)}
+        done = [o for o in outcomes.values() if isinstance(o, Outcome)]
+        n_match = sum(1 for o in done if o.data["match"])
+        n_flips = sum(1 for o in done if o.data["flip"] not in (None, "unchanged"))
+        target = self.target
+        data: dict[str, Any] = {
+            "target": target.label,
+            "items": len(outcomes),
+            "n_match": n_match,
+            "n_mismatch": len(done) - n_match,
+            "n_failed": len(failed),
+            "n_flips": n_flips,
+            "n_errors": len(errors),
+            "errors": errors,
+            "failed": failed,
+            **counts,
+            "engines": {target.label: target.backend.identity()},
+        }
+        violations = []
+        if failed:
+            violations.append(f"{len(failed)} of {len(outcomes)} items failed: {', '.join(failed)}")
+        text = (
+            f"{target.label}: {n_match}/{len(outcomes)} identical, {n_flips} answer flips, "
+            f"{len(errors)} errors"
+        )
+        properties: list[tuple[str, Any]] = [
+            ("infercheck_items", len(outcomes)),
+            ("infercheck_match", n_match),
+            ("infercheck_failed", len(failed)),
+            ("infercheck_flips", n_flips),
+            ("infercheck_errors", len(errors)),
+        ]
+        return Outcome(violations, text, data, properties)
+
+    def _memo(self, key: tuple[Any, ...], compute: Any) -> Outcome:
+        if key not in self.engine.memo:
+            self.engine.memo[key] = compute()
+        outcome: Outcome = self.engine.memo[key]
+        return outcome
+
+    def _collect(self, plans: list[ItemPlan]) -> dict[str, Outcome | str]:
+        """Each selected item's outcome (memoised), or its error message."""
+        out: dict[str, Outcome | str] = {}
+        for plan in plans:
+            if self.selected and plan.key not in self.selected:
+                continue
+            name = plan.name if plan.param is None else f"{plan.name}[{plan.param}]"
+            try:
+                out[name] = self.run_item(plan)
+            except BackendError as exc:
+                out[name] = str(exc)
+        return out
+
+
+class StreamParityRun(_ParityRun):
+    """Streamed vs not streamed, one item per prompt (see the module docstring)."""
+
+    label_key = "mode"
+    LABELS = ("non-streamed", "streamed")
+
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        return self._memo(self.memo_key("item", plan.key), lambda: self._run(plan.key))
+
+    def _run(self, prompt_id: str) -> Outcome:
+        target = server_target(self)
+        prompt = self.prompt(prompt_id)
+        rendered, params = self.render(prompt), self.params(prompt)
+        ref = self.engine.generate(target, rendered, params)
+        streamed = self.engine.call(target, target.backend.generate_stream(rendered, params))
+        return self._outcome(prompt, self.LABELS, ref, streamed)
+
+    def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
+        out = []
+        if not result.match:
+            out.append(
+                f"the {labels[1]} output differs from the {labels[0]} one (first divergence "
+                f"at {result.divergence_unit} {result.first_divergence})"
+            )
+        tolerance = self.check.logprob_tolerance
+        if result.logprob_drift is not None and result.logprob_drift > tolerance:
+            out.append(
+                f"logprob drift {result.logprob_drift:.3g} with identical tokens > "
+                f"logprob_tolerance {tolerance}"
+            )
+        return out
+
+    def aggregate(self) -> Outcome:
+        server_target(self)
+        return self._aggregate(self._collect(self.plan(self.check, self.suite)), {})
+
+
+class EndpointParityRun(_ParityRun):
+    """Endpoints against the first one, one item per prompt and other endpoint."""
+
+    label_key = "endpoint"
+
+    @classmethod
+    def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
+        endpoints = check.spec.endpoints
+        return [
+            ItemPlan(p.id, "prompt", p.id, param=endpoint)
+            for p in suite.prompts
+            for endpoint in endpoints[1:]
+        ]
+
+    @property
+    def endpoints(self) -> list[str]:
+        return list(self.check.spec.endpoints)
+
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        assert plan.param is not None
+        key = self.memo_key("item", plan.key, plan.param)
+        return self._memo(key, lambda: self._run(plan.key, plan.param))
+
+    def _generate(self, prompt: Prompt, endpoint: str) -> Generation:
+        """``prompt`` through ``endpoint`` (memoised: the reference serves every item)."""
+        key = self.memo_key("generation", prompt.id, endpoint)
+        if key not in self.engine.memo:
+            target = server_target(self)
+            messages = PromptInput(
+                prompt.text,
+                None,
+                templated=True,
+                system=prompt.system,
+                thinking=self.settings.thinking,
+            )
+            self.engine.memo[key] = self.engine.call(
+                target, target.backend.generate_via(endpoint, messages, self.params(prompt))
+            )
+        generation: Generation = self.engine.memo[key]
+        return generation
+
+    def _run(self, prompt_id: str, endpoint: str) -> Outcome:
+        prompt = self.prompt(prompt_id)
+        reference = self.endpoints[0]
+        ref = self._generate(prompt, reference)
+        return self._outcome(prompt, (reference, endpoint), ref, self._generate(prompt, endpoint))
+
+    def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
+        out = []
+        minimum = 1.0 if self.check.min_similarity is None else self.check.min_similarity
+        if result.similarity < minimum:
+            out.append(
+                f"{labels[1]} vs {labels[0]}: similarity {result.similarity:.4f} < "
+                f"min_similarity {minimum} (first divergence at {result.divergence_unit} "
+                f"{result.first_divergence})"
+            )
+        fail_on = self.check.flips.fail_item_on
+        if is_flip(result.flip, fail_on):
+            out.append(f"answer flip {result.flip} (fail_item_on: {fail_on})")
+        return out
+
+    def aggregate(self) -> Outcome:
+        server_target(self)
+        outcomes = self._collect(self.plan(self.check, self.suite))
+        per_endpoint: dict[str, dict[str, int]] = {}
+        for name, outcome in outcomes.items():
+            endpoint = name.rpartition("[")[2].rstrip("]")
+            row = per_endpoint.setdefault(endpoint, {"items": 0, "match": 0, "failed": 0})
+            row["items"] += 1
+            if isinstance(outcome, Outcome):
+                row["match"] += int(bool(outcome.data["match"]))
+                row["failed"] += int(bool(outcome.violations))
+            else:
+                row["failed"] += 1
+        counts = {"reference": self.endpoints[0], "endpoints": per_endpoint}
+        return self._aggregate(outcomes, counts)
+
+
+def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+    """One row per parity check x suite for the terminal summary."""
+    from ..report.terminal import render_table
+
+    rows = []
+    for nodeid, passed, data in aggregates:
+        parts = nodeid.split("::")
+        endpoints = data.get("endpoints")
+        detail = (
+            ", ".join(f"{e} {r['match']}/{r['items']}" for e, r in endpoints.items())
+            if endpoints
+            else "streamed vs not"
+        )
+        rows.append(
+            [
+                parts[-3] if len(parts) >= 3 else "parity",
+                parts[-2] if len(parts) >= 2 else "?",
+                data["target"],
+                detail,
+                f"{data['n_match']}/{data['items']}",
+                str(data["n_flips"]),
+                str(data["n_errors"]),
+                "PASS" if passed else "FAIL",
+            ]
+        )
+    columns = (
+        ("check", "<"),
+        ("suite", "<"),
+        ("target", "<"),
+        ("compared", "<"),
+        ("identical", ">"),
+        ("flips", ">"),
+        ("errors", ">"),
+        ("verdict", "<"),
+    )
+    return render_table(rows, columns) if rows else []
