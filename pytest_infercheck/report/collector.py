@@ -25,6 +25,7 @@ import platform
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -98,18 +99,19 @@ def stable_argv(argv: list[str]) -> list[str]:
 
 
 def make_run_id(
-    config: pytest.Config, sharded: bool, started: datetime, env: dict[str, str] | None = None
+    explicit: str | None,
+    rootpath: Path,
+    argv: list[str],
+    sharded: bool,
+    started: datetime,
+    env: Mapping[str, str],
 ) -> str:
     """The run id (see the module docstring for the rule)."""
-    env = dict(os.environ) if env is None else env
-    explicit = config.getoption("infercheck_run_id", None) or env.get("INFERCHECK_RUN_ID")
+    explicit = explicit or env.get("INFERCHECK_RUN_ID")
     if explicit:
-        return str(explicit)
-    fingerprint = hashlib.sha256(
-        json.dumps(
-            [str(config.rootpath), stable_argv(list(config.invocation_params.args))]
-        ).encode()
-    ).hexdigest()[:12]
+        return explicit
+    key = json.dumps([str(rootpath), stable_argv(argv)])
+    fingerprint = hashlib.sha256(key.encode()).hexdigest()[:12]
     for name, attempt in CI_RUN_IDS:
         if env.get(name):
             ci = env[name] + (f".{env[attempt]}" if attempt and env.get(attempt) else "")
@@ -188,6 +190,7 @@ class ResultsCollector:
         from .. import __version__
         from .results import SCHEMA, VERSION, item_sort_key
 
+        argv = list(self.config.invocation_params.args)
         items = sorted(
             (
                 {**e, "duration_s": self.durations.get(e["nodeid"], 0.0)}
@@ -203,11 +206,18 @@ class ResultsCollector:
             "schema": SCHEMA,
             "version": VERSION,
             "run": {
-                "run_id": make_run_id(self.config, self.shard is not None, self.started),
+                "run_id": make_run_id(
+                    self.config.getoption("infercheck_run_id", None),
+                    self.config.rootpath,
+                    argv,
+                    self.shard is not None,
+                    self.started,
+                    os.environ,
+                ),
                 "started": self.started.isoformat(),
                 "finished": datetime.now(timezone.utc).isoformat(),
                 "duration_s": time.monotonic() - self._t0,
-                "argv": list(self.config.invocation_params.args),
+                "argv": argv,
                 "shard": None if self.shard is None else self.shard.to_dict(),
                 "plugin_version": __version__,
                 "python": platform.python_version(),

@@ -129,7 +129,7 @@ def _merged_items(
             else:
                 items[nodeid] = item
                 owner[nodeid] = name
-    prompts = list(items.values())
+    prompts = sorted(items.values(), key=item_sort_key)
     for nodeid, shards in aggregates.items():
         kind = shards[0][1]["kind"]
         merged = _recomputed(nodeid, shards, prompts) if kind in COMPARISON_KINDS else None
