@@ -255,6 +255,8 @@ def _param_id(parent: pytest.Collector, name: str, param: str) -> Any:
 class _InfercheckItem(pytest.Item):
     infercheck_record: dict[str, Any] | None = None
     """Set by ``runtest``: what the item measured (see :meth:`SuiteCollector.record`)."""
+    infercheck_golden: list[Any] | None = None
+    """Under ``--infercheck-record``: the golden entries this item recorded."""
 
     @property
     def suite_node(self) -> SuiteCollector:
@@ -282,6 +284,9 @@ class PromptItem(_InfercheckItem):
         from .checks.verdicts import failure_text
 
         run = self.suite_node.run()
+        if run.recording:
+            _recorded(self, run.record([self.prompt_id]))
+            return
         result, violations = run.prompt_result(self.prompt_id, self.test_ref)
         self.user_properties.extend(run.item_properties(result))
         self.infercheck_record = self.suite_node.record(
@@ -296,6 +301,9 @@ class AggregateItem(_InfercheckItem):
 
     def runtest(self) -> None:
         run = self.suite_node.run()
+        if run.recording:
+            _recorded(self, run.record([p.id for p in self.suite_node.suite.prompts]))
+            return
         summary, violations, properties, data = run.aggregate()
         self.user_properties.extend(properties)
         self.infercheck_record = self.suite_node.record("aggregate", self.name, violations, data)
@@ -303,6 +311,14 @@ class AggregateItem(_InfercheckItem):
             raise InfercheckFailure(
                 summary + "\nviolations:\n" + "\n".join(f"  - {v}" for v in violations)
             )
+
+
+def _recorded(item: _InfercheckItem, recorded: tuple[dict[str, Any], list[Any]]) -> None:
+    """An item under ``--infercheck-record``: role ``record``; its golden entries ride on its
+    report to the controller, which writes the golden (see ``golden_writer``)."""
+    data, payloads = recorded
+    item.infercheck_record = item.suite_node.record("record", item.name, [], data)
+    item.infercheck_golden = payloads
 
 
 class SelfCheckItem(_InfercheckItem):

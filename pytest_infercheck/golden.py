@@ -108,19 +108,21 @@ def make_entry(
     *,
     suite: str,
     prompt_id: str,
-    user_text: str,
+    asked: tuple[str, str | None, bool],
     rendered: PromptInput,
     params: GenerationParams,
     generation: Generation,
     top: list[list[list[Any]]] | None,
     top_keys: str,
 ) -> dict[str, Any]:
-    """One prompt's record (plain types; see the module docstring)."""
+    """One prompt's record (plain types; see the module docstring). ``asked`` is the suite's
+    (user text, system, thinking), by which a replay finds the prompt again."""
     chosen = generation.chosen_logprobs
+    text, system, thinking = asked
     return {
         "suite": suite,
         "prompt_id": prompt_id,
-        "prompt": {"text": user_text, "system": rendered.system, "thinking": rendered.thinking},
+        "prompt": {"text": text, "system": system, "thinking": thinking},
         "input": {
             "text": rendered.text,
             "token_ids": None if rendered.token_ids is None else list(rendered.token_ids),

@@ -46,6 +46,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="let models think (chat templates get enable_thinking=True); off by default",
     )
     group.addoption(
+        "--infercheck-record",
+        dest="infercheck_record",
+        action="store_true",
+        default=False,
+        help="record the test side of each compare against a golden:NAME baseline into the "
+        "golden's file, instead of comparing",
+    )
+    group.addoption(
         "--infercheck-results",
         dest="infercheck_results",
         default=None,
@@ -102,6 +110,8 @@ def effective_settings(config: pytest.Config, settings: Settings) -> Settings:
             update[name] = value
     if config.getoption("infercheck_thinking"):
         update["thinking"] = True
+    if config.getoption("infercheck_record", False):
+        update["record"] = True
     return settings.model_copy(update=update)
 
 

@@ -33,6 +33,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
         register(config)
     start_controller(config)
+    if config.getoption("infercheck_record", False):
+        from .golden_writer import GoldenWriter
+
+        config.pluginmanager.register(GoldenWriter(config), "infercheck-golden-writer")
     if config.getoption("infercheck_shard", None) is not None:
         from .sharding import configured_shard
 

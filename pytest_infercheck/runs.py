@@ -21,6 +21,7 @@ from .checks.comparison import PromptComparison, compare_prompt, generation_para
 from .checks.verdicts import item_violations
 from .config import CheckSpec, LoadedMatrix, Settings, Side
 from .engine import Engine, ResolvedTarget
+from .golden_runs import golden_name, record_prompts, replay_lines, verify_replay
 from .metrics.text import first_divergence
 from .suites import Prompt, Suite
 
@@ -87,6 +88,7 @@ class CheckRun:
         key = ("comparison", self.loaded.path, self.index, self.suite.name, prompt_id, test_ref)
         result = self.engine.memo.get(key)
         if result is None:
+            verify_replay(self, test_ref, prompt_id)
             self.prefetch(next(s for s in self.tests() if s.ref == test_ref))
             prompt = self._prompt(prompt_id)
             side = next(s for s in self.tests() if s.ref == test_ref)
@@ -100,6 +102,16 @@ class CheckRun:
             )
             self.engine.memo[key] = result
         return result, item_violations(result, self.check)
+
+    # -- golden recording (--infercheck-record) ----------------------------------------------
+    @property
+    def recording(self) -> bool:
+        """Under ``--infercheck-record`` a compare against a golden records its test side."""
+        return self.settings.record and golden_name(self) is not None
+
+    def record(self, prompt_ids: list[str]) -> tuple[dict[str, Any], list[Any]]:
+        """Record ``prompt_ids`` into the golden: report data and writer payloads."""
+        return record_prompts(self, prompt_ids)
 
     def item_properties(self, result: PromptComparison) -> list[tuple[str, Any]]:
         """Scalar numbers for JUnit properties and the report; plain types only."""
@@ -140,6 +152,7 @@ class CheckRun:
             aggregates.append(agg)
             texts.append(format_aggregate(agg))
             violations.extend(f"{agg.test}: {v}" for v in aggregate_violations(agg, self.check))
+        texts.extend(replay_lines(self.baseline, list(map(self._target, self.tests()))))
         engines = {
             t.label: t.backend.identity() for t in [self.baseline, *map(self._target, self.tests())]
         }

@@ -6,6 +6,9 @@ The comparison method is the strongest both sides allow, and is recorded:
   targets on the same prompt ids; KL_t over the full vocabulary at every position of C.
 - ``top-k-lower-bound``: free-running top-k logprobs of both generations, only up to the
   first divergent token (later positions condition on different prefixes); a lower bound.
+- ``golden-top-k-lower-bound``: the baseline is a golden file (no live model, so it cannot
+  score): its continuation is scored teacher-forced on the test side and compared at every
+  position with the golden's recorded top-k (tail bucket, a lower bound).
 - ``text``: no usable logprobs; text similarity, first divergence and answers only.
 """
 
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
 
 TEACHER_FORCED = "teacher-forced"
 TOP_K_LOWER_BOUND = "top-k-lower-bound"
+GOLDEN_TOP_K_LOWER_BOUND = "golden-top-k-lower-bound"
 TEXT_ONLY = "text"
 
 
@@ -174,6 +178,18 @@ def _add_logprob_metrics(
         result.kl_per_position = stats.kl.tolist()
         result.same_top = stats.same_top.tolist()
         result.delta_p = stats.delta_p.tolist()
+    elif _golden_scorable(baseline, test, shared_ids, prompt_ids, base):
+        from ..metrics.topk_full import topk_vs_full_stats
+
+        assert prompt_ids is not None and base.token_ids and base.top_logprobs
+        test_lp = engine.score(test, list(prompt_ids), base.token_ids)
+        stats = topk_vs_full_stats(
+            base.top_logprobs, base.chosen_logprobs or [], test_lp, base.token_ids
+        )
+        result.method = GOLDEN_TOP_K_LOWER_BOUND
+        result.kl_per_position = stats.kl.tolist()
+        result.same_top = stats.same_top.tolist()
+        result.delta_p = stats.delta_p.tolist()
     elif (
         base.top_logprobs
         and other.top_logprobs
@@ -187,6 +203,31 @@ def _add_logprob_metrics(
         result.kl_per_position = topk_kl_lower_bound_positions(
             base.top_logprobs[:n], other.top_logprobs[:n]
         ).tolist()
+
+
+def _golden_scorable(
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    shared_ids: bool,
+    prompt_ids: tuple[int, ...] | None,
+    base: Generation,
+) -> bool:
+    """A golden baseline with id-keyed top-k and chosen logprobs at every position of its
+    continuation, and a test side that shares its token ids and can score teacher-forced."""
+    from ..backends.golden import GOLDEN_KIND
+
+    n = len(base.token_ids or [])
+    return (
+        baseline.backend.kind == GOLDEN_KIND
+        and shared_ids
+        and prompt_ids is not None
+        and test.backend.capabilities.teacher_forcing
+        and n > 0
+        and base.top_keys == "id"
+        and len(base.top_logprobs or []) == n
+        and len(base.chosen_logprobs or []) == n
+        and all(base.top_logprobs or [])
+    )
 
 
 def _add_answers(prompt: Prompt, result: PromptComparison) -> None:

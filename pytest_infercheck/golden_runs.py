@@ -1,0 +1,173 @@
+"""The golden side of a compare check's run: recording its test side under
+``--infercheck-record``, and checking that a golden may be replayed as its baseline.
+
+Recording a prompt: the test side renders and generates it as usual; when it can score
+teacher-forced, its continuation is scored once more and each position's top-k (at most
+``golden_top_k``) and chosen logprobs are taken from those scores (the very distributions a
+later replay compares with); otherwise the generation's own top-k logprobs are kept, if any.
+Items do not write the file: they hand their entries to their test report (see
+:mod:`.golden_writer`), and the controller writes each golden once, at the end of the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from .backends.golden import GoldenBackend
+from .golden import (
+    GoldenError,
+    engine_summary,
+    make_entry,
+    make_header,
+    replay_problems,
+    shown,
+    top_k_maps,
+    top_k_rows,
+)
+
+if TYPE_CHECKING:
+    from .config import Side
+    from .engine import ResolvedTarget
+    from .runs import CheckRun
+    from .suites import Prompt
+
+
+def golden_name(run: CheckRun) -> str | None:
+    """The golden a compare check names as its baseline, if any."""
+    side = run.check.baseline_side(run.index)
+    return run.loaded.target(side.ref, side.loc).golden
+
+
+def _recorded_side(run: CheckRun) -> Side:
+    """The test side recorded into the golden; refused when another compare of the matrix
+    would record another target into the same golden."""
+    name = golden_name(run)
+    (side,) = run.tests()
+    label = run.loaded.target(side.ref, side.loc).label
+    for i, check in enumerate(run.loaded.matrix.checks):
+        base = check.baseline_side(i)
+        if check.compare is None or run.loaded.target(base.ref, base.loc).golden != name:
+            continue
+        (other,) = check.test_sides(i)
+        other_label = run.loaded.target(other.ref, other.loc).label
+        if other_label != label:
+            raise GoldenError(
+                f"golden:{name} would be recorded from both {label} and {other_label} "
+                f"(checks[{run.index}] and checks[{i}]): record each golden from one target"
+            )
+    return side
+
+
+def record_prompts(run: CheckRun, prompt_ids: list[str]) -> tuple[dict[str, Any], list[Any]]:
+    """Record ``prompt_ids`` of the run's suite: the item's report data (one prompt: what
+    was recorded; several: a summary) and the payloads for the golden writer."""
+    name = golden_name(run)
+    assert name is not None
+    side = _recorded_side(run)
+    test = run._target(side)
+    path = run.loaded.golden_path(name, writing=True)
+    payloads = [_record_one(run, side, test, run._prompt(pid)) for pid in prompt_ids]
+    for payload in payloads:
+        payload["file"] = str(path)
+    data: dict[str, Any] = {
+        "golden": name,
+        "file": shown(path),
+        "target": test.label,
+        "engines": {test.label: test.backend.identity()},
+    }
+    if len(payloads) == 1:
+        output = payloads[0]["entry"]["output"]
+        data.update(
+            prompt_id=prompt_ids[0],
+            text=output["text"],
+            token_ids=output["token_ids"],
+            finish_reason=output["finish_reason"],
+            positions=len(output["top_logprobs"] or []),
+        )
+    else:
+        data["prompts"] = len(payloads)
+    return data, payloads
+
+
+def _record_one(run: CheckRun, side: Side, test: ResolvedTarget, prompt: Prompt) -> dict[str, Any]:
+    key = ("golden-record", run.loaded.path, run.index, run.suite.name, prompt.id)
+    if key in run.engine.memo:
+        return dict(run.engine.memo[key])
+    engine, settings = run.engine, run.settings
+    thinking = settings.thinking
+    rendered = engine.render(test, prompt, thinking)
+    params = run._params_for(prompt)
+    generation = engine.generate(test, rendered, params)
+    k = settings.golden_top_k
+    top, keys = None, generation.top_keys
+    if test.backend.capabilities.teacher_forcing and rendered.token_ids and generation.token_ids:
+        ids = generation.token_ids
+        scores = engine.score(test, list(rendered.token_ids), ids)
+        top, keys = top_k_rows(scores, k), "id"
+        chosen = [float(scores[t, i]) for t, i in enumerate(ids)]
+        generation = dataclasses.replace(generation, chosen_logprobs=chosen)
+    elif generation.top_logprobs:
+        top = top_k_maps(generation.top_logprobs, k)
+    model = run.loaded.target(side.ref, side.loc).model
+    spec = run.loaded.matrix.models[model].model_dump(exclude_none=True)
+    payload = {
+        "header": make_header(
+            name=str(golden_name(run)),
+            target=test.label,
+            model={"name": model, **spec},
+            engine=test.backend.identity(),
+            tokenizer=test.backend.tokenizer_fingerprint(),
+            top_k=k,
+        ),
+        "entry": make_entry(
+            suite=run.suite.name,
+            prompt_id=prompt.id,
+            asked=(prompt.text, prompt.system, thinking),
+            rendered=rendered,
+            params=params,
+            generation=generation,
+            top=top,
+            top_keys=keys,
+        ),
+    }
+    engine.memo[key] = payload
+    return dict(payload)
+
+
+def verify_replay(run: CheckRun, test_ref: str, prompt_id: str) -> None:
+    """Refuse a golden baseline recorded from another model name or tokenizer, or without
+    the prompt: :class:`GoldenError` names the file and every difference."""
+    baseline = run.baseline
+    if not isinstance(baseline.backend, GoldenBackend):
+        return
+    side = next(s for s in run.tests() if s.ref == test_ref)
+    prompt = run._prompt(prompt_id)
+    golden = baseline.backend.golden
+    test = run._target(side)
+    model = run.loaded.target(side.ref, side.loc).model
+    problems = replay_problems(golden, model, test.backend.tokenizer_fingerprint())
+    if not golden.asked(prompt.text, prompt.system, run.settings.thinking):
+        problems.append(
+            f"no recording of prompt {prompt.id} ({prompt.text[:60]!r}) of suite "
+            f"{run.suite.name}: the suite or the settings changed since it was recorded"
+        )
+    if problems:
+        raise GoldenError(
+            f"{golden.where()} refused as the baseline of {test.label}: "
+            + "; ".join(problems)
+            + " (record it again with --infercheck-record if the change is intended)"
+        )
+
+
+def replay_lines(baseline: ResolvedTarget, tests: list[ResolvedTarget]) -> list[str]:
+    """For a golden baseline: one line naming the recorded engine and the live ones."""
+    if not isinstance(baseline.backend, GoldenBackend):
+        return []
+    golden = baseline.backend.golden
+    recorded = engine_summary(golden.header.get("engine", {}))
+    live = "; ".join(f"{t.label}: {engine_summary(t.backend.identity())}" for t in tests)
+    return [
+        f"{baseline.label} recorded from {golden.header.get('target')} on {recorded} "
+        f"({shown(golden.path)}); now {live}"
+    ]
