@@ -26,13 +26,14 @@ from ..metrics.text import first_divergence
 from .target import ItemPlan, Outcome, TargetRun
 
 if TYPE_CHECKING:
-    from ..backends import PromptInput
+    from ..backends import Backend, PromptInput
     from ..config import CheckSpec
     from ..suites import Prompt
 
 MAX_REPEAT = 3
 """Companions are other prompts repeated 1..MAX_REPEAT times (mixed lengths)."""
 CONCURRENT_BURST = "concurrent burst"
+SEQUENTIAL = "sequential (the backend takes one request at a time)"
 
 
 class BatchInvarianceRun(TargetRun):
@@ -84,7 +85,7 @@ class BatchInvarianceRun(TargetRun):
             "seed": spec.seed,
             "alone": {"text": alone.text, "token_ids": alone.token_ids},
             "trials": trials,
-            "batched_by": getattr(backend, "batching", CONCURRENT_BURST),
+            "batched_by": batched_by(backend),
         }
 
     def _companion(self, rng: random.Random, others: list[Prompt]) -> tuple[str, PromptInput]:
@@ -119,6 +120,16 @@ class BatchInvarianceRun(TargetRun):
             ("infercheck_trials", trials),
         ]
         return Outcome([], text, data, props)
+
+
+def batched_by(backend: Backend) -> str:
+    """How ``backend.generate_batch`` runs a batch: the backend's own batching (its
+    ``batching`` attribute), else a burst of concurrent requests, which a backend that takes
+    one request at a time serves one after the other."""
+    own: str | None = getattr(backend, "batching", None)
+    if own is not None:
+        return own
+    return CONCURRENT_BURST if backend.concurrency > 1 else SEQUENTIAL
 
 
 def compare_to_alone(alone: Generation, batched: Generation | BaseException) -> dict[str, Any]:
