@@ -1,0 +1,135 @@
+"""stream-parity and endpoint-parity on real servers, and on faulty proxies in front of them.
+
+- llama-server (f32 GGUF, a chat template file): the native ``/completion`` streamed and not
+  give the same token ids and logprobs; ``/v1/completions`` with the template rendered by
+  ``/apply-template``, ``/v1/chat/completions`` and ``/v1/messages`` give the same text.
+- vllm-mlx (simple and continuous-batching engines) and mlx_lm.server, started by the
+  plugin: streamed and not give the same text; vllm-mlx's three endpoints agree on a copy of
+  the adder with a chat template (without one its chat endpoints answer HTTP 500).
+- A proxy that drops the 2nd content chunk of every stream fails stream-parity; one that
+  alters every 2nd generation response (the other endpoint's, given the order of requests:
+  reference then other, prompt by prompt) fails endpoint-parity.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.faulty_proxy import Fault, FaultyProxy
+from tests.integration.served import chat_model, llama_server
+from tests.plugin.conftest import INI
+from tests.plugin.helpers import ADDITION, junit_properties, suite_jsonl
+
+PROMPTS = ADDITION[:4]
+
+
+@pytest.fixture(scope="module")
+def llama_url(
+    llama_server_bin: Path, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    with llama_server(llama_server_bin, tiny_gguf, tmp_path_factory.mktemp("llama")) as url:
+        yield url
+
+
+def write_project(pytester: pytest.Pytester, backends: str, checks: str, model: str) -> None:
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(".jsonl", addition=suite_jsonl(PROMPTS))
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"models:\n  adder: {model}\nbackends:\n{backends}\n"
+        f"suites: [addition.jsonl]\nchecks:\n{checks}\n",
+    )
+
+
+def run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[str, dict[str, str]]]:
+    result = pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
+    return result, junit_properties(pytester.path / "out.xml")
+
+
+LLAMA_CHECKS = """\
+  - stream-parity: adder@llama
+  - endpoint-parity: {target: adder@llama, endpoints: [completions, chat, messages]}"""
+
+
+def test_parity_passes_on_llama_server(
+    pytester: pytest.Pytester, llama_url: str, tiny_models: dict[str, Path], tiny_gguf: Path
+) -> None:
+    model = f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
+    write_project(
+        pytester, f"  llama: {{kind: llama-server, url: '{llama_url}'}}", LLAMA_CHECKS, model
+    )
+    result, props = run(pytester)
+    assert result.parseoutcomes() == {"passed": 4 + 1 + 8 + 1}, result.stdout.str()
+    assert props["s01"]["infercheck_match"] == "True"
+    assert props["s01[messages]"]["infercheck_similarity"] == "1.0"
+    assert "streamed vs not" in result.stdout.str()
+
+
+def test_stream_parity_fails_when_a_chunk_is_dropped(
+    pytester: pytest.Pytester, llama_url: str, tiny_models: dict[str, Path], tiny_gguf: Path
+) -> None:
+    model = f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
+    with FaultyProxy(llama_url, Fault(drop_stream_chunk=True)) as proxy:
+        backends = f"  llama: {{kind: llama-server, url: '{proxy.url}'}}"
+        write_project(pytester, backends, "  - stream-parity: adder@llama", model)
+        result, props = run(pytester)
+    # every answer of these prompts has two digits, so its 2nd content chunk is a digit
+    assert result.parseoutcomes() == {"failed": 4 + 1}, result.stdout.str()
+    assert props["s01"]["infercheck_first_divergence"] == "1"
+    assert "the streamed output differs from the non-streamed one" in result.stdout.str()
+
+
+def test_endpoint_parity_fails_when_one_endpoint_is_altered(
+    pytester: pytest.Pytester, llama_url: str, tiny_models: dict[str, Path], tiny_gguf: Path
+) -> None:
+    model = f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
+    with FaultyProxy(llama_url, Fault(perturb_every=2)) as proxy:
+        backends = f"  llama: {{kind: llama-server, url: '{proxy.url}'}}"
+        checks = "  - endpoint-parity: {target: adder@llama, endpoints: [completions, chat]}"
+        write_project(pytester, backends, checks, model)
+        result, props = run(pytester)
+        assert proxy.altered == len(PROMPTS)
+    assert result.parseoutcomes() == {"failed": 4 + 1}, result.stdout.str()
+    assert props["s01[chat]"]["infercheck_match"] == "False"
+
+
+def test_parity_passes_on_vllm_mlx_and_mlx_lm_server(
+    pytester: pytest.Pytester,
+    tiny_models: dict[str, Path],
+    vllm_mlx_bin: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    folder = chat_model(tiny_models["bf16"], tmp_path_factory.mktemp("chat") / "adder-chat")
+    hub = pytester.path / "hub"
+    hub.mkdir()
+    vllm = f"{vllm_mlx_bin} serve {{model}} --host 127.0.0.1 --port {{port}}"
+    mlx = f"{sys.executable} -m mlx_lm server --model {{model}} --host 127.0.0.1 --port {{port}}"
+    backends = f"""\
+  vllm:
+    kind: vllm-mlx
+    chat: false
+    serve: "{vllm}"
+    env: {{VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION: wait, HF_HUB_CACHE: '{hub}'}}
+  vllmcb:
+    kind: vllm-mlx
+    chat: false
+    serve: "{vllm} --continuous-batching"
+    env: {{HF_HUB_CACHE: '{hub}'}}
+  mlxserver:
+    kind: openai
+    chat: false
+    serve: "{mlx}"
+    env: {{HF_HUB_CACHE: '{hub}'}}"""
+    checks = """\
+  - stream-parity: adder@vllm
+  - stream-parity: adder@vllmcb
+  - stream-parity: adder@mlxserver
+  - endpoint-parity: {target: adder@vllm, endpoints: [completions, chat, messages]}"""
+    write_project(pytester, backends, checks, f"{{path: '{folder}'}}")
+    result, props = run(pytester)
+    assert result.parseoutcomes() == {"passed": 3 * (4 + 1) + 8 + 1}, result.stdout.str()
+    assert props["s01[messages]"]["infercheck_similarity"] == "1.0"
