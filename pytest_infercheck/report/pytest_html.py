@@ -44,7 +44,6 @@ class HtmlReport:
 
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
-        self.engines: dict[str, Any] = {}
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -57,9 +56,6 @@ class HtmlReport:
         report.extras = [*getattr(report, "extras", []), extras.html(detail)]  # type: ignore[attr-defined]
         if record.get("role") == "aggregate":
             self.items.append({**record, "nodeid": report.nodeid, "outcome": report.outcome})
-            data = record.get("data")
-            if isinstance(data, Mapping) and isinstance(data.get("engines"), Mapping):
-                self.engines.update(data["engines"])
         elif record.get("kind") in COMPARISON_KINDS and record.get("role") == "prompt":
             self.items.append(_slim(record))
 
@@ -80,4 +76,4 @@ class HtmlReport:
     ) -> None:
         postfix.append(f"<style>{CSS}</style>")
         if self.items:
-            postfix.append(summary_html([RunView("this run", self.items, self.engines)]))
+            postfix.append(summary_html([RunView("this run", self.items)]))

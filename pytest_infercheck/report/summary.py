@@ -34,6 +34,7 @@ class RunView:
     label: str
     items: Sequence[Mapping[str, Any]]
     engines: Mapping[str, Any] = field(default_factory=dict)
+    """Engine identities by target label; empty: those recorded by the aggregates."""
 
 
 Measure = tuple[str, Callable[[Mapping[str, Any]], str]]
@@ -149,6 +150,15 @@ def _aggregates(
     return groups
 
 
+def _engines(run: RunView) -> dict[str, Any]:
+    """The union of the engine identities recorded by the run's aggregates."""
+    out: dict[str, Any] = {}
+    for item in run.items:
+        if item.get("role") == "aggregate":
+            out.update(mapping(mapping(item.get("data")).get("engines")))
+    return out
+
+
 def check_table(entries: list[tuple[RunView, Mapping[str, Any]]], several_runs: bool) -> str:
     """The table of one check x suite over the runs that have it."""
     cols: list[tuple[str, Mapping[str, Any], Mapping[str, Any]]] = []
@@ -190,9 +200,10 @@ def summary_html(runs: list[RunView]) -> str:
     several = len(runs) > 1
     parts = ['<section class="ic-summary"><h2>infercheck summary</h2>']
     for run in runs:
-        if run.engines:
+        identities = run.engines or _engines(run)
+        if identities:
             parts.append(f"<h3>engines{': ' + esc(run.label) if several else ''}</h3>")
-            parts.append(engines(run.engines).removeprefix("<h4>engines</h4>"))
+            parts.append(engines(identities).removeprefix("<h4>engines</h4>"))
     for (check, suite), entries in _aggregates(runs).items():
         parts.append(f"<h3>{esc(check)} · {esc(suite)}</h3>")
         parts.append(check_table(entries, several))

@@ -1,0 +1,102 @@
+"""pytest-html on real runs of the tiny models: sortable columns whose numbers equal the JUnit
+properties, each item's detail, the summary; under -n 2; and a run with pytest-html blocked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.htmldom import Node, parse
+
+from .helpers import ADDITION, junit_properties, suite_jsonl
+
+SCRIPT = "<script>alert(1)</script>"
+CHECKS = """\
+  - sweep: {baseline: bf16, models: [q8, q4]}
+    max_kl: 0.001
+  - compare: {baseline: bf16, test: q4}
+    max_kl: 10.0
+"""
+
+
+def report_parts(path: Path) -> tuple[Node, dict[str, Any]]:
+    """The parsed page and pytest-html's test data (row cells and extras are HTML strings in
+    a JSON attribute, rendered by its script)."""
+    page = parse(path.read_text(encoding="utf-8"))
+    (container,) = [n for n in page.iter("div") if n.attrs.get("id") == "data-container"]
+    return page, json.loads(container.attrs["data-jsonblob"])["tests"]
+
+
+def cell(row: list[str], column: str) -> Node:
+    (html,) = [c for c in row if f'class="col-{column}"' in c]
+    return parse(html).one("td")
+
+
+@pytest.fixture
+def hostile_suite(pytester: pytest.Pytester, write_matrix: Any) -> None:
+    write_matrix(CHECKS)
+    rows = [*ADDITION[:4], ("x01", f"{SCRIPT}1+2=", "3")]
+    pytester.makefile(".jsonl", addition=suite_jsonl(rows))
+
+
+def check_report(pytester: pytest.Pytester) -> None:
+    page, tests = report_parts(pytester.path / "report.html")
+    (head,) = [n for n in page.iter("thead") if n.attrs.get("id") == "results-table-head"]
+    sortable = [th.attrs.get("data-column-type") for th in head.all("th", "sortable")]
+    assert sortable[2:5] == ["icklmean", "icflip", "icsimilarity"]
+    props = junit_properties(pytester.path / "out.xml")
+    prompt_rows = 0
+    for nodeid, (test, *_) in tests.items():
+        name = nodeid.split("::")[-1]
+        detail = parse("".join(e["content"] for e in test["extras"]))
+        assert not detail.all("script")
+        assert test["result"] in ("Passed", "Failed")
+        assert ("open" in detail.one("details").attrs) == (test["result"] == "Failed")
+        if name in ("aggregate", "self-check"):
+            continue
+        prompt_rows += 1
+        shown = cell(test["resultsTableRow"], "icklmean")
+        assert shown.children[-1] == format(float(props[name]["infercheck_kl_mean"]), ".4g")
+        assert shown.one("span").attrs == {"hidden": ""}
+        assert detail.all("svg")  # the per-position KL chart
+        if name.startswith("x01"):
+            assert SCRIPT in detail.all("pre", "ic-text")[0].text()
+    assert prompt_rows == 15  # 5 prompts x (q8, q4) in the sweep + 5 in the compare
+    summary = page.one("section", "ic-summary")
+    assert not summary.all("script")
+    titles = [h.text() for h in summary.all("h3")]
+    assert "sweep(bf16) · addition" in titles and "compare(bf16-vs-q4) · addition" in titles
+    nodes = [c for c in summary.children if isinstance(c, Node)]
+    at = [n.text() for n in nodes].index("sweep(bf16) · addition")
+    sweep_table = nodes[at + 1]
+    header = [th.text() for th in sweep_table.one("thead").all("th")]
+    assert header == ["measure", "q8@local", "q4@local"]
+    charts = [t.text() for t in summary.iter("title")]
+    assert "degradation: sweep(bf16) · addition" in charts
+    assert "flip rate by suite and test side" in charts
+
+
+def test_html_report(pytester: pytest.Pytester, hostile_suite: None) -> None:
+    result = pytester.runpytest(
+        "-q", "--html=report.html", "--self-contained-html", "--junitxml=out.xml"
+    )
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] >= 1 and outcomes["passed"] >= 1
+    check_report(pytester)
+
+
+def test_html_report_under_xdist(pytester: pytest.Pytester, hostile_suite: None) -> None:
+    result = pytester.runpytest_subprocess(
+        "-q", "-n", "2", "--html=report.html", "--self-contained-html", "--junitxml=out.xml"
+    )
+    assert result.parseoutcomes()["passed"] >= 1
+    check_report(pytester)
+
+
+def test_runs_with_pytest_html_blocked(pytester: pytest.Pytester, write_matrix: Any) -> None:
+    write_matrix("  - compare: {baseline: bf16, test: bf16}\n    max_kl: 0.0\n")
+    result = pytester.runpytest("-q", "-p", "no:html")
+    result.assert_outcomes(passed=9)
