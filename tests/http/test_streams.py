@@ -1,0 +1,78 @@
+"""Streams against faults a real server will not produce on demand: a 503 before the stream
+starts (retried), and a stream cut off mid-way (an error, never a silently short answer)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from pytest_infercheck.backends import GenerationParams
+from pytest_infercheck.backends.base import PromptInput
+from pytest_infercheck.backends.http import HttpError, HttpSettings
+from pytest_infercheck.backends.openai_compat import OpenAICompatBackend
+
+from .fake_server import Reply, Script, fake_server
+
+FAST = {"backoff_s": 0.01, "timeout_s": 2.0}
+PROMPT = PromptInput("12+34=", None, templated=False)
+
+
+def sse(*texts: str) -> bytes:
+    events = [f'data: {{"choices": [{{"text": "{t}", "finish_reason": null}}]}}\n\n' for t in texts]
+    return ("".join(events) + "data: [DONE]\n\n").encode()
+
+
+def backend(url: str) -> OpenAICompatBackend:
+    settings = HttpSettings(base_url=url, **FAST)  # type: ignore[arg-type]
+    return OpenAICompatBackend("fake", settings, model="m", chat=False)
+
+
+@pytest.mark.asyncio
+async def test_stream_is_retried_on_503_before_it_starts() -> None:
+    script = Script([Reply(status=503, body={"error": "busy"}), Reply(raw=sse("4", "6"))])
+    with fake_server(script) as url:
+        b = backend(url)
+        generation = await b.generate_stream(PROMPT, GenerationParams(8))
+        await b.aclose()
+    assert generation.text == "46"
+    assert len(script.requests) == 2 and script.requests[1]["json"]["stream"] is True
+
+
+@contextmanager
+def cut_stream() -> Iterator[str]:
+    """A server that announces a chunked SSE stream, sends one event and closes."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            event = sse("4")[: sse("4").index(b"data: [DONE]")]
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"transfer-encoding: chunked\r\n\r\n"
+                + f"{len(event):x}\r\n".encode()
+                + event
+                + b"\r\n"
+            )
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+        thread.join(timeout=5)
+
+
+@pytest.mark.asyncio
+async def test_a_stream_cut_mid_way_is_an_error() -> None:
+    with cut_stream() as url:
+        b = backend(url)
+        with pytest.raises(HttpError, match="the stream broke"):
+            await b.generate_stream(PROMPT, GenerationParams(8))
+        await b.aclose()
