@@ -1,0 +1,216 @@
+"""The stress check against real servers serving the tiny adder.
+
+- llama-server ``-np 4`` (started once by the plugin) under ``-n 2``: the levels spread over
+  both workers, all hit the one server, every output equals its reference: pass.
+- The faulty proxy (alters a response whenever another generation overlapped it) in front
+  of a real llama-server: level 1 passes, every level above fails on consistency.
+- vllm-mlx's simple engine without ``VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION=wait`` answers
+  concurrent requests with HTTP 503: level 1 passes, levels above fail with the 503s counted.
+- vllm-mlx ``--continuous-batching``: the sums below are stable under 8-way concurrency and
+  pass. (``1+0=`` is not among them: under concurrency its answer flips in some runs, a
+  real finding, measured apart, so that this test passes every time.)
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.faulty_proxy import Fault, FaultyProxy
+from tests.plugin.conftest import INI
+from tests.plugin.helpers import suite_jsonl
+
+LLAMA_FLAGS = "-fa off -ctk f32 -ctv f32 -np 4 -c 256 -t 2"
+
+# Controller side: every item record xdist shipped back. Worker side: the pids of the
+# llama-server processes of this test (found by the marker in their environment) seen by
+# each level item.
+CONFTEST = """
+import json, os
+from pathlib import Path
+
+def pytest_runtest_logreport(report):
+    record = getattr(report, "infercheck", None)
+    if report.when == "call" and record is not None and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open("records.jsonl", "a") as out:
+            out.write(json.dumps({"nodeid": report.nodeid, **record}) + "\\n")
+
+def pytest_runtest_teardown(item):
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\\0", b" ").decode()
+            env = (entry / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "llama-server" in cmd and "supervise" not in cmd and "MARK" in env:
+            pids.append(int(entry.name))
+    with open("pids.jsonl", "a") as out:
+        out.write(json.dumps(pids) + "\\n")
+"""
+
+
+def records(path: Path) -> dict[str, dict[str, Any]]:
+    lines = (path / "records.jsonl").read_text().splitlines()
+    return {r["name"]: r for r in map(json.loads, lines)}
+
+
+def write_project(pytester: pytest.Pytester, models: str, backend: str, check: str) -> None:
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(".jsonl", addition=suite_jsonl())
+    (pytester.path / "hub").mkdir(exist_ok=True)
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"models:\n{models}\nbackends:\n{backend}\nsuites: [addition.jsonl]\n"
+        f"checks:\n{check}",
+    )
+
+
+def test_llama_server_np4_passes_with_levels_spread_over_two_workers(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path], tiny_gguf: Path, llama_server_bin: Path
+) -> None:
+    mark = f"INFERCHECK_STRESS_{pytester.path.name}"
+    write_project(
+        pytester,
+        f"  adder: {{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}",
+        f'  llama:\n    kind: llama-server\n    serve: "{llama_server_bin} -m {{model}} '
+        f'--host 127.0.0.1 --port {{port}} {LLAMA_FLAGS}"\n    env: {{{mark}: "1"}}',
+        "  - stress: {target: adder@llama, levels: [1, 2, 4, 8], repeats: 2}\n",
+    )
+    pytester.makeconftest(CONFTEST.replace("MARK", mark))
+    result = pytester.runpytest_subprocess("-q", "-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)
+    recs = records(pytester.path)
+    levels = [recs[f"c{n}"]["data"] for n in (1, 2, 4, 8)]
+    assert {d["measured_by"] for d in levels} == {"gw0", "gw1"}
+    assert all(d["consistent"] == d["requests"] == 16 for d in levels)
+    assert [d["max_in_flight"] for d in levels] == [1, 2, 4, 8]
+    assert all(d["tokens_per_s"] > 0 for d in levels)  # token ids from /completion
+    assert recs["aggregate"]["data"]["levels"] == levels  # reused, not measured again
+    seen = [json.loads(line) for line in (pytester.path / "pids.jsonl").read_text().splitlines()]
+    assert len(seen) == 5 and len({pid for pids in seen for pid in pids}) == 1  # one server
+    result.stdout.fnmatch_lines(
+        [
+            "*infercheck summary*",
+            "stress(adder) addition on adder@llama: pass",
+            "*level*requests*errors*consistent*flips*in flight mean/max*verdict",
+            "*c1 *16*0*16/16*0*/1*pass",
+            "*c2 *16*0*16/16*0*/2*pass",
+            "*c4 *16*0*16/16*0*/4*pass",
+            "*c8 *16*0*16/16*0*/8*pass",
+        ]
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def llama_np4(llama_server_bin: Path, tiny_gguf: Path, tmp_path: Path) -> Iterator[str]:
+    """A real llama-server with 4 slots, started here (the proxy needs its URL first)."""
+    port = _free_port()
+    log = tmp_path / "llama.log"
+    command = [str(llama_server_bin), "-m", str(tiny_gguf), "--host", "127.0.0.1"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*command, "--port", str(port), *LLAMA_FLAGS.split()],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not _healthy(url):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"llama-server did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_faulty_proxy_altering_concurrent_answers_fails_every_level_above_one(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path], tiny_gguf: Path, llama_np4: str
+) -> None:
+    with FaultyProxy(llama_np4, Fault(perturb_when_concurrent=True)) as proxy:
+        write_project(
+            pytester,
+            f"  adder: {{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}",
+            f"  llama: {{kind: llama-server, url: '{proxy.url}'}}",
+            "  - stress: {target: adder@llama, levels: [1, 2, 4], repeats: 2}\n",
+        )
+        pytester.makeconftest(CONFTEST.replace("MARK", "no-managed-server"))
+        result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes == {"passed": 1, "failed": 3}, result.stdout.str()
+    recs = records(pytester.path)
+    assert recs["c1"]["violations"] == [] and recs["c1"]["data"]["consistent"] == 16
+    for name in ("c2", "c4"):
+        data = recs[name]["data"]
+        assert data["errors"] == {} and data["consistent"] < 16, name
+        assert data["mismatches"] and data["mismatches"][0]["unit"] == "token"
+    assert proxy.altered > 0 and proxy.max_in_flight == 4
+    result.stdout.fnmatch_lines(
+        ["*c2*FAIL*", "*consistency * outputs equal to their reference) < min_consistency 1.0*"]
+    )
+
+
+def _vllm_project(pytester: pytest.Pytester, model: Path, vllm: Path, flags: str) -> None:
+    hub = pytester.path / "hub"
+    write_project(
+        pytester,
+        f"  adder: {{path: '{model}'}}",
+        "  vllm:\n    kind: vllm-mlx\n    chat: false\n"
+        f'    serve: "{vllm} serve {{model}} --host 127.0.0.1 --port {{port}}{flags}"\n'
+        f"    env: {{HF_HUB_CACHE: '{hub}'}}",
+        "  - stress: {target: adder@vllm, levels: [1, 2, 4, 8], repeats: 2}\n",
+    )
+    pytester.makeconftest(CONFTEST.replace("MARK", "no-llama-server"))
+
+
+def test_vllm_mlx_simple_engine_answers_concurrent_requests_busy(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path], vllm_mlx_bin: Path
+) -> None:
+    _vllm_project(pytester, tiny_models["bf16"], vllm_mlx_bin, "")
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    assert result.parseoutcomes() == {"passed": 1, "failed": 4}, result.stdout.str()
+    recs = records(pytester.path)
+    assert recs["c1"]["data"]["errors"] == {} and recs["c1"]["data"]["consistent"] == 16
+    for name in ("c2", "c4", "c8"):
+        data = recs[name]["data"]
+        busy = data["errors"].get("http_503", 0)
+        assert busy > 0 and set(data["errors"]) == {"http_503"}, name
+        # errors stay in the denominators; what did get an answer is still right
+        assert data["error_rate"] == busy / 16 and data["consistent"] == 16 - busy, name
+    result.stdout.fnmatch_lines(["*error rate * (*/16: http_503 x*) > max_error_rate 0.0*"])
+
+
+def test_vllm_mlx_continuous_batching_passes_on_stable_sums(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path], vllm_mlx_bin: Path
+) -> None:
+    _vllm_project(pytester, tiny_models["bf16"], vllm_mlx_bin, " --continuous-batching")
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)
+    recs = records(pytester.path)
+    assert recs["c8"]["data"]["max_in_flight"] == 8
+    assert recs["c8"]["data"]["tokens_per_s"] is None  # text only: no token counts
