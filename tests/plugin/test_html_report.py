@@ -100,3 +100,32 @@ def test_runs_with_pytest_html_blocked(pytester: pytest.Pytester, write_matrix: 
     write_matrix("  - compare: {baseline: bf16, test: bf16}\n    max_kl: 0.0\n")
     result = pytester.runpytest("-q", "-p", "no:html")
     result.assert_outcomes(passed=9)
+
+
+def test_standalone_report_of_a_results_file(pytester: pytest.Pytester, write_matrix: Any) -> None:
+    from pytest_infercheck.report.html import render_report
+    from pytest_infercheck.report.results import load_results
+
+    write_matrix("  - compare: {baseline: bf16, test: q4}\n    max_kl: 10.0\n")
+    pytester.runpytest("-q", "--infercheck-results=run.json").assert_outcomes(passed=9)
+    results = load_results(pytester.path / "run.json")
+    page = parse(render_report([results]))
+    by_node = {i["nodeid"]: i for i in results["items"]}
+    table = page.one("table", "ic-results")
+    bodies = [c for c in table.children if isinstance(c, Node) and c.tag == "tbody"]
+    assert len(bodies) == 9
+    for body in bodies:
+        cells = body.all("tr")[0].all("td")
+        item = by_node[cells[1].text()]
+        assert cells[0].text() == item["outcome"] == "passed"
+        if item["role"] == "prompt":
+            assert cells[2].text() == format(item["data"]["kl_mean"], ".4g")
+            assert cells[4].text() == format(item["data"]["similarity"], ".4f")
+    (aggregate,) = [i for i in results["items"] if i["role"] == "aggregate"]
+    (level,) = aggregate["data"]["levels"]
+    summary = page.one("section", "ic-summary").all("table", "ic-table")[0]
+    measured = {
+        tr.all("th")[0].text(): [td.text() for td in tr.all("td")] for tr in summary.iter("tr")
+    }
+    assert measured["mean KL ± SE"] == [f"{level['kl_mean']:.6g} ± {level['kl_se']:.2g}"]
+    assert measured["failed items"] == [str(level["n_failed"])]
