@@ -5,7 +5,8 @@
   ``/apply-template``, ``/v1/chat/completions`` and ``/v1/messages`` give the same text.
 - vllm-mlx (simple and continuous-batching engines) and mlx_lm.server, started by the
   plugin: streamed and not give the same text; vllm-mlx's three endpoints agree on a copy of
-  the adder with a chat template (without one its chat endpoints answer HTTP 500).
+  the adder with a chat template (without one its chat endpoints answer HTTP 500), and it
+  survives the hostile requests of cache-pollution unchanged (``max_tokens: 0``: HTTP 422).
 - A proxy that drops the 2nd content chunk of every stream fails stream-parity; one that
   alters every 2nd generation response (the other endpoint's, given the order of requests:
   reference then other, prompt by prompt) fails endpoint-parity.
@@ -128,8 +129,10 @@ def test_parity_passes_on_vllm_mlx_and_mlx_lm_server(
   - stream-parity: adder@vllm
   - stream-parity: adder@vllmcb
   - stream-parity: adder@mlxserver
-  - endpoint-parity: {target: adder@vllm, endpoints: [completions, chat, messages]}"""
+  - endpoint-parity: {target: adder@vllm, endpoints: [completions, chat, messages]}
+  - cache-pollution: adder@vllm"""
     write_project(pytester, backends, checks, f"{{path: '{folder}'}}")
     result, props = run(pytester)
-    assert result.parseoutcomes() == {"passed": 3 * (4 + 1) + 8 + 1}, result.stdout.str()
+    assert result.parseoutcomes() == {"passed": 3 * (4 + 1) + 8 + 1 + 5 + 1}, result.stdout.str()
     assert props["s01[messages]"]["infercheck_similarity"] == "1.0"
+    assert props["max-tokens-0"]["infercheck_alive"] == "True"
