@@ -1,0 +1,212 @@
+"""Real runs on the tiny models: the JSON results file (against the JUnit properties, with
+errors, skips and untrusted text), xdist, and sharding (a partition of the run whose merged
+report has the unsharded numbers)."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _pytest.junitxml import mangle_test_address
+
+from pytest_infercheck.cli import main as cli_main
+from pytest_infercheck.report.merge import merge_results
+from pytest_infercheck.report.results import load_results
+
+UNTRUSTED_PROMPT = '</script><b onmouseover="x">\u2028&amp;12+34='
+COMPARE_AND_SWEEP = """\
+  - compare: {baseline: bf16, test: q4}
+    max_kl: 1.0e-9
+  - sweep: {baseline: bf16, models: [q8, q4]}
+    max_kl: 1.0e-4
+"""
+DETERMINISM = "  - determinism: {target: q4, runs: 2}\n"
+SKIP_AND_BREAK = """
+import pytest
+
+def pytest_runtest_setup(item):
+    if item.name == "s02":
+        pytest.skip("skipped on purpose")
+    if item.name == "s03":
+        raise RuntimeError("setup broke on purpose")
+"""
+
+
+def items_by_id(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {i["nodeid"]: i for i in results["items"]}
+
+
+def test_results_file_holds_what_junit_says_plus_errors_skips_and_verbatim_text(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix(COMPARE_AND_SWEEP + DETERMINISM)
+    suite = pytester.path / "addition.jsonl"
+    extra = {"id": "x01", "prompt": UNTRUSTED_PROMPT, "answer": "46", "answer_kind": "number"}
+    suite.write_text(suite.read_text() + "\n" + json.dumps({**extra, "max_tokens": 5}) + "\n")
+    pytester.makeconftest(SKIP_AND_BREAK)
+    result = pytester.runpytest("-q", "--junitxml=out.xml", "--infercheck-results=out/r.json")
+    result.stdout.fnmatch_lines(["infercheck results: out/r.json"])
+    results = load_results(pytester.path / "out" / "r.json")
+    items = items_by_id(results)
+    outcomes = result.parseoutcomes()
+    assert len(items) == sum(outcomes.values()) == (9 + 1) + (2 * 9 + 2) + (9 + 1)
+    junit = _junit_by_nodeid(pytester.path / "out.xml", items)
+
+    compare = "infercheck.yaml::compare(bf16-vs-q4)::addition::"
+    # Skips and setup errors are recorded with the item's identity and a short reason.
+    skipped, broken = items[compare + "s02"], items[compare + "s03"]
+    assert skipped["outcome"] == "skipped" and skipped["longrepr"] == "Skipped: skipped on purpose"
+    assert broken["outcome"] == "error" and "setup broke on purpose" in broken["longrepr"]
+    assert skipped["kind"] == broken["kind"] == "compare" and broken["data"] == {}
+    assert broken["thresholds"]["max_kl"] == 1e-9
+    # Untrusted model input is stored verbatim (JSON escapes it; the HTML report must too).
+    assert items[compare + "x01"]["data"]["prompt_text"] == UNTRUSTED_PROMPT
+
+    # The numbers equal the JUnit properties, item by item.
+    prompts = [i for i in items.values() if i["role"] == "prompt" and i["kind"] != "determinism"]
+    checked = 0
+    for item in prompts:
+        if item["outcome"] in ("skipped", "error"):
+            continue
+        props, data = junit[item["nodeid"]], item["data"]
+        assert float(props["infercheck_kl_mean"]) == data["kl_mean"]
+        assert float(props["infercheck_kl_max"]) == data["kl_max"]
+        assert props["infercheck_first_divergence"] == str(data["first_divergence"])
+        assert float(props["infercheck_similarity"]) == round(data["similarity"], 6)
+        assert props["infercheck_flip"] == data["flip"]
+        assert item["outcome"] == ("failed" if item["violations"] else "passed")
+        checked += 1
+    assert checked == 2 * 9 + 7
+    compare_agg = items[compare + "aggregate"]
+    (level,) = compare_agg["data"]["levels"]
+    props = junit[compare + "aggregate"]
+    assert float(props["infercheck_kl_mean"]) == level["kl_mean"]
+    assert int(props["infercheck_n_failed"]) == level["n_failed"] >= 6
+    sweep = items["infercheck.yaml::sweep(bf16)::addition::aggregate"]
+    sweep_props = junit["infercheck.yaml::sweep(bf16)::addition::aggregate"]
+    for level in sweep["data"]["levels"]:
+        assert float(sweep_props[f"infercheck_{level['test']}_kl_mean"]) == level["kl_mean"]
+    assert sweep_props["infercheck_cliff"] == sweep["data"]["cliff"]
+
+    # Every property of every kind is a scalar (the engines are one JSON string by design).
+    for props in junit.values():
+        for name, value in props.items():
+            assert name == "infercheck_engines" or not value.startswith(("[", "{", "(")), name
+
+    assert set(results["engines"]) == {"bf16@local", "q4@local", "q8@local"}
+    assert set(results["matrices"]) == {"infercheck.yaml"}
+    assert results["matrices"]["infercheck.yaml"]["checks"][0]["max_kl"] == 1e-9
+    run = results["run"]
+    assert run["shard"] is None and run["exitstatus"] == 1
+    assert run["argv"][:3] == ["-q", "--junitxml=out.xml", "--infercheck-results=out/r.json"]
+
+
+def _junit_by_nodeid(path: Path, nodeids: Iterable[str]) -> dict[str, dict[str, str]]:
+    """JUnit properties of each of ``nodeids`` (found by pytest's own classname/name)."""
+    cases = {
+        (case.get("classname"), case.get("name")): {
+            p.get("name", ""): p.get("value", "") for p in case.iter("property")
+        }
+        for case in ET.parse(path).getroot().iter("testcase")
+    }
+    out = {}
+    for nodeid in nodeids:
+        names = mangle_test_address(nodeid)
+        out[nodeid] = cases[(".".join(names[:-1]), names[-1])]
+    return out
+
+
+def test_xdist_gives_the_items_of_a_serial_run_with_keyword_and_shard_selection(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix(COMPARE_AND_SWEEP)
+    ini = pytester.path / "pytest.ini"
+    ini.write_text(ini.read_text().rstrip() + "\ninfercheck_results = results/serial.json\n")
+    selection = ["-k", "q4", "--infercheck-shard", "2/3"]
+    everything = pytester.runpytest("-q", "-k", "q4", "--collect-only")
+    all_ids = {line for line in everything.outlines if line.startswith("infercheck.yaml::")}
+    pytester.runpytest("-q", *selection)
+    parallel = pytester.runpytest_subprocess(
+        "-q", "-n", "2", *selection, "--infercheck-results=results/xdist.json"
+    )
+    parallel.stdout.fnmatch_lines(["infercheck results: results/xdist.json"])
+    serial = load_results(pytester.path / "results" / "serial.json")["items"]
+    xdist = load_results(pytester.path / "results" / "xdist.json")["items"]
+    ids = {i["nodeid"] for i in serial}
+    # -k and the shard compose: a strict part of the -k selection, only q4 items.
+    assert ids < all_ids and all("q4" in i for i in ids) and len(ids) >= 3
+    assert {i["worker"] for i in serial} == {None}
+    assert {i["worker"] for i in xdist} == {"gw0", "gw1"}
+
+    def key(item: dict[str, Any]) -> tuple[Any, ...]:
+        return item["nodeid"], item["outcome"], item["violations"], item["data"]
+
+    assert [key(i) for i in xdist] == [key(i) for i in serial]
+
+
+def test_shards_partition_the_run_and_merge_to_the_unsharded_numbers(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix(COMPARE_AND_SWEEP)
+    whole = pytester.runpytest("-q", "--infercheck-results=whole.json").parseoutcomes()
+    shards = []
+    for index in (1, 2, 3):
+        run = pytester.runpytest(
+            "-q", "--infercheck-shard", f"{index}/3", f"--infercheck-results=s{index}.json"
+        )
+        shards.append(load_results(pytester.path / f"s{index}.json"))
+        assert run.parseoutcomes()["deselected"] == sum(whole.values()) - len(shards[-1]["items"])
+    unsharded = load_results(pytester.path / "whole.json")
+
+    # A partition: every non-aggregate item in exactly one shard; aggregates in each shard
+    # that ran some of their suite, over that shard's prompts only.
+    def non_aggregates(results: dict[str, Any]) -> list[str]:
+        return [i["nodeid"] for i in results["items"] if i["role"] != "aggregate"]
+
+    union = [nodeid for shard in shards for nodeid in non_aggregates(shard)]
+    assert sorted(union) == sorted(non_aggregates(unsharded)) and len(set(union)) == len(union)
+    assert all(len(non_aggregates(shard)) >= 3 for shard in shards)  # 27 items over 3 shards
+    for shard in shards:
+        assert shard["run"]["shard"]["count"] == 3
+        assert shard["run"]["run_id"] == shards[0]["run"]["run_id"]
+        compare = [i for i in shard["items"] if i["check"] == "compare(bf16-vs-q4)"]
+        aggregate = next(i for i in compare if i["role"] == "aggregate")
+        assert aggregate["data"]["levels"][0]["n_prompts"] == len(compare) - 1
+
+    merged, warnings = merge_results(
+        [(f"s{i}.json", shard) for i, shard in enumerate(shards, 1)] + [("whole.json", unsharded)]
+    )
+    assert warnings == [] and len(merged) == 2
+    from_shards, whole_run = items_by_id(merged[0]), items_by_id(merged[1])
+    assert list(from_shards) == list(whole_run)
+    for nodeid, item in whole_run.items():
+        other = from_shards[nodeid]
+        assert (other["outcome"], other["violations"]) == (item["outcome"], item["violations"])
+        if item["role"] != "aggregate":
+            assert other["data"] == item["data"]
+            continue
+        assert other["data"].get("cliff") == item["data"].get("cliff")
+        for got, want in zip(other["data"]["levels"], item["data"]["levels"], strict=True):
+            assert got.keys() == want.keys()
+            for name, value in want.items():
+                if isinstance(value, float):  # equal up to the order of float summation
+                    assert math.isclose(got[name], value, rel_tol=1e-12), name
+                else:
+                    assert got[name] == value, name
+
+    # The console script's entry point renders the merged shards beside the unsharded run.
+    paths = ["s1.json", "s2.json", "s3.json", "whole.json"]
+    assert cli_main(["report", *(str(pytester.path / p) for p in paths), "-o", "r.html"]) == 0
+    assert "run 2 (" in (pytester.path / "r.html").read_text()
+
+
+@pytest.mark.parametrize("shard", ["0/3", "4/3", "two/3"])
+def test_a_bad_shard_is_a_usage_error(pytester: pytest.Pytester, shard: str) -> None:
+    result = pytester.runpytest("--infercheck-shard", shard)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--infercheck-shard*"])
