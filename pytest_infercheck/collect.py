@@ -326,6 +326,7 @@ class SelfCheckItem(_InfercheckItem):
 
     def runtest(self) -> None:
         problems = self.suite_node.run().self_check()
+        self.user_properties.append(("infercheck_self_check_problems", len(problems)))
         self.infercheck_record = self.suite_node.record(
             "self-check", self.name, problems, {"problems": problems}
         )

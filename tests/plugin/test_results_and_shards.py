@@ -93,8 +93,11 @@ def test_results_file_holds_what_junit_says_plus_errors_skips_and_verbatim_text(
         assert float(sweep_props[f"infercheck_{level['test']}_kl_mean"]) == level["kl_mean"]
     assert sweep_props["infercheck_cliff"] == sweep["data"]["cliff"]
 
-    # Every property of every kind is a scalar (the engines are one JSON string by design).
-    for props in junit.values():
+    # Every item that ran has properties, all scalars (the engines: one JSON string by design).
+    self_check = junit["infercheck.yaml::sweep(bf16)::addition::self-check"]
+    assert self_check == {"infercheck_self_check_problems": "0"}
+    for nodeid, props in junit.items():
+        assert props or items[nodeid]["outcome"] in ("skipped", "error"), nodeid
         for name, value in props.items():
             assert name == "infercheck_engines" or not value.startswith(("[", "{", "(")), name
 
