@@ -1,0 +1,263 @@
+"""determinism and batch-invariance against real servers serving the tiny adder, passing on
+faithful engines and failing on faulty ones.
+
+- llama-server with 4 slots (``-np 4``; our backend sends ``cache_prompt: false``): the
+  same tokens in every run and in every burst. Concurrent requests share decode batches, and
+  their logprobs move by float32 steps (measured up to 4.2e-7), so ``max_logprob_drift``
+  and ``logprob_tolerance`` are 1e-5 here, not 0.
+- The faulty proxy (tests/faulty_proxy.py) in front of that llama-server: ``perturb_every``
+  changes the last token of every Nth generation; requests are sent one at a time
+  (``max_concurrency: 1``), so the Nth generations are known runs of known prompts and
+  determinism must fail on exactly those prompts. ``perturb_when_concurrent`` changes
+  every response that overlapped another: the prompt alone is intact, inside a burst it is
+  not, so every batch-invariance item must fail.
+- vllm-mlx, simple engine (one request at a time) and ``--continuous-batching``: identical
+  text for the addition prompts (measured 0 changes in 2 x 540 determinism runs and 180
+  needle trials at 8 in flight). The continuous-batching engine is not deterministic for
+  ``<s>1+0=`` when copies of it are decoded together (measured: "2" in 24/30 and 23/40 runs,
+  "1" alone in 20/20): a real engine finding, asserted as a failure with 40 runs.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.faulty_proxy import Fault, FaultyProxy
+from tests.plugin.conftest import INI
+from tests.plugin.helpers import suite_jsonl
+
+DETERMINISM = """\
+  - determinism: {target: adder@llama, runs: 6}
+    name: det
+    min_determinism: 1.0
+    max_logprob_drift: 1.0e-5
+"""
+NEEDLE = """\
+  - batch-invariance: {target: adder@llama, trials: 2, batch_size: 6, seed: 3}
+    name: needle
+    logprob_tolerance: 1.0e-5
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def llama(
+    llama_server_bin: Path, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A real llama-server with 4 slots, started here so a proxy can sit in front of it."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                str(llama_server_bin),
+                "-m", str(tiny_gguf),
+                "--host", "127.0.0.1", "--port", str(port),
+                "-fa", "off", "-ctk", "f32", "-ctv", "f32",
+                "-np", "4", "-c", "256", "-t", "2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"llama-server exited:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama-server not healthy in 60 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def adder(tiny_models: dict[str, Path], tiny_gguf: Path) -> str:
+    """The tiny adder for every kind of backend: mlx weights and the f32 GGUF."""
+    return f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
+
+
+def _write(
+    pytester: pytest.Pytester, adder: str, backends: str, checks: str, suites: str = ""
+) -> None:
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(".jsonl", addition=suite_jsonl())
+    pytester.makefile(
+        ".yaml",
+        infercheck=(
+            f"models:\n  adder: {adder}\n"
+            f"backends:\n{backends}"
+            f"suites: [addition.jsonl{suites}]\nchecks:\n{checks}"
+        ),
+    )
+
+
+def _outcomes(pytester: pytest.Pytester) -> dict[str, dict[str, str]]:
+    """``check::item`` -> ``{"outcome": passed|failed, property: value}`` from JUnit."""
+    out = {}
+    for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase"):
+        # classname: infercheck.yaml.<check>.<suite>; a check name may contain dots.
+        check = case.get("classname", "").removeprefix("infercheck.yaml.").rpartition(".")[0]
+        failed = case.find("failure") is not None or case.find("error") is not None
+        props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        out[f"{check}::{case.get('name')}"] = {"outcome": "failed" if failed else "passed"}
+        out[f"{check}::{case.get('name')}"].update(props)
+    return out
+
+
+def _run(pytester: pytest.Pytester) -> pytest.RunResult:
+    # A subprocess: the proxy lives in this process and uses httpx, which an in-process
+    # pytester run would unload.
+    return pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
+
+
+def test_llama_server_is_deterministic_and_batch_invariant_at_its_concurrency(
+    pytester: pytest.Pytester, llama: str, adder: str
+) -> None:
+    with FaultyProxy(llama, Fault()) as proxy:  # a faithful proxy: it only counts
+        _write(
+            pytester,
+            adder,
+            f"  llama: {{kind: llama-server, url: '{proxy.url}'}}\n",
+            DETERMINISM,
+        )
+        result = _run(pytester)
+        assert result.parseoutcomes() == {"passed": 9}, result.stdout.str()
+        # All 8 prompts x 6 runs were sent at once, 4 in flight (the backend's default).
+        assert proxy.requests == 48 and proxy.max_in_flight == 4
+    _write(pytester, adder, f"  llama: {{kind: llama-server, url: '{llama}'}}\n", NEEDLE)
+    result = _run(pytester)
+    assert result.parseoutcomes() == {"passed": 9}, result.stdout.str()
+    cases = _outcomes(pytester)
+    assert cases["batch-invariance(needle)::s04"]["infercheck_matching_trials"] == "2"
+    result.stdout.fnmatch_lines(["*needle*adder@llama*16*8/8*concurrent burst*PASS*"])
+
+
+def test_determinism_fails_on_exactly_the_perturbed_prompts(
+    pytester: pytest.Pytester, llama: str, adder: str
+) -> None:
+    # One request at a time: generation k (1-based) is run (k-1) % 3 of prompt (k-1) // 3.
+    # perturb_every=7 alters generations 7, 14, 21: prompts 2, 4, 6 -> s03, s05, s07.
+    checks = DETERMINISM.replace("runs: 6", "runs: 3").replace("1.0e-5", "1.0")
+    with FaultyProxy(llama, Fault(perturb_every=7)) as proxy:
+        backend = f"  llama: {{kind: llama-server, url: '{proxy.url}', max_concurrency: 1}}\n"
+        _write(pytester, adder, backend, checks)
+        result = _run(pytester)
+        assert proxy.requests == 24 and proxy.altered == 3 and proxy.max_in_flight == 1
+    cases = _outcomes(pytester)
+    failed = sorted(k.split("::")[1] for k, v in cases.items() if v["outcome"] == "failed")
+    assert failed == ["aggregate", "s03", "s05", "s07"], result.stdout.str()
+    for name in ("s03", "s05", "s07"):
+        assert cases[f"determinism(det)::{name}"]["infercheck_distinct"] == "2"
+        assert float(cases[f"determinism(det)::{name}"]["infercheck_modal_share"]) == pytest.approx(
+            2 / 3
+        )
+    assert cases["determinism(det)::s01"]["infercheck_modal_share"] == "1.0"
+    # score = (5 x 1 + 3 x 2/3) / 8 = 0.875 < min_determinism 1.0
+    assert float(cases["determinism(det)::aggregate"]["infercheck_determinism_score"]) == 0.875
+    result.stdout.fnmatch_lines(
+        [
+            "*2 distinct outputs in 3 runs (modal share 0.6667)*",
+            "*determinism score 0.8750 < min_determinism 1.0*",
+            "*det*adder@llama*3*5/8*0.8750*FAIL*",
+        ]
+    )
+
+
+def test_batch_invariance_fails_when_concurrency_changes_outputs(
+    pytester: pytest.Pytester, llama: str, adder: str
+) -> None:
+    with FaultyProxy(llama, Fault(perturb_when_concurrent=True)) as proxy:
+        _write(pytester, adder, f"  llama: {{kind: llama-server, url: '{proxy.url}'}}\n", NEEDLE)
+        result = _run(pytester)
+        assert proxy.altered > 0 and proxy.max_in_flight == 4
+    cases = _outcomes(pytester)
+    items = {k: v for k, v in cases.items() if not k.endswith("aggregate")}
+    assert len(items) == 8 and all(v["outcome"] == "failed" for v in items.values())
+    assert all(v["infercheck_matching_trials"] == "0" for v in items.values())
+    assert cases["batch-invariance(needle)::aggregate"]["infercheck_invariant_prompts"] == "0"
+    result.stdout.fnmatch_lines(
+        [
+            "*trial 0 (position * of 6): output differs from the prompt alone at *",
+            "*needle*adder@llama*16*0/8*concurrent burst*FAIL*",
+        ]
+    )
+
+
+def test_vllm_mlx_engines(pytester: pytest.Pytester, adder: str, vllm_mlx_bin: Path) -> None:
+    hub = pytester.path / "hub"
+    hub.mkdir()
+    serve = f"{vllm_mlx_bin} serve {{model}} --host 127.0.0.1 --port {{port}}"
+    backends = f"""\
+  vllm:
+    kind: vllm-mlx
+    chat: false
+    serve: "{serve}"
+    env: {{VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION: wait, HF_HUB_CACHE: '{hub}'}}
+  vllmcb:
+    kind: vllm-mlx
+    chat: false
+    max_concurrency: 8
+    serve: "{serve} --continuous-batching"
+    env: {{HF_HUB_CACHE: '{hub}'}}
+"""
+    checks = """\
+  - determinism: {target: adder@vllm, runs: 4}
+    suites: [addition.jsonl]
+  - determinism: {target: adder@vllmcb, runs: 8}
+    suites: [addition.jsonl]
+  - batch-invariance: {target: adder@vllm, trials: 1, batch_size: 4}
+    suites: [addition.jsonl]
+  - batch-invariance: {target: adder@vllmcb, trials: 2, batch_size: 8}
+    suites: [addition.jsonl]
+  - determinism: {target: adder@vllmcb, runs: 40}
+    name: flip
+    suites: [flip.jsonl]
+"""
+    pytester.makefile(
+        ".jsonl",
+        flip='{"id": "z10", "prompt": "<s>1+0=", "answer": "1", "max_tokens": 5}',
+    )
+    _write(pytester, adder, backends, checks, suites=", flip.jsonl")
+    result = _run(pytester)
+    cases = _outcomes(pytester)
+    failed = sorted(k for k, v in cases.items() if v["outcome"] == "failed")
+    assert failed == ["determinism(flip)::z10"], result.stdout.str()
+    assert len(cases) == 4 * 9 + 2
+    flip = cases["determinism(flip)::z10"]
+    assert int(flip["infercheck_distinct"]) == 2 and float(flip["infercheck_modal_share"]) < 1
+    result.stdout.fnmatch_lines(
+        [
+            "*adder.vllm)*adder@vllm*4*8/8*1.0000*PASS*",
+            "*adder.vllmcb)*adder@vllmcb*8*8/8*1.0000*PASS*",
+            "*flip*adder@vllmcb*40*0/1*FAIL*",
+            "*adder@vllm *8*8/8*sequential (the backend takes one request at a time)*PASS*",
+            "*adder@vllmcb*16*8/8*concurrent burst*PASS*",
+        ]
+    )
