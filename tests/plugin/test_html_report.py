@@ -129,3 +129,40 @@ def test_standalone_report_of_a_results_file(pytester: pytest.Pytester, write_ma
     }
     assert measured["mean KL ± SE"] == [f"{level['kl_mean']:.6g} ± {level['kl_se']:.2g}"]
     assert measured["failed items"] == [str(level["n_failed"])]
+
+
+def test_single_target_kinds_in_the_html_report(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix(
+        "  - determinism: {target: q4, runs: 2}\n"
+        "  - stress: {target: q4, levels: [1, 2], repeats: 1}\n",
+        suites="[{suite: addition.jsonl, limit: 2}]",
+    )
+    pytester.runpytest(
+        "-q", "--html=report.html", "--self-contained-html", "--infercheck-results=run.json"
+    ).assert_outcomes(passed=6)
+    results = json.loads((pytester.path / "run.json").read_text())
+    page, tests = report_parts(pytester.path / "report.html")
+    summary = page.one("section", "ic-summary")
+    nodes = [c for c in summary.children if isinstance(c, Node)]
+    tables = {n.text(): nodes[k + 1] for k, n in enumerate(nodes) if n.tag == "h3"}
+    data = {i["kind"]: i["data"] for i in results["items"] if i["role"] == "aggregate"}
+    det = {
+        tr.all("th")[0].text(): tr.all("td")
+        for tr in tables["determinism(q4) · addition"].iter("tr")
+    }
+    score = data["determinism"]
+    assert det["determinism score [CI]"][0].text() == (
+        f"{score['score']:.3f} [{score['score_low']:.3f}, {score['score_high']:.3f}]"
+    )
+    stress = {
+        tr.all("th")[0].text(): tr.all("td") for tr in tables["stress(q4) · addition"].iter("tr")
+    }
+    assert [td.text() for td in stress["requests"]] == [
+        str(level["requests"]) for level in data["stress"]["levels"]
+    ]
+    assert "latency: stress(q4) · addition" in [t.text() for t in summary.iter("title")]
+    for test, *_ in tests.values():
+        detail = parse("".join(e["content"] for e in test["extras"]))
+        assert "in the detail view" not in detail.text()  # no view fell back on an error
