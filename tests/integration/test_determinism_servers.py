@@ -242,7 +242,8 @@ def test_vllm_mlx_engines(pytester: pytest.Pytester, adder: str, vllm_mlx_bin: P
 """
     pytester.makefile(
         ".jsonl",
-        flip='{"id": "z10", "prompt": "<s>1+0=", "answer": "1", "max_tokens": 5}',
+        flip='{"id": "z10", "prompt": "<s>1+0=", "answer": "1", "answer_kind": "number", '
+        '"max_tokens": 5}',
     )
     _write(pytester, adder, backends, checks, suites=", flip.jsonl")
     result = _run(pytester)
