@@ -1,0 +1,705 @@
+"""A faulty HTTP proxy in front of a real inference server, for showing that the plugin's
+checks fail on a faulty backend.
+
+The proxy forwards every request to ``upstream`` and perturbs *generation* responses
+(POST ``/completion``, ``/v1/completions``, ``/v1/chat/completions``, ``/v1/messages``,
+``/api/generate``, ``/api/chat``, plus llama-server's aliases ``/completions`` and
+``/chat/completions``) according to a :class:`Fault`. Everything else passes through.
+
+An altered response changes its last generated token on every channel it has:
+
+- the chosen token is replaced by its best different alternative from the entry's
+  ``top_logprobs`` (id, token text, bytes, logprob), as a sampler picking the runner-up
+  would; without alternatives the id becomes ``id - 1`` (``1`` for id 0) and the logprob
+  drops by 1;
+- the text's trailing token text is replaced accordingly; without logprob entries the
+  text's last character changes (digits cycle ``0-9``, letters cycle, anything else
+  becomes ``x``), and an empty text gets ``x`` appended;
+- llama-server ``/completion``: ``content``, ``tokens`` and ``completion_probabilities``;
+  OpenAI: ``choices[0].text`` / ``message.content`` / ``delta.content`` and
+  ``logprobs.content`` (or the legacy ``tokens`` / ``token_logprobs``); Anthropic
+  ``/v1/messages``: the last text block (one is added when there is none); Ollama:
+  ``response`` / ``message.content``.
+
+Streams (SSE, and Ollama's NDJSON) are forwarded event by event. When a stream may be
+altered, the proxy holds back the events from the last content-carrying event on (usually
+one event), so it can alter that event at the end of the stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+GENERATION_PATHS = frozenset(
+    {
+        "/completion",
+        "/completions",
+        "/v1/completions",
+        "/chat/completions",
+        "/v1/chat/completions",
+        "/v1/messages",
+        "/api/generate",
+        "/api/chat",
+    }
+)
+
+# Not forwarded in either direction (hop-by-hop, or recomputed by the proxy / httpx).
+_SKIP_REQUEST_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+        "accept-encoding",
+    }
+)
+_SKIP_RESPONSE_HEADERS = frozenset(
+    {
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "content-encoding",
+        "trailer",
+        "upgrade",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Fault:
+    perturb_every: int = 0  # every Nth generation response is altered (0 = never)
+    perturb_when_concurrent: bool = False  # alter only if another generation request overlapped
+    drop_stream_chunk: bool = False  # in streams, drop the 2nd content-carrying chunk
+    poison: str | None = None  # after a request whose body contains this, alter every later one
+    delay_s: float = 0.0  # added latency per generation request
+
+
+# --------------------------------------------------------------------------------------
+# Altering payloads
+
+
+def _other_char(char: str) -> str:
+    if char.isdigit() and char.isascii():
+        return str((int(char) + 1) % 10)
+    if char.isascii() and char.isalpha():
+        base = ord("a") if char.islower() else ord("A")
+        return chr(base + (ord(char) - base + 1) % 26)
+    return "y" if char == "x" else "x"
+
+
+def _change_last_char(text: str) -> str:
+    return text[:-1] + _other_char(text[-1]) if text else "x"
+
+
+def _swap_entry(entry: dict[str, Any], token_key: str = "token") -> tuple[str, str]:
+    """Replace the chosen token of a logprob entry (``{id?, token, bytes?, logprob,
+    top_logprobs?}``) in place by its best different alternative. Returns
+    ``(old_text, new_text)`` of the token."""
+    old_text = str(entry.get(token_key) or "")
+    old_id = entry.get("id")
+    for alt in entry.get("top_logprobs") or []:
+        if not isinstance(alt, dict):
+            continue
+        text = str(alt.get(token_key) or "")
+        if text and text != old_text and alt.get("id", object()) != old_id:
+            for key in ("id", token_key, "bytes", "logprob"):
+                if key in alt:
+                    entry[key] = alt[key]
+            return old_text, text
+    new_text = _change_last_char(old_text)
+    entry[token_key] = new_text
+    if "bytes" in entry:
+        entry["bytes"] = list(new_text.encode())
+    if isinstance(old_id, int):
+        entry["id"] = old_id - 1 if old_id > 0 else 1
+    if isinstance(entry.get("logprob"), (int, float)):
+        entry["logprob"] = float(entry["logprob"]) - 1.0
+    return old_text, new_text
+
+
+def _last_content_index(entries: list[Any], token_key: str = "token") -> int:
+    """Index of the last entry whose token has text (the last one if none has)."""
+    for i in range(len(entries) - 1, -1, -1):
+        if isinstance(entries[i], dict) and entries[i].get(token_key):
+            return i
+    return len(entries) - 1
+
+
+def _new_text(text: str, old: str, new: str) -> str:
+    if old and text.endswith(old):
+        return text[: -len(old)] + new
+    if not old:
+        return text + new
+    return _change_last_char(text)
+
+
+def _alter_entries(entries: Any, text: str) -> tuple[str, int | None]:
+    """Swap the last content entry of a logprob list; return the new text and the entry's
+    index (None when there are no entries: the text's last character changes instead)."""
+    if isinstance(entries, list) and entries and isinstance(entries[-1], dict):
+        index = _last_content_index(entries)
+        old, new = _swap_entry(entries[index])
+        return _new_text(text, old, new), index
+    return _change_last_char(text), None
+
+
+def _alter_llama_native(obj: dict[str, Any]) -> None:
+    """llama-server ``/completion`` (a whole response or one stream chunk)."""
+    text = str(obj.get("content") or "")
+    entries = obj.get("completion_probabilities")
+    tokens = obj.get("tokens")
+    old_id = None
+    if isinstance(entries, list) and entries and isinstance(entries[-1], dict):
+        index = _last_content_index(entries)
+        old_id = entries[index].get("id")
+    obj["content"], index_or_none = _alter_entries(entries, text)
+    if not (isinstance(tokens, list) and tokens):
+        return
+    if index_or_none is not None and isinstance(entries, list):
+        new_id = entries[index_or_none].get("id")
+        if len(tokens) == len(entries):
+            position = index_or_none
+        else:  # the UTF-8 gap: probabilities and ids are not 1:1; find the id from the end
+            found = [i for i, t in enumerate(tokens) if t == old_id]
+            position = found[-1] if found else len(tokens) - 1
+        tokens[position] = new_id
+        return
+    eos_last = obj.get("stop_type") == "eos" and len(tokens) >= 2
+    position = len(tokens) - 2 if eos_last else len(tokens) - 1
+    old = tokens[position]
+    tokens[position] = old - 1 if isinstance(old, int) and old > 0 else 1
+
+
+def _alter_openai_choice(choice: dict[str, Any]) -> None:
+    holder: dict[str, Any] | None = None
+    if "text" in choice:
+        holder, key = choice, "text"
+    elif isinstance(choice.get("message"), dict):
+        holder, key = choice["message"], "content"
+    elif isinstance(choice.get("delta"), dict):
+        holder, key = choice["delta"], "content"
+    text = str(holder.get(key) or "") if holder is not None else ""
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+        new, _ = _alter_entries(logprobs["content"], text)
+    elif isinstance(logprobs, dict) and isinstance(logprobs.get("tokens"), list):
+        # Legacy completions shape: tokens / token_logprobs / top_logprobs, parallel lists.
+        tokens = logprobs["tokens"]
+        if tokens:
+            index = _last_content_index([{"token": t} for t in tokens])
+            old = str(tokens[index] or "")
+            tokens[index] = _change_last_char(old)
+            values = logprobs.get("token_logprobs")
+            if isinstance(values, list) and index < len(values) and values[index] is not None:
+                values[index] = float(values[index]) - 1.0
+            new = _new_text(text, old, tokens[index])
+        else:
+            new = _change_last_char(text)
+    else:
+        new = _change_last_char(text)
+    if holder is not None:
+        holder[key] = new
+
+
+def _alter_anthropic(obj: dict[str, Any]) -> None:
+    if obj.get("type") == "content_block_delta" and isinstance(obj.get("delta"), dict):
+        obj["delta"]["text"] = _change_last_char(str(obj["delta"].get("text") or ""))
+        return
+    blocks = obj.get("content")
+    if not isinstance(blocks, list):
+        return
+    for block in reversed(blocks):
+        if isinstance(block, dict) and block.get("type") == "text":
+            block["text"] = _change_last_char(str(block.get("text") or ""))
+            return
+    blocks.append({"type": "text", "text": "x"})
+
+
+def alter_payload(obj: Any) -> bool:
+    """Alter one decoded generation response (or stream event) in place; False when it has
+    no generated-content slot this proxy knows."""
+    if not isinstance(obj, dict):
+        return False
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        _alter_openai_choice(choices[0])
+        return True
+    if obj.get("type") == "content_block_delta" or (
+        obj.get("type") == "message" and isinstance(obj.get("content"), list)
+    ):
+        _alter_anthropic(obj)
+        return True
+    if isinstance(obj.get("content"), str):
+        _alter_llama_native(obj)
+        return True
+    if isinstance(obj.get("response"), str):
+        obj["response"] = _change_last_char(obj["response"])
+        return True
+    message = obj.get("message")
+    if isinstance(message, dict) and isinstance(message.get("content"), str):
+        message["content"] = _change_last_char(message["content"])
+        return True
+    return False
+
+
+def _text_of(obj: Any) -> str | None:
+    """The generated text an event/response carries (None: no text slot)."""
+    if not isinstance(obj, dict):
+        return None
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        choice = choices[0]
+        if "text" in choice:
+            return str(choice.get("text") or "")
+        for key in ("delta", "message"):
+            part = choice.get(key)
+            if isinstance(part, dict) and "content" in part:
+                return str(part.get("content") or "")
+        return None
+    if obj.get("type") == "content_block_delta" and isinstance(obj.get("delta"), dict):
+        return str(obj["delta"].get("text") or "")
+    if isinstance(obj.get("content"), str):
+        return str(obj["content"])
+    if isinstance(obj.get("response"), str):
+        return str(obj["response"])
+    message = obj.get("message")
+    if isinstance(message, dict) and isinstance(message.get("content"), str):
+        return str(message["content"])
+    return None
+
+
+def _has_tokens(obj: dict[str, Any]) -> bool:
+    if obj.get("tokens") or obj.get("completion_probabilities"):
+        return True
+    choices = obj.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        logprobs = choices[0].get("logprobs")
+        if isinstance(logprobs, dict):
+            return bool(logprobs.get("content") or logprobs.get("tokens"))
+    return False
+
+
+def content_rank(obj: Any) -> int:
+    """3: carries generated text; 2: carries token ids/logprobs only; 1: has an empty text
+    slot; 0: carries no generated content."""
+    text = _text_of(obj)
+    if text:
+        return 3
+    if isinstance(obj, dict) and _has_tokens(obj):
+        return 2
+    return 1 if text is not None else 0
+
+
+# --------------------------------------------------------------------------------------
+# Stream events
+
+
+class _Event:
+    """One SSE event (``data:`` lines) or one NDJSON line, with its raw bytes."""
+
+    def __init__(self, raw: bytes, sse: bool) -> None:
+        self.raw = raw
+        self.sse = sse
+        self.payload: Any = None
+        data = self._data()
+        if data is not None and data.strip() not in (b"", b"[DONE]"):
+            try:
+                self.payload = json.loads(data)
+            except ValueError:
+                self.payload = None
+        self.rank = content_rank(self.payload)
+
+    def _data(self) -> bytes | None:
+        if not self.sse:
+            return self.raw.strip()
+        lines = [line for line in self.raw.splitlines() if line.startswith(b"data:")]
+        if not lines:
+            return None
+        return b"\n".join(line[5:].removeprefix(b" ") for line in lines)
+
+    def alter(self) -> bool:
+        if not alter_payload(self.payload):
+            return False
+        data = json.dumps(self.payload, ensure_ascii=False, separators=(",", ":")).encode()
+        if not self.sse:
+            ending = self.raw[len(self.raw.rstrip(b"\r\n")) :]
+            self.raw = data + ending
+            return True
+        out: list[bytes] = []
+        placed = False
+        for line in self.raw.splitlines(keepends=True):
+            if line.startswith(b"data:"):
+                if not placed:
+                    ending = line[len(line.rstrip(b"\r\n")) :] or b"\n"
+                    out.append(b"data: " + data + ending)
+                    placed = True
+                continue
+            out.append(line)
+        self.raw = b"".join(out)
+        return True
+
+
+def _split_events(chunks: Iterator[bytes], sse: bool) -> Iterator[_Event]:
+    buffer = b""
+    for chunk in chunks:
+        buffer += chunk
+        while True:
+            if sse:
+                ends = [
+                    (i, len(sep)) for sep in (b"\n\n", b"\r\n\r\n") if (i := buffer.find(sep)) >= 0
+                ]
+                if not ends:
+                    break
+                i, n = min(ends)
+            else:
+                i, n = buffer.find(b"\n"), 1
+                if i < 0:
+                    break
+            raw, buffer = buffer[: i + n], buffer[i + n :]
+            yield _Event(raw, sse)
+    if buffer:
+        yield _Event(buffer, sse)
+
+
+# --------------------------------------------------------------------------------------
+# The proxy
+
+
+class _Request:
+    """One generation request in flight."""
+
+    def __init__(self, ordinal: int, poisoned: bool) -> None:
+        self.ordinal = ordinal
+        self.poisoned = poisoned
+        self.overlapped = False
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 256  # the default listen backlog (5) resets bursts of connections
+    proxy: FaultyProxy
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.proxy._connection_opened(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.proxy._connection_closed(self.connection)
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_GET
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            parts: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _handle(self) -> None:
+        try:
+            body = self._read_body()
+        except (OSError, ValueError):
+            self.close_connection = True
+            return
+        try:
+            self.server.proxy._serve(self, body)
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+            self.close_connection = True  # the client went away
+        except OSError:
+            self.close_connection = True
+
+
+class FaultyProxy:
+    """A proxy in a background thread; use as a context manager."""
+
+    url: str
+    requests: int
+    altered: int
+    max_in_flight: int
+
+    def __init__(self, upstream: str, fault: Fault = Fault()) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.fault = fault
+        self.requests = 0
+        self.altered = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._active: set[_Request] = set()
+        self._poisoned = False
+        self._connections: set[socket.socket] = set()
+        self._handlers: set[threading.Thread] = set()  # connection threads, joined on close
+        self._client = httpx.Client(
+            base_url=self.upstream,
+            timeout=httpx.Timeout(300.0, connect=10.0),
+            # No idle upstream connections: llama-server keeps one HTTP thread per kept-alive
+            # connection (Keep-Alive: timeout=5), so a pool of them stalled bursts of new
+            # requests by about 5 s. A fresh local connection per request costs little.
+            limits=httpx.Limits(max_connections=128, max_keepalive_connections=0),
+        )
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.proxy = self
+        host, port = self._server.server_address[:2]
+        self.url = f"http://{host!s}:{port}"
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def __enter__(self) -> FaultyProxy:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"faulty-proxy-{self.url}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=10)
+            self._thread = None
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:  # wake handlers waiting on idle keep-alive sockets
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        self._server.server_close()
+        with self._lock:
+            handlers = list(self._handlers)
+        for thread in handlers:
+            if thread is not threading.current_thread():
+                thread.join(timeout=10)
+        self._client.close()
+
+    def _connection_opened(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(connection)
+            self._handlers = {t for t in self._handlers if t.is_alive()}
+            self._handlers.add(threading.current_thread())
+
+    def _connection_closed(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(connection)
+
+    # -- bookkeeping --------------------------------------------------------------------
+
+    def _begin(self) -> _Request:
+        with self._lock:
+            self.requests += 1
+            request = _Request(self.requests, self._poisoned)
+            self._active.add(request)
+            if len(self._active) > 1:
+                for other in self._active:
+                    other.overlapped = True
+            self.max_in_flight = max(self.max_in_flight, len(self._active))
+            return request
+
+    def _end(self, request: _Request) -> None:
+        with self._lock:
+            self._active.discard(request)
+
+    def _check_poison(self, body: bytes) -> None:
+        poison = self.fault.poison
+        if poison is not None and poison.encode() in body:
+            with self._lock:
+                self._poisoned = True
+
+    def _may_alter(self, request: _Request) -> bool:
+        """Whether the request could still be altered (the overlap may come later)."""
+        fault = self.fault
+        every = fault.perturb_every > 0 and request.ordinal % fault.perturb_every == 0
+        return every or request.poisoned or fault.perturb_when_concurrent
+
+    def _should_alter(self, request: _Request) -> bool:
+        fault = self.fault
+        every = fault.perturb_every > 0 and request.ordinal % fault.perturb_every == 0
+        with self._lock:
+            concurrent = fault.perturb_when_concurrent and request.overlapped
+        return every or request.poisoned or concurrent
+
+    def _count_altered(self) -> None:
+        with self._lock:
+            self.altered += 1
+
+    # -- serving ------------------------------------------------------------------------
+
+    def _serve(self, handler: _Handler, body: bytes) -> None:
+        path = handler.path.split("?", 1)[0]
+        generation = handler.command == "POST" and path in GENERATION_PATHS
+        request = self._begin() if generation else None
+        self._check_poison(body)  # after _begin: the poison request itself stays intact
+        try:
+            if request is not None and self.fault.delay_s > 0:
+                time.sleep(self.fault.delay_s)
+            self._forward(handler, body, request)
+        finally:
+            if request is not None:
+                self._end(request)
+
+    def _forward(self, handler: _Handler, body: bytes, request: _Request | None) -> None:
+        headers = {
+            k: v for k, v in handler.headers.items() if k.lower() not in _SKIP_REQUEST_HEADERS
+        }
+        upstream_request = self._client.build_request(
+            handler.command, handler.path, headers=headers, content=body
+        )
+        try:
+            response = self._client.send(upstream_request, stream=True)
+        except httpx.HTTPError as error:
+            message = json.dumps({"error": {"message": f"faulty proxy: upstream: {error}"}})
+            self._send_whole(handler, 502, [("Content-Type", "application/json")], message.encode())
+            return
+        try:
+            out_headers = [
+                (k, v)
+                for k, v in response.headers.items()
+                if k.lower() not in _SKIP_RESPONSE_HEADERS
+            ]
+            content_type = response.headers.get("content-type", "").lower()
+            sse = "text/event-stream" in content_type
+            ndjson = "ndjson" in content_type
+            if request is not None and response.status_code < 400 and (sse or ndjson):
+                self._send_stream(handler, response, out_headers, request, sse)
+                return
+            data = response.read()
+            if request is not None and response.status_code < 400 and self._should_alter(request):
+                data = self._altered_body(data)
+            self._send_whole(handler, response.status_code, out_headers, data)
+        finally:
+            response.close()
+
+    def _altered_body(self, data: bytes) -> bytes:
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            return data
+        if not alter_payload(payload):
+            return data
+        self._count_altered()
+        return json.dumps(payload, ensure_ascii=False).encode()
+
+    @staticmethod
+    def _send_whole(
+        handler: _Handler, status: int, headers: list[tuple[str, str]], data: bytes
+    ) -> None:
+        handler.send_response(status)
+        for key, value in headers:
+            handler.send_header(key, value)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        if handler.command != "HEAD":
+            handler.wfile.write(data)
+        handler.wfile.flush()
+
+    def _send_stream(
+        self,
+        handler: _Handler,
+        response: httpx.Response,
+        headers: list[tuple[str, str]],
+        request: _Request,
+        sse: bool,
+    ) -> None:
+        handler.send_response(response.status_code)
+        for key, value in headers:
+            handler.send_header(key, value)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        handler.wfile.flush()
+
+        def write(data: bytes) -> None:
+            if data:
+                handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                handler.wfile.flush()
+
+        fault = self.fault
+        if not (fault.drop_stream_chunk or self._may_alter(request)):
+            for chunk in response.iter_bytes():
+                write(chunk)
+        else:
+            self._relay_events(response.iter_bytes(), sse, request, write)
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
+
+    def _relay_events(
+        self,
+        chunks: Iterator[bytes],
+        sse: bool,
+        request: _Request,
+        write: Callable[[bytes], None],
+    ) -> None:
+        """Forward events, dropping the 2nd content-carrying one (``drop_stream_chunk``) and
+        holding back the events from the best candidate for alteration on."""
+        may_alter = self._may_alter(request)
+        content_seen = 0
+        dropped = False
+        pending: list[_Event] = []  # pending[0] is the candidate, when there is one
+        candidate_rank = 0
+        for event in _split_events(chunks, sse):
+            if event.rank >= 2:
+                content_seen += 1
+                if self.fault.drop_stream_chunk and content_seen == 2:
+                    dropped = True
+                    continue
+            if not may_alter:
+                write(event.raw)
+            elif event.rank >= 1 and event.rank >= candidate_rank:
+                write(b"".join(e.raw for e in pending))
+                pending, candidate_rank = [event], event.rank
+            elif pending:
+                pending.append(event)
+            else:
+                write(event.raw)
+        altered = False
+        if pending and self._should_alter(request):
+            altered = pending[0].alter()
+        write(b"".join(e.raw for e in pending))
+        if altered or dropped:
+            self._count_altered()
