@@ -40,10 +40,11 @@ class DeterminismRun(TargetRun):
 
     # -- per prompt ------------------------------------------------------------------------
     def result(self, prompt: Prompt) -> tuple[DeterminismSummary, list[str]]:
-        """The summary of ``prompt``'s runs and its runs' error messages (memoised)."""
+        """The summary of ``prompt``'s runs and its runs' error messages (memoised; the first
+        call runs every selected prompt, so an HTTP backend gets them all at once)."""
         key = self.memo_key("prompt", prompt.id)
         if key not in self.engine.memo:
-            wanted = [p for p in self.suite.prompts if p.id in self.selected]
+            wanted = [p for p in self.suite.prompts if not self.selected or p.id in self.selected]
             self._compute([prompt, *wanted])
         result: tuple[DeterminismSummary, list[str]] = self.engine.memo[key]
         return result

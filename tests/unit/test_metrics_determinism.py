@@ -102,3 +102,31 @@ def test_determinism_score_and_wilson_interval() -> None:
     assert high == pytest.approx(0.9721, abs=1e-4)
     assert determinism_score([]) == (0.0, 0.0, 1.0)
     assert determinism_score([perfect])[::2] == (1.0, 1.0)
+
+
+def test_needle_compared_to_alone() -> None:
+    from pytest_infercheck.backends import BackendError, Generation
+    from pytest_infercheck.checks.batch_invariance import compare_to_alone
+
+    alone = Generation("46", [55, 57, 2], "stop", [-0.25, -0.5, -1.0])
+    same = Generation("46", [55, 57, 2], "stop", [-0.25, -0.5 + 2e-7, -1.0])
+    assert compare_to_alone(alone, same) == {
+        "match": True,
+        "first_divergence": None,
+        "max_logprob_diff": pytest.approx(2e-7),
+        "text": "46",
+    }
+    # Diverges at token 1: only position 0 is compared (0.5 there; later ones condition on
+    # different prefixes).
+    other = Generation("47", [55, 58, 2], "stop", [-0.75, -3.0, -1.0])
+    assert compare_to_alone(alone, other) == {
+        "match": False,
+        "first_divergence": 1,
+        "max_logprob_diff": 0.5,
+        "text": "47",
+    }
+    # Text only (no ids, no logprobs): characters.
+    text = compare_to_alone(Generation("46", None, "stop"), Generation("4", None, "stop"))
+    assert (text["match"], text["first_divergence"], text["max_logprob_diff"]) == (False, 1, None)
+    failed = compare_to_alone(alone, BackendError("HTTP 503"))
+    assert failed["match"] is False and failed["error"] == "BackendError: HTTP 503"
