@@ -113,8 +113,9 @@ def item_sort_key(item: dict[str, Any]) -> tuple[str, bool, str]:
 
 
 def dumps(results: dict[str, Any]) -> str:
-    """The JSON text of ``results`` (made plain, strict JSON)."""
-    return json.dumps(plain(results), ensure_ascii=False, allow_nan=False, indent=1) + "\n"
+    """The compact JSON text of ``results`` (made plain, strict JSON)."""
+    text = json.dumps(plain(results), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text + "\n"
 
 
 def write_atomic(path: Path, text: str) -> None:
