@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import socket
 import sys
 import time
@@ -51,6 +52,7 @@ PER_SHARD_OPTIONS = (
 )
 LONGREPR_CHARS = 4000
 REDACTED = "<redacted>"
+URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 
 
 def item_stub(item: pytest.Item) -> dict[str, Any] | None:
@@ -135,16 +137,29 @@ def load_matrices(rootpath: Path, items: list[dict[str, Any]]) -> dict[str, Any]
 
 
 def redact(matrix: Any) -> Any:
-    """``matrix`` with the values of every backend's ``env`` replaced by ``<redacted>``."""
+    """``matrix`` with the values of every backend's ``env`` replaced by ``<redacted>`` and
+    credentials in URLs hidden (:func:`redact_urls`)."""
     backends = matrix.get("backends") if isinstance(matrix, dict) else None
     if not isinstance(backends, dict):
-        return matrix
+        return redact_urls(matrix)
     safe = {}
     for name, spec in backends.items():
         if isinstance(spec, dict) and isinstance(spec.get("env"), dict):
             spec = {**spec, "env": dict.fromkeys(spec["env"], REDACTED)}
         safe[name] = spec
-    return {**matrix, "backends": safe}
+    return redact_urls({**matrix, "backends": safe})
+
+
+def redact_urls(value: Any) -> Any:
+    """``value`` with ``scheme://user:password@host`` in any string made
+    ``scheme://<redacted>@host`` (configuration and engine identities, never model output)."""
+    if isinstance(value, str):
+        return URL_CREDENTIALS.sub(rf"\1{REDACTED}@", value)
+    if isinstance(value, dict):
+        return {k: redact_urls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_urls(v) for v in value]
+    return value
 
 
 class ResultsCollector:
@@ -226,7 +241,7 @@ class ResultsCollector:
                 "exitstatus": int(exitstatus),
             },
             "matrices": load_matrices(self.config.rootpath, items),
-            "engines": engines,
+            "engines": redact_urls(engines),
             "items": items,
         }
 

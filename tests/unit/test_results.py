@@ -317,10 +317,20 @@ def test_run_id_rules() -> None:
     assert make_run_id("given", root, argv, True, STARTED, {"INFERCHECK_RUN_ID": "e"}) == "given"
 
 
-def test_backend_env_values_are_redacted_from_stored_matrices() -> None:
-    matrix = {"backends": {"llama": {"kind": "openai", "env": {"HF_TOKEN": "hf_secret"}}}}
+def test_secrets_are_redacted_from_stored_matrices() -> None:
+    matrix = {
+        "backends": {
+            "llama": {"kind": "openai", "env": {"HF_TOKEN": "hf_secret"}},
+            "remote": {"url": "https://user:pa55@example.com:8000/v1"},
+        },
+        "models": {"m": "openai:x"},
+    }
     assert redact(matrix) == {
-        "backends": {"llama": {"kind": "openai", "env": {"HF_TOKEN": "<redacted>"}}}
+        "backends": {
+            "llama": {"kind": "openai", "env": {"HF_TOKEN": "<redacted>"}},
+            "remote": {"url": "https://<redacted>@example.com:8000/v1"},
+        },
+        "models": {"m": "openai:x"},
     }
 
 
