@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..suites import Prompt
 
 MAX_SHOWN_OUTPUTS = 5
+MAX_SHOWN_DIVERGENCES = 12
 
 
 class DeterminismRun(TargetRun):
@@ -197,11 +198,13 @@ def describe(summary: DeterminismSummary, messages: list[str]) -> str:
         lines.append(f"  {marker} x{output['count']}: {output['text']!r}")
     if len(summary.outputs) > MAX_SHOWN_OUTPUTS:
         lines.append(f"  ... {len(summary.outputs) - MAX_SHOWN_OUTPUTS} more outputs")
-    diverged = [(i, d) for i, d in enumerate(summary.first_divergences) if d is not None]
+    diverged = [f"run {i} at {d}" for i, d in enumerate(summary.first_divergences) if d is not None]
     if diverged:
+        more = len(diverged) - MAX_SHOWN_DIVERGENCES
         lines.append(
             "  first divergence from the modal output: "
-            + ", ".join(f"run {i} at {d}" for i, d in diverged)
+            + ", ".join(diverged[:MAX_SHOWN_DIVERGENCES])
+            + (f", ... {more} more" if more > 0 else "")
         )
     lines += [f"  {m}" for m in messages[:MAX_SHOWN_OUTPUTS]]
     return "\n".join(lines)
