@@ -11,6 +11,8 @@ faithful engines and failing on faulty ones.
   determinism must fail on exactly those prompts. ``perturb_when_concurrent`` changes
   every response that overlapped another: the prompt alone is intact, inside a burst it is
   not, so every batch-invariance item must fail.
+- A prompt longer than a slot's context: a real HTTP 400 on every run, counted as failed
+  runs (modal share 0, the suite's error rate gate fails).
 - vllm-mlx, simple engine (one request at a time) and ``--continuous-batching``: identical
   text for the addition prompts (measured 0 changes in 2 x 540 determinism runs and 180
   needle trials at 8 in flight). The continuous-batching engine is not deterministic for
@@ -186,6 +188,46 @@ def test_determinism_fails_on_exactly_the_perturbed_prompts(
             "*2 distinct outputs in 3 runs (modal share 0.6667)*",
             "*determinism score 0.8750 < min_determinism 1.0*",
             "*det*adder@llama*3*5/8*0.8750*FAIL*",
+        ]
+    )
+
+
+def test_failed_runs_count_in_the_denominator(
+    pytester: pytest.Pytester, llama: str, adder: str
+) -> None:
+    """A prompt longer than a slot's context (64 tokens) gets a real HTTP 400 on every run:
+    those runs are failures, not missing runs."""
+    _write(
+        pytester,
+        adder,
+        f"  llama: {{kind: llama-server, url: '{llama}'}}\n",
+        DETERMINISM.replace("runs: 6", "runs: 3") + "    suites: [long.jsonl]\n",
+        suites=", long.jsonl",
+    )
+    long = "12+34=" * 20  # 121 tokens
+    pytester.makefile(
+        ".jsonl",
+        long=f'{{"id": "ok", "prompt": "7+8=", "max_tokens": 5}}\n'
+        f'{{"id": "long", "prompt": "{long}", "max_tokens": 5}}',
+    )
+    result = _run(pytester)
+    cases = _outcomes(pytester)
+    assert {k: v["outcome"] for k, v in cases.items()} == {
+        "determinism(det)::ok": "passed",
+        "determinism(det)::long": "failed",
+        "determinism(det)::aggregate": "failed",
+    }, result.stdout.str()
+    long_case = cases["determinism(det)::long"]
+    assert long_case["infercheck_errors"] == "3" and long_case["infercheck_modal_share"] == "0.0"
+    assert long_case["infercheck_distinct"] == "0"
+    # score = (1 + 0) / 2; 3 of 6 runs failed.
+    assert cases["determinism(det)::aggregate"]["infercheck_determinism_score"] == "0.5"
+    result.stdout.fnmatch_lines(
+        [
+            "*3 runs: modal share 0.0000, 0 distinct outputs, 3 failed*",
+            "*run 0: *HTTP 400*exceeds the available context size*",
+            "*3/3 runs failed (max_error_rate 0.0)*",
+            "*3/6 runs failed: error rate 0.5000 > max_error_rate 0.0*",
         ]
     )
 
