@@ -16,8 +16,10 @@ faithful engines and failing on faulty ones.
 - vllm-mlx, simple engine (one request at a time) and ``--continuous-batching``: identical
   text for the addition prompts (measured 0 changes in 2 x 540 determinism runs and 180
   needle trials at 8 in flight). The continuous-batching engine is not deterministic for
-  ``<s>1+0=`` when copies of it are decoded together (measured: "2" in 24/30 and 23/40 runs,
-  "1" alone in 20/20): a real engine finding, asserted as a failure with 40 runs.
+  ``<s>1+0=`` when copies of it are decoded together: alone it answers "1" (20/20), with 8 in
+  flight "2" in 24/30 and 23/40 raw requests, and this check found 13, 16 and 11 of 40 runs
+  differing from the modal output in three runs (the modal answer itself was "2" twice).
+  A real engine finding, asserted as a failure with 40 runs (no run of it passed in 8).
 """
 
 from __future__ import annotations
@@ -294,7 +296,7 @@ def test_vllm_mlx_engines(pytester: pytest.Pytester, adder: str, vllm_mlx_bin: P
     assert failed == ["determinism(flip)::z10"], result.stdout.str()
     assert len(cases) == 4 * 9 + 2
     flip = cases["determinism(flip)::z10"]
-    assert int(flip["infercheck_distinct"]) == 2 and float(flip["infercheck_modal_share"]) < 1
+    assert int(flip["infercheck_distinct"]) >= 2 and float(flip["infercheck_modal_share"]) < 1
     result.stdout.fnmatch_lines(
         [
             "*adder.vllm)*adder@vllm*4*8/8*1.0000*PASS*",
