@@ -222,12 +222,11 @@ class MlxLmBackend(Backend):
         from mlx_lm.sample_utils import make_sampler
 
         loaded = self._loaded
-        results: list[Generation | BaseException] = [
-            Generation("", [], "length", [], extra={"prompt_tokens": 0}) for _ in prompts
-        ]
+        results: list[Generation | BaseException] = []
         batch: list[tuple[int, list[int]]] = []
         for i, prompt in enumerate(prompts):
             ids = self._prompt_ids(prompt)
+            results.append(Generation("", [], "length", [], extra={"prompt_tokens": len(ids)}))
             if not ids:
                 results[i] = BackendError(
                     f"backend {self.name!r}: the prompt encodes to zero tokens"

@@ -151,3 +151,41 @@ def test_the_seed_fixes_the_batches(pytester: pytest.Pytester, matrix: None) -> 
         ("batch-invariance(needle-bf16)", "s01")
     ]
     assert first["trials"] == again["trials"]
+
+
+def test_mlx_lm_batch_follows_the_generation_convention(
+    tiny_models: dict[str, Path], random_model: Path
+) -> None:
+    """``generate_batch`` (mlx-lm's BatchGenerator) equals ``generate`` alone, EOS and its
+    logprob included, on the adder (stops) and on the random model (non-trivial logprobs,
+    runs to max_tokens); prompts of mixed lengths share the batch."""
+    from pytest_infercheck.backends import GenerationParams, PromptInput
+    from pytest_infercheck.backends.mlx_lm import MlxLmBackend, MlxModelSpec
+
+    params = GenerationParams(max_tokens=6)
+    for path in (tiny_models["bf16"], random_model):
+        backend = MlxLmBackend("t", MlxModelSpec(str(path)))
+        prompts = [backend.render_sync(t, None, False) for t in ("7+8=", "12+34=" * 3, "1+2=")]
+        batched = backend.generate_batch_sync(prompts, params)
+        for prompt, got in zip(prompts, batched, strict=True):
+            alone = backend.generate_sync(prompt, params)
+            assert not isinstance(got, BaseException)
+            assert (got.token_ids, got.text, got.finish_reason) == (
+                alone.token_ids,
+                alone.text,
+                alone.finish_reason,
+            )
+            assert got.chosen_logprobs == alone.chosen_logprobs
+            assert got.token_ids is not None and got.chosen_logprobs is not None
+            assert len(got.chosen_logprobs) == len(got.token_ids)
+            assert got.extra["batched"] == 3
+    adder = MlxLmBackend("t", MlxModelSpec(str(tiny_models["bf16"])))
+    first = adder.generate_batch_sync([adder.render_sync("7+8=", None, False)], params)[0]
+    assert not isinstance(first, BaseException) and first.finish_reason == "stop"
+    assert first.token_ids is not None and first.token_ids[-1] == 2 and first.text == "15"
+    empty = PromptInput("", (), False)
+    zero, failed = adder.generate_batch_sync(
+        [adder.render_sync("7+8=", None, False), empty], GenerationParams(max_tokens=0)
+    )
+    assert not isinstance(zero, BaseException) and zero.token_ids == []
+    assert isinstance(failed, Exception) and "zero tokens" in str(failed)
