@@ -144,7 +144,9 @@ def _run(pytester: pytest.Pytester) -> pytest.RunResult:
 def test_llama_server_is_deterministic_and_batch_invariant_at_its_concurrency(
     pytester: pytest.Pytester, llama: str, adder: str
 ) -> None:
-    with FaultyProxy(llama, Fault()) as proxy:  # a faithful proxy: it only counts
+    # A faithful proxy: it only counts (and holds each request 0.2 s, so that requests sent
+    # together are seen together even when the tiny model answers in a few milliseconds).
+    with FaultyProxy(llama, Fault(delay_s=0.2)) as proxy:
         _write(
             pytester,
             adder,
@@ -237,10 +239,16 @@ def test_failed_runs_count_in_the_denominator(
 def test_batch_invariance_fails_when_concurrency_changes_outputs(
     pytester: pytest.Pytester, llama: str, adder: str
 ) -> None:
-    with FaultyProxy(llama, Fault(perturb_when_concurrent=True)) as proxy:
-        _write(pytester, adder, f"  llama: {{kind: llama-server, url: '{proxy.url}'}}\n", NEEDLE)
+    # The whole batch of 6 in flight at once (max_concurrency 8), each request held 0.2 s:
+    # every batched request overlaps the others, the prompt alone overlaps nothing.
+    fault = Fault(perturb_when_concurrent=True, delay_s=0.2)
+    with FaultyProxy(llama, fault) as proxy:
+        backend = f"  llama: {{kind: llama-server, url: '{proxy.url}', max_concurrency: 8}}\n"
+        _write(pytester, adder, backend, NEEDLE)
         result = _run(pytester)
-        assert proxy.altered > 0 and proxy.max_in_flight == 4
+        assert proxy.max_in_flight == 6
+        # 8 prompts x 2 trials x 6 batched requests altered; the 8 alone requests not.
+        assert proxy.requests == 8 + 8 * 2 * 6 and proxy.altered == 8 * 2 * 6
     cases = _outcomes(pytester)
     items = {k: v for k, v in cases.items() if not k.endswith("aggregate")}
     assert len(items) == 8 and all(v["outcome"] == "failed" for v in items.values())
