@@ -245,7 +245,13 @@ def parse_choice(answer: Any, *, chat: bool) -> Generation:
         reasoning = message.get("reasoning_content") or message.get("reasoning")
     else:
         text, reasoning = choice.get("text") or "", None
-    return text_generation(text, reasoning, choice.get("finish_reason"), choice.get("logprobs"))
+    generation = text_generation(
+        text, reasoning, choice.get("finish_reason"), choice.get("logprobs")
+    )
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        generation.extra["completion_tokens"] = usage["completion_tokens"]
+    return generation
 
 
 def _first_choice(answer: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from .target import ItemPlan, Outcome, TargetRun
 if TYPE_CHECKING:
     from ..backends import Backend, PromptInput
     from ..config import CheckSpec
+    from ..report.terminal import Aggregates
     from ..suites import Prompt
 
 MAX_REPEAT = 3
@@ -96,7 +97,7 @@ class BatchInvarianceRun(TargetRun):
         return name, self.render(dataclasses.replace(other, text=other.text * repeat))
 
     def aggregate(self) -> Outcome:
-        results = [self.result(p) for p in self.suite.prompts]
+        results = [self.result(p) for p in self.scope_prompts()]
         invariant = sum(not trial_violations(r, self.check) for r in results)
         trials = sum(len(r["trials"]) for r in results)
         target = self.target
@@ -197,31 +198,13 @@ def _max_diff(trials: list[dict[str, Any]]) -> float | None:
     return max(diffs) if diffs else None
 
 
-def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+def summary_lines(aggregates: Aggregates) -> list[str]:
     """One row per batch-invariance check x suite for the terminal summary."""
-    from ..report.terminal import render_table
+    from ..report.terminal import check_table
 
-    rows = []
-    for nodeid, passed, data in aggregates:
-        parts = nodeid.split("::")
-        rows.append(
-            [
-                parts[-3] if len(parts) >= 3 else "batch-invariance",
-                parts[-2] if len(parts) >= 2 else "?",
-                data["target"],
-                str(data["trials"]),
-                f"{data['invariant_prompts']}/{data['prompts']}",
-                str(data["batched_by"]),
-                "PASS" if passed and data["invariant_prompts"] == data["prompts"] else "FAIL",
-            ]
-        )
-    columns = (
-        ("check", "<"),
-        ("suite", "<"),
-        ("target", "<"),
-        ("trials", ">"),
-        ("invariant", ">"),
-        ("batched by", "<"),
-        ("verdict", "<"),
-    )
-    return render_table(rows, columns)
+    def cells(data: dict[str, Any]) -> list[str]:
+        invariant = f"{data['invariant_prompts']}/{data['prompts']}"
+        return [str(data["trials"]), invariant, str(data["batched_by"])]
+
+    columns = (("trials", ">"), ("invariant", ">"), ("batched by", "<"))
+    return check_table(aggregates, columns, cells, lambda d: d["invariant_prompts"] == d["prompts"])

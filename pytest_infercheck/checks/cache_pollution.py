@@ -26,6 +26,7 @@ from .verdicts import mark_divergence
 
 if TYPE_CHECKING:
     from ..config import CheckSpec
+    from ..report.terminal import Aggregates
     from ..suites import Suite
 
 
@@ -166,33 +167,13 @@ class CachePollutionRun(TargetRun):
         return Outcome(violations, f"{target.label}: hostile requests\n{text}", data, properties)
 
 
-def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+def summary_lines(aggregates: Aggregates) -> list[str]:
     """One row per cache-pollution check x suite for the terminal summary."""
-    from ..report.terminal import render_table
+    from ..report.terminal import check_table
 
-    rows = []
-    for nodeid, passed, data in aggregates:
-        parts = nodeid.split("::")
-        rows.append(
-            [
-                parts[-3] if len(parts) >= 3 else "cache-pollution",
-                parts[-2] if len(parts) >= 2 else "?",
-                data["target"],
-                str(data["n_hostile"]),
-                str(data["prompts"]),
-                str(data["n_dead"]),
-                str(data["n_polluted"]),
-                "PASS" if passed else "FAIL",
-            ]
-        )
-    columns = (
-        ("check", "<"),
-        ("suite", "<"),
-        ("target", "<"),
-        ("hostile", ">"),
-        ("prompts", ">"),
-        ("died", ">"),
-        ("changed", ">"),
-        ("verdict", "<"),
-    )
-    return render_table(rows, columns) if rows else []
+    def cells(data: dict[str, Any]) -> list[str]:
+        keys = ("n_hostile", "prompts", "n_dead", "n_polluted")
+        return [str(data[k]) for k in keys]
+
+    columns = (("hostile", ">"), ("prompts", ">"), ("died", ">"), ("changed", ">"))
+    return check_table(aggregates, columns, cells)

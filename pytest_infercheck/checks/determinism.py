@@ -26,6 +26,7 @@ from .target import ItemPlan, Outcome, TargetRun
 
 if TYPE_CHECKING:
     from ..config import CheckSpec
+    from ..report.terminal import Aggregates
     from ..suites import Prompt
 
 MAX_SHOWN_OUTPUTS = 5
@@ -113,8 +114,9 @@ class DeterminismRun(TargetRun):
 
     # -- suite level -------------------------------------------------------------------------
     def aggregate(self) -> Outcome:
-        self._compute(list(self.suite.prompts))
-        summaries = [self.result(p)[0] for p in self.suite.prompts]
+        prompts = self.scope_prompts()
+        self._compute(prompts)
+        summaries = [self.result(p)[0] for p in prompts]
         score, low, high = determinism_score(summaries)
         runs = sum(s.runs for s in summaries)
         errors = sum(s.errors for s in summaries)
@@ -210,36 +212,27 @@ def describe(summary: DeterminismSummary, messages: list[str]) -> str:
     return "\n".join(lines)
 
 
-def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+def summary_lines(aggregates: Aggregates) -> list[str]:
     """One row per determinism check x suite for the terminal summary."""
-    from ..report.terminal import render_table
+    from ..report.terminal import check_table
 
-    rows = []
-    for nodeid, passed, data in aggregates:
-        parts = nodeid.split("::")
+    def cells(data: dict[str, Any]) -> list[str]:
         drift = data["max_logprob_drift"]
-        rows.append(
-            [
-                parts[-3] if len(parts) >= 3 else "determinism",
-                parts[-2] if len(parts) >= 2 else "?",
-                data["target"],
-                str(data["runs"]),
-                f"{data['deterministic_prompts']}/{data['prompts']}",
-                f"{data['score']:.4f} ({data['score_low']:.3f}-{data['score_high']:.3f})",
-                str(data["errors"]),
-                "-" if drift is None else f"{drift:.3g}",
-                "PASS" if passed and data["deterministic_prompts"] == data["prompts"] else "FAIL",
-            ]
-        )
+        return [
+            str(data["runs"]),
+            f"{data['deterministic_prompts']}/{data['prompts']}",
+            f"{data['score']:.4f} ({data['score_low']:.3f}-{data['score_high']:.3f})",
+            str(data["errors"]),
+            "-" if drift is None else f"{drift:.3g}",
+        ]
+
     columns = (
-        ("check", "<"),
-        ("suite", "<"),
-        ("target", "<"),
         ("runs", ">"),
         ("deterministic", ">"),
         ("score (95% CI)", ">"),
         ("errors", ">"),
         ("max drift", ">"),
-        ("verdict", "<"),
     )
-    return render_table(rows, columns)
+    return check_table(
+        aggregates, columns, cells, lambda d: d["deterministic_prompts"] == d["prompts"]
+    )

@@ -41,6 +41,7 @@ from .verdicts import mark_divergence, safe_text
 if TYPE_CHECKING:
     from ..config import CheckSpec
     from ..engine import ResolvedTarget
+    from ..report.terminal import Aggregates
     from ..suites import Prompt, Suite
 
 
@@ -356,39 +357,19 @@ class EndpointParityRun(_ParityRun):
         return self._aggregate(outcomes, counts)
 
 
-def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+def summary_lines(aggregates: Aggregates) -> list[str]:
     """One row per parity check x suite for the terminal summary."""
-    from ..report.terminal import render_table
+    from ..report.terminal import check_table
 
-    rows = []
-    for nodeid, passed, data in aggregates:
-        parts = nodeid.split("::")
+    def cells(data: dict[str, Any]) -> list[str]:
         endpoints = data.get("endpoints")
         detail = (
             ", ".join(f"{e} {r['match']}/{r['items']}" for e, r in endpoints.items())
             if endpoints
             else "streamed vs not"
         )
-        rows.append(
-            [
-                parts[-3] if len(parts) >= 3 else "parity",
-                parts[-2] if len(parts) >= 2 else "?",
-                data["target"],
-                detail,
-                f"{data['n_match']}/{data['items']}",
-                str(data["n_flips"]),
-                str(data["n_errors"]),
-                "PASS" if passed else "FAIL",
-            ]
-        )
-    columns = (
-        ("check", "<"),
-        ("suite", "<"),
-        ("target", "<"),
-        ("compared", "<"),
-        ("identical", ">"),
-        ("flips", ">"),
-        ("errors", ">"),
-        ("verdict", "<"),
-    )
-    return render_table(rows, columns) if rows else []
+        counts = (f"{data['n_match']}/{data['items']}", str(data["n_flips"]))
+        return [detail, *counts, str(data["n_errors"])]
+
+    columns = (("compared", "<"), ("identical", ">"), ("flips", ">"), ("errors", ">"))
+    return check_table(aggregates, columns, cells)

@@ -99,11 +99,15 @@ def error_kind(exc: BaseException) -> str:
 
 
 def token_count(generation: Generation) -> int | None:
-    """Generated tokens: the ids (with EOS), else the server's token texts, else unknown."""
+    """Generated tokens: the ids (with EOS), else the server's token texts, else the
+    server's ``usage.completion_tokens``, else unknown."""
     if generation.token_ids is not None:
         return len(generation.token_ids)
     tokens = generation.extra.get("tokens")
-    return len(tokens) if tokens is not None else None
+    if tokens is not None:
+        return len(tokens)
+    counted = generation.extra.get("completion_tokens")
+    return counted if isinstance(counted, int) else None
 
 
 def reference_of(generation: Generation) -> dict[str, Any]:

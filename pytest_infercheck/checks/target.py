@@ -104,6 +104,12 @@ class TargetRun:
     def memo_key(self, *parts: Any) -> tuple[Any, ...]:
         return (self.check.kind, self.loaded.path, self.index, self.suite.name, *parts)
 
+    def scope_prompts(self) -> list[Prompt]:
+        """The prompts an aggregate covers: the whole suite, or under ``--infercheck-shard``
+        the shard's selected ones (the other shards cover the rest)."""
+        prompts = self.suite.prompts
+        return [p for p in prompts if not self.only_selected or p.id in self.selected]
+
     def prompt(self, prompt_id: str) -> Prompt:
         return next(p for p in self.suite.prompts if p.id == prompt_id)
 

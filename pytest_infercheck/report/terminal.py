@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 COLUMNS = (
@@ -43,6 +44,29 @@ def summary_lines(records: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
             group = [(n, p, r["data"]) for n, p, r in records if r["kind"] == kind]
             lines += target_lines(kind, group)
     return lines
+
+
+Aggregates = list[tuple[str, bool, dict[str, Any]]]
+"""``(aggregate node id, passed, aggregate data)`` of one kind of check."""
+
+
+def check_table(
+    aggregates: Aggregates,
+    columns: tuple[tuple[str, str], ...],
+    cells: Callable[[dict[str, Any]], list[str]],
+    complete: Callable[[dict[str, Any]], bool] = lambda data: True,
+) -> list[str]:
+    """One row per check x suite: check, suite, target, ``cells(data)`` under ``columns``,
+    and the verdict: ``PASS`` when the aggregate passed and ``complete(data)`` holds (e.g.
+    every prompt deterministic, since a failed item does not fail its aggregate)."""
+    rows = []
+    for nodeid, passed, data in aggregates:
+        parts = nodeid.split("::")
+        check, suite = (parts[-3], parts[-2]) if len(parts) >= 3 else (nodeid, "?")
+        verdict = "PASS" if passed and complete(data) else "FAIL"
+        rows.append([check, suite, str(data.get("target", "?")), *cells(data), verdict])
+    head = (("check", "<"), ("suite", "<"), ("target", "<"))
+    return render_table(rows, (*head, *columns, ("verdict", "<"))) if rows else []
 
 
 def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[list[str]]:

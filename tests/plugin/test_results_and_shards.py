@@ -213,3 +213,24 @@ def test_a_bad_shard_is_a_usage_error(pytester: pytest.Pytester, shard: str) -> 
     result = pytester.runpytest("--infercheck-shard", shard)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--infercheck-shard*"])
+
+
+def test_sharded_determinism_aggregates_cover_only_their_shard(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    """A single-target aggregate under a shard covers that shard's prompts: the shards'
+    aggregates add up to the whole suite, none repeats another's prompts."""
+    write_matrix(DETERMINISM)
+    covered = []
+    for shard in ("1/2", "2/2"):
+        out = f"r{shard[0]}.json"
+        result = pytester.runpytest(
+            "-q", f"--infercheck-shard={shard}", f"--infercheck-results={out}"
+        )
+        assert result.ret == 0
+        items = load_results(pytester.path / out)["items"]
+        prompts = {i["name"] for i in items if i["role"] == "prompt"}
+        (aggregate,) = [i for i in items if i["role"] == "aggregate"]
+        assert aggregate["data"]["prompts"] == len(prompts) > 0
+        covered.append(prompts)
+    assert not covered[0] & covered[1] and len(covered[0] | covered[1]) == 8

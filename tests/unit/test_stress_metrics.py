@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_infercheck.backends.http import HttpError
+from pytest_infercheck.backends.openai_compat import parse_choice
 from pytest_infercheck.checks.stress import (
     Output,
     batches,
@@ -16,6 +17,7 @@ from pytest_infercheck.checks.stress import (
     jobs_for,
     level_data,
     level_violations,
+    token_count,
 )
 from pytest_infercheck.config import CheckSpec
 from pytest_infercheck.metrics.load import max_in_flight, mean_in_flight, span, tokens_per_second
@@ -179,3 +181,13 @@ def test_stress_items_spread_over_workers() -> None:
     assert scope_of("m.yaml::stress(q4)::addition::c8") == "m.yaml::stress(q4)::addition::c8"
     assert scope_of("m.yaml::stress(q4)::addition::aggregate").endswith("::aggregate")
     assert scope_of("m.yaml::determinism(q4)::addition::e1") == "m.yaml::determinism(q4)::addition"
+
+
+def test_token_count_falls_back_to_the_servers_usage() -> None:
+    """vllm-mlx gives no ids nor logprobs, only ``usage``: tokens/s still has a numerator."""
+    answer = {
+        "choices": [{"text": "46", "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+    }
+    assert token_count(parse_choice(answer, chat=False)) == 3
+    assert token_count(parse_choice({"choices": [{"text": "46"}]}, chat=False)) is None
