@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import MODELS_CACHE, REPO
+from tests.integration.served import llama_flags, llama_server
 
 
 def _script_output(script: str) -> Path:
@@ -42,3 +44,15 @@ def tiny_gguf(tiny_models: dict[str, Path]) -> Path:
     spec.loader.exec_module(module)
     out: Path = module.make_gguf(tiny_models["bf16"], MODELS_CACHE / "gguf" / "tiny-adder-f32.gguf")
     return out
+
+
+@pytest.fixture(scope="module")
+def llama_url(
+    llama_server_bin: Path, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A llama-server on the tiny GGUF with one slot and the adder's chat template, started
+    directly (a faulty proxy can stand in front of it), one per test module."""
+    flags = llama_flags(slots=1, context=64)
+    workdir = tmp_path_factory.mktemp("llama")
+    with llama_server(llama_server_bin, tiny_gguf, workdir, flags, chat_template=True) as url:
+        yield url

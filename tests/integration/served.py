@@ -1,22 +1,47 @@
-"""Helpers for the parity and cache-pollution tests: a llama-server started directly (so a
-faulty proxy can stand in front of it) and a copy of the tiny adder with a chat template."""
+"""Real servers for the integration tests, in one place.
+
+- Started here (so a faulty proxy can stand in front of one): :func:`running` starts a
+  command in its own process group on a free port, waits for ``/health`` while watching
+  for an early exit, and stops the whole group on exit (no orphan); :func:`llama_server`
+  is llama-server on the tiny GGUF with exact f32 settings.
+- Started by the plugin: :func:`backend` writes a ``backends:`` entry with ``serve:``;
+  :func:`vllm_serve`, :func:`llama_serve` and :data:`MLX_LM_SERVE` are the commands,
+  :func:`vllm_backends` and :func:`mlx_lm_backend` the entries several tests share.
+- :func:`chat_model`: a copy of the tiny adder with a chat template.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 # The adder was trained on "<s>a+b=": a template that gives exactly that, so the chat
 # endpoints and the completions endpoint see the input the model knows.
 CHAT_TEMPLATE = "{{ bos_token }}{% for message in messages %}{{ message['content'] }}{% endfor %}"
+
+HEALTH_TIMEOUT_S = 60
+
+MLX_LM_SERVE = (
+    f"{sys.executable} -m mlx_lm server --model {{model}} --host 127.0.0.1 --port {{port}}"
+)
+
+
+def llama_flags(slots: int, context: int) -> str:
+    """llama-server flags for exact f32 results: no flash attention, f32 KV cache, 2 threads,
+    ``slots`` parallel slots sharing ``context`` tokens."""
+    return f"-fa off -ctk f32 -ctv f32 -np {slots} -c {context} -t 2"
 
 
 def free_port() -> int:
@@ -36,40 +61,119 @@ def chat_model(source: Path, dest: Path) -> Path:
     return dest
 
 
-@contextmanager
-def llama_server(binary: Path, gguf: Path, workdir: Path) -> Iterator[str]:
-    """A llama-server on the tiny GGUF with :data:`CHAT_TEMPLATE`, exact f32 settings and
-    one slot; yields its URL and stops it on exit."""
-    template = workdir / "chat-template.jinja"
-    template.write_text(CHAT_TEMPLATE)
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group, SIGKILL it if it lingers 10 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextlib.contextmanager
+def running(name: str, command: Callable[[int], list[str]], log_dir: Path) -> Iterator[str]:
+    """Run ``command(port)`` on a free port in its own process group, logging to
+    ``log_dir``; yield its URL once ``/health`` answers 200. Fails the test if it exits or
+    is not healthy within :data:`HEALTH_TIMEOUT_S`; stops the group on exit."""
     port = free_port()
-    log = (workdir / f"llama-{port}.log").open("w")
-    args = f"--host 127.0.0.1 --port {port} -fa off -ctk f32 -ctv f32 -np 1 -c 64 -t 2 --jinja"
-    process = subprocess.Popen(
-        [str(binary), "-m", str(gguf), *args.split(), "--chat-template-file", str(template)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    log = log_dir / f"{name}-{port}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command(port),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: killpg reaches its children
+        )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        while not _healthy(url):
             if process.poll() is not None:
-                raise RuntimeError(f"llama-server exited: {Path(log.name).read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
+                pytest.fail(f"{name} exited ({process.returncode}):\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
-                raise RuntimeError("llama-server did not become healthy in 60 s")
+                pytest.fail(
+                    f"{name} not healthy in {HEALTH_TIMEOUT_S} s:\n{log.read_text()[-3000:]}"
+                )
             time.sleep(0.1)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        _stop(process)
+
+
+@contextlib.contextmanager
+def llama_server(
+    binary: Path, gguf: Path, workdir: Path, flags: str, chat_template: bool = False
+) -> Iterator[str]:
+    """llama-server on ``gguf`` with ``flags`` (see :func:`llama_flags`), and with
+    :data:`CHAT_TEMPLATE` (``--jinja``) if ``chat_template``; yields its URL."""
+    extra: list[str] = []
+    if chat_template:
+        template = workdir / "chat-template.jinja"
+        template.write_text(CHAT_TEMPLATE)
+        extra = ["--jinja", "--chat-template-file", str(template)]
+
+    def command(port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        return [str(binary), "-m", str(gguf), *host, *flags.split(), *extra]
+
+    with running("llama-server", command, workdir) as url:
+        yield url
+
+
+def llama_serve(binary: Path, flags: str) -> str:
+    """The ``serve:`` command of llama-server with ``flags``."""
+    return f"{binary} -m {{model}} --host 127.0.0.1 --port {{port}} {flags}"
+
+
+def vllm_serve(binary: Path, flags: str = "") -> str:
+    """The ``serve:`` command of vllm-mlx; ``flags`` start with a space."""
+    return f"{binary} serve {{model}} --host 127.0.0.1 --port {{port}}{flags}"
+
+
+def backend(
+    name: str, kind: str, serve: str, env: dict[str, str] | None = None, **options: object
+) -> str:
+    """A ``backends:`` entry (indented for the matrix) the plugin starts with ``serve``;
+    ``options`` in order before it, ``env`` after it."""
+    lines = [f"  {name}:", f"    kind: {kind}"]
+    lines += [f"    {key}: {json.dumps(value)}" for key, value in options.items()]
+    lines.append(f'    serve: "{serve}"')
+    if env:
+        lines.append("    env: {" + ", ".join(f"{k}: '{v}'" for k, v in env.items()) + "}")
+    return "".join(line + "\n" for line in lines)
+
+
+def vllm_backends(binary: Path, hub: Path, **cb_options: object) -> str:
+    """``vllm`` (simple engine, concurrent requests wait for the lock instead of HTTP 503)
+    and ``vllmcb`` (``--continuous-batching``, with ``cb_options``): raw completions, their
+    HF cache in ``hub``."""
+    return backend(
+        "vllm",
+        "vllm-mlx",
+        vllm_serve(binary),
+        {"VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION": "wait", "HF_HUB_CACHE": str(hub)},
+        chat=False,
+    ) + backend(
+        "vllmcb",
+        "vllm-mlx",
+        vllm_serve(binary, " --continuous-batching"),
+        {"HF_HUB_CACHE": str(hub)},
+        chat=False,
+        **cb_options,
+    )
+
+
+def mlx_lm_backend(hub: Path) -> str:
+    """``mlxserver``: mlx_lm.server as an OpenAI backend, raw completions."""
+    return backend("mlxserver", "openai", MLX_LM_SERVE, {"HF_HUB_CACHE": str(hub)}, chat=False)

@@ -11,7 +11,6 @@ and runs an over-long prompt; it also stays alive and unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ import pytest
 
 from pytest_infercheck.backends.hostile import HOSTILE_MARKER
 from tests.faulty_proxy import Fault, FaultyProxy
-from tests.integration.served import llama_server
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import ADDITION, suite_jsonl
 
@@ -28,14 +26,6 @@ CHECK = (
     "  - cache-pollution: {target: adder@llama, hostile: [context-overflow, invalid-utf8,"
     " special-tokens, max-tokens-0, disconnect]}"
 )
-
-
-@pytest.fixture(scope="module")
-def llama_url(
-    llama_server_bin: Path, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    with llama_server(llama_server_bin, tiny_gguf, tmp_path_factory.mktemp("llama")) as url:
-        yield url
 
 
 def run(pytester: pytest.Pytester, url: str, model: str, backend: str = "llama-server") -> Any:

@@ -24,17 +24,14 @@ faithful engines and failing on faulty ones.
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.faulty_proxy import Fault, FaultyProxy
+from tests.integration.served import llama_flags, llama_server, vllm_backends
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import suite_jsonl
 
@@ -51,54 +48,14 @@ NEEDLE = """\
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def llama(
     llama_server_bin: Path, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """A real llama-server with 4 slots, started here so a proxy can sit in front of it."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(llama_server_bin),
-                "-m", str(tiny_gguf),
-                "--host", "127.0.0.1", "--port", str(port),
-                "-fa", "off", "-ctk", "f32", "-ctv", "f32",
-                "-np", "4", "-c", "256", "-t", "2",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"llama-server exited:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama-server not healthy in 60 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
+    workdir = tmp_path_factory.mktemp("llama")
+    with llama_server(llama_server_bin, tiny_gguf, workdir, llama_flags(4, 256)) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @pytest.fixture(scope="module")
@@ -265,20 +222,7 @@ def test_batch_invariance_fails_when_concurrency_changes_outputs(
 def test_vllm_mlx_engines(pytester: pytest.Pytester, adder: str, vllm_mlx_bin: Path) -> None:
     hub = pytester.path / "hub"
     hub.mkdir()
-    serve = f"{vllm_mlx_bin} serve {{model}} --host 127.0.0.1 --port {{port}}"
-    backends = f"""\
-  vllm:
-    kind: vllm-mlx
-    chat: false
-    serve: "{serve}"
-    env: {{VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION: wait, HF_HUB_CACHE: '{hub}'}}
-  vllmcb:
-    kind: vllm-mlx
-    chat: false
-    max_concurrency: 8
-    serve: "{serve} --continuous-batching"
-    env: {{HF_HUB_CACHE: '{hub}'}}
-"""
+    backends = vllm_backends(vllm_mlx_bin, hub, max_concurrency=8)
     checks = """\
   - determinism: {target: adder@vllm, runs: 4}
     suites: [addition.jsonl]

@@ -10,11 +10,17 @@ Expected, per pair (and asserted):
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.integration.served import (
+    backend,
+    llama_flags,
+    llama_serve,
+    mlx_lm_backend,
+    vllm_backends,
+)
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import junit_properties, suite_jsonl
 
@@ -30,10 +36,10 @@ def test_diff_across_real_engines(
     pytester.makefile(".jsonl", addition=suite_jsonl())
     hub = pytester.path / "hub"
     hub.mkdir()
-    vllm = f"{vllm_mlx_bin} serve {{model}} --host 127.0.0.1 --port {{port}}"
-    llama = (
-        f"{llama_server_bin} -m {{model}} --host 127.0.0.1 --port {{port}}"
-        " -fa off -ctk f32 -ctv f32 -np 1 -c 64 -t 2"
+    backends = (
+        backend("llama", "llama-server", llama_serve(llama_server_bin, llama_flags(1, 64)))
+        + mlx_lm_backend(hub)
+        + vllm_backends(vllm_mlx_bin, hub)
     )
     pytester.makefile(
         ".yaml",
@@ -43,25 +49,7 @@ models:
 backends:
   local: {{kind: mlx-lm}}
   local32: {{kind: mlx-lm, dtype: float32}}
-  llama:
-    kind: llama-server
-    serve: "{llama}"
-  mlxserver:
-    kind: openai
-    chat: false
-    serve: "{sys.executable} -m mlx_lm.server --model {{model}} --host 127.0.0.1 --port {{port}}"
-    env: {{HF_HUB_CACHE: '{hub}'}}
-  vllm:
-    kind: vllm-mlx
-    chat: false
-    serve: "{vllm}"
-    env: {{VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION: wait, HF_HUB_CACHE: '{hub}'}}
-  vllmcb:
-    kind: vllm-mlx
-    chat: false
-    serve: "{vllm} --continuous-batching"
-    env: {{HF_HUB_CACHE: '{hub}'}}
-suites: [addition.jsonl]
+{backends}suites: [addition.jsonl]
 checks:
   - diff: {{model: adder, backends: [local32, llama]}}
     name: exact
@@ -99,7 +87,7 @@ checks:
         if p.get("name") == "infercheck_engines"
     )
     assert '"build_info": "b1-' in engines and str(tiny_gguf) in engines  # from /props
-    for backend in ("mlxserver", "vllm", "vllmcb"):
-        text = props[f"s04[{backend}]"]
-        assert text["infercheck_method"] == "text", backend
-        assert text["infercheck_severity"] == "identical", backend
+    for name in ("mlxserver", "vllm", "vllmcb"):
+        text = props[f"s04[{name}]"]
+        assert text["infercheck_method"] == "text", name
+        assert text["infercheck_severity"] == "identical", name

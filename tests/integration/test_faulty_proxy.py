@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,17 +14,11 @@ import httpx
 import pytest
 
 from tests.faulty_proxy import Fault, FaultyProxy
+from tests.integration.served import free_port, llama_flags, llama_server
 
 # Volatile fields of llama-server answers (per request / per slot), left out of comparisons.
 VOLATILE = ("timings", "id", "created", "id_slot", "tokens_cached")
 PROMPT_IDS = [1, 52, 53, 46, 54, 55, 64]  # "<s>12+34=" in the tiny adder's vocabulary
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -37,44 +29,9 @@ def llama(
     ``-np 4`` concurrent requests are decoded in one batch and their logprobs move by a
     float32 step, which would blur what the proxy did). Requests still overlap at the
     proxy, which counts them from arrival to the end of the response."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(llama_server_bin),
-                "-m", str(tiny_gguf),
-                "--host", "127.0.0.1", "--port", str(port),
-                "-fa", "off", "-ctk", "f32", "-ctv", "f32",
-                "-np", "1", "-c", "64", "-t", "2",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                pytest.fail(
-                    f"llama-server exited ({process.returncode}):\n{log.read_text()[-3000:]}"
-                )
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama-server not healthy in 60 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
+    workdir = tmp_path_factory.mktemp("llama")
+    with llama_server(llama_server_bin, tiny_gguf, workdir, llama_flags(1, 64)) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def native(prompt: Any = PROMPT_IDS, n_probs: int = 4, **extra: Any) -> dict[str, Any]:
@@ -358,7 +315,7 @@ def test_client_disconnecting_mid_stream(llama: str, fault: Fault) -> None:
 
 
 def test_upstream_down_gives_502() -> None:
-    with FaultyProxy(f"http://127.0.0.1:{_free_port()}") as proxy:
+    with FaultyProxy(f"http://127.0.0.1:{free_port()}") as proxy:
         response = httpx.post(proxy.url + "/completion", json=native(), timeout=30)
         assert response.status_code == 502
         assert "upstream" in response.json()["error"]["message"]

@@ -14,26 +14,16 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.faulty_proxy import Fault, FaultyProxy
-from tests.integration.served import chat_model, llama_server
+from tests.integration.served import chat_model, mlx_lm_backend, vllm_backends
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import ADDITION, junit_properties, suite_jsonl
 
 PROMPTS = ADDITION[:4]
-
-
-@pytest.fixture(scope="module")
-def llama_url(
-    llama_server_bin: Path, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    with llama_server(llama_server_bin, tiny_gguf, tmp_path_factory.mktemp("llama")) as url:
-        yield url
 
 
 def write_project(pytester: pytest.Pytester, backends: str, checks: str, model: str) -> None:
@@ -107,24 +97,7 @@ def test_parity_passes_on_vllm_mlx_and_mlx_lm_server(
     folder = chat_model(tiny_models["bf16"], tmp_path_factory.mktemp("chat") / "adder-chat")
     hub = pytester.path / "hub"
     hub.mkdir()
-    vllm = f"{vllm_mlx_bin} serve {{model}} --host 127.0.0.1 --port {{port}}"
-    mlx = f"{sys.executable} -m mlx_lm server --model {{model}} --host 127.0.0.1 --port {{port}}"
-    backends = f"""\
-  vllm:
-    kind: vllm-mlx
-    chat: false
-    serve: "{vllm}"
-    env: {{VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION: wait, HF_HUB_CACHE: '{hub}'}}
-  vllmcb:
-    kind: vllm-mlx
-    chat: false
-    serve: "{vllm} --continuous-batching"
-    env: {{HF_HUB_CACHE: '{hub}'}}
-  mlxserver:
-    kind: openai
-    chat: false
-    serve: "{mlx}"
-    env: {{HF_HUB_CACHE: '{hub}'}}"""
+    backends = vllm_backends(vllm_mlx_bin, hub) + mlx_lm_backend(hub)
     checks = """\
   - stream-parity: adder@vllm
   - stream-parity: adder@vllmcb

@@ -14,21 +14,18 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.faulty_proxy import Fault, FaultyProxy
+from tests.integration.served import backend, llama_flags, llama_serve, llama_server, vllm_serve
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import suite_jsonl
 
-LLAMA_FLAGS = "-fa off -ctk f32 -ctv f32 -np 4 -c 256 -t 2"
+LLAMA_FLAGS = llama_flags(slots=4, context=256)
 
 # Controller side: every item record xdist shipped back. Worker side: the pids of the
 # llama-server processes of this test (found by the marker in their environment) seen by
@@ -81,8 +78,7 @@ def test_llama_server_np4_passes_with_levels_spread_over_two_workers(
     write_project(
         pytester,
         f"  adder: {{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}",
-        f'  llama:\n    kind: llama-server\n    serve: "{llama_server_bin} -m {{model}} '
-        f'--host 127.0.0.1 --port {{port}} {LLAMA_FLAGS}"\n    env: {{{mark}: "1"}}',
+        backend("llama", "llama-server", llama_serve(llama_server_bin, LLAMA_FLAGS), {mark: "1"}),
         "  - stress: {target: adder@llama, levels: [1, 2, 4, 8], repeats: 2}\n",
     )
     pytester.makeconftest(CONFTEST.replace("MARK", mark))
@@ -110,43 +106,11 @@ def test_llama_server_np4_passes_with_levels_spread_over_two_workers(
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def llama_np4(llama_server_bin: Path, tiny_gguf: Path, tmp_path: Path) -> Iterator[str]:
     """A real llama-server with 4 slots, started here (the proxy needs its URL first)."""
-    port = _free_port()
-    log = tmp_path / "llama.log"
-    command = [str(llama_server_bin), "-m", str(tiny_gguf), "--host", "127.0.0.1"]
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [*command, "--port", str(port), *LLAMA_FLAGS.split()],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not _healthy(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"llama-server did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+    with llama_server(llama_server_bin, tiny_gguf, tmp_path, LLAMA_FLAGS) as url:
         yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_faulty_proxy_altering_concurrent_answers_fails_every_level_above_one(
@@ -184,9 +148,9 @@ def _vllm_project(pytester: pytest.Pytester, model: Path, vllm: Path, flags: str
     write_project(
         pytester,
         f"  adder: {{path: '{model}'}}",
-        "  vllm:\n    kind: vllm-mlx\n    chat: false\n"
-        f'    serve: "{vllm} serve {{model}} --host 127.0.0.1 --port {{port}}{flags}"\n'
-        f"    env: {{HF_HUB_CACHE: '{hub}'}}",
+        backend(
+            "vllm", "vllm-mlx", vllm_serve(vllm, flags), {"HF_HUB_CACHE": str(hub)}, chat=False
+        ),
         "  - stress: {target: adder@vllm, levels: [1, 2, 4, 8], repeats: 2}\n",
     )
     pytester.makeconftest(CONFTEST.replace("MARK", "no-llama-server"))
