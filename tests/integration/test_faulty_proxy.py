@@ -73,6 +73,24 @@ def sse_events(base: str, path: str, body: dict[str, Any]) -> list[dict[str, Any
     return events
 
 
+def at_once(base: str, n: int) -> list[dict[str, Any]]:
+    """``n`` copies of :func:`native` to ``/completion``, from ``n`` threads released
+    together; their stable answers in thread order."""
+    start = threading.Barrier(n)
+    answers: list[dict[str, Any]] = [{} for _ in range(n)]
+
+    def one(i: int) -> None:
+        start.wait()
+        answers[i] = stable(post(base, "/completion", native()))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
 def assert_last_token_altered(base: dict[str, Any], got: dict[str, Any]) -> None:
     """A /completion answer whose last generated token (not the EOS) was swapped, on every
     channel: text, ids and the probability entry."""
@@ -183,18 +201,7 @@ def test_perturb_when_concurrent(llama: str) -> None:
         assert sequential == [base] * 3
         assert proxy.altered == 0 and proxy.max_in_flight == 1
 
-        start = threading.Barrier(8)
-        answers: list[dict[str, Any]] = [{} for _ in range(8)]
-
-        def one(i: int) -> None:
-            start.wait()
-            answers[i] = stable(post(proxy.url, "/completion", native()))
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        answers = at_once(proxy.url, 8)
         assert proxy.requests == 11
         assert proxy.max_in_flight >= 2
         altered = [a for a in answers if a != base]
@@ -206,18 +213,7 @@ def test_perturb_when_concurrent(llama: str) -> None:
 def test_many_concurrent_requests_pass_through(llama: str) -> None:
     base = stable(post(llama, "/completion", native()))
     with FaultyProxy(llama, Fault(delay_s=0.2)) as proxy:
-        answers: list[dict[str, Any]] = [{} for _ in range(24)]
-        start = threading.Barrier(24)
-
-        def one(i: int) -> None:
-            start.wait()
-            answers[i] = stable(post(proxy.url, "/completion", native()))
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(24)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        answers = at_once(proxy.url, 24)
         assert answers == [base] * 24
         assert proxy.requests == 24 and proxy.altered == 0 and proxy.max_in_flight >= 2
 
