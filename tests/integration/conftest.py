@@ -46,6 +46,13 @@ def tiny_gguf(tiny_models: dict[str, Path]) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def adder(tiny_models: dict[str, Path], tiny_gguf: Path) -> str:
+    """The tiny adder for every kind of backend (a ``models:`` value): mlx weights and the
+    f32 GGUF."""
+    return f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
+
+
 @pytest.fixture(scope="module")
 def llama_url(
     llama_server_bin: Path, tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory

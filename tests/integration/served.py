@@ -154,6 +154,12 @@ def backend(
     return "".join(line + "\n" for line in lines)
 
 
+def llama_at(url: str, **options: object) -> str:
+    """The ``backends:`` entry ``llama``: the llama-server at ``url``, with ``options``."""
+    fields = [f"url: '{url}'", *(f"{key}: {json.dumps(value)}" for key, value in options.items())]
+    return "  llama: {kind: llama-server, " + ", ".join(fields) + "}\n"
+
+
 def vllm_backends(binary: Path, hub: Path, **cb_options: object) -> str:
     """``vllm`` (simple engine, concurrent requests wait for the lock instead of HTTP 503)
     and ``vllmcb`` (``--continuous-batching``, with ``cb_options``): raw completions, their

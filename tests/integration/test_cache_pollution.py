@@ -11,7 +11,6 @@ and runs an over-long prompt; it also stays alive and unchanged.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,10 +48,9 @@ def records(pytester: pytest.Pytester) -> dict[str, dict[str, Any]]:
 
 
 def test_llama_server_survives_hostile_requests(
-    pytester: pytest.Pytester, llama_url: str, tiny_models: dict[str, Path], tiny_gguf: Path
+    pytester: pytest.Pytester, llama_url: str, adder: str
 ) -> None:
-    model = f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
-    result = run(pytester, llama_url, model)
+    result = run(pytester, llama_url, adder)
     assert result.parseoutcomes() == {"passed": 5 + 1}, result.stdout.str()
     data = records(pytester)
     assert data["context-overflow"]["response"].startswith("HTTP 400")
@@ -62,12 +60,9 @@ def test_llama_server_survives_hostile_requests(
     assert data["aggregate"]["n_polluted"] == 0
 
 
-def test_poisoned_server_fails(
-    pytester: pytest.Pytester, llama_url: str, tiny_models: dict[str, Path], tiny_gguf: Path
-) -> None:
-    model = f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
+def test_poisoned_server_fails(pytester: pytest.Pytester, llama_url: str, adder: str) -> None:
     with FaultyProxy(llama_url, Fault(poison=HOSTILE_MARKER)) as proxy:
-        result = run(pytester, proxy.url, model)
+        result = run(pytester, proxy.url, adder)
     assert result.parseoutcomes() == {"failed": 5 + 1}, result.stdout.str()
     data = records(pytester)
     changed = data["context-overflow"]["changed"]

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.faulty_proxy import Fault, FaultyProxy
-from tests.integration.served import llama_flags, llama_server, vllm_backends
+from tests.integration.served import llama_at, llama_flags, llama_server, vllm_backends
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import suite_jsonl
 
@@ -56,12 +56,6 @@ def llama(
     workdir = tmp_path_factory.mktemp("llama")
     with llama_server(llama_server_bin, tiny_gguf, workdir, llama_flags(4, 256)) as url:
         yield url
-
-
-@pytest.fixture(scope="module")
-def adder(tiny_models: dict[str, Path], tiny_gguf: Path) -> str:
-    """The tiny adder for every kind of backend: mlx weights and the f32 GGUF."""
-    return f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
 
 
 def _write(
@@ -107,14 +101,14 @@ def test_llama_server_is_deterministic_and_batch_invariant_at_its_concurrency(
         _write(
             pytester,
             adder,
-            f"  llama: {{kind: llama-server, url: '{proxy.url}'}}\n",
+            llama_at(proxy.url),
             DETERMINISM,
         )
         result = _run(pytester)
         assert result.parseoutcomes() == {"passed": 9}, result.stdout.str()
         # All 8 prompts x 6 runs were sent at once, 4 in flight (the backend's default).
         assert proxy.requests == 48 and proxy.max_in_flight == 4
-    _write(pytester, adder, f"  llama: {{kind: llama-server, url: '{llama}'}}\n", NEEDLE)
+    _write(pytester, adder, llama_at(llama), NEEDLE)
     result = _run(pytester)
     assert result.parseoutcomes() == {"passed": 9}, result.stdout.str()
     cases = _outcomes(pytester)
@@ -129,8 +123,7 @@ def test_determinism_fails_on_exactly_the_perturbed_prompts(
     # perturb_every=7 alters generations 7, 14, 21: prompts 2, 4, 6 -> s03, s05, s07.
     checks = DETERMINISM.replace("runs: 6", "runs: 3").replace("1.0e-5", "1.0")
     with FaultyProxy(llama, Fault(perturb_every=7)) as proxy:
-        backend = f"  llama: {{kind: llama-server, url: '{proxy.url}', max_concurrency: 1}}\n"
-        _write(pytester, adder, backend, checks)
+        _write(pytester, adder, llama_at(proxy.url, max_concurrency=1), checks)
         result = _run(pytester)
         assert proxy.requests == 24 and proxy.altered == 3 and proxy.max_in_flight == 1
     cases = _outcomes(pytester)
@@ -161,7 +154,7 @@ def test_failed_runs_count_in_the_denominator(
     _write(
         pytester,
         adder,
-        f"  llama: {{kind: llama-server, url: '{llama}'}}\n",
+        llama_at(llama),
         DETERMINISM.replace("runs: 6", "runs: 3") + "    suites: [long.jsonl]\n",
         suites=", long.jsonl",
     )
@@ -200,8 +193,7 @@ def test_batch_invariance_fails_when_concurrency_changes_outputs(
     # every batched request overlaps the others, the prompt alone overlaps nothing.
     fault = Fault(perturb_when_concurrent=True, delay_s=0.2)
     with FaultyProxy(llama, fault) as proxy:
-        backend = f"  llama: {{kind: llama-server, url: '{proxy.url}', max_concurrency: 8}}\n"
-        _write(pytester, adder, backend, NEEDLE)
+        _write(pytester, adder, llama_at(proxy.url, max_concurrency=8), NEEDLE)
         result = _run(pytester)
         assert proxy.max_in_flight == 6
         # 8 prompts x 2 trials x 6 batched requests altered; the 8 alone requests not.

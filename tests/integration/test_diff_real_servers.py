@@ -27,7 +27,7 @@ from tests.plugin.helpers import junit_properties, suite_jsonl
 
 def test_diff_across_real_engines(
     pytester: pytest.Pytester,
-    tiny_models: dict[str, Path],
+    adder: str,
     tiny_gguf: Path,
     llama_server_bin: Path,
     vllm_mlx_bin: Path,
@@ -45,7 +45,7 @@ def test_diff_across_real_engines(
         ".yaml",
         infercheck=f"""\
 models:
-  adder: {{path: '{tiny_models["bf16"]}', gguf: '{tiny_gguf}'}}
+  adder: {adder}
 backends:
   local: {{kind: mlx-lm}}
   local32: {{kind: mlx-lm, dtype: float32}}

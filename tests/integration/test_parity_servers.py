@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.faulty_proxy import Fault, FaultyProxy
-from tests.integration.served import chat_model, mlx_lm_backend, vllm_backends
+from tests.integration.served import chat_model, llama_at, mlx_lm_backend, vllm_backends
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import ADDITION, junit_properties, suite_jsonl
 
@@ -47,12 +47,9 @@ LLAMA_CHECKS = """\
 
 
 def test_parity_passes_on_llama_server(
-    pytester: pytest.Pytester, llama_url: str, tiny_models: dict[str, Path], tiny_gguf: Path
+    pytester: pytest.Pytester, llama_url: str, adder: str
 ) -> None:
-    model = f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
-    write_project(
-        pytester, f"  llama: {{kind: llama-server, url: '{llama_url}'}}", LLAMA_CHECKS, model
-    )
+    write_project(pytester, llama_at(llama_url), LLAMA_CHECKS, adder)
     result, props = run(pytester)
     assert result.parseoutcomes() == {"passed": 4 + 1 + 8 + 1}, result.stdout.str()
     assert props["s01"]["infercheck_match"] == "True"
@@ -61,12 +58,10 @@ def test_parity_passes_on_llama_server(
 
 
 def test_stream_parity_fails_when_a_chunk_is_dropped(
-    pytester: pytest.Pytester, llama_url: str, tiny_models: dict[str, Path], tiny_gguf: Path
+    pytester: pytest.Pytester, llama_url: str, adder: str
 ) -> None:
-    model = f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
     with FaultyProxy(llama_url, Fault(drop_stream_chunk=True)) as proxy:
-        backends = f"  llama: {{kind: llama-server, url: '{proxy.url}'}}"
-        write_project(pytester, backends, "  - stream-parity: adder@llama", model)
+        write_project(pytester, llama_at(proxy.url), "  - stream-parity: adder@llama", adder)
         result, props = run(pytester)
     # every answer of these prompts has two digits, so its 2nd content chunk is a digit
     assert result.parseoutcomes() == {"failed": 4 + 1}, result.stdout.str()
@@ -75,13 +70,11 @@ def test_stream_parity_fails_when_a_chunk_is_dropped(
 
 
 def test_endpoint_parity_fails_when_one_endpoint_is_altered(
-    pytester: pytest.Pytester, llama_url: str, tiny_models: dict[str, Path], tiny_gguf: Path
+    pytester: pytest.Pytester, llama_url: str, adder: str
 ) -> None:
-    model = f"{{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}"
     with FaultyProxy(llama_url, Fault(perturb_every=2)) as proxy:
-        backends = f"  llama: {{kind: llama-server, url: '{proxy.url}'}}"
         checks = "  - endpoint-parity: {target: adder@llama, endpoints: [completions, chat]}"
-        write_project(pytester, backends, checks, model)
+        write_project(pytester, llama_at(proxy.url), checks, adder)
         result, props = run(pytester)
         assert proxy.altered == len(PROMPTS)
     assert result.parseoutcomes() == {"failed": 4 + 1}, result.stdout.str()

@@ -21,7 +21,14 @@ from typing import Any
 import pytest
 
 from tests.faulty_proxy import Fault, FaultyProxy
-from tests.integration.served import backend, llama_flags, llama_serve, llama_server, vllm_serve
+from tests.integration.served import (
+    backend,
+    llama_at,
+    llama_flags,
+    llama_serve,
+    llama_server,
+    vllm_serve,
+)
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import suite_jsonl
 
@@ -72,12 +79,12 @@ def write_project(pytester: pytest.Pytester, models: str, backend: str, check: s
 
 
 def test_llama_server_np4_passes_with_levels_spread_over_two_workers(
-    pytester: pytest.Pytester, tiny_models: dict[str, Path], tiny_gguf: Path, llama_server_bin: Path
+    pytester: pytest.Pytester, adder: str, llama_server_bin: Path
 ) -> None:
     mark = f"INFERCHECK_STRESS_{pytester.path.name}"
     write_project(
         pytester,
-        f"  adder: {{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}",
+        f"  adder: {adder}",
         backend("llama", "llama-server", llama_serve(llama_server_bin, LLAMA_FLAGS), {mark: "1"}),
         "  - stress: {target: adder@llama, levels: [1, 2, 4, 8], repeats: 2}\n",
     )
@@ -114,7 +121,7 @@ def llama_np4(llama_server_bin: Path, tiny_gguf: Path, tmp_path: Path) -> Iterat
 
 
 def test_faulty_proxy_altering_concurrent_answers_fails_every_level_above_one(
-    pytester: pytest.Pytester, tiny_models: dict[str, Path], tiny_gguf: Path, llama_np4: str
+    pytester: pytest.Pytester, adder: str, llama_np4: str
 ) -> None:
     # The delay keeps each request long enough at the proxy that requests the client has in
     # flight together also overlap there (without it, on 5-token answers, the proxy at
@@ -123,8 +130,8 @@ def test_faulty_proxy_altering_concurrent_answers_fails_every_level_above_one(
     with FaultyProxy(llama_np4, fault) as proxy:
         write_project(
             pytester,
-            f"  adder: {{path: '{tiny_models['bf16']}', gguf: '{tiny_gguf}'}}",
-            f"  llama: {{kind: llama-server, url: '{proxy.url}'}}",
+            f"  adder: {adder}",
+            llama_at(proxy.url),
             "  - stress: {target: adder@llama, levels: [1, 2, 4], repeats: 2}\n",
         )
         pytester.makeconftest(CONFTEST.replace("MARK", "no-managed-server"))
