@@ -109,6 +109,7 @@ from pytest_infercheck.backends.mlx_lm import MlxLmBackend
 original = MlxLmBackend.generate_sync
 calls = {"n": 0}
 
+
 def perturbed(self, prompt, params):
     generation = original(self, prompt, params)
     calls["n"] += 1
@@ -116,7 +117,14 @@ def perturbed(self, prompt, params):
         generation.token_ids = [*generation.token_ids[:-1], 7]
     return generation
 
-MlxLmBackend.generate_sync = perturbed
+
+# Put back at the end: in-process runs share the backend module with later runs.
+def pytest_configure(config):
+    MlxLmBackend.generate_sync = perturbed
+
+
+def pytest_unconfigure(config):
+    MlxLmBackend.generate_sync = original
 """
     )
     result = pytester.runpytest("-q", "-k", "self-check")
