@@ -107,7 +107,12 @@ def plugin_summary(junit: Path) -> dict[str, Any]:
         if case.get("name") == "aggregate"
         for p in case.iter("property")
     }
-    return {"items": len(cases), "failed": failed, "score": props.get("infercheck_score", "?")}
+    return {
+        "items": len(cases),
+        "failed": failed,
+        "score": props.get("infercheck_determinism_score", "?"),
+        "deterministic": props.get("infercheck_deterministic_prompts", "?"),
+    }
 
 
 def infer_check_summary(out: Path) -> dict[str, Any]:
@@ -116,7 +121,12 @@ def infer_check_summary(out: Path) -> dict[str, Any]:
         return {"results": 0}
     data = json.loads(files[-1].read_text())
     results = data if isinstance(data, list) else data.get("results", [])
-    return {"results": len(results), "file": files[-1].name}
+    scores = [float(r["determinism_score"]) for r in results]
+    return {
+        "prompts": len(results),
+        "deterministic": sum(int(r["identical_count"]) == int(r["num_runs"]) for r in results),
+        "score": sum(scores) / len(scores) if scores else float("nan"),
+    }
 
 
 def measure_server(
@@ -151,10 +161,12 @@ def measure_server(
         f"{server.name}:",
         f"  plugin (max_concurrency {args.concurrency}): {p.timed.seconds:7.2f} s wall "
         f"(runs: {plugin.walls()}); servers did: {_work_line(p)}",
-        f"    {ps['items']} items, {ps['failed']} failed, determinism score {ps['score']}",
+        f"    {ps['items']} items, {ps['failed']} failed; deterministic prompts "
+        f"{ps['deterministic']}, determinism score {ps['score']}",
         f"  infer-check {INFER_CHECK_VERSION} determinism: {q.timed.seconds:7.2f} s wall "
         f"(runs: {ic.walls()}); servers did: {_work_line(q)}",
-        f"    {qs}",
+        f"    {qs['prompts']} prompts; deterministic prompts {qs['deterministic']}, "
+        f"determinism score {qs['score']:.4f}",
         f"  ratio plugin / infer-check: {ratio:.2f} (target < {RATIO_TARGET}: {verdict})",
     ]
 
