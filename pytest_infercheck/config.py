@@ -13,18 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .kinds import CHECK_KINDS, COMPARISON_KINDS
 from .yamlpos import PositionedYaml, SourceError, load_positioned
 
-COMPARISON_KINDS = ("compare", "sweep", "diff")
-TARGET_KINDS = (
-    "determinism",
-    "stress",
-    "batch-invariance",
-    "stream-parity",
-    "endpoint-parity",
-    "cache-pollution",
-)
-CHECK_KINDS = COMPARISON_KINDS + TARGET_KINDS
 Endpoint = Literal["completions", "chat", "messages"]
 HostileKind = Literal[
     "context-overflow", "invalid-utf8", "special-tokens", "max-tokens-0", "disconnect"

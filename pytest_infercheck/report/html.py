@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..kinds import COMPARISON_KINDS
 from .markup import CSS, SORT_SCRIPT, esc, is_number, mapping, num, sort_key
 from .summary import RunView, summary_html
-from .views import COMPARISON_KINDS, FLIPS, item_detail
+from .views import FLIPS, item_detail
 
 COLUMNS = (("icklmean", "KL mean"), ("icflip", "flip"), ("icsimilarity", "similarity"))
 """The sortable result columns: (column type, title)."""

@@ -20,10 +20,10 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
+from ..kinds import COMPARISON_KINDS
 from .results import item_sort_key, plain
 
 OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-COMPARISON_KINDS = ("compare", "sweep", "diff")
 
 
 class MergeError(Exception):

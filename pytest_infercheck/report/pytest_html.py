@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from ..kinds import COMPARISON_KINDS
 from .html import COLUMNS, result_cells
 from .markup import CSS, mapping
 from .summary import RunView, summary_html
-from .views import COMPARISON_KINDS, item_detail
+from .views import item_detail
 
 
 def register(config: pytest.Config) -> None:

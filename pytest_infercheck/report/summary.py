@@ -17,9 +17,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..kinds import COMPARISON_KINDS
 from .charts import bar_chart, histogram, line_chart
 from .markup import esc, interval, is_number, kv_table, mapping, num, plain, rate
-from .views import COMPARISON_KINDS, engines
+from .views import engines
 
 MAX_KL_CHARTS = 24
 """KL distribution charts drawn at most (one per run x check x suite x test side)."""

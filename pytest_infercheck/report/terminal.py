@@ -6,6 +6,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ..kinds import COMPARISON_KINDS
+
 COLUMNS = (
     ("check", "<"),
     ("suite", "<"),
@@ -30,8 +32,6 @@ def _num(value: float | None, fmt: str = ".4g") -> str:
 def summary_lines(records: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
     """The whole end-of-run summary from ``(aggregate node id, passed, record)``: one table
     for the comparisons (compare, sweep, diff), then each single-target kind's own lines."""
-    from ..config import COMPARISON_KINDS
-
     comparisons = [(n, p, r["data"]) for n, p, r in records if r["kind"] in COMPARISON_KINDS]
     lines: list[str] = []
     if comparisons:

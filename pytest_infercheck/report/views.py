@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..kinds import COMPARISON_KINDS, TARGET_KINDS
 from .charts import line_chart
 from .markup import (
     clip,
@@ -27,7 +28,6 @@ from .markup import (
     violations_list,
 )
 
-COMPARISON_KINDS = ("compare", "sweep", "diff")
 SIDE_CHARS = 1000
 """Characters of an output shown on each side of the first difference (before and after)."""
 FLIPS = ("correct_to_wrong", "wrong_to_correct", "changed")
@@ -377,15 +377,5 @@ _VIEWS: dict[tuple[Any, Any], Callable[[Mapping[str, Any]], str]] = {
     ("stream-parity", "prompt"): parity_prompt,
     ("endpoint-parity", "prompt"): parity_prompt,
     ("cache-pollution", "hostile"): cache_pollution_hostile,
-    **{
-        (kind, "aggregate"): target_aggregate
-        for kind in (
-            "determinism",
-            "stress",
-            "batch-invariance",
-            "stream-parity",
-            "endpoint-parity",
-            "cache-pollution",
-        )
-    },
+    **{(kind, "aggregate"): target_aggregate for kind in TARGET_KINDS},
 }
