@@ -32,16 +32,12 @@ from typing import Any
 from common import load_average, long_prompts
 from common import write_suite as write_jsonl
 from http_diff import (
-    LLAMA_CONTEXT_OVERRIDE,
     LLAMA_FLAGS,
     Best,
     Server,
     _on_sigterm,
-    _script_output,
     _work_line,
-    free_port,
-    prepare_model,
-    serve,
+    both_servers,
     timed_run,
 )
 from overhead import INFER_CHECK_VERSION, ensure_infer_check, pytest_cmd
@@ -189,51 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = (args.work or Path(tempfile.mkdtemp(prefix="infercheck-determinism-"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     print(f"load average: {load_average()}; work folder {work}", flush=True)
-    model, gguf = prepare_model()
-    llama_bin = _script_output("build_llama_server.sh")
-    vllm_bin = _script_output("install_vllm_mlx.sh")
     infer_check = ensure_infer_check()
-    hub = work / "hub"  # vllm-mlx's HF_HUB_CACHE: must exist, stays empty
-    hub.mkdir(exist_ok=True)
-    p_llama, p_vllm = free_port(), free_port()
     prompts = long_prompts(args.prompts)
     lines: list[str] = []
-    with (
-        serve(
-            "llama-server",
-            [
-                llama_bin,
-                "-m",
-                gguf,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(p_llama),
-                *LLAMA_FLAGS,
-                *LLAMA_CONTEXT_OVERRIDE,
-            ],
-            p_llama,
-            work,
-            lambda h: isinstance(h, dict) and h.get("status") == "ok",
-        ) as llama,
-        serve(
-            "vllm-mlx",
-            [
-                vllm_bin,
-                "serve",
-                model,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(p_vllm),
-                "--continuous-batching",
-            ],
-            p_vllm,
-            work,
-            lambda h: isinstance(h, dict) and bool(h.get("model_loaded")),
-            env={"HF_HUB_CACHE": str(hub), "PYTHONUNBUFFERED": "1"},
-        ) as vllm,
-    ):
+    with both_servers(work) as (model, gguf, llama, vllm):
         for server in (llama, vllm):
             lines += measure_server(
                 server, (llama, vllm), model, gguf, prompts, args, work, infer_check

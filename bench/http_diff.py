@@ -361,6 +361,39 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop the servers
 
 
+@contextlib.contextmanager
+def both_servers(work: Path) -> Iterator[tuple[Path, Path, Server, Server]]:
+    """``(model, gguf, llama, vllm)``: the random tiny llama served by llama-server
+    (:data:`LLAMA_FLAGS`) and vllm-mlx (``--continuous-batching``) on free loopback ports,
+    logs in ``work``, both stopped on exit."""
+    model, gguf = prepare_model()
+    llama_bin = _script_output("build_llama_server.sh")
+    vllm_bin = _script_output("install_vllm_mlx.sh")
+    hub = work / "hub"  # vllm-mlx's HF_HUB_CACHE: must exist, stays empty
+    hub.mkdir(exist_ok=True)
+    p_llama, p_vllm = free_port(), free_port()
+    local = ("--host", "127.0.0.1", "--port")
+    print(f"model {model} (+ {gguf.name}); starting llama-server and vllm-mlx ...", flush=True)
+    with (
+        serve(
+            "llama-server",
+            [llama_bin, "-m", gguf, *local, str(p_llama), *LLAMA_FLAGS, *LLAMA_CONTEXT_OVERRIDE],
+            p_llama,
+            work,
+            lambda h: isinstance(h, dict) and h.get("status") == "ok",
+        ) as llama,
+        serve(
+            "vllm-mlx",
+            [vllm_bin, "serve", model, *local, str(p_vllm), "--continuous-batching"],
+            p_vllm,
+            work,
+            lambda h: isinstance(h, dict) and bool(h.get("model_loaded")),
+            env={"HF_HUB_CACHE": str(hub), "PYTHONUNBUFFERED": "1"},
+        ) as vllm,
+    ):
+        yield model, gguf, llama, vllm
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -370,49 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = work.resolve()
     print(f"load average: {load_average()}; work folder {work}", flush=True)
 
-    model, gguf = prepare_model()
-    llama_bin = _script_output("build_llama_server.sh")
-    vllm_bin = _script_output("install_vllm_mlx.sh")
     infer_check = ensure_infer_check()
-    hub = work / "hub"  # vllm-mlx's HF_HUB_CACHE: must exist, stays empty
-    hub.mkdir(exist_ok=True)
-    p_llama, p_vllm = free_port(), free_port()
-    llama_cmd: list[str | Path] = [
-        llama_bin,
-        "-m",
-        gguf,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(p_llama),
-    ]
-    vllm_cmd: list[str | Path] = [
-        vllm_bin,
-        "serve",
-        model,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(p_vllm),
-    ]
-    print(f"model {model} (+ {gguf.name}); starting llama-server and vllm-mlx ...", flush=True)
-    with (
-        serve(
-            "llama-server",
-            [*llama_cmd, *LLAMA_FLAGS, *LLAMA_CONTEXT_OVERRIDE],
-            p_llama,
-            work,
-            lambda h: isinstance(h, dict) and h.get("status") == "ok",
-        ) as llama,
-        serve(
-            "vllm-mlx",
-            [*vllm_cmd, "--continuous-batching"],
-            p_vllm,
-            work,
-            lambda h: isinstance(h, dict) and bool(h.get("model_loaded")),
-            env={"HF_HUB_CACHE": str(hub), "PYTHONUNBUFFERED": "1"},
-        ) as vllm,
-    ):
+    with both_servers(work) as (model, gguf, llama, vllm):
         servers = (llama, vllm)
         print("screening prompts that run to max tokens on both servers ...", flush=True)
         prompts, tried = screened_prompts(llama, vllm, str(model), args.prompts, args.max_tokens)

@@ -65,9 +65,9 @@ def record_prompts(run: CheckRun, prompt_ids: list[str]) -> tuple[dict[str, Any]
     name = golden_name(run)
     assert name is not None
     side = _recorded_side(run)
-    test = run._target(side)
+    test = run.resolve(side)
     path = run.loaded.golden_path(name, writing=True)
-    payloads = [_record_one(run, side, test, run._prompt(pid)) for pid in prompt_ids]
+    payloads = [_record_one(run, side, test, run.prompt(pid)) for pid in prompt_ids]
     for payload in payloads:
         payload["file"] = str(path)
     data: dict[str, Any] = {
@@ -97,7 +97,7 @@ def _record_one(run: CheckRun, side: Side, test: ResolvedTarget, prompt: Prompt)
     engine, settings = run.engine, run.settings
     thinking = settings.thinking
     rendered = engine.render(test, prompt, thinking)
-    params = run._params_for(prompt)
+    params = run.params(prompt)
     generation = engine.generate(test, rendered, params)
     k = settings.golden_top_k
     top, keys = None, generation.top_keys
@@ -142,9 +142,9 @@ def verify_replay(run: CheckRun, test_ref: str, prompt_id: str) -> None:
     if not isinstance(baseline.backend, GoldenBackend):
         return
     side = next(s for s in run.tests() if s.ref == test_ref)
-    prompt = run._prompt(prompt_id)
+    prompt = run.prompt(prompt_id)
     golden = baseline.backend.golden
-    test = run._target(side)
+    test = run.resolve(side)
     model = run.loaded.target(side.ref, side.loc).model
     problems = replay_problems(golden, model, test.backend.tokenizer_fingerprint())
     if not golden.asked(prompt.text, prompt.system, run.settings.thinking):

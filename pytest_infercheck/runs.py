@@ -17,48 +17,28 @@ from .checks.aggregate import (
     degradation_cliff,
     format_aggregate,
 )
-from .checks.comparison import PromptComparison, compare_prompt, generation_params
+from .checks.comparison import PromptComparison, compare_prompt
 from .checks.verdicts import item_violations
-from .config import CheckSpec, LoadedMatrix, Settings, Side
-from .engine import Engine, ResolvedTarget
+from .config import Side
+from .engine import ResolvedTarget
 from .golden_runs import golden_name, record_prompts, replay_lines, verify_replay
 from .metrics.text import first_divergence
-from .suites import Prompt, Suite
+from .suite_run import SuiteRun
 
 
 @dataclass
-class CheckRun:
-    engine: Engine
-    loaded: LoadedMatrix
-    check: CheckSpec
-    index: int
-    suite: Suite
-    settings: Settings
-    selected: frozenset[str] = frozenset()
-    """Prompt ids whose items survived selection (-k, --lf); empty means all."""
-    only_selected: bool = False
-    """Aggregate only the selected prompts (under ``--infercheck-shard``: other shards run the
-    rest, and ``pytest-infercheck report`` aggregates the union)."""
+class CheckRun(SuiteRun):
+    """The comparisons of one compare/sweep/diff check x suite."""
 
     # -- targets ----------------------------------------------------------------------------
-    def _target(self, side: Side) -> ResolvedTarget:
-        return self.engine.resolve(self.loaded, self.loaded.target(side.ref, side.loc))
-
     @property
     def baseline(self) -> ResolvedTarget:
-        return self._target(self.check.baseline_side(self.index))
+        return self.resolve(self.check.baseline_side(self.index))
 
     def tests(self) -> list[Side]:
         """The test sides in the user's order: one for compare, the sweep's models, the diff's
         other backends."""
         return self.check.test_sides(self.index)
-
-    def _prompt(self, prompt_id: str) -> Prompt:
-        return next(p for p in self.suite.prompts if p.id == prompt_id)
-
-    def _params_for(self, prompt: Prompt) -> Any:
-        s = self.settings
-        return generation_params(prompt, s.max_tokens, s.default_max_tokens, s.seed)
 
     # -- per prompt ------------------------------------------------------------------------------
     def prefetch(self, side: Side) -> None:
@@ -69,7 +49,7 @@ class CheckRun:
             return
         self.engine.memo[key] = True
         prompts = [p for p in self.suite.prompts if p.id in self.selected] or self.suite.prompts
-        baseline, test = self.baseline, self._target(side)
+        baseline, test = self.baseline, self.resolve(side)
         if baseline.backend.concurrency <= 1 and test.backend.concurrency <= 1:
             return
         thinking = self.settings.thinking
@@ -78,8 +58,8 @@ class CheckRun:
             rendered = self.engine.render(baseline, prompt, thinking)
             shared = self.engine.accepts_ids(test, rendered)
             test_input = rendered if shared else self.engine.render(test, prompt, thinking)
-            base_jobs.append((rendered, self._params_for(prompt)))
-            test_jobs.append((test_input, self._params_for(prompt)))
+            base_jobs.append((rendered, self.params(prompt)))
+            test_jobs.append((test_input, self.params(prompt)))
         self.engine.prefetch(baseline, base_jobs)
         self.engine.prefetch(test, test_jobs)
 
@@ -90,14 +70,14 @@ class CheckRun:
         if result is None:
             verify_replay(self, test_ref, prompt_id)
             self.prefetch(next(s for s in self.tests() if s.ref == test_ref))
-            prompt = self._prompt(prompt_id)
+            prompt = self.prompt(prompt_id)
             side = next(s for s in self.tests() if s.ref == test_ref)
             result = compare_prompt(
                 self.engine,
                 self.baseline,
-                self._target(side),
+                self.resolve(side),
                 prompt,
-                self._params_for(prompt),
+                self.params(prompt),
                 thinking=self.settings.thinking,
             )
             self.engine.memo[key] = result
@@ -145,16 +125,16 @@ class CheckRun:
         texts: list[str] = []
         violations: list[str] = []
         aggregates: list[SuiteAggregate] = []
-        prompts = [p for p in self.suite.prompts if not self.only_selected or p.id in self.selected]
+        prompts = self.scope_prompts()
         for side in self.tests():
             results = [self.prompt_result(p.id, side.ref)[0] for p in prompts]
             agg = aggregate(results, self.check)
             aggregates.append(agg)
             texts.append(format_aggregate(agg))
             violations.extend(f"{agg.test}: {v}" for v in aggregate_violations(agg, self.check))
-        texts.extend(replay_lines(self.baseline, list(map(self._target, self.tests()))))
+        texts.extend(replay_lines(self.baseline, list(map(self.resolve, self.tests()))))
         engines = {
-            t.label: t.backend.identity() for t in [self.baseline, *map(self._target, self.tests())]
+            t.label: t.backend.identity() for t in [self.baseline, *map(self.resolve, self.tests())]
         }
         data: dict[str, Any] = {
             "check": self.check.kind,
@@ -180,7 +160,7 @@ class CheckRun:
         problems: list[str] = []
         for prompt in self.suite.prompts:
             rendered = self.engine.render(baseline, prompt, self.settings.thinking)
-            params = self._params_for(prompt)
+            params = self.params(prompt)
             first = self.engine.generate(baseline, rendered, params, run=0)
             second = self.engine.generate(baseline, rendered, params, run=1)
             if first.token_ids is not None and first.token_ids != second.token_ids:

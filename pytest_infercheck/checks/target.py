@@ -13,12 +13,12 @@ import importlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .comparison import generation_params
+from ..suite_run import SuiteRun
 
 if TYPE_CHECKING:
-    from ..backends import GenerationParams, PromptInput
-    from ..config import CheckSpec, LoadedMatrix, Settings
-    from ..engine import Engine, ResolvedTarget
+    from ..backends import PromptInput
+    from ..config import CheckSpec
+    from ..engine import ResolvedTarget
     from ..suites import Prompt, Suite
 
 RUN_CLASSES = {
@@ -67,20 +67,9 @@ class Outcome:
 
 
 @dataclass
-class TargetRun:
+class TargetRun(SuiteRun):
     """The work of one single-target check x suite, shared by its items (memoise on
     ``engine.memo`` keyed by :meth:`memo_key`, so the aggregate reuses what items computed)."""
-
-    engine: Engine
-    loaded: LoadedMatrix
-    check: CheckSpec
-    index: int
-    suite: Suite
-    settings: Settings
-    selected: frozenset[str] = frozenset()
-    """Item keys that survived selection (-k, --lf); empty means all."""
-    only_selected: bool = False
-    """Under ``--infercheck-shard``: the aggregate covers only the selected keys."""
 
     # -- collection time ---------------------------------------------------------------------
     @classmethod
@@ -98,24 +87,10 @@ class TargetRun:
     # -- helpers for subclasses ----------------------------------------------------------------
     @property
     def target(self) -> ResolvedTarget:
-        side = self.check.baseline_side(self.index)
-        return self.engine.resolve(self.loaded, self.loaded.target(side.ref, side.loc))
+        return self.resolve(self.check.baseline_side(self.index))
 
     def memo_key(self, *parts: Any) -> tuple[Any, ...]:
         return (self.check.kind, self.loaded.path, self.index, self.suite.name, *parts)
-
-    def scope_prompts(self) -> list[Prompt]:
-        """The prompts an aggregate covers: the whole suite, or under ``--infercheck-shard``
-        the shard's selected ones (the other shards cover the rest)."""
-        prompts = self.suite.prompts
-        return [p for p in prompts if not self.only_selected or p.id in self.selected]
-
-    def prompt(self, prompt_id: str) -> Prompt:
-        return next(p for p in self.suite.prompts if p.id == prompt_id)
-
-    def params(self, prompt: Prompt) -> GenerationParams:
-        s = self.settings
-        return generation_params(prompt, s.max_tokens, s.default_max_tokens, s.seed)
 
     def render(self, prompt: Prompt) -> PromptInput:
         return self.engine.render(self.target, prompt, self.settings.thinking)

@@ -58,59 +58,46 @@ COMPARISON_MEASURES: list[Measure] = [
     ("methods", lambda c: plain(c.get("methods", {}))),
 ]
 
-KNOWN_MEASURES: dict[str, list[Measure]] = {
+MeasureSpec = tuple[str, tuple[str, ...], Callable[..., str]]
+"""A row of a single-target table: title, the data keys it reads, and how it shows them."""
+
+_KNOWN: dict[str, list[MeasureSpec]] = {
     "determinism": [
-        ("runs per prompt", lambda c: num(c.get("runs"))),
-        ("deterministic prompts", lambda c: rate(c.get("deterministic_prompts"), c.get("prompts"))),
-        (
-            "determinism score [CI]",
-            lambda c: interval(c.get("score"), c.get("score_low"), c.get("score_high")),
-        ),
-        ("errors", lambda c: num(c.get("errors"))),
-        ("max logprob drift", lambda c: num(c.get("max_logprob_drift"))),
+        ("runs per prompt", ("runs",), num),
+        ("deterministic prompts", ("deterministic_prompts", "prompts"), rate),
+        ("determinism score [CI]", ("score", "score_low", "score_high"), interval),
+        ("errors", ("errors",), num),
+        ("max logprob drift", ("max_logprob_drift",), num),
     ],
     "stress": [
-        ("requests", lambda c: num(c.get("requests"))),
-        ("error rate", lambda c: num(c.get("error_rate"))),
-        ("consistency", lambda c: num(c.get("consistency"))),
-        ("flips", lambda c: num(c.get("flips"))),
+        ("requests", ("requests",), num),
+        ("error rate", ("error_rate",), num),
+        ("consistency", ("consistency",), num),
+        ("flips", ("flips",), num),
         (
             "latency p50 / p95 (s)",
-            lambda c: (
-                f"{num(c.get('latency_p50_s'), '.3g')} / {num(c.get('latency_p95_s'), '.3g')}"
-            ),
+            ("latency_p50_s", "latency_p95_s"),
+            lambda p50, p95: f"{num(p50, '.3g')} / {num(p95, '.3g')}",
         ),
-        ("tokens/s", lambda c: num(c.get("tokens_per_s"), ".4g")),
-        ("achieved concurrency", lambda c: num(c.get("achieved_concurrency"), ".3g")),
+        ("tokens/s", ("tokens_per_s",), lambda v: num(v, ".4g")),
+        ("achieved concurrency", ("achieved_concurrency",), lambda v: num(v, ".3g")),
     ],
     "batch-invariance": [
-        ("invariant prompts", lambda c: rate(c.get("invariant_prompts"), c.get("prompts"))),
-        ("rate", lambda c: num(c.get("rate"))),
+        ("invariant prompts", ("invariant_prompts", "prompts"), rate),
+        ("rate", ("rate",), num),
     ],
 }
-_USED_KEYS = {
-    "determinism": {
-        "runs",
-        "deterministic_prompts",
-        "prompts",
-        "score",
-        "score_low",
-        "score_high",
-        "errors",
-        "max_logprob_drift",
-    },
-    "stress": {
-        "requests",
-        "error_rate",
-        "consistency",
-        "flips",
-        "latency_p50_s",
-        "latency_p95_s",
-        "tokens_per_s",
-        "achieved_concurrency",
-    },
-    "batch-invariance": {"invariant_prompts", "prompts", "rate"},
+
+
+def _measure(spec: MeasureSpec) -> Measure:
+    title, keys, show = spec
+    return title, lambda c: show(*(c.get(k) for k in keys))
+
+
+KNOWN_MEASURES: dict[str, list[Measure]] = {
+    kind: [_measure(spec) for spec in specs] for kind, specs in _KNOWN.items()
 }
+_USED_KEYS = {kind: {k for _, keys, _ in specs for k in keys} for kind, specs in _KNOWN.items()}
 _NOT_MEASURES = {"target", "level", "engines", "levels", "check", "suite", "baseline", "test"}
 
 
