@@ -13,6 +13,7 @@ this module only shapes the tree and the failure reports.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,6 +118,11 @@ class CheckCollector(pytest.Collector):
         self.index = index
         self.settings = settings
 
+    @functools.cached_property
+    def thresholds(self) -> dict[str, Any]:
+        """What the check holds its items to, for their records (computed once per check)."""
+        return self.check.thresholds()
+
     def collect(self) -> Iterator[pytest.Collector]:
         refs = self.check.suites or self.loaded.matrix.suites
         for ref in refs:
@@ -199,7 +205,7 @@ class SuiteCollector(pytest.Collector):
             "suite": self.suite.name,
             "role": role,
             "name": name,
-            "thresholds": parent.check.thresholds(),
+            "thresholds": parent.thresholds,
             "violations": list(violations),
             "data": data,
         }

@@ -101,6 +101,9 @@ class Backend(abc.ABC):
     capabilities: Capabilities = Capabilities()
     concurrency: int = 1
     """Requests worth having in flight at once (in-process engines: 1)."""
+    batching: str | None = None
+    """The engine's own batched generation, by name, when :meth:`generate_batch` uses it;
+    None: a batch is a burst of concurrent :meth:`generate` calls."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -127,9 +127,8 @@ def batched_by(backend: Backend) -> str:
     """How ``backend.generate_batch`` runs a batch: the backend's own batching (its
     ``batching`` attribute), else a burst of concurrent requests, which a backend that takes
     one request at a time serves one after the other."""
-    own: str | None = getattr(backend, "batching", None)
-    if own is not None:
-        return own
+    if backend.batching is not None:
+        return backend.batching
     return CONCURRENT_BURST if backend.concurrency > 1 else SEQUENTIAL
 
 

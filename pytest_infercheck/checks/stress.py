@@ -132,13 +132,6 @@ def batches(jobs: Sequence[Job], level: int) -> list[list[Job]]:
     return out
 
 
-def batches_natively(backend: Backend) -> bool:
-    """Whether the engine has batched generation of its own (overrides ``generate_batch``)."""
-    from ..backends.base import Backend
-
-    return type(backend).generate_batch is not Backend.generate_batch
-
-
 def _output(prompt_id: str, start: float, end: float, result: Any) -> Output:
     if isinstance(result, BaseException):
         return Output(prompt_id, start, end, error=error_kind(result))
@@ -417,7 +410,7 @@ class StressRun(TargetRun):
             (p, self.render(p), self.params(p))
             for p in jobs_for(self.suite.prompts, level, self.check.spec.repeats)
         ]
-        send = send_batches if batches_natively(target.backend) else send_burst
+        send = send_batches if target.backend.batching is not None else send_burst
         with self.shared.locked(self._load_lock, exclusive=False), under_load():
             outputs = self.engine.run(send(target.backend, jobs, level))
         data = level_data(level, target.label, outputs, references, self.suite.prompts)
