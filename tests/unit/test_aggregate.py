@@ -13,34 +13,13 @@ from pytest_infercheck.config import Thresholds
 from pytest_infercheck.report.terminal import render_table, summary_rows
 from pytest_infercheck.xdist_scheduling import scope_of
 
+from .factories import prompt_comparison
+
 
 def comparison(
     pid: str, kl: list[float], same_top: list[bool], delta_p: list[float], flip: str = "unchanged"
 ) -> PromptComparison:
-    return PromptComparison(
-        prompt_id=pid,
-        prompt_text="2+2=",
-        baseline="bf16@local",
-        test="q4@local",
-        method="teacher-forced",
-        base_text="4",
-        test_text="5",
-        base_ids=[52, 2],
-        test_ids=[53, 2],
-        base_finish="stop",
-        test_finish="stop",
-        first_divergence=0,
-        similarity=0.0,
-        severity="severe",
-        kl_per_position=kl,
-        same_top=same_top,
-        delta_p=delta_p,
-        answer_kind="number",
-        reference="4",
-        base_answer="4",
-        test_answer="5",
-        flip=flip,
-    )
+    return prompt_comparison(pid, kl, same_top, delta_p, flip)
 
 
 RESULTS = [

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_infercheck.checks.comparison import PromptComparison
 from pytest_infercheck.report.collector import make_run_id, redact, stable_argv
 from pytest_infercheck.report.merge import MergeError, merge_results
 from pytest_infercheck.report.properties import scalar_properties
@@ -28,36 +27,15 @@ from pytest_infercheck.report.results import (
 )
 from pytest_infercheck.sharding import Shard, parse_shard, shard_of
 
+from .factories import prompt_comparison
+
 UNTRUSTED = '</script><script>alert("x")</script>\u2028\x00\x1b[31m&amp; é'
 THRESHOLDS = {"max_kl_position": 0.5, "flips": {"fail_item_on": "correct_to_wrong"}}
 SUITE = "infercheck.yaml::compare(bf16-vs-q4)::addition"
 
 
 def comparison(pid: str, kl: list[float], flip: str, text: str = "4") -> dict[str, Any]:
-    result = PromptComparison(
-        prompt_id=pid,
-        prompt_text=text,
-        baseline="bf16@local",
-        test="q4@local",
-        method="teacher-forced",
-        base_text="4",
-        test_text="5",
-        base_ids=[52, 2],
-        test_ids=[53, 2],
-        base_finish="stop",
-        test_finish="stop",
-        first_divergence=0,
-        similarity=0.0,
-        severity="severe",
-        kl_per_position=kl,
-        same_top=[True] * len(kl),
-        delta_p=[0.0] * len(kl),
-        answer_kind="number",
-        reference="4",
-        base_answer="4",
-        test_answer="5",
-        flip=flip,
-    )
+    result = prompt_comparison(pid, kl, flip=flip, prompt_text=text)
     return {**result.to_dict(), "kl_mean": result.kl_mean, "is_flip": result.is_flip}
 
 
