@@ -19,16 +19,17 @@ import contextlib
 import json
 import os
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from .base import BackendError
 
 RETRY_STATUS = frozenset({429, 503})
+T = TypeVar("T")
 DONE = object()
 """What :func:`parse_event_line` returns for the ``[DONE]`` line that ends an SSE stream."""
 
@@ -57,6 +58,15 @@ class HttpSettings:
     retries: int = 4
     backoff_s: float = 0.5
     api_key_env: str | None = None
+
+
+class _ErrorStatus(Exception):
+    """An answer with an HTTP error status, inside :meth:`HttpClient._retrying`."""
+
+    def __init__(self, response: httpx.Response, body: str) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+        self.body = body
 
 
 class HttpError(BackendError):
@@ -126,98 +136,105 @@ class HttpClient:
             self._clients[loop] = (client, asyncio.Semaphore(self.settings.max_concurrency))
         return self._clients[loop]
 
+    def _slot(self, gate: asyncio.Semaphore) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A place among the ``max_concurrency`` requests in flight (none under load)."""
+        return contextlib.nullcontext() if _UNDER_LOAD.get() else gate
+
+    async def _retrying(self, label: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()`` until it succeeds: connection errors, read errors and timeouts, and
+        HTTP 429/503 (raised by ``attempt`` as :class:`_ErrorStatus`) are retried with
+        exponential backoff and jitter (``Retry-After`` honoured), at most ``retries`` times
+        (never under load); any other error status is raised at once as :class:`HttpError`."""
+        retries = 0 if _UNDER_LOAD.get() else self.settings.retries
+        tries = 0
+        while True:
+            delay = self.settings.backoff_s * (2**tries) * (0.5 + random.random())
+            try:
+                return await attempt()
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                if tries >= retries:
+                    raise HttpError(
+                        f"backend {self.name!r}: {label} failed after "
+                        f"{tries + 1} attempts: {type(exc).__name__}: {exc}"
+                    ) from exc
+            except _ErrorStatus as error:
+                status = error.response.status_code
+                if status not in RETRY_STATUS or tries >= retries:
+                    raise HttpError(
+                        f"backend {self.name!r}: {label} -> HTTP {status}: {error.body[:300]}",
+                        status,
+                        error.body,
+                    ) from None
+                delay = _retry_after(error.response, delay)
+            tries += 1
+            await asyncio.sleep(delay)
+
     async def request(self, method: str, path: str, payload: Any = None) -> Any:
         """Send one JSON request (retrying accidents) and return the decoded JSON body."""
         client, gate = self._client()
-        load = _UNDER_LOAD.get()
-        retries = 0 if load else self.settings.retries
-        attempt = 0
-        while True:
-            delay = self.settings.backoff_s * (2**attempt) * (0.5 + random.random())
-            try:
-                async with contextlib.nullcontext() if load else gate:
-                    response = await client.request(method, path, json=payload)
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                if attempt >= retries:
-                    raise HttpError(
-                        f"backend {self.name!r}: {method} {path} failed after "
-                        f"{attempt + 1} attempts: {type(exc).__name__}: {exc}"
-                    ) from exc
-            else:
-                if response.status_code < 400:
-                    try:
-                        return response.json()
-                    except ValueError as exc:
-                        raise HttpError(
-                            f"backend {self.name!r}: {method} {path} returned malformed JSON: "
-                            f"{response.text[:200]!r}",
-                            response.status_code,
-                            response.text,
-                        ) from exc
-                if response.status_code not in RETRY_STATUS or attempt >= retries:
-                    raise HttpError(
-                        f"backend {self.name!r}: {method} {path} -> HTTP "
-                        f"{response.status_code}: {response.text[:300]}",
-                        response.status_code,
-                        response.text,
-                    )
-                delay = _retry_after(response, delay)
-            attempt += 1
-            await asyncio.sleep(delay)
+
+        async def attempt() -> httpx.Response:
+            async with self._slot(gate):
+                response = await client.request(method, path, json=payload)
+            if response.status_code >= 400:
+                raise _ErrorStatus(response, response.text)
+            return response
+
+        response = await self._retrying(f"{method} {path}", attempt)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise HttpError(
+                f"backend {self.name!r}: {method} {path} returned malformed JSON: "
+                f"{response.text[:200]!r}",
+                response.status_code,
+                response.text,
+            ) from exc
 
     async def stream(self, path: str, payload: Any, *, sse: bool = True) -> AsyncIterator[Any]:
         """POST ``payload`` and yield the decoded events of the streamed answer, in order.
 
-        Connection errors, 429 and 503 are retried as in :meth:`request` until the response
-        starts; an error status is raised as :class:`HttpError`, as is a stream that breaks.
+        Connection errors, 429 and 503 are retried as in :meth:`request` until the first line
+        of the answer has arrived; an error status is raised as :class:`HttpError`, as is a
+        stream that breaks after it started.
         """
         client, gate = self._client()
-        load = _UNDER_LOAD.get()
-        retries = 0 if load else self.settings.retries
-        attempt = 0
-        while True:
-            delay = self.settings.backoff_s * (2**attempt) * (0.5 + random.random())
+
+        async def attempt() -> tuple[contextlib.AsyncExitStack, str | None, AsyncIterator[str]]:
+            held = contextlib.AsyncExitStack()  # the concurrency slot and the open response
             try:
-                async with (
-                    contextlib.nullcontext() if load else gate,
-                    client.stream("POST", path, json=payload) as response,
-                ):
-                    if response.status_code >= 400:
-                        body = (await response.aread()).decode("utf-8", "replace")
-                        if response.status_code not in RETRY_STATUS or attempt >= retries:
-                            raise HttpError(
-                                f"backend {self.name!r}: POST {path} (stream) -> HTTP "
-                                f"{response.status_code}: {body[:300]}",
-                                response.status_code,
-                                body,
-                            )
-                        delay = _retry_after(response, delay)
-                    else:
-                        started = False
-                        try:
-                            async for line in response.aiter_lines():
-                                started = True
-                                event = parse_event_line(line, sse=sse)
-                                if event is DONE:
-                                    return
-                                if event is not None:
-                                    yield event
-                        except (httpx.TransportError, httpx.TimeoutException) as exc:
-                            if started:
-                                raise HttpError(
-                                    f"backend {self.name!r}: POST {path}: the stream broke: "
-                                    f"{type(exc).__name__}: {exc}"
-                                ) from exc
-                            raise
+                await held.enter_async_context(self._slot(gate))
+                response = await held.enter_async_context(client.stream("POST", path, json=payload))
+                if response.status_code >= 400:
+                    body = (await response.aread()).decode("utf-8", "replace")
+                    raise _ErrorStatus(response, body)
+                lines = response.aiter_lines()
+                first = await anext(lines, None)
+            except BaseException:
+                await held.aclose()
+                raise
+            return held, first, lines
+
+        held, first, lines = await self._retrying(f"POST {path} (stream)", attempt)
+        async with held:
+            if first is None:
+                return
+            line = first
+            try:
+                while True:
+                    event = parse_event_line(line, sse=sse)
+                    if event is DONE:
                         return
+                    if event is not None:
+                        yield event
+                    line = await anext(lines)
+            except StopAsyncIteration:
+                return
             except (httpx.TransportError, httpx.TimeoutException) as exc:
-                if attempt >= retries:
-                    raise HttpError(
-                        f"backend {self.name!r}: POST {path} (stream) failed after "
-                        f"{attempt + 1} attempts: {type(exc).__name__}: {exc}"
-                    ) from exc
-            attempt += 1
-            await asyncio.sleep(delay)
+                raise HttpError(
+                    f"backend {self.name!r}: POST {path}: the stream broke: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
 
     async def send_once(
         self,
