@@ -7,8 +7,9 @@ prompt and model, ``r017[q4]``) plus ``aggregate`` (suite gates) and, for a swee
 
 Brackets appear only at the end, as parameters: pytest reads ``[`` in a node id as the
 start of an item's parameters (``--lf``, xdist and JUnit parse ids back from strings), so a
-collector named ``compare[...]`` would not round-trip. Work is done by :mod:`.runs`;
-this module only shapes the tree and the failure reports.
+collector named ``compare[...]`` would not round-trip. Every kind plans its items and does
+its work (:mod:`.checks.protocol`); this module only shapes the tree and the failure reports,
+with two item classes for every kind: :class:`PlannedItem` and :class:`AggregateItem`.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from _pytest.pathlib import bestrelpath
 
-from .config import CheckSpec, LoadedMatrix, Target, load_matrix
+from .backends import BackendError
+from .checks.protocol import CheckRun, ItemPlan, Outcome
+from .config import CheckSpec, LoadedMatrix, load_matrix
 from .options import effective_settings
+from .state import engine_for
 from .suites import Suite, SuiteError, load_suite
 from .yamlpos import SourceError
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
-
-    from .checks.target import ItemPlan, Outcome, TargetRun
-    from .runs import CheckRun
 
 
 class InfercheckFailure(Exception):
@@ -46,8 +47,6 @@ def _plain_failure(
         return f"{path}:{err.line}: {err.reason}" if err.line else f"{path}: {err.reason}"
     if isinstance(err, InfercheckFailure):
         return str(err)
-    from .backends import BackendError
-
     if isinstance(excinfo.value, BackendError):
         return f"backend error: {excinfo.value}"
     return None
@@ -76,28 +75,10 @@ class InfercheckFile(pytest.File):
 
 
 def check_name(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
-    """``compare(bf16-vs-q4)``, ``sweep(bf16)``, ``diff(bf16)``, ``determinism(q4)``; backends
-    appear in a compare only where they tell the sides apart, in a single-target check only
-    when the matrix has several (``stress(q4.llama)``)."""
-    if check.name:
-        return f"{check.kind}({check.name})"
-    baseline = check.baseline_side(index)
-    base = loaded.target(baseline.ref, baseline.loc)
-    if not check.is_comparison:
-        several = len(loaded.matrix.backends) > 1
-        label = f"{base.model}.{base.backend}" if several else base.model
-        return f"{check.kind}({label})"
-    if check.compare is not None:
-        (side,) = check.test_sides(index)
-        test = loaded.target(side.ref, side.loc)
-        return f"{check.kind}({_side(base, test)}-vs-{_side(test, base)})"
-    return f"{check.kind}({base.model})"
-
-
-def _side(target: Target, other: Target) -> str:
-    if target.backend == other.backend:
-        return target.model
-    return target.model if target.model != other.model else f"{target.model}.{target.backend}"
+    """``kind(label)``: the check's ``name``, else its kind's label (``compare(bf16-vs-q4)``,
+    ``sweep(bf16)``, ``determinism(q4)``, ``stress(q4.llama)``)."""
+    label = check.name or check.check_kind.label(loaded, check, index)
+    return f"{check.kind}({label})"
 
 
 class CheckCollector(pytest.Collector):
@@ -138,14 +119,12 @@ class CheckCollector(pytest.Collector):
 
 
 class SuiteCollector(pytest.Collector):
-    """One suite within a check; owns the shared :class:`CheckRun`."""
+    """One suite within a check; owns the check run its items share."""
 
     def __init__(self, *, suite: Suite, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.suite = suite
-        self.selected: set[str] = set()
-        """Prompt ids (plan keys) of this suite's items selected to run (set after -k etc.)."""
-        self._run: CheckRun | TargetRun | None = None
+        self._run: CheckRun | None = None
 
     @property
     def check_collector(self) -> CheckCollector:
@@ -153,45 +132,29 @@ class SuiteCollector(pytest.Collector):
         return self.parent
 
     def run(self) -> CheckRun:
-        """The comparison state shared by this suite's items (built on first use)."""
-        run = self._shared_run()
-        from .runs import CheckRun
-
-        assert isinstance(run, CheckRun)
-        return run
-
-    def target_run(self) -> TargetRun:
-        """The single-target check state shared by this suite's items."""
-        run = self._shared_run()
-        from .checks.target import TargetRun
-
-        assert isinstance(run, TargetRun)
-        return run
-
-    def _shared_run(self) -> CheckRun | TargetRun:
+        """The state shared by this suite's items (built on first use)."""
         if self._run is None:
-            from .state import engine_for
-
             parent = self.check_collector
-            fields: dict[str, Any] = {
-                "engine": engine_for(self.config),
-                "loaded": parent.loaded,
-                "check": parent.check,
-                "index": parent.index,
-                "suite": self.suite,
-                "settings": parent.settings,
-                "selected": frozenset(self.selected),
-                "only_selected": self.config.getoption("infercheck_shard", None) is not None,
-            }
-            if parent.check.is_comparison:
-                from .runs import CheckRun
-
-                self._run = CheckRun(**fields)
-            else:
-                from .checks.target import run_class
-
-                self._run = run_class(parent.check.kind)(**fields)
+            self._run = parent.check.check_kind.run(
+                engine=engine_for(self.config),
+                loaded=parent.loaded,
+                check=parent.check,
+                index=parent.index,
+                suite=self.suite,
+                settings=parent.settings,
+                selected=self.selected(),
+                only_selected=self.config.getoption("infercheck_shard", None) is not None,
+            )
         return self._run
+
+    def selected(self) -> frozenset[str]:
+        """Plan keys of this suite's items that run in this session (after ``-k``, ``--lf``
+        and sharding), so HTTP prefetching skips the rest."""
+        return frozenset(
+            item.plan.key
+            for item in self.session.items
+            if isinstance(item, PlannedItem) and item.parent is self
+        )
 
     def record(
         self, role: str, name: str, violations: list[str], data: dict[str, Any]
@@ -211,44 +174,18 @@ class SuiteCollector(pytest.Collector):
         }
 
     def collect(self) -> Iterator[pytest.Item]:
-        parent = self.check_collector
-        if not parent.check.is_comparison:
-            yield from self._collect_target_items()
-            return
-        sides = parent.check.test_sides(parent.index)
-        if parent.check.self_check:
-            yield SelfCheckItem.from_parent(self, name="self-check")
-        for prompt in self.suite.prompts:
-            for side in sides:
-                if side.label is None:
-                    yield PromptItem.from_parent(
-                        self, name=prompt.id, prompt_id=prompt.id, test=side.ref
-                    )
-                else:
-                    yield PromptItem.from_parent(
-                        self,
-                        name=f"{prompt.id}[{side.label}]",
-                        nodeid=_param_id(self, prompt.id, side.label),
-                        prompt_id=prompt.id,
-                        test=side.ref,
-                    )
-        yield AggregateItem.from_parent(self, name="aggregate")
-
-    def _collect_target_items(self) -> Iterator[pytest.Item]:
-        from .checks.target import run_class
-
         check = self.check_collector.check
-        for plan in run_class(check.kind).plan(check, self.suite):
+        for plan in check.check_kind.run.plan(check, self.suite):
             if plan.param is None:
-                yield TargetItem.from_parent(self, name=plan.name, plan=plan)
+                yield PlannedItem.from_parent(self, name=plan.name, plan=plan)
             else:
-                yield TargetItem.from_parent(
+                yield PlannedItem.from_parent(
                     self,
-                    name=f"{plan.name}[{plan.param}]",
+                    name=plan.full_name,
                     nodeid=_param_id(self, plan.name, plan.param),
                     plan=plan,
                 )
-        yield TargetAggregateItem.from_parent(self, name="aggregate")
+        yield AggregateItem.from_parent(self, name="aggregate")
 
 
 def _param_id(parent: pytest.Collector, name: str, param: str) -> Any:
@@ -259,6 +196,7 @@ def _param_id(parent: pytest.Collector, name: str, param: str) -> Any:
 
 
 class _InfercheckItem(pytest.Item):
+    role = "aggregate"
     infercheck_record: dict[str, Any] | None = None
     """Set by ``runtest``: what the item measured (see :meth:`SuiteCollector.record`)."""
     infercheck_golden: list[Any] | None = None
@@ -277,109 +215,44 @@ class _InfercheckItem(pytest.Item):
     ) -> str | TerminalRepr:
         return _plain_failure(self, excinfo) or super().repr_failure(excinfo, style=style)
 
+    def infercheck_stub(self) -> dict[str, Any]:
+        """The record of this item when it produced none (it errored or was skipped): its
+        identity, no violations, empty data."""
+        return self.suite_node.record(self.role, self.name, [], {})
 
-class PromptItem(_InfercheckItem):
-    """One prompt x comparison; per-item thresholds."""
-
-    def __init__(self, *, prompt_id: str, test: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.prompt_id = prompt_id
-        self.test_ref = test
+    def outcome(self) -> Outcome:
+        raise NotImplementedError
 
     def runtest(self) -> None:
-        from .checks.verdicts import failure_text
-
-        run = self.suite_node.run()
-        if run.recording:
-            _recorded(self, run.record([self.prompt_id]))
-            return
-        result, violations = run.prompt_result(self.prompt_id, self.test_ref)
-        self.user_properties.extend(run.item_properties(result))
+        outcome = self.outcome()
+        self.user_properties.extend(outcome.properties)
+        role = outcome.role or self.role
         self.infercheck_record = self.suite_node.record(
-            "prompt", self.name, violations, run.item_data(result)
+            role, self.name, outcome.violations, outcome.data
         )
-        if violations:
-            raise InfercheckFailure(failure_text(result, violations))
+        self.infercheck_golden = outcome.golden_entries
+        if outcome.violations:
+            raise InfercheckFailure(outcome.failure_report())
 
 
-class AggregateItem(_InfercheckItem):
-    """Suite gates over every prompt of the check x suite (and, for a sweep, every model)."""
-
-    def runtest(self) -> None:
-        run = self.suite_node.run()
-        if run.recording:
-            _recorded(self, run.record([p.id for p in self.suite_node.suite.prompts]))
-            return
-        summary, violations, properties, data = run.aggregate()
-        self.user_properties.extend(properties)
-        self.infercheck_record = self.suite_node.record("aggregate", self.name, violations, data)
-        if violations:
-            raise InfercheckFailure(
-                summary + "\nviolations:\n" + "\n".join(f"  - {v}" for v in violations)
-            )
-
-
-def _recorded(item: _InfercheckItem, recorded: tuple[dict[str, Any], list[Any]]) -> None:
-    """An item under ``--infercheck-record``: role ``record``; its golden entries ride on its
-    report to the controller, which writes the golden (see ``golden_writer``)."""
-    data, payloads = recorded
-    item.infercheck_record = item.suite_node.record("record", item.name, [], data)
-    item.infercheck_golden = payloads
-
-
-class SelfCheckItem(_InfercheckItem):
-    """The sweep's baseline generated twice must be identical, token for token."""
-
-    def runtest(self) -> None:
-        problems = self.suite_node.run().self_check()
-        self.user_properties.append(("infercheck_self_check_problems", len(problems)))
-        self.infercheck_record = self.suite_node.record(
-            "self-check", self.name, problems, {"problems": problems}
-        )
-        if problems:
-            raise InfercheckFailure(
-                "baseline self-check FAILED: the baseline is not deterministic, so no sweep "
-                "level can be judged against it\n" + "\n".join(f"  - {p}" for p in problems)
-            )
-
-
-class TargetItem(_InfercheckItem):
-    """One item of a single-target check (a prompt, a concurrency level, a hostile request)."""
+class PlannedItem(_InfercheckItem):
+    """One item a kind planned (a prompt, a prompt x test side, a concurrency level, ...)."""
 
     def __init__(self, *, plan: ItemPlan, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.plan = plan
+        self.role = plan.role
 
-    def runtest(self) -> None:
-        outcome = self.suite_node.target_run().run_item(self.plan)
-        _finish(self, self.plan.role, outcome)
-
-
-class TargetAggregateItem(_InfercheckItem):
-    """The suite gates of a single-target check."""
-
-    def runtest(self) -> None:
-        outcome = self.suite_node.target_run().aggregate()
-        _finish(self, "aggregate", outcome)
+    def outcome(self) -> Outcome:
+        return self.suite_node.run().run_item(self.plan)
 
 
-def _finish(item: _InfercheckItem, role: str, outcome: Outcome) -> None:
-    item.user_properties.extend(outcome.properties)
-    item.infercheck_record = item.suite_node.record(
-        role, item.name, outcome.violations, outcome.data
-    )
-    if outcome.violations:
-        head = f"{outcome.text}\n" if outcome.text else ""
-        raise InfercheckFailure(
-            head + "violations:\n" + "\n".join(f"  - {v}" for v in outcome.violations)
-        )
+class AggregateItem(_InfercheckItem):
+    """The suite gates of a check x suite."""
+
+    def outcome(self) -> Outcome:
+        return self.suite_node.run().aggregate()
 
 
-def note_selected(items: list[pytest.Item]) -> None:
-    """Tell each suite which of its prompts (or plan keys) will run, so HTTP prefetching
-    skips the rest."""
-    for item in items:
-        if isinstance(item, PromptItem):
-            item.suite_node.selected.add(item.prompt_id)
-        elif isinstance(item, TargetItem):
-            item.suite_node.selected.add(item.plan.key)
+def is_aggregate(item: pytest.Item) -> bool:
+    return isinstance(item, AggregateItem)

@@ -7,31 +7,16 @@ Every error names the file, the line and the field (``infercheck.yaml:14: checks
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, create_model, field_validator, model_validator
 
-from .kinds import CHECK_KINDS, COMPARISON_KINDS
+from .checks.protocol import CheckKind
+from .checks.registry import KIND_NAMES, KINDS
+from .golden import GOLDEN_NAME, GOLDEN_PLACE
+from .specs import SERVER_KINDS, Side, TargetThresholds, Thresholds, _Strict
 from .yamlpos import PositionedYaml, SourceError, load_positioned
-
-Endpoint = Literal["completions", "chat", "messages"]
-HostileKind = Literal[
-    "context-overflow", "invalid-utf8", "special-tokens", "max-tokens-0", "disconnect"
-]
-HOSTILE_KINDS: tuple[HostileKind, ...] = (
-    "context-overflow",
-    "invalid-utf8",
-    "special-tokens",
-    "max-tokens-0",
-    "disconnect",
-)
-SERVER_KINDS = ("openai", "vllm-mlx", "llama-server", "ollama")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ModelSpec(_Strict):
@@ -166,153 +151,11 @@ class Settings(_Strict):
         return value
 
 
-class FlipThresholds(_Strict):
-    """Answer-flip gates.
+class CheckEntry(Thresholds, TargetThresholds):
+    """One entry of ``checks:``: exactly one kind key (its options: the kind's ``spec``) plus
+    thresholds, an optional ``name`` and ``suites``. :data:`CheckSpec` adds one optional
+    field per kind of the registry."""
 
-    ``fail_item_on``: which flip fails a prompt's item (``correct_to_wrong``, ``any`` flip, or
-    ``never``). ``max_rate``: suite gate on the flip rate, compared with the upper bound of
-    its Wilson interval at ``confidence`` (or the point estimate with ``gate: point``).
-    """
-
-    fail_item_on: Literal["correct_to_wrong", "any", "never"] = "correct_to_wrong"
-    max_rate: float | None = Field(default=None, ge=0, le=1)
-    confidence: float = Field(default=0.95, gt=0, lt=1)
-    gate: Literal["upper", "point"] = "upper"
-
-
-class Thresholds(_Strict):
-    """Per item: ``max_kl`` (teacher-forced mean KL of the prompt), ``max_kl_position`` (its
-    largest KL_t), ``min_similarity`` (text). Per suite: ``max_mean_kl`` (pooled mean KL),
-    ``min_same_top`` (argmax agreement rate), ``flips.max_rate``."""
-
-    max_kl: float | None = Field(default=None, ge=0)
-    max_kl_position: float | None = Field(default=None, ge=0)
-    min_similarity: float | None = Field(default=None, ge=0, le=1)
-    max_mean_kl: float | None = Field(default=None, ge=0)
-    min_same_top: float | None = Field(default=None, ge=0, le=1)
-    flips: FlipThresholds = FlipThresholds()
-
-
-class TargetThresholds(_Strict):
-    """Thresholds of the single-target checks.
-
-    determinism: ``min_determinism`` (suite gate on the determinism score, the mean over
-    prompts of the share of runs equal to the modal output); ``max_logprob_drift`` (per item:
-    the largest |logprob difference| among runs with identical tokens; None: reported only).
-    stress: ``min_consistency`` (per level: share of outputs equal to their reference);
-    ``max_error_rate`` (per level, and for determinism runs). batch-invariance, stream-parity:
-    ``logprob_tolerance`` (largest |logprob difference| allowed where tokens are identical).
-    """
-
-    min_determinism: float | None = Field(default=None, ge=0, le=1)
-    max_logprob_drift: float | None = Field(default=None, ge=0)
-    min_consistency: float = Field(default=1.0, ge=0, le=1)
-    max_error_rate: float = Field(default=0.0, ge=0, le=1)
-    logprob_tolerance: float = Field(default=1e-4, ge=0)
-
-
-class TargetCheck(_Strict):
-    """A check of one ``model@backend``; ``determinism: q4@llama`` is short for
-    ``determinism: {target: q4@llama}``."""
-
-    target: str
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, value: Any) -> Any:
-        return {"target": value} if isinstance(value, str) else value
-
-
-class DeterminismSpec(TargetCheck):
-    """Each prompt ``runs`` times at temperature 0."""
-
-    runs: int = Field(default=10, ge=2)
-
-
-class StressSpec(TargetCheck):
-    """The suite at each concurrency level; ``repeats`` copies of every prompt per level, so a
-    prompt is also in flight with itself."""
-
-    levels: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16], min_length=1)
-    repeats: int = Field(default=2, ge=1)
-
-    @field_validator("levels")
-    @classmethod
-    def _levels(cls, value: list[int]) -> list[int]:
-        if any(level < 1 for level in value) or len(set(value)) != len(value):
-            raise ValueError("levels must be distinct integers >= 1")
-        return sorted(value)
-
-
-class BatchInvarianceSpec(TargetCheck):
-    """Each prompt alone, then at a random position of ``trials`` batches of ``batch_size``
-    prompts of mixed lengths, drawn with ``seed``."""
-
-    trials: int = Field(default=3, ge=1)
-    batch_size: int = Field(default=8, ge=2)
-    seed: int = 0
-
-
-class StreamParitySpec(TargetCheck):
-    """The same request streamed (SSE) and not streamed."""
-
-
-class EndpointParitySpec(TargetCheck):
-    """The same templated prompt through each endpoint; the first is the reference."""
-
-    endpoints: list[Endpoint] = Field(
-        default_factory=lambda: list[Endpoint](["completions", "chat"]), min_length=2
-    )
-
-
-class CachePollutionSpec(TargetCheck):
-    """Reference prompts, then each hostile request, then the reference prompts again."""
-
-    hostile: list[HostileKind] = Field(default_factory=lambda: list(HOSTILE_KINDS), min_length=1)
-
-
-class CompareSpec(_Strict):
-    baseline: str
-    test: str
-
-
-class SweepSpec(_Strict):
-    baseline: str
-    models: list[str] = Field(min_length=1)
-    self_check: bool = True
-
-
-class DiffSpec(_Strict):
-    """One model across backends; the first backend is the baseline."""
-
-    model: str
-    backends: list[str] = Field(min_length=2)
-
-
-Loc = tuple[str | int, ...]
-
-
-@dataclass(frozen=True)
-class Side:
-    """One test side of a check: its label in item ids (None for compare), ref and YAML loc."""
-
-    label: str | None
-    ref: str
-    loc: Loc
-
-
-class CheckSpec(Thresholds, TargetThresholds):
-    """One entry of ``checks:``: exactly one kind key plus thresholds and options."""
-
-    compare: CompareSpec | None = None
-    sweep: SweepSpec | None = None
-    diff: DiffSpec | None = None
-    determinism: DeterminismSpec | None = None
-    stress: StressSpec | None = None
-    batch_invariance: BatchInvarianceSpec | None = Field(default=None, alias="batch-invariance")
-    stream_parity: StreamParitySpec | None = Field(default=None, alias="stream-parity")
-    endpoint_parity: EndpointParitySpec | None = Field(default=None, alias="endpoint-parity")
-    cache_pollution: CachePollutionSpec | None = Field(default=None, alias="cache-pollution")
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.+-]+$")
     suites: list[SuiteRef] | None = None
 
@@ -322,72 +165,59 @@ class CheckSpec(Thresholds, TargetThresholds):
         return _suite_list(value)
 
     @model_validator(mode="after")
-    def _one_kind(self) -> CheckSpec:
-        kinds = [k for k in CHECK_KINDS if self.spec_of(k) is not None]
+    def _one_kind(self) -> CheckEntry:
+        kinds = [k.name for k in KINDS if self.spec_of(k.name) is not None]
         if len(kinds) != 1:
-            raise ValueError(f"a check needs exactly one of {', '.join(CHECK_KINDS)}")
+            raise ValueError(f"a check needs exactly one of {', '.join(KIND_NAMES)}")
         return self
 
     def spec_of(self, kind: str) -> Any:
         """The options of kind ``kind`` (``batch-invariance`` -> ``self.batch_invariance``)."""
-        return getattr(self, kind.replace("-", "_"))
+        return getattr(self, field_name(kind), None)
 
     @property
     def kind(self) -> str:
-        return next(k for k in CHECK_KINDS if self.spec_of(k) is not None)
+        return self.check_kind.name
+
+    @property
+    def check_kind(self) -> CheckKind:
+        """The kind of this check, from the registry."""
+        return next(k for k in KINDS if self.spec_of(k.name) is not None)
 
     @property
     def spec(self) -> Any:
         """The options under the kind key."""
         return self.spec_of(self.kind)
 
-    @property
-    def is_comparison(self) -> bool:
-        """compare, sweep and diff set a test side against a baseline; the other kinds check
-        one target on its own."""
-        return self.kind in COMPARISON_KINDS
-
     def thresholds(self) -> dict[str, Any]:
         """The thresholds this check is held to, as plain types (for reports)."""
-        fields = Thresholds.model_fields if self.is_comparison else TargetThresholds.model_fields
-        relevant = set(fields) | ({"flips", "min_similarity"} if not self.is_comparison else set())
-        data = self.model_dump(include=relevant)
+        data = self.model_dump(include=set(self.check_kind.thresholds))
         return {k: v for k, v in data.items() if v is not None}
 
     def baseline_side(self, index: int) -> Side:
         """The baseline's ref and where it is written (a single-target check: its target)."""
-        loc: Loc = ("checks", index, self.kind)
-        if not self.is_comparison:
-            return Side(None, self.spec.target, (*loc, "target"))
-        if self.diff is not None:
-            return Side(None, f"{self.diff.model}@{self.diff.backends[0]}", (*loc, "backends", 0))
-        spec = self.compare or self.sweep
-        assert spec is not None
-        return Side(None, spec.baseline, (*loc, "baseline"))
+        return self.spec.baseline_side(("checks", index, self.kind))
 
     def test_sides(self, index: int) -> list[Side]:
         """The sides compared with the baseline, in the user's order (none for a
         single-target check)."""
-        loc: Loc = ("checks", index, self.kind)
-        if not self.is_comparison:
-            return []
-        if self.compare is not None:
-            return [Side(None, self.compare.test, (*loc, "test"))]
-        if self.sweep is not None:
-            return [
-                Side(ref.partition("@")[0], ref, (*loc, "models", j))
-                for j, ref in enumerate(self.sweep.models)
-            ]
-        assert self.diff is not None
-        return [
-            Side(backend, f"{self.diff.model}@{backend}", (*loc, "backends", j))
-            for j, backend in enumerate(self.diff.backends)
-            if j > 0
-        ]
+        return self.spec.test_sides(("checks", index, self.kind))
 
-    @property
-    def self_check(self) -> bool:
-        return self.sweep is not None and self.sweep.self_check
+
+def field_name(kind: str) -> str:
+    """The Python field of a kind's YAML key: ``batch-invariance`` -> ``batch_invariance``."""
+    return kind.replace("-", "_")
+
+
+if TYPE_CHECKING:
+    CheckSpec = CheckEntry
+else:
+    CheckSpec = create_model(
+        "CheckSpec",
+        __base__=CheckEntry,
+        __doc__=CheckEntry.__doc__,
+        **{field_name(k.name): (k.spec | None, Field(default=None, alias=k.name)) for k in KINDS},
+    )
 
 
 def _suite_list(value: Any) -> Any:
@@ -412,9 +242,6 @@ class Matrix(_Strict):
     @classmethod
     def _suite_shorthand(cls, value: Any) -> Any:
         return _suite_list(value)
-
-
-GOLDEN_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
 class Target(_Strict):
@@ -489,17 +316,11 @@ class LoadedMatrix:
             ("models", name), f"a {kind} backend needs 'path' or 'repo' for {name!r}"
         )
 
-    def golden_path(self, name: str, *, writing: bool = False) -> Path:
-        """Where golden ``name`` lives: ``<golden_dir>/<name>.json`` (``.json.gz`` with
-        ``golden_gzip``) next to the matrix; to replay, whichever of the two exists."""
-        settings = self.matrix.settings
-        folder = Path(self._local(settings.golden_dir))
-        plain, packed = folder / f"{name}.json", folder / f"{name}.json.gz"
-        preferred = packed if settings.golden_gzip else plain
-        if writing or preferred.exists():
-            return preferred
-        other = plain if settings.golden_gzip else packed
-        return other if other.exists() else preferred
+    @property
+    def golden_dir(self) -> Path:
+        """The folder of the golden files (``golden_dir``, relative to the matrix); see
+        :func:`.golden.golden_path`."""
+        return Path(self._local(self.matrix.settings.golden_dir))
 
     def _local(self, path_text: str) -> str:
         path = Path(path_text).expanduser()
@@ -528,15 +349,11 @@ def load_matrix(path: Path) -> LoadedMatrix:
         baseline = check.baseline_side(i)
         for side in [baseline, *check.test_sides(i)]:
             target = loaded.target(side.ref, side.loc)
-            if target.golden is not None and (side is not baseline or check.compare is None):
+            if target.golden is not None and (
+                side is not baseline or not check.spec.golden_baseline
+            ):
                 raise source.error(side.loc, GOLDEN_PLACE)
     return loaded
-
-
-GOLDEN_PLACE = (
-    "a golden is the baseline of a compare check: "
-    "compare: {baseline: golden:NAME, test: model@backend}"
-)
 
 
 def _yaml_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:

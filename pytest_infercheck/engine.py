@@ -27,6 +27,7 @@ from .backends import (
     PromptInput,
     create_backend,
 )
+from .golden import GoldenBackend, golden_path, load_golden
 from .servers import ServerPool, ServerSpec
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class Engine:
         """The live backend for ``target`` of ``matrix`` (created on first use); for a golden
         baseline, the replay of its file."""
         if target.golden is not None:
-            return self._resolve_golden(matrix.golden_path(target.golden), target.label)
+            return self._resolve_golden(golden_path(matrix, target.golden), target.label)
         source, revision = matrix.model_source(
             target.model, matrix.matrix.backends[target.backend].kind
         )
@@ -106,9 +107,6 @@ class Engine:
         return ResolvedTarget(target.label, key, self._backends[key])
 
     def _resolve_golden(self, path: Path, label: str) -> ResolvedTarget:
-        from .backends.golden import GoldenBackend
-        from .golden import load_golden
-
         key = ("golden", str(path))
         if key not in self._backends:
             self._backends[key] = GoldenBackend(label, load_golden(path))

@@ -11,26 +11,20 @@ given by indirect parametrisation or the ``infercheck_target`` marker::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from .options import matrix_paths
 from .state import engine_for
 
 if TYPE_CHECKING:
     import numpy as np
 
     from .backends import Backend, Generation, PromptInput
-    from .checks.comparison import PromptComparison
+    from .checks.comparison.prompt import PromptComparison
     from .config import LoadedMatrix
     from .engine import Engine, ResolvedTarget
-
-
-def matrix_paths(config: pytest.Config) -> list[Path]:
-    """Matrix files named by ``--infercheck-config`` and the ini, relative to rootdir."""
-    names = list(config.getoption("infercheck_config")) + list(config.getini("infercheck_config"))
-    return [p if p.is_absolute() else config.rootpath / p for p in map(Path, names)]
 
 
 @dataclass
@@ -80,8 +74,9 @@ class TargetHandle:
         answer_kind: str | None = None,
     ) -> PromptComparison:
         """Compare this target against ``baseline`` on one prompt, as a check item would."""
+        # the comparison layer (numpy, pydantic): loaded by the tests that call this
         from .backends import GenerationParams
-        from .checks.comparison import compare_prompt
+        from .checks.comparison.prompt import compare_prompt
         from .suites import Prompt, derive_prompt_id
 
         prompt = Prompt(
@@ -109,7 +104,7 @@ def infercheck_engine(pytestconfig: pytest.Config) -> Engine:
 def infercheck_matrix(pytestconfig: pytest.Config) -> LoadedMatrix:
     """The matrix from ``--infercheck-config`` / ini ``infercheck_config`` or
     ``<rootdir>/infercheck.yaml``."""
-    from .config import load_matrix
+    from .config import load_matrix  # pydantic and the kinds: loaded by tests that use it
 
     paths = matrix_paths(pytestconfig) or [pytestconfig.rootpath / "infercheck.yaml"]
     if not paths[0].is_file():

@@ -123,3 +123,14 @@ def results_path(config: pytest.Config) -> Path | None:
         return Path(value)
     raw = config.getini("infercheck_results")
     return config.rootpath / str(raw) if raw else None
+
+
+def matrix_paths(config: pytest.Config) -> list[Path]:
+    """Matrix files named by ``--infercheck-config`` and the ini, relative to rootdir."""
+    names = list(config.getoption("infercheck_config")) + list(config.getini("infercheck_config"))
+    return [p if p.is_absolute() else config.rootpath / p for p in map(Path, names)]
+
+
+def is_worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker (not the controller, not a plain run)."""
+    return hasattr(config, "workerinput")

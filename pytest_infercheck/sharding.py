@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sys
 from dataclasses import dataclass
 
 import pytest
+
+from .collect import is_aggregate
 
 SHARD_PATTERN = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
@@ -61,22 +62,15 @@ def configured_shard(config: pytest.Config) -> Shard | None:
     return None if text is None else parse_shard(text)
 
 
-def _is_aggregate(item: pytest.Item) -> bool:
-    collect = sys.modules.get("pytest_infercheck.collect")
-    return collect is not None and isinstance(
-        item, collect.AggregateItem | collect.TargetAggregateItem
-    )
-
-
 def split(items: list[pytest.Item], shard: Shard) -> tuple[list[pytest.Item], list[pytest.Item]]:
     """``(kept, deselected)``: items of this shard, plus each aggregate whose suite keeps at
     least one other item here."""
     kept = [
-        i for i in items if not _is_aggregate(i) and shard_of(i.nodeid, shard.count) == shard.index
+        i for i in items if not is_aggregate(i) and shard_of(i.nodeid, shard.count) == shard.index
     ]
     parents = {id(i.parent) for i in kept}
     keep_ids = {id(i) for i in kept} | {
-        id(i) for i in items if _is_aggregate(i) and id(i.parent) in parents
+        id(i) for i in items if is_aggregate(i) and id(i.parent) in parents
     }
     selected = [i for i in items if id(i) in keep_ids]
     deselected = [i for i in items if id(i) not in keep_ids]

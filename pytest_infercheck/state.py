@@ -1,45 +1,111 @@
-"""Per-process plugin state kept on the pytest config: one engine per session and worker,
-and the folder through which the controller and its xdist workers share managed servers."""
+"""The plugin's per-process state, in the config's stash, and the hand-offs of its hooks.
+
+Registered only where needed, as pytest's junitxml does: the controller (or a run without
+xdist) keeps the folder of managed servers shared with its workers and the reporters (terminal
+summary, JSON results, HTML); every process keeps its generation engine and, under
+``--infercheck-record``, the golden writer. Everything is unregistered at unconfigure.
+
+Imports of the pydantic- and numpy-based layers (config, collection, the kinds, the
+reporters) happen inside these functions, when an option or a matrix asks for them, so that
+loading the plugin stays cheap.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from .golden import GoldenWriter
+from .options import is_worker, matrix_paths, results_path
+from .report.terminal_plugin import TerminalSummary
 
 if TYPE_CHECKING:
     from .engine import Engine
 
 ENGINE_KEY = pytest.StashKey["Engine"]()
 SERVERS_DIR_KEY = pytest.StashKey[Path]()
+PLUGINS_KEY = pytest.StashKey[list[object]]()
+"""The plugin objects this process registered, unregistered at unconfigure."""
 WORKER_DIR = "infercheck_servers"
 WORKER_CONTROLLER = "infercheck_controller"
 
 
-def is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
+def _register(config: pytest.Config, plugin: object, name: str) -> None:
+    config.pluginmanager.register(plugin, name)
+    config.stash.setdefault(PLUGINS_KEY, []).append(plugin)
 
 
-def start_controller(config: pytest.Config) -> None:
-    """On the controller (or a run without xdist): the shared servers folder."""
+def configure(config: pytest.Config) -> None:
+    """``pytest_configure``: the marker, the shared servers folder and the reporters on the
+    controller, the golden writer, the shard option checked, matrices named by options
+    added to the arguments."""
+    config.addinivalue_line(
+        "markers", "infercheck_target(ref): the model@backend for the infercheck_target fixture"
+    )
     if not is_worker(config):
         config.stash[SERVERS_DIR_KEY] = Path(tempfile.mkdtemp(prefix="infercheck-servers-"))
+        _register(config, TerminalSummary(), "infercheck-summary")
+        if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
+            from .report.pytest_html import HtmlReport  # pytest-html, and the kinds' views
+
+            _register(config, HtmlReport(), "infercheck-html")
+        results = results_path(config)
+        if results is not None:
+            from .report.collector import ResultsCollector  # pydantic (results schema)
+
+            _register(config, ResultsCollector(config, results), "infercheck-results")
+    if config.getoption("infercheck_record", False):
+        _register(config, GoldenWriter(config), "infercheck-golden-writer")
+    if config.getoption("infercheck_shard", None) is not None:
+        from .sharding import configured_shard  # the collection layer (pydantic)
+
+        configured_shard(config)  # a bad i/n is a usage error before collection
+    for path in matrix_paths(config):
+        if str(path) not in config.args and path.exists():
+            config.args.append(str(path))
 
 
-def worker_input(config: pytest.Config) -> dict[str, Any]:
-    """What the controller hands each xdist worker."""
-    return {WORKER_DIR: str(config.stash[SERVERS_DIR_KEY]), WORKER_CONTROLLER: os.getpid()}
+def collect_matrix_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """``pytest_collect_file``: a YAML file matching ``infercheck_files`` or named by
+    ``--infercheck-config`` is a matrix."""
+    if file_path.suffix not in (".yaml", ".yml"):
+        return None
+    config = parent.config
+    patterns = config.getini("infercheck_files")
+    explicit = {p.resolve() for p in matrix_paths(config)}
+    if any(fnmatch(file_path.name, pat) for pat in patterns) or file_path.resolve() in explicit:
+        from .collect import InfercheckFile  # the matrix layer: pydantic and the kinds
+
+        return InfercheckFile.from_parent(parent, path=file_path)
+    return None
+
+
+def select_items(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``pytest_collection_modifyitems``: keep this shard's items."""
+    if config.getoption("infercheck_shard", None) is not None:
+        from .sharding import select_shard  # the collection layer (pydantic)
+
+        select_shard(config, items)
+
+
+def configure_node(node: Any) -> None:
+    """``pytest_configure_node`` (xdist): what the controller hands each worker."""
+    node.workerinput.update(
+        {WORKER_DIR: str(node.config.stash[SERVERS_DIR_KEY]), WORKER_CONTROLLER: os.getpid()}
+    )
 
 
 def engine_for(config: pytest.Config) -> Engine:
     """The session's engine, created on first use (so collection never loads a model)."""
     engine = config.stash.get(ENGINE_KEY, None)
     if engine is None:
-        from .engine import Engine
+        from .engine import Engine  # the backends: numpy, httpx
         from .servers import ServerPool
 
         workerinput = getattr(config, "workerinput", {})
@@ -53,7 +119,8 @@ def engine_for(config: pytest.Config) -> Engine:
 
 
 def finish(config: pytest.Config) -> None:
-    """Close the engine; on the controller also stop every managed server, once."""
+    """``pytest_unconfigure``: close the engine; on the controller also stop every managed
+    server, once; unregister this process's plugin objects."""
     engine = config.stash.get(ENGINE_KEY, None)
     if engine is not None:
         engine.close()
@@ -65,3 +132,7 @@ def finish(config: pytest.Config) -> None:
 
             ServerPool(folder, os.getpid()).stop_all()
         shutil.rmtree(folder, ignore_errors=True)
+        del config.stash[SERVERS_DIR_KEY]
+    for plugin in config.stash.get(PLUGINS_KEY, []):
+        config.pluginmanager.unregister(plugin)
+    config.stash[PLUGINS_KEY] = []

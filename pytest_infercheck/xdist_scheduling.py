@@ -2,9 +2,10 @@
 spread stress items over the workers, so they load one shared server at the same time.
 
 Infercheck node ids look like ``file.yaml::check(...)::suite::item``; everything up to the
-suite is one scope, except for ``stress(...)`` checks, where every item (a concurrency level,
-or the aggregate) is its own scope: the stress check shares its reference and level results
-across workers through files (see :mod:`.checks.stress`), not through one worker's memory.
+suite is one scope, except for checks of a kind that spreads over the workers
+(:attr:`.checks.protocol.CheckKind.spread_over_workers`: stress), where every item (a
+concurrency level, or the aggregate) is its own scope: such a kind shares its work across
+workers through files, not through one worker's memory.
 Any other test is its own scope, which is plain ``--dist load``.
 """
 
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .checks.registry import kind_named
+
 YAML_SUFFIXES = (".yaml", ".yml")
-SPREAD_KINDS = ("stress(",)
 
 
 def scope_of(nodeid: str) -> str:
@@ -21,7 +23,8 @@ def scope_of(nodeid: str) -> str:
     ``a.yaml::stress(q4)::reasoning::c8`` stays as it is."""
     parts = nodeid.split("::")
     if len(parts) >= 4 and parts[0].endswith(YAML_SUFFIXES):
-        if parts[1].startswith(SPREAD_KINDS):
+        kind = kind_named(parts[1].partition("(")[0])
+        if kind is not None and kind.spread_over_workers:
             return nodeid
         return "::".join(parts[:3])
     return nodeid

@@ -18,23 +18,38 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
 
 from ..backends import Generation
 from ..metrics.determinism import logprob_diff
 from ..metrics.text import first_divergence
-from .target import ItemPlan, Outcome, TargetRun
+from ..render.markup import esc, mapping, num, rate, table
+from ..render.table import check_table
+from ..render.views import facts, side_by_side, target_aggregate, text_of
+from ..specs import TARGET_THRESHOLDS, TargetCheck
+from .protocol import Aggregates, CheckKind, ItemPlan, Outcome, TargetRun, target_label
 
 if TYPE_CHECKING:
     from ..backends import Backend, PromptInput
     from ..config import CheckSpec
-    from ..report.terminal import Aggregates
     from ..suites import Prompt
 
 MAX_REPEAT = 3
 """Companions are other prompts repeated 1..MAX_REPEAT times (mixed lengths)."""
 CONCURRENT_BURST = "concurrent burst"
 SEQUENTIAL = "sequential (the backend takes one request at a time)"
+
+
+class BatchInvarianceSpec(TargetCheck):
+    """Each prompt alone, then at a random position of ``trials`` batches of ``batch_size``
+    prompts of mixed lengths, drawn with ``seed``."""
+
+    trials: int = Field(default=3, ge=1)
+    batch_size: int = Field(default=8, ge=2)
+    seed: int = 0
 
 
 class BatchInvarianceRun(TargetRun):
@@ -199,7 +214,6 @@ def _max_diff(trials: list[dict[str, Any]]) -> float | None:
 
 def summary_lines(aggregates: Aggregates) -> list[str]:
     """One row per batch-invariance check x suite for the terminal summary."""
-    from ..report.terminal import check_table
 
     def cells(data: dict[str, Any]) -> list[str]:
         invariant = f"{data['invariant_prompts']}/{data['prompts']}"
@@ -207,3 +221,55 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
 
     columns = (("trials", ">"), ("invariant", ">"), ("batched by", "<"))
     return check_table(aggregates, columns, cells, lambda d: d["invariant_prompts"] == d["prompts"])
+
+
+def batch_invariance_prompt(data: Mapping[str, Any]) -> str:
+    """The prompt alone against each batched trial."""
+    alone = mapping(data.get("alone"))
+    trials = [t for t in data.get("trials") or [] if isinstance(t, Mapping)]
+    rows = [
+        [
+            esc(t.get("trial", "-")),
+            esc(t.get("position", "-")),
+            esc(t.get("batch", "-")),
+            esc(t.get("match", "-")),
+            esc(t.get("first_divergence", "-")),
+            num(t.get("max_logprob_diff")),
+        ]
+        for t in trials
+    ]
+    parts = [
+        facts(data, ()),
+        table(
+            ["trial", "position", "batch", "match", "first divergence", "max logprob diff"], rows
+        ),
+    ]
+    for t in trials:
+        if t.get("match") is False:
+            parts.append(
+                side_by_side(
+                    "alone",
+                    text_of(alone.get("text")),
+                    f"trial {t.get('trial', '?')} (batch {t.get('batch', '?')})",
+                    text_of(t.get("text")),
+                    t.get("first_divergence"),
+                )
+            )
+            break
+    return "".join(parts)
+
+
+BATCH_INVARIANCE = CheckKind(
+    name="batch-invariance",
+    spec=BatchInvarianceSpec,
+    run=BatchInvarianceRun,
+    label=target_label,
+    thresholds=TARGET_THRESHOLDS,
+    family="batch-invariance",
+    summary_lines=summary_lines,
+    views={"prompt": batch_invariance_prompt, "aggregate": target_aggregate},
+    measures=(
+        ("invariant prompts", ("invariant_prompts", "prompts"), rate),
+        ("rate", ("rate",), num),
+    ),
+)

@@ -16,18 +16,40 @@ Needs a server backend; an in-process (mlx-lm) target fails its items with that 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
 
 from ..backends import BackendError, Generation
 from ..metrics.text import first_divergence
-from .parity import server_target
-from .target import ItemPlan, Outcome, TargetRun
-from .verdicts import mark_divergence
+from ..render.table import check_table
+from ..render.text import mark_divergence
+from ..render.views import facts, side_by_side, target_aggregate, text_of
+from ..specs import TARGET_THRESHOLDS, TargetCheck
+from .protocol import Aggregates, CheckKind, ItemPlan, Outcome, TargetRun, target_label
 
 if TYPE_CHECKING:
     from ..config import CheckSpec
-    from ..report.terminal import Aggregates
     from ..suites import Suite
+
+
+HostileKind = Literal[
+    "context-overflow", "invalid-utf8", "special-tokens", "max-tokens-0", "disconnect"
+]
+HOSTILE_KINDS: tuple[HostileKind, ...] = (
+    "context-overflow",
+    "invalid-utf8",
+    "special-tokens",
+    "max-tokens-0",
+    "disconnect",
+)
+
+
+class CachePollutionSpec(TargetCheck):
+    """Reference prompts, then each hostile request, then the reference prompts again."""
+
+    hostile: list[HostileKind] = Field(default_factory=lambda: list(HOSTILE_KINDS), min_length=1)
 
 
 def changed_outputs(
@@ -67,7 +89,7 @@ class CachePollutionRun(TargetRun):
 
     def _references(self) -> list[tuple[str, Generation]]:
         """The suite's prompts generated now, sequentially, bypassing every cache."""
-        target = server_target(self)
+        target = self.served_target()
         out = []
         for prompt in self.suite.prompts:
             rendered, params = self.render(prompt), self.params(prompt)
@@ -92,7 +114,7 @@ class CachePollutionRun(TargetRun):
         return outcome
 
     def _hostile(self, kind: str) -> Outcome:
-        target = server_target(self)
+        target = self.served_target()
         before = self.before()
         response = self.engine.run(target.backend.send_hostile(kind))
         alive = self.engine.run(target.backend.alive())
@@ -132,7 +154,7 @@ class CachePollutionRun(TargetRun):
         return Outcome(violations, "\n".join(lines), data, properties)
 
     def aggregate(self) -> Outcome:
-        target = server_target(self)
+        target = self.served_target()
         outcomes: dict[str, Outcome] = {}
         for plan in self.plan(self.check, self.suite):
             if not self.selected or plan.key in self.selected:
@@ -169,7 +191,6 @@ class CachePollutionRun(TargetRun):
 
 def summary_lines(aggregates: Aggregates) -> list[str]:
     """One row per cache-pollution check x suite for the terminal summary."""
-    from ..report.terminal import check_table
 
     def cells(data: dict[str, Any]) -> list[str]:
         keys = ("n_hostile", "prompts", "n_dead", "n_polluted")
@@ -177,3 +198,32 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
 
     columns = (("hostile", ">"), ("prompts", ">"), ("died", ">"), ("changed", ">"))
     return check_table(aggregates, columns, cells)
+
+
+def cache_pollution_hostile(data: Mapping[str, Any]) -> str:
+    """The hostile request's fate and every prompt whose output changed after it."""
+    parts = [facts(data, ())]
+    for c in (data.get("changed") or [])[:20]:
+        if isinstance(c, Mapping):
+            parts.append(
+                side_by_side(
+                    f"before ({c.get('prompt_id', '?')})",
+                    text_of(c.get("before")),
+                    "after the hostile request",
+                    text_of(c.get("after")),
+                    c.get("first_divergence"),
+                )
+            )
+    return "".join(parts)
+
+
+CACHE_POLLUTION = CheckKind(
+    name="cache-pollution",
+    spec=CachePollutionSpec,
+    run=CachePollutionRun,
+    label=target_label,
+    thresholds=TARGET_THRESHOLDS,
+    family="cache-pollution",
+    summary_lines=summary_lines,
+    views={"hostile": cache_pollution_hostile, "aggregate": target_aggregate},
+)

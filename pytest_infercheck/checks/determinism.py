@@ -13,7 +13,10 @@ runs of a prompt also overlap with each other); in-process backends loop.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
 
 from ..backends import BackendError
 from ..metrics.determinism import (
@@ -22,15 +25,32 @@ from ..metrics.determinism import (
     determinism_score,
     summarize_runs,
 )
-from .target import ItemPlan, Outcome, TargetRun
+from ..render.markup import esc, interval, is_number, num, plain, rate
+from ..render.table import check_table
+from ..render.views import facts, marked_text, side_by_side, target_aggregate, text_of
+from ..specs import TARGET_THRESHOLDS, TargetCheck
+from .protocol import (
+    Aggregates,
+    BarSeries,
+    CheckKind,
+    ItemPlan,
+    Outcome,
+    TargetRun,
+    target_label,
+)
 
 if TYPE_CHECKING:
     from ..config import CheckSpec
-    from ..report.terminal import Aggregates
     from ..suites import Prompt
 
 MAX_SHOWN_OUTPUTS = 5
 MAX_SHOWN_DIVERGENCES = 12
+
+
+class DeterminismSpec(TargetCheck):
+    """Each prompt ``runs`` times at temperature 0."""
+
+    runs: int = Field(default=10, ge=2)
 
 
 class DeterminismRun(TargetRun):
@@ -214,7 +234,6 @@ def describe(summary: DeterminismSummary, messages: list[str]) -> str:
 
 def summary_lines(aggregates: Aggregates) -> list[str]:
     """One row per determinism check x suite for the terminal summary."""
-    from ..report.terminal import check_table
 
     def cells(data: dict[str, Any]) -> list[str]:
         drift = data["max_logprob_drift"]
@@ -236,3 +255,42 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
     return check_table(
         aggregates, columns, cells, lambda d: d["deterministic_prompts"] == d["prompts"]
     )
+
+
+def determinism_prompt(data: Mapping[str, Any]) -> str:
+    """Run counts and each distinct output, the modal one first, against the modal one."""
+    outputs = [o for o in data.get("outputs") or [] if isinstance(o, Mapping)]
+    outputs.sort(key=lambda o: -o["count"] if is_number(o.get("count")) else 0)
+    parts = [facts(data, ())]
+    modal = text_of(outputs[0].get("text")) if outputs else ""
+    for k, out in enumerate(outputs):
+        title = f"output {k + 1}: {out.get('count', '?')} of {data.get('runs', '?')} runs"
+        if k == 0:
+            parts.append(f"<h4>{esc(title)} (modal)</h4>")
+            parts.append(marked_text(modal, None))
+        else:
+            parts.append(side_by_side("modal output", modal, title, text_of(out.get("text"))))
+    for key in ("first_divergences", "error_messages"):
+        if data.get(key):
+            parts.append(f"<h4>{esc(key.replace('_', ' '))}</h4>{plain(data[key])}")
+    return "".join(parts)
+
+
+DETERMINISM = CheckKind(
+    name="determinism",
+    spec=DeterminismSpec,
+    run=DeterminismRun,
+    label=target_label,
+    thresholds=TARGET_THRESHOLDS,
+    family="determinism",
+    summary_lines=summary_lines,
+    views={"prompt": determinism_prompt, "aggregate": target_aggregate},
+    measures=(
+        ("runs per prompt", ("runs",), num),
+        ("deterministic prompts", ("deterministic_prompts", "prompts"), rate),
+        ("determinism score [CI]", ("score", "score_low", "score_high"), interval),
+        ("errors", ("errors",), num),
+        ("max logprob drift", ("max_logprob_drift",), num),
+    ),
+    bars=BarSeries("determinism score", "score", "score", "score_low", "score_high"),
+)

@@ -28,34 +28,40 @@ Both need a server backend; an in-process (mlx-lm) target fails its items with t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
 
 from ..backends import BackendError, Generation, PromptInput
-from ..config import SERVER_KINDS
 from ..metrics.answers import classify_flip, extract_answer, parse_reference
 from ..metrics.text import first_divergence, similarity
-from .target import ItemPlan, Outcome, TargetRun
-from .verdicts import mark_divergence, safe_text
+from ..render.markup import esc, mapping, table
+from ..render.table import check_table
+from ..render.text import mark_divergence, safe_text
+from ..render.views import facts, flip_cell, side_by_side, target_aggregate, text_of
+from ..specs import TARGET_THRESHOLDS, TargetCheck
+from .protocol import Aggregates, CheckKind, ItemPlan, Outcome, TargetRun, target_label
 
 if TYPE_CHECKING:
     from ..config import CheckSpec
-    from ..engine import ResolvedTarget
-    from ..report.terminal import Aggregates
     from ..suites import Prompt, Suite
 
 
-def server_target(run: TargetRun) -> ResolvedTarget:
-    """The run's target, which must be served over HTTP (checked before anything loads)."""
-    side = run.check.baseline_side(run.index)
-    target = run.loaded.target(side.ref, side.loc)
-    kind = run.loaded.matrix.backends[target.backend].kind
-    if kind not in SERVER_KINDS:
-        raise BackendError(
-            f"{run.check.kind} needs a server backend ({', '.join(SERVER_KINDS)}): "
-            f"{target.label} runs in-process ({kind})"
-        )
-    return run.target
+Endpoint = Literal["completions", "chat", "messages"]
+
+
+class StreamParitySpec(TargetCheck):
+    """The same request streamed (SSE) and not streamed."""
+
+
+class EndpointParitySpec(TargetCheck):
+    """The same templated prompt through each endpoint; the first is the reference."""
+
+    endpoints: list[Endpoint] = Field(
+        default_factory=lambda: list[Endpoint](["completions", "chat"]), min_length=2
+    )
 
 
 @dataclass(frozen=True)
@@ -252,7 +258,7 @@ class StreamParityRun(_ParityRun):
         return self._memo(self.memo_key("item", plan.key), lambda: self._run(plan.key))
 
     def _run(self, prompt_id: str) -> Outcome:
-        target = server_target(self)
+        target = self.served_target()
         prompt = self.prompt(prompt_id)
         rendered, params = self.render(prompt), self.params(prompt)
         ref = self.engine.generate(target, rendered, params)
@@ -275,7 +281,7 @@ class StreamParityRun(_ParityRun):
         return out
 
     def aggregate(self) -> Outcome:
-        server_target(self)
+        self.served_target()
         return self._aggregate(self._collect(self.plan(self.check, self.suite)), {})
 
 
@@ -306,7 +312,7 @@ class EndpointParityRun(_ParityRun):
         """``prompt`` through ``endpoint`` (memoised: the reference serves every item)."""
         key = self.memo_key("generation", prompt.id, endpoint)
         if key not in self.engine.memo:
-            target = server_target(self)
+            target = self.served_target()
             messages = PromptInput(
                 prompt.text,
                 None,
@@ -341,7 +347,7 @@ class EndpointParityRun(_ParityRun):
         return out
 
     def aggregate(self) -> Outcome:
-        server_target(self)
+        self.served_target()
         outcomes = self._collect(self.plan(self.check, self.suite))
         per_endpoint: dict[str, dict[str, int]] = {}
         for name, outcome in outcomes.items():
@@ -359,7 +365,6 @@ class EndpointParityRun(_ParityRun):
 
 def summary_lines(aggregates: Aggregates) -> list[str]:
     """One row per parity check x suite for the terminal summary."""
-    from ..report.terminal import check_table
 
     def cells(data: dict[str, Any]) -> list[str]:
         endpoints = data.get("endpoints")
@@ -373,3 +378,49 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
 
     columns = (("compared", "<"), ("identical", ">"), ("flips", ">"), ("errors", ">"))
     return check_table(aggregates, columns, cells)
+
+
+def parity_prompt(data: Mapping[str, Any]) -> str:
+    """The two modes or endpoints side by side, their answers and whether they flipped."""
+    ref, other = mapping(data.get("reference")), mapping(data.get("other"))
+
+    def label(side: Mapping[str, Any], default: str) -> str:
+        return str(side.get("mode") or side.get("endpoint") or default)
+
+    answers = data.get("answers") or []
+    parts = [
+        facts(data, ("answers",)),
+        side_by_side(
+            label(ref, "reference"),
+            text_of(ref.get("text")),
+            label(other, "other"),
+            text_of(other.get("text")),
+            data.get("first_divergence"),
+        ),
+    ]
+    if answers:
+        cells = [esc(a) for a in list(answers)[:2]] + [flip_cell(data.get("flip"))]
+        parts.append(table(["reference answer", "other answer", "flip"], [cells]))
+    return "".join(parts)
+
+
+STREAM_PARITY = CheckKind(
+    name="stream-parity",
+    spec=StreamParitySpec,
+    run=StreamParityRun,
+    label=target_label,
+    thresholds=TARGET_THRESHOLDS,
+    family="stream-parity",
+    summary_lines=summary_lines,
+    views={"prompt": parity_prompt, "aggregate": target_aggregate},
+)
+ENDPOINT_PARITY = CheckKind(
+    name="endpoint-parity",
+    spec=EndpointParitySpec,
+    run=EndpointParityRun,
+    label=target_label,
+    thresholds=TARGET_THRESHOLDS,
+    family="endpoint-parity",
+    summary_lines=summary_lines,
+    views={"prompt": parity_prompt, "aggregate": target_aggregate},
+)

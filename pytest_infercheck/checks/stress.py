@@ -49,17 +49,24 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, field_validator
 
 from ..metrics.answers import classify_flip, extract_answer, parse_reference
 from ..metrics.load import max_in_flight, mean_in_flight, tokens_per_second
 from ..metrics.stats import percentile, wilson_interval
 from ..metrics.text import first_divergence
+from ..render.charts import line_chart
+from ..render.markup import kv_table, num
+from ..render.table import render_table
+from ..render.views import facts, side_by_side, target_aggregate, text_of
 from ..shared_work import SharedWork
-from .target import ItemPlan, Outcome, TargetRun
+from ..specs import TARGET_THRESHOLDS, TargetCheck
+from .protocol import CheckKind, ItemPlan, Outcome, TargetRun, target_label
 
 if TYPE_CHECKING:
     from ..backends import Backend, Generation, GenerationParams, PromptInput
@@ -72,6 +79,21 @@ TEXT_CHARS = 200
 """Characters of a mismatching reference and output kept in the report."""
 
 Job = tuple["Prompt", "PromptInput", "GenerationParams"]
+
+
+class StressSpec(TargetCheck):
+    """The suite at each concurrency level; ``repeats`` copies of every prompt per level, so a
+    prompt is also in flight with itself."""
+
+    levels: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16], min_length=1)
+    repeats: int = Field(default=2, ge=1)
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, value: list[int]) -> list[int]:
+        if any(level < 1 for level in value) or len(set(value)) != len(value):
+            raise ValueError("levels must be distinct integers >= 1")
+        return sorted(value)
 
 
 @dataclass(frozen=True)
@@ -317,8 +339,6 @@ COLUMNS = (
 
 
 def level_table(levels: Sequence[dict[str, Any]]) -> list[str]:
-    from ..report.terminal import render_table
-
     return render_table([level_row(d) for d in levels], COLUMNS)
 
 
@@ -402,7 +422,7 @@ class StressRun(TargetRun):
         return data
 
     def _measure(self, level: int) -> dict[str, Any]:
-        from ..backends.http import under_load
+        from ..backends.http import under_load  # httpx: loaded only by runs that use HTTP
 
         references = self.references()
         target = self.target
@@ -452,8 +472,89 @@ def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[st
     lines: list[str] = []
     for nodeid, passed, data in aggregates:
         parts = nodeid.split("::")
-        check, suite = (parts[-3], parts[-2]) if len(parts) >= 3 else ("stress", "?")
+        check, suite = (parts[-3], parts[-2]) if len(parts) >= 3 else (nodeid, "?")
         verdict = "pass" if passed else "FAIL"
         lines.append(f"{check} {suite} on {data['target']}: {verdict}")
         lines += [f"  {line}" for line in level_table(data["levels"])]
     return lines
+
+
+def stress_level(data: Mapping[str, Any]) -> str:
+    """The level's numbers and the outputs that differed from the reference."""
+    parts = [facts(data, ())]
+    if data.get("errors"):
+        parts.append("<h4>errors</h4>" + kv_table(data["errors"]))
+    for m in (data.get("mismatches") or [])[:20]:
+        if isinstance(m, Mapping):
+            parts.append(
+                side_by_side(
+                    f"reference ({m.get('prompt_id', '?')})",
+                    text_of(m.get("reference")),
+                    f"at concurrency {data.get('level', '?')}",
+                    text_of(m.get("output")),
+                    m.get("first_divergence"),
+                )
+            )
+    return "".join(parts)
+
+
+def level_columns(data: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """A column per level in the HTML summary table: ``q4@local c8``."""
+    levels = [lv for lv in data.get("levels") or [] if isinstance(lv, Mapping)]
+    target = data.get("target", "")
+    return [(f"{target} c{lv.get('level', '?')}".strip(), lv) for lv in levels]
+
+
+def level_charts(name: str, data: Mapping[str, Any]) -> list[str]:
+    levels = [lv for lv in data.get("levels") or [] if isinstance(lv, Mapping)]
+    labels = [str(lv.get("level", "?")) for lv in levels]
+    return [
+        line_chart(
+            [
+                ("p50", [lv.get("latency_p50_s") for lv in levels]),
+                ("p95", [lv.get("latency_p95_s") for lv in levels]),
+            ],
+            title=f"latency: {name}",
+            x_labels=labels,
+            x_label="concurrency",
+            y_label="s",
+        ),
+        line_chart(
+            [
+                ("consistency", [lv.get("consistency") for lv in levels]),
+                ("error rate", [lv.get("error_rate") for lv in levels]),
+            ],
+            title=f"consistency: {name}",
+            x_labels=labels,
+            x_label="concurrency",
+            y_label="rate",
+        ),
+    ]
+
+
+STRESS = CheckKind(
+    name="stress",
+    spec=StressSpec,
+    run=StressRun,
+    label=target_label,
+    thresholds=TARGET_THRESHOLDS,
+    family="stress",
+    summary_lines=summary_lines,
+    views={"level": stress_level, "aggregate": target_aggregate},
+    measures=(
+        ("requests", ("requests",), num),
+        ("error rate", ("error_rate",), num),
+        ("consistency", ("consistency",), num),
+        ("flips", ("flips",), num),
+        (
+            "latency p50 / p95 (s)",
+            ("latency_p50_s", "latency_p95_s"),
+            lambda p50, p95: f"{num(p50, '.3g')} / {num(p95, '.3g')}",
+        ),
+        ("tokens/s", ("tokens_per_s",), lambda v: num(v, ".4g")),
+        ("achieved concurrency", ("achieved_concurrency",), lambda v: num(v, ".3g")),
+    ),
+    columns=level_columns,
+    charts=level_charts,
+    spread_over_workers=True,
+)

@@ -12,16 +12,21 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from enum import Enum
-from typing import Any
+from typing import Any, Literal, get_args
 
 __all__ = [
+    "FLIP_SEVERITY_ORDER",
+    "FLIP_VALUES",
     "Answer",
     "AnswerKind",
     "AnswerValue",
+    "FailItemOn",
     "FlipKind",
     "answers_equal",
     "classify_flip",
     "extract_answer",
+    "fails_item",
+    "flip_rank",
     "parse_reference",
 ]
 
@@ -349,7 +354,12 @@ def answers_equal(a: Answer | None, b: Answer | None) -> bool:
 
 
 class FlipKind(str, Enum):
-    """How the test engine's answer relates to the baseline's (and to the reference)."""
+    """How the test engine's answer relates to the baseline's (and to the reference).
+
+    The one taxonomy of answer flips (see :func:`classify_flip`): what counts as a flip is
+    :attr:`is_flip`, whether a flip fails an item is :func:`fails_item`, and the order in
+    which reports list them is :data:`FLIP_SEVERITY_ORDER`.
+    """
 
     UNCHANGED = "unchanged"
     CORRECT_TO_WRONG = "correct_to_wrong"
@@ -362,8 +372,77 @@ class FlipKind(str, Enum):
 
     @property
     def is_flip(self) -> bool:
-        """True for ``correct_to_wrong``, ``wrong_to_correct`` and ``changed``."""
+        """True for ``correct_to_wrong``, ``wrong_to_correct`` and ``changed``.
+
+        ``wrong_to_wrong`` is not a flip: with a reference, both answers are wrong, so the
+        change did not move correctness (it is counted separately, as its own kind).
+        ``unchanged`` is not a flip either.
+        """
         return self in (FlipKind.CORRECT_TO_WRONG, FlipKind.WRONG_TO_CORRECT, FlipKind.CHANGED)
+
+
+FailItemOn = Literal["correct_to_wrong", "any", "never"]
+"""The values of ``flips.fail_item_on``: which flip fails a prompt's item."""
+
+FLIP_VALUES: tuple[str, ...] = tuple(kind.value for kind in FlipKind if kind.is_flip)
+"""The values of the kinds that are flips (:attr:`FlipKind.is_flip`), for reports that hold
+flips as plain strings: ``("correct_to_wrong", "wrong_to_correct", "changed")``."""
+
+FLIP_SEVERITY_ORDER: tuple[FlipKind, ...] = (
+    FlipKind.CORRECT_TO_WRONG,
+    FlipKind.CHANGED,
+    FlipKind.WRONG_TO_CORRECT,
+    FlipKind.WRONG_TO_WRONG,
+    FlipKind.UNCHANGED,
+)
+"""Every kind, most severe first: a regression, then a change of unknown direction (no
+reference), then an improvement, then a change between two wrong answers, then none."""
+
+
+def _as_flip(flip: FlipKind | str) -> FlipKind:
+    if isinstance(flip, FlipKind):
+        return flip
+    try:
+        return FlipKind(flip)
+    except ValueError:
+        choices = ", ".join(k.value for k in FlipKind)
+        raise ValueError(f"unknown flip kind {flip!r}; expected one of: {choices}") from None
+
+
+def flip_rank(flip: FlipKind | str | None) -> int:
+    """Position of ``flip`` in :data:`FLIP_SEVERITY_ORDER` (0: most severe); None and
+    unknown strings rank after every kind (``len(FLIP_SEVERITY_ORDER)``)."""
+    if flip is None:
+        return len(FLIP_SEVERITY_ORDER)
+    try:
+        return FLIP_SEVERITY_ORDER.index(_as_flip(flip))
+    except ValueError:
+        return len(FLIP_SEVERITY_ORDER)
+
+
+def fails_item(flip: FlipKind | str | None, fail_item_on: FailItemOn) -> bool:
+    """Whether ``flip`` fails an item under ``flips.fail_item_on`` (the one place that
+    decides it).
+
+    ``never``: no flip fails. ``correct_to_wrong``: only ``correct_to_wrong`` fails. ``any``:
+    every flip (:attr:`FlipKind.is_flip`) fails: ``correct_to_wrong``, ``wrong_to_correct``
+    and ``changed``, never ``wrong_to_wrong`` or ``unchanged``. None (the prompt has no
+    answer kind, nothing was compared) never fails.
+
+    Raises:
+        ValueError: for an unknown flip kind or ``fail_item_on`` value.
+    """
+    if fail_item_on not in get_args(FailItemOn):
+        choices = ", ".join(get_args(FailItemOn))
+        raise ValueError(f"unknown fail_item_on {fail_item_on!r}; expected one of: {choices}")
+    if flip is None:
+        return False
+    kind = _as_flip(flip)
+    if fail_item_on == "never":
+        return False
+    if fail_item_on == "correct_to_wrong":
+        return kind is FlipKind.CORRECT_TO_WRONG
+    return kind.is_flip
 
 
 def classify_flip(base: Answer | None, test: Answer | None, reference: Answer | None) -> FlipKind:

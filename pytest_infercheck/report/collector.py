@@ -24,7 +24,6 @@ import os
 import platform
 import re
 import socket
-import sys
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -53,24 +52,6 @@ PER_SHARD_OPTIONS = (
 LONGREPR_CHARS = 4000
 REDACTED = "<redacted>"
 URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-
-
-def item_stub(item: pytest.Item) -> dict[str, Any] | None:
-    """The record of an infercheck item that produced none (it errored or was skipped):
-    its identity, no violations, empty data. None for other items."""
-    collect = sys.modules.get("pytest_infercheck.collect")
-    if collect is None or not isinstance(item.parent, collect.SuiteCollector):
-        return None
-    if isinstance(item, collect.TargetItem):
-        role = item.plan.role
-    elif isinstance(item, collect.AggregateItem | collect.TargetAggregateItem):
-        role = "aggregate"
-    elif isinstance(item, collect.SelfCheckItem):
-        role = "self-check"
-    else:
-        role = "prompt"
-    record: dict[str, Any] = item.parent.record(role, item.name, [], {})
-    return record
 
 
 def short_longrepr(report: pytest.TestReport) -> str | None:

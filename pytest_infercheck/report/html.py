@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..kinds import COMPARISON_KINDS
-from .markup import CSS, SORT_SCRIPT, esc, is_number, mapping, num, sort_key
+from ..render.markup import CSS, SORT_SCRIPT, esc, is_number, mapping, num, sort_key
+from ..render.views import FLIPS
 from .summary import RunView, summary_html
-from .views import FLIPS, item_detail
+from .views import item_detail
 
 COLUMNS = (("icklmean", "KL mean"), ("icflip", "flip"), ("icsimilarity", "similarity"))
 """The sortable result columns: (column type, title)."""
@@ -42,7 +42,7 @@ def result_cells(record: Mapping[str, Any] | None) -> dict[str, tuple[str, str]]
     data = mapping(record.get("data")) if record is not None else {}
     if record is None or record.get("role") not in ("prompt", None):
         return {col: ("", "") for col, _ in COLUMNS}
-    kl = data.get("kl_mean") if record.get("kind") in COMPARISON_KINDS else None
+    kl = data.get("kl_mean")
     flip = data.get("flip")
     flip_text = "" if flip is None else str(flip)
     flip_rank = 0 if flip is True else _FLIP_ORDER.get(flip_text, 5)

@@ -5,23 +5,23 @@ of its own. Merging a group:
 
 - items: the union; the same node id in two shards is an error (the shards overlap), except
   aggregates, which every shard has (each over its own prompts);
-- comparison aggregates (compare, sweep, diff) are recomputed from the union of the prompt
-  records with the check's thresholds (:func:`..checks.aggregate.aggregate`), so the merged
-  suite numbers are those of the unsharded run (up to float summation order);
-- single-target aggregates cannot be recomputed from their items' records: the merged item
-  keeps each shard's data under ``data["shards"]`` (with a warning), its outcome the worst;
+- aggregates of a kind that can merge (:attr:`..checks.protocol.CheckKind.merge`: the
+  comparisons) are recomputed from the union of the item records with the check's
+  thresholds, so the merged suite numbers are those of the unsharded run (up to float
+  summation order);
+- other aggregates keep each shard's data under ``data["shards"]`` (with a warning), their
+  outcome the worst;
 - missing shards are a warning; a matrix that differs between shards is an error;
 - run: earliest start, latest finish, wall time between them, ``shard: null``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime
 from typing import Any
 
-from ..kinds import COMPARISON_KINDS
-from .results import item_sort_key, plain
+from ..checks.registry import kind_named
+from .results import item_sort_key
 
 OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
@@ -131,73 +131,18 @@ def _merged_items(
                 owner[nodeid] = name
     prompts = sorted(items.values(), key=item_sort_key)
     for nodeid, shards in aggregates.items():
-        kind = shards[0][1]["kind"]
-        merged = _recomputed(nodeid, shards, prompts) if kind in COMPARISON_KINDS else None
+        kind = kind_named(shards[0][1]["kind"])
+        merged = None
+        if kind is not None and kind.merge is not None:
+            merged = kind.merge(nodeid, shards, prompts)
         if merged is None:
             warnings.append(
-                f"run {run_id}: {nodeid} ({kind}) is not recomputed across shards; each "
-                "shard's aggregate is kept under data.shards"
+                f"run {run_id}: {nodeid} ({shards[0][1]['kind']}) is not recomputed across "
+                "shards; each shard's aggregate is kept under data.shards"
             )
             merged = _kept_per_shard(nodeid, shards, count)
         items[nodeid] = merged
     return sorted(items.values(), key=item_sort_key)
-
-
-def _suite_of(nodeid: str) -> str:
-    return nodeid.rsplit("::", 1)[0]
-
-
-def _recomputed(
-    nodeid: str, shards: list[tuple[int, dict[str, Any]]], items: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The aggregate of a comparison check x suite from the union of its prompt records, or
-    None when some shard's aggregate has no levels to follow (it errored)."""
-    from ..checks.aggregate import aggregate, aggregate_violations, degradation_cliff
-    from ..checks.comparison import PromptComparison
-    from ..config import Thresholds
-
-    first = shards[0][1]
-    if any("levels" not in item["data"] for _, item in shards):
-        return None
-    thresholds = Thresholds.model_validate(first["thresholds"])
-    names = {f.name for f in dataclasses.fields(PromptComparison)}
-    suite = _suite_of(nodeid)
-    comparisons = [
-        PromptComparison(**{k: v for k, v in item["data"].items() if k in names})
-        for item in items
-        if item["role"] == "prompt" and _suite_of(item["nodeid"]) == suite and item["data"]
-    ]
-    levels, violations = [], []
-    for test in [level["test"] for level in first["data"]["levels"]]:
-        results = [c for c in comparisons if c.test == test]
-        if not results:
-            return None
-        agg = aggregate(results, thresholds)
-        levels.append(agg)
-        violations += [f"{agg.test}: {v}" for v in aggregate_violations(agg, thresholds)]
-    engines: dict[str, Any] = {}
-    for _, item in shards:
-        engines.update(item["data"].get("engines") or {})
-    data: dict[str, Any] = {**first["data"], "levels": [plain(a.to_dict()) for a in levels]}
-    data["engines"] = engines
-    if "cliff" in first["data"]:
-        steps = [("self-check", 0.0, 0.0)]
-        steps += [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in levels]
-        data["cliff"] = degradation_cliff(steps) or "none"
-    errored = [item for _, item in shards if item["outcome"] == "error"]
-    outcome = "error" if errored else "failed" if violations else "passed"
-    longrepr = "\n".join(violations) or None
-    if errored:
-        longrepr = "\n".join(str(item["longrepr"]) for item in errored)
-    return {
-        **first,
-        "outcome": outcome,
-        "duration_s": sum(item["duration_s"] for _, item in shards),
-        "worker": None,
-        "longrepr": longrepr,
-        "violations": violations,
-        "data": data,
-    }
 
 
 def _kept_per_shard(

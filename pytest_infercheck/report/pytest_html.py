@@ -1,7 +1,7 @@
 """pytest-html hooks: sortable KL / flip / similarity columns, each item's detail view as an
 HTML extra, and the summary tables and charts above the results table.
 
-Registered by ``plugin.py`` only when pytest-html is installed and writing a report, in the
+Registered (:mod:`..state`) only when pytest-html is installed and writing a report, in the
 process that writes it (the xdist controller): everything comes from the reports' records
 (``report.infercheck``), which xdist ships from the workers, so the same code serves runs
 with and without ``-n``.
@@ -13,30 +13,26 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from pytest_html import extras
 
-from ..kinds import COMPARISON_KINDS
+from ..checks.protocol import Distribution
+from ..checks.registry import kind_named
+from ..render.markup import CSS, mapping
 from .html import COLUMNS, result_cells
-from .markup import CSS, mapping
 from .summary import RunView, summary_html
 from .views import item_detail
 
 
-def register(config: pytest.Config) -> None:
-    """Register :class:`HtmlReport` when this process writes an HTML report."""
-    if config.getoption("htmlpath", None) and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(HtmlReport(), "infercheck-html")
-
-
-def _slim(record: Mapping[str, Any]) -> dict[str, Any]:
-    """What the summary needs of a prompt item (its mean KL), so a run of many prompts does
-    not keep every output in memory until the end."""
+def _slim(record: Mapping[str, Any], dist: Distribution) -> dict[str, Any]:
+    """What the summary needs of an item its kind draws a distribution of (its value and
+    group), so a run of many prompts does not keep every output in memory until the end."""
     data = mapping(record.get("data"))
     return {
         "check": record.get("check"),
         "kind": record.get("kind"),
         "suite": record.get("suite"),
         "role": record.get("role"),
-        "data": {"test": data.get("test"), "kl_mean": data.get("kl_mean")},
+        "data": {dist.group: data.get(dist.group), dist.value: data.get(dist.value)},
     }
 
 
@@ -51,14 +47,14 @@ class HtmlReport:
         record = getattr(report, "infercheck", None)
         if report.when != "call" or not isinstance(record, Mapping):
             return
-        from pytest_html import extras
-
         detail = item_detail(record, report.outcome)
         report.extras = [*getattr(report, "extras", []), extras.html(detail)]  # type: ignore[attr-defined]
+        kind = kind_named(record.get("kind"))
+        dist = None if kind is None else kind.distribution
         if record.get("role") == "aggregate":
             self.items.append({**record, "nodeid": report.nodeid, "outcome": report.outcome})
-        elif record.get("kind") in COMPARISON_KINDS and record.get("role") == "prompt":
-            self.items.append(_slim(record))
+        elif dist is not None and record.get("role") == dist.role:
+            self.items.append(_slim(record, dist))
 
     def pytest_html_results_table_header(self, cells: list[str]) -> None:
         for k, (col, title) in enumerate(COLUMNS):

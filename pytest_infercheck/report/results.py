@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..plain_data import plain
 
 SCHEMA = "pytest-infercheck-results"
 VERSION = 1
@@ -86,23 +87,6 @@ class ResultsModel(_Model):
     matrices: dict[str, Any]
     engines: dict[str, Any]
     items: list[ItemModel]
-
-
-def plain(value: Any) -> Any:
-    """``value`` as JSON types: mappings with string keys, lists, finite floats (non-finite ->
-    None); numpy scalars and arrays through ``item``/``tolist``; anything else as ``str``."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [plain(v) for v in value]
-    for convert in ("tolist", "item"):
-        if hasattr(value, convert):
-            return plain(getattr(value, convert)())
-    return str(value)
 
 
 def item_sort_key(item: dict[str, Any]) -> tuple[str, bool, str]:

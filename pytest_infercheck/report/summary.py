@@ -1,14 +1,10 @@
 """The summary section: one table per check x suite and the charts, for one or more runs.
 
-A table has a row per measure and a column per run x test side (a sweep's levels, a stress
-check's concurrencies), so two runs (old engine, new engine) read side by side. Measures of
-comparisons: failed items, flip rate with its interval (the check's confidence, 95% unless
-set), mean KL +- SE (clustered by prompt), KL p99 and max, same-top rate; of single-target
-kinds: their own known measures, then every other scalar the aggregate recorded.
-
-Charts: flip rate by suite and test side (Wilson interval as error bars), the distribution
-of per-prompt mean KL (log10 bins, KL = 0 apart), a sweep's degradation across its levels,
-stress latency and consistency against concurrency, determinism scores.
+A table has a row per measure and a column per run x the kind's columns (a sweep's levels,
+a stress check's concurrencies), so two runs (old engine, new engine) read side by side.
+Each kind declares its measures, columns, bars, charts and per-item distribution
+(:class:`..checks.protocol.CheckKind`); a kind this report does not know still shows every
+scalar its aggregate recorded.
 """
 
 from __future__ import annotations
@@ -17,10 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..kinds import COMPARISON_KINDS
-from .charts import bar_chart, histogram, line_chart
-from .markup import esc, interval, is_number, kv_table, mapping, num, plain, rate
-from .views import engines
+from ..checks.protocol import BarSeries, Distribution, MeasureSpec
+from ..checks.registry import kind_named
+from ..render.charts import bar_chart, histogram
+from ..render.markup import esc, is_number, kv_table, mapping, plain
+from ..render.views import engines
 
 MAX_KL_CHARTS = 24
 """KL distribution charts drawn at most (one per run x check x suite x test side)."""
@@ -39,54 +36,7 @@ class RunView:
 
 
 Measure = tuple[str, Callable[[Mapping[str, Any]], str]]
-
-COMPARISON_MEASURES: list[Measure] = [
-    ("prompts", lambda c: num(c.get("n_prompts"))),
-    ("failed items", lambda c: num(c.get("n_failed"))),
-    ("flips", lambda c: rate(c.get("n_flips"), c.get("n_answered"))),
-    (
-        "flip rate [CI]",
-        lambda c: interval(c.get("flip_rate"), c.get("flip_rate_low"), c.get("flip_rate_high")),
-    ),
-    ("mean KL ± SE", lambda c: f"{num(c.get('kl_mean'), '.6g')} ± {num(c.get('kl_se'), '.2g')}"),
-    ("KL median", lambda c: num(c.get("kl_median"))),
-    ("KL p99", lambda c: num(c.get("kl_p99"))),
-    ("KL max", lambda c: num(c.get("kl_max"))),
-    ("same-top rate", lambda c: num(c.get("same_top_rate"))),
-    ("delta-p mean / RMS", lambda c: f"{num(c.get('delta_p_mean'))} / {num(c.get('delta_p_rms'))}"),
-    ("McNemar p", lambda c: num(c.get("mcnemar_p"), ".3g")),
-    ("methods", lambda c: plain(c.get("methods", {}))),
-]
-
-MeasureSpec = tuple[str, tuple[str, ...], Callable[..., str]]
-"""A row of a single-target table: title, the data keys it reads, and how it shows them."""
-
-_KNOWN: dict[str, list[MeasureSpec]] = {
-    "determinism": [
-        ("runs per prompt", ("runs",), num),
-        ("deterministic prompts", ("deterministic_prompts", "prompts"), rate),
-        ("determinism score [CI]", ("score", "score_low", "score_high"), interval),
-        ("errors", ("errors",), num),
-        ("max logprob drift", ("max_logprob_drift",), num),
-    ],
-    "stress": [
-        ("requests", ("requests",), num),
-        ("error rate", ("error_rate",), num),
-        ("consistency", ("consistency",), num),
-        ("flips", ("flips",), num),
-        (
-            "latency p50 / p95 (s)",
-            ("latency_p50_s", "latency_p95_s"),
-            lambda p50, p95: f"{num(p50, '.3g')} / {num(p95, '.3g')}",
-        ),
-        ("tokens/s", ("tokens_per_s",), lambda v: num(v, ".4g")),
-        ("achieved concurrency", ("achieved_concurrency",), lambda v: num(v, ".3g")),
-    ],
-    "batch-invariance": [
-        ("invariant prompts", ("invariant_prompts", "prompts"), rate),
-        ("rate", ("rate",), num),
-    ],
-}
+_NOT_MEASURES = {"target", "level", "engines", "levels", "check", "suite", "baseline", "test"}
 
 
 def _measure(spec: MeasureSpec) -> Measure:
@@ -94,32 +44,26 @@ def _measure(spec: MeasureSpec) -> Measure:
     return title, lambda c: show(*(c.get(k) for k in keys))
 
 
-KNOWN_MEASURES: dict[str, list[Measure]] = {
-    kind: [_measure(spec) for spec in specs] for kind, specs in _KNOWN.items()
-}
-_USED_KEYS = {kind: {k for _, keys, _ in specs for k in keys} for kind, specs in _KNOWN.items()}
-_NOT_MEASURES = {"target", "level", "engines", "levels", "check", "suite", "baseline", "test"}
-
-
 def columns(item: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """``(column title, numbers)`` of an aggregate item: one per comparison level or stress
-    level, else one for the target."""
+    """``(column title, numbers)`` of an aggregate item: the kind's columns (a comparison's
+    test sides, a stress check's levels), else one for the target."""
     data = mapping(item.get("data"))
-    levels = [lv for lv in data.get("levels") or [] if isinstance(lv, Mapping)]
-    if item.get("kind") in COMPARISON_KINDS:
-        return [(str(lv.get("test", "?")), lv) for lv in levels]
-    if levels:
-        return [(f"{data.get('target', '')} c{lv.get('level', '?')}".strip(), lv) for lv in levels]
+    kind = kind_named(item.get("kind"))
+    if kind is not None and kind.columns is not None:
+        return kind.columns(data)
     return [(str(data.get("target", item.get("name", "?"))), data)]
 
 
-def measures(kind: Any, cols: list[Mapping[str, Any]]) -> list[Measure]:
-    """The rows of a check x suite table: the kind's known measures, then any other scalar
-    recorded by any column (so a kind this module does not know still shows its numbers)."""
-    if kind in COMPARISON_KINDS:
-        return COMPARISON_MEASURES
-    known = list(KNOWN_MEASURES.get(kind, []))
-    used = _USED_KEYS.get(kind, set()) | _NOT_MEASURES
+def measures(kind_name: Any, cols: list[Mapping[str, Any]]) -> list[Measure]:
+    """The rows of a check x suite table: the kind's measures, then (unless the kind says
+    otherwise) any other scalar recorded by any column, so a kind this report does not know
+    still shows its numbers."""
+    kind = kind_named(kind_name)
+    specs = list(kind.measures) if kind is not None else []
+    known = [_measure(spec) for spec in specs]
+    if kind is not None and not kind.other_measures:
+        return known
+    used = {k for _, keys, _ in specs for k in keys} | _NOT_MEASURES
     extra = dict.fromkeys(
         k for c in cols for k, v in c.items() if k not in used and not isinstance(v, dict | list)
     )
@@ -202,117 +146,49 @@ def summary_html(runs: list[RunView]) -> str:
 
 
 def charts(runs: list[RunView]) -> list[str]:
-    """Every summary chart the runs have data for."""
+    """Every summary chart the runs have data for: each kind's bars (a value with its interval
+    per column), each aggregate's own charts, then the per-item distributions."""
     several = len(runs) > 1
-    out = []
-    flips, determinism = [], []
+    bars: dict[BarSeries, list[tuple[str, Any, Any, Any]]] = {}
+    per_aggregate: list[str] = []
     for run, item in ((r, i) for r in runs for i in r.items if i.get("role") == "aggregate"):
         prefix = f"{run.label}: " if several else ""
-        for title, c in columns(item):
-            if item.get("kind") in COMPARISON_KINDS:
-                label = f"{prefix}{item.get('suite', '?')}/{title}"
-                flips.append(
-                    (label, c.get("flip_rate"), c.get("flip_rate_low"), c.get("flip_rate_high"))
-                )
-            if item.get("kind") == "determinism":
-                determinism.append(
-                    (f"{prefix}{title}", c.get("score"), c.get("score_low"), c.get("score_high"))
-                )
-        data = mapping(item.get("data"))
+        kind = kind_named(item.get("kind"))
+        if kind is None:
+            continue
+        if kind.bars is not None:
+            series = bars.setdefault(kind.bars, [])
+            for title, c in columns(item):
+                label = f"{item.get('suite', '?')}/{title}" if kind.bars.by_suite else title
+                b = kind.bars
+                series.append((f"{prefix}{label}", c.get(b.value), c.get(b.low), c.get(b.high)))
         name = f"{prefix}{item.get('check', '?')} · {item.get('suite', '?')}"
-        if item.get("kind") == "sweep":
-            out.extend(_sweep_charts(name, data))
-        if item.get("kind") == "stress":
-            out.extend(_stress_charts(name, data))
-    if any(is_number(v) for _, v, _, _ in flips):
-        out.insert(
-            0, bar_chart(flips[:MAX_BARS], title="flip rate by suite and test side", y_label="rate")
-        )
-    if determinism:
-        out.append(bar_chart(determinism[:MAX_BARS], title="determinism score", y_label="score"))
-    out.extend(_kl_distributions(runs))
-    return out
-
-
-def _sweep_charts(name: str, data: Mapping[str, Any]) -> list[str]:
-    levels = [lv for lv in data.get("levels") or [] if isinstance(lv, Mapping)]
-    labels = [str(lv.get("test", "?")) for lv in levels]
-
-    def failure_rate(lv: Mapping[str, Any]) -> float | None:
-        n, failed = lv.get("n_prompts"), lv.get("n_failed")
-        return failed / n if is_number(n) and is_number(failed) and n else None
-
-    return [
-        line_chart(
-            [
-                ("failure rate", [failure_rate(lv) for lv in levels]),
-                ("flip rate", [lv.get("flip_rate") for lv in levels]),
-            ],
-            title=f"degradation: {name}",
-            x_labels=labels,
-            y_label="rate",
-        ),
-        line_chart(
-            [("mean KL", [lv.get("kl_mean") for lv in levels])],
-            title=f"mean KL: {name}",
-            x_labels=labels,
-            y_label="KL",
-        ),
+        per_aggregate.extend(kind.charts(name, mapping(item.get("data"))))
+    out = [
+        bar_chart(values[:MAX_BARS], title=series.title, y_label=series.y_label)
+        for series, values in bars.items()
+        if any(is_number(v) for _, v, _, _ in values)
     ]
+    return out + per_aggregate + _distributions(runs)
 
 
-def _stress_charts(name: str, data: Mapping[str, Any]) -> list[str]:
-    levels = [lv for lv in data.get("levels") or [] if isinstance(lv, Mapping)]
-    labels = [str(lv.get("level", "?")) for lv in levels]
-    return [
-        line_chart(
-            [
-                ("p50", [lv.get("latency_p50_s") for lv in levels]),
-                ("p95", [lv.get("latency_p95_s") for lv in levels]),
-            ],
-            title=f"latency: {name}",
-            x_labels=labels,
-            x_label="concurrency",
-            y_label="s",
-        ),
-        line_chart(
-            [
-                ("consistency", [lv.get("consistency") for lv in levels]),
-                ("error rate", [lv.get("error_rate") for lv in levels]),
-            ],
-            title=f"consistency: {name}",
-            x_labels=labels,
-            x_label="concurrency",
-            y_label="rate",
-        ),
-    ]
-
-
-def _kl_distributions(runs: list[RunView]) -> list[str]:
-    groups: dict[str, list[Any]] = {}
+def _distributions(runs: list[RunView]) -> list[str]:
+    groups: dict[tuple[Distribution, str], list[Any]] = {}
     several = len(runs) > 1
     for run in runs:
         for item in run.items:
+            kind = kind_named(item.get("kind"))
+            dist = None if kind is None else kind.distribution
             data = item.get("data")
-            if (
-                item.get("kind") in COMPARISON_KINDS
-                and item.get("role") == "prompt"
-                and isinstance(data, Mapping)
-            ):
-                title = (
-                    f"{item.get('check', '?')} · {item.get('suite', '?')} · {data.get('test', '?')}"
-                )
-                groups.setdefault(f"{run.label}: {title}" if several else title, []).append(
-                    data.get("kl_mean")
-                )
+            if dist is None or item.get("role") != dist.role or not isinstance(data, Mapping):
+                continue
+            title = (
+                f"{item.get('check', '?')} · {item.get('suite', '?')} · {data.get(dist.group, '?')}"
+            )
+            title = f"{run.label}: {title}" if several else title
+            groups.setdefault((dist, title), []).append(data.get(dist.value))
     return [
-        histogram(
-            values,
-            title=f"per-prompt mean KL: {title}",
-            bins=12,
-            log10=True,
-            x_label="KL (log scale)",
-        )
-        for title, values in list(groups.items())[:MAX_KL_CHARTS]
+        histogram(values, title=f"{dist.title}: {title}", bins=12, log10=True, x_label=dist.x_label)
+        for (dist, title), values in list(groups.items())[:MAX_KL_CHARTS]
         if any(is_number(v) for v in values)
     ]

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_infercheck.backends import GenerationParams
 from pytest_infercheck.backends.mlx_lm import MlxLmBackend, MlxModelSpec
-from pytest_infercheck.checks.comparison import TEACHER_FORCED, compare_prompt
+from pytest_infercheck.checks.comparison.prompt import TEACHER_FORCED, compare_prompt
 from pytest_infercheck.engine import Engine, ResolvedTarget
 from pytest_infercheck.suites import Prompt
 

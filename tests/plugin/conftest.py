@@ -5,9 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy  # noqa: F401
 import pytest
 
 from .helpers import matrix_yaml, suite_jsonl
+
+# Collecting a matrix imports the check kinds and with them numpy, whose C extension cannot be
+# loaded twice in one process; pytester's in-process runs unload what they imported, so numpy
+# is imported here, outside them, once.
 
 INI = "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
 

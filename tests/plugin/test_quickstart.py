@@ -1,20 +1,105 @@
 """The demo's outcome, as the README states it: 8-bit fails one item (1+0) and passes its
 suite gates; 4-bit fails 9 items and both suite gates; the sweep and the engine checks
-(determinism, batch invariance, stress on in-process mlx-lm) pass."""
+(determinism, batch invariance, stress on in-process mlx-lm) pass.
+
+The quickstart runs once per module (``quickstart_run``, a subprocess in a copy of
+``examples/quickstart``, plus a ``--collect-only`` run for the node ids in collection order).
+Besides the README's outcome, the run is compared with snapshots recorded from it, so a
+refactor can show that it changes nothing (or only what it names as a deliberate fix):
+
+- ``snapshots/quickstart/nodeids.txt``: every collected node id, in collection order;
+- ``snapshots/quickstart/summary.txt``: the ``infercheck summary`` section of the terminal
+  output, with measured timings masked as ``<t>`` (:data:`SUMMARY_TIMING_COLUMNS`); lines are
+  compared with runs of spaces reduced to one, so column widths do not matter;
+- ``snapshots/quickstart/results.json``: per item of ``--infercheck-results``, the fields of
+  :data:`ITEM_FIELDS` with timing and machine-specific keys of ``data`` dropped
+  (:data:`DROPPED_DATA_KEYS`) and floats rounded to 6 significant digits; numbers are compared
+  with ``rel=1e-5, abs=1e-9``.
+
+To record the snapshots again (after a deliberate change, named in its commit)::
+
+    INFERCHECK_UPDATE_SNAPSHOTS=1 python -m pytest tests/plugin/test_quickstart.py
+
+With ``INFERCHECK_UPDATE_SNAPSHOTS=1`` the snapshot tests rewrite their file and skip instead
+of comparing; review the diff of ``tests/plugin/snapshots/quickstart`` before committing it.
+"""
 
 from __future__ import annotations
 
+import difflib
 import json
+import math
+import os
+import re
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import REPO
 
 QUICKSTART = REPO / "examples" / "quickstart"
+SNAPSHOTS = Path(__file__).parent / "snapshots" / "quickstart"
+UPDATE = os.environ.get("INFERCHECK_UPDATE_SNAPSHOTS") == "1"
+
+# Fields of each results item kept in the snapshot. Left out: ``duration_s`` (wall clock),
+# ``worker`` (xdist) and ``longrepr`` (the failure text, a rendering of ``data`` and
+# ``violations``, which are kept).
+ITEM_FIELDS = (
+    "nodeid",
+    "outcome",
+    "check",
+    "kind",
+    "suite",
+    "role",
+    "name",
+    "violations",
+    "thresholds",
+    "data",
+)
+
+# Keys dropped from an item's ``data`` at any depth, chosen from the real data of the
+# quickstart's items:
+# - wall-clock measurements of the stress levels (``c1``.. items and the stress aggregate's
+#   ``levels``): latency percentiles, throughput and the time-weighted mean in flight;
+#   ``duration_s`` in case an item records its own. ``max_in_flight`` is kept: for in-process
+#   mlx-lm a level runs in batches of ``level`` requests that share one interval, so it is
+#   the batch size, the same on every run;
+# - ``engines`` (aggregates): engine identities, with the mlx / mlx-lm versions and the models'
+#   absolute paths.
+# Nothing else in the data depends on the clock or the machine: KL values, token ids, texts,
+# flips, first divergences, the batch-invariance batches (seeded) and the determinism outputs
+# are the same on every run on mlx CPU.
+DROPPED_DATA_KEYS = frozenset(
+    {
+        "duration_s",
+        "latency_p50_s",
+        "latency_p95_s",
+        "tokens_per_s",
+        "achieved_concurrency",
+        "engines",
+    }
+)
+
+# Columns of the summary's tables that hold wall-clock measurements (the stress table): the
+# whole cell is masked. In "in flight mean/max" only the mean (achieved concurrency) is timing;
+# the max is kept (see ``max_in_flight`` above).
+SUMMARY_TIMING_COLUMNS = frozenset({"p50 s", "p95 s", "tok/s"})
+SUMMARY_MEAN_SLASH_COLUMNS = frozenset({"in flight mean/max"})
+MASK = "<t>"
+
+# Timing figures inside violation strings ("latency 0.41 s", "12.5 tok/s", "300 ms"); none
+# appear in the quickstart today, the mask is a safeguard for messages a refactor may add.
+TIMING_IN_TEXT = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?\s?(?:tok/s|ms|s)\b")
+
+REL, ABS = 1e-5, 1e-9
+SIGNIFICANT = 6
 
 
 @pytest.fixture(autouse=True)
@@ -22,30 +107,67 @@ def _inner_ini() -> None:
     """The quickstart is its own pytest project; no pytester ini is written here."""
 
 
-def test_demo_outcome_is_what_the_readme_says(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
-    work = tmp_path / "quickstart"
-    shutil.copytree(QUICKSTART, work, ignore=shutil.ignore_patterns("models", "report.html"))
-    matrix = (work / "infercheck.yaml").read_text()
-    for name in ("bf16", "q8", "q4"):
-        matrix = matrix.replace(f"models/tiny-{name}", str(tiny_models[name]))
-    (work / "infercheck.yaml").write_text(matrix)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--infercheck-results=r.json",
-        ],
+@dataclass(frozen=True)
+class QuickstartRun:
+    returncode: int
+    stdout: str
+    results: dict[str, Any]
+    nodeids: list[str]  # from --collect-only, in collection order
+    collected: int  # the "N tests collected" of --collect-only
+    seconds: float  # wall time of the full run
+    work: Path
+    models: dict[str, Path]
+
+
+def _pytest(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         cwd=work,
         capture_output=True,
         text=True,
         check=False,
     )
-    assert done.returncode == 1, done.stdout[-3000:]
-    items = json.loads((work / "r.json").read_text())["items"]
+
+
+@pytest.fixture(scope="module")
+def quickstart_run(
+    tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]
+) -> QuickstartRun:
+    """The quickstart, run once for the module on the tiny models made by ``tiny_models``."""
+    work = tmp_path_factory.mktemp("quickstart") / "quickstart"
+    shutil.copytree(QUICKSTART, work, ignore=shutil.ignore_patterns("models", "report.html"))
+    matrix = (work / "infercheck.yaml").read_text()
+    for name in ("bf16", "q8", "q4"):
+        matrix = matrix.replace(f"models/tiny-{name}", str(tiny_models[name]))
+    (work / "infercheck.yaml").write_text(matrix)
+
+    listed = _pytest(work, "--collect-only")
+    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
+    lines = listed.stdout.splitlines()
+    nodeids = [line for line in lines if "::" in line]
+    counts = [m for line in lines if (m := re.match(r"(\d+) tests? collected", line))]
+    assert len(counts) == 1, listed.stdout[-3000:]
+
+    started = time.monotonic()
+    done = _pytest(work, "--infercheck-results=r.json")
+    seconds = time.monotonic() - started
+    results_file = work / "r.json"
+    assert results_file.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    return QuickstartRun(
+        returncode=done.returncode,
+        stdout=done.stdout,
+        results=json.loads(results_file.read_text()),
+        nodeids=nodeids,
+        collected=int(counts[0].group(1)),
+        seconds=seconds,
+        work=work,
+        models=tiny_models,
+    )
+
+
+def test_demo_outcome_is_what_the_readme_says(quickstart_run: QuickstartRun) -> None:
+    assert quickstart_run.returncode == 1, quickstart_run.stdout[-3000:]
+    items = quickstart_run.results["items"]
     failed = {(i["check"], i["name"]) for i in items if i["outcome"] != "passed"}
     q8 = {name for check, name in failed if check == "compare(bf16-vs-q8)"}
     q4 = {name for check, name in failed if check == "compare(bf16-vs-q4)"}
@@ -58,3 +180,228 @@ def test_demo_outcome_is_what_the_readme_says(tmp_path: Path, tiny_models: dict[
     assert len(q4_gates["violations"]) == 2  # flip rate and mean KL
     kinds = {i["kind"] for i in items if i["outcome"] == "passed" and i["role"] == "aggregate"}
     assert kinds == {"compare", "sweep", "determinism", "batch-invariance", "stress"}  # q8 gates
+
+
+# --- snapshots ---------------------------------------------------------------------------
+
+
+def _write_or_read(name: str, text: str) -> str:
+    """The snapshot file's text; with INFERCHECK_UPDATE_SNAPSHOTS=1, ``text`` is written to it
+    and the test skips."""
+    path = SNAPSHOTS / name
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        pytest.skip(f"INFERCHECK_UPDATE_SNAPSHOTS=1: rewrote {path.relative_to(REPO)}")
+    if not path.exists():
+        pytest.fail(f"no snapshot {path}; record it with INFERCHECK_UPDATE_SNAPSHOTS=1")
+    return path.read_text()
+
+
+def _first_line_diff(expected: list[str], actual: list[str], what: str) -> str:
+    """A message naming the first differing line, with a unified diff (truncated)."""
+    at = next(
+        (i for i, (e, a) in enumerate(zip(expected, actual, strict=False)) if e != a),
+        min(len(expected), len(actual)),
+    )
+    first = (
+        f"line {at + 1}: expected {expected[at]!r}, got {actual[at]!r}"
+        if at < min(len(expected), len(actual))
+        else f"{len(expected)} lines expected, {len(actual)} got"
+    )
+    diff = list(difflib.unified_diff(expected, actual, "snapshot", "this run", lineterm=""))
+    shown = "\n".join(diff[:60]) + ("\n..." if len(diff) > 60 else "")
+    return f"{what} differs from the snapshot; first at {first}\n{shown}"
+
+
+def test_quickstart_node_ids_unchanged(quickstart_run: QuickstartRun) -> None:
+    nodeids = quickstart_run.nodeids
+    # The collect-only listing is complete, and matches the items of the results file.
+    assert len(nodeids) == quickstart_run.collected
+    assert len(set(nodeids)) == len(nodeids)
+    result_ids = [i["nodeid"] for i in quickstart_run.results["items"]]
+    assert sorted(result_ids) == sorted(nodeids)
+
+    expected = _write_or_read("nodeids.txt", "".join(f"{n}\n" for n in nodeids)).splitlines()
+    if expected != nodeids:
+        missing = sorted(set(expected) - set(nodeids), key=expected.index)
+        extra = sorted(set(nodeids) - set(expected), key=nodeids.index)
+        pytest.fail(
+            f"{len(missing)} node ids missing {missing[:5]}, {len(extra)} new {extra[:5]}\n"
+            + _first_line_diff(expected, nodeids, "node id list"),
+            pytrace=False,
+        )
+
+
+# --- summary ---
+
+
+def _cells(line: str) -> list[tuple[int, int, str]]:
+    """The cells of a table line as (start, end, text): runs separated by two or more spaces
+    (the tables of the terminal report join their cells with two spaces)."""
+    return [(m.start(), m.end(), m.group()) for m in re.finditer(r"\S+(?: \S+)*", line)]
+
+
+def _mask_cell(cell: str, column: str) -> str:
+    if column in SUMMARY_TIMING_COLUMNS:
+        return MASK
+    _, slash, rest = cell.partition("/")
+    return MASK + slash + rest
+
+
+def _separator(line: str) -> str | None:
+    """``== title ==`` for a pytest separator line (its width is the terminal's)."""
+    m = re.fullmatch(r"=+ (.*?) =+", line.strip())
+    return f"== {m.group(1)} ==" if m else None
+
+
+def summary_section(stdout: str) -> list[str]:
+    """The lines of the ``infercheck summary`` section with the timing cells masked: from its
+    separator (normalised) to the next ``==`` separator line, excluded."""
+    lines = stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if _separator(line) == "== infercheck summary =="]
+    assert len(starts) == 1, "no (or several) infercheck summary sections:\n" + stdout[-3000:]
+    out = ["== infercheck summary =="]
+    header: list[str] | None = None  # column names of the current table with timing columns
+    for line in lines[starts[0] + 1 :]:
+        if line.startswith("=="):
+            break
+        cells = _cells(line)
+        names = [text for _, _, text in cells]
+        if SUMMARY_TIMING_COLUMNS.intersection(names):
+            header = names
+        elif header is not None and len(cells) == len(header):
+            # right to left, so the spans of the cells still to mask stay valid
+            for (start, end, text), column in reversed(list(zip(cells, header, strict=True))):
+                if column in SUMMARY_TIMING_COLUMNS | SUMMARY_MEAN_SLASH_COLUMNS:
+                    masked = _mask_cell(text, column).rjust(end - start)
+                    line = line[:start] + masked + line[end:]
+        else:
+            header = None
+        out.append(line.rstrip())
+    return out
+
+
+def _squeeze(lines: list[str]) -> list[str]:
+    return [" ".join(line.split()) for line in lines]
+
+
+def test_quickstart_summary_unchanged(quickstart_run: QuickstartRun) -> None:
+    section = summary_section(quickstart_run.stdout)
+    expected = _write_or_read("summary.txt", "".join(f"{line}\n" for line in section))
+    want, got = _squeeze(expected.splitlines()), _squeeze(section)
+    if want != got:
+        pytest.fail(
+            _first_line_diff(want, got, "infercheck summary (spaces squeezed)"), pytrace=False
+        )
+
+
+# --- results ---
+
+
+def _normalise(value: Any, paths: dict[str, str]) -> Any:
+    """``value`` without :data:`DROPPED_DATA_KEYS`, floats rounded to :data:`SIGNIFICANT`
+    digits, and the machine's paths (``paths``: prefix -> placeholder) replaced."""
+    if isinstance(value, dict):
+        return {k: _normalise(v, paths) for k, v in value.items() if k not in DROPPED_DATA_KEYS}
+    if isinstance(value, list):
+        return [_normalise(v, paths) for v in value]
+    if isinstance(value, float) and math.isfinite(value):
+        return float(f"{value:.{SIGNIFICANT}g}")
+    if isinstance(value, str):
+        for prefix, placeholder in paths.items():
+            value = value.replace(prefix, placeholder)
+    return value
+
+
+def snapshot_items(run: QuickstartRun) -> list[dict[str, Any]]:
+    """The results items as recorded in ``results.json``, in collection order."""
+    paths = {str(run.work): "<work>"}
+    paths.update({str(p): f"<model:{name}>" for name, p in run.models.items()})
+    order = {n: i for i, n in enumerate(run.nodeids)}
+    items = sorted(run.results["items"], key=lambda i: order.get(i["nodeid"], len(order)))
+    out = []
+    for item in items:
+        kept = {f: _normalise(item.get(f), paths) for f in ITEM_FIELDS}
+        kept["violations"] = [TIMING_IN_TEXT.sub(MASK, v) for v in kept["violations"] or []]
+        out.append(kept)
+    return out
+
+
+def _dumps(value: Any, indent: str = "") -> str:
+    """JSON with sorted keys, one key per line, lists of scalars on one line (readable diffs)."""
+    inner = indent + " "
+    if isinstance(value, dict) and value:
+        body = ",\n".join(
+            f"{inner}{json.dumps(k)}: {_dumps(v, inner)}" for k, v in sorted(value.items())
+        )
+        return "{\n" + body + "\n" + indent + "}"
+    if isinstance(value, list) and any(isinstance(v, dict | list) for v in value):
+        return "[\n" + ",\n".join(inner + _dumps(v, inner) for v in value) + "\n" + indent + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _walk_diff(expected: Any, actual: Any, path: str) -> Iterator[str]:
+    """Every difference as ``path: expected ..., got ...`` (numbers within REL / ABS)."""
+    number = (int, float)
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in sorted(expected.keys() | actual.keys()):
+            at = f"{path}.{key}" if path else key
+            if key not in actual:
+                yield f"{at}: missing (expected {expected[key]!r})"
+            elif key not in expected:
+                yield f"{at}: new key (got {actual[key]!r})"
+            else:
+                yield from _walk_diff(expected[key], actual[key], at)
+    elif isinstance(expected, list) and isinstance(actual, list):
+        if len(expected) != len(actual):
+            yield f"{path}: {len(expected)} elements expected, {len(actual)} got"
+        for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
+            yield from _walk_diff(e, a, f"{path}[{i}]")
+    elif (
+        isinstance(expected, number)
+        and isinstance(actual, number)
+        and not isinstance(expected, bool)
+        and not isinstance(actual, bool)
+    ):
+        if not math.isclose(expected, actual, rel_tol=REL, abs_tol=ABS):
+            yield f"{path}: expected {expected!r}, got {actual!r}"
+    elif expected != actual or type(expected) is not type(actual):
+        yield f"{path}: expected {expected!r}, got {actual!r}"
+
+
+def results_diff(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> str | None:
+    """None when equal; otherwise a message naming the first differing node id and key path."""
+    want = {i["nodeid"]: i for i in expected}
+    got = {i["nodeid"]: i for i in actual}
+    problems: list[str] = []
+    missing = [n for n in want if n not in got]
+    new = [n for n in got if n not in want]
+    if missing:
+        problems.append(f"{len(missing)} items missing from this run: {missing[:5]}")
+    if new:
+        problems.append(f"{len(new)} items not in the snapshot: {new[:5]}")
+    differing: list[tuple[str, list[str]]] = []
+    for nodeid, item in want.items():
+        if nodeid in got and (diffs := list(_walk_diff(item, got[nodeid], ""))):
+            differing.append((nodeid, diffs))
+    if differing:
+        nodeid, diffs = differing[0]
+        shown = "\n".join(f"  {d}" for d in diffs[:10])
+        more = f"\n  ... {len(diffs) - 10} more" if len(diffs) > 10 else ""
+        others = [n for n, _ in differing[1:6]]
+        problems.append(
+            f"{len(differing)} items differ; first {nodeid}:\n{shown}{more}"
+            + (f"\nother differing items: {others}" if others else "")
+        )
+    return "\n".join(problems) or None
+
+
+def test_quickstart_results_unchanged(quickstart_run: QuickstartRun) -> None:
+    items = snapshot_items(quickstart_run)
+    expected = json.loads(_write_or_read("results.json", _dumps(items) + "\n"))
+    problem = results_diff(expected, items)
+    if problem:
+        pytest.fail(
+            "results differ from snapshots/quickstart/results.json\n" + problem, pytrace=False
+        )

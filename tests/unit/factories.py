@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_infercheck.checks.comparison import PromptComparison
+from pytest_infercheck.checks.comparison.prompt import PromptComparison
 
 
 def prompt_comparison(

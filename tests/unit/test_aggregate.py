@@ -6,11 +6,18 @@ import math
 
 import pytest
 
-from pytest_infercheck.checks.aggregate import aggregate, aggregate_violations, degradation_cliff
-from pytest_infercheck.checks.comparison import PromptComparison
-from pytest_infercheck.checks.verdicts import failure_text, item_violations, safe_text
-from pytest_infercheck.config import Thresholds
-from pytest_infercheck.report.terminal import render_table, summary_rows
+from pytest_infercheck.checks.comparison.aggregate import (
+    aggregate,
+    aggregate_violations,
+    degradation_cliff,
+)
+from pytest_infercheck.checks.comparison.present import COLUMNS, summary_rows
+from pytest_infercheck.checks.comparison.prompt import PromptComparison
+from pytest_infercheck.checks.comparison.verdicts import describe, item_violations
+from pytest_infercheck.checks.protocol import Outcome
+from pytest_infercheck.render.table import render_table
+from pytest_infercheck.render.text import safe_text
+from pytest_infercheck.specs import Thresholds
 from pytest_infercheck.xdist_scheduling import scope_of
 
 from .factories import prompt_comparison
@@ -93,7 +100,7 @@ def test_item_violations() -> None:
 def test_failure_text_marks_divergence_and_escapes() -> None:
     result = comparison("a", [0.1], [True], [0.0])
     result.base_text, result.test_text = "The sum is 42.", "The sum is 4\x1b[31m7."
-    text = failure_text(result, ["mean KL 0.1 > max_kl 0.05"])
+    text = Outcome(["mean KL 0.1 > max_kl 0.05"], describe(result)).failure_report()
     assert "baseline bf16@local: The sum is 4⟦2." in text
     assert "\x1b" not in text and "\\x1b[31m" in text
     assert "first divergent token at index 0" in text
@@ -142,6 +149,6 @@ def test_summary_table() -> None:
         "2/3 (0.21-0.94)",
         "FAIL",
     ]
-    lines = render_table(rows)
+    lines = render_table(rows, COLUMNS)
     assert lines[0].split()[:3] == ["check", "suite", "test"]
     assert len(lines) == 2

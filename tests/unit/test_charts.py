@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_infercheck.report import charts
-from pytest_infercheck.report.charts import (
+from pytest_infercheck.render import charts
+from pytest_infercheck.render.charts import (
     bar_chart,
     downsample_max,
     histogram,

@@ -18,6 +18,7 @@ from pytest_infercheck.config import load_matrix
 from pytest_infercheck.golden import (
     GoldenError,
     dumps,
+    golden_path,
     load_golden,
     make_entry,
     make_header,
@@ -26,7 +27,7 @@ from pytest_infercheck.golden import (
     top_k_rows,
     write_golden,
 )
-from pytest_infercheck.golden_writer import merge_payloads
+from pytest_infercheck.golden.writer import merge_payloads
 from pytest_infercheck.metrics.topk_full import topk_vs_full_stats
 from pytest_infercheck.yamlpos import SourceError
 
@@ -198,7 +199,7 @@ def test_golden_baseline_of_a_compare(tmp_path: Path) -> None:
     side = loaded.matrix.checks[0].baseline_side(0)
     target = loaded.target(side.ref, side.loc)
     assert target.golden == "adder-v1" and target.label == "golden:adder-v1"
-    assert loaded.golden_path("adder-v1") == tmp_path / "gold" / "adder-v1.json"
+    assert golden_path(loaded, "adder-v1") == tmp_path / "gold" / "adder-v1.json"
 
 
 @pytest.mark.parametrize(

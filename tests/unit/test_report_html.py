@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from pytest_infercheck.render.markup import sort_key
+from pytest_infercheck.render.views import first_difference
 from pytest_infercheck.report.html import render_report, result_cells
-from pytest_infercheck.report.markup import sort_key
 from pytest_infercheck.report.summary import RunView, summary_html
-from pytest_infercheck.report.views import first_difference, item_detail
+from pytest_infercheck.report.views import item_detail
 from tests.htmldom import Node, parse
 
 SCRIPT = "<script>alert(1)</script>"

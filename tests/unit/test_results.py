@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from pytest_infercheck.report.collector import make_run_id, redact, stable_argv
+from pytest_infercheck.report.item_report import scalar_properties
 from pytest_infercheck.report.merge import MergeError, merge_results
-from pytest_infercheck.report.properties import scalar_properties
 from pytest_infercheck.report.results import (
     SCHEMA,
     ResultsError,

@@ -6,7 +6,7 @@ teacher-forced, its continuation is scored once more and each position's top-k (
 ``golden_top_k``) and chosen logprobs are taken from those scores (the very distributions a
 later replay compares with); otherwise the generation's own top-k logprobs are kept, if any.
 Items do not write the file: they hand their entries to their test report (see
-:mod:`.golden_writer`), and the controller writes each golden once, at the end of the run.
+:mod:`.writer`), and the controller writes each golden once, at the end of the run.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from .backends.golden import GoldenBackend
-from .golden import (
+from .file import (
     GoldenError,
     engine_summary,
     make_entry,
@@ -25,12 +24,14 @@ from .golden import (
     top_k_maps,
     top_k_rows,
 )
+from .names import golden_path
+from .replay import GoldenBackend
 
 if TYPE_CHECKING:
-    from .config import Side
-    from .engine import ResolvedTarget
-    from .runs import CheckRun
-    from .suites import Prompt
+    from ..checks.comparison.run import ComparisonRun as CheckRun
+    from ..engine import ResolvedTarget
+    from ..specs import Side
+    from ..suites import Prompt
 
 
 def golden_name(run: CheckRun) -> str | None:
@@ -47,7 +48,7 @@ def _recorded_side(run: CheckRun) -> Side:
     label = run.loaded.target(side.ref, side.loc).label
     for i, check in enumerate(run.loaded.matrix.checks):
         base = check.baseline_side(i)
-        if check.compare is None or run.loaded.target(base.ref, base.loc).golden != name:
+        if not check.spec.golden_baseline or run.loaded.target(base.ref, base.loc).golden != name:
             continue
         (other,) = check.test_sides(i)
         other_label = run.loaded.target(other.ref, other.loc).label
@@ -66,7 +67,7 @@ def record_prompts(run: CheckRun, prompt_ids: list[str]) -> tuple[dict[str, Any]
     assert name is not None
     side = _recorded_side(run)
     test = run.resolve(side)
-    path = run.loaded.golden_path(name, writing=True)
+    path = golden_path(run.loaded, name, writing=True)
     payloads = [_record_one(run, side, test, run.prompt(pid)) for pid in prompt_ids]
     for payload in payloads:
         payload["file"] = str(path)

@@ -1,5 +1,5 @@
-"""The replay backend: a golden file (see :mod:`pytest_infercheck.golden`) served as if it
-were the engine that recorded it.
+"""The replay backend: a golden file (see :mod:`.file`) served as if it were the engine that
+recorded it; and whether a comparison can score the test side against it.
 
 It renders a prompt as the recorded input, "generates" the recorded output (token ids, text,
 finish reason, chosen and top-k logprobs) and names the recording engine as its identity. It
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import Backend, Capabilities, Generation, GenerationParams, PromptInput
+from ..backends.base import Backend, Capabilities, Generation, GenerationParams, PromptInput
+from .file import GoldenFile, shown
 
 if TYPE_CHECKING:
-    from ..golden import GoldenFile
+    from ..engine import ResolvedTarget
 
 GOLDEN_KIND = "golden"
 
@@ -43,8 +44,6 @@ class GoldenBackend(Backend):
 
     def identity(self) -> dict[str, Any]:
         """The recording engine's identity, with where it was replayed from."""
-        from ..golden import shown
-
         header = self.golden.header
         return {
             **header.get("engine", {}),
@@ -52,3 +51,26 @@ class GoldenBackend(Backend):
             "recorded_target": header.get("target"),
             "recorded_plugin_version": header.get("plugin_version"),
         }
+
+
+def golden_scorable(
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    shared_ids: bool,
+    prompt_ids: tuple[int, ...] | None,
+    base: Generation,
+) -> bool:
+    """A golden baseline with id-keyed top-k and chosen logprobs at every position of its
+    continuation, and a test side that shares its token ids and can score teacher-forced."""
+    n = len(base.token_ids or [])
+    return (
+        baseline.backend.kind == GOLDEN_KIND
+        and shared_ids
+        and prompt_ids is not None
+        and test.backend.capabilities.teacher_forcing
+        and n > 0
+        and base.top_keys == "id"
+        and len(base.top_logprobs or []) == n
+        and len(base.chosen_logprobs or []) == n
+        and all(base.top_logprobs or [])
+    )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from ..config import Thresholds
-from .comparison import TEACHER_FORCED, TEXT_ONLY, PromptComparison
-
-TRIM = 160
+from ...render.text import mark_divergence, safe_text
+from ...specs import Thresholds
+from .prompt import TEACHER_FORCED, TEXT_ONLY, PromptComparison
 
 
 def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[str]:
@@ -34,29 +33,9 @@ def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[st
     return out
 
 
-def safe_text(text: str, limit: int = TRIM) -> str:
-    """Model output made safe for a terminal: control characters escaped, long text trimmed."""
-    escaped = "".join(
-        ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
-        for ch in text
-    )
-    return escaped if len(escaped) <= limit else escaped[: limit - 1] + "…"
-
-
-def mark_divergence(text: str, other: str, limit: int = TRIM) -> str:
-    """``text`` with ``⟦`` inserted where it first differs from ``other`` (trimmed around it)."""
-    cut = next((i for i, (a, b) in enumerate(zip(text, other, strict=False)) if a != b), None)
-    if cut is None:
-        cut = min(len(text), len(other)) if len(text) != len(other) else None
-    if cut is None:
-        return safe_text(text, limit)
-    head = text[:cut]
-    head = ("…" + head[-(limit // 2) :]) if len(head) > limit // 2 else head
-    return f"{safe_text(head, limit)}⟦{safe_text(text[cut:], limit // 2)}"
-
-
-def failure_text(result: PromptComparison, violations: list[str]) -> str:
-    """The report of a failed item: prompt, both outputs, answers, numbers vs thresholds."""
+def describe(result: PromptComparison) -> str:
+    """The report of a failed item above its violations: prompt, both outputs, answers,
+    numbers."""
     lines = [f"prompt {result.prompt_id}: {safe_text(result.prompt_text)}"]
     if result.method == TEXT_ONLY:
         lines.append("method: text only (no comparable logprobs on both sides)")
@@ -86,8 +65,6 @@ def failure_text(result: PromptComparison, violations: list[str]) -> str:
         )
     if result.kl_mean is not None:
         lines.append(f"KL mean {result.kl_mean:.6g}, max {result.kl_max:.6g}")
-    lines.append("violations:")
-    lines.extend(f"  - {v}" for v in violations)
     return "\n".join(lines)
 
 

@@ -3,7 +3,7 @@
 A recording item puts its entries on its test report (``report.infercheck_golden``: plain
 types, so xdist ships them to the controller like ``report.infercheck``). The controller (or
 the only process, without xdist) gathers them and, at the end of the session, writes each
-golden atomically with :func:`.golden.write_golden`. Workers never write, so they cannot
+golden atomically with :func:`.file.write_golden`. Workers never write, so they cannot
 clobber each other, and the file is the same whether it was recorded with ``-n 2`` or not.
 A golden holds exactly the prompts recorded in this run.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from .golden import GoldenError, shown, write_golden
-from .state import is_worker
+from ..options import is_worker
+from .file import GoldenError, shown, write_golden
 
 
 def merge_payloads(payloads: list[dict[str, Any]]) -> dict[Path, tuple[dict[str, Any], list[Any]]]:

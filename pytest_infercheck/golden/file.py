@@ -1,11 +1,4 @@
-"""Golden baselines: a target's outputs recorded in a small file meant to be committed, and
-replayed later as the baseline of a ``compare`` (the engine-upgrade gate).
-
-Recording (``pytest --infercheck-record``): a check ``compare: {baseline: golden:adder-v1,
-test: adder@local}`` records its test side into ``<golden_dir>/adder-v1.json`` (``goldens``
-next to the matrix by default; ``.json.gz`` with ``golden_gzip: true``). Without the option
-the same check replays that file as its baseline, so a new engine is compared with what the
-old one produced without the old engine installed.
+"""The golden file: its format, writing it (deterministic, atomic) and loading it for replay.
 
 The file is plain JSON, deterministic (same outputs -> same bytes) and diff-friendly: one
 line per header field, one line per prompt::
@@ -51,7 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import BackendError, Generation, GenerationParams, PromptInput
+from .. import __version__
+from ..backends.base import BackendError, Generation, GenerationParams, PromptInput
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,7 +53,6 @@ if TYPE_CHECKING:
 FORMAT = "pytest-infercheck-golden"
 VERSION = 1
 DECIMALS = 6
-GOLDEN_PREFIX = "golden:"
 VERSION_KEYS = ("build_info", "mlx", "mlx-lm", "quantization", "version")
 """Identity keys shown when a report names an engine in one line."""
 
@@ -86,7 +79,7 @@ def rounded(value: float) -> float | None:
 def top_k_rows(logprobs: np.ndarray, k: int) -> list[list[list[Any]]]:
     """The ``k`` most likely tokens of each row of a ``(T, V)`` logprob array as
     ``[[id, logprob], ...]``, most likely first, ties by lower id; -inf entries dropped."""
-    import numpy as np
+    import numpy as np  # heavy: kept out of the plugin's start-up; only recording needs it
 
     rows: list[list[list[Any]]] = []
     for row in np.asarray(logprobs, dtype=np.float32):
@@ -156,8 +149,6 @@ def make_header(
     top_k: int,
 ) -> dict[str, Any]:
     """The file's header: what was recorded, from which engine and tokenizer."""
-    from . import __version__
-
     return {
         "format": FORMAT,
         "version": VERSION,

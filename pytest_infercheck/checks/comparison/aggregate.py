@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Thresholds
-from ..metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
-from .comparison import PromptComparison
+from ...metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
+from ...specs import Thresholds
+from .prompt import PromptComparison
 from .verdicts import item_violations
 
 

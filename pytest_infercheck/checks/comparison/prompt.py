@@ -17,13 +17,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..backends import Generation, GenerationParams
-from ..metrics.answers import classify_flip, extract_answer, parse_reference
-from ..metrics.text import first_divergence, severity, similarity
+from ...backends import Generation
+from ...golden import golden_scorable
+from ...metrics.answers import classify_flip, extract_answer, parse_reference
+from ...metrics.kl import position_stats, topk_kl_lower_bound_positions
+from ...metrics.text import first_divergence, severity, similarity
+from ...metrics.topk_full import topk_vs_full_stats
 
 if TYPE_CHECKING:
-    from ..engine import Engine, ResolvedTarget
-    from ..suites import Prompt
+    from ...backends import GenerationParams
+    from ...engine import Engine, ResolvedTarget
+    from ...suites import Prompt
 
 TEACHER_FORCED = "teacher-forced"
 TOP_K_LOWER_BOUND = "top-k-lower-bound"
@@ -83,14 +87,6 @@ class PromptComparison:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def generation_params(
-    prompt: Prompt, max_tokens: int | None, default: int, seed: int | None
-) -> GenerationParams:
-    """Greedy params: an explicit ``max_tokens`` setting replaces the prompt's own."""
-    tokens = max_tokens if max_tokens is not None else (prompt.max_tokens or default)
-    return GenerationParams(max_tokens=tokens, temperature=0.0, seed=seed)
 
 
 def compare_prompt(
@@ -161,8 +157,6 @@ def _add_logprob_metrics(
     shared_ids: bool,
     result: PromptComparison,
 ) -> None:
-    from ..metrics.kl import position_stats, topk_kl_lower_bound_positions
-
     caps_b, caps_t = baseline.backend.capabilities, test.backend.capabilities
     if (
         shared_ids
@@ -178,9 +172,7 @@ def _add_logprob_metrics(
         result.kl_per_position = stats.kl.tolist()
         result.same_top = stats.same_top.tolist()
         result.delta_p = stats.delta_p.tolist()
-    elif _golden_scorable(baseline, test, shared_ids, prompt_ids, base):
-        from ..metrics.topk_full import topk_vs_full_stats
-
+    elif golden_scorable(baseline, test, shared_ids, prompt_ids, base):
         assert prompt_ids is not None and base.token_ids and base.top_logprobs
         test_lp = engine.score(test, list(prompt_ids), base.token_ids)
         stats = topk_vs_full_stats(
@@ -203,31 +195,6 @@ def _add_logprob_metrics(
         result.kl_per_position = topk_kl_lower_bound_positions(
             base.top_logprobs[:n], other.top_logprobs[:n]
         ).tolist()
-
-
-def _golden_scorable(
-    baseline: ResolvedTarget,
-    test: ResolvedTarget,
-    shared_ids: bool,
-    prompt_ids: tuple[int, ...] | None,
-    base: Generation,
-) -> bool:
-    """A golden baseline with id-keyed top-k and chosen logprobs at every position of its
-    continuation, and a test side that shares its token ids and can score teacher-forced."""
-    from ..backends.golden import GOLDEN_KIND
-
-    n = len(base.token_ids or [])
-    return (
-        baseline.backend.kind == GOLDEN_KIND
-        and shared_ids
-        and prompt_ids is not None
-        and test.backend.capabilities.teacher_forcing
-        and n > 0
-        and base.top_keys == "id"
-        and len(base.top_logprobs or []) == n
-        and len(base.chosen_logprobs or []) == n
-        and all(base.top_logprobs or [])
-    )
 
 
 def _add_answers(prompt: Prompt, result: PromptComparison) -> None:

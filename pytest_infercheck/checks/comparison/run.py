@@ -1,34 +1,77 @@
-"""The work of one check x suite: per-prompt comparisons, the sweep self-check, aggregates.
+"""The work of one comparison check x suite (compare, sweep, diff): per-prompt comparisons,
+the sweep's self-check, the suite aggregates, and recording a golden.
 
-Results are memoised on the engine, so the aggregate item reuses what the prompt items
-computed (and computes what ``-k`` or another worker left out).
+Items: one per prompt and test side (``r017``, or ``r017[q4]`` with several sides), after a
+sweep's ``self-check``. Results are memoised on the engine, so the aggregate item reuses
+what the prompt items computed (and computes what ``-k`` or another worker left out).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .checks.aggregate import (
+from ...golden import golden_name, record_prompts, replay_lines, verify_replay
+from ...metrics.text import first_divergence
+from ..protocol import CheckRun, ItemPlan, Outcome
+from .aggregate import (
     SuiteAggregate,
     aggregate,
     aggregate_violations,
     degradation_cliff,
     format_aggregate,
 )
-from .checks.comparison import PromptComparison, compare_prompt
-from .checks.verdicts import item_violations
-from .config import Side
-from .engine import ResolvedTarget
-from .golden_runs import golden_name, record_prompts, replay_lines, verify_replay
-from .metrics.text import first_divergence
-from .suite_run import SuiteRun
+from .prompt import PromptComparison, compare_prompt
+from .verdicts import describe, item_violations
+
+if TYPE_CHECKING:
+    from ...config import CheckSpec
+    from ...engine import ResolvedTarget
+    from ...specs import Side
+    from ...suites import Suite
+
+SELF_CHECK = "self-check"
+SELF_CHECK_FAILED = (
+    "baseline self-check FAILED: the baseline is not deterministic, so no sweep level can be "
+    "judged against it"
+)
 
 
 @dataclass
-class CheckRun(SuiteRun):
+class ComparisonRun(CheckRun):
     """The comparisons of one compare/sweep/diff check x suite."""
+
+    # -- collection time ---------------------------------------------------------------------
+    @classmethod
+    def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
+        """``self-check`` (a sweep that asks for it), then each prompt x test side."""
+        labels = [side.label for side in check.spec.test_sides(())]
+        plans = (
+            [ItemPlan(SELF_CHECK, SELF_CHECK, SELF_CHECK)] if check.spec.runs_self_check() else []
+        )
+        plans += [
+            ItemPlan(p.id, "prompt", p.id, param=label) for p in suite.prompts for label in labels
+        ]
+        return plans
+
+    # -- items -----------------------------------------------------------------------------------
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        if plan.role == SELF_CHECK:
+            problems = self.self_check()
+            return Outcome(
+                problems,
+                SELF_CHECK_FAILED,
+                {"problems": problems},
+                [("infercheck_self_check_problems", len(problems))],
+            )
+        if self.recording:
+            return self.record([plan.key])
+        side = next(s for s in self.tests() if s.label == plan.param)
+        result, violations = self.prompt_result(plan.key, side.ref)
+        return Outcome(
+            violations, describe(result), self.item_data(result), self.item_properties(result)
+        )
 
     # -- targets ----------------------------------------------------------------------------
     @property
@@ -89,9 +132,10 @@ class CheckRun(SuiteRun):
         """Under ``--infercheck-record`` a compare against a golden records its test side."""
         return self.settings.record and golden_name(self) is not None
 
-    def record(self, prompt_ids: list[str]) -> tuple[dict[str, Any], list[Any]]:
-        """Record ``prompt_ids`` into the golden: report data and writer payloads."""
-        return record_prompts(self, prompt_ids)
+    def record(self, prompt_ids: list[str]) -> Outcome:
+        """Record ``prompt_ids`` into the golden: the item's data and the writer's entries."""
+        data, entries = record_prompts(self, prompt_ids)
+        return Outcome(data=data, role="record", golden_entries=entries)
 
     def item_properties(self, result: PromptComparison) -> list[tuple[str, Any]]:
         """Scalar numbers for JUnit properties and the report; plain types only."""
@@ -120,8 +164,11 @@ class CheckRun(SuiteRun):
         return data
 
     # -- suite level -------------------------------------------------------------------------------
-    def aggregate(self) -> tuple[str, list[str], list[tuple[str, Any]], dict[str, Any]]:
-        """Summary text, suite-gate violations, JUnit properties and report data."""
+    def aggregate(self) -> Outcome:
+        """Suite gates over every prompt of the check x suite (and, for a sweep, every
+        model): summary text, violations, JUnit properties and report data."""
+        if self.recording:
+            return self.record([p.id for p in self.suite.prompts])
         texts: list[str] = []
         violations: list[str] = []
         aggregates: list[SuiteAggregate] = []
@@ -144,7 +191,7 @@ class CheckRun(SuiteRun):
         }
         properties = aggregate_properties(aggregates)
         properties.append(("infercheck_engines", json.dumps(engines, sort_keys=True)))
-        if self.check.sweep is not None:
+        if self.check.spec.sides_are_levels:
             cliff = degradation_cliff(
                 [("self-check", 0.0, 0.0)]
                 + [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in aggregates]
@@ -152,7 +199,7 @@ class CheckRun(SuiteRun):
             data["cliff"] = cliff or "none"
             texts.append(f"degradation cliff: {cliff or 'none'}")
             properties.append(("infercheck_cliff", cliff or "none"))
-        return "\n\n".join(texts), violations, properties, data
+        return Outcome(violations, "\n\n".join(texts), data, properties)
 
     def self_check(self) -> list[str]:
         """Differences between two independent baseline generations of every prompt."""

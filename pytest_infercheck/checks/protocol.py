@@ -1,0 +1,254 @@
+"""The check protocol: what a check kind is, what its items are and what they return.
+
+A check kind (``compare``, ``determinism``, ...) is one :class:`CheckKind` value, declared in
+its own module (the comparison family shares the package :mod:`.comparison`) and listed once
+in :mod:`.registry`. Everything else asks the registry and never names a kind:
+
+- config: the kind's YAML key and its options model (``spec``), and the thresholds it honours;
+- collection: ``run.plan(check, suite)`` names the items of one check x suite at collection
+  time (no engine, no model), and ``label`` names the check in node ids;
+- running: ``run.run_item(plan)`` and ``run.aggregate()`` return one :class:`Outcome` each,
+  which becomes the item's verdict, its JUnit properties and its record in every report;
+- xdist and sharding: ``spread_over_workers`` (every item its own scope);
+- reports: ``summary_lines`` (terminal), ``views`` (an item's HTML detail by role),
+  ``measures``/``columns``/``charts`` (the HTML summary), ``merge`` (an aggregate recomputed
+  from the union of the shards' item records).
+
+Two item classes serve every kind (:mod:`..collect`): an item per :class:`ItemPlan` and one
+``aggregate`` item per check x suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..backends import BackendError, GenerationParams
+from ..specs import SERVER_KINDS
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from ..backends import PromptInput
+    from ..config import CheckSpec, LoadedMatrix, Settings
+    from ..engine import Engine, ResolvedTarget
+    from ..specs import Side
+    from ..suites import Prompt, Suite
+
+
+@dataclass(frozen=True)
+class ItemPlan:
+    """One item of a check x suite besides ``aggregate``, known at collection time.
+
+    ``name`` is the item's name in the node id (``r017``, ``c8``, ``self-check``), ``param``
+    an optional bracketed parameter (``r017[q4]``, ``e01[chat]``), ``role`` what the item is
+    (``prompt``, ``level``, ``hostile``, ``self-check``), ``key`` what it is about (a prompt
+    id, a level, a hostile kind): the key that ``-k``/``--lf`` selection is noted under.
+    """
+
+    name: str
+    role: str
+    key: str
+    param: str | None = None
+
+    @property
+    def full_name(self) -> str:
+        """``name[param]``, or ``name``."""
+        return self.name if self.param is None else f"{self.name}[{self.param}]"
+
+
+@dataclass
+class Outcome:
+    """What an item found; plain types only (it crosses xdist and goes into JSON)."""
+
+    violations: list[str] = field(default_factory=list)
+    text: str = ""
+    """The human-readable report shown above the violations when the item fails."""
+    data: dict[str, Any] = field(default_factory=dict)
+    """Everything measured, for the HTML report and the JSON results."""
+    properties: list[tuple[str, Any]] = field(default_factory=list)
+    """Scalar numbers for JUnit properties (``infercheck_*``)."""
+    role: str | None = None
+    """The record's role when it is not the plan's (``record`` under
+    ``--infercheck-record``)."""
+    golden_entries: list[Any] | None = None
+    """Golden entries this item recorded (under ``--infercheck-record``), for the controller's
+    golden writer."""
+
+    def failure_report(self) -> str:
+        """What a failed item shows: :attr:`text`, then every violation."""
+        head = f"{self.text}\n" if self.text else ""
+        return head + "violations:\n" + "\n".join(f"  - {v}" for v in self.violations)
+
+
+@dataclass
+class CheckRun:
+    """The work of one check x suite, shared by its items; each kind subclasses it.
+
+    Results are memoised on ``engine.memo`` under :meth:`memo_key`, so the aggregate item
+    reuses what the other items computed (and computes what ``-k`` or another worker left
+    out)."""
+
+    engine: Engine
+    loaded: LoadedMatrix
+    check: CheckSpec
+    index: int
+    suite: Suite
+    settings: Settings
+    selected: frozenset[str] = frozenset()
+    """Plan keys whose items survived selection (-k, --lf); empty means all."""
+    only_selected: bool = False
+    """Aggregate only the selected prompts (under ``--infercheck-shard``: other shards run the
+    rest, and ``pytest-infercheck report`` aggregates the union)."""
+
+    # -- collection time ---------------------------------------------------------------------
+    @classmethod
+    def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
+        """The items of this check x suite besides ``aggregate``; default: one per prompt."""
+        return [ItemPlan(p.id, "prompt", p.id) for p in suite.prompts]
+
+    # -- run time ----------------------------------------------------------------------------
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        raise NotImplementedError
+
+    def aggregate(self) -> Outcome:
+        raise NotImplementedError
+
+    # -- helpers -------------------------------------------------------------------------------
+    def resolve(self, side: Side) -> ResolvedTarget:
+        """The live target of one side of the check."""
+        return self.engine.resolve(self.loaded, self.loaded.target(side.ref, side.loc))
+
+    def prompt(self, prompt_id: str) -> Prompt:
+        return next(p for p in self.suite.prompts if p.id == prompt_id)
+
+    def params(self, prompt: Prompt) -> GenerationParams:
+        """Greedy params of ``prompt`` under the run's settings: an explicit ``max_tokens``
+        setting replaces the prompt's own."""
+        s = self.settings
+        tokens = s.max_tokens if s.max_tokens is not None else prompt.max_tokens
+        tokens = tokens or s.default_max_tokens
+        return GenerationParams(max_tokens=tokens, temperature=0.0, seed=s.seed)
+
+    def scope_prompts(self) -> list[Prompt]:
+        """The prompts an aggregate covers: the whole suite, or under ``--infercheck-shard``
+        the shard's selected ones (the other shards cover the rest)."""
+        prompts = self.suite.prompts
+        return [p for p in prompts if not self.only_selected or p.id in self.selected]
+
+    def memo_key(self, *parts: Any) -> tuple[Any, ...]:
+        return (self.check.kind, self.loaded.path, self.index, self.suite.name, *parts)
+
+
+@dataclass
+class TargetRun(CheckRun):
+    """A check of one ``model@backend`` on its own (determinism, stress, ...)."""
+
+    @property
+    def target(self) -> ResolvedTarget:
+        return self.resolve(self.check.baseline_side(self.index))
+
+    def render(self, prompt: Prompt) -> PromptInput:
+        return self.engine.render(self.target, prompt, self.settings.thinking)
+
+    def served_target(self) -> ResolvedTarget:
+        """The run's target, which must be served over HTTP (checked before anything loads)."""
+        side = self.check.baseline_side(self.index)
+        target = self.loaded.target(side.ref, side.loc)
+        kind = self.loaded.matrix.backends[target.backend].kind
+        if kind not in SERVER_KINDS:
+            raise BackendError(
+                f"{self.check.kind} needs a server backend ({', '.join(SERVER_KINDS)}): "
+                f"{target.label} runs in-process ({kind})"
+            )
+        return self.target
+
+
+def target_label(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
+    """A single-target check's name in node ids: its model, with the backend when the matrix
+    has several (``stress(q4.llama)``)."""
+    side = check.baseline_side(index)
+    target = loaded.target(side.ref, side.loc)
+    several = len(loaded.matrix.backends) > 1
+    return f"{target.model}.{target.backend}" if several else target.model
+
+
+Aggregates = list[tuple[str, bool, dict[str, Any]]]
+"""``(aggregate node id, passed, aggregate data)`` of one kind (or family) of check."""
+View = Callable[[Mapping[str, Any]], str]
+"""An item's HTML detail from its record's data."""
+MeasureSpec = tuple[str, tuple[str, ...], Callable[..., str]]
+"""A row of a summary table: title, the data keys it reads, how it shows them."""
+
+
+@dataclass(frozen=True)
+class BarSeries:
+    """A value with its interval that the summary charts as bars, one per column of every
+    aggregate of the kind: ``value``, ``low`` and ``high`` are keys of a column's numbers."""
+
+    title: str
+    y_label: str
+    value: str
+    low: str
+    high: str
+    by_suite: bool = False
+    """Label each bar ``suite/column`` rather than ``column``."""
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A per-item value that the summary draws as a histogram, grouped per check x suite x
+    ``group`` (a key of the item's data)."""
+
+    role: str
+    value: str
+    group: str
+    title: str
+    x_label: str
+
+
+def empty_lines(aggregates: Aggregates) -> list[str]:
+    return []
+
+
+def no_charts(name: str, data: Mapping[str, Any]) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class CheckKind:
+    """One kind of check (see the module docstring)."""
+
+    name: str
+    """The YAML key (``batch-invariance``) and the first word of the check's node id."""
+    spec: type[BaseModel]
+    """The options under the YAML key."""
+    run: type[CheckRun]
+    label: Callable[[LoadedMatrix, CheckSpec, int], str]
+    """The text inside ``kind(...)`` in node ids when the check has no ``name``."""
+    thresholds: frozenset[str]
+    """The thresholds of the check entry this kind is held to (shown in reports)."""
+    family: str
+    """Kinds of one family share their terminal table."""
+    summary_lines: Callable[[Aggregates], list[str]] = empty_lines
+    """The terminal summary of the family's aggregates."""
+    views: Mapping[str, View] = field(default_factory=dict)
+    """An item's HTML detail by role; a role without one shows its data as a table."""
+    measures: Sequence[MeasureSpec] = ()
+    """The rows of the kind's HTML summary table."""
+    other_measures: bool = True
+    """Show every other scalar of a column after :attr:`measures` (for kinds whose data
+    grows new numbers)."""
+    columns: Callable[[Mapping[str, Any]], list[tuple[str, Mapping[str, Any]]]] | None = None
+    """``(column title, numbers)`` of an aggregate's data in the HTML summary table."""
+    charts: Callable[[str, Mapping[str, Any]], list[str]] = no_charts
+    """Charts of one aggregate (``name`` is ``check · suite``)."""
+    bars: BarSeries | None = None
+    distribution: Distribution | None = None
+    merge: Callable[..., dict[str, Any] | None] | None = None
+    """``merge(nodeid, shards, items)``: the aggregate recomputed from the union of the
+    shards' item records, or None to keep each shard's aggregate side by side."""
+    spread_over_workers: bool = False
+    """Under xdist, every item of the check is its own scope (the kind shares its work across
+    workers through files), instead of one worker per check x suite."""

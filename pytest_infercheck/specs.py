@@ -1,0 +1,115 @@
+"""The building blocks of the YAML matrix that check kinds share: strict models, a check's
+sides, the thresholds of a check entry, and the base of every kind's options.
+
+A kind's own options model lives in the kind's module and derives from :class:`KindSpec`;
+:mod:`.config` assembles the check entry from the registry of kinds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SERVER_KINDS = ("openai", "vllm-mlx", "llama-server", "ollama")
+"""Backend kinds served over HTTP (the others run in-process)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Loc = tuple[str | int, ...]
+"""Where a value is written in the YAML: ``("checks", 0, "compare", "test")``."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a check: its label in item ids (None for compare), ref and YAML loc."""
+
+    label: str | None
+    ref: str
+    loc: Loc
+
+
+class KindSpec(_Strict):
+    """The options under a kind's YAML key; says which targets the check runs."""
+
+    golden_baseline: ClassVar[bool] = False
+    """Whether the baseline may be a golden file (``golden:NAME``)."""
+
+    def baseline_side(self, loc: Loc) -> Side:
+        """The baseline (a single-target check: its target); ``loc`` is the kind key's."""
+        raise NotImplementedError
+
+    def test_sides(self, loc: Loc) -> list[Side]:
+        """The sides compared with the baseline, in the user's order (none for a
+        single-target check)."""
+        return []
+
+
+class FlipThresholds(_Strict):
+    """Answer-flip gates.
+
+    ``fail_item_on``: which flip fails a prompt's item (``correct_to_wrong``, ``any`` flip, or
+    ``never``). ``max_rate``: suite gate on the flip rate, compared with the upper bound of
+    its Wilson interval at ``confidence`` (or the point estimate with ``gate: point``).
+    """
+
+    fail_item_on: Literal["correct_to_wrong", "any", "never"] = "correct_to_wrong"
+    max_rate: float | None = Field(default=None, ge=0, le=1)
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    gate: Literal["upper", "point"] = "upper"
+
+
+class Thresholds(_Strict):
+    """Per item: ``max_kl`` (teacher-forced mean KL of the prompt), ``max_kl_position`` (its
+    largest KL_t), ``min_similarity`` (text). Per suite: ``max_mean_kl`` (pooled mean KL),
+    ``min_same_top`` (argmax agreement rate), ``flips.max_rate``."""
+
+    max_kl: float | None = Field(default=None, ge=0)
+    max_kl_position: float | None = Field(default=None, ge=0)
+    min_similarity: float | None = Field(default=None, ge=0, le=1)
+    max_mean_kl: float | None = Field(default=None, ge=0)
+    min_same_top: float | None = Field(default=None, ge=0, le=1)
+    flips: FlipThresholds = FlipThresholds()
+
+
+class TargetThresholds(_Strict):
+    """Thresholds of the single-target checks.
+
+    determinism: ``min_determinism`` (suite gate on the determinism score, the mean over
+    prompts of the share of runs equal to the modal output); ``max_logprob_drift`` (per item:
+    the largest |logprob difference| among runs with identical tokens; None: reported only).
+    stress: ``min_consistency`` (per level: share of outputs equal to their reference);
+    ``max_error_rate`` (per level, and for determinism runs). batch-invariance, stream-parity:
+    ``logprob_tolerance`` (largest |logprob difference| allowed where tokens are identical).
+    """
+
+    min_determinism: float | None = Field(default=None, ge=0, le=1)
+    max_logprob_drift: float | None = Field(default=None, ge=0)
+    min_consistency: float = Field(default=1.0, ge=0, le=1)
+    max_error_rate: float = Field(default=0.0, ge=0, le=1)
+    logprob_tolerance: float = Field(default=1e-4, ge=0)
+
+
+class TargetCheck(KindSpec):
+    """A check of one ``model@backend``; ``determinism: q4@llama`` is short for
+    ``determinism: {target: q4@llama}``."""
+
+    target: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"target": value} if isinstance(value, str) else value
+
+    def baseline_side(self, loc: Loc) -> Side:
+        return Side(None, self.target, (*loc, "target"))
+
+
+COMPARISON_THRESHOLDS = frozenset(Thresholds.model_fields)
+"""The thresholds a comparison (a test side against a baseline) is held to."""
+TARGET_THRESHOLDS = frozenset(TargetThresholds.model_fields) | {"flips", "min_similarity"}
+"""The thresholds a single-target check is held to."""
