@@ -25,7 +25,7 @@ from pydantic import Field
 
 from ..backends import Generation
 from ..metrics.determinism import logprob_diff
-from ..metrics.text import first_divergence
+from ..metrics.sameness import same_generation
 from ..render.markup import esc, mapping, num, rate, table
 from ..render.table import check_table
 from ..render.views import facts, side_by_side, target_aggregate, text_of
@@ -148,26 +148,31 @@ def batched_by(backend: Backend) -> str:
 
 
 def compare_to_alone(alone: Generation, batched: Generation | BaseException) -> dict[str, Any]:
-    """``match``, ``first_divergence``, ``max_logprob_diff`` and ``text`` of the needle's
-    batched generation against the alone one (``error`` when the batched request failed)."""
+    """``match`` (:func:`~pytest_infercheck.metrics.sameness.same_generation`: ids and text),
+    ``first_divergence`` and its unit, ``max_logprob_diff`` over the positions both runs
+    share a token, and ``text`` of the needle's batched generation against the alone one
+    (``error`` when the batched request failed)."""
     if isinstance(batched, BaseException):
         return {
             "match": False,
             "first_divergence": None,
+            "divergence_unit": None,
             "max_logprob_diff": None,
             "text": None,
             "error": f"{type(batched).__name__}: {batched}",
         }
-    by_ids = alone.token_ids is not None and batched.token_ids is not None
-    a_seq: Any = alone.token_ids if by_ids else alone.text
-    b_seq: Any = batched.token_ids if by_ids else batched.text
-    divergence = first_divergence(a_seq, b_seq)
+    verdict = same_generation(alone, batched)
+    if verdict.same or verdict.detokenization_difference:
+        aligned: int | None = None  # every position holds the same token
+    elif verdict.divergence_unit == "token":
+        aligned = verdict.first_divergence
+    else:
+        aligned = 0  # texts differ and no tokens say where: no position is comparable
     return {
-        "match": divergence is None,
-        "first_divergence": divergence,
-        "max_logprob_diff": logprob_diff(
-            alone.chosen_logprobs, batched.chosen_logprobs, divergence
-        ),
+        "match": verdict.same,
+        "first_divergence": verdict.first_divergence,
+        "divergence_unit": verdict.divergence_unit,
+        "max_logprob_diff": logprob_diff(alone.chosen_logprobs, batched.chosen_logprobs, aligned),
         "text": batched.text,
     }
 

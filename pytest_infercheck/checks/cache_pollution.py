@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from ..backends import BackendError, Generation
-from ..metrics.text import first_divergence
+from ..metrics.sameness import same_generation
 from ..render.table import check_table
 from ..render.text import mark_divergence
 from ..render.views import facts, side_by_side, target_aggregate, text_of
@@ -55,26 +55,20 @@ class CachePollutionSpec(TargetCheck):
 def changed_outputs(
     before: list[tuple[str, Generation]], after: list[tuple[str, Generation]]
 ) -> list[dict[str, Any]]:
-    """``{"prompt_id", "before", "after", "first_divergence"}`` for each prompt whose output
-    differs (token ids when both sides have them, and text); the divergence is a token index
-    when ids exist, else a character index."""
+    """``{"prompt_id", "before", "after", "first_divergence", "divergence_unit"}`` for each
+    prompt whose output is not the same
+    (:func:`~pytest_infercheck.metrics.sameness.same_generation`: ids and text)."""
     changed = []
     for (prompt_id, old), (_, new) in zip(before, after, strict=True):
-        if old.token_ids is not None and new.token_ids is not None:
-            same = old.token_ids == new.token_ids and old.text == new.text
-            divergence = first_divergence(old.token_ids, new.token_ids)
-        else:
-            same = old.text == new.text
-            divergence = None
-        if not same:
-            if divergence is None:
-                divergence = first_divergence(list(old.text), list(new.text))
+        verdict = same_generation(old, new)
+        if not verdict.same:
             changed.append(
                 {
                     "prompt_id": prompt_id,
                     "before": old.text,
                     "after": new.text,
-                    "first_divergence": divergence,
+                    "first_divergence": verdict.first_divergence,
+                    "divergence_unit": verdict.divergence_unit,
                 }
             )
     return changed

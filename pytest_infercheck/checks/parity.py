@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from ..backends import BackendError, Generation, PromptInput
-from ..metrics.answers import classify_flip, extract_answer, parse_reference
-from ..metrics.text import first_divergence, similarity
+from ..metrics.answers import FlipKind, fails_item, judge_answers
+from ..metrics.sameness import same_generation
+from ..metrics.text import similarity
 from ..render.markup import esc, mapping, table
 from ..render.table import check_table
 from ..render.text import mark_divergence, safe_text
@@ -78,22 +79,13 @@ class SideComparison:
 
 
 def compare_generations(prompt: Prompt, ref: Generation, other: Generation) -> SideComparison:
-    """``match``: equal token ids and text when both have ids, else equal text.
-    ``first_divergence``: first differing token id, else token text, else character
-    (``divergence_unit`` says which). ``logprob_drift``: max |difference| of the chosen
-    tokens' logprobs when the outputs match and both have them (NaN positions skipped).
-    ``flip``: :func:`classify_flip` of the answers when the prompt has an answer kind."""
-    if ref.token_ids is not None and other.token_ids is not None:
-        match = ref.token_ids == other.token_ids and ref.text == other.text
-        divergence, unit = first_divergence(ref.token_ids, other.token_ids), "token"
-    elif ref.extra.get("tokens") is not None and other.extra.get("tokens") is not None:
-        match = ref.text == other.text
-        divergence, unit = first_divergence(ref.extra["tokens"], other.extra["tokens"]), "token"
-    else:
-        match = ref.text == other.text
-        divergence, unit = first_divergence(list(ref.text), list(other.text)), "char"
-    if divergence is None and not match:
-        divergence, unit = first_divergence(list(ref.text), list(other.text)), "char"
+    """``match``, ``first_divergence`` and ``divergence_unit``: the sameness verdict
+    (:func:`~pytest_infercheck.metrics.sameness.same_generation`). ``logprob_drift``: max
+    |difference| of the chosen tokens' logprobs when the outputs match and both have them
+    (NaN positions skipped). ``flip``: :func:`~pytest_infercheck.metrics.answers.judge_answers`
+    when the prompt has an answer kind."""
+    verdict = same_generation(ref, other)
+    match = verdict.same
     drift = None
     if match and ref.chosen_logprobs and other.chosen_logprobs:
         diffs = [
@@ -105,18 +97,13 @@ def compare_generations(prompt: Prompt, ref: Generation, other: Generation) -> S
     answers: list[str | None] = [None, None]
     flip = None
     if prompt.answer_kind is not None:
-        found = [extract_answer(g.text, prompt.answer_kind) for g in (ref, other)]
-        answers = [a.raw if a else None for a in found]
-        reference = (
-            parse_reference(prompt.answer, prompt.answer_kind)
-            if prompt.answer is not None
-            else None
-        )
-        flip = classify_flip(found[0], found[1], reference).value
+        judged = judge_answers(prompt.answer_kind, prompt.answer, ref.text, other.text)
+        answers = [a.raw if a else None for a in (judged.base, judged.test)]
+        flip = judged.flip.value
     return SideComparison(
         match=match,
-        first_divergence=None if match else divergence,
-        divergence_unit=None if match else unit,
+        first_divergence=verdict.first_divergence,
+        divergence_unit=verdict.divergence_unit,
         similarity=similarity(ref.text, other.text),
         answers=answers,
         flip=flip,
@@ -135,15 +122,6 @@ def side_data(label_key: str, label: str, generation: Generation) -> dict[str, A
     if "prompt_text" in generation.extra:
         data["prompt_text"] = generation.extra["prompt_text"]
     return data
-
-
-def is_flip(flip: str | None, fail_on: str) -> bool:
-    """Whether ``flip`` fails an item under ``flips.fail_item_on``."""
-    if flip is None or fail_on == "never":
-        return False
-    if fail_on == "correct_to_wrong":
-        return flip == "correct_to_wrong"
-    return flip in ("correct_to_wrong", "wrong_to_correct", "changed")
 
 
 class _ParityRun(TargetRun):
@@ -197,7 +175,9 @@ class _ParityRun(TargetRun):
         errors = {k: o for k, o in outcomes.items() if isinstance(o, str)}
         done = [o for o in outcomes.values() if isinstance(o, Outcome)]
         n_match = sum(1 for o in done if o.data["match"])
-        n_flips = sum(1 for o in done if o.data["flip"] not in (None, "unchanged"))
+        n_flips = sum(
+            1 for o in done if o.data["flip"] is not None and FlipKind(o.data["flip"]).is_flip
+        )
         target = self.target
         data: dict[str, Any] = {
             "target": target.label,
@@ -342,7 +322,7 @@ class EndpointParityRun(_ParityRun):
                 f"{result.first_divergence})"
             )
         fail_on = self.check.flips.fail_item_on
-        if is_flip(result.flip, fail_on):
+        if fails_item(result.flip, fail_on):
             out.append(f"answer flip {result.flip} (fail_item_on: {fail_on})")
         return out
 

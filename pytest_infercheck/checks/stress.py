@@ -56,10 +56,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
-from ..metrics.answers import classify_flip, extract_answer, parse_reference
+from ..metrics.answers import judge_answers
 from ..metrics.load import max_in_flight, mean_in_flight, tokens_per_second
+from ..metrics.sameness import compare_outputs
 from ..metrics.stats import percentile, wilson_interval
-from ..metrics.text import first_divergence
 from ..render.charts import line_chart
 from ..render.markup import kv_table, num
 from ..render.table import render_table
@@ -195,15 +195,6 @@ async def send_batches(backend: Backend, jobs: Sequence[Job], level: int) -> lis
     return outputs
 
 
-def _divergence(reference: dict[str, Any], output: Output) -> tuple[int | None, str]:
-    ids = reference["token_ids"]
-    if ids is not None and output.token_ids is not None:
-        at = first_divergence(ids, output.token_ids)
-        if at is not None or reference["text"] == output.text:
-            return at, "token"
-    return first_divergence(reference["text"], output.text), "char"
-
-
 def level_data(
     level: int,
     target: str,
@@ -219,28 +210,27 @@ def level_data(
     mismatches: list[dict[str, Any]] = []
     for output in done:
         reference = references[output.prompt_id]
-        at, unit = _divergence(reference, output)
-        if at is None:
+        verdict = compare_outputs(
+            reference["text"], reference["token_ids"], output.text, output.token_ids
+        )
+        if verdict.same:
             consistent += 1
         elif len(mismatches) < MAX_MISMATCHES:
             mismatches.append(
                 {
                     "prompt_id": output.prompt_id,
-                    "first_divergence": at,
-                    "unit": unit,
+                    "first_divergence": verdict.first_divergence,
+                    "unit": verdict.divergence_unit,
                     "reference": reference["text"][:TEXT_CHARS],
                     "output": output.text[:TEXT_CHARS],
                 }
             )
         prompt = by_id[output.prompt_id]
         if prompt.answer_kind is not None:
-            expected = parse_reference(prompt.answer, prompt.answer_kind) if prompt.answer else None
-            flip = classify_flip(
-                extract_answer(reference["text"], prompt.answer_kind),
-                extract_answer(output.text, prompt.answer_kind),
-                expected,
+            judged = judge_answers(
+                prompt.answer_kind, prompt.answer, reference["text"], output.text
             )
-            flips += flip.is_flip
+            flips += judged.flip.is_flip
     n = len(outputs)
     intervals = [(o.start, o.end) for o in outputs]
     latencies = [o.end - o.start for o in done]

@@ -466,3 +466,24 @@ def classify_flip(base: Answer | None, test: Answer | None, reference: Answer | 
     if test_ok:
         return FlipKind.WRONG_TO_CORRECT
     return FlipKind.UNCHANGED if same else FlipKind.WRONG_TO_WRONG
+
+
+@dataclass(frozen=True)
+class AnswerFlip:
+    """Two outputs' answers to one prompt and how they relate (:func:`judge_answers`)."""
+
+    base: Answer | None
+    test: Answer | None
+    flip: FlipKind
+
+
+def judge_answers(
+    answer_kind: AnswerKind | str, reference: str | None, base_text: str, test_text: str
+) -> AnswerFlip:
+    """The answers of ``base_text`` and ``test_text`` (:func:`extract_answer` by the prompt's
+    ``answer_kind``) and their flip against the prompt's ``reference`` answer, if it has one
+    (:func:`classify_flip`): the one path every check takes from two outputs to a flip."""
+    base = extract_answer(base_text, answer_kind)
+    test = extract_answer(test_text, answer_kind)
+    expected = parse_reference(reference, answer_kind) if reference is not None else None
+    return AnswerFlip(base, test, classify_flip(base, test, expected))

@@ -1,8 +1,8 @@
 """Repeatability of generations: determinism across runs, and agreement of two generations
 (a prompt alone vs. inside a batch).
 
-Outputs are compared by token ids when the backend gives them, else by text. Pure functions
-on plain values; no engine, no numpy.
+Two outputs are the same by the one rule of :mod:`.sameness`: equal text, and equal token
+ids where the backend gives them. Pure functions on plain values; no engine, no numpy.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .sameness import compare_outputs
 from .stats import wilson_interval
-from .text import first_divergence
 
 __all__ = [
     "DeterminismSummary",
@@ -37,16 +37,12 @@ class RunOutput:
     def key(self) -> tuple[Any, ...]:
         return output_key(self.text, self.token_ids)
 
-    @property
-    def sequence(self) -> Sequence[object]:
-        """What first divergences are counted in: token ids, else characters."""
-        return self.token_ids if self.token_ids is not None else self.text
-
 
 def output_key(text: str, token_ids: Sequence[int] | None) -> tuple[Any, ...]:
-    """The identity of an output: ``("ids", ids)`` when token ids are known, else
-    ``("text", text)``."""
-    return ("ids", tuple(token_ids)) if token_ids is not None else ("text", text)
+    """The identity of an output: its token ids (None when not known) and its text, so two
+    runs of one backend share a key exactly when :func:`.sameness.compare_outputs` calls them
+    the same."""
+    return (tuple(token_ids) if token_ids is not None else None, text)
 
 
 @dataclass
@@ -82,6 +78,10 @@ class DeterminismSummary:
         return self.runs > 0 and self.modal_count == self.runs
 
 
+def _divergence(modal: RunOutput, run: RunOutput) -> int | None:
+    return compare_outputs(modal.text, modal.token_ids, run.text, run.token_ids).first_divergence
+
+
 def summarize_runs(runs: Sequence[RunOutput | None]) -> DeterminismSummary:
     """Summarise repeated runs of one prompt; ``None`` marks a run that errored."""
     groups: dict[tuple[Any, ...], list[RunOutput]] = {}
@@ -92,8 +92,7 @@ def summarize_runs(runs: Sequence[RunOutput | None]) -> DeterminismSummary:
     ordered = sorted(groups.values(), key=len, reverse=True)
     modal = ordered[0][0] if ordered else None
     divergences = [
-        None if run is None or modal is None else first_divergence(modal.sequence, run.sequence)
-        for run in runs
+        None if run is None or modal is None else _divergence(modal, run) for run in runs
     ]
     return DeterminismSummary(
         runs=len(runs),

@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..metrics.answers import FLIP_VALUES
 from .markup import clip, esc, is_number, kv_table, plain, table
 
 SIDE_CHARS = 1000
 """Characters of an output shown on each side of the first difference (before and after)."""
-
-FLIPS = ("correct_to_wrong", "wrong_to_correct", "changed")
 
 
 def generic(data: Mapping[str, Any]) -> str:
@@ -72,7 +71,7 @@ def text_of(value: Any) -> str:
 
 def flip_cell(value: Any) -> str:
     text = esc(value) if value is not None else "-"
-    return f'<span class="ic-flip">{text}</span>' if value in FLIPS or value is True else text
+    return f'<span class="ic-flip">{text}</span>' if value in FLIP_VALUES or value is True else text
 
 
 def facts(data: Mapping[str, Any], skip: tuple[str, ...]) -> str:

@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..metrics.answers import FLIP_VALUES, flip_rank
 from ..render.markup import CSS, SORT_SCRIPT, esc, is_number, mapping, num, sort_key
-from ..render.views import FLIPS
 from .summary import RunView, summary_html
 from .views import item_detail
 
 COLUMNS = (("icklmean", "KL mean"), ("icflip", "flip"), ("icsimilarity", "similarity"))
 """The sortable result columns: (column type, title)."""
-_FLIP_ORDER = {"correct_to_wrong": 0, "changed": 1, "wrong_to_correct": 2, "wrong_to_wrong": 3}
 
 RUN_FACTS = (
     "run_id",
@@ -45,14 +44,14 @@ def result_cells(record: Mapping[str, Any] | None) -> dict[str, tuple[str, str]]
     kl = data.get("kl_mean")
     flip = data.get("flip")
     flip_text = "" if flip is None else str(flip)
-    flip_rank = 0 if flip is True else _FLIP_ORDER.get(flip_text, 5)
+    rank = 0 if flip is True else flip_rank(flip_text)
     flip_html = esc(flip_text)
-    if flip in FLIPS or flip is True:
+    if flip in FLIP_VALUES or flip is True:
         flip_html = f'<span class="ic-flip">{flip_html}</span>'
     sim = data.get("similarity")
     return {
         "icklmean": (sort_key(kl), num(kl, ".4g") if is_number(kl) else ""),
-        "icflip": (f"{flip_rank}{flip_text}" if flip_text else "", flip_html),
+        "icflip": (f"{rank}{flip_text}" if flip_text else "", flip_html),
         "icsimilarity": (sort_key(sim), num(sim, ".4f") if is_number(sim) else ""),
     }
 

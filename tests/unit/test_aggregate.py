@@ -100,10 +100,11 @@ def test_item_violations() -> None:
 def test_failure_text_marks_divergence_and_escapes() -> None:
     result = comparison("a", [0.1], [True], [0.0])
     result.base_text, result.test_text = "The sum is 42.", "The sum is 4\x1b[31m7."
+    result.sameness = "token ids differ from token 0"
     text = Outcome(["mean KL 0.1 > max_kl 0.05"], describe(result)).failure_report()
     assert "baseline bf16@local: The sum is 4⟦2." in text
     assert "\x1b" not in text and "\\x1b[31m" in text
-    assert "first divergent token at index 0" in text
+    assert "(token ids differ from token 0; ⟦ marks the first differing character)" in text
     assert "- mean KL 0.1 > max_kl 0.05" in text
     assert safe_text("x" * 500, 10) == "x" * 9 + "…"
 

@@ -79,8 +79,18 @@ def test_text_only_outputs_compare_by_text() -> None:
     assert s.modal_count == 2 and s.distinct == 2
     assert s.first_divergences == [None, None, 1]
     assert s.outputs[1] == {"text": "47", "token_ids": None, "count": 1}
-    assert output_key("46", None) == ("text", "46")
-    assert output_key("x", [1]) == ("ids", (1,)) == output_key("y", (1,))
+    assert output_key("46", None) == (None, "46")
+    # Same ids, different text (a detokenization difference) are two outputs, not one.
+    assert output_key("x", [1]) == ((1,), "x") != output_key("y", (1,))
+
+
+def test_equal_ids_with_different_text_are_distinct_outputs() -> None:
+    # Runs 0 and 2 carry the same ids as run 1 but another text: by ids alone all three were
+    # one output; by the one sameness rule (ids and text) run 1 diverges at character 1.
+    same_ids = [RunOutput("46", (55, 57)), RunOutput("4 6", (55, 57)), RunOutput("46", (55, 57))]
+    s = summarize_runs(same_ids)
+    assert (s.modal_count, s.distinct) == (2, 2)
+    assert s.first_divergences == [None, 1, None]
 
 
 def test_logprob_diff_stops_at_divergence() -> None:
@@ -113,6 +123,7 @@ def test_needle_compared_to_alone() -> None:
     assert compare_to_alone(alone, same) == {
         "match": True,
         "first_divergence": None,
+        "divergence_unit": None,
         "max_logprob_diff": pytest.approx(2e-7),
         "text": "46",
     }
@@ -122,8 +133,19 @@ def test_needle_compared_to_alone() -> None:
     assert compare_to_alone(alone, other) == {
         "match": False,
         "first_divergence": 1,
+        "divergence_unit": "token",
         "max_logprob_diff": 0.5,
         "text": "47",
+    }
+    # Same ids, other text (detokenization): not a match, at character 1; every position
+    # holds the same token, so all logprobs are compared (0.5 at position 0, 1.0 at 2).
+    detok = Generation("4 6", [55, 57, 2], "stop", [-0.75, -0.5, -2.0])
+    assert compare_to_alone(alone, detok) == {
+        "match": False,
+        "first_divergence": 1,
+        "divergence_unit": "char",
+        "max_logprob_diff": 1.0,
+        "text": "4 6",
     }
     # Text only (no ids, no logprobs): characters.
     text = compare_to_alone(Generation("46", None, "stop"), Generation("4", None, "stop"))

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from ...backends import Generation
 from ...golden import golden_scorable
-from ...metrics.answers import classify_flip, extract_answer, parse_reference
+from ...metrics.answers import FlipKind, judge_answers
 from ...metrics.kl import position_stats, topk_kl_lower_bound_positions
-from ...metrics.text import first_divergence, severity, similarity
+from ...metrics.sameness import compare_outputs
+from ...metrics.text import severity, similarity
 from ...metrics.topk_full import topk_vs_full_stats
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ class PromptComparison:
     base_finish: str
     test_finish: str
     first_divergence: int | None
+    """The first differing token (by id where both sides share the token ids, else by token
+    text); None when the outputs do not differ token by token."""
     similarity: float
     severity: str
     kl_per_position: list[float] = field(default_factory=list)
@@ -61,6 +64,10 @@ class PromptComparison:
     base_answer: str | None = None
     test_answer: str | None = None
     flip: str = "unchanged"
+    sameness: str = ""
+    """The sameness verdict on the two outputs (ids and text,
+    :func:`~pytest_infercheck.metrics.sameness.compare_outputs`), e.g. ``identical`` or
+    ``same token ids, text differs from character 3 (detokenization difference)``."""
     templated: bool = False
     base_reasoning_chars: int = 0
     test_reasoning_chars: int = 0
@@ -83,7 +90,7 @@ class PromptComparison:
 
     @property
     def is_flip(self) -> bool:
-        return self.flip in ("correct_to_wrong", "wrong_to_correct", "changed")
+        return FlipKind(self.flip).is_flip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,10 +114,16 @@ def compare_prompt(
     base = engine.generate(baseline, rendered, params, run=base_run)
     other = engine.generate(test, test_input, params, run=test_run)
 
-    divergence = _first_divergence(base, other)
+    verdict = compare_outputs(
+        base.text,
+        base.token_ids if shared_ids else None,  # ids of two tokenizers are not comparable
+        other.text,
+        other.token_ids if shared_ids else None,
+        base.extra.get("tokens"),
+        other.extra.get("tokens"),
+    )
+    divergence = verdict.first_divergence if verdict.divergence_unit == "token" else None
     sim = similarity(base.text, other.text)
-    same_ids = shared_ids and base.token_ids is not None and other.token_ids is not None
-    identical = base.token_ids == other.token_ids if same_ids else base.text == other.text
     result = PromptComparison(
         prompt_id=prompt.id,
         prompt_text=prompt.text,
@@ -125,7 +138,8 @@ def compare_prompt(
         test_finish=other.finish_reason,
         first_divergence=divergence,
         similarity=sim,
-        severity=severity(identical, sim).value,
+        severity=severity(verdict.same, sim).value,
+        sameness=verdict.describe(),
         templated=rendered.templated,
         base_reasoning_chars=len(base.extra.get("reasoning") or ""),
         test_reasoning_chars=len(other.extra.get("reasoning") or ""),
@@ -135,16 +149,6 @@ def compare_prompt(
     )
     _add_answers(prompt, result)
     return result
-
-
-def _first_divergence(base: Generation, other: Generation) -> int | None:
-    """First differing token: by id, or by token text for servers that return no ids."""
-    if base.token_ids is not None and other.token_ids is not None:
-        return first_divergence(base.token_ids, other.token_ids)
-    tokens_a, tokens_b = base.extra.get("tokens"), other.extra.get("tokens")
-    if tokens_a is not None and tokens_b is not None:
-        return first_divergence(tokens_a, tokens_b)
-    return None
 
 
 def _add_logprob_metrics(
@@ -200,13 +204,9 @@ def _add_logprob_metrics(
 def _add_answers(prompt: Prompt, result: PromptComparison) -> None:
     if prompt.answer_kind is None:
         return
-    base_answer = extract_answer(result.base_text, prompt.answer_kind)
-    test_answer = extract_answer(result.test_text, prompt.answer_kind)
-    reference = (
-        parse_reference(prompt.answer, prompt.answer_kind) if prompt.answer is not None else None
-    )
+    judged = judge_answers(prompt.answer_kind, prompt.answer, result.base_text, result.test_text)
     result.answer_kind = prompt.answer_kind
     result.reference = prompt.answer
-    result.base_answer = base_answer.raw if base_answer else None
-    result.test_answer = test_answer.raw if test_answer else None
-    result.flip = classify_flip(base_answer, test_answer, reference).value
+    result.base_answer = judged.base.raw if judged.base else None
+    result.test_answer = judged.test.raw if judged.test else None
+    result.flip = judged.flip.value

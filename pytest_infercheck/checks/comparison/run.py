@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
-from ...metrics.text import first_divergence
+from ...metrics.sameness import same_generation
 from ..protocol import CheckRun, ItemPlan, Outcome
 from .aggregate import (
     SuiteAggregate,
@@ -193,7 +193,7 @@ class ComparisonRun(CheckRun):
         properties.append(("infercheck_engines", json.dumps(engines, sort_keys=True)))
         if self.check.spec.sides_are_levels:
             cliff = degradation_cliff(
-                [("self-check", 0.0, 0.0)]
+                [(SELF_CHECK, 0.0, 0.0)]
                 + [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in aggregates]
             )
             data["cliff"] = cliff or "none"
@@ -210,11 +210,9 @@ class ComparisonRun(CheckRun):
             params = self.params(prompt)
             first = self.engine.generate(baseline, rendered, params, run=0)
             second = self.engine.generate(baseline, rendered, params, run=1)
-            if first.token_ids is not None and first.token_ids != second.token_ids:
-                at = first_divergence(first.token_ids, second.token_ids or [])
-                problems.append(f"{prompt.id}: token ids differ from index {at}")
-            elif first.text != second.text:
-                problems.append(f"{prompt.id}: output text differs")
+            verdict = same_generation(first, second)
+            if not verdict.same:
+                problems.append(f"{prompt.id}: {verdict.describe()}")
             elif first.chosen_logprobs != second.chosen_logprobs:
                 drift = max(
                     abs(a - b)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...metrics.answers import fails_item
 from ...render.text import mark_divergence, safe_text
 from ...specs import Thresholds
 from .prompt import TEACHER_FORCED, TEXT_ONLY, PromptComparison
@@ -26,9 +27,7 @@ def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[st
             f"{thresholds.min_similarity:g}"
         )
     fail_on = thresholds.flips.fail_item_on
-    if (fail_on == "correct_to_wrong" and result.flip == "correct_to_wrong") or (
-        fail_on == "any" and result.is_flip
-    ):
+    if fails_item(result.flip, fail_on):
         out.append(f"answer flip {result.flip} (fail_item_on: {fail_on})")
     return out
 
@@ -41,13 +40,7 @@ def describe(result: PromptComparison) -> str:
         lines.append("method: text only (no comparable logprobs on both sides)")
     else:
         lines.append(f"method: {result.method} over {len(result.kl_per_position)} positions")
-    where = (
-        f"first divergent token at index {result.first_divergence}"
-        if result.first_divergence is not None
-        else "token ids identical"
-        if result.base_ids is not None and result.base_ids == result.test_ids
-        else "token ids not comparable"
-    )
+    where = result.sameness or "not compared"
     lines.append(
         f"baseline {result.baseline}: {mark_divergence(result.base_text, result.test_text)}"
     )
