@@ -13,6 +13,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .report.html import render_report
+from .report.merge import MergeError, merge_results
+from .report.results import ResultsError, load_results, write_atomic
+
 PROG = "pytest-infercheck"
 
 
@@ -36,10 +40,6 @@ def report(paths: Sequence[Path], output: Path) -> list[str]:
 
     Raises :class:`.report.results.ResultsError` or :class:`.report.merge.MergeError`.
     """
-    from .report.html import render_report
-    from .report.merge import merge_results
-    from .report.results import load_results, write_atomic
-
     named = [(str(path), load_results(path)) for path in paths]
     runs, warnings = merge_results(named)
     write_atomic(output, render_report(runs))
@@ -48,8 +48,6 @@ def report(paths: Sequence[Path], output: Path) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from .report.merge import MergeError
-    from .report.results import ResultsError
 
     try:
         warnings = report(args.results, args.output)

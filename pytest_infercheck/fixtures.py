@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from .backends import GenerationParams
 from .options import matrix_paths
 from .state import engine_for
 
@@ -47,8 +48,6 @@ class TargetHandle:
 
     def generate(self, text: str, max_tokens: int = 64, system: str | None = None) -> Generation:
         """Greedy generation of ``text`` (chat template applied when the model has one)."""
-        from .backends import GenerationParams
-
         rendered = self.render(text, system)
         return self.engine.generate(self.resolved, rendered, GenerationParams(max_tokens))
 
@@ -56,8 +55,6 @@ class TargetHandle:
         self, text: str, max_tokens: int = 64, system: str | None = None
     ) -> Generation:
         """Like :meth:`generate`, awaited on the caller's event loop (not cached)."""
-        from .backends import GenerationParams
-
         rendered = await self.backend.render(text, system, False)
         return await self.backend.generate(rendered, GenerationParams(max_tokens))
 
@@ -74,8 +71,7 @@ class TargetHandle:
         answer_kind: str | None = None,
     ) -> PromptComparison:
         """Compare this target against ``baseline`` on one prompt, as a check item would."""
-        # the comparison layer (numpy, pydantic): loaded by the tests that call this
-        from .backends import GenerationParams
+        # the comparison layer and suites (numpy, pydantic): loaded by the tests that call it
         from .checks.comparison.prompt import compare_prompt
         from .suites import Prompt, derive_prompt_id
 

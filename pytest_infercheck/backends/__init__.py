@@ -26,11 +26,12 @@ def create_backend(
     """Build the backend ``name`` of kind ``spec.kind`` serving the model at ``source``;
     ``url`` is where a managed server was started (else ``spec.url``)."""
     if spec.kind == "mlx-lm":
-        from .mlx_lm import MlxLmBackend, MlxModelSpec
+        from .mlx_lm import MlxLmBackend, MlxModelSpec  # mlx: only where a target runs it
 
         return MlxLmBackend(
             name, MlxModelSpec(source, revision, spec.dtype), chat=spec.chat, add_bos=spec.add_bos
         )
+    # httpx: every other backend is a server; each module loaded only where a target uses it
     from .http import HttpSettings
 
     base_url = url or spec.url

@@ -32,7 +32,9 @@ from typing import Any
 
 import pytest
 
+from .. import __version__
 from ..sharding import configured_shard
+from .results import SCHEMA, VERSION, item_sort_key, write_results
 
 CI_RUN_IDS = (
     ("GITHUB_RUN_ID", "GITHUB_RUN_ATTEMPT"),
@@ -183,9 +185,6 @@ class ResultsCollector:
 
     def results(self, exitstatus: int) -> dict[str, Any]:
         """The whole results document of this run."""
-        from .. import __version__
-        from .results import SCHEMA, VERSION, item_sort_key
-
         argv = list(self.config.invocation_params.args)
         items = sorted(
             (
@@ -227,8 +226,6 @@ class ResultsCollector:
         }
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        from .results import write_results
-
         write_results(self.path, self.results(exitstatus))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
