@@ -26,6 +26,7 @@ from .backends import BackendError
 from .checks.protocol import CheckRun, ItemPlan, Outcome
 from .config import CheckSpec, LoadedMatrix, load_matrix
 from .options import effective_settings
+from .records import ItemRecord, plain_data
 from .state import engine_for
 from .suites import Suite, SuiteError, load_suite
 from .yamlpos import SourceError
@@ -156,22 +157,22 @@ class SuiteCollector(pytest.Collector):
             if isinstance(item, PlannedItem) and item.parent is self
         )
 
-    def record(
-        self, role: str, name: str, violations: list[str], data: dict[str, Any]
-    ) -> dict[str, Any]:
-        """The report record of one of this suite's items (see ``plugin``: it travels on the
-        test report as ``report.infercheck``, across xdist, into the HTML and JSON reports)."""
+    def record(self, role: str, name: str, violations: list[str], data: Any) -> dict[str, Any]:
+        """The :class:`~.records.ItemRecord` of one of this suite's items, as plain types (it
+        travels on the test report as ``report.infercheck``, across xdist, into the HTML and
+        JSON reports)."""
         parent = self.check_collector
-        return {
-            "check": parent.name,
-            "kind": parent.check.kind,
-            "suite": self.suite.name,
-            "role": role,
-            "name": name,
-            "thresholds": parent.thresholds,
-            "violations": list(violations),
-            "data": data,
-        }
+        record = ItemRecord(
+            check=parent.name,
+            kind=parent.check.kind,
+            suite=self.suite.name,
+            role=role,
+            name=name,
+            thresholds=parent.thresholds,
+            violations=list(violations),
+            data=plain_data(data),
+        )
+        return record.model_dump()
 
     def collect(self) -> Iterator[pytest.Item]:
         check = self.check_collector.check

@@ -27,6 +27,7 @@ Both need a server backend; an in-process (mlx-lm) target fails its items with t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -394,13 +395,10 @@ STREAM_PARITY = CheckKind(
     summary_lines=summary_lines,
     views={"prompt": parity_prompt, "aggregate": target_aggregate},
 )
-ENDPOINT_PARITY = CheckKind(
+ENDPOINT_PARITY = dataclasses.replace(
+    STREAM_PARITY,
     name="endpoint-parity",
     spec=EndpointParitySpec,
     run=EndpointParityRun,
-    label=target_label,
-    thresholds=TARGET_THRESHOLDS,
     family="endpoint-parity",
-    summary_lines=summary_lines,
-    views={"prompt": parity_prompt, "aggregate": target_aggregate},
 )

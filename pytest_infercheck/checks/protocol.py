@@ -233,6 +233,9 @@ class CheckKind:
     """Kinds of one family share their terminal table."""
     summary_lines: Callable[[Aggregates], list[str]] = empty_lines
     """The terminal summary of the family's aggregates."""
+    records: Mapping[str, type] = field(default_factory=dict)
+    """The dataclass of an item's ``data`` by role (``prompt``, ``aggregate``, ...): what the
+    kind records, field by field (see :mod:`..records`)."""
     views: Mapping[str, View] = field(default_factory=dict)
     """An item's HTML detail by role; a role without one shows its data as a table."""
     measures: Sequence[MeasureSpec] = ()

@@ -1,8 +1,8 @@
-"""The JSON results file (schema ``pytest-infercheck-results``, version 1): schema, atomic
+"""The JSON results file (schema ``pytest-infercheck-results``, version 2): schema, atomic
 writer and validating loader.
 
 ```
-{"schema": "pytest-infercheck-results", "version": 1,
+{"schema": "pytest-infercheck-results", "version": 2,
  "run": {"run_id", "started", "finished", "duration_s", "argv", "shard": {"index", "count"} | null,
          "plugin_version", "python", "platform", "hostname", "exitstatus"},
  "matrices": {"<matrix path relative to rootdir>": <its YAML data>},
@@ -26,9 +26,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..plain_data import plain
+from ..records import ItemRecord
 
 SCHEMA = "pytest-infercheck-results"
-VERSION = 1
+VERSION = 2
+"""The version this plugin writes. Version 2 added record fields (a comparison's
+``sameness``, the ``divergence_unit`` of batch-invariance trials and cache-pollution
+changes) and nothing else; version 1 files are read as they are (their items lack those
+fields, which reports show as ``-``)."""
+READABLE_VERSIONS = (1, 2)
 MAX_ERRORS_SHOWN = 3
 
 
@@ -64,25 +70,19 @@ class RunModel(_Model):
     exitstatus: int
 
 
-class ItemModel(_Model):
+class ItemModel(ItemRecord):
+    """An item's record (:class:`~..records.ItemRecord`) with its outcome in this run."""
+
     nodeid: str
     outcome: Literal["passed", "failed", "skipped", "error"]
     duration_s: float
     worker: str | None
     longrepr: str | None
-    check: str
-    kind: str
-    suite: str
-    role: str
-    name: str
-    thresholds: dict[str, Any]
-    violations: list[str]
-    data: dict[str, Any]
 
 
 class ResultsModel(_Model):
     schema_: Literal["pytest-infercheck-results"] = Field(alias="schema")
-    version: Literal[1]
+    version: Literal[1, 2]
     run: RunModel
     matrices: dict[str, Any]
     engines: dict[str, Any]
@@ -129,11 +129,12 @@ def validate(data: Any, path: str | Path = "<results>") -> dict[str, Any]:
     """``data`` checked against the schema, as a plain dict; :class:`ResultsError` otherwise."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ResultsError(path, f"not a pytest-infercheck results file (no 'schema': {SCHEMA!r})")
-    if data.get("version") != VERSION:
+    if data.get("version") not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
         raise ResultsError(
             path,
             f"results format version {data.get('version')!r}; this pytest-infercheck reads "
-            f"version {VERSION}",
+            f"versions {readable}",
         )
     try:
         model = ResultsModel.model_validate(data)

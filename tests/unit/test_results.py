@@ -18,6 +18,7 @@ from pytest_infercheck.report.item_report import scalar_properties
 from pytest_infercheck.report.merge import MergeError, merge_results
 from pytest_infercheck.report.results import (
     SCHEMA,
+    VERSION,
     ResultsError,
     load_results,
     plain,
@@ -60,7 +61,7 @@ def item(name: str, role: str, data: dict[str, Any], outcome: str = "passed") ->
 def results(items: list[dict[str, Any]], shard: dict[str, int] | None = None) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
-        "version": 1,
+        "version": VERSION,
         "run": {
             "run_id": "ci-1",
             "started": "2026-01-01T00:00:00+00:00",
@@ -140,7 +141,10 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(
     [
         ("{not json", r"bad\.json: not valid JSON \(line 1, column 2"),
         ("[1, 2]", r"bad\.json: not a pytest-infercheck results file"),
-        (json.dumps({**results([]), "version": 2}), r"bad\.json: results format version 2; .*1"),
+        (
+            json.dumps({**results([]), "version": 3}),
+            r"bad\.json: results format version 3; this pytest-infercheck reads versions 1 and 2",
+        ),
         (
             json.dumps(results([{**item("a", "prompt", {}), "outcome": "exploded"}])),
             r"bad\.json: invalid results: items\.0\.outcome: Input should be 'passed'",
@@ -317,3 +321,14 @@ def test_scalar_properties_spread_lists_and_mappings() -> None:
     assert scalar_properties(
         [("a", 1), ("b", [1, 2]), ("c", {"x": None, "y": [True]}), ("d", "text")]
     ) == [("a", 1), ("b_0", 1), ("b_1", 2), ("c_x", None), ("c_y_0", True), ("d", "text")]
+
+
+def test_version_1_files_are_read(tmp_path: Path) -> None:
+    # Version 1 wrote the same envelope; its comparison records lack ``sameness``.
+    old = results([item("a", "prompt", {"kl_mean": 0.5, "flip": "unchanged"})])
+    old["version"] = 1
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    loaded = load_results(path)
+    assert loaded["version"] == 1 and loaded["items"][0]["data"]["kl_mean"] == 0.5
+    assert VERSION == 2

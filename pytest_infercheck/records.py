@@ -1,0 +1,65 @@
+"""The record of one infercheck item: what crosses from a check to every report.
+
+A record travels on the item's test report as ``report.infercheck`` (plain JSON types, since
+pytest-xdist ships report attributes from the workers to the controller), and becomes an
+item of the JSON results file (:mod:`.report.results`), the terminal summary and the HTML
+report. Its ``data`` is the kind's own record of what it measured: a dataclass of the
+kind's module (:func:`plain_data` turns it into JSON types), documented field by field
+there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+from .plain_data import plain
+
+R = TypeVar("R")
+
+
+class ItemRecord(BaseModel):
+    """What one item of a check x suite measured.
+
+    ``check`` is the check's node-id name (``compare(bf16-vs-q4)``), ``kind`` its YAML key,
+    ``suite`` the suite's name, ``role`` what the item is (``prompt``, ``level``,
+    ``hostile``, ``self-check``, ``aggregate``, ``record`` under ``--infercheck-record``),
+    ``name`` the item's name (``r017[q4]``), ``thresholds`` what the check holds it to,
+    ``violations`` the thresholds it broke (empty: passed), ``data`` the kind's record."""
+
+    model_config = ConfigDict(extra="allow")
+
+    check: str
+    kind: str
+    suite: str
+    role: str
+    name: str
+    thresholds: dict[str, Any]
+    violations: list[str]
+    data: dict[str, Any]
+
+
+def plain_data(data: Any) -> dict[str, Any]:
+    """A kind's record (a dataclass, or already a mapping) as JSON types."""
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        data = dataclasses.asdict(data)
+    converted: dict[str, Any] = plain(data)
+    return converted
+
+
+@functools.cache
+def _adapter(record_type: type[Any]) -> TypeAdapter[Any]:
+    return TypeAdapter(record_type)
+
+
+def load_record(record_type: type[R], data: Mapping[str, Any]) -> R:
+    """A kind's record read back from its plain form (a results file, an xdist report):
+    fields checked by type, unknown keys ignored. Raises ``pydantic.ValidationError`` (a
+    ``ValueError``) when a field is missing or of the wrong type, e.g. in a file of an older
+    version; reports then show the data as a plain table."""
+    record: R = _adapter(record_type).validate_python(dict(data))
+    return record
