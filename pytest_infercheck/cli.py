@@ -4,11 +4,16 @@
 files, merge the shards of each run (see :mod:`.report.merge`) and write one standalone HTML
 report with the runs side by side. Exit status 0 on success, 2 when a file cannot be read,
 is not a results file of a supported version, or the shards cannot be merged.
+
+``pytest-infercheck schema [-o FILE]``: print (or write to FILE) the JSON Schema of the YAML
+matrix, for editors: ``# yaml-language-server: $schema=./infercheck.schema.json`` as the
+matrix's first line. Exit status 2 when FILE cannot be written.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +21,7 @@ from pathlib import Path
 from .report.html import render_report
 from .report.merge import MergeError, merge_results
 from .report.results import ResultsError, load_results, write_atomic
+from .schema import matrix_schema
 
 PROG = "pytest-infercheck"
 
@@ -32,7 +38,20 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "-o", "--output", type=Path, default=Path("report.html"), help="default: report.html"
     )
+    schema = commands.add_parser(
+        "schema",
+        help="print the JSON Schema of the YAML matrix (for editors)",
+        description="The JSON Schema of infercheck.yaml: every check kind, backend and setting.",
+    )
+    schema.add_argument(
+        "-o", "--output", type=Path, default=None, help="write it here (default: stdout)"
+    )
     return parser
+
+
+def schema_text() -> str:
+    """The matrix's JSON Schema as indented JSON."""
+    return json.dumps(matrix_schema(), indent=2) + "\n"
 
 
 def report(paths: Sequence[Path], output: Path) -> list[str]:
@@ -48,6 +67,8 @@ def report(paths: Sequence[Path], output: Path) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "schema":
+        return _schema(args.output)
 
     try:
         warnings = report(args.results, args.output)
@@ -57,6 +78,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     for warning in warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     print(f"wrote {args.output}")
+    return 0
+
+
+def _schema(output: Path | None) -> int:
+    text = schema_text()
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        write_atomic(output, text)
+    except OSError as exc:
+        print(f"{PROG}: error: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {output}")
     return 0
 
 

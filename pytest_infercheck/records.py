@@ -11,7 +11,6 @@ there.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -51,9 +50,7 @@ def plain_data(data: Any) -> dict[str, Any]:
     return converted
 
 
-@functools.cache
-def _adapter(record_type: type[Any]) -> TypeAdapter[Any]:
-    return TypeAdapter(record_type)
+_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
 
 
 def load_record(record_type: type[R], data: Mapping[str, Any]) -> R:
@@ -61,5 +58,8 @@ def load_record(record_type: type[R], data: Mapping[str, Any]) -> R:
     fields checked by type, unknown keys ignored. Raises ``pydantic.ValidationError`` (a
     ``ValueError``) when a field is missing or of the wrong type, e.g. in a file of an older
     version; reports then show the data as a plain table."""
-    record: R = _adapter(record_type).validate_python(dict(data))
+    adapter = _ADAPTERS.get(record_type)
+    if adapter is None:
+        adapter = _ADAPTERS[record_type] = TypeAdapter(record_type)
+    record: R = adapter.validate_python(dict(data))
     return record

@@ -85,7 +85,11 @@ class StressSpec(TargetCheck):
     """The suite at each concurrency level; ``repeats`` copies of every prompt per level, so a
     prompt is also in flight with itself."""
 
-    levels: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16], min_length=1)
+    levels: list[int] = Field(
+        default_factory=lambda: [1, 2, 4, 8, 16],
+        min_length=1,
+        json_schema_extra={"uniqueItems": True, "items": {"type": "integer", "minimum": 1}},
+    )
     repeats: int = Field(default=2, ge=1)
 
     @field_validator("levels")
