@@ -4,7 +4,8 @@ The test copies the package, writes one new kind module (``prompt-budget``: ever
 suite must fit a character budget; no model is loaded) and adds it to ``checks/registry.py``
 (one import, one entry). Then a matrix that uses the new kind runs through everything that
 asks the registry: the YAML config, collection and node ids, items and the aggregate, the
-terminal summary, the JSON results, the HTML report (the kind's own view) and xdist.
+terminal summary, the JSON results, the HTML report (the kind's own view), xdist and the
+matrix's JSON Schema.
 """
 
 from __future__ import annotations
@@ -174,3 +175,17 @@ def test_the_new_kind_is_validated_like_the_others(project: tuple[Path, dict[str
     done = _pytest(work, env, "--collect-only", "-q")
     assert done.returncode != 0
     assert "infercheck.yaml:5: checks[0].prompt-budget.max_chars" in done.stdout
+
+
+def test_the_new_kind_is_in_the_matrix_schema(project: tuple[Path, dict[str, str]]) -> None:
+    work, env = project
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_infercheck.cli", "schema"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    schema = json.loads(done.stdout)
+    assert "prompt-budget" in json.dumps(schema["$defs"]["CheckSpec"])
