@@ -27,7 +27,7 @@ from .checks.protocol import CheckRun, ItemPlan, Outcome
 from .config import CheckSpec, LoadedMatrix, load_matrix
 from .options import effective_settings
 from .records import ItemRecord, plain_data
-from .state import engine_for
+from .state import generation_cache_for
 from .suites import Suite, SuiteError, load_suite
 from .yamlpos import SourceError
 
@@ -137,7 +137,7 @@ class SuiteCollector(pytest.Collector):
         if self._run is None:
             parent = self.check_collector
             self._run = parent.check.check_kind.run(
-                engine=engine_for(self.config),
+                cache=generation_cache_for(self.config),
                 loaded=parent.loaded,
                 check=parent.check,
                 index=parent.index,

@@ -1,4 +1,4 @@
-"""Fixtures for users' own Python tests: the engine, the matrix and ready targets.
+"""Fixtures for users' own Python tests: the generation cache, the matrix and ready targets.
 
 ``infercheck_target`` yields a ready backend for a ``model@backend`` name of the matrix,
 given by indirect parametrisation or the ``infercheck_target`` marker::
@@ -17,7 +17,7 @@ import pytest
 
 from .backends import GenerationParams
 from .options import matrix_paths
-from .state import engine_for
+from .state import generation_cache_for
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,14 +25,15 @@ if TYPE_CHECKING:
     from .backends import Backend, Generation, PromptInput
     from .checks.comparison.prompt import PromptComparison
     from .config import LoadedMatrix
-    from .engine import Engine, ResolvedTarget
+    from .generation_cache import GenerationCache, ResolvedTarget
 
 
 @dataclass
 class TargetHandle:
-    """A resolved ``model@backend`` with convenience calls (cached through the engine)."""
+    """A resolved ``model@backend`` with convenience calls (cached through the generation
+    cache)."""
 
-    engine: Engine
+    cache: GenerationCache
     resolved: ResolvedTarget
 
     @property
@@ -44,12 +45,12 @@ class TargetHandle:
         return self.resolved.backend
 
     def render(self, text: str, system: str | None = None, thinking: bool = False) -> PromptInput:
-        return self.engine.run(self.backend.render(text, system, thinking))
+        return self.cache.run(self.backend.render(text, system, thinking))
 
     def generate(self, text: str, max_tokens: int = 64, system: str | None = None) -> Generation:
         """Greedy generation of ``text`` (chat template applied when the model has one)."""
         rendered = self.render(text, system)
-        return self.engine.generate(self.resolved, rendered, GenerationParams(max_tokens))
+        return self.cache.generate(self.resolved, rendered, GenerationParams(max_tokens))
 
     async def agenerate(
         self, text: str, max_tokens: int = 64, system: str | None = None
@@ -59,7 +60,7 @@ class TargetHandle:
         return await self.backend.generate(rendered, GenerationParams(max_tokens))
 
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
-        return self.engine.score(self.resolved, prompt_ids, continuation_ids)
+        return self.cache.score(self.resolved, prompt_ids, continuation_ids)
 
     def compare_to(
         self,
@@ -86,14 +87,17 @@ class TargetHandle:
             source="<test>",
         )
         return compare_prompt(
-            self.engine, baseline.resolved, self.resolved, prompt, GenerationParams(max_tokens)
+            self.cache, baseline.resolved, self.resolved, prompt, GenerationParams(max_tokens)
         )
 
 
 @pytest.fixture(scope="session")
-def infercheck_engine(pytestconfig: pytest.Config) -> Engine:
-    """The session's generation engine (one per xdist worker), shared with the YAML checks."""
-    return engine_for(pytestconfig)
+def infercheck_engine(pytestconfig: pytest.Config) -> GenerationCache:
+    """The session's :class:`~pytest_infercheck.generation_cache.GenerationCache` (one per
+    xdist worker), shared with the YAML checks: its backends (``resolve``) and its cached
+    renders, generations and scores. Named ``engine`` for compatibility with users' tests;
+    it was the ``Engine`` class before the generation cache and the server pool were split."""
+    return generation_cache_for(pytestconfig)
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +114,9 @@ def infercheck_matrix(pytestconfig: pytest.Config) -> LoadedMatrix:
 
 @pytest.fixture
 def infercheck_target(
-    request: pytest.FixtureRequest, infercheck_engine: Engine, infercheck_matrix: LoadedMatrix
+    request: pytest.FixtureRequest,
+    infercheck_engine: GenerationCache,
+    infercheck_matrix: LoadedMatrix,
 ) -> TargetHandle:
     """A ready ``model@backend`` (indirect parameter or ``@pytest.mark.infercheck_target``)."""
     ref = getattr(request, "param", None)

@@ -5,6 +5,10 @@ A server is started by ``serve:`` (a command template with ``{model}`` and ``{po
 however it ends. State lives in a folder shared by the controller and its xdist workers:
 the first process that needs a server starts it behind a file lock and records it; others
 attach to the recorded URL; the controller stops every recorded server once, at the end.
+
+Each process's :class:`ServerPool` also remembers which server stands behind each target it
+resolved (:meth:`ServerPool.url_for`), so that a failed request to a target can be reported as
+its server's death, with the server's last log lines (:meth:`ServerPool.check_alive_for`).
 """
 
 from __future__ import annotations
@@ -22,11 +26,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from .backends.base import BackendError
 from .supervise import alive, stop_group
+
+if TYPE_CHECKING:
+    from .config import BackendSpec
 
 ADDRESS_IN_USE = ("address already in use", "couldn't bind", "could not bind", "errno 98")
 PORT_ATTEMPTS = 3
@@ -50,6 +58,26 @@ class ServerSpec:
     @property
     def key(self) -> str:
         return hashlib.sha256(repr((self.command, self.model, self.env)).encode()).hexdigest()[:12]
+
+
+def server_spec(spec: BackendSpec, model: str) -> ServerSpec:
+    """The managed-server description of a backend with ``serve:``."""
+    assert spec.serve is not None
+    return ServerSpec(
+        command=spec.serve,
+        model=model,
+        env=tuple(sorted(spec.env.items())),
+        health_path=spec.health_path,
+        startup_timeout_s=spec.startup_timeout,
+    )
+
+
+@dataclass(frozen=True)
+class ManagedServer:
+    """The server behind a resolved target: the backend's name and what runs it."""
+
+    name: str
+    spec: ServerSpec
 
 
 @dataclass
@@ -88,39 +116,45 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 class ServerPool:
-    """Servers of one pytest run, shared through ``state_dir`` by controller and workers."""
+    """Servers of one pytest run, shared through ``state_dir`` by controller and workers;
+    in each process, also the server behind each target resolved there."""
 
     def __init__(self, state_dir: Path, controller_pid: int) -> None:
         self.state_dir = state_dir
         self.controller_pid = controller_pid
         state_dir.mkdir(parents=True, exist_ok=True)
+        self._managed: dict[tuple[Any, ...], ManagedServer] = {}
+        """The managed server behind each target key this process resolved."""
 
-    def url_for(self, name: str, spec: ServerSpec) -> str:
-        """The running server for ``spec`` (started on first request); raises ServerError."""
+    def url_for(self, target_key: tuple[Any, ...], name: str, spec: ServerSpec) -> str:
+        """The running server for ``spec`` (started on first request), remembered as the
+        server of ``target_key`` (a :class:`~.generation_cache.ResolvedTarget` key) for
+        :meth:`check_alive_for`; raises ServerError."""
         state_file = self.state_dir / f"{spec.key}.json"
         with _locked(self.state_dir / f"{spec.key}.lock"):
             if state_file.exists():
                 state = ServerState(**json.loads(state_file.read_text()))
-                if alive(state.supervisor_pid):
-                    return state.url
-                raise ServerError(
-                    f"server {name!r} died during the run; last log lines:\n{log_tail(state.log)}"
-                )
-            state = self._start(name, spec)
-            tmp = state_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(asdict(state)))
-            tmp.replace(state_file)
-            return state.url
+                if not alive(state.supervisor_pid):
+                    raise _died(name, state)
+            else:
+                state = self._start(name, spec)
+                tmp = state_file.with_suffix(".tmp")
+                tmp.write_text(json.dumps(asdict(state)))
+                tmp.replace(state_file)
+        self._managed[target_key] = ManagedServer(name, spec)
+        return state.url
 
-    def check_alive(self, name: str, spec: ServerSpec) -> None:
-        """Raise ServerError with the log tail if the server of ``spec`` has died."""
-        state_file = self.state_dir / f"{spec.key}.json"
+    def check_alive_for(self, target_key: tuple[Any, ...]) -> None:
+        """Raise ServerError with the log tail if the managed server behind ``target_key``
+        has died (a target without one: nothing to check)."""
+        managed = self._managed.get(target_key)
+        if managed is None:
+            return
+        state_file = self.state_dir / f"{managed.spec.key}.json"
         if state_file.exists():
             state = ServerState(**json.loads(state_file.read_text()))
             if not alive(state.supervisor_pid):
-                raise ServerError(
-                    f"server {name!r} died during the run; last log lines:\n{log_tail(state.log)}"
-                )
+                raise _died(managed.name, state)
 
     def _start(self, name: str, spec: ServerSpec) -> ServerState:
         last_error = ""
@@ -196,6 +230,12 @@ class ServerPool:
                     time.sleep(0.05)
             _reap(state.supervisor_pid)
             state_file.unlink(missing_ok=True)
+
+
+def _died(name: str, state: ServerState) -> ServerError:
+    return ServerError(
+        f"server {name!r} died during the run; last log lines:\n{log_tail(state.log)}"
+    )
 
 
 def _reap(pid: int) -> None:

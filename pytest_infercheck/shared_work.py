@@ -12,7 +12,7 @@ folder, see :mod:`.state`; it is removed at the end of the run).
 Lock order, to stay free of deadlocks: a ``once`` name, then another ``once`` name, then a
 ``locked`` name; never a ``once`` while holding a ``locked`` name.
 
-Without a folder (an engine with no server pool) everything stays in this process.
+Without a folder (a generation cache with no server pool) everything stays in this process.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Registered only where needed, as pytest's junitxml does: the controller (or a run without
 xdist) keeps the folder of managed servers shared with its workers and the reporters (terminal
-summary, JSON results, HTML); every process keeps its generation engine and, under
+summary, JSON results, HTML); every process keeps its generation cache and, under
 ``--infercheck-record``, the golden writer. Everything is unregistered at unconfigure.
 
 Imports of the pydantic- and numpy-based layers (config, collection, the kinds, the
@@ -26,9 +26,9 @@ from .options import is_worker, matrix_paths, results_path
 from .report.terminal_plugin import TerminalSummary
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .generation_cache import GenerationCache
 
-ENGINE_KEY = pytest.StashKey["Engine"]()
+GENERATION_CACHE_KEY = pytest.StashKey["GenerationCache"]()
 SERVERS_DIR_KEY = pytest.StashKey[Path]()
 PLUGINS_KEY = pytest.StashKey[list[object]]()
 """The plugin objects this process registered, unregistered at unconfigure."""
@@ -101,11 +101,12 @@ def configure_node(node: Any) -> None:
     )
 
 
-def engine_for(config: pytest.Config) -> Engine:
-    """The session's engine, created on first use (so collection never loads a model)."""
-    engine = config.stash.get(ENGINE_KEY, None)
-    if engine is None:
-        from .engine import Engine  # the backends: numpy, httpx
+def generation_cache_for(config: pytest.Config) -> GenerationCache:
+    """The process's generation cache, with its server pool, created on first use (so
+    collection never loads a model)."""
+    cache = config.stash.get(GENERATION_CACHE_KEY, None)
+    if cache is None:
+        from .generation_cache import GenerationCache  # the backends: numpy, httpx
         from .servers import ServerPool
 
         workerinput = getattr(config, "workerinput", {})
@@ -113,18 +114,18 @@ def engine_for(config: pytest.Config) -> Engine:
             pool = ServerPool(Path(workerinput[WORKER_DIR]), int(workerinput[WORKER_CONTROLLER]))
         else:
             pool = ServerPool(config.stash[SERVERS_DIR_KEY], os.getpid())
-        engine = Engine(servers=pool)
-        config.stash[ENGINE_KEY] = engine
-    return engine
+        cache = GenerationCache(servers=pool)
+        config.stash[GENERATION_CACHE_KEY] = cache
+    return cache
 
 
 def finish(config: pytest.Config) -> None:
-    """``pytest_unconfigure``: close the engine; on the controller also stop every managed
-    server, once; unregister this process's plugin objects."""
-    engine = config.stash.get(ENGINE_KEY, None)
-    if engine is not None:
-        engine.close()
-        del config.stash[ENGINE_KEY]
+    """``pytest_unconfigure``: close the generation cache (its backends); on the controller
+    also stop every managed server, once; unregister this process's plugin objects."""
+    cache = config.stash.get(GENERATION_CACHE_KEY, None)
+    if cache is not None:
+        cache.close()
+        del config.stash[GENERATION_CACHE_KEY]
     folder = config.stash.get(SERVERS_DIR_KEY, None)
     if folder is not None and not is_worker(config):
         if any(folder.glob("*.json")):  # a server was started: stop it (imports httpx)

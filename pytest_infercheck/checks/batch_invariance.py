@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -30,7 +31,15 @@ from ..render.markup import esc, mapping, num, rate, table
 from ..render.table import check_table
 from ..render.views import facts, side_by_side, target_aggregate, text_of
 from ..specs import TARGET_THRESHOLDS, TargetCheck
-from .protocol import Aggregates, CheckKind, ItemPlan, Outcome, TargetRun, target_label
+from .protocol import (
+    Aggregates,
+    CheckKind,
+    ItemPlan,
+    Outcome,
+    TargetRun,
+    memoised,
+    target_label,
+)
 
 if TYPE_CHECKING:
     from ..backends import Backend, PromptInput
@@ -52,8 +61,15 @@ class BatchInvarianceSpec(TargetCheck):
     seed: int = 0
 
 
+@dataclass
 class BatchInvarianceRun(TargetRun):
-    """The needle trials of every prompt, memoised per prompt on ``engine.memo``."""
+    """The needle trials of every prompt, memoised per prompt on the run (shared by the
+    suite's items and its aggregate)."""
+
+    _trials_by_prompt: dict[str, dict[str, Any]] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    """By prompt id: the item data of its trials (see :meth:`result`)."""
 
     def run_item(self, plan: ItemPlan) -> Outcome:
         data = self.result(self.prompt(plan.key))
@@ -67,11 +83,7 @@ class BatchInvarianceRun(TargetRun):
 
     def result(self, prompt: Prompt) -> dict[str, Any]:
         """The item data of ``prompt`` (see the module docstring; memoised)."""
-        key = self.memo_key("prompt", prompt.id)
-        if key not in self.engine.memo:
-            self.engine.memo[key] = self._trials(prompt)
-        result: dict[str, Any] = self.engine.memo[key]
-        return result
+        return memoised(self._trials_by_prompt, prompt.id, lambda: self._trials(prompt))
 
     def _trials(self, prompt: Prompt) -> dict[str, Any]:
         spec = self.check.spec
@@ -79,7 +91,7 @@ class BatchInvarianceRun(TargetRun):
         backend = target.backend
         params = self.params(prompt)
         needle = self.render(prompt)
-        alone = self.engine.call(target, backend.generate(needle, params))
+        alone = self.cache.call(target, backend.generate(needle, params))
         rng = random.Random(f"{spec.seed}:{prompt.id}")
         others = [p for p in self.suite.prompts if p.id != prompt.id] or [prompt]
         trials = []
@@ -90,7 +102,7 @@ class BatchInvarianceRun(TargetRun):
             inputs.insert(position, needle)
             names = [n for n, _ in companions]
             names.insert(position, prompt.id)
-            results = self.engine.call(target, backend.generate_batch(inputs, params))
+            results = self.cache.call(target, backend.generate_batch(inputs, params))
             trials.append(
                 {"trial": trial, "position": position, "batch": names}
                 | compare_to_alone(alone, results[position])

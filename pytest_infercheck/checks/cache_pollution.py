@@ -17,6 +17,7 @@ Needs a server backend; an in-process (mlx-lm) target fails its items with that 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
@@ -27,7 +28,15 @@ from ..render.table import check_table
 from ..render.text import mark_divergence
 from ..render.views import facts, side_by_side, target_aggregate, text_of
 from ..specs import TARGET_THRESHOLDS, TargetCheck
-from .protocol import Aggregates, CheckKind, ItemPlan, Outcome, TargetRun, target_label
+from .protocol import (
+    Aggregates,
+    CheckKind,
+    ItemPlan,
+    Outcome,
+    TargetRun,
+    memoised,
+    target_label,
+)
 
 if TYPE_CHECKING:
     from ..config import CheckSpec
@@ -74,8 +83,16 @@ def changed_outputs(
     return changed
 
 
+@dataclass
 class CachePollutionRun(TargetRun):
-    """One item per hostile kind, then the aggregate (see the module docstring)."""
+    """One item per hostile kind, then the aggregate (see the module docstring). The reference
+    outputs and each hostile kind's outcome are memoised on the run (shared by the suite's
+    items and its aggregate): each hostile request is sent once."""
+
+    _before: list[tuple[str, Generation]] | None = field(default=None, init=False, repr=False)
+    """The reference outputs before any hostile request: (prompt id, output), in suite order."""
+    _hostile_outcomes: dict[str, Outcome] = field(default_factory=dict, init=False, repr=False)
+    """By hostile kind: its item's outcome."""
 
     @classmethod
     def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
@@ -88,30 +105,24 @@ class CachePollutionRun(TargetRun):
         for prompt in self.suite.prompts:
             rendered, params = self.render(prompt), self.params(prompt)
             out.append(
-                (prompt.id, self.engine.call(target, target.backend.generate(rendered, params)))
+                (prompt.id, self.cache.call(target, target.backend.generate(rendered, params)))
             )
         return out
 
     def before(self) -> list[tuple[str, Generation]]:
         """The reference outputs before any hostile request (computed once)."""
-        key = self.memo_key("before")
-        if key not in self.engine.memo:
-            self.engine.memo[key] = self._references()
-        before: list[tuple[str, Generation]] = self.engine.memo[key]
-        return before
+        if self._before is None:
+            self._before = self._references()
+        return self._before
 
     def run_item(self, plan: ItemPlan) -> Outcome:
-        key = self.memo_key("hostile", plan.key)
-        if key not in self.engine.memo:
-            self.engine.memo[key] = self._hostile(plan.key)
-        outcome: Outcome = self.engine.memo[key]
-        return outcome
+        return memoised(self._hostile_outcomes, plan.key, lambda: self._hostile(plan.key))
 
     def _hostile(self, kind: str) -> Outcome:
         target = self.served_target()
         before = self.before()
-        response = self.engine.run(target.backend.send_hostile(kind))
-        alive = self.engine.run(target.backend.alive())
+        response = self.cache.run(target.backend.send_hostile(kind))
+        alive = self.cache.run(target.backend.alive())
         violations: list[str] = []
         changed: list[dict[str, Any]] = []
         if not alive:

@@ -14,6 +14,7 @@ runs of a prompt also overlap with each other); in-process backends loop.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -53,8 +54,15 @@ class DeterminismSpec(TargetCheck):
     runs: int = Field(default=10, ge=2)
 
 
+@dataclass
 class DeterminismRun(TargetRun):
-    """The runs of every prompt, memoised per prompt on ``engine.memo``."""
+    """The runs of every prompt, memoised per prompt on the run (shared by the suite's items
+    and its aggregate)."""
+
+    _summaries: dict[str, tuple[DeterminismSummary, list[str]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    """By prompt id: the summary of the prompt's runs and its failed runs' messages."""
 
     @property
     def runs(self) -> int:
@@ -64,23 +72,17 @@ class DeterminismRun(TargetRun):
     def result(self, prompt: Prompt) -> tuple[DeterminismSummary, list[str]]:
         """The summary of ``prompt``'s runs and its runs' error messages (memoised; the first
         call runs every selected prompt, so an HTTP backend gets them all at once)."""
-        key = self.memo_key("prompt", prompt.id)
-        if key not in self.engine.memo:
+        if prompt.id not in self._summaries:
             wanted = [p for p in self.suite.prompts if not self.selected or p.id in self.selected]
             self._compute([prompt, *wanted])
-        result: tuple[DeterminismSummary, list[str]] = self.engine.memo[key]
-        return result
+        return self._summaries[prompt.id]
 
     def _compute(self, prompts: list[Prompt]) -> None:
         """Run the prompts not yet memoised: concurrently first (HTTP), then collect."""
-        todo = [
-            p
-            for p in dict.fromkeys(prompts)
-            if self.memo_key("prompt", p.id) not in self.engine.memo
-        ]
+        todo = [p for p in dict.fromkeys(prompts) if p.id not in self._summaries]
         target = self.target
         jobs = [(self.render(p), self.params(p)) for p in todo]
-        failures = self.engine.prefetch(target, jobs, runs=self.runs)
+        failures = self.cache.prefetch(target, jobs, runs=self.runs)
         for prompt, (rendered, params) in zip(todo, jobs, strict=True):
             outputs: list[RunOutput | None] = []
             messages: list[str] = []
@@ -88,7 +90,7 @@ class DeterminismRun(TargetRun):
                 error = failures.get((rendered.key(), params.key(), run))
                 if error is None:
                     try:
-                        g = self.engine.generate(target, rendered, params, run=run)
+                        g = self.cache.generate(target, rendered, params, run=run)
                     except BackendError as exc:
                         error = exc
                 if error is not None:
@@ -102,10 +104,7 @@ class DeterminismRun(TargetRun):
                         tuple(g.chosen_logprobs) if g.chosen_logprobs is not None else None,
                     )
                 )
-            self.engine.memo[self.memo_key("prompt", prompt.id)] = (
-                summarize_runs(outputs),
-                messages,
-            )
+            self._summaries[prompt.id] = (summarize_runs(outputs), messages)
 
     def run_item(self, plan: ItemPlan) -> Outcome:
         prompt = self.prompt(plan.key)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
@@ -44,7 +44,15 @@ from ..render.table import check_table
 from ..render.text import mark_divergence, safe_text
 from ..render.views import facts, flip_cell, side_by_side, target_aggregate, text_of
 from ..specs import TARGET_THRESHOLDS, TargetCheck
-from .protocol import Aggregates, CheckKind, ItemPlan, Outcome, TargetRun, target_label
+from .protocol import (
+    Aggregates,
+    CheckKind,
+    ItemPlan,
+    Outcome,
+    TargetRun,
+    memoised,
+    target_label,
+)
 
 if TYPE_CHECKING:
     from ..config import CheckSpec
@@ -125,10 +133,14 @@ def side_data(label_key: str, label: str, generation: Generation) -> dict[str, A
     return data
 
 
+@dataclass
 class _ParityRun(TargetRun):
-    """What the two parity kinds share: items are pairs of generations of one prompt."""
+    """What the two parity kinds share: items are pairs of generations of one prompt. Each
+    item's outcome is memoised on the run (shared by the suite's items and its aggregate)."""
 
     label_key = "mode"
+    _outcomes: dict[str, Outcome] = field(default_factory=dict, init=False, repr=False)
+    """By item name (``ItemPlan.full_name``: ``r017``, ``e01[chat]``): its outcome."""
 
     def _outcome(
         self, prompt: Prompt, labels: tuple[str, str], ref: Generation, other: Generation
@@ -209,12 +221,6 @@ class _ParityRun(TargetRun):
         ]
         return Outcome(violations, text, data, properties)
 
-    def _memo(self, key: tuple[Any, ...], compute: Any) -> Outcome:
-        if key not in self.engine.memo:
-            self.engine.memo[key] = compute()
-        outcome: Outcome = self.engine.memo[key]
-        return outcome
-
     def _collect(self, plans: list[ItemPlan]) -> dict[str, Outcome | str]:
         """Each selected item's outcome (memoised), or its error message."""
         out: dict[str, Outcome | str] = {}
@@ -229,6 +235,7 @@ class _ParityRun(TargetRun):
         return out
 
 
+@dataclass
 class StreamParityRun(_ParityRun):
     """Streamed vs not streamed, one item per prompt (see the module docstring)."""
 
@@ -236,14 +243,14 @@ class StreamParityRun(_ParityRun):
     LABELS = ("non-streamed", "streamed")
 
     def run_item(self, plan: ItemPlan) -> Outcome:
-        return self._memo(self.memo_key("item", plan.key), lambda: self._run(plan.key))
+        return memoised(self._outcomes, plan.full_name, lambda: self._run(plan.key))
 
     def _run(self, prompt_id: str) -> Outcome:
         target = self.served_target()
         prompt = self.prompt(prompt_id)
         rendered, params = self.render(prompt), self.params(prompt)
-        ref = self.engine.generate(target, rendered, params)
-        streamed = self.engine.call(target, target.backend.generate_stream(rendered, params))
+        ref = self.cache.generate(target, rendered, params)
+        streamed = self.cache.call(target, target.backend.generate_stream(rendered, params))
         return self._outcome(prompt, self.LABELS, ref, streamed)
 
     def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
@@ -266,10 +273,16 @@ class StreamParityRun(_ParityRun):
         return self._aggregate(self._collect(self.plan(self.check, self.suite)), {})
 
 
+@dataclass
 class EndpointParityRun(_ParityRun):
     """Endpoints against the first one, one item per prompt and other endpoint."""
 
     label_key = "endpoint"
+    _generations: dict[tuple[str, str], Generation] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    """By (prompt id, endpoint): the prompt through the endpoint (the reference endpoint's
+    generation serves every item of the prompt)."""
 
     @classmethod
     def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
@@ -285,14 +298,14 @@ class EndpointParityRun(_ParityRun):
         return list(self.check.spec.endpoints)
 
     def run_item(self, plan: ItemPlan) -> Outcome:
-        assert plan.param is not None
-        key = self.memo_key("item", plan.key, plan.param)
-        return self._memo(key, lambda: self._run(plan.key, plan.param))
+        endpoint = plan.param
+        assert endpoint is not None
+        return memoised(self._outcomes, plan.full_name, lambda: self._run(plan.key, endpoint))
 
     def _generate(self, prompt: Prompt, endpoint: str) -> Generation:
         """``prompt`` through ``endpoint`` (memoised: the reference serves every item)."""
-        key = self.memo_key("generation", prompt.id, endpoint)
-        if key not in self.engine.memo:
+        key = (prompt.id, endpoint)
+        if key not in self._generations:
             target = self.served_target()
             messages = PromptInput(
                 prompt.text,
@@ -301,11 +314,10 @@ class EndpointParityRun(_ParityRun):
                 system=prompt.system,
                 thinking=self.settings.thinking,
             )
-            self.engine.memo[key] = self.engine.call(
+            self._generations[key] = self.cache.call(
                 target, target.backend.generate_via(endpoint, messages, self.params(prompt))
             )
-        generation: Generation = self.engine.memo[key]
-        return generation
+        return self._generations[key]
 
     def _run(self, prompt_id: str, endpoint: str) -> Outcome:
         prompt = self.prompt(prompt_id)

@@ -6,7 +6,7 @@ in :mod:`.registry`. Everything else asks the registry and never names a kind:
 
 - config: the kind's YAML key and its options model (``spec``), and the thresholds it honours;
 - collection: ``run.plan(check, suite)`` names the items of one check x suite at collection
-  time (no engine, no model), and ``label`` names the check in node ids;
+  time (no generation cache, no model), and ``label`` names the check in node ids;
 - running: ``run.run_item(plan)`` and ``run.aggregate()`` return one :class:`Outcome` each,
   which becomes the item's verdict, its JUnit properties and its record in every report;
 - xdist and sharding: ``spread_over_workers`` (every item its own scope);
@@ -20,9 +20,9 @@ Two item classes serve every kind (:mod:`..collect`): an item per :class:`ItemPl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backends import BackendError, GenerationParams
 from ..specs import SERVER_KINDS
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from ..backends import PromptInput
     from ..config import CheckSpec, LoadedMatrix, Settings
-    from ..engine import Engine, ResolvedTarget
+    from ..generation_cache import GenerationCache, ResolvedTarget
     from ..specs import Side
     from ..suites import Prompt, Suite
 
@@ -82,15 +82,30 @@ class Outcome:
         return head + "violations:\n" + "\n".join(f"  - {v}" for v in self.violations)
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+def memoised(results: dict[K, V], key: K, compute: Callable[[], V]) -> V:
+    """``results[key]``, computed by ``compute()`` on first use."""
+    if key not in results:
+        results[key] = compute()
+    return results[key]
+
+
 @dataclass
 class CheckRun:
     """The work of one check x suite, shared by its items; each kind subclasses it.
 
-    Results are memoised on ``engine.memo`` under :meth:`memo_key`, so the aggregate item
-    reuses what the other items computed (and computes what ``-k`` or another worker left
-    out)."""
+    One instance per check x suite and process (its suite collector keeps it), shared by the
+    suite's items and its aggregate. Each kind memoises its results on its run, in typed
+    fields (``field(default_factory=dict, init=False)``), so the aggregate item reuses what
+    the other items computed (and computes what ``-k`` or another worker left out).
+    Generations and scores themselves are cached one level down, across checks, by
+    :attr:`cache`."""
 
-    engine: Engine
+    cache: GenerationCache
+    """The process's generation cache (backends, renders, generations, scores)."""
     loaded: LoadedMatrix
     check: CheckSpec
     index: int
@@ -118,7 +133,7 @@ class CheckRun:
     # -- helpers -------------------------------------------------------------------------------
     def resolve(self, side: Side) -> ResolvedTarget:
         """The live target of one side of the check."""
-        return self.engine.resolve(self.loaded, self.loaded.target(side.ref, side.loc))
+        return self.cache.resolve(self.loaded, self.loaded.target(side.ref, side.loc))
 
     def prompt(self, prompt_id: str) -> Prompt:
         return next(p for p in self.suite.prompts if p.id == prompt_id)
@@ -137,9 +152,6 @@ class CheckRun:
         prompts = self.suite.prompts
         return [p for p in prompts if not self.only_selected or p.id in self.selected]
 
-    def memo_key(self, *parts: Any) -> tuple[Any, ...]:
-        return (self.check.kind, self.loaded.path, self.index, self.suite.name, *parts)
-
 
 @dataclass
 class TargetRun(CheckRun):
@@ -150,7 +162,7 @@ class TargetRun(CheckRun):
         return self.resolve(self.check.baseline_side(self.index))
 
     def render(self, prompt: Prompt) -> PromptInput:
-        return self.engine.render(self.target, prompt, self.settings.thinking)
+        return self.cache.render(self.target, prompt, self.settings.thinking)
 
     def served_target(self) -> ResolvedTarget:
         """The run's target, which must be served over HTTP (checked before anything loads)."""

@@ -375,7 +375,7 @@ class StressRun(TargetRun):
     @cached_property
     def shared(self) -> SharedWork:
         """The run's shared folder (a subfolder of the managed-servers folder)."""
-        servers = self.engine.servers
+        servers = self.cache.servers
         return SharedWork(None if servers is None else servers.state_dir / "stress")
 
     @cached_property
@@ -397,7 +397,7 @@ class StressRun(TargetRun):
             with self.shared.locked(self._load_lock, exclusive=True):
                 return {
                     p.id: reference_of(
-                        self.engine.call(
+                        self.cache.call(
                             target, target.backend.generate(self.render(p), self.params(p))
                         )
                     )
@@ -426,7 +426,7 @@ class StressRun(TargetRun):
         ]
         send = send_batches if target.backend.batching is not None else send_burst
         with self.shared.locked(self._load_lock, exclusive=False), under_load():
-            outputs = self.engine.run(send(target.backend, jobs, level))
+            outputs = self.cache.run(send(target.backend, jobs, level))
         data = level_data(level, target.label, outputs, references, self.suite.prompts)
         data["violations"] = level_violations(data, self.check)
         data["measured_by"] = os.environ.get("PYTEST_XDIST_WORKER", "main")

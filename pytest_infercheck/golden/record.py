@@ -29,7 +29,7 @@ from .replay import GoldenBackend
 
 if TYPE_CHECKING:
     from ..checks.comparison.run import ComparisonRun as CheckRun
-    from ..engine import ResolvedTarget
+    from ..generation_cache import ResolvedTarget
     from ..specs import Side
     from ..suites import Prompt
 
@@ -92,19 +92,20 @@ def record_prompts(run: CheckRun, prompt_ids: list[str]) -> tuple[dict[str, Any]
 
 
 def _record_one(run: CheckRun, side: Side, test: ResolvedTarget, prompt: Prompt) -> dict[str, Any]:
-    key = ("golden-record", run.loaded.path, run.index, run.suite.name, prompt.id)
-    if key in run.engine.memo:
-        return dict(run.engine.memo[key])
-    engine, settings = run.engine, run.settings
+    """A copy of the payload of ``prompt``, recorded once per run (memoised on
+    ``run.golden_payloads``: the aggregate reuses what the items recorded)."""
+    if prompt.id in run.golden_payloads:
+        return dict(run.golden_payloads[prompt.id])
+    cache, settings = run.cache, run.settings
     thinking = settings.thinking
-    rendered = engine.render(test, prompt, thinking)
+    rendered = cache.render(test, prompt, thinking)
     params = run.params(prompt)
-    generation = engine.generate(test, rendered, params)
+    generation = cache.generate(test, rendered, params)
     k = settings.golden_top_k
     top, keys = None, generation.top_keys
     if test.backend.capabilities.teacher_forcing and rendered.token_ids and generation.token_ids:
         ids = generation.token_ids
-        scores = engine.score(test, list(rendered.token_ids), ids)
+        scores = cache.score(test, list(rendered.token_ids), ids)
         top, keys = top_k_rows(scores, k), "id"
         chosen = [float(scores[t, i]) for t, i in enumerate(ids)]
         generation = dataclasses.replace(generation, chosen_logprobs=chosen)
@@ -132,7 +133,7 @@ def _record_one(run: CheckRun, side: Side, test: ResolvedTarget, prompt: Prompt)
             top_keys=keys,
         ),
     }
-    engine.memo[key] = payload
+    run.golden_payloads[prompt.id] = payload
     return dict(payload)
 
 

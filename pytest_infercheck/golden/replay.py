@@ -15,7 +15,7 @@ from ..backends.base import Backend, Capabilities, Generation, GenerationParams,
 from .file import GoldenFile, shown
 
 if TYPE_CHECKING:
-    from ..engine import ResolvedTarget
+    from ..generation_cache import ResolvedTarget
 
 GOLDEN_KIND = "golden"
 

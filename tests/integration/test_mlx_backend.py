@@ -12,7 +12,7 @@ import pytest
 from pytest_infercheck.backends import GenerationParams
 from pytest_infercheck.backends.mlx_lm import MlxLmBackend, MlxModelSpec
 from pytest_infercheck.checks.comparison.prompt import TEACHER_FORCED, compare_prompt
-from pytest_infercheck.engine import Engine, ResolvedTarget
+from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.suites import Prompt
 
 EOS = 2
@@ -81,15 +81,17 @@ def test_teacher_forced_scoring_matches_generation(tiny_models: dict[str, Path])
     assert list(scored.argmax(axis=1)) == gen.token_ids
 
 
-def engine_targets(engine: Engine, a: Path, b: Path) -> tuple[ResolvedTarget, ResolvedTarget]:
+def cache_targets(
+    cache: GenerationCache, a: Path, b: Path
+) -> tuple[ResolvedTarget, ResolvedTarget]:
     ba, bb = backend(a), backend(b)
     return ResolvedTarget("a", ("a", str(a)), ba), ResolvedTarget("b", ("b", str(b)), bb)
 
 
 def test_bf16_vs_itself_kl_is_exactly_zero(tiny_models: dict[str, Path]) -> None:
-    engine = Engine()
-    base, test = engine_targets(engine, tiny_models["bf16"], tiny_models["bf16"])
-    result = compare_prompt(engine, base, test, prompt("45+55=", "100"), GenerationParams(8))
+    cache = GenerationCache()
+    base, test = cache_targets(cache, tiny_models["bf16"], tiny_models["bf16"])
+    result = compare_prompt(cache, base, test, prompt("45+55=", "100"), GenerationParams(8))
     assert result.method == TEACHER_FORCED
     assert result.kl_per_position and all(k == 0.0 for k in result.kl_per_position)
     assert result.same_top_rate == 1.0 and result.severity == "identical"
@@ -97,21 +99,21 @@ def test_bf16_vs_itself_kl_is_exactly_zero(tiny_models: dict[str, Path]) -> None
 
 
 def test_bf16_vs_q4_kl_is_positive(tiny_models: dict[str, Path]) -> None:
-    engine = Engine()
-    base, test = engine_targets(engine, tiny_models["bf16"], tiny_models["q4"])
+    cache = GenerationCache()
+    base, test = cache_targets(cache, tiny_models["bf16"], tiny_models["q4"])
     kls = []
     for text in ("12+34=", "99+99=", "7+8=", "81+9="):
-        result = compare_prompt(engine, base, test, prompt(text), GenerationParams(8))
+        result = compare_prompt(cache, base, test, prompt(text), GenerationParams(8))
         assert result.method == TEACHER_FORCED
         kls.append(result.kl_mean)
     assert all(k is not None and k > 0 for k in kls), kls
 
 
 def test_baseline_generation_is_reused_across_test_models(tiny_models: dict[str, Path]) -> None:
-    engine = Engine()
+    cache = GenerationCache()
     calls: list[str] = []
-    base, q8 = engine_targets(engine, tiny_models["bf16"], tiny_models["q8"])
-    _, q4 = engine_targets(engine, tiny_models["bf16"], tiny_models["q4"])
+    base, q8 = cache_targets(cache, tiny_models["bf16"], tiny_models["q8"])
+    _, q4 = cache_targets(cache, tiny_models["bf16"], tiny_models["q4"])
     original = base.backend.generate_sync
 
     def counting(p, params):  # type: ignore[no-untyped-def]
@@ -120,7 +122,7 @@ def test_baseline_generation_is_reused_across_test_models(tiny_models: dict[str,
 
     base.backend.generate_sync = counting  # type: ignore[method-assign]
     for test in (q8, q4):
-        compare_prompt(engine, base, test, prompt("12+34="), GenerationParams(8))
+        compare_prompt(cache, base, test, prompt("12+34="), GenerationParams(8))
     assert calls == ["base"]
 
 

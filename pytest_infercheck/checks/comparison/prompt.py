@@ -27,7 +27,7 @@ from ...metrics.topk_full import topk_vs_full_stats
 
 if TYPE_CHECKING:
     from ...backends import GenerationParams
-    from ...engine import Engine, ResolvedTarget
+    from ...generation_cache import GenerationCache, ResolvedTarget
     from ...suites import Prompt
 
 TEACHER_FORCED = "teacher-forced"
@@ -97,7 +97,7 @@ class PromptComparison:
 
 
 def compare_prompt(
-    engine: Engine,
+    cache: GenerationCache,
     baseline: ResolvedTarget,
     test: ResolvedTarget,
     prompt: Prompt,
@@ -108,11 +108,11 @@ def compare_prompt(
     test_run: int = 0,
 ) -> PromptComparison:
     """Compare ``test`` against ``baseline`` on ``prompt`` (see the module docstring)."""
-    rendered = engine.render(baseline, prompt, thinking)
-    shared_ids = engine.accepts_ids(test, rendered)
-    test_input = rendered if shared_ids else engine.render(test, prompt, thinking)
-    base = engine.generate(baseline, rendered, params, run=base_run)
-    other = engine.generate(test, test_input, params, run=test_run)
+    rendered = cache.render(baseline, prompt, thinking)
+    shared_ids = cache.accepts_ids(test, rendered)
+    test_input = rendered if shared_ids else cache.render(test, prompt, thinking)
+    base = cache.generate(baseline, rendered, params, run=base_run)
+    other = cache.generate(test, test_input, params, run=test_run)
 
     verdict = compare_outputs(
         base.text,
@@ -144,15 +144,13 @@ def compare_prompt(
         base_reasoning_chars=len(base.extra.get("reasoning") or ""),
         test_reasoning_chars=len(other.extra.get("reasoning") or ""),
     )
-    _add_logprob_metrics(
-        engine, baseline, test, rendered.token_ids, base, other, shared_ids, result
-    )
+    _add_logprob_metrics(cache, baseline, test, rendered.token_ids, base, other, shared_ids, result)
     _add_answers(prompt, result)
     return result
 
 
 def _add_logprob_metrics(
-    engine: Engine,
+    cache: GenerationCache,
     baseline: ResolvedTarget,
     test: ResolvedTarget,
     prompt_ids: tuple[int, ...] | None,
@@ -169,8 +167,8 @@ def _add_logprob_metrics(
         and caps_t.teacher_forcing
         and base.token_ids
     ):
-        base_lp = engine.score(baseline, list(prompt_ids), base.token_ids)
-        test_lp = engine.score(test, list(prompt_ids), base.token_ids)
+        base_lp = cache.score(baseline, list(prompt_ids), base.token_ids)
+        test_lp = cache.score(test, list(prompt_ids), base.token_ids)
         stats = position_stats(base_lp, test_lp, base.token_ids)
         result.method = TEACHER_FORCED
         result.kl_per_position = stats.kl.tolist()
@@ -178,7 +176,7 @@ def _add_logprob_metrics(
         result.delta_p = stats.delta_p.tolist()
     elif golden_scorable(baseline, test, shared_ids, prompt_ids, base):
         assert prompt_ids is not None and base.token_ids and base.top_logprobs
-        test_lp = engine.score(test, list(prompt_ids), base.token_ids)
+        test_lp = cache.score(test, list(prompt_ids), base.token_ids)
         stats = topk_vs_full_stats(
             base.top_logprobs, base.chosen_logprobs or [], test_lp, base.token_ids
         )

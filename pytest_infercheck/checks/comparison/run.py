@@ -2,19 +2,20 @@
 the sweep's self-check, the suite aggregates, and recording a golden.
 
 Items: one per prompt and test side (``r017``, or ``r017[q4]`` with several sides), after a
-sweep's ``self-check``. Results are memoised on the engine, so the aggregate item reuses
-what the prompt items computed (and computes what ``-k`` or another worker left out).
+sweep's ``self-check``. Results are memoised on the run (one per check x suite and process),
+so the aggregate item reuses what the prompt items computed (and computes what ``-k`` or
+another worker left out).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
 from ...metrics.sameness import same_generation
-from ..protocol import CheckRun, ItemPlan, Outcome
+from ..protocol import CheckRun, ItemPlan, Outcome, memoised
 from .aggregate import (
     SuiteAggregate,
     aggregate,
@@ -27,7 +28,7 @@ from .verdicts import describe, item_violations
 
 if TYPE_CHECKING:
     from ...config import CheckSpec
-    from ...engine import ResolvedTarget
+    from ...generation_cache import ResolvedTarget
     from ...specs import Side
     from ...suites import Suite
 
@@ -40,7 +41,19 @@ SELF_CHECK_FAILED = (
 
 @dataclass
 class ComparisonRun(CheckRun):
-    """The comparisons of one compare/sweep/diff check x suite."""
+    """The comparisons of one compare/sweep/diff check x suite, memoised on the run (shared by
+    the suite's items and its aggregate)."""
+
+    _comparisons: dict[tuple[str, str], PromptComparison] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    """By (prompt id, test side ref): the prompt's comparison."""
+    _prefetched: set[str] = field(default_factory=set, init=False, repr=False)
+    """Test side refs whose selected prompts were prefetched (or need no prefetch)."""
+    golden_payloads: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    """Under ``--infercheck-record``, by prompt id: what
+    :func:`~pytest_infercheck.golden.record_prompts` recorded of the prompt (a header and an
+    entry for the golden writer)."""
 
     # -- collection time ---------------------------------------------------------------------
     @classmethod
@@ -86,11 +99,10 @@ class ComparisonRun(CheckRun):
     # -- per prompt ------------------------------------------------------------------------------
     def prefetch(self, side: Side) -> None:
         """Generate the selected prompts of the suite on both sides at once, where a side is
-        a concurrent (HTTP) backend; an in-process engine generates item by item."""
-        key = ("prefetched", self.loaded.path, self.index, self.suite.name, side.ref)
-        if key in self.engine.memo:
+        a concurrent (HTTP) backend; an in-process backend generates item by item."""
+        if side.ref in self._prefetched:
             return
-        self.engine.memo[key] = True
+        self._prefetched.add(side.ref)
         prompts = [p for p in self.suite.prompts if p.id in self.selected] or self.suite.prompts
         baseline, test = self.baseline, self.resolve(side)
         if baseline.backend.concurrency <= 1 and test.backend.concurrency <= 1:
@@ -98,33 +110,34 @@ class ComparisonRun(CheckRun):
         thinking = self.settings.thinking
         base_jobs, test_jobs = [], []
         for prompt in prompts:
-            rendered = self.engine.render(baseline, prompt, thinking)
-            shared = self.engine.accepts_ids(test, rendered)
-            test_input = rendered if shared else self.engine.render(test, prompt, thinking)
+            rendered = self.cache.render(baseline, prompt, thinking)
+            shared = self.cache.accepts_ids(test, rendered)
+            test_input = rendered if shared else self.cache.render(test, prompt, thinking)
             base_jobs.append((rendered, self.params(prompt)))
             test_jobs.append((test_input, self.params(prompt)))
-        self.engine.prefetch(baseline, base_jobs)
-        self.engine.prefetch(test, test_jobs)
+        self.cache.prefetch(baseline, base_jobs)
+        self.cache.prefetch(test, test_jobs)
 
     def prompt_result(self, prompt_id: str, test_ref: str) -> tuple[PromptComparison, list[str]]:
         """The comparison of one prompt (memoised) and the per-item thresholds it breaks."""
-        key = ("comparison", self.loaded.path, self.index, self.suite.name, prompt_id, test_ref)
-        result = self.engine.memo.get(key)
-        if result is None:
-            verify_replay(self, test_ref, prompt_id)
-            self.prefetch(next(s for s in self.tests() if s.ref == test_ref))
-            prompt = self.prompt(prompt_id)
-            side = next(s for s in self.tests() if s.ref == test_ref)
-            result = compare_prompt(
-                self.engine,
-                self.baseline,
-                self.resolve(side),
-                prompt,
-                self.params(prompt),
-                thinking=self.settings.thinking,
-            )
-            self.engine.memo[key] = result
+        result = memoised(
+            self._comparisons, (prompt_id, test_ref), lambda: self._compare(prompt_id, test_ref)
+        )
         return result, item_violations(result, self.check)
+
+    def _compare(self, prompt_id: str, test_ref: str) -> PromptComparison:
+        verify_replay(self, test_ref, prompt_id)
+        side = next(s for s in self.tests() if s.ref == test_ref)
+        self.prefetch(side)
+        prompt = self.prompt(prompt_id)
+        return compare_prompt(
+            self.cache,
+            self.baseline,
+            self.resolve(side),
+            prompt,
+            self.params(prompt),
+            thinking=self.settings.thinking,
+        )
 
     # -- golden recording (--infercheck-record) ----------------------------------------------
     @property
@@ -206,10 +219,10 @@ class ComparisonRun(CheckRun):
         baseline = self.baseline
         problems: list[str] = []
         for prompt in self.suite.prompts:
-            rendered = self.engine.render(baseline, prompt, self.settings.thinking)
+            rendered = self.cache.render(baseline, prompt, self.settings.thinking)
             params = self.params(prompt)
-            first = self.engine.generate(baseline, rendered, params, run=0)
-            second = self.engine.generate(baseline, rendered, params, run=1)
+            first = self.cache.generate(baseline, rendered, params, run=0)
+            second = self.cache.generate(baseline, rendered, params, run=1)
             verdict = same_generation(first, second)
             if not verdict.same:
                 problems.append(f"{prompt.id}: {verdict.describe()}")

@@ -1,14 +1,25 @@
-"""Runs generations and teacher-forced scoring, each computed once per session and worker.
+"""The generation cache: generations and teacher-forced scores, each computed once per session
+and process, and the backends that compute them.
 
-The engine owns the backends (one instance per model, backend and options, shared by every
-check and YAML file), a private event loop for the async backend API, and three caches:
+One :class:`GenerationCache` per pytest process (see :mod:`.state`), shared by every check and
+YAML file, and returned to users' tests by the ``infercheck_engine`` fixture. It owns:
 
-- rendered prompts per (target, prompt, thinking): the chat template is applied once;
+- the backends, one instance per (model source, revision, backend options), a golden
+  baseline's replay per file: a model is loaded, or a server started (through its
+  :class:`~.servers.ServerPool`), once;
+- a private event loop for the async backend API (items are synchronous);
+- rendered prompts per (target, prompt text, system prompt, thinking): the chat template is
+  applied once;
+- whether a target takes another target's token ids as they are, per (target, prompt
+  input): asked once per rendering;
 - generations per (target, prompt input, generation params, run): the baseline of a sweep is
   generated once, not once per test model; ``run`` > 0 forces an independent repeat (the
   sweep's self-check, determinism runs);
-- teacher-forced log-probabilities, in a small LRU bounded by bytes, since a (T, V) float32
-  matrix of a real model is large.
+- teacher-forced log-probabilities per (target, prompt ids, continuation ids), in a small
+  LRU bounded by bytes, since a (T, V) float32 matrix of a real model is large.
+
+What a check computes from these (its comparisons, verdicts, trials) is memoised on its run
+object instead (:class:`~.checks.protocol.CheckRun`).
 """
 
 from __future__ import annotations
@@ -28,19 +39,26 @@ from .backends import (
     create_backend,
 )
 from .golden import GoldenBackend, golden_path, load_golden
-from .servers import ServerPool, ServerSpec
+from .servers import ServerPool, server_spec
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     import numpy as np
 
-    from .config import BackendSpec, LoadedMatrix, Target
+    from .config import LoadedMatrix, Target
     from .suites import Prompt
 
 T = TypeVar("T")
 
 SCORE_CACHE_BYTES = 512 * 1024 * 1024
+
+TargetKey = tuple[Any, ...]
+"""What identifies a target's backend across YAML files (see :class:`ResolvedTarget`)."""
+GenerationKey = tuple[TargetKey, str, tuple[Any, ...], int]
+"""(target, ``PromptInput.key()``, ``GenerationParams.key()``, run)."""
+ScoreKey = tuple[TargetKey, tuple[int, ...], tuple[int, ...]]
+"""(target, prompt ids, continuation ids)."""
 
 
 @dataclass(frozen=True)
@@ -48,39 +66,25 @@ class ResolvedTarget:
     """A ``model@backend`` with its live backend; ``key`` identifies it across YAML files."""
 
     label: str
-    key: tuple[Any, ...]
+    key: TargetKey
     backend: Backend
 
 
-def server_spec(spec: BackendSpec, model: str) -> ServerSpec:
-    """The managed-server description of a backend with ``serve:``."""
-    assert spec.serve is not None
-    return ServerSpec(
-        command=spec.serve,
-        model=model,
-        env=tuple(sorted(spec.env.items())),
-        health_path=spec.health_path,
-        startup_timeout_s=spec.startup_timeout,
-    )
-
-
-class Engine:
-    """Session-wide generation service with caching; see the module docstring."""
+class GenerationCache:
+    """The backends of one process and the caches of their work; see the module docstring."""
 
     def __init__(
         self, servers: ServerPool | None = None, score_cache_bytes: int = SCORE_CACHE_BYTES
     ) -> None:
         self.servers = servers
-        self._backends: dict[tuple[Any, ...], Backend] = {}
-        self._managed: dict[tuple[Any, ...], tuple[str, ServerSpec]] = {}
-        self._renders: dict[tuple[Any, ...], PromptInput] = {}
-        self._generations: dict[tuple[Any, ...], Generation] = {}
-        self._scores: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+        self._backends: dict[TargetKey, Backend] = {}
+        self._renders: dict[tuple[TargetKey, str, str | None, bool], PromptInput] = {}
+        self._accepts_ids: dict[tuple[TargetKey, str], bool] = {}
+        self._generations: dict[GenerationKey, Generation] = {}
+        self._scores: OrderedDict[ScoreKey, np.ndarray] = OrderedDict()
         self._score_bytes = 0
         self._score_cache_limit = score_cache_bytes
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.memo: dict[tuple[Any, ...], Any] = {}
-        """Per-check results keyed by the check, so an aggregate item reuses its items' work."""
 
     # -- targets -------------------------------------------------------------------------
     def resolve(self, matrix: LoadedMatrix, target: Target) -> ResolvedTarget:
@@ -98,9 +102,7 @@ class Engine:
             if spec.serve is not None:
                 if self.servers is None:
                     raise BackendError(f"backend {target.backend!r}: no server pool to start it")
-                managed = (target.backend, server_spec(spec, source))
-                url = self.servers.url_for(*managed)
-                self._managed[key] = managed
+                url = self.servers.url_for(key, target.backend, server_spec(spec, source))
             backend = create_backend(target.backend, spec, source, revision, url)
             self.run(backend.ensure_ready())
             self._backends[key] = backend
@@ -114,7 +116,7 @@ class Engine:
 
     # -- running coroutines ------------------------------------------------------------------
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run a backend coroutine on the engine's own loop (items are synchronous)."""
+        """Run a backend coroutine on the cache's own loop (items are synchronous)."""
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(coro)
@@ -125,13 +127,13 @@ class Engine:
         try:
             return self.run(coro)
         except BackendError:
-            managed = self._managed.get(target.key)
-            if managed is not None and self.servers is not None:
-                self.servers.check_alive(*managed)
+            if self.servers is not None:
+                self.servers.check_alive_for(target.key)
             raise
 
     # -- cached operations ---------------------------------------------------------------------
     def render(self, target: ResolvedTarget, prompt: Prompt, thinking: bool) -> PromptInput:
+        """``prompt`` as ``target`` receives it (chat template applied; cached)."""
         key = (target.key, prompt.text, prompt.system, thinking)
         if key not in self._renders:
             rendered = self.call(
@@ -142,10 +144,11 @@ class Engine:
 
     def accepts_ids(self, target: ResolvedTarget, prompt: PromptInput) -> bool:
         """Whether ``target`` can take ``prompt``'s token ids as they are (cached)."""
-        key = ("accepts", target.key, prompt.key())
-        if key not in self.memo:
-            self.memo[key] = self.call(target, target.backend.accepts_token_ids(prompt))
-        return bool(self.memo[key])
+        key = (target.key, prompt.key())
+        if key not in self._accepts_ids:
+            accepts = self.call(target, target.backend.accepts_token_ids(prompt))
+            self._accepts_ids[key] = bool(accepts)
+        return self._accepts_ids[key]
 
     def generate(
         self,
@@ -154,6 +157,8 @@ class Engine:
         params: GenerationParams,
         run: int = 0,
     ) -> Generation:
+        """``target``'s generation of ``prompt`` (cached; ``run`` > 0: an independent
+        repeat)."""
         key = (target.key, prompt.key(), params.key(), run)
         if key not in self._generations:
             generation = self.call(target, target.backend.generate(prompt, params))
@@ -200,6 +205,8 @@ class Engine:
     def score(
         self, target: ResolvedTarget, prompt_ids: list[int], continuation_ids: list[int]
     ) -> np.ndarray:
+        """``target``'s teacher-forced log-probabilities of ``continuation_ids`` after
+        ``prompt_ids``, ``(T, V)`` (cached in the byte-bounded LRU)."""
         key = (target.key, tuple(prompt_ids), tuple(continuation_ids))
         cached = self._scores.get(key)
         if cached is not None:
