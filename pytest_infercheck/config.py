@@ -6,11 +6,20 @@ Every error names the file, the line and the field (``infercheck.yaml:14: checks
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
-from pydantic import Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 
 from .checks.protocol import CheckKind
 from .checks.registry import KIND_NAMES, KINDS
@@ -343,7 +352,10 @@ def load_matrix(path: Path) -> LoadedMatrix:
         loc = tuple(p for p in first["loc"] if isinstance(p, str | int))
         loc = _yaml_loc(loc)
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise source.error(loc, f"{first['msg']}{more}") from None
+        message = first["msg"]
+        if first["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            message = unknown_key_message(loc)
+        raise source.error(loc, f"{message}{more}") from None
     loaded = LoadedMatrix(source, matrix)
     for i, check in enumerate(matrix.checks):
         baseline = check.baseline_side(i)
@@ -354,6 +366,51 @@ def load_matrix(path: Path) -> LoadedMatrix:
             ):
                 raise source.error(side.loc, GOLDEN_PLACE)
     return loaded
+
+
+def unknown_key_message(loc: tuple[str | int, ...]) -> str:
+    """``unknown key 'max_kll' (did you mean 'max_kl'?)`` for the key at the end of ``loc``,
+    suggesting the nearest key the mapping it is in accepts."""
+    key = str(loc[-1])
+    allowed = keys_at(loc[:-1])
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    if not close and allowed:
+        hint = f" (expected one of: {', '.join(sorted(allowed))})"
+    return f"unknown key {key!r}{hint}"
+
+
+def keys_at(loc: tuple[str | int, ...]) -> list[str]:
+    """The keys the mapping at ``loc`` of a matrix accepts (YAML spelling), found by walking
+    the models' fields from :class:`Matrix`; empty where ``loc`` leads to no model."""
+    model: type[BaseModel] = Matrix
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        info = _field(model, part)
+        if info is None:
+            return []
+        annotation = info.annotation
+        if get_origin(annotation) in (dict, list) and parts:
+            parts.pop(0)  # a model name, a list index
+        found = _models_in(annotation)
+        if not found:
+            return []
+        model = found[0]
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _field(model: type[BaseModel], key: str | int) -> FieldInfo | None:
+    for name, info in model.model_fields.items():
+        if key in (name, info.alias):
+            return info
+    return None
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
 
 
 def _yaml_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:

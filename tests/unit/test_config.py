@@ -64,7 +64,23 @@ def test_valid_matrix_loads_with_defaults(tmp_path: Path) -> None:
         # Wrong type deep inside: flips.max_rate on line 10.
         (VALID.replace("max_rate: 0.1", "max_rate: lots"), 10, "checks[0].flips.max_rate"),
         # Unknown key in a model (line 5 holds 'quantisation').
-        (VALID.replace("quantization", "quantisation"), 5, "models.q4.quantisation"),
+        (
+            VALID.replace("quantization", "quantisation"),
+            5,
+            "models.q4.quantisation: unknown key 'quantisation' (did you mean 'quantization'?)",
+        ),
+        # A misspelt threshold names the nearest one.
+        (
+            VALID.replace("max_kl: 0.05", "max_kll: 0.05"),
+            9,
+            "checks[0].max_kll: unknown key 'max_kll' (did you mean 'max_kl'?)",
+        ),
+        # Nothing near: the keys the mapping accepts.
+        (
+            VALID.replace("max_rate: 0.1", "zzz: 0.1"),
+            10,
+            "unknown key 'zzz' (expected one of: confidence, fail_item_on, gate, max_rate)",
+        ),
         # A check with two kinds.
         (
             VALID.replace("    max_kl: 0.05", "    sweep: {baseline: bf16, models: [q4]}"),
