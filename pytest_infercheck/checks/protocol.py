@@ -65,8 +65,9 @@ class Outcome:
     violations: list[str] = field(default_factory=list)
     text: str = ""
     """The human-readable report shown above the violations when the item fails."""
-    data: dict[str, Any] = field(default_factory=dict)
-    """Everything measured, for the HTML report and the JSON results."""
+    data: Any = field(default_factory=dict)
+    """Everything measured, for the HTML report and the JSON results: the kind's record (a
+    dataclass registered in :attr:`CheckKind.records`), made plain by :mod:`..records`."""
     properties: list[tuple[str, Any]] = field(default_factory=list)
     """Scalar numbers for JUnit properties (``infercheck_*``)."""
     role: str | None = None
