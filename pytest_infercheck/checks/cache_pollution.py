@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from ..backends import BackendError, Generation
-from ..metrics.sameness import same_generation
+from ..metrics.sameness import DivergenceUnit, same_generation
+from ..records import load_record, plain_data
+from ..render.markup import kv_table
 from ..render.table import check_table
 from ..render.text import mark_divergence
-from ..render.views import facts, side_by_side, target_aggregate, text_of
+from ..render.views import side_by_side, target_aggregate
 from ..specs import TARGET_THRESHOLDS, TargetCheck
 from .protocol import (
     Aggregates,
@@ -61,38 +63,106 @@ class CachePollutionSpec(TargetCheck):
     hostile: list[HostileKind] = Field(default_factory=lambda: list(HOSTILE_KINDS), min_length=1)
 
 
+# -- records: what an item's ``data`` holds, field by field -------------------------------------
+
+
+@dataclass(frozen=True)
+class ChangedOutput:
+    """A reference prompt whose output changed after a hostile request."""
+
+    prompt_id: str
+    before: str
+    """Its text before any hostile request."""
+    after: str
+    """Its text after this one."""
+    first_divergence: int | None
+    """Where the two first differ, in :attr:`divergence_unit`."""
+    divergence_unit: DivergenceUnit | None = None
+    """``token`` (over token ids) or ``char`` (over text); absent in version 1 results."""
+
+
+@dataclass(frozen=True)
+class HostileRecord:
+    """The record of a cache-pollution item (role ``hostile``): one hostile request, and
+    the reference prompts generated again after it."""
+
+    target: str
+    """The target's label (``adder@llama``)."""
+    hostile: HostileKind
+    response: str
+    """What the server answered to the hostile request, in a few words (recorded, not
+    judged): ``HTTP 400 ...``, ``HTTP 200, closed after the first event``, ..."""
+    alive: bool
+    """Whether the server's health endpoint answered after it."""
+    changed: list[ChangedOutput]
+    """The reference prompts whose output changed (empty: none, or the server is dead)."""
+    prompts: int
+    """How many reference prompts there are."""
+
+
+@dataclass(frozen=True)
+class CachePollutionAggregate:
+    """The record of a cache-pollution check x suite's aggregate (role ``aggregate``)."""
+
+    target: str
+    n_hostile: int
+    """Hostile requests sent (the selected items)."""
+    n_dead: int
+    """After how many of them the server was not alive."""
+    n_polluted: int
+    """After how many of them a reference output changed."""
+    n_failed: int
+    """Items that failed (dead, polluted, or the reference prompts failed)."""
+    prompts: int
+    """How many reference prompts the suite has."""
+    responses: dict[str, str]
+    """By hostile kind: what the server answered."""
+    engines: dict[str, dict[str, Any]]
+    """By target label: the engine's identity (build, model path, ...)."""
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
 def changed_outputs(
     before: list[tuple[str, Generation]], after: list[tuple[str, Generation]]
-) -> list[dict[str, Any]]:
-    """``{"prompt_id", "before", "after", "first_divergence", "divergence_unit"}`` for each
-    prompt whose output is not the same
+) -> list[ChangedOutput]:
+    """Each prompt whose output is not the same
     (:func:`~pytest_infercheck.metrics.sameness.same_generation`: ids and text)."""
     changed = []
     for (prompt_id, old), (_, new) in zip(before, after, strict=True):
         verdict = same_generation(old, new)
         if not verdict.same:
             changed.append(
-                {
-                    "prompt_id": prompt_id,
-                    "before": old.text,
-                    "after": new.text,
-                    "first_divergence": verdict.first_divergence,
-                    "divergence_unit": verdict.divergence_unit,
-                }
+                ChangedOutput(
+                    prompt_id=prompt_id,
+                    before=old.text,
+                    after=new.text,
+                    first_divergence=verdict.first_divergence,
+                    divergence_unit=verdict.divergence_unit,
+                )
             )
     return changed
+
+
+@dataclass(frozen=True)
+class HostileItem:
+    """An item's record and its outcome, memoised on the run."""
+
+    record: HostileRecord
+    outcome: Outcome
 
 
 @dataclass
 class CachePollutionRun(TargetRun):
     """One item per hostile kind, then the aggregate (see the module docstring). The reference
-    outputs and each hostile kind's outcome are memoised on the run (shared by the suite's
-    items and its aggregate): each hostile request is sent once."""
+    outputs and each hostile kind's item are memoised on the run (shared by the suite's items
+    and its aggregate): each hostile request is sent once."""
 
     _before: list[tuple[str, Generation]] | None = field(default=None, init=False, repr=False)
     """The reference outputs before any hostile request: (prompt id, output), in suite order."""
-    _hostile_outcomes: dict[str, Outcome] = field(default_factory=dict, init=False, repr=False)
-    """By hostile kind: its item's outcome."""
+    _items: dict[HostileKind, HostileItem] = field(default_factory=dict, init=False, repr=False)
+    """By hostile kind: its item's record and outcome."""
 
     @classmethod
     def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
@@ -115,16 +185,20 @@ class CachePollutionRun(TargetRun):
             self._before = self._references()
         return self._before
 
-    def run_item(self, plan: ItemPlan) -> Outcome:
-        return memoised(self._hostile_outcomes, plan.key, lambda: self._hostile(plan.key))
+    def _item(self, plan: ItemPlan) -> HostileItem:
+        kind = next(k for k in HOSTILE_KINDS if k == plan.key)
+        return memoised(self._items, kind, lambda: self._hostile(kind))
 
-    def _hostile(self, kind: str) -> Outcome:
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        return self._item(plan).outcome
+
+    def _hostile(self, kind: HostileKind) -> HostileItem:
         target = self.served_target()
         before = self.before()
         response = self.cache.run(target.backend.send_hostile(kind))
         alive = self.cache.run(target.backend.alive())
         violations: list[str] = []
-        changed: list[dict[str, Any]] = []
+        changed: list[ChangedOutput] = []
         if not alive:
             violations.append(f"the server is not alive after the {kind} request")
         else:
@@ -135,48 +209,49 @@ class CachePollutionRun(TargetRun):
         if changed:
             violations.append(
                 f"{len(changed)} of {len(before)} reference outputs changed after the {kind} "
-                f"request: {', '.join(c['prompt_id'] for c in changed)}"
+                f"request: {', '.join(c.prompt_id for c in changed)}"
             )
         lines = [f"hostile request {kind}: {response}", f"server alive: {alive}"]
         lines += [
-            f"  {c['prompt_id']}: before {mark_divergence(c['before'], c['after'])}"
-            f" | after {mark_divergence(c['after'], c['before'])}"
+            f"  {c.prompt_id}: before {mark_divergence(c.before, c.after)}"
+            f" | after {mark_divergence(c.after, c.before)}"
             for c in changed
         ]
-        data = {
-            "target": target.label,
-            "hostile": kind,
-            "response": response,
-            "alive": alive,
-            "changed": changed,
-            "prompts": len(before),
-        }
+        record = HostileRecord(
+            target=target.label,
+            hostile=kind,
+            response=response,
+            alive=alive,
+            changed=changed,
+            prompts=len(before),
+        )
         properties: list[tuple[str, Any]] = [
             ("infercheck_alive", alive),
             ("infercheck_changed", len(changed)),
             ("infercheck_prompts", len(before)),
         ]
-        return Outcome(violations, "\n".join(lines), data, properties)
+        outcome = Outcome(violations, "\n".join(lines), plain_data(record), properties)
+        return HostileItem(record, outcome)
 
     def aggregate(self) -> Outcome:
         target = self.served_target()
-        outcomes: dict[str, Outcome] = {}
+        items: dict[str, HostileItem] = {}
         for plan in self.plan(self.check, self.suite):
             if not self.selected or plan.key in self.selected:
-                outcomes[plan.key] = self.run_item(plan)
-        dead = [k for k, o in outcomes.items() if not o.data["alive"]]
-        polluted = [k for k, o in outcomes.items() if o.data["changed"]]
-        failed = [k for k, o in outcomes.items() if o.violations]
-        data: dict[str, Any] = {
-            "target": target.label,
-            "n_hostile": len(outcomes),
-            "n_dead": len(dead),
-            "n_polluted": len(polluted),
-            "n_failed": len(failed),
-            "prompts": len(self.suite.prompts),
-            "responses": {k: o.data["response"] for k, o in outcomes.items()},
-            "engines": {target.label: target.backend.identity()},
-        }
+                items[plan.key] = self._item(plan)
+        dead = [k for k, i in items.items() if not i.record.alive]
+        polluted = [k for k, i in items.items() if i.record.changed]
+        failed = [k for k, i in items.items() if i.outcome.violations]
+        record = CachePollutionAggregate(
+            target=target.label,
+            n_hostile=len(items),
+            n_dead=len(dead),
+            n_polluted=len(polluted),
+            n_failed=len(failed),
+            prompts=len(self.suite.prompts),
+            responses={k: i.record.response for k, i in items.items()},
+            engines={target.label: target.backend.identity()},
+        )
         violations = []
         if dead:
             violations.append(f"the server died after: {', '.join(dead)}")
@@ -185,21 +260,32 @@ class CachePollutionRun(TargetRun):
         other = [k for k in failed if k not in dead and k not in polluted]
         if other:
             violations.append(f"reference prompts failed after: {', '.join(other)}")
-        text = "\n".join(f"  {k}: {o.data['response']}" for k, o in outcomes.items())
+        text = "\n".join(f"  {k}: {i.record.response}" for k, i in items.items())
         properties: list[tuple[str, Any]] = [
-            ("infercheck_hostile", len(outcomes)),
+            ("infercheck_hostile", len(items)),
             ("infercheck_dead", len(dead)),
             ("infercheck_polluted", len(polluted)),
         ]
-        return Outcome(violations, f"{target.label}: hostile requests\n{text}", data, properties)
+        return Outcome(
+            violations, f"{target.label}: hostile requests\n{text}", plain_data(record), properties
+        )
+
+
+# -- presentation -------------------------------------------------------------------------------
 
 
 def summary_lines(aggregates: Aggregates) -> list[str]:
-    """One row per cache-pollution check x suite for the terminal summary."""
+    """One row per cache-pollution check x suite for the terminal summary (``?`` for a
+    record that is not a :class:`CachePollutionAggregate`)."""
 
     def cells(data: dict[str, Any]) -> list[str]:
-        keys = ("n_hostile", "prompts", "n_dead", "n_polluted")
-        return [str(data[k]) for k in keys]
+        try:
+            record = load_record(CachePollutionAggregate, data)
+        except ValueError:
+            return ["?"] * 4
+        return [
+            str(n) for n in (record.n_hostile, record.prompts, record.n_dead, record.n_polluted)
+        ]
 
     columns = (("hostile", ">"), ("prompts", ">"), ("died", ">"), ("changed", ">"))
     return check_table(aggregates, columns, cells)
@@ -207,18 +293,25 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
 
 def cache_pollution_hostile(data: Mapping[str, Any]) -> str:
     """The hostile request's fate and every prompt whose output changed after it."""
-    parts = [facts(data, ())]
-    for c in (data.get("changed") or [])[:20]:
-        if isinstance(c, Mapping):
-            parts.append(
-                side_by_side(
-                    f"before ({c.get('prompt_id', '?')})",
-                    text_of(c.get("before")),
-                    "after the hostile request",
-                    text_of(c.get("after")),
-                    c.get("first_divergence"),
-                )
+    record = load_record(HostileRecord, data)
+    facts = {
+        "target": record.target,
+        "hostile": record.hostile,
+        "response": record.response,
+        "alive": record.alive,
+        "prompts": record.prompts,
+    }
+    parts = [kv_table(facts)]
+    for c in record.changed[:20]:
+        parts.append(
+            side_by_side(
+                f"before ({c.prompt_id})",
+                c.before,
+                "after the hostile request",
+                c.after,
+                c.first_divergence,
             )
+        )
     return "".join(parts)
 
 
@@ -230,5 +323,6 @@ CACHE_POLLUTION = CheckKind(
     thresholds=TARGET_THRESHOLDS,
     family="cache-pollution",
     summary_lines=summary_lines,
+    records={"hostile": HostileRecord, "aggregate": CachePollutionAggregate},
     views={"hostile": cache_pollution_hostile, "aggregate": target_aggregate},
 )

@@ -29,20 +29,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import Field
 
 from ..backends import BackendError, Generation, PromptInput
 from ..metrics.answers import FlipKind, fails_item, judge_answers
-from ..metrics.sameness import same_generation
+from ..metrics.sameness import DivergenceUnit, same_generation
 from ..metrics.text import similarity
-from ..render.markup import esc, mapping, table
+from ..records import load_record, plain_data
+from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
 from ..render.text import mark_divergence, safe_text
-from ..render.views import facts, flip_cell, side_by_side, target_aggregate, text_of
+from ..render.views import flip_cell, side_by_side, target_aggregate
 from ..specs import TARGET_THRESHOLDS, TargetCheck
 from .protocol import (
     Aggregates,
@@ -60,6 +61,8 @@ if TYPE_CHECKING:
 
 
 Endpoint = Literal["completions", "chat", "messages"]
+StreamMode = Literal["non-streamed", "streamed"]
+R = TypeVar("R")
 
 
 class StreamParitySpec(TargetCheck):
@@ -74,13 +77,146 @@ class EndpointParitySpec(TargetCheck):
     )
 
 
+# -- records: what an item's ``data`` holds, field by field -------------------------------------
+
+
+@dataclass(frozen=True)
+class ParitySide:
+    """One side of a parity item: what one mode (stream-parity) or one endpoint
+    (endpoint-parity) generated. Its label is the key ``mode`` (:class:`StreamSide`) or
+    ``endpoint`` (:class:`EndpointSide`)."""
+
+    text: str
+    """The generated text."""
+    token_ids: list[int] | None
+    """Its token ids where the server returns them (llama-server), else None."""
+    finish_reason: str
+    """Why generation stopped (``stop``, ``length``, ...)."""
+
+    @property
+    def label(self) -> str:
+        """The mode or endpoint this side was generated through."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class StreamSide(ParitySide):
+    """A side of a stream-parity item."""
+
+    mode: StreamMode
+    """``non-streamed`` (the reference) or ``streamed`` (assembled from its chunks)."""
+
+    @property
+    def label(self) -> str:
+        return self.mode
+
+
+@dataclass(frozen=True)
+class EndpointSide(ParitySide):
+    """A side of an endpoint-parity item."""
+
+    endpoint: Endpoint
+    """The endpoint the prompt's messages went through."""
+    prompt_text: str | None = None
+    """The templated text sent (``completions`` only; the chat endpoints template on the
+    server)."""
+
+    @property
+    def label(self) -> str:
+        return self.endpoint
+
+
+@dataclass(frozen=True)
+class ParityPrompt:
+    """The record of a parity item (role ``prompt``): one prompt generated two ways (a mode
+    or endpoint against the reference one) and compared."""
+
+    prompt_id: str
+    target: str
+    """The target's label (``adder@llama``)."""
+    reference: StreamSide | EndpointSide
+    """The reference side: non-streamed, or the first of the check's ``endpoints``."""
+    other: StreamSide | EndpointSide
+    """The side compared with it: streamed, or the item's endpoint."""
+    match: bool
+    """Whether the two outputs are the same (token ids where both have them, and text)."""
+    first_divergence: int | None
+    """Where they first differ (None: nowhere), in :attr:`divergence_unit`."""
+    divergence_unit: DivergenceUnit | None
+    """``token`` (over token ids) or ``char`` (over text); None when they match."""
+    similarity: float
+    """difflib ratio of the two texts, 1.0 for the same text."""
+    answers: list[str | None]
+    """The extracted answers ``[reference, other]`` (None: none found, or no answer kind)."""
+    flip: str | None
+    """How the answers relate (a :class:`~..metrics.answers.FlipKind` value); None when the
+    prompt has no answer kind."""
+    logprob_drift: float | None
+    """max |logprob difference| of the chosen tokens when the outputs match and both sides
+    have logprobs, else None."""
+
+
+@dataclass(frozen=True)
+class ParityAggregate:
+    """The record of a parity check x suite's aggregate (role ``aggregate``)."""
+
+    target: str
+    items: int
+    """Items aggregated (selected ones under ``-k`` or ``--infercheck-shard``)."""
+    n_match: int
+    """Items whose two outputs are the same."""
+    n_mismatch: int
+    """Items that ran and whose outputs differ."""
+    n_failed: int
+    """Items that broke a threshold or errored."""
+    n_flips: int
+    """Items whose answers flipped (:attr:`~..metrics.answers.FlipKind.is_flip`:
+    ``wrong_to_wrong`` and ``unchanged`` are not flips)."""
+    n_errors: int
+    """Items that could not run (a backend error)."""
+    errors: dict[str, str]
+    """By item name: its error message."""
+    failed: list[str]
+    """The names of the failed items, sorted."""
+    engines: dict[str, dict[str, Any]]
+    """By target label: the engine's identity (build, model path, ...)."""
+
+
+@dataclass(frozen=True)
+class EndpointCounts:
+    """One endpoint's items in an endpoint-parity aggregate."""
+
+    items: int
+    match: int
+    """Items whose output is the same as the reference endpoint's."""
+    failed: int
+    """Items that broke a threshold or errored."""
+
+
+@dataclass(frozen=True)
+class EndpointParityAggregate(ParityAggregate):
+    """The record of an endpoint-parity aggregate: :class:`ParityAggregate` and the counts
+    per endpoint."""
+
+    reference: Endpoint
+    """The reference endpoint (the first of ``endpoints``)."""
+    endpoints: dict[str, EndpointCounts]
+    """By other endpoint: its counts."""
+
+
+A = TypeVar("A", bound=ParityAggregate)
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class SideComparison:
     """Two generations of one prompt compared (see :func:`compare_generations`)."""
 
     match: bool
     first_divergence: int | None
-    divergence_unit: str | None
+    divergence_unit: DivergenceUnit | None
     similarity: float
     answers: list[str | None]
     flip: str | None
@@ -120,46 +256,124 @@ def compare_generations(prompt: Prompt, ref: Generation, other: Generation) -> S
     )
 
 
-def side_data(label_key: str, label: str, generation: Generation) -> dict[str, Any]:
-    """One side of an item's data: ``{"mode"|"endpoint": label, "text", "token_ids"}``."""
-    data: dict[str, Any] = {
-        label_key: label,
-        "text": generation.text,
-        "token_ids": generation.token_ids,
-        "finish_reason": generation.finish_reason,
+def stream_side(mode: StreamMode, generation: Generation) -> StreamSide:
+    """``generation`` as a side of a stream-parity item."""
+    return StreamSide(generation.text, generation.token_ids, generation.finish_reason, mode)
+
+
+def endpoint_side(endpoint: Endpoint, generation: Generation) -> EndpointSide:
+    """``generation`` as a side of an endpoint-parity item (with the templated text sent to
+    ``completions``)."""
+    prompt_text = generation.extra.get("prompt_text")
+    return EndpointSide(
+        generation.text,
+        generation.token_ids,
+        generation.finish_reason,
+        endpoint,
+        prompt_text if isinstance(prompt_text, str) else None,
+    )
+
+
+@dataclass(frozen=True)
+class ParityItem:
+    """An item's record and its outcome (what the aggregate counts), memoised on the run."""
+
+    record: ParityPrompt
+    outcome: Outcome
+
+
+def count_items(
+    target: str, engines: dict[str, dict[str, Any]], items: Mapping[str, ParityItem | str]
+) -> ParityAggregate:
+    """The aggregate of ``items`` by name (a string is an item's error)."""
+    failed = sorted(k for k, i in items.items() if isinstance(i, str) or i.outcome.violations)
+    errors = {k: i for k, i in items.items() if isinstance(i, str)}
+    done = [i.record for i in items.values() if isinstance(i, ParityItem)]
+    n_match = sum(1 for r in done if r.match)
+    n_flips = sum(1 for r in done if r.flip is not None and FlipKind(r.flip).is_flip)
+    return ParityAggregate(
+        target=target,
+        items=len(items),
+        n_match=n_match,
+        n_mismatch=len(done) - n_match,
+        n_failed=len(failed),
+        n_flips=n_flips,
+        n_errors=len(errors),
+        errors=errors,
+        failed=failed,
+        engines=engines,
+    )
+
+
+def endpoint_counts(items: Mapping[str, ParityItem | str]) -> dict[str, EndpointCounts]:
+    """Per endpoint (the ``[param]`` of each item name): its items, matches and failures."""
+    rows: dict[str, list[ParityItem | str]] = {}
+    for name, item in items.items():
+        rows.setdefault(name.rpartition("[")[2].rstrip("]"), []).append(item)
+    return {
+        endpoint: EndpointCounts(
+            items=len(row),
+            match=sum(1 for i in row if isinstance(i, ParityItem) and i.record.match),
+            failed=sum(1 for i in row if isinstance(i, str) or i.outcome.violations),
+        )
+        for endpoint, row in rows.items()
     }
-    if "prompt_text" in generation.extra:
-        data["prompt_text"] = generation.extra["prompt_text"]
-    return data
+
+
+def aggregate_outcome(record: ParityAggregate) -> Outcome:
+    """The aggregate's outcome: failing when any item failed or errored."""
+    violations = []
+    if record.failed:
+        violations.append(
+            f"{record.n_failed} of {record.items} items failed: {', '.join(record.failed)}"
+        )
+    text = (
+        f"{record.target}: {record.n_match}/{record.items} identical, {record.n_flips} answer "
+        f"flips, {record.n_errors} errors"
+    )
+    properties: list[tuple[str, Any]] = [
+        ("infercheck_items", record.items),
+        ("infercheck_match", record.n_match),
+        ("infercheck_failed", record.n_failed),
+        ("infercheck_flips", record.n_flips),
+        ("infercheck_errors", record.n_errors),
+    ]
+    return Outcome(violations, text, plain_data(record), properties)
 
 
 @dataclass
 class _ParityRun(TargetRun):
     """What the two parity kinds share: items are pairs of generations of one prompt. Each
-    item's outcome is memoised on the run (shared by the suite's items and its aggregate)."""
+    item's record and outcome are memoised on the run (shared by the suite's items and its
+    aggregate)."""
 
-    label_key = "mode"
-    _outcomes: dict[str, Outcome] = field(default_factory=dict, init=False, repr=False)
-    """By item name (``ItemPlan.full_name``: ``r017``, ``e01[chat]``): its outcome."""
+    _items: dict[str, ParityItem] = field(default_factory=dict, init=False, repr=False)
+    """By item name (``ItemPlan.full_name``: ``r017``, ``e01[chat]``): its record and
+    outcome."""
 
-    def _outcome(
-        self, prompt: Prompt, labels: tuple[str, str], ref: Generation, other: Generation
-    ) -> Outcome:
+    def _item(
+        self,
+        prompt: Prompt,
+        generations: tuple[Generation, Generation],
+        sides: tuple[StreamSide, StreamSide] | tuple[EndpointSide, EndpointSide],
+    ) -> ParityItem:
+        """The item comparing ``generations`` (reference, other), recorded as ``sides``."""
+        ref, other = generations
+        labels = (sides[0].label, sides[1].label)
         result = compare_generations(prompt, ref, other)
-        violations = self.violations(result, labels)
-        data = {
-            "prompt_id": prompt.id,
-            "target": self.target.label,
-            "reference": side_data(self.label_key, labels[0], ref),
-            "other": side_data(self.label_key, labels[1], other),
-            "match": result.match,
-            "first_divergence": result.first_divergence,
-            "divergence_unit": result.divergence_unit,
-            "similarity": result.similarity,
-            "answers": result.answers,
-            "flip": result.flip,
-            "logprob_drift": result.logprob_drift,
-        }
+        record = ParityPrompt(
+            prompt_id=prompt.id,
+            target=self.target.label,
+            reference=sides[0],
+            other=sides[1],
+            match=result.match,
+            first_divergence=result.first_divergence,
+            divergence_unit=result.divergence_unit,
+            similarity=result.similarity,
+            answers=result.answers,
+            flip=result.flip,
+            logprob_drift=result.logprob_drift,
+        )
         width = max(len(label) for label in labels)
         text = "\n".join(
             [
@@ -176,82 +390,50 @@ class _ParityRun(TargetRun):
             ("infercheck_first_divergence", str(result.first_divergence)),
             ("infercheck_flip", str(result.flip)),
         ]
-        return Outcome(violations, text, data, properties)
+        violations = self.violations(result, labels)
+        return ParityItem(record, Outcome(violations, text, plain_data(record), properties))
 
     def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
         raise NotImplementedError
 
-    def _aggregate(self, outcomes: dict[str, Outcome | str], counts: dict[str, Any]) -> Outcome:
-        """Counts over every item's outcome (a string is an item's error), failing when any
-        item failed or errored."""
-        failed = sorted(k for k, o in outcomes.items() if isinstance(o, str) or o.violations)
-        errors = {k: o for k, o in outcomes.items() if isinstance(o, str)}
-        done = [o for o in outcomes.values() if isinstance(o, Outcome)]
-        n_match = sum(1 for o in done if o.data["match"])
-        n_flips = sum(
-            1 for o in done if o.data["flip"] is not None and FlipKind(o.data["flip"]).is_flip
-        )
-        target = self.target
-        data: dict[str, Any] = {
-            "target": target.label,
-            "items": len(outcomes),
-            "n_match": n_match,
-            "n_mismatch": len(done) - n_match,
-            "n_failed": len(failed),
-            "n_flips": n_flips,
-            "n_errors": len(errors),
-            "errors": errors,
-            "failed": failed,
-            **counts,
-            "engines": {target.label: target.backend.identity()},
-        }
-        violations = []
-        if failed:
-            violations.append(f"{len(failed)} of {len(outcomes)} items failed: {', '.join(failed)}")
-        text = (
-            f"{target.label}: {n_match}/{len(outcomes)} identical, {n_flips} answer flips, "
-            f"{len(errors)} errors"
-        )
-        properties: list[tuple[str, Any]] = [
-            ("infercheck_items", len(outcomes)),
-            ("infercheck_match", n_match),
-            ("infercheck_failed", len(failed)),
-            ("infercheck_flips", n_flips),
-            ("infercheck_errors", len(errors)),
-        ]
-        return Outcome(violations, text, data, properties)
-
-    def _collect(self, plans: list[ItemPlan]) -> dict[str, Outcome | str]:
-        """Each selected item's outcome (memoised), or its error message."""
-        out: dict[str, Outcome | str] = {}
+    def _collect(self, plans: list[ItemPlan]) -> dict[str, ParityItem | str]:
+        """Each selected item (memoised), or its error message, by item name."""
+        out: dict[str, ParityItem | str] = {}
         for plan in plans:
             if self.selected and plan.key not in self.selected:
                 continue
-            name = plan.name if plan.param is None else f"{plan.name}[{plan.param}]"
             try:
-                out[name] = self.run_item(plan)
+                out[plan.full_name] = self._memoised(plan)
             except BackendError as exc:
-                out[name] = str(exc)
+                out[plan.full_name] = str(exc)
         return out
+
+    def _memoised(self, plan: ItemPlan) -> ParityItem:
+        raise NotImplementedError
+
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        return self._memoised(plan).outcome
+
+    def _counted(self, items: Mapping[str, ParityItem | str]) -> ParityAggregate:
+        target = self.target
+        return count_items(target.label, {target.label: target.backend.identity()}, items)
 
 
 @dataclass
 class StreamParityRun(_ParityRun):
     """Streamed vs not streamed, one item per prompt (see the module docstring)."""
 
-    label_key = "mode"
-    LABELS = ("non-streamed", "streamed")
+    def _memoised(self, plan: ItemPlan) -> ParityItem:
+        return memoised(self._items, plan.full_name, lambda: self._run(plan.key))
 
-    def run_item(self, plan: ItemPlan) -> Outcome:
-        return memoised(self._outcomes, plan.full_name, lambda: self._run(plan.key))
-
-    def _run(self, prompt_id: str) -> Outcome:
+    def _run(self, prompt_id: str) -> ParityItem:
         target = self.served_target()
         prompt = self.prompt(prompt_id)
         rendered, params = self.render(prompt), self.params(prompt)
         ref = self.cache.generate(target, rendered, params)
         streamed = self.cache.call(target, target.backend.generate_stream(rendered, params))
-        return self._outcome(prompt, self.LABELS, ref, streamed)
+        sides = (stream_side("non-streamed", ref), stream_side("streamed", streamed))
+        return self._item(prompt, (ref, streamed), sides)
 
     def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
         out = []
@@ -270,14 +452,14 @@ class StreamParityRun(_ParityRun):
 
     def aggregate(self) -> Outcome:
         self.served_target()
-        return self._aggregate(self._collect(self.plan(self.check, self.suite)), {})
+        items = self._collect(self.plan(self.check, self.suite))
+        return aggregate_outcome(self._counted(items))
 
 
 @dataclass
 class EndpointParityRun(_ParityRun):
     """Endpoints against the first one, one item per prompt and other endpoint."""
 
-    label_key = "endpoint"
     _generations: dict[tuple[str, str], Generation] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -294,15 +476,14 @@ class EndpointParityRun(_ParityRun):
         ]
 
     @property
-    def endpoints(self) -> list[str]:
+    def endpoints(self) -> list[Endpoint]:
         return list(self.check.spec.endpoints)
 
-    def run_item(self, plan: ItemPlan) -> Outcome:
-        endpoint = plan.param
-        assert endpoint is not None
-        return memoised(self._outcomes, plan.full_name, lambda: self._run(plan.key, endpoint))
+    def _memoised(self, plan: ItemPlan) -> ParityItem:
+        endpoint = next(e for e in self.endpoints if e == plan.param)
+        return memoised(self._items, plan.full_name, lambda: self._run(plan.key, endpoint))
 
-    def _generate(self, prompt: Prompt, endpoint: str) -> Generation:
+    def _generate(self, prompt: Prompt, endpoint: Endpoint) -> Generation:
         """``prompt`` through ``endpoint`` (memoised: the reference serves every item)."""
         key = (prompt.id, endpoint)
         if key not in self._generations:
@@ -319,11 +500,12 @@ class EndpointParityRun(_ParityRun):
             )
         return self._generations[key]
 
-    def _run(self, prompt_id: str, endpoint: str) -> Outcome:
+    def _run(self, prompt_id: str, endpoint: Endpoint) -> ParityItem:
         prompt = self.prompt(prompt_id)
         reference = self.endpoints[0]
-        ref = self._generate(prompt, reference)
-        return self._outcome(prompt, (reference, endpoint), ref, self._generate(prompt, endpoint))
+        ref, other = self._generate(prompt, reference), self._generate(prompt, endpoint)
+        sides = (endpoint_side(reference, ref), endpoint_side(endpoint, other))
+        return self._item(prompt, (ref, other), sides)
 
     def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
         out = []
@@ -341,58 +523,75 @@ class EndpointParityRun(_ParityRun):
 
     def aggregate(self) -> Outcome:
         self.served_target()
-        outcomes = self._collect(self.plan(self.check, self.suite))
-        per_endpoint: dict[str, dict[str, int]] = {}
-        for name, outcome in outcomes.items():
-            endpoint = name.rpartition("[")[2].rstrip("]")
-            row = per_endpoint.setdefault(endpoint, {"items": 0, "match": 0, "failed": 0})
-            row["items"] += 1
-            if isinstance(outcome, Outcome):
-                row["match"] += int(bool(outcome.data["match"]))
-                row["failed"] += int(bool(outcome.violations))
-            else:
-                row["failed"] += 1
-        counts = {"reference": self.endpoints[0], "endpoints": per_endpoint}
-        return self._aggregate(outcomes, counts)
+        items = self._collect(self.plan(self.check, self.suite))
+        record = EndpointParityAggregate(
+            **vars(self._counted(items)),
+            reference=self.endpoints[0],
+            endpoints=endpoint_counts(items),
+        )
+        return aggregate_outcome(record)
 
 
-def summary_lines(aggregates: Aggregates) -> list[str]:
-    """One row per parity check x suite for the terminal summary."""
+# -- presentation -------------------------------------------------------------------------------
+
+
+def _loaded(record_type: type[R], data: Mapping[str, Any]) -> R | None:
+    """``data`` read as ``record_type``, or None when it is not one (an older results file)."""
+    try:
+        return load_record(record_type, data)
+    except ValueError:
+        return None
+
+
+def _summary(aggregates: Aggregates, record_type: type[A], detail: Callable[[A], str]) -> list[str]:
+    """The terminal table of parity aggregates of ``record_type`` (``?`` for a record that
+    is not one); ``detail`` says what was compared."""
 
     def cells(data: dict[str, Any]) -> list[str]:
-        endpoints = data.get("endpoints")
-        detail = (
-            ", ".join(f"{e} {r['match']}/{r['items']}" for e, r in endpoints.items())
-            if endpoints
-            else "streamed vs not"
-        )
-        counts = (f"{data['n_match']}/{data['items']}", str(data["n_flips"]))
-        return [detail, *counts, str(data["n_errors"])]
+        record = _loaded(record_type, data)
+        if record is None:
+            return ["?"] * 4
+        counts = (f"{record.n_match}/{record.items}", str(record.n_flips))
+        return [detail(record), *counts, str(record.n_errors)]
 
     columns = (("compared", "<"), ("identical", ">"), ("flips", ">"), ("errors", ">"))
     return check_table(aggregates, columns, cells)
 
 
+def summary_lines(aggregates: Aggregates) -> list[str]:
+    """One row per stream-parity check x suite for the terminal summary."""
+    return _summary(aggregates, ParityAggregate, lambda record: "streamed vs not")
+
+
+def endpoint_summary_lines(aggregates: Aggregates) -> list[str]:
+    """One row per endpoint-parity check x suite for the terminal summary."""
+
+    def detail(record: EndpointParityAggregate) -> str:
+        return ", ".join(f"{e} {c.match}/{c.items}" for e, c in record.endpoints.items())
+
+    return _summary(aggregates, EndpointParityAggregate, detail)
+
+
 def parity_prompt(data: Mapping[str, Any]) -> str:
     """The two modes or endpoints side by side, their answers and whether they flipped."""
-    ref, other = mapping(data.get("reference")), mapping(data.get("other"))
-
-    def label(side: Mapping[str, Any], default: str) -> str:
-        return str(side.get("mode") or side.get("endpoint") or default)
-
-    answers = data.get("answers") or []
+    record = load_record(ParityPrompt, data)
+    ref, other = record.reference, record.other
+    facts = {
+        "prompt_id": record.prompt_id,
+        "target": record.target,
+        "match": record.match,
+        "first_divergence": record.first_divergence,
+        "divergence_unit": record.divergence_unit,
+        "similarity": record.similarity,
+        "flip": record.flip,
+        "logprob_drift": record.logprob_drift,
+    }
     parts = [
-        facts(data, ("answers",)),
-        side_by_side(
-            label(ref, "reference"),
-            text_of(ref.get("text")),
-            label(other, "other"),
-            text_of(other.get("text")),
-            data.get("first_divergence"),
-        ),
+        kv_table(facts),
+        side_by_side(ref.label, ref.text, other.label, other.text, record.first_divergence),
     ]
-    if answers:
-        cells = [esc(a) for a in list(answers)[:2]] + [flip_cell(data.get("flip"))]
+    if record.answers:
+        cells = [esc(a) for a in record.answers[:2]] + [flip_cell(record.flip)]
         parts.append(table(["reference answer", "other answer", "flip"], [cells]))
     return "".join(parts)
 
@@ -405,6 +604,7 @@ STREAM_PARITY = CheckKind(
     thresholds=TARGET_THRESHOLDS,
     family="stream-parity",
     summary_lines=summary_lines,
+    records={"prompt": ParityPrompt, "aggregate": ParityAggregate},
     views={"prompt": parity_prompt, "aggregate": target_aggregate},
 )
 ENDPOINT_PARITY = dataclasses.replace(
@@ -413,4 +613,6 @@ ENDPOINT_PARITY = dataclasses.replace(
     spec=EndpointParitySpec,
     run=EndpointParityRun,
     family="endpoint-parity",
+    summary_lines=endpoint_summary_lines,
+    records={"prompt": ParityPrompt, "aggregate": EndpointParityAggregate},
 )

@@ -9,7 +9,7 @@ import pytest
 from pytest_infercheck.backends.base import Generation
 from pytest_infercheck.backends.http import DONE, HttpError, parse_event_line
 from pytest_infercheck.backends.openai_compat import assemble_chunks, parse_message
-from pytest_infercheck.checks.cache_pollution import changed_outputs
+from pytest_infercheck.checks.cache_pollution import ChangedOutput, changed_outputs
 from pytest_infercheck.checks.parity import compare_generations
 from pytest_infercheck.suites import Prompt
 
@@ -56,27 +56,19 @@ def test_changed_outputs() -> None:
     before = [("a", gen("46", [55, 57, 2])), ("b", gen("75")), ("c", gen("15"))]
     after = [("a", gen("47", [55, 58, 2])), ("b", gen("75")), ("c", gen("16"))]
     assert changed_outputs(before, after) == [
-        {
-            "prompt_id": "a",
-            "before": "46",
-            "after": "47",
-            "first_divergence": 1,
-            "divergence_unit": "token",
-        },
-        {
-            "prompt_id": "c",
-            "before": "15",
-            "after": "16",
-            "first_divergence": 1,
-            "divergence_unit": "char",
-        },
+        ChangedOutput(
+            prompt_id="a", before="46", after="47", first_divergence=1, divergence_unit="token"
+        ),
+        ChangedOutput(
+            prompt_id="c", before="15", after="16", first_divergence=1, divergence_unit="char"
+        ),
     ]
     # The same ids with another text (detokenization) is a change too; equal text with other
     # ids as well: sameness needs both.
     detok = [("a", gen("4 6", [55, 57, 2]))]
-    assert changed_outputs(before[:1], detok)[0]["divergence_unit"] == "char"
+    assert changed_outputs(before[:1], detok)[0].divergence_unit == "char"
     retok = [("a", gen("46", [55, 99, 2]))]
-    assert changed_outputs(before[:1], retok)[0]["first_divergence"] == 1
+    assert changed_outputs(before[:1], retok)[0].first_divergence == 1
 
 
 def test_sse_and_ndjson_lines() -> None:

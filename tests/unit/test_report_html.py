@@ -234,17 +234,32 @@ def test_single_target_views_show_their_outputs() -> None:
         "kind": "stream-parity",
         "role": "prompt",
         "data": {
-            "reference": {"mode": "blocking", "text": "46"},
-            "other": {"mode": "stream", "text": "4"},
-            "answers": ["46", "4"],
-            "flip": True,
-            "first_divergence": 1,
+            "prompt_id": "s01",
+            "target": "adder@llama",
+            "reference": {
+                "mode": "non-streamed",
+                "text": "46",
+                "token_ids": [55, 57, 2],
+                "finish_reason": "stop",
+            },
+            "other": {
+                "mode": "streamed",
+                "text": "4",
+                "token_ids": [55, 2],
+                "finish_reason": "stop",
+            },
             "match": False,
+            "first_divergence": 1,
+            "divergence_unit": "token",
+            "similarity": 0.6667,
+            "answers": ["46", "4"],
+            "flip": "correct_to_wrong",
+            "logprob_drift": None,
         },
     }
     root = parse(item_detail(parity))
-    assert [h.text() for h in root.all("h4")][:2] == ["blocking", "stream"]
-    assert rows(root.all("table", "ic-table")[-1])["46"] == ["4", "True"]
+    assert [h.text() for h in root.all("h4")][:2] == ["non-streamed", "streamed"]
+    assert rows(root.all("table", "ic-table")[-1])["46"] == ["4", "correct_to_wrong"]
 
 
 def test_result_cells_and_numeric_sort_keys() -> None:
