@@ -24,7 +24,7 @@ from pydantic import Field
 
 from ..backends import BackendError, Generation
 from ..metrics.sameness import DivergenceUnit, same_generation
-from ..records import load_record, plain_data
+from ..records import load_record
 from ..render.markup import kv_table
 from ..render.table import check_table
 from ..render.text import mark_divergence
@@ -230,7 +230,7 @@ class CachePollutionRun(TargetRun):
             ("infercheck_changed", len(changed)),
             ("infercheck_prompts", len(before)),
         ]
-        outcome = Outcome(violations, "\n".join(lines), plain_data(record), properties)
+        outcome = Outcome(violations, "\n".join(lines), record, properties)
         return HostileItem(record, outcome)
 
     def aggregate(self) -> Outcome:
@@ -266,9 +266,7 @@ class CachePollutionRun(TargetRun):
             ("infercheck_dead", len(dead)),
             ("infercheck_polluted", len(polluted)),
         ]
-        return Outcome(
-            violations, f"{target.label}: hostile requests\n{text}", plain_data(record), properties
-        )
+        return Outcome(violations, f"{target.label}: hostile requests\n{text}", record, properties)
 
 
 # -- presentation -------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from ..backends import BackendError, Generation, PromptInput
 from ..metrics.answers import FlipKind, fails_item, judge_answers
 from ..metrics.sameness import DivergenceUnit, same_generation
 from ..metrics.text import similarity
-from ..records import load_record, plain_data
+from ..records import load_record
 from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
 from ..render.text import mark_divergence, safe_text
@@ -338,7 +338,7 @@ def aggregate_outcome(record: ParityAggregate) -> Outcome:
         ("infercheck_flips", record.n_flips),
         ("infercheck_errors", record.n_errors),
     ]
-    return Outcome(violations, text, plain_data(record), properties)
+    return Outcome(violations, text, record, properties)
 
 
 @dataclass
@@ -391,7 +391,7 @@ class _ParityRun(TargetRun):
             ("infercheck_flip", str(result.flip)),
         ]
         violations = self.violations(result, labels)
-        return ParityItem(record, Outcome(violations, text, plain_data(record), properties))
+        return ParityItem(record, Outcome(violations, text, record, properties))
 
     def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
         raise NotImplementedError
