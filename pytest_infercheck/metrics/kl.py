@@ -18,6 +18,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .finite import (
+    Problem,
+    check_values,
+    chunk_logsumexp,
+    logsumexp_tolerance,
+    non_finite_positions,
+    row_problems,
+)
+
 __all__ = [
     "PositionStats",
     "position_stats",
@@ -34,14 +43,27 @@ class PositionStats:
         kl: ``(T,)`` float64, ``KL_t = sum_v p_base(v) * (log p_base(v) - log p_test(v))``.
         same_top: ``(T,)`` bool, ``argmax_v base[t] == argmax_v test[t]``.
         delta_p: ``(T,)`` float64, ``p_test(chosen_t) - p_base(chosen_t)``.
+        problems: the fail-closed findings (:mod:`.finite`), in this order: the baseline's
+            rows (non-finite, not normalised), the test side's rows, then the non-finite KL
+            values. Empty when every number is usable. Each is a violation of its own.
     """
 
     kl: NDArray[np.float64]
     same_top: NDArray[np.bool_]
     delta_p: NDArray[np.float64]
+    problems: tuple[Problem, ...] = ()
 
     def __len__(self) -> int:
         return int(self.kl.shape[0])
+
+    @property
+    def non_finite_kl(self) -> tuple[int, ...]:
+        """Positions whose ``KL_t`` is NaN, ``+inf`` or ``-inf``."""
+        return non_finite_positions(self.kl)
+
+    def violations(self) -> list[str]:
+        """One line per problem, e.g. ``non-finite KL at positions 2, 5 (NaN)``."""
+        return [p.describe() for p in self.problems]
 
 
 def position_stats(
@@ -49,6 +71,10 @@ def position_stats(
     test_logprobs: ArrayLike,
     chosen_ids: Sequence[int] | NDArray[np.integer[Any]],
     chunk_size: int = 128,
+    *,
+    row_tol: float | None = None,
+    base_name: str = "baseline",
+    test_name: str = "test",
 ) -> PositionStats:
     """Compare baseline and test full-vocabulary distributions position by position.
 
@@ -58,6 +84,11 @@ def position_stats(
             on the same tokens.
         chosen_ids: ``(T,)`` token ids; ``chosen_ids[t]`` is the baseline's token at position t.
         chunk_size: number of positions converted to float64 at a time.
+        row_tol: how far from 0 each row's logsumexp may be; None means
+            :func:`~.finite.logsumexp_tolerance` ``(V)`` for float32 rows, ``math.inf`` checks
+            only for non-finite values.
+        base_name, test_name: how the two sides are named in the problems
+            (``"<name> logprobs"``).
 
     Returns:
         :class:`PositionStats` with, for each position ``t``::
@@ -70,7 +101,16 @@ def position_stats(
         Conventions: a token with ``p_base(v) = 0`` (log-prob ``-inf``) contributes 0 (``0 log 0
         = 0``); a token with ``p_base(v) > 0`` and ``p_test(v) = 0`` makes ``KL_t = +inf``.
         Nothing is renormalised or clamped: since float32 rows do not sum to exactly 1, a
-        near-identical pair of rows can give a tiny negative ``KL_t`` (order 1e-7).
+        near-identical pair of rows can give a slightly negative ``KL_t`` (order 1e-7 for
+        small vocabularies, up to the rows' normalisation error, see
+        :func:`~.finite.logsumexp_tolerance`, for large ones).
+
+        Fail closed (``problems``): a NaN anywhere in a row, or a ``+inf``, is reported for
+        that row even where the KL convention above would hide it (a NaN at a token the
+        baseline gives probability 0); so is a row whose logsumexp is not within ``row_tol``
+        of 0 (an all ``-inf`` row included), and a ``KL_t`` that is NaN or infinite (a ``+inf``
+        ``KL_t`` is a real divergence, and still named). NaN values are kept in ``kl`` and
+        ``delta_p``, never replaced.
 
     Memory: only ``chunk_size`` rows are cast to float64 at once, so the extra memory is
     about ``2.2 * chunk_size * V * 8`` bytes whatever ``T`` is (~280 MB for ``V=128000`` at
@@ -102,6 +142,8 @@ def position_stats(
             f"chosen_ids must have one token id per position: expected length {n_pos}, "
             f"got shape {chosen.shape}"
         )
+    if row_tol is None:
+        row_tol = logsumexp_tolerance(int(vocab))
     if n_pos == 0:
         return PositionStats(
             kl=np.zeros(0, dtype=np.float64),
@@ -120,32 +162,56 @@ def position_stats(
     kl = np.empty(n_pos, dtype=np.float64)
     same_top = np.empty(n_pos, dtype=np.bool_)
     delta_p = np.empty(n_pos, dtype=np.float64)
+    lse_base = np.empty(n_pos, dtype=np.float64)
+    lse_test = np.empty(n_pos, dtype=np.float64)
     for start in range(0, n_pos, chunk_size):
         stop = min(start + chunk_size, n_pos)
         base_chunk = base[start:stop]
         test_chunk = test[start:stop]
-        kl[start:stop] = _kl_rows(base_chunk, test_chunk)
+        kl[start:stop], lse_base[start:stop], lse_test[start:stop] = _kl_rows(
+            base_chunk, test_chunk
+        )
         same_top[start:stop] = np.argmax(base_chunk, axis=1) == np.argmax(test_chunk, axis=1)
         rows = np.arange(stop - start)
         ids = chosen[start:stop]
-        p_base = np.exp(base_chunk[rows, ids].astype(np.float64))
-        p_test = np.exp(test_chunk[rows, ids].astype(np.float64))
+        with np.errstate(over="ignore"):
+            p_base = np.exp(base_chunk[rows, ids].astype(np.float64))
+            p_test = np.exp(test_chunk[rows, ids].astype(np.float64))
         delta_p[start:stop] = p_test - p_base
-    return PositionStats(kl=kl, same_top=same_top, delta_p=delta_p)
+    problems: list[Problem] = [
+        *row_problems(f"{base_name} logprobs", lse_base, row_tol),
+        *row_problems(f"{test_name} logprobs", lse_test, row_tol),
+    ]
+    kl_problem = check_values("KL", kl)
+    if kl_problem is not None:
+        problems.append(kl_problem)
+    return PositionStats(kl=kl, same_top=same_top, delta_p=delta_p, problems=tuple(problems))
 
 
-def _kl_rows(base_chunk: NDArray[Any], test_chunk: NDArray[Any]) -> NDArray[np.float64]:
-    """Row-wise ``sum_v p_b (log p_b - log p_t)`` in float64 for one chunk of positions."""
-    # Two float64 copies of the chunk (plus a bool mask) are the only large temporaries.
+def _kl_rows(
+    base_chunk: NDArray[Any], test_chunk: NDArray[Any]
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """Row-wise ``sum_v p_b (log p_b - log p_t)`` in float64 for one chunk of positions, and
+    the logsumexp of each base and test row (from the same buffers, no extra copy)."""
+    # Two float64 chunk-sized buffers (plus a bool mask) are the only large temporaries.
     log_b = base_chunk.astype(np.float64)
-    terms = test_chunk.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        np.subtract(log_b, terms, out=terms)  # log p_b - log p_t (nan where both are -inf)
+    terms = np.empty(test_chunk.shape, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        np.exp(test_chunk, out=terms, dtype=np.float64)  # p_t, computed in float64
+        lse_t = np.log(terms.sum(axis=1))
+        np.subtract(log_b, test_chunk, out=terms)  # log p_b - log p_t (nan where both -inf)
         p_b = np.exp(log_b, out=log_b)  # in place: log_b is not needed any more
+        lse_b = np.log(p_b.sum(axis=1))
         np.multiply(p_b, terms, out=terms)  # nan where p_b == 0 and p_t == 0
     np.copyto(terms, 0.0, where=p_b == 0.0)  # 0 * log(0 / q) = 0 by convention
     out: NDArray[np.float64] = terms.sum(axis=1)
-    return out
+    # An unshifted sum of exp overflows or underflows only for a row far from normalised (or
+    # holding inf / nan): redo those rows with the max shift so the reported value is right.
+    for lse, chunk in ((lse_b, base_chunk), (lse_t, test_chunk)):
+        redo = ~np.isfinite(lse)
+        if redo.any():
+            lse[redo] = chunk_logsumexp(chunk[redo])
+    return out, lse_b, lse_t
 
 
 def _kl_term(p: float, log_p: float, log_q: float) -> float:
@@ -155,10 +221,6 @@ def _kl_term(p: float, log_p: float, log_q: float) -> float:
     if log_q == -math.inf:
         return math.inf
     return p * (log_p - log_q)
-
-
-def _log(p: float) -> float:
-    return math.log(p) if p > 0.0 else -math.inf
 
 
 def topk_kl_lower_bound(
@@ -174,34 +236,62 @@ def topk_kl_lower_bound(
     partitioned into ``|S| + 1`` buckets: one per id in ``S`` and a tail bucket holding every
     other token, with::
 
-        p_base(tail) = max(0, 1 - sum_{v in S} p_base(v))
-        p_test(tail) = max(0, 1 - sum_{v in S} p_test(v))
+        p_base(tail) = 1 - sum_{v in S} p_base(v)
+        p_test(tail) = 1 - sum_{v in S} p_test(v)
 
         KL_S = sum_{v in S} p_base(v) * log(p_base(v) / p_test(v))
-               + p_base(tail) * log(p_base(tail) / p_test(tail))
+               + P * log(P / Q)
+        P = max(p_base(tail), tail_tol),  Q = max(p_test(tail), tail_tol)
 
-    with ``0 log(0 / q) = 0`` and ``p log(p / 0) = +inf`` for ``p > 0``. Merging tokens into
-    buckets can only lose information, so by the data-processing inequality (log-sum
-    inequality) ``KL_S <= KL(base || test)`` over the full vocabulary: this is a *lower
-    bound* of the true KL, tight when the top-k lists cover nearly all the mass.
+    with ``0 log(0 / q) = 0`` and ``p log(p / 0) = +inf`` for ``p > 0`` on the shared tokens.
+    Merging tokens into buckets can only lose information, so by the data-processing
+    (log-sum) inequality the bucketed KL is at most ``KL(base || test)`` over the full
+    vocabulary: this is a *lower bound* of the true KL, tight when the top-k lists cover nearly
+    all the mass. The result is clamped at ``>= 0``.
 
-    ``tail_tol`` absorbs the rounding of the reported log-probabilities: a baseline tail mass
-    below it is treated as 0 (otherwise a top-k list that covers the whole distribution could
-    give ``1e-8 * log(1e-8 / 0) = inf``). The result is clamped at ``>= 0``.
+    Tail clamp, the same on both sides. float32 log-softmax rounds the logprob of a
+    near-certain token to exactly 0.0, so a side's computed tail can be 0 (or slightly
+    negative) although its true tail is positive; clamping only one side (as before) made
+    ``p log(p / 0) = inf`` while the true KL was finite (0.0018 in the reported case). Both
+    tails are floored at ``tail_tol``, so the tail term is always finite and the result is
+    finite whenever no shared token has ``p_base > 0 = p_test``, i.e. whenever the true KL
+    is. Error bound, assuming a tail computed below ``tail_tol`` is truly at most
+    ``tail_tol``:
+
+    * the result exceeds the true KL by less than ``tail_tol``. With ``p``, ``q`` the true
+      tails and ``f(x) = x log(x / q)``: both below the floor, the tail term becomes 0 where
+      ``f(p) >= p - q > -tail_tol``; only the base tail below the floor, the term is
+      ``f(tail_tol)`` and ``f(tail_tol) - f(p) <= (tail_tol - p) * max(0, 1 + log(tail_tol /
+      q)) < tail_tol`` (mean value theorem, ``q >= tail_tol``);
+    * when only the test tail is below the floor, the tail term is ``P log(P / tail_tol)``
+      instead of ``P log(P / q)``: it under-reports by ``P log(tail_tol / q) >= 0``, the part
+      float32 could not resolve (still a lower bound).
+
+    A tail computed from float32 logprobs is uncertain by about the rows' normalisation error
+    (:func:`~.finite.logsumexp_tolerance`, up to ~1e-3 measured for ``V = 152k``), so the tail
+    term of a near-certain position carries that noise; ``tail_tol`` is not meant to hide it.
+
+    Fail closed: a NaN or ``+inf`` logprob anywhere in either map gives NaN (such a list is
+    not a distribution; :func:`~.finite.check_topk_rows` names it). ``-inf`` entries are
+    legitimate.
     """
+    if tail_tol <= 0.0:
+        raise ValueError(f"tail_tol must be > 0, got {tail_tol}")
+    for value in (*base_top.values(), *test_top.values()):
+        x = float(value)
+        if math.isnan(x) or x == math.inf:
+            return math.nan
     shared = [tok for tok in base_top if tok in test_top]
     log_b = [float(base_top[tok]) for tok in shared]
     log_t = [float(test_top[tok]) for tok in shared]
     p_b = [math.exp(x) for x in log_b]
     p_t = [math.exp(x) for x in log_t]
     terms = [_kl_term(p, lp, lq) for p, lp, lq in zip(p_b, log_b, log_t, strict=True)]
-    tail_b = max(0.0, 1.0 - math.fsum(p_b))
-    tail_t = max(0.0, 1.0 - math.fsum(p_t))
-    if tail_b < tail_tol:
-        tail_b = 0.0
-    terms.append(_kl_term(tail_b, _log(tail_b), _log(tail_t)))
     if math.inf in terms:
         return math.inf
+    tail_b = max(tail_tol, 1.0 - math.fsum(p_b))
+    tail_t = max(tail_tol, 1.0 - math.fsum(p_t))
+    terms.append(tail_b * math.log(tail_b / tail_t))
     return max(0.0, math.fsum(terms))
 
 

@@ -149,14 +149,20 @@ def clustered_mean_se(clusters: Sequence[ArrayLike]) -> tuple[float, float]:
 
     Positions within one prompt are correlated, so the naive ``std / sqrt(N)`` would be too
     small; this treats each prompt as the independent unit. ``G < 2`` gives ``se = nan`` and
-    no values at all gives ``(nan, nan)``. An infinite value makes the mean ``inf`` and the
-    standard error ``nan``.
+    no values at all gives ``(nan, nan)``. Nothing is skipped: a NaN value makes the mean
+    NaN, an infinite value makes it ``inf`` (NaN with both ``+inf`` and ``-inf``), and the
+    standard error is then ``nan``.
     """
     groups = [g for g in _pooled(clusters) if g.size > 0]
     total = sum(g.size for g in groups)
     if total == 0:
         return (math.nan, math.nan)
-    mean = float(math.fsum(float(g.sum()) for g in groups) / total)
+    sums = [float(g.sum()) for g in groups]
+    if all(math.isfinite(x) for x in sums):
+        mean = math.fsum(sums) / total
+    else:  # fsum raises on inf + -inf; a plain sum gives nan there and keeps nan / inf
+        with np.errstate(invalid="ignore"):
+            mean = float(np.sum(sums)) / total
     n_groups = len(groups)
     if n_groups < 2:
         return (mean, math.nan)
@@ -175,13 +181,13 @@ def percentile(values: ArrayLike, q: float) -> float:
 
     which equals ``np.percentile`` on finite data, but stays correct when some values are
     ``+inf`` (``np.percentile`` returns nan there, e.g. for the median of ``[1, 2, inf]``).
-    Empty input gives nan.
+    Empty input gives nan, and so does any NaN value (a NaN is never sorted out of the way).
     """
     x = np.sort(np.asarray(values, dtype=np.float64).ravel())
-    if x.size == 0:
-        return math.nan
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"q must be in [0, 100], got {q}")
+    if x.size == 0 or math.isnan(float(x[-1])):  # np.sort puts NaN last
+        return math.nan
     h = (x.size - 1) * q / 100.0
     lo = math.floor(h)
     hi = min(lo + 1, x.size - 1)
@@ -198,6 +204,10 @@ class DistributionSummary:
 
     ``mean`` and ``se`` come from :func:`clustered_mean_se`; the percentiles use linear
     interpolation over the pooled values (:func:`percentile`).
+
+    Fail closed: one NaN value makes ``mean``, ``se``, the percentiles and ``max`` NaN (no
+    value is skipped), and ``non_finite`` lists every NaN / ``+inf`` / ``-inf`` value as
+    ``(cluster index, index within the cluster)``, so callers can name them.
     """
 
     n: int
@@ -207,12 +217,18 @@ class DistributionSummary:
     p90: float
     p99: float
     max: float
+    non_finite: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def n_non_finite(self) -> int:
+        return len(self.non_finite)
 
 
 def summarize(clusters: Sequence[ArrayLike]) -> DistributionSummary:
     """Summarise the values of all clusters pooled together.
 
-    ``n`` is the number of values; everything else is nan when there are none.
+    ``n`` is the number of values; everything else is nan when there are none. See
+    :class:`DistributionSummary` for NaN and infinite values.
     """
     groups = _pooled(clusters)
     pooled = np.concatenate(groups) if groups else np.zeros(0, dtype=np.float64)
@@ -227,7 +243,10 @@ def summarize(clusters: Sequence[ArrayLike]) -> DistributionSummary:
         median=percentile(pooled, 50.0),
         p90=percentile(pooled, 90.0),
         p99=percentile(pooled, 99.0),
-        max=float(pooled.max()),
+        max=float(np.max(pooled)),  # np.max propagates NaN wherever it is
+        non_finite=tuple(
+            (c, int(i)) for c, g in enumerate(groups) for i in np.flatnonzero(~np.isfinite(g))
+        ),
     )
 
 

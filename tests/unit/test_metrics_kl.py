@@ -14,6 +14,7 @@ from pytest_infercheck.metrics.kl import (
     topk_kl_lower_bound,
     topk_kl_lower_bound_positions,
 )
+from pytest_infercheck.metrics.topk_full import topk_vs_full_stats
 
 LN2 = math.log(2.0)
 NEG_INF = -math.inf
@@ -217,8 +218,11 @@ def test_topk_lower_bound_two_shared_tokens() -> None:
         # Shared token with p_base = 0 contributes 0; tails are 1 vs 0.5:
         # 1 * ln(1 / 0.5) = ln 2.
         ({1: NEG_INF}, {1: math.log(0.5)}, LN2),
-        # Test puts all mass on S while base has a real tail (0.5) -> inf.
-        ({1: math.log(0.5)}, {1: 0.0}, math.inf),
+        # Test puts all mass on S (logprob 0.0) while base has a real tail (0.5): the test
+        # tail 1 - 1 = 0 is floored at tail_tol = 1e-6 (the base tail 0.5 is above it):
+        # 0.5 ln(0.5 / 1) + 0.5 ln(0.5 / 1e-6) = -0.5 ln 2 + 0.5 (-ln 2 + 6 ln 10)
+        #                                       = -ln 2 + 3 ln 10 = 6.2146 (was inf).
+        ({1: math.log(0.5)}, {1: 0.0}, -LN2 + 3 * math.log(10.0)),
     ],
 )
 def test_topk_lower_bound_cases(
@@ -268,3 +272,234 @@ def test_topk_positions_validation_and_empty() -> None:
         topk_kl_lower_bound_positions([{}], [])
     out = topk_kl_lower_bound_positions([], [])
     assert out.shape == (0,) and out.dtype == np.float64
+
+
+# ------------------------------------------------------------------ top-k: fail closed
+
+
+def _old_topk_kl_lower_bound(base_top: dict[int, float], test_top: dict[int, float]) -> float:
+    """The bound before the fix (branch ``arch``), verbatim, to show the defects."""
+
+    def kl_term(p: float, log_p: float, log_q: float) -> float:
+        if p <= 0.0:
+            return 0.0
+        if log_q == -math.inf:
+            return math.inf
+        return p * (log_p - log_q)
+
+    def log(p: float) -> float:
+        return math.log(p) if p > 0.0 else -math.inf
+
+    tail_tol = 1e-6
+    shared = [tok for tok in base_top if tok in test_top]
+    log_b = [float(base_top[tok]) for tok in shared]
+    log_t = [float(test_top[tok]) for tok in shared]
+    p_b = [math.exp(x) for x in log_b]
+    p_t = [math.exp(x) for x in log_t]
+    terms = [kl_term(p, lp, lq) for p, lp, lq in zip(p_b, log_b, log_t, strict=True)]
+    tail_b = max(0.0, 1.0 - math.fsum(p_b))
+    tail_t = max(0.0, 1.0 - math.fsum(p_t))
+    if tail_b < tail_tol:
+        tail_b = 0.0
+    terms.append(kl_term(tail_b, log(tail_b), log(tail_t)))
+    if math.inf in terms:
+        return math.inf
+    return max(0.0, math.fsum(terms))
+
+
+def _ls64(x: np.ndarray) -> np.ndarray:
+    m = x.max()
+    return x - (m + math.log(float(np.exp(x - m).sum())))
+
+
+def _ls32(x: np.ndarray) -> np.ndarray:
+    """float32 log-softmax as mlx computes it: logits - logsumexp(logits), all float32."""
+    x = x.astype(np.float32)
+    m = x.max()
+    return (x - (m + np.log(np.exp(x - m).sum(dtype=np.float32)))).astype(np.float32)
+
+
+def _repro_rows() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Full rows, V = 1000: both sides put the top token at logit 20 over the same bulk; the
+    baseline's second token is at 12, the test side's at 4 and its bulk 8 lower.
+
+    Test tail (everything but token 0) ~ e^(4 - 20) = 1.1e-7: float32 LSE = 20 + 1.1e-7
+    rounds to 20.0 (ulp(20) = 1.9e-6), so the test logprob of token 0 is exactly 0.0 in
+    float32. Baseline tail ~ e^(12 - 20) = 3.4e-4."""
+    rng = np.random.default_rng(7)
+    bulk = rng.standard_normal(1000)
+    base_logits = bulk.copy()
+    base_logits[[0, 1]] = [20.0, 12.0]
+    test_logits = bulk - 8.0
+    test_logits[[0, 1]] = [20.0, 4.0]
+    return _ls64(base_logits), _ls64(test_logits), _ls32(base_logits), _ls32(test_logits)
+
+
+def test_float32_zero_logprob_repro_is_finite_and_below_true_kl() -> None:
+    b64, t64, b32, t32 = _repro_rows()
+    assert t32[0] == 0.0  # the near-certain token, rounded to probability exactly 1
+    assert -math.expm1(float(t64[0])) == pytest.approx(1.1e-7, rel=0.05)  # true test tail
+    assert -math.expm1(float(b64[0])) == pytest.approx(3.4e-4, rel=0.01)  # base tail
+    # True full-vocabulary KL in float64 from the exact rows:
+    # ~ 3.35e-4 * ln(3.35e-4 / 1.1e-7) - 3.4e-4 ~ 2.37e-3.
+    true_kl = float(np.sum(np.exp(b64) * (b64 - t64)))
+    assert true_kl == pytest.approx(2.368e-3, rel=1e-3)
+
+    # k = 1: S = {0}; base tail 1 - e^-3.376e-4 = 3.375e-4, test tail 1 - e^0 = 0.
+    base_top = {0: float(b32[0])}
+    test_top = {0: float(t32[0])}
+    assert _old_topk_kl_lower_bound(base_top, test_top) == math.inf  # the defect
+    bound = topk_kl_lower_bound(base_top, test_top)
+    # New: test tail floored at 1e-6 like the base tail would be:
+    # p0 ln(p0 / 1) + P ln(P / 1e-6) = (1 - 3.375e-4)(-3.376e-4) + 3.375e-4 ln(337.5)
+    #                                = -3.375e-4 + 1.9652e-3 = 1.6277e-3
+    p0 = math.exp(float(b32[0]))
+    tail = 1.0 - p0
+    expected = p0 * float(b32[0]) + tail * math.log(tail / 1e-6)
+    assert bound == pytest.approx(expected, rel=1e-12)
+    assert bound == pytest.approx(1.6276e-3, rel=1e-3)
+    assert 0.0 < bound <= true_kl
+
+    # Several k: the base's top-k ids, the test side read at those ids (golden replay).
+    order = np.argsort(b32)[::-1]
+    for k in (1, 2, 3, 5, 50):
+        ids = [int(i) for i in order[:k]]
+        b_top = {i: float(b32[i]) for i in ids}
+        t_top = {i: float(t32[i]) for i in ids}
+        value = topk_kl_lower_bound(b_top, t_top)
+        assert math.isfinite(value) and 0.0 < value <= true_kl, k
+    # Near full coverage the bound tends to the float32 full-vocabulary KL, itself 7e-7 above
+    # the float64 one (rounding of the float32 inputs, within tail_tol = 1e-6); k = V:
+    full32 = position_stats(b32[None, :], t32[None, :], [0]).kl[0]
+    all_ids = {i: float(b32[i]) for i in range(1000)}
+    value = topk_kl_lower_bound(all_ids, {i: float(t32[i]) for i in range(1000)})
+    assert value == pytest.approx(full32, rel=1e-9)
+    assert true_kl < value <= true_kl + 1e-6
+    # The golden-replay path gives the same finite value for k = 5, with no problems.
+    ids = [int(i) for i in order[:5]]
+    stats = topk_vs_full_stats(
+        [{i: float(b32[i]) for i in ids}], [float(b32[0])], t32[None, :], [0]
+    )
+    assert 0.0 < stats.kl[0] <= true_kl
+    assert stats.problems == ()
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 20, 50])
+@pytest.mark.parametrize("seed", range(4))
+def test_topk_lower_bound_below_true_kl_at_several_k(seed: int, k: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    vocab, n_pos = 50, 8
+    base = _log_softmax(rng.standard_normal((n_pos, vocab)) * 2.0)
+    test = _log_softmax(base + rng.standard_normal((n_pos, vocab)) * 0.8)
+    true_kl = (np.exp(base) * (base - test)).sum(axis=1)  # float64, full rows
+    for t in range(n_pos):
+        ids = [int(i) for i in np.argsort(base[t])[::-1][:k]]
+        # Golden shape: the test side read at the base's ids...
+        value = topk_kl_lower_bound(
+            {i: float(base[t, i]) for i in ids}, {i: float(test[t, i]) for i in ids}
+        )
+        assert 0.0 <= value <= true_kl[t] + 1e-12
+        # ...and free-running shape: each side's own top-k.
+        own = [int(i) for i in np.argsort(test[t])[::-1][:k]]
+        value = topk_kl_lower_bound(
+            {i: float(base[t, i]) for i in ids}, {i: float(test[t, i]) for i in own}
+        )
+        assert 0.0 <= value <= true_kl[t] + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_topk_bound_on_peaked_float32_rows_is_finite_and_within_tail_tol(seed: int) -> None:
+    # Near-certain tokens (logit gaps 15..30) so that float32 tails round to 0 on either
+    # side: the documented bound is KL_true + tail_tol.
+    rng = np.random.default_rng(200 + seed)
+    vocab, n_pos, tail_tol = 300, 10, 1e-6
+    floored = 0
+    for _ in range(n_pos):
+        logits_b = rng.standard_normal(vocab)
+        logits_t = logits_b + rng.standard_normal(vocab) * 0.5
+        logits_b[3] += rng.uniform(15, 30)
+        logits_t[3] += rng.uniform(15, 30)
+        b64, t64 = _ls64(logits_b), _ls64(logits_t)
+        b32, t32 = _ls32(logits_b), _ls32(logits_t)
+        true_kl = float(np.sum(np.exp(b64) * (b64 - t64)))
+        for k in (1, 3, 10):
+            ids = [int(i) for i in np.argsort(b32)[::-1][:k]]
+            b_top = {i: float(b32[i]) for i in ids}
+            t_top = {i: float(t32[i]) for i in ids}
+            tails = [1.0 - math.fsum(math.exp(v) for v in m.values()) for m in (b_top, t_top)]
+            floored += min(tails) < tail_tol
+            value = topk_kl_lower_bound(b_top, t_top)
+            assert math.isfinite(value)
+            assert value <= true_kl + tail_tol
+    assert floored > 0  # the floor was exercised
+
+
+@pytest.mark.parametrize(
+    ("base", "test"),
+    [
+        ({1: math.log(0.5), 2: math.nan}, {1: math.log(0.5)}),  # NaN not shared, not first
+        ({1: math.log(0.5)}, {1: math.nan}),
+        ({1: math.log(0.5)}, {1: math.log(0.5), 2: math.inf}),
+        ({1: math.nan}, {1: NEG_INF}),  # would be inf without the NaN
+    ],
+)
+def test_topk_lower_bound_nan_or_plus_inf_input_is_nan(
+    base: dict[int, float], test: dict[int, float]
+) -> None:
+    assert math.isnan(topk_kl_lower_bound(base, test))
+
+
+def test_topk_nan_used_to_read_zero() -> None:
+    # Old: the base covers everything (tail 0, dropped), the NaN term makes the sum NaN and
+    # max(0.0, nan) keeps 0.0: the bound read 0.0, a pass.
+    base = {1: math.log(0.5), 2: math.log(0.5)}
+    test = {1: math.log(0.5), 2: math.nan}
+    assert _old_topk_kl_lower_bound(base, test) == 0.0
+    assert math.isnan(topk_kl_lower_bound(base, test))
+    out = topk_kl_lower_bound_positions([{1: 0.0}, base], [{1: 0.0}, test])
+    assert out[0] == 0.0 and math.isnan(out[1])
+
+
+def test_topk_both_tails_below_floor_give_zero_tail_term() -> None:
+    # Full coverage on both sides: base tail 1 - 1 = 0 and test tail 1 - (0.2 + 0.8) = 0,
+    # both floored to 1e-6: 1e-6 ln(1e-6 / 1e-6) = 0. KL = 0.6 ln(0.6/0.2) + 0.4 ln(0.4/0.8).
+    base = {1: math.log(0.6), 2: math.log(0.4)}
+    test = {1: math.log(0.2), 2: math.log(0.8)}
+    expected = 0.6 * math.log(3.0) + 0.4 * math.log(0.5)
+    assert topk_kl_lower_bound(base, test) == pytest.approx(expected, rel=1e-12)
+    # Base tail (0.5) above the floor against a test tail of 0: P ln(P / 1e-6), not inf,
+    # and a custom floor 1e-3: 0.5 ln(0.5/1) + 0.5 ln(0.5 / 1e-3) = -0.5 ln 2 + 0.5 ln 500
+    value = topk_kl_lower_bound({1: math.log(0.5)}, {1: 0.0}, tail_tol=1e-3)
+    assert value == pytest.approx(-0.5 * LN2 + 0.5 * math.log(500.0), rel=1e-12)
+    with pytest.raises(ValueError, match="tail_tol"):
+        topk_kl_lower_bound(base, test, tail_tol=0.0)
+
+
+def test_topk_vs_full_stats_names_problems() -> None:
+    base_top = [{0: math.log(0.6), 1: math.log(0.3)}, {0: math.log(0.9), 1: math.log(0.3)}]
+    test = _logs([0.5, 0.25, 0.25], [0.5, 0.25, 0.25])
+    test[1, 2] = math.nan  # outside the base's top-k ids: only the row check sees it
+    stats = topk_vs_full_stats(
+        base_top, [math.log(0.6), math.nan], test, [0, 0], base_name="golden", test_name="q4"
+    )
+    assert math.isfinite(stats.kl[1])  # the NaN sits outside S and the test tail is 0.25
+    assert stats.violations() == [
+        # position 1: 0.9 + 0.3 = 1.2 > 1: logsumexp ln 1.2 = +0.182 > 0.02
+        "golden top-k logprobs do not normalise at position 1 (logsumexp +0.182; tolerance 0.02)",
+        "non-finite golden chosen logprobs at position 1 (NaN)",
+        "non-finite q4 logprobs at position 1 (NaN)",
+    ]
+
+
+def test_topk_vs_full_stats_infinite_and_nan_kl_are_named() -> None:
+    # Position 0: the test row gives token 1 probability 0 while the base has 0.3 there:
+    # 0.3 ln(0.3 / 0) = +inf (a real divergence, still named). Position 1: a NaN top-k
+    # logprob makes KL_1 NaN (and the top-k list itself is named).
+    base_top = [{0: math.log(0.6), 1: math.log(0.3)}, {0: math.log(0.6), 1: math.nan}]
+    test = _logs([1.0, 0.0, 0.0], [0.5, 0.25, 0.25])
+    stats = topk_vs_full_stats(base_top, [math.log(0.6)] * 2, test, [0, 0])
+    assert stats.kl[0] == math.inf and math.isnan(stats.kl[1])
+    assert stats.violations() == [
+        "non-finite baseline top-k logprobs at position 1 (NaN)",
+        "non-finite KL at positions 0, 1 (NaN, +inf)",
+    ]
