@@ -19,6 +19,8 @@ Each record accepts these keys:
     Optional reference answer (a string; JSON/YAML numbers and booleans are converted to strings)
     and how to compare it: one of :data:`ANSWER_KINDS`. ``answer_kind`` is required whenever
     ``answer`` is given; it may be given alone (e.g. ``code`` with no reference solution).
+    The answer must be one value of its kind as read by the parser that scores outputs
+    (:func:`~pytest_infercheck.metrics.answers.parse_reference`): ``"12,34"`` is not a number.
 ``system``
     Optional system message.
 
@@ -34,7 +36,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ from pydantic import (
     model_validator,
 )
 
+from .metrics.answers import parse_reference
 from .yamlpos import SourceError, load_positioned
 
 __all__ = [
@@ -75,7 +78,6 @@ SUITE_SUFFIXES = (".jsonl", ".yaml", ".yml")
 """File suffixes recognised as suite files."""
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_BOOLEAN_ANSWERS = frozenset({"yes", "no", "true", "false"})
 _RECORD_KEYS = ("id", "prompt", "text", "category", "max_tokens", "answer", "answer_kind", "system")
 
 
@@ -389,24 +391,27 @@ class _PromptRecord(BaseModel):
         return self
 
 
+_REFERENCE_FORMS = {
+    "number": "one number, e.g. 1234, 1,234.5 (thousands separators only in groups of 3), "
+    "-0.3, 1e3, 3/4, \\frac{3}{4}, 50% or $12",
+    "boolean": "one of yes/no/true/false",
+    "choice": "one letter A-E, e.g. C or (c)",
+    "json": "exactly one JSON object or array",
+    "code": "non-blank code",
+    "exact": "non-blank text",
+}
+
+
 def _answer_problem(answer: str, kind: str) -> str | None:
-    """Describe why ``answer`` is not a valid reference of ``kind``, or return ``None``."""
-    if kind == "number":
-        try:
-            value = Decimal(answer.strip().replace(",", ""))
-        except InvalidOperation:
-            return f"answer {answer!r} is not a number (answer_kind 'number')"
-        if not value.is_finite():
-            return f"answer {answer!r} is not a finite number (answer_kind 'number')"
-    elif kind == "boolean":
-        if answer.strip().lower() not in _BOOLEAN_ANSWERS:
-            return f"answer {answer!r} is not one of yes/no/true/false (answer_kind 'boolean')"
-    elif kind == "json":
-        try:
-            json.loads(answer)
-        except ValueError:
-            return f"answer {answer!r} is not valid JSON (answer_kind 'json')"
-    return None
+    """Describe why ``answer`` is not a valid reference of ``kind``, or return ``None``.
+
+    The reference is parsed by :func:`~pytest_infercheck.metrics.answers.parse_reference`, the
+    parser that scores it, so a reference that could never be matched (``"12,34"``) is an
+    error here rather than a prompt whose answers silently compare as "changed".
+    """
+    if parse_reference(answer, kind) is not None:
+        return None
+    return f"answer {answer!r} is not a valid {kind!r} reference: expected {_REFERENCE_FORMS[kind]}"
 
 
 def _validate_record(path: Path, line: int, raw: dict[str, Any]) -> Prompt:

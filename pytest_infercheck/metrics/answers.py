@@ -1,17 +1,33 @@
 """Extract a comparable final answer from a generation, and classify answer flips.
 
 An :class:`Answer` carries a normalised ``value`` (compared for equality) and the ``raw``
-substring it came from (for reports). Extraction is heuristic but conservative: when in doubt
-it returns ``None`` ("no answer"), which counts as wrong against a reference.
+substring it came from (for reports). Extraction fails closed: when the reply holds no
+well-formed answer of the prompt's kind, or its final answer is malformed, it returns ``None``
+("no answer"), which counts as wrong against a reference.
+
+Every kind is extracted in the same order (:func:`extract_answer`):
+
+1. Reasoning is stripped (:func:`strip_reasoning`): everything up to the last ``</think>``,
+   and everything from an unclosed ``<think>`` on. A reasoning chain that a server returns
+   apart from the answer (``reasoning_content``) is never part of the text passed in.
+2. The last explicit final-answer marker wins (``answer is X``, ``Answer: X``, ``final answer
+   is X``, ``\\boxed{X}``, ``#### X``). If what it marks is malformed, there is no answer.
+3. Else the last well-formed answer of the kind anywhere in the (stripped) text.
+
+References go through :func:`parse_reference`, the same parsers with no heuristics: the whole
+reference must be one value of its kind. Suite validation calls it, so a reference that would
+never match any output is a collection error.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from enum import Enum
+from fractions import Fraction
 from typing import Any, Literal, get_args
 
 __all__ = [
@@ -28,6 +44,7 @@ __all__ = [
     "fails_item",
     "flip_rank",
     "parse_reference",
+    "strip_reasoning",
 ]
 
 
@@ -45,8 +62,10 @@ class AnswerKind(str, Enum):
         return self.value
 
 
-AnswerValue = Decimal | bool | str
-"""Normalised value: ``Decimal`` (number), ``bool`` (boolean), ``str`` (the other kinds)."""
+AnswerValue = Decimal | Fraction | bool | str
+"""Normalised value: ``Decimal`` or ``Fraction`` (number; the two compare and hash exactly
+across types, so ``Decimal("0.75") == Fraction(3, 4)``), ``bool`` (boolean), ``str`` (the
+other kinds)."""
 
 
 @dataclass(frozen=True)
@@ -58,21 +77,44 @@ class Answer:
     raw: str = field(compare=False)
 
 
-# --------------------------------------------------------------------------- numbers
+# --------------------------------------------------------------------------- reasoning
 
-# One number: optional sign, then digits with valid 3-digit thousands groups ("1,234,567.89"),
-# plain digits ("12345", "0.30") or a bare fraction (".5"), then an optional exponent.
-# It may not start inside a word or right after a "." ("v1.2.3" gives only "1.2").
-_NUM_CORE = r"""
-    [-+\u2212]?
-    (?: \d{1,3}(?:,\d{3})+(?:\.\d+)?
-      | \d+(?:\.\d+)?
-      | \.\d+ )
-    (?:[eE][-+]?\d+)?
-"""
-_NUM = rf"(?<![\w.])(?P<num>{_NUM_CORE})(?!\d)"
-_NUM_RE = re.compile(_NUM, re.VERBOSE)
-_BARE_NUM_RE = re.compile(rf"\s*\$?\s*(?P<num>{_NUM_CORE})\s*%?\s*\.?\s*", re.VERBOSE)
+_THINK_CLOSE_RE = re.compile(r"</think(?:ing)?\s*>", re.IGNORECASE)
+_THINK_OPEN_RE = re.compile(r"<think(?:ing)?\s*>", re.IGNORECASE)
+
+
+def strip_reasoning(text: str) -> str:
+    """The answer part of ``text``: what follows the last ``</think>`` (or ``</thinking>``,
+    any case), cut at an unclosed ``<think>`` (an unclosed block runs to the end of the output).
+
+    This covers ``<think>...</think>answer``, Qwen3's form whose template already opened the
+    block (``...</think>answer``), and a reply still thinking when it ended (``<think>...``:
+    no answer part at all). A reasoning chain returned apart (a server's
+    ``reasoning_content``, kept in ``Generation.extra["reasoning"]``) must not be passed in.
+    """
+    closes = list(_THINK_CLOSE_RE.finditer(text))
+    if closes:
+        text = text[closes[-1].end() :]
+    opened = _THINK_OPEN_RE.search(text)
+    return text[: opened.start()] if opened else text
+
+
+# --------------------------------------------------------------------------- markers
+
+# An explicit final answer: "answer is", "answer:", "final answer is:", "correct option is",
+# "#### " (GSM8K); `\boxed{...}` is found by brace matching (see _boxes).
+_MARKER_RE = re.compile(
+    r"""
+    \#\#\#\#
+  | \b(?:(?:final|correct|right|best)\s+)?answer\b (?:\s*\*\*)? \s*
+      (?: (?:is|was|would\s+be|will\s+be|should\s+be)\b (?:\s*\*\*)? \s*:? | [:=] )
+  | \b(?:final|correct|right|best)\s+(?:option|choice)\b (?:\s*\*\*)? \s* (?:is\b\s*:? | [:=])
+    """,
+    re.IGNORECASE | re.VERBOSE,
+)
+_MARKER_FILLER_RE = re.compile(r"(?:[\s*\"'`:_]|\\\(|\\\[)*")
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_LATEX_TEXT_RE = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 
 # A negation directly before a number / word: "not 4", "isn't 4", "is not equal to 4".
 _NEGATION_RE = re.compile(
@@ -81,146 +123,352 @@ _NEGATION_RE = re.compile(
 )
 _NEGATION_WINDOW = 40
 
-_FILLER = r"[\s*$\\(:\"'`]*"
-_ANSWER_IS = r"\banswer\s*(?:is\s*:?|:|=)"
-_NUMBER_MARKERS: tuple[re.Pattern[str], ...] = (
-    re.compile(rf"\#\#\#\#\s*\$?\s*{_NUM}", re.VERBOSE),
-    re.compile(rf"{_ANSWER_IS}{_FILLER}{_NUM}", re.VERBOSE | re.IGNORECASE),
-    re.compile(rf"=\s*\$?\s*{_NUM}\s*%?[\s.!)\]*$]*\Z", re.VERBOSE),
-)
-_BOXED = "\\boxed{"
-
 
 def _negated(text: str, start: int) -> bool:
     return _NEGATION_RE.search(text[max(0, start - _NEGATION_WINDOW) : start]) is not None
 
 
-def _to_decimal(raw: str) -> Decimal | None:
-    try:
-        return Decimal(raw.replace(",", "").replace("\u2212", "-"))
-    except InvalidOperation:  # pragma: no cover - the regex only admits valid literals
+class _Unmarked:
+    """What a marker's payload parser returns when the marker does not mark this kind (e.g.
+    "the answer is the number of apples, 12" for a number): the marker is ignored."""
+
+
+_UNMARKED = _Unmarked()
+_Marked = Answer | None | _Unmarked  # an answer, a malformed marked answer, or not marked
+_PayloadParser = Callable[[str, int], _Marked]
+_BoxParser = Callable[[str], Answer | None]
+
+
+def _boxes(text: str) -> list[tuple[int, int, int]]:
+    """``(start, content start, content end)`` of every closed ``\\boxed{...}``, honouring
+    nested braces (one pass: an unclosed box is skipped, at no extra cost)."""
+    openers = {m.end() - 1: m.start() for m in _BOXED_RE.finditer(text)}
+    if not openers:
+        return []
+    found: list[tuple[int, int, int]] = []
+    stack: list[tuple[int, int] | None] = []  # (box start, brace) of each open brace or None
+    for m in re.finditer(r"[{}]", text):
+        brace = m.start()
+        if m.group() == "{":
+            stack.append((openers[brace], brace) if brace in openers else None)
+        elif stack and (box := stack.pop()) is not None:
+            found.append((box[0], box[1] + 1, brace))
+    return sorted(found)
+
+
+_LATEX_PLAIN_PASSES = 4
+
+
+def _latex_plain(content: str) -> str:
+    """``\\text{X}`` (and the like) -> ``X``, for a few levels of nesting."""
+    for _ in range(_LATEX_PLAIN_PASSES):
+        plain = _LATEX_TEXT_RE.sub(r"\1", content)
+        if plain == content:
+            break
+        content = plain
+    return content
+
+
+def _last_marked(text: str, payload: _PayloadParser, box: _BoxParser) -> _Marked:
+    """The answer the last explicit marker of ``text`` marks for a kind (``None``: malformed),
+    or ``_UNMARKED`` when no marker marks an answer of the kind.
+
+    Markers are tried from the last one back, so only the winner's payload is parsed in full.
+    """
+    found: list[tuple[int, int, bool]] = [
+        (m.end(), m.end(), False) for m in _MARKER_RE.finditer(text)
+    ]
+    found += [(begin, end, True) for start, begin, end in _boxes(text) if not _negated(text, start)]
+    for begin, end, is_box in sorted(found, reverse=True):
+        if is_box:
+            return box(text[begin:end])
+        filler = _MARKER_FILLER_RE.match(text, begin)
+        assert filler is not None  # the filler pattern matches the empty string
+        marked = payload(text, filler.end())
+        if not isinstance(marked, _Unmarked):
+            return marked
+    return _UNMARKED
+
+
+# --------------------------------------------------------------------------- numbers
+
+_SIGN = r"[-+\u2212]"
+_MINUS = "-\u2212"
+
+
+def _power_of_ten(name: str) -> str:
+    """``10^3``, ``10^{-3}``: the exponent in group ``name`` (bare) or ``name + "b"`` (braced)."""
+    return rf"10\^(?:\{{\s*(?P<{name}b>{_SIGN}?\d+)\s*\}}|(?P<{name}>{_SIGN}?\d+))"
+
+
+# One number: `[sign][currency][sign]` then a LaTeX fraction (`\frac{3}{4}`, `\dfrac`,
+# `\tfrac`), a mixed number (`1 3/4`), a fraction (`3/4`), a power of ten (`10^{-3}`) or a
+# decimal (`12345`, `1,234,567.89` with thousands separators only in 3-digit groups, `0.30`,
+# `.5`) with an optional exponent (`1.5e10`, `2.5 \times 10^{3}`); then an optional `%`.
+# It may not start inside a word, a number or a LaTeX command, and may not run on into more
+# digits or grouping: `1,23`, `3,5`, `1,2345`, `v1.2.3`, `3/4/2024` and `2^{10}` hold none.
+_NUM_TOKEN = rf"""
+    (?<![\w.,/\\^])
+    (?P<num>
+      (?P<sign>{_SIGN})? (?:(?:\\?\$|[\u20ac\u00a3\u00a5])\s?)? (?P<sign2>{_SIGN})?
+      (?: \\[dt]?frac\s*\{{\s*(?P<fn>{_SIGN}?\d+(?:\.\d+)?)\s*\}}
+                    \s*\{{\s*(?P<fd>{_SIGN}?\d+(?:\.\d+)?)\s*\}}
+        | (?P<mw>\d+)[ ](?P<mn>\d+)/(?P<md>\d+)
+        | (?P<sn>\d+)/(?P<sd>\d+)
+        | {_power_of_ten("p")}
+        | (?P<m>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)? | \d+(?:\.\d+)? | \.\d+)
+          (?: [eE](?P<e>[-+]?\d+)
+            | \s*(?:\u00d7|\\times|\\cdot|\*)\s*{_power_of_ten("t")}
+          )?
+      )
+      (?:\s?\\?%)?
+    )
+    (?![\d/^]|[.,]\d)
+"""
+_NUM_RE = re.compile(_NUM_TOKEN, re.VERBOSE)
+_BARE_NUM_RE = re.compile(rf"\s*{_NUM_TOKEN}\s*\.?\s*", re.VERBOSE)
+# What a marker marks when it means a number that is malformed ("The answer is 3,5").
+_NUM_ATTEMPT_RE = re.compile(
+    rf"{_SIGN}?(?:\\?\$|[\u20ac\u00a3\u00a5])?\s?{_SIGN}?(?:\.?\d|\\[dt]?frac)"
+)
+_NUM_QUALIFIER_RE = re.compile(
+    r"(?:(?:approximately|approx\.|about|around|roughly|exactly|equal\s+to)\s+|[~\u2248]\s*)?",
+    re.IGNORECASE,
+)
+# A marked number that only starts an expression ("The answer is 3 + 4 = 7").
+_EXPR_RE = re.compile(r"\s*(?:[-+*/\u00d7\u00f7^]|\\times|\\cdot|\\div)\s*[\d(]")
+_EQUALS_NUM_RE = re.compile(rf"=\s*{_NUM_TOKEN}", re.VERBOSE)
+_THOUSANDS_LATEX_RE = re.compile(r"(?<=\d)(?:\{,\}|\\,)(?=\d{3}(?!\d))")
+_DEGREES_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\u00b0")
+
+
+def _prepare_numbers(text: str) -> str:
+    """LaTeX thousands separators (``1{,}234``, ``1\\,234``) -> ``1,234``; degrees dropped."""
+    return _DEGREES_RE.sub("", _THOUSANDS_LATEX_RE.sub(",", text))
+
+
+def _signed(raw: str) -> Decimal:
+    return Decimal(raw.replace("\u2212", "-"))
+
+
+def _number_value(m: re.Match[str]) -> Decimal | Fraction | None:
+    """The value of a number token, or ``None`` (two signs, a zero denominator, `2 7/4`)."""
+    g = m.groupdict()
+    if g["sign"] and g["sign2"]:
         return None
+    sign = g["sign"] or g["sign2"] or ""
+    value: Decimal | Fraction
+    try:
+        if g["fn"] is not None:
+            denominator = Fraction(_signed(g["fd"]))
+            if not denominator:
+                return None
+            value = Fraction(_signed(g["fn"])) / denominator
+        elif g["mw"] is not None:
+            whole, num, den = int(g["mw"]), int(g["mn"]), int(g["md"])
+            if not 0 < num < den:
+                return None
+            value = whole + Fraction(num, den)
+        elif g["sn"] is not None:
+            num, den = int(g["sn"]), int(g["sd"])
+            if not den:
+                return None
+            value = Fraction(num, den)
+        elif g["m"] is None:
+            value = Decimal("1e" + str(_signed(g["pb"] or g["p"])))
+        else:
+            exponent = g["e"] or g["tb"] or g["t"]
+            mantissa = g["m"].replace(",", "")
+            value = Decimal(mantissa + ("e" + str(_signed(exponent)) if exponent else ""))
+    except (InvalidOperation, ValueError):  # pragma: no cover - the pattern admits literals
+        return None
+    return -value if sign and sign in _MINUS else value
 
 
-def _number_answer(text: str, match: re.Match[str]) -> Answer | None:
-    raw = match.group("num")
-    value = _to_decimal(raw)
-    return None if value is None else Answer(AnswerKind.NUMBER, value, raw)
+def _number_answer(m: re.Match[str]) -> Answer | None:
+    value = _number_value(m)
+    return None if value is None else Answer(AnswerKind.NUMBER, value, m.group("num").strip())
 
 
-def _boxed_contents(text: str) -> list[tuple[int, str]]:
-    """``(offset, content)`` of every ``\\boxed{...}``, honouring nested braces."""
-    found: list[tuple[int, str]] = []
-    pos = text.find(_BOXED)
-    while pos != -1:
-        start = pos + len(_BOXED)
-        depth, end = 1, start
-        while end < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[end], 0)
-            end += 1
-        if depth == 0:
-            found.append((start, text[start : end - 1]))
-        pos = text.find(_BOXED, start)
-    return found
+def _marked_number(text: str, pos: int) -> _Marked:
+    qualifier = _NUM_QUALIFIER_RE.match(text, pos)
+    assert qualifier is not None  # the pattern matches the empty string
+    m = _NUM_RE.match(text, qualifier.end())
+    if m is None:
+        return None if _NUM_ATTEMPT_RE.match(text, qualifier.end()) else _UNMARKED
+    if _EXPR_RE.match(text, m.end()):
+        # An expression: its result is the number after the last "=" on the same line.
+        line_end = text.find("\n", m.end())
+        line = text[m.end() : len(text) if line_end == -1 else line_end]
+        results = list(_EQUALS_NUM_RE.finditer(line))
+        return _number_answer(results[-1]) if results else None
+    return _number_answer(m)
+
+
+def _boxed_number(content: str) -> Answer | None:
+    """A box holds one number, or ``x = <number>``; anything else is malformed."""
+    content = _latex_plain(content)
+    content = content[content.rfind("=") + 1 :]
+    tokens = [m for m in _NUM_RE.finditer(content) if not _negated(content, m.start())]
+    return _number_answer(tokens[0]) if len(tokens) == 1 else None
+
+
+def _bare_number(text: str) -> Answer | None:
+    m = _BARE_NUM_RE.fullmatch(_prepare_numbers(text))
+    return None if m is None else _number_answer(m)
 
 
 def _extract_number(text: str) -> Answer | None:
-    # 1. "#### X" (GSM8K).
-    matches = [m for m in _NUMBER_MARKERS[0].finditer(text) if not _negated(text, m.start("num"))]
-    if matches:
-        return _number_answer(text, matches[-1])
-    # 2. "\boxed{X}": first number inside the last box that has one.
-    for offset, content in reversed(_boxed_contents(text)):
-        for m in _NUM_RE.finditer(content):
-            if not _negated(text, offset + m.start("num")):
-                return _number_answer(text, m)
-    # 3. "answer is X" / "answer: X", 4. "= X" at the very end.
-    for marker in _NUMBER_MARKERS[1:]:
-        matches = [m for m in marker.finditer(text) if not _negated(text, m.start("num"))]
-        if matches:
-            return _number_answer(text, matches[-1])
-    # 5. The last number that is not directly negated.
+    text = _prepare_numbers(text)
+    marked = _last_marked(text, _marked_number, _boxed_number)
+    if not isinstance(marked, _Unmarked):
+        return marked
     for m in reversed(list(_NUM_RE.finditer(text))):
         if not _negated(text, m.start("num")):
-            return _number_answer(text, m)
+            answer = _number_answer(m)
+            if answer is not None:
+                return answer
     return None
 
 
 # --------------------------------------------------------------------------- booleans
 
 _BOOL_VALUES = {"yes": True, "true": True, "no": False, "false": False}
-_BOOL_MARKER_RE = re.compile(
-    rf"{_ANSWER_IS}{_FILLER}(?P<neg>not{_FILLER})?(?P<word>yes|no|true|false)\b",
-    re.IGNORECASE,
+_BOOL_PAYLOAD_RE = re.compile(
+    r"[$(\[]*\s*(?P<neg>not\s+)?(?P<word>yes|no|true|false)\b(?!-)", re.IGNORECASE
 )
+_BARE_BOOL_RE = re.compile(r"\s*(?P<word>yes|no|true|false)\s*[.!]?\s*", re.IGNORECASE)
 _BOOL_WORD_RE = re.compile(r"\b(?P<word>yes|no|true|false)\b", re.IGNORECASE)
+# The words of "yes or no" / "true/false" name the question, not an answer.
+_BOOL_PAIR_RE = re.compile(
+    r"\b(?:yes[\s/-]*(?:or[\s/-]*)?no|true[\s/-]*(?:or[\s/-]*)?false)\b", re.I
+)
 # "no" is a determiner in "there is no doubt": only decisive at the start of a sentence or
-# when followed by punctuation / the end of the text ("No, it is not.", "The answer is no").
-_SENTENCE_START_RE = re.compile(r"(?:\A|[.!?:;\n])[\s*\"'`(\-]*\Z")
+# when followed by punctuation / the end of the text ("No, it is not.", "I'd say no").
+_SENTENCE_END = ".!?:;\n"
+_SENTENCE_FILLER = "*\"'`(-"
 _NO_FOLLOWED_RE = re.compile(r"[\s*\"'`]*(?:[,.!?;:)]|\Z)")
 
 
+def _at_sentence_start(text: str, pos: int) -> bool:
+    """Only spaces, quotes, ``*``, ``(`` or ``-`` between ``pos`` and the text's start or the
+    end of the previous sentence (``.!?:;`` or a line break)."""
+    while pos > 0 and (text[pos - 1].isspace() or text[pos - 1] in _SENTENCE_FILLER):
+        if text[pos - 1] == "\n":
+            return True
+        pos -= 1
+    return pos == 0 or text[pos - 1] in _SENTENCE_END
+
+
+def _boolean_answer(m: re.Match[str]) -> Answer:
+    negated = bool(m.groupdict().get("neg"))
+    value = _BOOL_VALUES[m.group("word").lower()] != negated
+    start = m.start("neg") if negated else m.start("word")
+    return Answer(AnswerKind.BOOLEAN, value, m.string[start : m.end("word")])
+
+
+def _marked_boolean(text: str, pos: int) -> _Marked:
+    m = _BOOL_PAYLOAD_RE.match(text, pos)
+    return _UNMARKED if m is None else _boolean_answer(m)
+
+
+def _boxed_boolean(content: str) -> Answer | None:
+    return _bare_boolean(_latex_plain(content))
+
+
+def _bare_boolean(text: str) -> Answer | None:
+    m = _BARE_BOOL_RE.fullmatch(text)
+    return None if m is None else _boolean_answer(m)
+
+
 def _extract_boolean(text: str) -> Answer | None:
-    markers = list(_BOOL_MARKER_RE.finditer(text))
-    if markers:
-        m = markers[-1]
-        value = _BOOL_VALUES[m.group("word").lower()] != bool(m.group("neg"))
-        raw_start = m.start("neg") if m.group("neg") else m.start("word")
-        return Answer(AnswerKind.BOOLEAN, value, text[raw_start : m.end()].strip())
-    for m in _BOOL_WORD_RE.finditer(text):
+    marked = _last_marked(text, _marked_boolean, _boxed_boolean)
+    if not isinstance(marked, _Unmarked):
+        return marked
+    masked = _BOOL_PAIR_RE.sub(lambda m: " " * len(m.group(0)), text)
+    for m in reversed(list(_BOOL_WORD_RE.finditer(masked))):
         word = m.group("word").lower()
         if word == "no" and not (
-            _SENTENCE_START_RE.search(text[: m.start()]) or _NO_FOLLOWED_RE.match(text, m.end())
+            _at_sentence_start(text, m.start()) or _NO_FOLLOWED_RE.match(text, m.end())
         ):
             continue
         negated = _negated(text, m.start())
-        return Answer(AnswerKind.BOOLEAN, _BOOL_VALUES[word] != negated, m.group(0))
+        return Answer(AnswerKind.BOOLEAN, _BOOL_VALUES[word] != negated, text[m.start() : m.end()])
     return None
 
 
 # --------------------------------------------------------------------------- choices
 
-# A lower-case letter only counts in brackets: in "the answer is a cat", "a" is an article.
-_LETTER = r"(?:\((?P<p>[A-Ea-e])\)|\[(?P<b>[A-Ea-e])\]|(?-i:(?P<u>[A-E]))(?!\w))"
-_CHOICE_FILLER = r"[\s*:\"'`]*"
-_CHOICE_MARKER_RE = re.compile(
-    rf"(?:{_ANSWER_IS}|\b(?:option|choice)(?:\s*(?:is\s*:?|:|=))?){_CHOICE_FILLER}{_LETTER}",
-    re.IGNORECASE,
+# After a marker: "(B)", "[b]", "B", "option B", "**C**"; a lower-case letter too, except that
+# "a" must end the sentence (in "the answer is a cat", "a" is an article).
+_CHOICE_PAYLOAD_RE = re.compile(
+    r"""
+    [$]?(?:(?i:option|choice|letter)\s*)?
+    (?: \((?P<p>[A-Ea-e])\) | \[(?P<b>[A-Ea-e])\]
+      | (?P<u>[A-E])(?!\w) | (?P<l>[b-e])(?!\w) | (?P<a>a)(?=\s*(?:[.,;:!?)\]*]|\Z))
+    )
+    """,
+    re.VERBOSE,
 )
-_CHOICE_LEADING_RE = re.compile(
-    r"\A[\s*\"'`]*(?:\((?P<p>[A-Ea-e])\)|\[(?P<b>[A-Ea-e])\]|(?P<u>[A-E])(?:[.):\]*]|\s*\Z))"
+_BARE_CHOICE_RE = re.compile(
+    r"\s*(?:(?i:option|choice)\s*)?(?:\((?P<p>[A-Ea-e])\)|\[(?P<b>[A-Ea-e])\]|(?P<u>[A-Ea-e]))"
+    r"\s*[.)]?\s*"
 )
-_CHOICE_PAREN_RE = re.compile(r"\((?P<u>[A-E])\)")
+# Unmarked: "(C)", "[C]", "option C", a line that opens with "C." / "C)" / "C:" or is "C",
+# and "**C**". Upper-case only: "(a) first point (b) second" is an enumeration.
+_CHOICE_RE = re.compile(
+    r"""
+      \((?P<p>[A-E])\) | \[(?P<b>[A-E])\]
+    | \b(?i:option|choice)\s*(?:is\b\s*:?|:)?\s*[(\[]?(?P<o>[A-E])(?!\w)
+    | ^[ \t*"'`>]*(?P<l>[A-E])(?:[.):]|\*\*|[ \t]*$)
+    | \*\*(?P<s>[A-E])\*\*
+    """,
+    re.VERBOSE | re.MULTILINE,
+)
 
 
-def _letter(m: re.Match[str]) -> str:
-    groups = m.groupdict()
-    return next(v for k in ("p", "b", "u") if (v := groups.get(k)) is not None).upper()
+def _choice_answer(m: re.Match[str]) -> Answer:
+    letter = next(v for v in m.groupdict().values() if v is not None)
+    return Answer(AnswerKind.CHOICE, letter.upper(), m.group(0).strip())
+
+
+def _marked_choice(text: str, pos: int) -> _Marked:
+    m = _CHOICE_PAYLOAD_RE.match(text, pos)
+    return _UNMARKED if m is None else _choice_answer(m)
+
+
+def _bare_choice(text: str) -> Answer | None:
+    m = _BARE_CHOICE_RE.fullmatch(text)
+    return None if m is None else _choice_answer(m)
+
+
+def _boxed_choice(content: str) -> Answer | None:
+    return _bare_choice(_latex_plain(content))
 
 
 def _extract_choice(text: str) -> Answer | None:
-    markers = list(_CHOICE_MARKER_RE.finditer(text))
-    if markers:
-        return Answer(AnswerKind.CHOICE, _letter(markers[-1]), markers[-1].group(0))
-    m = _CHOICE_LEADING_RE.match(text)
-    if m:
-        return Answer(AnswerKind.CHOICE, _letter(m), m.group(0).strip())
-    parens = [m for m in _CHOICE_PAREN_RE.finditer(text) if not _negated(text, m.start())]
-    if parens:
-        return Answer(AnswerKind.CHOICE, parens[-1].group("u"), parens[-1].group(0))
+    marked = _last_marked(text, _marked_choice, _boxed_choice)
+    if not isinstance(marked, _Unmarked):
+        return marked
+    bare = _bare_choice(text)
+    if bare is not None:
+        return bare
+    for m in reversed(list(_CHOICE_RE.finditer(text))):
+        if not _negated(text, m.start()):
+            return _choice_answer(m)
     return None
 
 
 # --------------------------------------------------------------------------- code / json
 
 _FENCE_RE = re.compile(
-    r"(?P<fence>`{3,}|~{3,})[^\n`]*\n(?P<body>.*?)(?:^[ \t]*(?P=fence)[ \t]*$|\Z)",
+    r"(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)\n(?P<body>.*?)(?:^[ \t]*(?P=fence)[ \t]*$|\Z)",
     re.MULTILINE | re.DOTALL,
 )
 
 
 def _normalise_code(code: str) -> str:
-    lines = [line.rstrip() for line in code.replace("\r\n", "\n").split("\n")]
+    lines = [line.rstrip() for line in code.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     while lines and not lines[0]:
         lines.pop(0)
     while lines and not lines[-1]:
@@ -228,40 +476,119 @@ def _normalise_code(code: str) -> str:
     return "\n".join(lines)
 
 
-def _extract_code(text: str) -> Answer | None:
-    m = _FENCE_RE.search(text)
-    raw = m.group("body") if m else text
+def _code(text: str) -> Answer | None:
+    fences = list(_FENCE_RE.finditer(text))
+    raw = fences[-1].group("body") if fences else text
     value = _normalise_code(raw)
     return Answer(AnswerKind.CODE, value, raw) if value else None
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_JSON_DECODER = json.JSONDecoder(
+    parse_float=Decimal, parse_int=Decimal, parse_constant=_reject_constant
+)
+_JSON_PLAIN_DIGITS = 20  # |exponent| up to which a JSON number is written without one
+
+
+def _canonical_number(number: Decimal) -> str:
+    """One spelling per value: ``1``, ``1.0`` and ``1e0`` -> ``1``; ``-0`` -> ``0``;
+    ``0.30`` -> ``0.3``; ``1E400`` -> ``1e400``."""
+    sign, digit_tuple, exponent = number.as_tuple()
+    assert isinstance(exponent, int)  # the decoder only yields finite numbers
+    digits = "".join(map(str, digit_tuple)).lstrip("0")
+    if not digits:
+        return "0"
+    stripped = digits.rstrip("0")
+    exponent += len(digits) - len(stripped)
+    digits = stripped
+    prefix = "-" if sign else ""
+    if 0 <= exponent <= _JSON_PLAIN_DIGITS:
+        return prefix + digits + "0" * exponent
+    if -_JSON_PLAIN_DIGITS <= exponent < 0:
+        point = len(digits) + exponent
+        if point > 0:
+            return f"{prefix}{digits[:point]}.{digits[point:]}"
+        return f"{prefix}0.{'0' * -point}{digits}"
+    mantissa = digits[0] + (f".{digits[1:]}" if len(digits) > 1 else "")
+    return f"{prefix}{mantissa}e{exponent + len(digits) - 1}"
+
+
 def _canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Sorted keys, no spaces, numbers by value; ``true`` stays distinct from ``1``."""
+    if obj is True or obj is False or obj is None:
+        return json.dumps(obj)
+    if isinstance(obj, str):
+        return json.dumps(obj, ensure_ascii=False)
+    if isinstance(obj, Decimal):
+        return _canonical_number(obj)
+    if isinstance(obj, list):
+        return "[" + ",".join(_canonical_json(item) for item in obj) + "]"
+    assert isinstance(obj, dict)
+    items = (
+        f"{json.dumps(key, ensure_ascii=False)}:{_canonical_json(obj[key])}" for key in sorted(obj)
+    )
+    return "{" + ",".join(items) + "}"
 
 
-def _first_json(text: str) -> tuple[Any, str] | None:
-    decoder = json.JSONDecoder()
-    for m in re.finditer(r"[\[{]", text):
+def _json_at(text: str, start: int) -> tuple[str, int] | None:
+    """The canonical form and end of the JSON object/array starting at ``start``, or None."""
+    try:
+        obj, end = _JSON_DECODER.raw_decode(text, start)
+        if not isinstance(obj, dict | list):
+            return None
+        return _canonical_json(obj), end
+    except (ValueError, RecursionError):
+        return None
+
+
+def _whole_json(text: str) -> Answer | None:
+    """``text`` holds exactly one JSON object or array (surrounding whitespace aside)."""
+    stripped = text.strip()
+    found = _json_at(stripped, 0)
+    if found is None or found[1] != len(stripped):
+        return None
+    return Answer(AnswerKind.JSON, found[0], stripped)
+
+
+# Where a JSON object or array may start: "{" before a key or "}", "[" before a value or "]".
+_JSON_START_RE = re.compile(r"\{(?=\s*[\"}])|\[(?=\s*[-\[\]{\"0-9tfn])")
+_JSON_SCAN_BUDGET = 4_000_000
+"""Each failed attempt to parse inline JSON is charged the text's length (the stdlib's
+error costs that much): at most ``_JSON_SCAN_BUDGET // len(text)`` failures (40 for a
+100,000-character reply) before giving up, so a degenerate reply (``[1,[1,[1,...``) costs
+linear time, not quadratic."""
+
+
+def _first_json(text: str) -> Answer | None:
+    """The first JSON object or array in ``text`` that parses (text after it ignored)."""
+    budget = _JSON_SCAN_BUDGET
+    for m in _JSON_START_RE.finditer(text):
         try:
-            obj, end = decoder.raw_decode(text, m.start())
-        except json.JSONDecodeError:
+            obj, end = _JSON_DECODER.raw_decode(text, m.start())
+        except (ValueError, RecursionError):  # invalid; NaN / Infinity; nesting too deep
+            budget -= len(text)
+            if budget < 0:
+                return None
             continue
-        if isinstance(obj, dict | list):
-            return obj, text[m.start() : end]
+        return Answer(AnswerKind.JSON, _canonical_json(obj), text[m.start() : end])
     return None
 
 
 def _extract_json(text: str) -> Answer | None:
-    chunks = [m.group("body") for m in _FENCE_RE.finditer(text)] + [text]
-    for chunk in chunks:
-        found = _first_json(chunk)
-        if found is not None:
-            obj, raw = found
-            return Answer(AnswerKind.JSON, _canonical_json(obj), raw)
-    return None
+    fences = list(_FENCE_RE.finditer(text))
+    labelled = [f for f in fences if f.group("info").strip().lower() == "json"]
+    if labelled:
+        return _whole_json(labelled[-1].group("body"))
+    parsed = [a for f in fences if not f.group("info").strip() if (a := _whole_json(f["body"]))]
+    if parsed:
+        return parsed[-1]
+    return _first_json(text)
 
 
-def _extract_exact(text: str) -> Answer | None:
+def _exact(text: str) -> Answer | None:
     value = " ".join(text.split())
     return Answer(AnswerKind.EXACT, value, text) if value else None
 
@@ -282,29 +609,55 @@ def _as_kind(kind: AnswerKind | str) -> AnswerKind:
 def extract_answer(text: str, kind: AnswerKind | str) -> Answer | None:
     """Extract the final answer of ``kind`` from a generation, or ``None`` if there is none.
 
-    * ``number``: a ``Decimal``. Accepts ``12345``, ``12,345``, ``1,234,567.89`` (thousands
-      separators only in valid 3-digit groups), ``-0.3``, ``.5``, ``1.5e10``, with an optional
-      ``$`` prefix / ``%`` suffix (dropped). Preference: ``#### X``, then ``\\boxed{X}``, then
-      ``answer is X`` / ``answer: X``, then ``= X`` ending the text, else the last number.
-      A directly negated number ("not 4", "isn't 4", "the answer is not 4") never counts.
-      Values compare numerically: ``0.30 == 0.3`` and ``12,345 == 1.2345e4``.
-    * ``boolean``: ``yes``/``true`` -> True, ``no``/``false`` -> False (case-insensitive),
-      taken after the last ``answer is`` / ``answer:`` if any, else the first decisive word.
-      A directly preceding negation flips it ("not true" -> False, "the answer is not yes"
-      -> False). ``no`` only counts at a sentence start or before punctuation.
-    * ``choice``: an upper-case letter ``A``-``E`` from ``answer is (B)`` / ``Answer: C`` /
-      ``option D``, else a letter opening the text (``B.``, ``(B)``), else the last ``(X)``.
-    * ``code``: the body of the first fenced block (triple backticks or ``~~~``, any info string),
-      else the whole text; trailing whitespace of each line and leading/trailing blank lines
-      removed.
-    * ``json``: the first valid JSON object or array (fenced blocks first, then inline),
-      canonicalised with sorted keys and no spaces, so key order does not matter.
-    * ``exact``: the text stripped with internal whitespace collapsed to single spaces.
+    ``text`` is the answer text only (a ``reasoning_content`` returned apart is never passed).
+    Reasoning in it is stripped first (:func:`strip_reasoning`: after the last ``</think>``;
+    an unclosed ``<think>`` is reasoning to the end). Then, for ``number``, ``boolean`` and
+    ``choice``, the **last** explicit marker wins: ``answer is X`` / ``answer: X`` / ``final
+    answer is X`` / ``correct option is X``, ``\\boxed{X}``, ``#### X``. A marker followed by
+    something that is not this kind's answer (``the answer is the sum``) does not count; a
+    marked answer that is malformed (``the answer is 3,5``, ``\\boxed{3, 5}``) gives ``None``.
+    Else the **last** well-formed answer of the kind in the text.
+
+    * ``number``: a ``Decimal``, or an exact ``Fraction`` for fractions; compared by value
+      (``12345`` = ``12,345`` = ``1.2345e4``; ``0.30`` = ``0.3``; ``3/4`` = ``\\frac{3}{4}``
+      = ``0.75``; ``1 3/4`` = ``1.75``; ``-0`` = ``0``). Accepts a sign (``-``, ``+``, unicode
+      minus), a currency prefix (``$``, ``\\$``, euro, pound, yen; dropped), thousands
+      separators only in valid 3-digit groups (``1,234,567.89``; LaTeX ``1{,}234``),
+      ``.5``, exponents (``1e3``, ``2.5 \\times 10^{3}``, ``10^{-3}``) and a ``%`` suffix
+      (dropped: ``50%`` = ``50``). Invalid grouping is not a number: ``1,23``, ``3,5``
+      (decimal comma), ``1,2345``, ``1,2,3`` give nothing, nor do versions (``1.2.3``),
+      dates (``3/4/2024``) or ``1/0``. Units and a trailing full stop may follow. A marked
+      expression (``the answer is 3 + 4 = 7``) gives the number after its last ``=``. A box
+      holds one number (or ``x = <number>``). Unmarked: the last number not directly negated
+      ("not 4", "isn't 4").
+    * ``boolean``: ``yes``/``true`` -> True, ``no``/``false`` -> False (any case). Marked:
+      the word right after the marker (``the answer is not yes`` -> False). Unmarked: the last
+      decisive word, a directly preceding negation flipping it (``not true`` -> False); ``no``
+      counts only at a sentence start or before punctuation (not "there is no doubt"), and
+      the words of ``yes or no`` / ``true or false`` never count.
+    * ``choice``: a letter ``A``-``E``, upper-cased. Marked: ``(C)``, ``[c]``, ``C``, ``b``,
+      ``option C``, ``**C**``, ``\\boxed{C}`` (``a`` only when it ends the sentence: "the
+      answer is a cat" is no answer). Unmarked: a reply that is just a letter (``b``, ``(b)``,
+      ``B.``), else the last upper-case ``(C)``, ``[C]``, ``option C``, ``**C**`` or line that
+      opens with ``C.`` / ``C)`` / ``C:`` or is ``C``, not directly negated.
+    * ``code``: the body of the **last** fenced block (triple backticks or ``~~~``, any
+      language; an unterminated block runs to the end), else the whole text; line endings
+      made ``\\n``, trailing whitespace of each line and leading/trailing blank lines removed
+      (indentation kept).
+    * ``json``: the **last** fenced block labelled ``json``, which must hold exactly one JSON
+      object or array (else ``None``); else the last unlabelled fenced block that holds one;
+      else the **first** object or array in the text that parses (text after it ignored).
+      Canonicalised: keys sorted, no spaces, numbers by value (``1`` = ``1.0`` = ``1e0``,
+      ``0.30`` = ``0.3``), while ``true`` != ``1`` and ``null`` != ``0``; ``NaN`` and
+      ``Infinity`` are not JSON.
+    * ``exact``: the text stripped, internal whitespace collapsed to single spaces; case and
+      punctuation kept.
 
     Raises:
         ValueError: for an unknown ``kind``.
     """
     k = _as_kind(kind)
+    text = strip_reasoning(text)
     if k is AnswerKind.NUMBER:
         return _extract_number(text)
     if k is AnswerKind.BOOLEAN:
@@ -312,38 +665,35 @@ def extract_answer(text: str, kind: AnswerKind | str) -> Answer | None:
     if k is AnswerKind.CHOICE:
         return _extract_choice(text)
     if k is AnswerKind.CODE:
-        return _extract_code(text)
+        return _code(text)
     if k is AnswerKind.JSON:
         return _extract_json(text)
-    return _extract_exact(text)
-
-
-_BARE_BOOL_RE = re.compile(r"\s*(?P<word>yes|no|true|false)\s*[.!]?\s*", re.IGNORECASE)
-_BARE_CHOICE_RE = re.compile(r"\s*[(\[]?\s*(?P<u>[A-Ea-e])\s*[)\]]?\s*\.?\s*")
+    return _exact(text)
 
 
 def parse_reference(reference: str, kind: AnswerKind | str) -> Answer | None:
-    """Parse a reference (gold) answer with the same normalisation as :func:`extract_answer`.
+    """Parse a reference (gold) answer with the same parsers as :func:`extract_answer`, or
+    ``None`` when it is not one value of ``kind`` (suite validation rejects it then).
 
-    ``number``, ``boolean`` and ``choice`` references must be bare values (``"1,234"``,
-    ``"$12"``, ``"-0.3"``, ``"Yes"``, ``"(b)"``); no "last number" heuristics are applied.
-    ``code``, ``json`` and ``exact`` references go through :func:`extract_answer`.
-    Returns ``None`` when the reference cannot be parsed as ``kind``.
+    The whole reference must be the value, with no markers or heuristics: ``number`` one number
+    as :func:`extract_answer` reads it (``"1,234"``, ``"$12"``, ``"-0.3"``, ``"3/4"``,
+    ``"\\frac{1}{2}"``, ``"1e3"``, ``"50%"``; not ``"12,34"`` or ``"12 apples"``); ``boolean``
+    ``yes``/``no``/``true``/``false``; ``choice`` one letter ``A``-``E`` (``"c"``, ``"(C)"``);
+    ``json`` exactly one object or array; ``code`` the last fenced block or the whole text;
+    ``exact`` non-blank text. An output that is just the reference extracts to it.
     """
     k = _as_kind(kind)
     if k is AnswerKind.NUMBER:
-        m = _BARE_NUM_RE.fullmatch(reference)
-        if m is None:
-            return None
-        value = _to_decimal(m.group("num"))
-        return None if value is None else Answer(k, value, reference.strip())
+        return _bare_number(reference)
     if k is AnswerKind.BOOLEAN:
-        m = _BARE_BOOL_RE.fullmatch(reference)
-        return Answer(k, _BOOL_VALUES[m.group("word").lower()], reference.strip()) if m else None
+        return _bare_boolean(reference)
     if k is AnswerKind.CHOICE:
-        m = _BARE_CHOICE_RE.fullmatch(reference)
-        return Answer(k, m.group("u").upper(), reference.strip()) if m else None
-    return extract_answer(reference, k)
+        return _bare_choice(reference)
+    if k is AnswerKind.CODE:
+        return _code(reference)
+    if k is AnswerKind.JSON:
+        return _whole_json(reference)
+    return _exact(reference)
 
 
 def answers_equal(a: Answer | None, b: Answer | None) -> bool:

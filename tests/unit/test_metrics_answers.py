@@ -1,8 +1,15 @@
-"""Unit tests for pytest_infercheck.metrics.answers: extraction hard cases and flips."""
+"""Unit tests for pytest_infercheck.metrics.answers: extraction hard cases and flips.
+
+The hand-written corpus lives in :mod:`tests.unit.answer_corpus`; the tests below run every
+case of it, then cover the rules case by case (raw substrings, value types, references).
+"""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -13,8 +20,82 @@ from pytest_infercheck.metrics.answers import (
     answers_equal,
     classify_flip,
     extract_answer,
+    judge_answers,
     parse_reference,
+    strip_reasoning,
 )
+from pytest_infercheck.suites import SuiteError, load_suite
+
+from .answer_corpus import CASES, JUDGED, PAIRS, Case, Judged, Pair
+
+# ------------------------------------------------------------------ the corpus
+
+
+def _case_id(case: Case) -> str:
+    return f"{case.kind}:{case.text[:40]!r}"
+
+
+def test_corpus_covers_every_kind() -> None:
+    assert len(CASES) >= 150
+    assert len({case.text for case in CASES if case.kind == "number"}) == sum(
+        case.kind == "number" for case in CASES
+    ), "duplicate number case"
+    for kind in AnswerKind:
+        cases = [case for case in CASES if case.kind == kind.value]
+        assert len(cases) >= 8, kind
+        assert any(case.expected is None for case in cases), f"{kind}: no case without answer"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_corpus_case(case: Case) -> None:
+    answer = extract_answer(case.text, case.kind)
+    if case.expected is None:
+        assert answer is None, case.note
+        return
+    assert answer is not None, case.note
+    assert answer.kind is AnswerKind(case.kind)
+    if case.kind == "number":
+        assert isinstance(answer.value, Decimal | Fraction)
+        assert answer.value == Fraction(str(case.expected)), case.note
+    elif case.kind == "boolean":
+        assert answer.value is case.expected, case.note
+    else:
+        assert answer.value == case.expected, case.note
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p.kind}:{p.reference}~{p.output[:30]!r}")
+def test_corpus_reference_pair(pair: Pair) -> None:
+    reference = parse_reference(pair.reference, pair.kind)
+    assert reference is not None, f"reference {pair.reference!r} does not parse"
+    assert answers_equal(reference, extract_answer(pair.output, pair.kind)) is pair.equal
+    # A reply that is just the reference is scored correct: the same parser reads both.
+    assert answers_equal(extract_answer(pair.reference, pair.kind), reference)
+
+
+@pytest.mark.parametrize("judged", JUDGED, ids=lambda j: f"{j.kind}:{j.flip.value}")
+def test_corpus_judged(judged: Judged) -> None:
+    result = judge_answers(judged.kind, judged.reference, judged.base, judged.test)
+    assert result.flip is judged.flip, judged.note
+
+
+# ------------------------------------------------------------------ reasoning
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<think>a</think>b", "b"),
+        ("a</think>b", "b"),  # Qwen3: the template opened the block
+        ("<think>a</think>b</think>c", "c"),  # the last closing tag
+        ("<think>a", ""),  # unclosed: all reasoning
+        ("b<think>a", "b"),  # an unclosed block runs to the end
+        ("<Thinking>a</Thinking>b", "b"),
+        ("no tags", "no tags"),
+    ],
+)
+def test_strip_reasoning(text: str, expected: str) -> None:
+    assert strip_reasoning(text) == expected
+
 
 # ------------------------------------------------------------------ numbers
 
@@ -29,21 +110,21 @@ from pytest_infercheck.metrics.answers import (
         ("about .5 of them", "0.5", ".5"),
         ("roughly 1.5e10 stars", "15000000000", "1.5e10"),
         ("1.2345e4", "12345", "1.2345e4"),
-        ("It grew by 50%", "50", "50"),
-        ("She paid $1,234 total", "1234", "1,234"),
+        ("It grew by 50%", "50", "50%"),  # raw keeps what was read
+        ("She paid $1,234 total", "1234", "$1,234"),
         ("The answer is 3.", "3", "3"),  # sentence full stop is not a decimal point
         ("3 \u2212 5 = \u22122", "-2", "\u22122"),  # unicode minus
         # Markers beat "last number".
         ("Step 1: 4 + 5 = 9\n#### 72\nThat took 3 steps", "72", "72"),
         ("so the result is \\boxed{1,234} (checked 7 times)", "1234", "1,234"),
-        ("The answer is $42$. I checked 7 times.", "42", "42"),
+        ("The answer is $42$. I checked 7 times.", "42", "$42"),
         ("Answer: 18 (from 3 groups of 6)", "18", "18"),
         ("The final answer is: **-7** after 2 tries", "-7", "-7"),
         # Otherwise the last number.
         ("a = 3 and b = 5", "5", "5"),
         ("pages 10-20", "20", "20"),  # a hyphen between numbers is not a sign
-        # Invalid thousands grouping: "1,2345" is the numbers 1 and 2345.
-        ("1,2345", "2345", "2345"),
+        # Invalid thousands grouping is no number, not two numbers.
+        ("1,2345 and 7", "7", "7"),
         # A negated number is skipped in favour of an earlier one.
         ("It's 5, not 4.", "5", "5"),
         ("The answer is 6, it isn't 4", "6", "6"),
@@ -56,6 +137,25 @@ def test_extract_number(text: str, value: str, raw: str) -> None:
     assert isinstance(answer.value, Decimal)
     assert answer.value == Decimal(value)
     assert answer.raw == raw
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "raw"),
+    [
+        ("The answer is 1/3", Fraction(1, 3), "1/3"),
+        ("\\boxed{\\frac{3}{4}}", Fraction(3, 4), "\\frac{3}{4}"),
+        ("The answer is 1 3/4", Fraction(7, 4), "1 3/4"),
+        ("x = -\\frac{2}{4}", Fraction(-1, 2), "-\\frac{2}{4}"),
+    ],
+)
+def test_extract_fraction_is_exact(text: str, value: Fraction, raw: str) -> None:
+    answer = extract_answer(text, "number")
+    assert answer is not None
+    assert isinstance(answer.value, Fraction)
+    assert answer.value == value
+    assert answer.raw == raw
+    # Decimals and fractions compare and hash alike, so answers of either type are equal.
+    assert hash(Decimal("0.75")) == hash(Fraction(3, 4))
 
 
 @pytest.mark.parametrize(
@@ -83,6 +183,10 @@ def test_extract_number_none(text: str) -> None:
         ("The answer is 100", "#### 100.00"),
         ("$5", "5%"),
         ("-0", "0"),
+        ("3/4", "0.75"),
+        ("\\frac{1}{2}", "The answer is 0.5"),
+        ("1e3", "1,000"),
+        ("\u22125", "-5"),
     ],
 )
 def test_numbers_equal_by_value(a: str, b: str) -> None:
@@ -173,7 +277,7 @@ def test_extract_choice_none(text: str) -> None:
             "Here you go:\n```python\n\ndef f():   \n    return 1\n\n```\nHope it helps",
             "def f():\n    return 1",
         ),
-        ("```\nx = 1\n```\n```\ny = 2\n```", "x = 1"),  # the first block
+        ("```\nx = 1\n```\n```\ny = 2\n```", "y = 2"),  # the last block
         ("~~~py\nprint('hi')\n~~~", "print('hi')"),
         ("```js\nlet a = 1;  \r\nlet b = 2;\n", "let a = 1;\nlet b = 2;"),  # unterminated
         ("\n\n  x = 1   \n  y = 2\n\n", "  x = 1\n  y = 2"),  # no fence: whole text
@@ -247,11 +351,20 @@ def test_unknown_kind() -> None:
         ("0.30", "number", Decimal("0.3")),
         (" -7 ", "number", Decimal(-7)),
         ("1.5e3", "number", Decimal(1500)),
+        ("3/4", "number", Decimal("0.75")),
+        ("\\frac{1}{3}", "number", Fraction(1, 3)),
+        ("50%", "number", Decimal(50)),
+        ("12.", "number", Decimal(12)),
+        ("1e+20", "number", Decimal("1e20")),  # a YAML/JSON float as the suite stores it
         ("Yes", "boolean", True),
         ("false", "boolean", False),
         ("(b)", "choice", "B"),
         ("C", "choice", "C"),
+        ("c.", "choice", "C"),
         ('{"b":1,"a":2}', "json", '{"a":2,"b":1}'),
+        ('{"a": 1.0}', "json", '{"a":1}'),
+        ("[1, 2]", "json", "[1,2]"),
+        ("```python\nx = 1  \n```", "code", "x = 1"),
         ("  two  words ", "exact", "two words"),
     ],
 )
@@ -267,8 +380,24 @@ def test_parse_reference(reference: str, kind: str, value: object) -> None:
         ("12 apples", "number"),  # bare numbers only, no "last number" heuristic
         ("abc", "number"),
         ("1,23", "number"),
+        ("12,34", "number"),  # the issue: it validated, then parsed to no reference
+        ("3,5", "number"),
+        ("1/0", "number"),
+        ("3/4/2024", "number"),
+        ("1 2", "number"),
+        ("twelve", "number"),
         ("maybe", "boolean"),
+        ("not yes", "boolean"),
+        ("Yes, but no", "boolean"),
         ("AB", "choice"),
+        ("F", "choice"),
+        ("The answer is C", "choice"),
+        ("42", "json"),  # outputs are read as objects or arrays only
+        ('{"a": 1} and more', "json"),
+        ("{oops}", "json"),
+        ('{"a": NaN}', "json"),
+        ("  ", "exact"),
+        ("", "code"),
     ],
 )
 def test_parse_reference_unparseable(reference: str, kind: str) -> None:
@@ -331,3 +460,82 @@ def test_classify_flip(base: str, test: str, reference: Answer | None, expected:
 def test_flip_kind_is_flip(kind: FlipKind, is_flip: bool) -> None:
     assert kind.is_flip is is_flip
     assert kind == kind.value  # str enum
+
+
+# ------------------------------------------------------------------ suite validation
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind"),
+    [
+        ("12,34", "number"),
+        ("3,5", "number"),
+        ("12 apples", "number"),
+        ("F", "choice"),
+        ("42", "json"),
+        ("not yes", "boolean"),
+    ],
+)
+def test_suite_rejects_a_reference_the_scorer_cannot_parse(
+    tmp_path: Path, answer: str, kind: str
+) -> None:
+    lines = [
+        {"id": "ok", "prompt": "q", "answer": "1,234", "answer_kind": "number"},
+        {"id": "bad", "prompt": "q", "answer": answer, "answer_kind": kind},
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    with pytest.raises(SuiteError) as info:
+        load_suite("s.jsonl", tmp_path)
+    assert info.value.line == 2
+    assert str(info.value).startswith(f"{path}:2:")
+    assert repr(answer) in info.value.reason
+    assert kind in info.value.reason
+
+
+def test_suite_accepts_what_the_scorer_parses(tmp_path: Path) -> None:
+    references = [
+        ("3/4", "number"),
+        ("\\frac{1}{2}", "number"),
+        ("1e3", "number"),
+        ("$12", "number"),
+        ("-0.3", "number"),
+        ("(c)", "choice"),
+        ("Yes", "boolean"),
+        ('{"b": 1.0, "a": [true]}', "json"),
+        ("def f(): pass", "code"),
+        ("Paris", "exact"),
+    ]
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "".join(
+            f"- prompt: q{i}\n  answer: {json.dumps(ref)}\n  answer_kind: {kind}\n"
+            for i, (ref, kind) in enumerate(references)
+        ),
+        encoding="utf-8",
+    )
+    prompts = load_suite("s.yaml", tmp_path).prompts
+    for prompt, (ref, kind) in zip(prompts, references, strict=True):
+        assert prompt.answer == ref
+        assert prompt.answer_kind is not None
+        assert parse_reference(ref, kind) is not None
+
+
+# ------------------------------------------------------------------ degenerate replies
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{" * 20_000,  # unclosed boxes: brace matching is one pass
+        "[1," * 20_000,  # inline JSON that never closes: failed attempts are budgeted
+        "{" * 50_000,
+        "the answer is 1 + " * 5_000,  # only the last marker's payload is parsed in full
+        "no way " * 10_000,  # a determiner "no" is judged without rescanning the text
+    ],
+    ids=["boxes", "json-prefix", "braces", "markers", "determiners"],
+)
+def test_degenerate_reply_is_linear(text: str) -> None:
+    for kind in AnswerKind:
+        extract_answer(text, kind)  # finishes (quadratic work would take minutes)
+    assert extract_answer(text, "json") is None
