@@ -12,6 +12,7 @@ Items do not write the file: they hand their entries to their test report (see
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .file import (
@@ -60,9 +61,50 @@ def _recorded_side(run: CheckRun) -> Side:
     return side
 
 
-def record_prompts(run: CheckRun, prompt_ids: list[str]) -> tuple[dict[str, Any], list[Any]]:
-    """Record ``prompt_ids`` of the run's suite: the item's report data (one prompt: what
-    was recorded; several: a summary) and the payloads for the golden writer."""
+@dataclass(frozen=True)
+class GoldenRecording:
+    """The record of an item under ``--infercheck-record`` (role ``record``): what recording
+    one prompt (a prompt item, or the aggregate of a one-prompt suite) is a
+    :class:`PromptRecording`, recording several (the aggregate) a :class:`SuiteRecording`."""
+
+    golden: str
+    """The golden's name (``adder-v1`` of ``golden:adder-v1``)."""
+    file: str
+    """The golden file written at the end of the run (as shown: relative where it can be)."""
+    target: str
+    """The recorded target's label (the compare's test side, ``adder@local``)."""
+    engines: dict[str, dict[str, Any]]
+    """The recorded target's engine identity, by its label."""
+
+
+@dataclass(frozen=True)
+class PromptRecording(GoldenRecording):
+    """What was recorded of one prompt (keys ``prompt_id`` ... ``positions``)."""
+
+    prompt_id: str
+    """The prompt's id in its suite."""
+    text: str
+    """The recorded output."""
+    token_ids: list[int] | None
+    """Its token ids (None when the backend does not return them)."""
+    finish_reason: str
+    """Why the generation stopped (``stop``, ``length``)."""
+    positions: int
+    """Positions with recorded top-k logprobs (0: text only)."""
+
+
+@dataclass(frozen=True)
+class SuiteRecording(GoldenRecording):
+    """What the aggregate recorded: the whole suite (reusing what its prompt items recorded);
+    the key ``prompts`` tells it from a :class:`PromptRecording`."""
+
+    prompts: int
+    """Prompts recorded into the golden."""
+
+
+def record_prompts(run: CheckRun, prompt_ids: list[str]) -> tuple[GoldenRecording, list[Any]]:
+    """Record ``prompt_ids`` of the run's suite: the item's record (one prompt: what was
+    recorded; several: a summary) and the payloads for the golden writer."""
     name = golden_name(run)
     assert name is not None
     side = _recorded_side(run)
@@ -71,24 +113,24 @@ def record_prompts(run: CheckRun, prompt_ids: list[str]) -> tuple[dict[str, Any]
     payloads = [_record_one(run, side, test, run.prompt(pid)) for pid in prompt_ids]
     for payload in payloads:
         payload["file"] = str(path)
-    data: dict[str, Any] = {
-        "golden": name,
-        "file": shown(path),
-        "target": test.label,
-        "engines": {test.label: test.backend.identity()},
-    }
-    if len(payloads) == 1:
-        output = payloads[0]["entry"]["output"]
-        data.update(
-            prompt_id=prompt_ids[0],
-            text=output["text"],
-            token_ids=output["token_ids"],
-            finish_reason=output["finish_reason"],
-            positions=len(output["top_logprobs"] or []),
-        )
-    else:
-        data["prompts"] = len(payloads)
-    return data, payloads
+    common = GoldenRecording(
+        golden=name,
+        file=shown(path),
+        target=test.label,
+        engines={test.label: test.backend.identity()},
+    )
+    if len(payloads) != 1:
+        return SuiteRecording(**vars(common), prompts=len(payloads)), payloads
+    output = payloads[0]["entry"]["output"]  # the golden file's format (see .file)
+    recording = PromptRecording(
+        **vars(common),
+        prompt_id=prompt_ids[0],
+        text=output["text"],
+        token_ids=output["token_ids"],
+        finish_reason=output["finish_reason"],
+        positions=len(output["top_logprobs"] or []),
+    )
+    return recording, payloads
 
 
 def _record_one(run: CheckRun, side: Side, test: ResolvedTarget, prompt: Prompt) -> dict[str, Any]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from pytest_infercheck.checks.comparison.aggregate import (
+    ComparisonAggregateRecord,
     aggregate,
     aggregate_violations,
     degradation_cliff,
@@ -15,6 +17,7 @@ from pytest_infercheck.checks.comparison.present import COLUMNS, summary_rows
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
 from pytest_infercheck.checks.comparison.verdicts import describe, item_violations
 from pytest_infercheck.checks.protocol import Outcome
+from pytest_infercheck.records import plain_data
 from pytest_infercheck.render.table import render_table
 from pytest_infercheck.render.text import safe_text
 from pytest_infercheck.specs import Thresholds
@@ -98,9 +101,12 @@ def test_item_violations() -> None:
 
 
 def test_failure_text_marks_divergence_and_escapes() -> None:
-    result = comparison("a", [0.1], [True], [0.0])
-    result.base_text, result.test_text = "The sum is 42.", "The sum is 4\x1b[31m7."
-    result.sameness = "token ids differ from token 0"
+    result = dataclasses.replace(
+        comparison("a", [0.1], [True], [0.0]),
+        base_text="The sum is 42.",
+        test_text="The sum is 4\x1b[31m7.",
+        sameness="token ids differ from token 0",
+    )
     text = Outcome(["mean KL 0.1 > max_kl 0.05"], describe(result)).failure_report()
     assert "baseline bf16@local: The sum is 4⟦2." in text
     assert "\x1b" not in text and "\\x1b[31m" in text
@@ -138,8 +144,9 @@ def test_xdist_scope_groups_check_and_suite() -> None:
 
 def test_summary_table() -> None:
     agg = aggregate(RESULTS, Thresholds())
-    data = {"check": "compare", "suite": "reasoning", "levels": [agg.to_dict()]}
-    rows = summary_rows([("m.yaml::compare(bf16-vs-q4)::reasoning::aggregate", False, data)])
+    record = ComparisonAggregateRecord("compare", "reasoning", [agg], {})
+    nodeid = "m.yaml::compare(bf16-vs-q4)::reasoning::aggregate"
+    rows = summary_rows([(nodeid, False, plain_data(record))])
     (row,) = rows
     # p99 of (0, 0, 0.1, 0.2, 0.3, 0.6) with linear interpolation: 0.3 + 0.95 * 0.3 = 0.585.
     assert row[:5] == ["compare(bf16-vs-q4)", "reasoning", "q4@local", "3", "1"]

@@ -35,6 +35,8 @@ PROMPT: dict[str, Any] = {
         "test_text": "The sum is 47.",
         "base_ids": [1, 2, 3, 4, 5],
         "test_ids": [1, 2, 3, 4, 6],
+        "base_finish": "stop",
+        "test_finish": "stop",
         "first_divergence": 4,
         "similarity": 0.9285714,
         "severity": "minor",

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from pytest_infercheck.checks.comparison.aggregate import ComparisonAggregateRecord, aggregate
+from pytest_infercheck.records import plain_data
 from pytest_infercheck.report.collector import make_run_id, redact, stable_argv
 from pytest_infercheck.report.item_report import scalar_properties
 from pytest_infercheck.report.merge import MergeError, merge_results
@@ -27,6 +29,7 @@ from pytest_infercheck.report.results import (
     write_results,
 )
 from pytest_infercheck.sharding import Shard, parse_shard, shard_of
+from pytest_infercheck.specs import Thresholds
 
 from .factories import prompt_comparison
 
@@ -36,8 +39,7 @@ SUITE = "infercheck.yaml::compare(bf16-vs-q4)::addition"
 
 
 def comparison(pid: str, kl: list[float], flip: str, text: str = "4") -> dict[str, Any]:
-    result = prompt_comparison(pid, kl, flip=flip, prompt_text=text)
-    return {**result.to_dict(), "kl_mean": result.kl_mean, "is_flip": result.is_flip}
+    return plain_data(prompt_comparison(pid, kl, flip=flip, prompt_text=text))
 
 
 def item(name: str, role: str, data: dict[str, Any], outcome: str = "passed") -> dict[str, Any]:
@@ -81,25 +83,29 @@ def results(items: list[dict[str, Any]], shard: dict[str, int] | None = None) ->
     }
 
 
-def shard_aggregate(kl_mean: float) -> dict[str, Any]:
-    level = {"baseline": "bf16@local", "test": "q4@local", "kl_mean": kl_mean}
-    return item("aggregate", "aggregate", {"levels": [level], "engines": {"q4@local": {}}})
+def shard_aggregate(*names: str) -> dict[str, Any]:
+    """The aggregate a shard recorded over its own prompts ``names`` (of :data:`PROMPTS`)."""
+    level = aggregate([PROMPTS[n] for n in names], Thresholds.model_validate(THRESHOLDS))
+    record = ComparisonAggregateRecord("compare", "addition", [level], {"q4@local": {}})
+    return item("aggregate", "aggregate", plain_data(record))
 
 
 # Prompts a and b ran in shard 1, c in shard 2 (the numbers of tests/unit/test_aggregate.py).
+PROMPTS = {
+    "a": prompt_comparison("a", [0.1, 0.3], flip="correct_to_wrong"),
+    "b": prompt_comparison("b", [0.2], flip="unchanged"),
+    "c": prompt_comparison("c", [0.0, 0.0, 0.6], flip="wrong_to_correct"),
+}
 SHARD_1 = results(
     [
-        item("a", "prompt", comparison("a", [0.1, 0.3], "correct_to_wrong")),
-        item("b", "prompt", comparison("b", [0.2], "unchanged")),
-        shard_aggregate(0.2),
+        item("a", "prompt", plain_data(PROMPTS["a"])),
+        item("b", "prompt", plain_data(PROMPTS["b"])),
+        shard_aggregate("a", "b"),
     ],
     {"index": 1, "count": 2},
 )
 SHARD_2 = results(
-    [
-        item("c", "prompt", comparison("c", [0.0, 0.0, 0.6], "wrong_to_correct")),
-        shard_aggregate(0.2),
-    ],
+    [item("c", "prompt", plain_data(PROMPTS["c"])), shard_aggregate("c")],
     {"index": 2, "count": 2},
 )
 

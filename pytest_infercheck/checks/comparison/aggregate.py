@@ -13,51 +13,106 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
 from ...specs import Thresholds
-from .prompt import PromptComparison
+from .prompt import Measured, PromptComparison
 from .verdicts import item_violations
 
+SELF_CHECK = "self-check"
+"""The sweep's first item (the baseline generated twice), and the cliff's level 0."""
 
-@dataclass
+
+@dataclass(frozen=True)
 class SuiteAggregate:
-    """Aggregate numbers of one check x suite (x test model, for sweeps); plain types."""
+    """The numbers of one check x suite x test side (a sweep has one per level): an entry of
+    the aggregate record's ``levels``. KL values are in nats; ``Measured`` values are NaN
+    (``null`` in JSON) when no position was compared."""
 
     baseline: str
+    """The baseline's target label."""
     test: str
+    """The test side's target label (a sweep's level)."""
     n_prompts: int
+    """Prompts compared."""
     n_failed: int
+    """Prompts that broke a per-item threshold."""
     kl_n: int
-    kl_mean: float
-    kl_se: float
-    kl_median: float
-    kl_p90: float
-    kl_p99: float
-    kl_max: float
+    """Positions pooled into the KL statistics."""
+    kl_mean: Measured
+    """Mean KL_t over the pooled positions."""
+    kl_se: Measured
+    """Standard error of :attr:`kl_mean`, clustered by prompt."""
+    kl_median: Measured
+    kl_p90: Measured
+    kl_p99: Measured
+    kl_max: Measured
+    """Median, 90th and 99th percentile and maximum of KL_t over the pooled positions."""
     same_top_rate: float | None
+    """Share of pooled positions where both argmaxes agree (None without such positions)."""
     delta_p_mean: float | None
+    """Mean of p_test - p_base of the baseline's chosen token (None without positions)."""
     delta_p_rms: float | None
+    """Root mean square of the same (None without positions)."""
     n_answered: int
+    """Prompts with an answer kind (whose answers were judged)."""
     flips: dict[str, int]
+    """Answered prompts by flip kind (``unchanged``, ``correct_to_wrong``, ...)."""
     n_flips: int
+    """Answered prompts whose answer flipped."""
     flip_rate: float | None
+    """``n_flips / n_answered`` (None without answered prompts)."""
     flip_rate_low: float
     flip_rate_high: float
+    """The flip rate's Wilson interval at the thresholds' confidence (0, 1 without answers)."""
     mcnemar_p: float
+    """McNemar's exact two-sided p-value on correct->wrong vs wrong->correct."""
     severities: dict[str, int]
+    """Prompts by output severity (``identical``, ``minor``, ...)."""
     methods: dict[str, int]
+    """Prompts by comparison method (``teacher-forced``, ``text``, ...)."""
 
     @property
     def failure_rate(self) -> float:
         return self.n_failed / self.n_prompts if self.n_prompts else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+@dataclass(frozen=True)
+class ComparisonAggregateRecord:
+    """The record of a compare or diff ``aggregate`` item (a sweep's is a
+    :class:`SweepAggregateRecord`)."""
+
+    check: str
+    """The kind (``compare``, ``diff``, ``sweep``)."""
+    suite: str
+    """The suite's name."""
+    levels: list[SuiteAggregate]
+    """One entry per test side, in the user's order (one for compare)."""
+    engines: dict[str, dict[str, Any]]
+    """Engine identities (backend kind, versions, model path, ...) by target label, the
+    baseline's first."""
+
+
+@dataclass(frozen=True)
+class SweepAggregateRecord(ComparisonAggregateRecord):
+    """The record of a sweep's ``aggregate`` item: a comparison aggregate and its cliff. Only
+    a sweep's aggregate has the key ``cliff`` (its presence tells the two records apart)."""
+
+    cliff: str
+    """The degradation cliff: the first level whose failure or flip rate more than doubles
+    the previous level's (:func:`degradation_cliff`, from the self-check at 0, 0), or
+    ``none``."""
+
+
+def sweep_cliff(levels: list[SuiteAggregate]) -> str:
+    """The cliff of a sweep's levels (see :attr:`SweepAggregateRecord.cliff`)."""
+    steps = [(SELF_CHECK, 0.0, 0.0)]
+    steps += [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in levels]
+    return degradation_cliff(steps) or "none"
 
 
 def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteAggregate:

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import Field
 
+from ...golden.record import GoldenRecording
 from ...specs import COMPARISON_THRESHOLDS, KindSpec, Loc, Side
 from ..protocol import CheckKind
+from .aggregate import ComparisonAggregateRecord, SweepAggregateRecord
 from .present import (
     FLIP_BARS,
     KL_DISTRIBUTION,
@@ -28,7 +30,8 @@ from .present import (
     side_columns,
     summary_lines,
 )
-from .run import SELF_CHECK, ComparisonRun
+from .prompt import PromptComparison
+from .run import SELF_CHECK, ComparisonRun, SelfCheckRecord
 
 if TYPE_CHECKING:
     from ...config import CheckSpec, LoadedMatrix, Target
@@ -121,6 +124,9 @@ def _side(target: Target, other: Target) -> str:
 
 
 _VIEWS = {"prompt": comparison_prompt, "aggregate": comparison_aggregate}
+_RECORDS = {"prompt": PromptComparison, "aggregate": ComparisonAggregateRecord}
+"""What each item records, by role; a compare also records a golden (``record``), a sweep
+checks its baseline first (``self-check``) and names its cliff."""
 
 COMPARE = CheckKind(
     name="compare",
@@ -130,6 +136,7 @@ COMPARE = CheckKind(
     thresholds=COMPARISON_THRESHOLDS,
     family="comparison",
     summary_lines=summary_lines,
+    records={**_RECORDS, "record": GoldenRecording},
     views=_VIEWS,
     measures=MEASURES,
     other_measures=False,
@@ -144,6 +151,9 @@ SWEEP = dataclasses.replace(
     spec=SweepSpec,
     label=baseline_model,
     charts=level_charts,
+    records={**_RECORDS, "aggregate": SweepAggregateRecord, SELF_CHECK: SelfCheckRecord},
     views={**_VIEWS, SELF_CHECK: self_check},
 )
-DIFF = dataclasses.replace(COMPARE, name="diff", spec=DiffSpec, label=baseline_model)
+DIFF = dataclasses.replace(
+    COMPARE, name="diff", spec=DiffSpec, label=baseline_model, records=_RECORDS
+)

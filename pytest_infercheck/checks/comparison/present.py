@@ -8,65 +8,80 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...plain_data import plain as plain_data
+from ...records import load_record, plain_data
 from ...render.charts import line_chart
-from ...render.markup import clip, esc, interval, is_number, num, plain, rate, table
+from ...render.markup import clip, esc, interval, num, plain, rate, table
 from ...render.table import render_table
-from ...render.views import engines, flip_cell, side_by_side, text_of
+from ...render.views import engines, flip_cell, side_by_side
 from ...specs import Thresholds
 from ..protocol import Aggregates, BarSeries, Distribution, MeasureSpec
-from .aggregate import aggregate, aggregate_violations, degradation_cliff
-from .prompt import PromptComparison
-from .run import SELF_CHECK
+from .aggregate import (
+    ComparisonAggregateRecord,
+    SuiteAggregate,
+    SweepAggregateRecord,
+    aggregate,
+    aggregate_violations,
+    sweep_cliff,
+)
+from .prompt import TOP_K_LOWER_BOUND, PromptComparison
+from .run import SelfCheckRecord
+
+
+def aggregate_record(data: Mapping[str, Any]) -> ComparisonAggregateRecord:
+    """An aggregate's record read back: a sweep's (:class:`SweepAggregateRecord`) when it has
+    a ``cliff``, else a compare's or diff's. Raises ``ValueError`` when a field is missing or
+    of the wrong type (an aggregate that errored, a file of another version)."""
+    if "cliff" in data:
+        return load_record(SweepAggregateRecord, data)
+    return load_record(ComparisonAggregateRecord, data)
 
 
 # -- an item's detail ---------------------------------------------------------------------------
 def comparison_prompt(data: Mapping[str, Any]) -> str:
     """Baseline and test side by side, answers and flip, per-position KL chart."""
-    method = data.get("method", "-")
+    r = load_record(PromptComparison, data)
     facts = [
-        ("prompt", data.get("prompt_id")),
-        ("method", method),
-        ("similarity", num(data.get("similarity"))),
-        ("severity", data.get("severity")),
-        ("KL mean", num(data.get("kl_mean"), ".6g")),
-        ("KL max", num(data.get("kl_max"), ".6g")),
-        ("same-top rate", num(data.get("same_top_rate"))),
-        ("finish", f"{data.get('base_finish', '-')} / {data.get('test_finish', '-')}"),
+        ("prompt", r.prompt_id),
+        ("method", r.method),
+        ("similarity", num(r.similarity)),
+        ("severity", r.severity),
+        ("KL mean", num(r.kl_mean, ".6g")),
+        ("KL max", num(r.kl_max, ".6g")),
+        ("same-top rate", num(r.same_top_rate)),
+        ("finish", f"{r.base_finish} / {r.test_finish}"),
     ]
     parts = [
         table([esc(k) for k, _ in facts], [[esc(v) for _, v in facts]]),
         "<h4>prompt</h4>",
-        f'<pre class="ic-text">{esc(clip(text_of(data.get("prompt_text"))))}</pre>',
+        f'<pre class="ic-text">{esc(clip(r.prompt_text))}</pre>',
         side_by_side(
-            f"baseline: {data.get('baseline', '-')}",
-            text_of(data.get("base_text")),
-            f"test: {data.get('test', '-')}",
-            text_of(data.get("test_text")),
-            data.get("first_divergence"),
+            f"baseline: {r.baseline}",
+            r.base_text,
+            f"test: {r.test}",
+            r.test_text,
+            r.first_divergence,
         ),
     ]
-    if data.get("answer_kind") is not None:
+    if r.answer_kind is not None:
         parts.append(
             table(
                 ["answer kind", "reference", "baseline answer", "test answer", "flip"],
                 [
                     [
-                        esc(data.get("answer_kind")),
-                        esc(data.get("reference", "-")),
-                        esc(data.get("base_answer", "-")),
-                        esc(data.get("test_answer", "-")),
-                        flip_cell(data.get("flip")),
+                        esc(r.answer_kind),
+                        esc(r.reference),
+                        esc(r.base_answer),
+                        esc(r.test_answer),
+                        flip_cell(r.flip),
                     ]
                 ],
             )
         )
-    kl = data.get("kl_per_position") or []
-    if kl:
-        label = "lower bound, top-k" if method == "top-k-lower-bound" else str(method)
+    if r.kl_per_position:
+        label = "lower bound, top-k" if r.method == TOP_K_LOWER_BOUND else r.method
         parts.append(
             line_chart(
-                [("KL_t", kl)],
+                [("KL_t", r.kl_per_position)],
                 title=f"KL per position ({label})",
                 x_label="position in the baseline's continuation",
                 y_label="KL",
@@ -75,42 +90,43 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-COMPARISON_COLUMNS: list[tuple[str, Callable[[Mapping[str, Any]], str]]] = [
-    ("test", lambda lv: esc(lv.get("test", "-"))),
-    ("prompts", lambda lv: num(lv.get("n_prompts"))),
-    ("failed items", lambda lv: num(lv.get("n_failed"))),
+COMPARISON_COLUMNS: list[tuple[str, Callable[[SuiteAggregate], str]]] = [
+    ("test", lambda lv: esc(lv.test)),
+    ("prompts", lambda lv: num(lv.n_prompts)),
+    ("failed items", lambda lv: num(lv.n_failed)),
     (
         "flip rate [CI]",
         lambda lv: (
-            f"{rate(lv.get('n_flips'), lv.get('n_answered'))} = "
-            + interval(lv.get("flip_rate"), lv.get("flip_rate_low"), lv.get("flip_rate_high"))
+            f"{rate(lv.n_flips, lv.n_answered)} = "
+            + interval(lv.flip_rate, lv.flip_rate_low, lv.flip_rate_high)
         ),
     ),
-    ("mean KL ± SE", lambda lv: f"{num(lv.get('kl_mean'), '.6g')} ± {num(lv.get('kl_se'), '.2g')}"),
-    ("KL p99", lambda lv: num(lv.get("kl_p99"))),
-    ("KL max", lambda lv: num(lv.get("kl_max"))),
-    ("same-top rate", lambda lv: num(lv.get("same_top_rate"))),
-    ("McNemar p", lambda lv: num(lv.get("mcnemar_p"), ".3g")),
-    ("methods", lambda lv: plain(lv.get("methods", {}))),
+    ("mean KL ± SE", lambda lv: f"{num(lv.kl_mean, '.6g')} ± {num(lv.kl_se, '.2g')}"),
+    ("KL p99", lambda lv: num(lv.kl_p99)),
+    ("KL max", lambda lv: num(lv.kl_max)),
+    ("same-top rate", lambda lv: num(lv.same_top_rate)),
+    ("McNemar p", lambda lv: num(lv.mcnemar_p, ".3g")),
+    ("methods", lambda lv: plain(lv.methods)),
 ]
 
 
 def comparison_aggregate(data: Mapping[str, Any]) -> str:
-    """One row per test side with the suite statistics; the engines compared."""
-    levels = [lv for lv in data.get("levels") or [] if isinstance(lv, Mapping)]
+    """One row per test side with the suite statistics; a sweep's cliff; the engines
+    compared."""
+    record = aggregate_record(data)
     parts = [
         table(
             [esc(n) for n, _ in COMPARISON_COLUMNS],
-            [[f(lv) for _, f in COMPARISON_COLUMNS] for lv in levels],
+            [[f(lv) for _, f in COMPARISON_COLUMNS] for lv in record.levels],
         )
     ]
-    if data.get("cliff") is not None:
-        parts.append(f"<p>degradation cliff: <b>{esc(data['cliff'])}</b></p>")
-    return "".join(parts) + engines(data.get("engines"))
+    if isinstance(record, SweepAggregateRecord):
+        parts.append(f"<p>degradation cliff: <b>{esc(record.cliff)}</b></p>")
+    return "".join(parts) + engines(record.engines)
 
 
 def self_check(data: Mapping[str, Any]) -> str:
-    problems = data.get("problems") or []
+    problems = load_record(SelfCheckRecord, data).problems
     if not problems:
         return "<p>the baseline generated twice was identical</p>"
     return "<ul>" + "".join(f"<li>{esc(p)}</li>" for p in problems) + "</ul>"
@@ -145,28 +161,29 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
     """
     rows: list[list[str]] = []
     for nodeid, passed, data in aggregates:
+        record = aggregate_record(data)
         parts = nodeid.split("::")
-        check = parts[-3] if len(parts) >= 3 else data.get("check", "?")
-        for level in data["levels"]:
+        check = parts[-3] if len(parts) >= 3 else record.check
+        for level in record.levels:
             flips = (
                 "-"
-                if level["flip_rate"] is None
-                else f"{level['n_flips']}/{level['n_answered']} "
-                f"({level['flip_rate_low']:.2f}-{level['flip_rate_high']:.2f})"
+                if level.flip_rate is None
+                else f"{level.n_flips}/{level.n_answered} "
+                f"({level.flip_rate_low:.2f}-{level.flip_rate_high:.2f})"
             )
             rows.append(
                 [
                     check,
-                    data["suite"],
-                    level["test"],
-                    str(level["n_prompts"]),
-                    str(level["n_failed"]),
-                    f"{_num(level['kl_mean'])}±{_num(level['kl_se'], '.2g')}",
-                    _num(level["kl_p99"]),
-                    _num(level["kl_max"]),
-                    _num(level["same_top_rate"], ".3f"),
+                    record.suite,
+                    level.test,
+                    str(level.n_prompts),
+                    str(level.n_failed),
+                    f"{_num(level.kl_mean)}±{_num(level.kl_se, '.2g')}",
+                    _num(level.kl_p99),
+                    _num(level.kl_max),
+                    _num(level.same_top_rate, ".3f"),
                     flips,
-                    "pass" if passed and level["n_failed"] == 0 else "FAIL",
+                    "pass" if passed and level.n_failed == 0 else "FAIL",
                 ]
             )
     return rows
@@ -176,9 +193,10 @@ def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]
     """``sweep(bf16) reasoning: degradation cliff: q4@local`` for every sweep aggregate."""
     lines = []
     for nodeid, _, data in aggregates:
-        if "cliff" in data:
+        record = aggregate_record(data)
+        if isinstance(record, SweepAggregateRecord):
             parts = nodeid.split("::")
-            lines.append(f"{parts[-3]} {data['suite']}: degradation cliff: {data['cliff']}")
+            lines.append(f"{parts[-3]} {record.suite}: degradation cliff: {record.cliff}")
     return lines
 
 
@@ -222,32 +240,35 @@ KL_DISTRIBUTION = Distribution(
 )
 
 
+def _levels(data: Mapping[str, Any]) -> list[SuiteAggregate]:
+    """An aggregate's levels; none when its record cannot be read (it errored, or comes from
+    a file of another version: its detail view shows the data as a table)."""
+    try:
+        return aggregate_record(data).levels
+    except ValueError:
+        return []
+
+
 def side_columns(data: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """A column per test side: ``q4@local``."""
-    levels = [lv for lv in data.get("levels") or [] if isinstance(lv, Mapping)]
-    return [(str(lv.get("test", "?")), lv) for lv in levels]
+    """A column per test side: ``q4@local`` (its numbers as JSON types, for the measures)."""
+    return [(level.test, plain_data(level)) for level in _levels(data)]
 
 
 def level_charts(name: str, data: Mapping[str, Any]) -> list[str]:
-    levels = [lv for lv in data.get("levels") or [] if isinstance(lv, Mapping)]
-    labels = [str(lv.get("test", "?")) for lv in levels]
-
-    def failure_rate(lv: Mapping[str, Any]) -> float | None:
-        n, failed = lv.get("n_prompts"), lv.get("n_failed")
-        return failed / n if is_number(n) and is_number(failed) and n else None
-
+    levels = _levels(data)
+    labels = [level.test for level in levels]
     return [
         line_chart(
             [
-                ("failure rate", [failure_rate(lv) for lv in levels]),
-                ("flip rate", [lv.get("flip_rate") for lv in levels]),
+                ("failure rate", [level.failure_rate for level in levels]),
+                ("flip rate", [level.flip_rate for level in levels]),
             ],
             title=f"degradation: {name}",
             x_labels=labels,
             y_label="rate",
         ),
         line_chart(
-            [("mean KL", [lv.get("kl_mean") for lv in levels])],
+            [("mean KL", [level.kl_mean for level in levels])],
             title=f"mean KL: {name}",
             x_labels=labels,
             y_label="KL",
@@ -264,36 +285,34 @@ def merge_aggregate(
     nodeid: str, shards: list[tuple[int, dict[str, Any]]], items: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
     """The aggregate of a comparison check x suite from the union of its prompt records (the
-    check's thresholds applied to the union), or None when some shard's aggregate has no
-    levels to follow (it errored)."""
-    first = shards[0][1]
-    if any("levels" not in item["data"] for _, item in shards):
-        return None
-    thresholds = Thresholds.model_validate(first["thresholds"])
-    names = {f.name for f in dataclasses.fields(PromptComparison)}
+    check's thresholds applied to the union), or None when some shard's aggregate (it errored)
+    or prompt record cannot be read."""
     suite = _suite_of(nodeid)
-    comparisons = [
-        PromptComparison(**{k: v for k, v in item["data"].items() if k in names})
-        for item in items
-        if item["role"] == "prompt" and _suite_of(item["nodeid"]) == suite and item["data"]
-    ]
+    try:
+        records = [aggregate_record(item["data"]) for _, item in shards]
+        comparisons = [
+            load_record(PromptComparison, item["data"])
+            for item in items
+            if item["role"] == "prompt" and _suite_of(item["nodeid"]) == suite and item["data"]
+        ]
+    except ValueError:
+        return None
+    first = shards[0][1]
+    thresholds = Thresholds.model_validate(first["thresholds"])
     levels, violations = [], []
-    for test in [level["test"] for level in first["data"]["levels"]]:
+    for test in [level.test for level in records[0].levels]:
         results = [c for c in comparisons if c.test == test]
         if not results:
             return None
         agg = aggregate(results, thresholds)
         levels.append(agg)
         violations += [f"{agg.test}: {v}" for v in aggregate_violations(agg, thresholds)]
-    engines: dict[str, Any] = {}
-    for _, item in shards:
-        engines.update(item["data"].get("engines") or {})
-    data: dict[str, Any] = {**first["data"], "levels": [plain_data(a.to_dict()) for a in levels]}
-    data["engines"] = engines
-    if "cliff" in first["data"]:
-        steps = [(SELF_CHECK, 0.0, 0.0)]
-        steps += [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in levels]
-        data["cliff"] = degradation_cliff(steps) or "none"
+    engines: dict[str, dict[str, Any]] = {}
+    for record in records:
+        engines.update(record.engines)
+    merged = dataclasses.replace(records[0], levels=levels, engines=engines)
+    if isinstance(merged, SweepAggregateRecord):
+        merged = dataclasses.replace(merged, cliff=sweep_cliff(levels))
     errored = [item for _, item in shards if item["outcome"] == "error"]
     outcome = "error" if errored else "failed" if violations else "passed"
     longrepr = "\n".join(violations) or None
@@ -306,5 +325,5 @@ def merge_aggregate(
         "worker": None,
         "longrepr": longrepr,
         "violations": violations,
-        "data": data,
+        "data": plain_data(merged),
     }

@@ -14,8 +14,11 @@ The comparison method is the strongest both sides allow, and is recorded:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+
+from pydantic import BeforeValidator
 
 from ...backends import Generation
 from ...golden import golden_scorable
@@ -36,64 +39,123 @@ GOLDEN_TOP_K_LOWER_BOUND = "golden-top-k-lower-bound"
 TEXT_ONLY = "text"
 
 
-@dataclass
+def _null_is_nan(value: Any) -> Any:
+    return math.nan if value is None else value
+
+
+Measured = Annotated[float, BeforeValidator(_null_is_nan)]
+"""A measured float that may be NaN or infinite (nothing to measure, a zero probability): JSON
+has no such numbers, so the record holds ``null`` there, read back as NaN."""
+
+
+@dataclass(frozen=True)
 class PromptComparison:
-    """Everything measured for one prompt and one pair; plain types only (xdist, JSON)."""
+    """The record of a comparison ``prompt`` item: one prompt, one baseline x test side.
+
+    Every field is a key of the item's ``data`` in the reports and the JSON results; the last
+    four (:attr:`kl_mean`, :attr:`kl_max`, :attr:`same_top_rate`, :attr:`is_flip`) are
+    derived from the others when the record is made (or read back), so they are never out of
+    step with them. Token positions count from the first token of the baseline's continuation.
+    """
 
     prompt_id: str
+    """The prompt's stable id in its suite (``r017``)."""
     prompt_text: str
+    """The prompt as the suite states it (before any chat template)."""
     baseline: str
+    """The baseline's target label (``bf16@local``, ``golden:adder-v1``)."""
     test: str
+    """The test side's target label (``q4@local``)."""
     method: str
+    """How the distributions were compared: ``teacher-forced``, ``top-k-lower-bound``,
+    ``golden-top-k-lower-bound`` or ``text`` (see the module docstring)."""
     base_text: str
+    """The baseline's output (its answer, without a reasoning chain returned apart)."""
     test_text: str
+    """The test side's output."""
     base_ids: list[int] | None
+    """The baseline's generated token ids; None when the backend does not return them."""
     test_ids: list[int] | None
+    """The test side's generated token ids; None when the backend does not return them."""
     base_finish: str
+    """Why the baseline stopped (``stop``, ``length``)."""
     test_finish: str
+    """Why the test side stopped."""
     first_divergence: int | None
     """The first differing token (by id where both sides share the token ids, else by token
     text); None when the outputs do not differ token by token."""
     similarity: float
+    """Text similarity of the two outputs, 0 (nothing in common) to 1 (equal)."""
     severity: str
-    kl_per_position: list[float] = field(default_factory=list)
+    """How far the outputs differ (``identical``, ``minor``, ..., ``severe``)."""
+    kl_per_position: list[Measured] = field(default_factory=list)
+    """KL_t(baseline || test) in nats at each compared position (a lower bound for the
+    ``top-k`` methods); empty for ``text``."""
     same_top: list[bool] = field(default_factory=list)
-    delta_p: list[float] = field(default_factory=list)
+    """At each position: do both sides' most likely tokens agree (teacher-forced methods)."""
+    delta_p: list[Measured] = field(default_factory=list)
+    """At each position: p_test - p_base of the baseline's chosen token (teacher-forced
+    methods)."""
     answer_kind: str | None = None
+    """The prompt's answer kind (``number``, ``choice``, ...); None: answers not judged."""
     reference: str | None = None
+    """The suite's reference answer, if it has one."""
     base_answer: str | None = None
+    """The answer extracted from the baseline's output (None: none found)."""
     test_answer: str | None = None
+    """The answer extracted from the test side's output (None: none found)."""
     flip: str = "unchanged"
+    """The answer flip (:class:`~pytest_infercheck.metrics.answers.FlipKind`):
+    ``unchanged``, ``correct_to_wrong``, ``wrong_to_correct``, ..."""
     sameness: str = ""
     """The sameness verdict on the two outputs (ids and text,
     :func:`~pytest_infercheck.metrics.sameness.compare_outputs`), e.g. ``identical`` or
     ``same token ids, text differs from character 3 (detokenization difference)``."""
     templated: bool = False
+    """Whether the prompt went through the baseline's chat template."""
     base_reasoning_chars: int = 0
+    """Length of a reasoning chain the baseline returned apart from its answer (compared:
+    answers)."""
     test_reasoning_chars: int = 0
-    """Length of a reasoning chain a side returned apart from its answer (compared: answers)."""
+    """Length of a reasoning chain the test side returned apart from its answer."""
+    kl_mean: float | None = field(init=False)
+    """Derived: mean of :attr:`kl_per_position` (None without positions)."""
+    kl_max: float | None = field(init=False)
+    """Derived: largest of :attr:`kl_per_position` (None without positions)."""
+    same_top_rate: float | None = field(init=False)
+    """Derived: share of :attr:`same_top` positions that agree (None without positions)."""
+    is_flip: bool = field(init=False)
+    """Derived: whether :attr:`flip` counts as a flip."""
 
-    @property
-    def kl_mean(self) -> float | None:
-        """Mean of KL_t over the compared positions (None without logprobs)."""
-        kl = self.kl_per_position
-        return sum(kl) / len(kl) if kl else None
+    def __post_init__(self) -> None:
+        kl, same_top = self.kl_per_position, self.same_top
+        derived = {
+            "kl_mean": sum(kl) / len(kl) if kl else None,
+            "kl_max": max(kl) if kl else None,
+            "same_top_rate": sum(same_top) / len(same_top) if same_top else None,
+            "is_flip": FlipKind(self.flip).is_flip,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
-    @property
-    def kl_max(self) -> float | None:
-        return max(self.kl_per_position) if self.kl_per_position else None
 
-    @property
-    def same_top_rate(self) -> float | None:
-        st = self.same_top
-        return sum(st) / len(st) if st else None
+class _Distributions(NamedTuple):
+    """What the logprobs of both sides allow to compare (see the module docstring)."""
 
-    @property
-    def is_flip(self) -> bool:
-        return FlipKind(self.flip).is_flip
+    method: str
+    kl_per_position: list[float]
+    same_top: list[bool]
+    delta_p: list[float]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+class _Answers(NamedTuple):
+    """The answers of both sides, judged against the prompt's reference."""
+
+    answer_kind: str | None = None
+    reference: str | None = None
+    base_answer: str | None = None
+    test_answer: str | None = None
+    flip: str = "unchanged"
 
 
 def compare_prompt(
@@ -124,12 +186,16 @@ def compare_prompt(
     )
     divergence = verdict.first_divergence if verdict.divergence_unit == "token" else None
     sim = similarity(base.text, other.text)
-    result = PromptComparison(
+    dists = _distributions(
+        cache, baseline, test, rendered.token_ids, base, other, shared_ids, divergence
+    )
+    answers = _answers(prompt, base.text, other.text)
+    return PromptComparison(
         prompt_id=prompt.id,
         prompt_text=prompt.text,
         baseline=baseline.label,
         test=test.label,
-        method=TEXT_ONLY,
+        method=dists.method,
         base_text=base.text,
         test_text=other.text,
         base_ids=base.token_ids,
@@ -139,17 +205,22 @@ def compare_prompt(
         first_divergence=divergence,
         similarity=sim,
         severity=severity(verdict.same, sim).value,
+        kl_per_position=dists.kl_per_position,
+        same_top=dists.same_top,
+        delta_p=dists.delta_p,
+        answer_kind=answers.answer_kind,
+        reference=answers.reference,
+        base_answer=answers.base_answer,
+        test_answer=answers.test_answer,
+        flip=answers.flip,
         sameness=verdict.describe(),
         templated=rendered.templated,
         base_reasoning_chars=len(base.extra.get("reasoning") or ""),
         test_reasoning_chars=len(other.extra.get("reasoning") or ""),
     )
-    _add_logprob_metrics(cache, baseline, test, rendered.token_ids, base, other, shared_ids, result)
-    _add_answers(prompt, result)
-    return result
 
 
-def _add_logprob_metrics(
+def _distributions(
     cache: GenerationCache,
     baseline: ResolvedTarget,
     test: ResolvedTarget,
@@ -157,8 +228,9 @@ def _add_logprob_metrics(
     base: Generation,
     other: Generation,
     shared_ids: bool,
-    result: PromptComparison,
-) -> None:
+    first_divergence: int | None,
+) -> _Distributions:
+    """The strongest comparison of the two sides' distributions that both allow."""
     caps_b, caps_t = baseline.backend.capabilities, test.backend.capabilities
     if (
         shared_ids
@@ -170,41 +242,42 @@ def _add_logprob_metrics(
         base_lp = cache.score(baseline, list(prompt_ids), base.token_ids)
         test_lp = cache.score(test, list(prompt_ids), base.token_ids)
         stats = position_stats(base_lp, test_lp, base.token_ids)
-        result.method = TEACHER_FORCED
-        result.kl_per_position = stats.kl.tolist()
-        result.same_top = stats.same_top.tolist()
-        result.delta_p = stats.delta_p.tolist()
-    elif golden_scorable(baseline, test, shared_ids, prompt_ids, base):
+        return _Distributions(
+            TEACHER_FORCED, stats.kl.tolist(), stats.same_top.tolist(), stats.delta_p.tolist()
+        )
+    if golden_scorable(baseline, test, shared_ids, prompt_ids, base):
         assert prompt_ids is not None and base.token_ids and base.top_logprobs
         test_lp = cache.score(test, list(prompt_ids), base.token_ids)
         stats = topk_vs_full_stats(
             base.top_logprobs, base.chosen_logprobs or [], test_lp, base.token_ids
         )
-        result.method = GOLDEN_TOP_K_LOWER_BOUND
-        result.kl_per_position = stats.kl.tolist()
-        result.same_top = stats.same_top.tolist()
-        result.delta_p = stats.delta_p.tolist()
-    elif (
+        return _Distributions(
+            GOLDEN_TOP_K_LOWER_BOUND,
+            stats.kl.tolist(),
+            stats.same_top.tolist(),
+            stats.delta_p.tolist(),
+        )
+    if (
         base.top_logprobs
         and other.top_logprobs
         and base.top_keys == other.top_keys
         and (shared_ids or base.top_keys == "text")
     ):
-        upto = result.first_divergence
         n = min(len(base.top_logprobs), len(other.top_logprobs))
-        n = n if upto is None else min(n, upto + 1)
-        result.method = TOP_K_LOWER_BOUND
-        result.kl_per_position = topk_kl_lower_bound_positions(
-            base.top_logprobs[:n], other.top_logprobs[:n]
-        ).tolist()
+        n = n if first_divergence is None else min(n, first_divergence + 1)
+        kl = topk_kl_lower_bound_positions(base.top_logprobs[:n], other.top_logprobs[:n])
+        return _Distributions(TOP_K_LOWER_BOUND, kl.tolist(), [], [])
+    return _Distributions(TEXT_ONLY, [], [], [])
 
 
-def _add_answers(prompt: Prompt, result: PromptComparison) -> None:
+def _answers(prompt: Prompt, base_text: str, test_text: str) -> _Answers:
     if prompt.answer_kind is None:
-        return
-    judged = judge_answers(prompt.answer_kind, prompt.answer, result.base_text, result.test_text)
-    result.answer_kind = prompt.answer_kind
-    result.reference = prompt.answer
-    result.base_answer = judged.base.raw if judged.base else None
-    result.test_answer = judged.test.raw if judged.test else None
-    result.flip = judged.flip.value
+        return _Answers()
+    judged = judge_answers(prompt.answer_kind, prompt.answer, base_text, test_text)
+    return _Answers(
+        answer_kind=prompt.answer_kind,
+        reference=prompt.answer,
+        base_answer=judged.base.raw if judged.base else None,
+        test_answer=judged.test.raw if judged.test else None,
+        flip=judged.flip.value,
+    )

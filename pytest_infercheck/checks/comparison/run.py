@@ -17,11 +17,14 @@ from ...golden import golden_name, record_prompts, replay_lines, verify_replay
 from ...metrics.sameness import same_generation
 from ..protocol import CheckRun, ItemPlan, Outcome, memoised
 from .aggregate import (
+    SELF_CHECK,
+    ComparisonAggregateRecord,
     SuiteAggregate,
+    SweepAggregateRecord,
     aggregate,
     aggregate_violations,
-    degradation_cliff,
     format_aggregate,
+    sweep_cliff,
 )
 from .prompt import PromptComparison, compare_prompt
 from .verdicts import describe, item_violations
@@ -32,11 +35,19 @@ if TYPE_CHECKING:
     from ...specs import Side
     from ...suites import Suite
 
-SELF_CHECK = "self-check"
 SELF_CHECK_FAILED = (
     "baseline self-check FAILED: the baseline is not deterministic, so no sweep level can be "
     "judged against it"
 )
+
+
+@dataclass(frozen=True)
+class SelfCheckRecord:
+    """The record of a sweep's ``self-check`` item (the baseline generated twice)."""
+
+    problems: list[str]
+    """One line per prompt whose two baseline generations differ (``r017: token ids differ
+    from token 3``, ``r017: same tokens, logprobs drift by 0.002``); empty: reproduced."""
 
 
 @dataclass
@@ -75,16 +86,14 @@ class ComparisonRun(CheckRun):
             return Outcome(
                 problems,
                 SELF_CHECK_FAILED,
-                {"problems": problems},
+                SelfCheckRecord(problems),
                 [("infercheck_self_check_problems", len(problems))],
             )
         if self.recording:
             return self.record([plan.key])
         side = next(s for s in self.tests() if s.label == plan.param)
         result, violations = self.prompt_result(plan.key, side.ref)
-        return Outcome(
-            violations, describe(result), self.item_data(result), self.item_properties(result)
-        )
+        return Outcome(violations, describe(result), result, self.item_properties(result))
 
     # -- targets ----------------------------------------------------------------------------
     @property
@@ -165,17 +174,6 @@ class ComparisonRun(CheckRun):
             ("infercheck_test_reasoning_chars", result.test_reasoning_chars),
         ]
 
-    def item_data(self, result: PromptComparison) -> dict[str, Any]:
-        """Everything measured for one prompt, for the reports and the JSON results."""
-        data = result.to_dict()
-        data.update(
-            kl_mean=result.kl_mean,
-            kl_max=result.kl_max,
-            same_top_rate=result.same_top_rate,
-            is_flip=result.is_flip,
-        )
-        return data
-
     # -- suite level -------------------------------------------------------------------------------
     def aggregate(self) -> Outcome:
         """Suite gates over every prompt of the check x suite (and, for a sweep, every
@@ -196,23 +194,16 @@ class ComparisonRun(CheckRun):
         engines = {
             t.label: t.backend.identity() for t in [self.baseline, *map(self.resolve, self.tests())]
         }
-        data: dict[str, Any] = {
-            "check": self.check.kind,
-            "suite": self.suite.name,
-            "levels": [a.to_dict() for a in aggregates],
-            "engines": engines,
-        }
         properties = aggregate_properties(aggregates)
         properties.append(("infercheck_engines", json.dumps(engines, sort_keys=True)))
+        kind, suite = self.check.kind, self.suite.name
+        record = ComparisonAggregateRecord(kind, suite, aggregates, engines)
         if self.check.spec.sides_are_levels:
-            cliff = degradation_cliff(
-                [(SELF_CHECK, 0.0, 0.0)]
-                + [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in aggregates]
-            )
-            data["cliff"] = cliff or "none"
-            texts.append(f"degradation cliff: {cliff or 'none'}")
-            properties.append(("infercheck_cliff", cliff or "none"))
-        return Outcome(violations, "\n\n".join(texts), data, properties)
+            cliff = sweep_cliff(aggregates)
+            record = SweepAggregateRecord(kind, suite, aggregates, engines, cliff)
+            texts.append(f"degradation cliff: {cliff}")
+            properties.append(("infercheck_cliff", cliff))
+        return Outcome(violations, "\n\n".join(texts), record, properties)
 
     def self_check(self) -> list[str]:
         """Differences between two independent baseline generations of every prompt."""
@@ -259,6 +250,5 @@ def aggregate_properties(aggregates: list[SuiteAggregate]) -> list[tuple[str, An
     properties: list[tuple[str, Any]] = []
     for agg in aggregates:
         prefix = "infercheck_" if len(aggregates) == 1 else f"infercheck_{agg.test}_"
-        values = agg.to_dict()
-        properties.extend((prefix + name, values[name]) for name in AGGREGATE_PROPERTIES)
+        properties.extend((prefix + name, getattr(agg, name)) for name in AGGREGATE_PROPERTIES)
     return properties

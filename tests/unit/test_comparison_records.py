@@ -1,0 +1,333 @@
+"""The comparison family's typed records (compare, sweep, diff): each round-trips through its
+plain JSON form, keeps the JSON keys of the results files, derives its derived numbers, and
+the views, the terminal table and the shard merge read them back (or fall back)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+
+from pytest_infercheck.checks.comparison import COMPARE, DIFF, SWEEP
+from pytest_infercheck.checks.comparison.aggregate import (
+    ComparisonAggregateRecord,
+    SuiteAggregate,
+    SweepAggregateRecord,
+    aggregate,
+)
+from pytest_infercheck.checks.comparison.present import (
+    FLIP_BARS,
+    KL_DISTRIBUTION,
+    MEASURES,
+    cliff_lines,
+    level_charts,
+    merge_aggregate,
+    side_columns,
+    summary_rows,
+)
+from pytest_infercheck.checks.comparison.prompt import PromptComparison
+from pytest_infercheck.checks.comparison.run import SelfCheckRecord
+from pytest_infercheck.golden.record import GoldenRecording, PromptRecording, SuiteRecording
+from pytest_infercheck.records import load_record, plain_data
+from pytest_infercheck.report.views import item_detail
+from pytest_infercheck.specs import Thresholds
+from tests.htmldom import parse
+
+from .factories import prompt_comparison
+
+FLIPPED = prompt_comparison("a", [0.1, 0.3], [True, False], [-0.2, 0.0], "correct_to_wrong")
+UNCHANGED = prompt_comparison("b", [0.2], [True], [0.1])
+TEXT_ONLY = dataclasses.replace(
+    prompt_comparison("c", [], [], []),
+    method="text",
+    base_ids=None,
+    test_ids=None,
+    first_divergence=None,
+    answer_kind=None,
+    reference=None,
+    base_answer=None,
+    test_answer=None,
+)
+LEVEL = aggregate([FLIPPED, UNCHANGED], Thresholds(max_kl_position=0.5))
+ENGINES = {"bf16@local": {"kind": "mlx-lm", "model": "/m/bf16"}, "q4@local": {"kind": "mlx-lm"}}
+COMPARE_AGGREGATE = ComparisonAggregateRecord("compare", "addition", [LEVEL], ENGINES)
+SWEEP_AGGREGATE = SweepAggregateRecord("sweep", "addition", [LEVEL], ENGINES, "q4@local")
+PROMPT_RECORDING = PromptRecording(
+    golden="adder-v1",
+    file="goldens/adder-v1.json",
+    target="adder@local",
+    engines={"adder@local": {"kind": "mlx-lm"}},
+    prompt_id="s01",
+    text="46",
+    token_ids=[52, 54, 2],
+    finish_reason="stop",
+    positions=3,
+)
+SUITE_RECORDING = SuiteRecording(
+    golden="adder-v1",
+    file="goldens/adder-v1.json",
+    target="adder@local",
+    engines={"adder@local": {"kind": "mlx-lm"}},
+    prompts=4,
+)
+
+RECORDS: list[Any] = [
+    FLIPPED,
+    UNCHANGED,
+    TEXT_ONLY,
+    LEVEL,
+    COMPARE_AGGREGATE,
+    SWEEP_AGGREGATE,
+    SelfCheckRecord([]),
+    SelfCheckRecord(["s01: token ids differ from token 3"]),
+    PROMPT_RECORDING,
+    SUITE_RECORDING,
+]
+
+# The JSON keys of each record as the results files of version 2 have them (before the
+# records were typed): changing one is a change of the results format.
+PROMPT_KEYS = [
+    "prompt_id",
+    "prompt_text",
+    "baseline",
+    "test",
+    "method",
+    "base_text",
+    "test_text",
+    "base_ids",
+    "test_ids",
+    "base_finish",
+    "test_finish",
+    "first_divergence",
+    "similarity",
+    "severity",
+    "kl_per_position",
+    "same_top",
+    "delta_p",
+    "answer_kind",
+    "reference",
+    "base_answer",
+    "test_answer",
+    "flip",
+    "sameness",
+    "templated",
+    "base_reasoning_chars",
+    "test_reasoning_chars",
+    "kl_mean",
+    "kl_max",
+    "same_top_rate",
+    "is_flip",
+]
+LEVEL_KEYS = [
+    "baseline",
+    "test",
+    "n_prompts",
+    "n_failed",
+    "kl_n",
+    "kl_mean",
+    "kl_se",
+    "kl_median",
+    "kl_p90",
+    "kl_p99",
+    "kl_max",
+    "same_top_rate",
+    "delta_p_mean",
+    "delta_p_rms",
+    "n_answered",
+    "flips",
+    "n_flips",
+    "flip_rate",
+    "flip_rate_low",
+    "flip_rate_high",
+    "mcnemar_p",
+    "severities",
+    "methods",
+]
+
+
+def record_of(kind: str, role: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "check": f"{kind}(bf16)",
+        "kind": kind,
+        "suite": "addition",
+        "role": role,
+        "name": role,
+        "thresholds": {},
+        "violations": [],
+        "data": data,
+    }
+
+
+# -- round trips and the JSON keys ---------------------------------------------------------------
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_every_record_round_trips_through_its_plain_form(record: Any) -> None:
+    plain = plain_data(record)
+    assert load_record(type(record), plain) == record
+    assert plain_data(load_record(type(record), plain)) == plain
+
+
+def test_nan_statistics_are_null_in_json_and_nan_again_when_read() -> None:
+    level = aggregate([TEXT_ONLY], Thresholds())  # no positions: the KL statistics are NaN
+    assert math.isnan(level.kl_mean) and level.kl_n == 0
+    plain = plain_data(level)
+    assert plain["kl_mean"] is None and plain["kl_p99"] is None
+    back = load_record(SuiteAggregate, plain)
+    assert math.isnan(back.kl_mean) and math.isnan(back.kl_max)
+    assert plain_data(back) == plain
+    record = dataclasses.replace(FLIPPED, kl_per_position=[0.1, math.inf])
+    assert plain_data(record)["kl_per_position"] == [0.1, None]
+    assert math.isnan(load_record(PromptComparison, plain_data(record)).kl_per_position[1])
+
+
+def test_json_keys_are_those_of_the_results_format() -> None:
+    assert list(plain_data(FLIPPED)) == PROMPT_KEYS
+    assert list(plain_data(LEVEL)) == LEVEL_KEYS
+    assert list(plain_data(COMPARE_AGGREGATE)) == ["check", "suite", "levels", "engines"]
+    assert list(plain_data(SWEEP_AGGREGATE)) == ["check", "suite", "levels", "engines", "cliff"]
+    assert plain_data(SelfCheckRecord(["x"])) == {"problems": ["x"]}
+    common = ["golden", "file", "target", "engines"]
+    assert list(plain_data(PROMPT_RECORDING)) == [
+        *common,
+        *["prompt_id", "text", "token_ids", "finish_reason", "positions"],
+    ]
+    assert list(plain_data(SUITE_RECORDING)) == [*common, "prompts"]
+
+
+def test_derived_numbers_are_made_with_the_record_and_again_when_it_is_read() -> None:
+    assert FLIPPED.kl_mean == pytest.approx(0.2) and FLIPPED.kl_max == pytest.approx(0.3)
+    assert FLIPPED.same_top_rate == 0.5 and FLIPPED.is_flip
+    assert TEXT_ONLY.kl_mean is None and TEXT_ONLY.same_top_rate is None
+    assert not UNCHANGED.is_flip
+    stale = {**plain_data(FLIPPED), "kl_mean": 99.0, "is_flip": False}
+    read = load_record(PromptComparison, stale)
+    assert read.kl_mean == pytest.approx(0.2) and read.is_flip
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        FLIPPED.flip = "unchanged"  # type: ignore[misc]
+
+
+def test_recordings_read_as_the_common_golden_recording() -> None:
+    for recording in (PROMPT_RECORDING, SUITE_RECORDING):
+        common = load_record(GoldenRecording, plain_data(recording))
+        assert common.golden == "adder-v1" and common.target == "adder@local"
+
+
+def test_the_kinds_register_their_records_by_role() -> None:
+    assert COMPARE.records == {
+        "prompt": PromptComparison,
+        "aggregate": ComparisonAggregateRecord,
+        "record": GoldenRecording,
+    }
+    assert DIFF.records == {"prompt": PromptComparison, "aggregate": ComparisonAggregateRecord}
+    assert SWEEP.records == {
+        "prompt": PromptComparison,
+        "aggregate": SweepAggregateRecord,
+        "self-check": SelfCheckRecord,
+    }
+
+
+def test_summary_keys_are_fields_of_the_records() -> None:
+    """The HTML summary reads an aggregate's levels and the prompt records by key."""
+    level_fields = {f.name for f in dataclasses.fields(SuiteAggregate)}
+    assert {key for _, keys, _ in MEASURES for key in keys} <= level_fields
+    assert {FLIP_BARS.value, FLIP_BARS.low, FLIP_BARS.high} <= level_fields
+    prompt_fields = {f.name for f in dataclasses.fields(PromptComparison)}
+    assert {KL_DISTRIBUTION.value, KL_DISTRIBUTION.group} <= prompt_fields
+
+
+# -- readers ---------------------------------------------------------------------------------------
+def test_terminal_rows_and_the_cliff_of_sweeps_only() -> None:
+    aggregates = [
+        ("m.yaml::compare(bf16-vs-q4)::addition::aggregate", True, plain_data(COMPARE_AGGREGATE)),
+        ("m.yaml::sweep(bf16)::addition::aggregate", True, plain_data(SWEEP_AGGREGATE)),
+    ]
+    rows = summary_rows(aggregates)
+    assert [row[:5] for row in rows] == [
+        ["compare(bf16-vs-q4)", "addition", "q4@local", "2", "1"],
+        ["sweep(bf16)", "addition", "q4@local", "2", "1"],
+    ]
+    assert cliff_lines(aggregates) == ["sweep(bf16) addition: degradation cliff: q4@local"]
+
+
+def test_html_views_of_the_records() -> None:
+    prompt = parse(item_detail(record_of("compare", "prompt", plain_data(FLIPPED))))
+    assert "(ValidationError" not in prompt.text()
+    assert [m.text() for m in prompt.all("mark", "ic-div")] == ["4", "5"]
+    sweep = parse(item_detail(record_of("sweep", "aggregate", plain_data(SWEEP_AGGREGATE))))
+    assert "degradation cliff: q4@local" in sweep.text()
+    compare = parse(item_detail(record_of("compare", "aggregate", plain_data(COMPARE_AGGREGATE))))
+    assert "degradation cliff" not in compare.text() and "/m/bf16" in compare.text()
+    check = parse(item_detail(record_of("sweep", "self-check", {"problems": ["s01: differ"]})))
+    assert check.one("ul").text() == "s01: differ"
+    ((title, numbers),) = side_columns(plain_data(COMPARE_AGGREGATE))
+    assert title == "q4@local" and numbers == plain_data(LEVEL)
+    assert len(level_charts("sweep(bf16) · addition", plain_data(SWEEP_AGGREGATE))) == 2
+
+
+def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != key}
+
+
+@pytest.mark.parametrize(
+    ("kind", "role", "data"),
+    [
+        ("compare", "prompt", _without(plain_data(FLIPPED), "base_finish")),
+        ("compare", "prompt", {**plain_data(FLIPPED), "kl_per_position": "x"}),
+        ("compare", "aggregate", _without(plain_data(COMPARE_AGGREGATE), "engines")),
+        ("sweep", "aggregate", {**plain_data(SWEEP_AGGREGATE), "cliff": None}),
+        ("sweep", "aggregate", {**plain_data(SWEEP_AGGREGATE), "levels": [{"test": "q4"}]}),
+        ("sweep", "self-check", {"problem": []}),
+    ],
+)
+def test_a_record_missing_a_field_falls_back_to_a_table(
+    kind: str, role: str, data: dict[str, Any]
+) -> None:
+    root = parse(item_detail(record_of(kind, role, data)))
+    assert "(ValidationError in the detail view)" in root.text()
+    assert root.all("table", "ic-kv")  # the data, key by key
+
+
+def test_summary_columns_of_an_unreadable_aggregate_are_empty() -> None:
+    broken = _without(plain_data(COMPARE_AGGREGATE), "engines")
+    assert side_columns(broken) == [] and side_columns({}) == []
+    assert len(level_charts("x", {})) == 2  # empty charts, as before
+
+
+# -- shards --------------------------------------------------------------------------------------
+SWEEP_SUITE = "m.yaml::sweep(bf16)::addition"
+
+
+def _item(name: str, role: str, data: dict[str, Any], outcome: str = "passed") -> dict[str, Any]:
+    return {
+        **record_of("sweep", role, data),
+        "nodeid": f"{SWEEP_SUITE}::{name}",
+        "name": name,
+        "outcome": outcome,
+        "duration_s": 1.0,
+        "worker": None,
+        "longrepr": None,
+        "thresholds": {"max_kl_position": 0.5},
+    }
+
+
+def test_a_sweep_merges_into_one_aggregate_with_its_cliff_again() -> None:
+    half = dataclasses.replace(SWEEP_AGGREGATE, engines={"q4@local": {}}, cliff="none")
+    shards = [(1, _item("aggregate", "aggregate", plain_data(half)))] * 2
+    items = [_item(r.prompt_id, "prompt", plain_data(r)) for r in (FLIPPED, UNCHANGED)]
+    merged = merge_aggregate(f"{SWEEP_SUITE}::aggregate", shards, items)
+    assert merged is not None and merged["outcome"] == "passed"
+    record = load_record(SweepAggregateRecord, merged["data"])
+    assert record.levels == [LEVEL] and record.cliff == "q4@local"
+    assert list(merged["data"]) == ["check", "suite", "levels", "engines", "cliff"]
+
+
+def test_shards_whose_aggregate_or_prompts_cannot_be_read_are_not_merged() -> None:
+    good = _item("aggregate", "aggregate", plain_data(SWEEP_AGGREGATE))
+    errored = _item("aggregate", "aggregate", {}, outcome="error")
+    items = [_item("a", "prompt", plain_data(FLIPPED))]
+    assert merge_aggregate(f"{SWEEP_SUITE}::aggregate", [(1, good), (2, errored)], items) is None
+    old = copy.deepcopy(items)
+    del old[0]["data"]["test_finish"]
+    assert merge_aggregate(f"{SWEEP_SUITE}::aggregate", [(1, good)], old) is None
