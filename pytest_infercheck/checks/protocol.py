@@ -60,13 +60,15 @@ class ItemPlan:
 
 @dataclass
 class Outcome:
-    """What an item found; plain types only (it crosses xdist and goes into JSON)."""
+    """What an item found (its record crosses xdist and goes into JSON)."""
 
     violations: list[str] = field(default_factory=list)
     text: str = ""
     """The human-readable report shown above the violations when the item fails."""
-    data: dict[str, Any] = field(default_factory=dict)
-    """Everything measured, for the HTML report and the JSON results."""
+    data: Any = field(default_factory=dict)
+    """Everything measured, for the HTML report and the JSON results: the kind's record for
+    the item's role (a dataclass of :attr:`CheckKind.records`, turned into JSON types by
+    :func:`..records.plain_data`), or a mapping of plain types."""
     properties: list[tuple[str, Any]] = field(default_factory=list)
     """Scalar numbers for JUnit properties (``infercheck_*``)."""
     role: str | None = None
