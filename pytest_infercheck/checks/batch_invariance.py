@@ -12,6 +12,10 @@ prompts are alike. The batch goes through ``Backend.generate_batch``: mlx-lm's o
 A trial passes when the needle's tokens equal the alone tokens (token ids where both sides
 have them, else text) and, where logprobs are exposed, ``max_t |lp_alone[t] - lp_batch[t]|``
 over the positions before the first divergence is within ``logprob_tolerance``.
+
+Records (:attr:`~.protocol.CheckKind.records`): :class:`BatchInvariancePrompt` (role
+``prompt``, its trials :class:`Trial`) and :class:`BatchInvarianceAggregate` (role
+``aggregate``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from pydantic import Field
 from ..backends import Generation
 from ..metrics.determinism import logprob_diff
 from ..metrics.sameness import same_generation
-from ..render.markup import esc, mapping, num, rate, table
+from ..records import load_record, plain_data
+from ..render.markup import esc, num, rate, table
 from ..render.table import check_table
 from ..render.views import facts, side_by_side, target_aggregate, text_of
 from ..specs import TARGET_THRESHOLDS, TargetCheck
@@ -52,6 +57,85 @@ CONCURRENT_BURST = "concurrent burst"
 SEQUENTIAL = "sequential (the backend takes one request at a time)"
 
 
+@dataclass
+class AloneOutput:
+    """The prompt generated alone: the reference of every trial."""
+
+    text: str
+    token_ids: list[int] | None
+    """None when the backend gives no token ids."""
+
+
+@dataclass
+class Trial:
+    """One trial: the prompt (the needle) at ``position`` of a batch, against it alone."""
+
+    trial: int
+    """The trial's number (0, 1, ...)."""
+    position: int
+    """The needle's index in the batch."""
+    batch: list[str]
+    """The batch's prompt ids in order; a companion repeated ``n`` times is ``id*n``."""
+    match: bool
+    """The needle's batched generation is the same as alone (token ids where both sides have
+    them, and text); False when its request failed."""
+    first_divergence: int | None
+    """Where it leaves the alone output (in ``divergence_unit``); None when it matches or
+    failed."""
+    max_logprob_diff: float | None
+    """``max_t |lp_alone[t] - lp_batch[t]|`` over the positions both share a token; None
+    without logprobs (or when the request failed)."""
+    text: str | None
+    """The needle's batched output; None when its request failed."""
+    divergence_unit: str | None = None
+    """``token`` or ``char``; None when it matches or failed (absent in results version 1)."""
+    error: str | None = None
+    """``<exception type>: <message>`` when the batched request failed; the key is absent from
+    the JSON otherwise (:meth:`BatchInvariancePrompt.to_plain`)."""
+
+
+@dataclass
+class BatchInvariancePrompt:
+    """The record of one prompt's item (role ``prompt``): alone, then its trials."""
+
+    prompt_id: str
+    target: str
+    seed: int
+    """The check's seed: with the prompt id, it draws the trials' positions and companions."""
+    alone: AloneOutput
+    trials: list[Trial]
+    batched_by: str
+    """How the backend ran a batch (:func:`batched_by`)."""
+
+    def to_plain(self) -> dict[str, Any]:
+        """This record as JSON types, a trial's ``error`` only where its request failed (the
+        results files have always left it out otherwise)."""
+        data = plain_data(self)
+        for trial in data["trials"]:
+            if trial["error"] is None:
+                del trial["error"]
+        return data
+
+
+@dataclass
+class BatchInvarianceAggregate:
+    """The record of a batch-invariance check x suite (role ``aggregate``)."""
+
+    target: str
+    prompts: int
+    """Prompts aggregated (the suite, or the shard's selection)."""
+    invariant_prompts: int
+    """Prompts without a violation in any trial."""
+    rate: float
+    """``invariant_prompts / prompts`` (0.0 for no prompts)."""
+    trials: int
+    """Trials over all prompts."""
+    batched_by: str | None
+    """How the backend ran a batch; None for no prompts."""
+    engines: dict[str, dict[str, Any]]
+    """The target's engine identity, by target label."""
+
+
 class BatchInvarianceSpec(TargetCheck):
     """Each prompt alone, then at a random position of ``trials`` batches of ``batch_size``
     prompts of mixed lengths, drawn with ``seed``."""
@@ -66,26 +150,26 @@ class BatchInvarianceRun(TargetRun):
     """The needle trials of every prompt, memoised per prompt on the run (shared by the
     suite's items and its aggregate)."""
 
-    _trials_by_prompt: dict[str, dict[str, Any]] = field(
+    _trials_by_prompt: dict[str, BatchInvariancePrompt] = field(
         default_factory=dict, init=False, repr=False
     )
-    """By prompt id: the item data of its trials (see :meth:`result`)."""
+    """By prompt id: the record of its trials (see :meth:`result`)."""
 
     def run_item(self, plan: ItemPlan) -> Outcome:
-        data = self.result(self.prompt(plan.key))
-        violations = trial_violations(data, self.check)
+        record = self.result(self.prompt(plan.key))
+        violations = trial_violations(record, self.check)
         props: list[tuple[str, Any]] = [
-            ("infercheck_trials", len(data["trials"])),
-            ("infercheck_matching_trials", sum(t["match"] for t in data["trials"])),
-            ("infercheck_max_logprob_diff", _max_diff(data["trials"])),
+            ("infercheck_trials", len(record.trials)),
+            ("infercheck_matching_trials", sum(t.match for t in record.trials)),
+            ("infercheck_max_logprob_diff", _max_diff(record.trials)),
         ]
-        return Outcome(violations, describe(data), data, props)
+        return Outcome(violations, describe(record), record.to_plain(), props)
 
-    def result(self, prompt: Prompt) -> dict[str, Any]:
-        """The item data of ``prompt`` (see the module docstring; memoised)."""
+    def result(self, prompt: Prompt) -> BatchInvariancePrompt:
+        """The record of ``prompt``'s trials (see the module docstring; memoised)."""
         return memoised(self._trials_by_prompt, prompt.id, lambda: self._trials(prompt))
 
-    def _trials(self, prompt: Prompt) -> dict[str, Any]:
+    def _trials(self, prompt: Prompt) -> BatchInvariancePrompt:
         spec = self.check.spec
         target = self.target
         backend = target.backend
@@ -104,17 +188,18 @@ class BatchInvarianceRun(TargetRun):
             names.insert(position, prompt.id)
             results = self.cache.call(target, backend.generate_batch(inputs, params))
             trials.append(
-                {"trial": trial, "position": position, "batch": names}
-                | compare_to_alone(alone, results[position])
+                compare_to_alone(
+                    alone, results[position], trial=trial, position=position, batch=names
+                )
             )
-        return {
-            "prompt_id": prompt.id,
-            "target": target.label,
-            "seed": spec.seed,
-            "alone": {"text": alone.text, "token_ids": alone.token_ids},
-            "trials": trials,
-            "batched_by": batched_by(backend),
-        }
+        return BatchInvariancePrompt(
+            prompt_id=prompt.id,
+            target=target.label,
+            seed=spec.seed,
+            alone=AloneOutput(alone.text, alone.token_ids),
+            trials=trials,
+            batched_by=batched_by(backend),
+        )
 
     def _companion(self, rng: random.Random, others: list[Prompt]) -> tuple[str, PromptInput]:
         """A random other prompt repeated 1..MAX_REPEAT times: its name and rendering."""
@@ -126,21 +211,21 @@ class BatchInvarianceRun(TargetRun):
     def aggregate(self) -> Outcome:
         results = [self.result(p) for p in self.scope_prompts()]
         invariant = sum(not trial_violations(r, self.check) for r in results)
-        trials = sum(len(r["trials"]) for r in results)
+        trials = sum(len(r.trials) for r in results)
         target = self.target
         rate = invariant / len(results) if results else 0.0
-        data = {
-            "target": target.label,
-            "prompts": len(results),
-            "invariant_prompts": invariant,
-            "rate": rate,
-            "trials": trials,
-            "batched_by": results[0]["batched_by"] if results else None,
-            "engines": {target.label: target.backend.identity()},
-        }
+        data = BatchInvarianceAggregate(
+            target=target.label,
+            prompts=len(results),
+            invariant_prompts=invariant,
+            rate=rate,
+            trials=trials,
+            batched_by=results[0].batched_by if results else None,
+            engines={target.label: target.backend.identity()},
+        )
         text = (
             f"{target.label}: {invariant}/{len(results)} prompts batch-invariant over "
-            f"{trials} trials ({data['batched_by']})"
+            f"{trials} trials ({data.batched_by})"
         )
         props: list[tuple[str, Any]] = [
             ("infercheck_invariant_prompts", invariant),
@@ -159,20 +244,31 @@ def batched_by(backend: Backend) -> str:
     return CONCURRENT_BURST if backend.concurrency > 1 else SEQUENTIAL
 
 
-def compare_to_alone(alone: Generation, batched: Generation | BaseException) -> dict[str, Any]:
-    """``match`` (:func:`~pytest_infercheck.metrics.sameness.same_generation`: ids and text),
+def compare_to_alone(
+    alone: Generation,
+    batched: Generation | BaseException,
+    *,
+    trial: int,
+    position: int,
+    batch: list[str],
+) -> Trial:
+    """The trial ``trial`` (the needle at ``position`` of ``batch``): ``match``
+    (:func:`~pytest_infercheck.metrics.sameness.same_generation`: ids and text),
     ``first_divergence`` and its unit, ``max_logprob_diff`` over the positions both runs
     share a token, and ``text`` of the needle's batched generation against the alone one
     (``error`` when the batched request failed)."""
     if isinstance(batched, BaseException):
-        return {
-            "match": False,
-            "first_divergence": None,
-            "divergence_unit": None,
-            "max_logprob_diff": None,
-            "text": None,
-            "error": f"{type(batched).__name__}: {batched}",
-        }
+        return Trial(
+            trial=trial,
+            position=position,
+            batch=batch,
+            match=False,
+            first_divergence=None,
+            divergence_unit=None,
+            max_logprob_diff=None,
+            text=None,
+            error=f"{type(batched).__name__}: {batched}",
+        )
     verdict = same_generation(alone, batched)
     if verdict.same or verdict.detokenization_difference:
         aligned: int | None = None  # every position holds the same token
@@ -180,30 +276,33 @@ def compare_to_alone(alone: Generation, batched: Generation | BaseException) -> 
         aligned = verdict.first_divergence
     else:
         aligned = 0  # texts differ and no tokens say where: no position is comparable
-    return {
-        "match": verdict.same,
-        "first_divergence": verdict.first_divergence,
-        "divergence_unit": verdict.divergence_unit,
-        "max_logprob_diff": logprob_diff(alone.chosen_logprobs, batched.chosen_logprobs, aligned),
-        "text": batched.text,
-    }
+    return Trial(
+        trial=trial,
+        position=position,
+        batch=batch,
+        match=verdict.same,
+        first_divergence=verdict.first_divergence,
+        divergence_unit=verdict.divergence_unit,
+        max_logprob_diff=logprob_diff(alone.chosen_logprobs, batched.chosen_logprobs, aligned),
+        text=batched.text,
+    )
 
 
-def trial_violations(data: dict[str, Any], check: CheckSpec) -> list[str]:
+def trial_violations(record: BatchInvariancePrompt, check: CheckSpec) -> list[str]:
     """Why a prompt is not batch-invariant: trials whose tokens differ from the alone run,
     whose batched request failed, or whose logprobs moved beyond ``logprob_tolerance``."""
     violations = []
-    size = len(data["trials"][0]["batch"]) if data["trials"] else 0
-    for t in data["trials"]:
-        where = f"trial {t['trial']} (position {t['position']} of {size})"
-        if "error" in t:
-            violations.append(f"{where}: the batched request failed: {t['error']}")
-        elif not t["match"]:
+    size = len(record.trials[0].batch) if record.trials else 0
+    for t in record.trials:
+        where = f"trial {t.trial} (position {t.position} of {size})"
+        if t.error is not None:
+            violations.append(f"{where}: the batched request failed: {t.error}")
+        elif not t.match:
             violations.append(
-                f"{where}: output differs from the prompt alone at {t['first_divergence']}: "
-                f"{data['alone']['text']!r} alone vs {t['text']!r} batched"
+                f"{where}: output differs from the prompt alone at {t.first_divergence}: "
+                f"{record.alone.text!r} alone vs {t.text!r} batched"
             )
-        diff = t["max_logprob_diff"]
+        diff = t.max_logprob_diff
         if diff is not None and diff > check.logprob_tolerance:
             violations.append(
                 f"{where}: logprobs moved by {diff:.3g} > logprob_tolerance "
@@ -212,20 +311,20 @@ def trial_violations(data: dict[str, Any], check: CheckSpec) -> list[str]:
     return violations
 
 
-def describe(data: dict[str, Any]) -> str:
+def describe(record: BatchInvariancePrompt) -> str:
     """The item's report: the alone output and each trial's batch and result."""
-    lines = [f"alone: {data['alone']['text']!r} (batched by {data['batched_by']})"]
-    for t in data["trials"]:
-        verdict = "match" if t["match"] else "DIFFERS"
+    lines = [f"alone: {record.alone.text!r} (batched by {record.batched_by})"]
+    for t in record.trials:
+        verdict = "match" if t.match else "DIFFERS"
         lines.append(
-            f"  trial {t['trial']}: position {t['position']} in [{', '.join(t['batch'])}]: "
-            f"{verdict}, max |logprob diff| {t['max_logprob_diff']}"
+            f"  trial {t.trial}: position {t.position} in [{', '.join(t.batch)}]: "
+            f"{verdict}, max |logprob diff| {t.max_logprob_diff}"
         )
     return "\n".join(lines)
 
 
-def _max_diff(trials: list[dict[str, Any]]) -> float | None:
-    diffs = [t["max_logprob_diff"] for t in trials if t["max_logprob_diff"] is not None]
+def _max_diff(trials: list[Trial]) -> float | None:
+    diffs = [t.max_logprob_diff for t in trials if t.max_logprob_diff is not None]
     return max(diffs) if diffs else None
 
 
@@ -233,43 +332,47 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
     """One row per batch-invariance check x suite for the terminal summary."""
 
     def cells(data: dict[str, Any]) -> list[str]:
-        invariant = f"{data['invariant_prompts']}/{data['prompts']}"
-        return [str(data["trials"]), invariant, str(data["batched_by"])]
+        record = load_record(BatchInvarianceAggregate, data)
+        invariant = f"{record.invariant_prompts}/{record.prompts}"
+        return [str(record.trials), invariant, str(record.batched_by)]
+
+    def complete(data: dict[str, Any]) -> bool:
+        record = load_record(BatchInvarianceAggregate, data)
+        return record.invariant_prompts == record.prompts
 
     columns = (("trials", ">"), ("invariant", ">"), ("batched by", "<"))
-    return check_table(aggregates, columns, cells, lambda d: d["invariant_prompts"] == d["prompts"])
+    return check_table(aggregates, columns, cells, complete)
 
 
 def batch_invariance_prompt(data: Mapping[str, Any]) -> str:
     """The prompt alone against each batched trial."""
-    alone = mapping(data.get("alone"))
-    trials = [t for t in data.get("trials") or [] if isinstance(t, Mapping)]
+    record = load_record(BatchInvariancePrompt, data)
     rows = [
         [
-            esc(t.get("trial", "-")),
-            esc(t.get("position", "-")),
-            esc(t.get("batch", "-")),
-            esc(t.get("match", "-")),
-            esc(t.get("first_divergence", "-")),
-            num(t.get("max_logprob_diff")),
+            esc(t.trial),
+            esc(t.position),
+            esc(t.batch),
+            esc(t.match),
+            esc(t.first_divergence),
+            num(t.max_logprob_diff),
         ]
-        for t in trials
+        for t in record.trials
     ]
     parts = [
-        facts(data, ()),
+        facts(record.to_plain(), ()),
         table(
             ["trial", "position", "batch", "match", "first divergence", "max logprob diff"], rows
         ),
     ]
-    for t in trials:
-        if t.get("match") is False:
+    for t in record.trials:
+        if not t.match:
             parts.append(
                 side_by_side(
                     "alone",
-                    text_of(alone.get("text")),
-                    f"trial {t.get('trial', '?')} (batch {t.get('batch', '?')})",
-                    text_of(t.get("text")),
-                    t.get("first_divergence"),
+                    record.alone.text,
+                    f"trial {t.trial} (batch {t.batch})",
+                    text_of(t.text),
+                    t.first_divergence,
                 )
             )
             break
@@ -284,6 +387,7 @@ BATCH_INVARIANCE = CheckKind(
     thresholds=TARGET_THRESHOLDS,
     family="batch-invariance",
     summary_lines=summary_lines,
+    records={"prompt": BatchInvariancePrompt, "aggregate": BatchInvarianceAggregate},
     views={"prompt": batch_invariance_prompt, "aggregate": target_aggregate},
     measures=(
         ("invariant prompts", ("invariant_prompts", "prompts"), rate),

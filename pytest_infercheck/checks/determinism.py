@@ -9,6 +9,9 @@ see :func:`~pytest_infercheck.metrics.determinism.determinism_score`) with
 
 HTTP backends get every selected prompt x run at once, bounded by their concurrency (so
 runs of a prompt also overlap with each other); in-process backends loop.
+
+Records (:attr:`~.protocol.CheckKind.records`): :class:`DeterminismPrompt` (role
+``prompt``) and :class:`DeterminismAggregate` (role ``aggregate``).
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ from pydantic import Field
 from ..backends import BackendError
 from ..metrics.determinism import (
     DeterminismSummary,
+    DistinctOutput,
     RunOutput,
     determinism_score,
     summarize_runs,
 )
-from ..render.markup import esc, interval, is_number, num, plain, rate
+from ..records import load_record, plain_data
+from ..render.markup import esc, interval, num, plain, rate
 from ..render.table import check_table
-from ..render.views import facts, marked_text, side_by_side, target_aggregate, text_of
+from ..render.views import facts, marked_text, side_by_side, target_aggregate
 from ..specs import TARGET_THRESHOLDS, TargetCheck
 from .protocol import (
     Aggregates,
@@ -46,6 +51,61 @@ if TYPE_CHECKING:
 
 MAX_SHOWN_OUTPUTS = 5
 MAX_SHOWN_DIVERGENCES = 12
+SCORE_INTERVAL = "95% Wilson interval of the pooled share of runs equal to their modal"
+
+
+@dataclass
+class DeterminismPrompt:
+    """The record of one prompt's item (role ``prompt``): its runs at temperature 0."""
+
+    prompt_id: str
+    target: str
+    """The target's label (``q4@local``)."""
+    runs: int
+    """Runs made, failed ones included."""
+    modal_share: float
+    """Runs equal to the most frequent output / ``runs`` (a failed run counts against it)."""
+    distinct: int
+    """Distinct successful outputs."""
+    errors: int
+    """Failed runs."""
+    error_messages: list[str]
+    """``run <i>: <error>`` of each failed run."""
+    first_divergences: list[int | None]
+    """Per run: the first index (token, else character) where it leaves the modal output;
+    None when it equals it or failed."""
+    max_logprob_drift: float | None
+    """Largest logprob spread at one position among runs with identical tokens; None when no
+    two such runs expose logprobs."""
+    outputs: list[DistinctOutput]
+    """The distinct outputs, modal first, then by count and first appearance."""
+
+
+@dataclass
+class DeterminismAggregate:
+    """The record of a determinism check x suite (role ``aggregate``)."""
+
+    target: str
+    runs: int
+    """Runs per prompt."""
+    prompts: int
+    """Prompts aggregated (the suite, or the shard's selection)."""
+    deterministic_prompts: int
+    """Prompts whose runs all succeeded and gave one output."""
+    score: float
+    """The determinism score: mean modal share over the prompts."""
+    score_low: float
+    """Lower bound of :attr:`interval`."""
+    score_high: float
+    """Upper bound of :attr:`interval`."""
+    interval: str
+    """What ``score_low``/``score_high`` bound (:data:`SCORE_INTERVAL`)."""
+    errors: int
+    """Failed runs over all prompts."""
+    max_logprob_drift: float | None
+    """The largest prompt's ``max_logprob_drift``; None when no prompt has one."""
+    engines: dict[str, dict[str, Any]]
+    """The target's engine identity, by target label."""
 
 
 class DeterminismSpec(TargetCheck):
@@ -110,18 +170,18 @@ class DeterminismRun(TargetRun):
         prompt = self.prompt(plan.key)
         summary, messages = self.result(prompt)
         violations = item_violations(summary, self.check)
-        data = {
-            "prompt_id": prompt.id,
-            "target": self.target.label,
-            "runs": summary.runs,
-            "modal_share": summary.modal_share,
-            "distinct": summary.distinct,
-            "errors": summary.errors,
-            "error_messages": messages,
-            "first_divergences": summary.first_divergences,
-            "max_logprob_drift": summary.max_logprob_drift,
-            "outputs": summary.outputs,
-        }
+        data = DeterminismPrompt(
+            prompt_id=prompt.id,
+            target=self.target.label,
+            runs=summary.runs,
+            modal_share=summary.modal_share,
+            distinct=summary.distinct,
+            errors=summary.errors,
+            error_messages=messages,
+            first_divergences=summary.first_divergences,
+            max_logprob_drift=summary.max_logprob_drift,
+            outputs=summary.outputs,
+        )
         properties: list[tuple[str, Any]] = [
             ("infercheck_runs", summary.runs),
             ("infercheck_modal_share", summary.modal_share),
@@ -154,19 +214,19 @@ class DeterminismRun(TargetRun):
                 f"max_error_rate {self.check.max_error_rate}"
             )
         target = self.target
-        data = {
-            "target": target.label,
-            "runs": self.runs,
-            "prompts": len(summaries),
-            "deterministic_prompts": deterministic,
-            "score": score,
-            "score_low": low,
-            "score_high": high,
-            "interval": "95% Wilson interval of the pooled share of runs equal to their modal",
-            "errors": errors,
-            "max_logprob_drift": max(drifts) if drifts else None,
-            "engines": {target.label: target.backend.identity()},
-        }
+        data = DeterminismAggregate(
+            target=target.label,
+            runs=self.runs,
+            prompts=len(summaries),
+            deterministic_prompts=deterministic,
+            score=score,
+            score_low=low,
+            score_high=high,
+            interval=SCORE_INTERVAL,
+            errors=errors,
+            max_logprob_drift=max(drifts) if drifts else None,
+            engines={target.label: target.backend.identity()},
+        )
         text = (
             f"{target.label}: {deterministic}/{len(summaries)} prompts deterministic over "
             f"{self.runs} runs; score {score:.4f} (95% CI {low:.4f}-{high:.4f}); "
@@ -178,7 +238,7 @@ class DeterminismRun(TargetRun):
             ("infercheck_determinism_score_high", high),
             ("infercheck_deterministic_prompts", deterministic),
             ("infercheck_errors", errors),
-            ("infercheck_max_logprob_drift", data["max_logprob_drift"]),
+            ("infercheck_max_logprob_drift", data.max_logprob_drift),
         ]
         return Outcome(violations, text, data, properties)
 
@@ -216,7 +276,7 @@ def describe(summary: DeterminismSummary, messages: list[str]) -> str:
     ]
     for n, output in enumerate(summary.outputs[:MAX_SHOWN_OUTPUTS]):
         marker = "modal" if n == 0 else f"#{n + 1}"
-        lines.append(f"  {marker} x{output['count']}: {output['text']!r}")
+        lines.append(f"  {marker} x{output.count}: {output.text!r}")
     if len(summary.outputs) > MAX_SHOWN_OUTPUTS:
         lines.append(f"  ... {len(summary.outputs) - MAX_SHOWN_OUTPUTS} more outputs")
     diverged = [f"run {i} at {d}" for i, d in enumerate(summary.first_divergences) if d is not None]
@@ -235,14 +295,19 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
     """One row per determinism check x suite for the terminal summary."""
 
     def cells(data: dict[str, Any]) -> list[str]:
-        drift = data["max_logprob_drift"]
+        record = load_record(DeterminismAggregate, data)
+        drift = record.max_logprob_drift
         return [
-            str(data["runs"]),
-            f"{data['deterministic_prompts']}/{data['prompts']}",
-            f"{data['score']:.4f} ({data['score_low']:.3f}-{data['score_high']:.3f})",
-            str(data["errors"]),
+            str(record.runs),
+            f"{record.deterministic_prompts}/{record.prompts}",
+            f"{record.score:.4f} ({record.score_low:.3f}-{record.score_high:.3f})",
+            str(record.errors),
             "-" if drift is None else f"{drift:.3g}",
         ]
+
+    def complete(data: dict[str, Any]) -> bool:
+        record = load_record(DeterminismAggregate, data)
+        return record.deterministic_prompts == record.prompts
 
     columns = (
         ("runs", ">"),
@@ -251,27 +316,26 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
         ("errors", ">"),
         ("max drift", ">"),
     )
-    return check_table(
-        aggregates, columns, cells, lambda d: d["deterministic_prompts"] == d["prompts"]
-    )
+    return check_table(aggregates, columns, cells, complete)
 
 
 def determinism_prompt(data: Mapping[str, Any]) -> str:
     """Run counts and each distinct output, the modal one first, against the modal one."""
-    outputs = [o for o in data.get("outputs") or [] if isinstance(o, Mapping)]
-    outputs.sort(key=lambda o: -o["count"] if is_number(o.get("count")) else 0)
-    parts = [facts(data, ())]
-    modal = text_of(outputs[0].get("text")) if outputs else ""
+    record = load_record(DeterminismPrompt, data)
+    outputs = sorted(record.outputs, key=lambda o: -o.count)
+    parts = [facts(plain_data(record), ())]
+    modal = outputs[0].text if outputs else ""
     for k, out in enumerate(outputs):
-        title = f"output {k + 1}: {out.get('count', '?')} of {data.get('runs', '?')} runs"
+        title = f"output {k + 1}: {out.count} of {record.runs} runs"
         if k == 0:
             parts.append(f"<h4>{esc(title)} (modal)</h4>")
             parts.append(marked_text(modal, None))
         else:
-            parts.append(side_by_side("modal output", modal, title, text_of(out.get("text"))))
-    for key in ("first_divergences", "error_messages"):
-        if data.get(key):
-            parts.append(f"<h4>{esc(key.replace('_', ' '))}</h4>{plain(data[key])}")
+            parts.append(side_by_side("modal output", modal, title, out.text))
+    if record.first_divergences:
+        parts.append(f"<h4>first divergences</h4>{plain(record.first_divergences)}")
+    if record.error_messages:
+        parts.append(f"<h4>error messages</h4>{plain(record.error_messages)}")
     return "".join(parts)
 
 
@@ -283,6 +347,7 @@ DETERMINISM = CheckKind(
     thresholds=TARGET_THRESHOLDS,
     family="determinism",
     summary_lines=summary_lines,
+    records={"prompt": DeterminismPrompt, "aggregate": DeterminismAggregate},
     views={"prompt": determinism_prompt, "aggregate": target_aggregate},
     measures=(
         ("runs per prompt", ("runs",), num),

@@ -23,15 +23,16 @@ the same server (pytest-xdist is the load generator); each level's figures are i
 requests. Each level is measured once per run: its result is published in the shared folder
 and reused by its item and the aggregate, whichever runs first, on whichever worker.
 
-Per level (``Outcome.data``): ``requests``; ``errors`` {kind: count} (``http_503``,
-``ReadTimeout``, ...); ``error_rate = errors / requests``; ``consistent``: outputs equal to
-their reference (same token ids when both sides have ids, and same text); ``consistency =
-consistent / requests``, so an error counts as inconsistent and is never dropped from a
-denominator; ``flips``: outputs whose answer (by the prompt's ``answer_kind``) flipped
-against the reference's (:func:`~pytest_infercheck.metrics.answers.classify_flip`, with the
-prompt's reference answer); ``flip_rate = flips / requests``; ``latency_p50_s`` and
-``latency_p95_s`` over the successful requests (linear interpolation); ``tokens_per_s``,
-``achieved_concurrency`` (time-weighted mean in flight) and ``max_in_flight`` as defined in
+Per level (``Outcome.data``, a :class:`StressLevel`): ``requests``; ``errors`` {kind: count}
+(``http_503``, ``ReadTimeout``, ...); ``error_rate = errors / requests``; ``consistent``:
+outputs equal to their reference (same token ids when both sides have ids, and same text);
+``consistency = consistent / requests``, so an error counts as inconsistent and is never
+dropped from a denominator; ``flips``: outputs whose answer (by the prompt's
+``answer_kind``) flipped against the reference's
+(:func:`~pytest_infercheck.metrics.answers.classify_flip`, with the prompt's reference
+answer); ``flip_rate = flips / requests``; ``latency_p50_s`` and ``latency_p95_s`` over the
+successful requests (linear interpolation); ``tokens_per_s``, ``achieved_concurrency``
+(time-weighted mean in flight) and ``max_in_flight`` as defined in
 :mod:`~pytest_infercheck.metrics.load` (tokens of successful requests; None when the engine
 reports no token counts); ``mismatches``: the first :data:`MAX_MISMATCHES` inconsistent
 outputs (``first_divergence`` in tokens, or in characters for text-only engines: ``unit``).
@@ -39,6 +40,12 @@ outputs (``first_divergence`` in tokens, or in characters for text-only engines:
 Gates, per level: ``error_rate <= max_error_rate``; ``consistency >= min_consistency``;
 ``flips.max_rate`` against the Wilson upper bound of ``flip_rate`` at ``flips.confidence``
 (or the point estimate with ``gate: point``). The aggregate fails when any level does.
+
+Records (:attr:`~.protocol.CheckKind.records`): :class:`StressLevel` (role ``level``, its
+mismatches :class:`Mismatch`) and :class:`StressAggregate` (role ``aggregate``). The
+references (:class:`Reference`) and each level cross between processes as JSON
+(:func:`~pytest_infercheck.records.plain_data` out,
+:func:`~pytest_infercheck.records.load_record` back in).
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -58,12 +65,13 @@ from pydantic import Field, field_validator
 
 from ..metrics.answers import judge_answers
 from ..metrics.load import max_in_flight, mean_in_flight, tokens_per_second
-from ..metrics.sameness import compare_outputs
+from ..metrics.sameness import DivergenceUnit, compare_outputs
 from ..metrics.stats import percentile, wilson_interval
+from ..records import load_record, plain_data
 from ..render.charts import line_chart
 from ..render.markup import kv_table, num
 from ..render.table import render_table
-from ..render.views import facts, side_by_side, target_aggregate, text_of
+from ..render.views import facts, side_by_side, target_aggregate
 from ..shared_work import SharedWork
 from ..specs import TARGET_THRESHOLDS, TargetCheck
 from .protocol import CheckKind, ItemPlan, Outcome, TargetRun, target_label
@@ -114,6 +122,80 @@ class Output:
     error: str | None = None
 
 
+@dataclass
+class Reference:
+    """A prompt generated alone, one request at a time: what its outputs at every level are
+    compared with."""
+
+    text: str
+    token_ids: list[int] | None
+    """None when the backend gives no token ids."""
+
+
+@dataclass
+class Mismatch:
+    """An output of a level that differs from its reference (texts cut to
+    :data:`TEXT_CHARS`)."""
+
+    prompt_id: str
+    first_divergence: int | None
+    """Where the output leaves the reference, in ``unit``."""
+    unit: DivergenceUnit | None
+    """``token`` (both sides have token ids) or ``char``."""
+    reference: str
+    output: str
+
+
+@dataclass
+class StressLevel:
+    """The record of one concurrency level (role ``level``); see the module docstring for
+    how each figure is measured."""
+
+    target: str
+    level: int
+    """The concurrency level (``c<level>``)."""
+    requests: int
+    errors: dict[str, int]
+    """Failed requests by kind (``http_503``, ``ReadTimeout``, ...), sorted by kind."""
+    error_rate: float
+    """Failed requests / ``requests``."""
+    consistent: int
+    """Outputs equal to their reference."""
+    consistency: float
+    """``consistent / requests`` (1.0 for no requests): an error counts as inconsistent."""
+    flips: int
+    """Outputs whose answer flipped against the reference's."""
+    flip_rate: float
+    """``flips / requests``."""
+    latency_p50_s: float | None
+    """Median latency of the successful requests; None when none succeeded."""
+    latency_p95_s: float | None
+    tokens_per_s: float | None
+    """Tokens of the successful requests / the level's span; None when the engine reports no
+    token counts (or none succeeded)."""
+    achieved_concurrency: float | None
+    """Time-weighted mean of requests in flight; None for a zero span."""
+    max_in_flight: int
+    mismatches: list[Mismatch]
+    """The first :data:`MAX_MISMATCHES` inconsistent outputs."""
+    violations: list[str] = field(default_factory=list)
+    """The level's gates it broke (set by the run, :func:`level_violations`)."""
+    measured_by: str = ""
+    """The process that measured the level: an xdist worker (``gw0``) or ``main`` (set by the
+    run)."""
+
+
+@dataclass
+class StressAggregate:
+    """The record of a stress check x suite (role ``aggregate``): every level, whichever
+    process measured it."""
+
+    target: str
+    levels: list[StressLevel]
+    engines: dict[str, dict[str, Any]]
+    """The target's engine identity, by target label."""
+
+
 def error_kind(exc: BaseException) -> str:
     """``http_<status>`` for an HTTP answer, else the name of the underlying exception
     (``ReadTimeout``, ``ConnectError``) or of the error itself."""
@@ -136,9 +218,9 @@ def token_count(generation: Generation) -> int | None:
     return counted if isinstance(counted, int) else None
 
 
-def reference_of(generation: Generation) -> dict[str, Any]:
-    """What a reference keeps (plain, published to the other workers)."""
-    return {"text": generation.text, "token_ids": generation.token_ids}
+def reference_of(generation: Generation) -> Reference:
+    """What a reference keeps (published to the other workers)."""
+    return Reference(generation.text, generation.token_ids)
 
 
 def jobs_for(prompts: Sequence[Prompt], level: int, repeats: int) -> list[Prompt]:
@@ -203,37 +285,36 @@ def level_data(
     level: int,
     target: str,
     outputs: Sequence[Output],
-    references: dict[str, dict[str, Any]],
+    references: Mapping[str, Reference],
     prompts: Iterable[Prompt],
-) -> dict[str, Any]:
-    """The measured figures of one level (see the module docstring for each key)."""
+) -> StressLevel:
+    """The measured figures of one level (see the module docstring for each one); its
+    ``violations`` and ``measured_by`` are the run's to set."""
     by_id = {p.id: p for p in prompts}
     errors = Counter(o.error for o in outputs if o.error is not None)
     done = [o for o in outputs if o.error is None]
     consistent = flips = 0
-    mismatches: list[dict[str, Any]] = []
+    mismatches: list[Mismatch] = []
     for output in done:
         reference = references[output.prompt_id]
         verdict = compare_outputs(
-            reference["text"], reference["token_ids"], output.text, output.token_ids
+            reference.text, reference.token_ids, output.text, output.token_ids
         )
         if verdict.same:
             consistent += 1
         elif len(mismatches) < MAX_MISMATCHES:
             mismatches.append(
-                {
-                    "prompt_id": output.prompt_id,
-                    "first_divergence": verdict.first_divergence,
-                    "unit": verdict.divergence_unit,
-                    "reference": reference["text"][:TEXT_CHARS],
-                    "output": output.text[:TEXT_CHARS],
-                }
+                Mismatch(
+                    prompt_id=output.prompt_id,
+                    first_divergence=verdict.first_divergence,
+                    unit=verdict.divergence_unit,
+                    reference=reference.text[:TEXT_CHARS],
+                    output=output.text[:TEXT_CHARS],
+                )
             )
         prompt = by_id[output.prompt_id]
         if prompt.answer_kind is not None:
-            judged = judge_answers(
-                prompt.answer_kind, prompt.answer, reference["text"], output.text
-            )
+            judged = judge_answers(prompt.answer_kind, prompt.answer, reference.text, output.text)
             flips += judged.flip.is_flip
     n = len(outputs)
     intervals = [(o.start, o.end) for o in outputs]
@@ -241,56 +322,56 @@ def level_data(
     counts = [o.n_tokens for o in done]
     known = all(c is not None for c in counts) and bool(done)
     tokens = sum(c for c in counts if c is not None)
-    return {
-        "target": target,
-        "level": level,
-        "requests": n,
-        "errors": dict(sorted(errors.items())),
-        "error_rate": (n - len(done)) / n if n else 0.0,
-        "consistent": consistent,
-        "consistency": consistent / n if n else 1.0,
-        "flips": flips,
-        "flip_rate": flips / n if n else 0.0,
-        "latency_p50_s": _finite(percentile(latencies, 50.0)),
-        "latency_p95_s": _finite(percentile(latencies, 95.0)),
-        "tokens_per_s": _finite(tokens_per_second(tokens, intervals)) if known else None,
-        "achieved_concurrency": _finite(mean_in_flight(intervals)),
-        "max_in_flight": max_in_flight(intervals),
-        "mismatches": mismatches,
-    }
+    return StressLevel(
+        target=target,
+        level=level,
+        requests=n,
+        errors=dict(sorted(errors.items())),
+        error_rate=(n - len(done)) / n if n else 0.0,
+        consistent=consistent,
+        consistency=consistent / n if n else 1.0,
+        flips=flips,
+        flip_rate=flips / n if n else 0.0,
+        latency_p50_s=_finite(percentile(latencies, 50.0)),
+        latency_p95_s=_finite(percentile(latencies, 95.0)),
+        tokens_per_s=_finite(tokens_per_second(tokens, intervals)) if known else None,
+        achieved_concurrency=_finite(mean_in_flight(intervals)),
+        max_in_flight=max_in_flight(intervals),
+        mismatches=mismatches,
+    )
 
 
 def _finite(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def level_violations(data: dict[str, Any], check: CheckSpec) -> list[str]:
+def level_violations(data: StressLevel, check: CheckSpec) -> list[str]:
     """The per-level gates (see the module docstring)."""
-    n = data["requests"]
+    n = data.requests
     out: list[str] = []
-    if data["error_rate"] > check.max_error_rate:
-        kinds = ", ".join(f"{k} x{v}" for k, v in data["errors"].items())
-        failed = sum(data["errors"].values())
+    if data.error_rate > check.max_error_rate:
+        kinds = ", ".join(f"{k} x{v}" for k, v in data.errors.items())
+        failed = sum(data.errors.values())
         out.append(
-            f"error rate {data['error_rate']:.3f} ({failed}/{n}: {kinds}) > max_error_rate "
+            f"error rate {data.error_rate:.3f} ({failed}/{n}: {kinds}) > max_error_rate "
             f"{check.max_error_rate}"
         )
-    if data["consistency"] < check.min_consistency:
+    if data.consistency < check.min_consistency:
         out.append(
-            f"consistency {data['consistency']:.3f} ({data['consistent']}/{n} outputs equal "
+            f"consistency {data.consistency:.3f} ({data.consistent}/{n} outputs equal "
             f"to their reference) < min_consistency {check.min_consistency}"
         )
     gate = check.flips
     if gate.max_rate is not None and n:
-        upper = wilson_interval(data["flips"], n, gate.confidence)[1]
+        upper = wilson_interval(data.flips, n, gate.confidence)[1]
         rate, how = (
             (upper, f"Wilson upper bound at {gate.confidence:g}")
             if gate.gate == "upper"
-            else (data["flip_rate"], "point estimate")
+            else (data.flip_rate, "point estimate")
         )
         if rate > gate.max_rate:
             out.append(
-                f"flip rate {data['flip_rate']:.3f} ({data['flips']}/{n}; {how} {rate:.3f}) "
+                f"flip rate {data.flip_rate:.3f} ({data.flips}/{n}; {how} {rate:.3f}) "
                 f"> flips.max_rate {gate.max_rate}"
             )
     return out
@@ -300,21 +381,21 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def level_row(data: dict[str, Any]) -> list[str]:
+def level_row(data: StressLevel) -> list[str]:
     """One level as a row of :data:`COLUMNS`."""
-    failed = sum(data["errors"].values())
-    kinds = ", ".join(f"{k} x{v}" for k, v in data["errors"].items())
+    failed = sum(data.errors.values())
+    kinds = ", ".join(f"{k} x{v}" for k, v in data.errors.items())
     return [
-        f"c{data['level']}",
-        str(data["requests"]),
+        f"c{data.level}",
+        str(data.requests),
         f"{failed} ({kinds})" if failed else "0",
-        f"{data['consistent']}/{data['requests']}",
-        str(data["flips"]),
-        _num(data["latency_p50_s"], ".3f"),
-        _num(data["latency_p95_s"], ".3f"),
-        _num(data["tokens_per_s"], ".1f"),
-        f"{_num(data['achieved_concurrency'], '.2f')}/{data['max_in_flight']}",
-        "FAIL" if data.get("violations") else "pass",
+        f"{data.consistent}/{data.requests}",
+        str(data.flips),
+        _num(data.latency_p50_s, ".3f"),
+        _num(data.latency_p95_s, ".3f"),
+        _num(data.tokens_per_s, ".1f"),
+        f"{_num(data.achieved_concurrency, '.2f')}/{data.max_in_flight}",
+        "FAIL" if data.violations else "pass",
     ]
 
 
@@ -332,22 +413,22 @@ COLUMNS = (
 )
 
 
-def level_table(levels: Sequence[dict[str, Any]]) -> list[str]:
+def level_table(levels: Sequence[StressLevel]) -> list[str]:
     return render_table([level_row(d) for d in levels], COLUMNS)
 
 
-def level_text(data: dict[str, Any]) -> str:
+def level_text(data: StressLevel) -> str:
     """The human-readable report of one level (model output shown as Python literals)."""
     lines = level_table([data])
-    for m in data["mismatches"]:
+    for m in data.mismatches:
         lines.append(
-            f"  {m['prompt_id']}: reference {m['reference']!r} -> {m['output']!r} (first "
-            f"divergence at {m['unit']} {m['first_divergence']})"
+            f"  {m.prompt_id}: reference {m.reference!r} -> {m.output!r} (first "
+            f"divergence at {m.unit} {m.first_divergence})"
         )
     return "\n".join(lines)
 
 
-def level_properties(data: dict[str, Any]) -> list[tuple[str, Any]]:
+def level_properties(data: StressLevel) -> list[tuple[str, Any]]:
     """Scalar JUnit properties of one level."""
     keys = (
         "level",
@@ -362,7 +443,7 @@ def level_properties(data: dict[str, Any]) -> list[tuple[str, Any]]:
         "max_in_flight",
         "measured_by",
     )
-    return [(f"infercheck_{k}", data[k]) for k in keys]
+    return [(f"infercheck_{k}", getattr(data, k)) for k in keys]
 
 
 class StressRun(TargetRun):
@@ -389,33 +470,34 @@ class StressRun(TargetRun):
         """The lock of the engine under load, shared by every stress check of the target."""
         return "load-" + hashlib.sha256(repr(self.target.key).encode()).hexdigest()[:16]
 
-    def references(self) -> dict[str, dict[str, Any]]:
-        """Each prompt generated alone (computed once per run, see the module docstring)."""
+    def references(self) -> dict[str, Reference]:
+        """Each prompt generated alone, by prompt id (computed once per run, see the module
+        docstring)."""
         target = self.target
 
         def alone() -> dict[str, dict[str, Any]]:
             with self.shared.locked(self._load_lock, exclusive=True):
                 return {
-                    p.id: reference_of(
-                        self.cache.call(
-                            target, target.backend.generate(self.render(p), self.params(p))
+                    p.id: plain_data(
+                        reference_of(
+                            self.cache.call(
+                                target, target.backend.generate(self.render(p), self.params(p))
+                            )
                         )
                     )
                     for p in self.suite.prompts
                 }
 
-        references: dict[str, dict[str, Any]] = self.shared.once(f"{self._key}-references", alone)
-        return references
+        shared = self.shared.once(f"{self._key}-references", alone)
+        return {pid: load_record(Reference, ref) for pid, ref in shared.items()}
 
-    def level(self, level: int) -> dict[str, Any]:
+    def level(self, level: int) -> StressLevel:
         """The figures of ``level``, measured once per run by whichever process needs them
         first."""
-        data: dict[str, Any] = self.shared.once(
-            f"{self._key}-c{level}", lambda: self._measure(level)
-        )
-        return data
+        shared = self.shared.once(f"{self._key}-c{level}", lambda: plain_data(self._measure(level)))
+        return load_record(StressLevel, shared)
 
-    def _measure(self, level: int) -> dict[str, Any]:
+    def _measure(self, level: int) -> StressLevel:
         from ..backends.http import under_load  # httpx: loaded only by runs that use HTTP
 
         references = self.references()
@@ -428,14 +510,14 @@ class StressRun(TargetRun):
         with self.shared.locked(self._load_lock, exclusive=False), under_load():
             outputs = self.cache.run(send(target.backend, jobs, level))
         data = level_data(level, target.label, outputs, references, self.suite.prompts)
-        data["violations"] = level_violations(data, self.check)
-        data["measured_by"] = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        data.violations = level_violations(data, self.check)
+        data.measured_by = os.environ.get("PYTEST_XDIST_WORKER", "main")
         return data
 
     def run_item(self, plan: ItemPlan) -> Outcome:
         data = self.level(int(plan.key))
         return Outcome(
-            violations=list(data["violations"]),
+            violations=list(data.violations),
             text=level_text(data),
             data=data,
             properties=level_properties(data),
@@ -444,18 +526,18 @@ class StressRun(TargetRun):
     def aggregate(self) -> Outcome:
         levels = [self.level(level) for level in self.check.spec.levels]
         target = self.target
-        violations = [f"c{d['level']}: {v}" for d in levels for v in d["violations"]]
+        violations = [f"c{d.level}: {v}" for d in levels for v in d.violations]
         return Outcome(
             violations=violations,
             text="\n".join(level_table(levels)),
-            data={
-                "target": target.label,
-                "levels": levels,
-                "engines": {target.label: target.backend.identity()},
-            },
+            data=StressAggregate(
+                target=target.label,
+                levels=levels,
+                engines={target.label: target.backend.identity()},
+            ),
             properties=[
-                ("infercheck_levels_failed", sum(bool(d["violations"]) for d in levels)),
-                ("infercheck_measured_by", ",".join(sorted({d["measured_by"] for d in levels}))),
+                ("infercheck_levels_failed", sum(bool(d.violations) for d in levels)),
+                ("infercheck_measured_by", ",".join(sorted({d.measured_by for d in levels}))),
             ],
         )
 
@@ -465,48 +547,63 @@ def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[st
     it (the aggregate's data carries all of them)."""
     lines: list[str] = []
     for nodeid, passed, data in aggregates:
+        record = load_record(StressAggregate, data)
         parts = nodeid.split("::")
         check, suite = (parts[-3], parts[-2]) if len(parts) >= 3 else (nodeid, "?")
         verdict = "pass" if passed else "FAIL"
-        lines.append(f"{check} {suite} on {data['target']}: {verdict}")
-        lines += [f"  {line}" for line in level_table(data["levels"])]
+        lines.append(f"{check} {suite} on {record.target}: {verdict}")
+        lines += [f"  {line}" for line in level_table(record.levels)]
     return lines
 
 
 def stress_level(data: Mapping[str, Any]) -> str:
     """The level's numbers and the outputs that differed from the reference."""
-    parts = [facts(data, ())]
-    if data.get("errors"):
-        parts.append("<h4>errors</h4>" + kv_table(data["errors"]))
-    for m in (data.get("mismatches") or [])[:20]:
-        if isinstance(m, Mapping):
-            parts.append(
-                side_by_side(
-                    f"reference ({m.get('prompt_id', '?')})",
-                    text_of(m.get("reference")),
-                    f"at concurrency {data.get('level', '?')}",
-                    text_of(m.get("output")),
-                    m.get("first_divergence"),
-                )
+    record = load_record(StressLevel, data)
+    parts = [facts(plain_data(record), ())]
+    if record.errors:
+        parts.append("<h4>errors</h4>" + kv_table(record.errors))
+    for m in record.mismatches[:20]:
+        parts.append(
+            side_by_side(
+                f"reference ({m.prompt_id})",
+                m.reference,
+                f"at concurrency {record.level}",
+                m.output,
+                m.first_divergence,
             )
+        )
     return "".join(parts)
 
 
+def _aggregate_or_none(data: Mapping[str, Any]) -> StressAggregate | None:
+    """The aggregate's record; None when ``data`` is not one (a results file of another
+    version), which the summary then shows as one plain column and without charts."""
+    try:
+        return load_record(StressAggregate, data)
+    except ValueError:
+        return None
+
+
 def level_columns(data: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """A column per level in the HTML summary table: ``q4@local c8``."""
-    levels = [lv for lv in data.get("levels") or [] if isinstance(lv, Mapping)]
-    target = data.get("target", "")
-    return [(f"{target} c{lv.get('level', '?')}".strip(), lv) for lv in levels]
+    """A column per level in the HTML summary table: ``q4@local c8`` (its numbers keyed by
+    the :class:`StressLevel` fields)."""
+    record = _aggregate_or_none(data)
+    if record is None:
+        return [(str(data.get("target", "?")), data)]
+    return [(f"{record.target} c{lv.level}".strip(), plain_data(lv)) for lv in record.levels]
 
 
 def level_charts(name: str, data: Mapping[str, Any]) -> list[str]:
-    levels = [lv for lv in data.get("levels") or [] if isinstance(lv, Mapping)]
-    labels = [str(lv.get("level", "?")) for lv in levels]
+    record = _aggregate_or_none(data)
+    if record is None:
+        return []
+    levels = record.levels
+    labels = [str(lv.level) for lv in levels]
     return [
         line_chart(
             [
-                ("p50", [lv.get("latency_p50_s") for lv in levels]),
-                ("p95", [lv.get("latency_p95_s") for lv in levels]),
+                ("p50", [lv.latency_p50_s for lv in levels]),
+                ("p95", [lv.latency_p95_s for lv in levels]),
             ],
             title=f"latency: {name}",
             x_labels=labels,
@@ -515,8 +612,8 @@ def level_charts(name: str, data: Mapping[str, Any]) -> list[str]:
         ),
         line_chart(
             [
-                ("consistency", [lv.get("consistency") for lv in levels]),
-                ("error rate", [lv.get("error_rate") for lv in levels]),
+                ("consistency", [lv.consistency for lv in levels]),
+                ("error rate", [lv.error_rate for lv in levels]),
             ],
             title=f"consistency: {name}",
             x_labels=labels,
@@ -534,6 +631,7 @@ STRESS = CheckKind(
     thresholds=TARGET_THRESHOLDS,
     family="stress",
     summary_lines=summary_lines,
+    records={"level": StressLevel, "aggregate": StressAggregate},
     views={"level": stress_level, "aggregate": target_aggregate},
     measures=(
         ("requests", ("requests",), num),

@@ -16,6 +16,7 @@ from .stats import wilson_interval
 
 __all__ = [
     "DeterminismSummary",
+    "DistinctOutput",
     "RunOutput",
     "determinism_score",
     "logprob_diff",
@@ -46,6 +47,18 @@ def output_key(text: str, token_ids: Sequence[int] | None) -> tuple[Any, ...]:
 
 
 @dataclass
+class DistinctOutput:
+    """One distinct output among the runs of a prompt (as recorded in its item's data)."""
+
+    text: str
+    """The output's text."""
+    token_ids: list[int] | None
+    """Its token ids; None when the backend gives none."""
+    count: int
+    """How many runs gave it."""
+
+
+@dataclass
 class DeterminismSummary:
     """N runs of one prompt, summarised.
 
@@ -66,7 +79,7 @@ class DeterminismSummary:
     distinct: int
     first_divergences: list[int | None]
     max_logprob_drift: float | None
-    outputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[DistinctOutput] = field(default_factory=list)
 
     @property
     def modal_share(self) -> float:
@@ -102,11 +115,11 @@ def summarize_runs(runs: Sequence[RunOutput | None]) -> DeterminismSummary:
         first_divergences=divergences,
         max_logprob_drift=_max_drift(ordered),
         outputs=[
-            {
-                "text": group[0].text,
-                "token_ids": list(group[0].token_ids) if group[0].token_ids is not None else None,
-                "count": len(group),
-            }
+            DistinctOutput(
+                text=group[0].text,
+                token_ids=list(group[0].token_ids) if group[0].token_ids is not None else None,
+                count=len(group),
+            )
             for group in ordered
         ],
     )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pytest_infercheck.metrics.determinism import (
+    DistinctOutput,
     RunOutput,
     determinism_score,
     logprob_diff,
@@ -23,7 +26,7 @@ def test_identical_runs_are_deterministic() -> None:
     assert s.modal_share == 1.0 and s.deterministic
     assert s.first_divergences == [None] * 4
     assert s.max_logprob_drift == 0.0
-    assert s.outputs == [{"text": "123", "token_ids": [1, 2, 3], "count": 4}]
+    assert s.outputs == [DistinctOutput("123", [1, 2, 3], 4)]
 
 
 def test_modal_share_divergences_and_output_order() -> None:
@@ -33,13 +36,13 @@ def test_modal_share_divergences_and_output_order() -> None:
     assert s.modal_count == 3 and s.modal_share == 0.5 and s.distinct == 3
     assert not s.deterministic
     assert s.first_divergences == [2, None, 2, None, 2, None]
-    assert [o["token_ids"] for o in s.outputs] == [[1, 2, 3], [1, 2, 4], [1, 2]]
-    assert [o["count"] for o in s.outputs] == [3, 2, 1]
+    assert [o.token_ids for o in s.outputs] == [[1, 2, 3], [1, 2, 4], [1, 2]]
+    assert [o.count for o in s.outputs] == [3, 2, 1]
 
 
 def test_tie_keeps_first_appearance() -> None:
     s = summarize_runs([ids(7), ids(8), ids(8), ids(7)])
-    assert s.outputs[0]["token_ids"] == [7] and s.modal_share == 0.5
+    assert s.outputs[0].token_ids == [7] and s.modal_share == 0.5
     assert s.first_divergences == [None, 0, 0, None]
 
 
@@ -78,7 +81,7 @@ def test_text_only_outputs_compare_by_text() -> None:
     s = summarize_runs([RunOutput("46"), RunOutput("46"), RunOutput("47")])
     assert s.modal_count == 2 and s.distinct == 2
     assert s.first_divergences == [None, None, 1]
-    assert s.outputs[1] == {"text": "47", "token_ids": None, "count": 1}
+    assert s.outputs[1] == DistinctOutput("47", None, 1)
     assert output_key("46", None) == (None, "46")
     # Same ids, different text (a detokenization difference) are two outputs, not one.
     assert output_key("x", [1]) == ((1,), "x") != output_key("y", (1,))
@@ -116,11 +119,25 @@ def test_determinism_score_and_wilson_interval() -> None:
 
 def test_needle_compared_to_alone() -> None:
     from pytest_infercheck.backends import BackendError, Generation
-    from pytest_infercheck.checks.batch_invariance import compare_to_alone
+    from pytest_infercheck.checks.batch_invariance import Trial
+    from pytest_infercheck.checks.batch_invariance import compare_to_alone as compare
+
+    def compare_to_alone(alone: Generation, batched: Generation | BaseException) -> Trial:
+        return compare(alone, batched, trial=1, position=2, batch=["x", "y", "z"])
+
+    def verdict(trial: Trial) -> dict[str, Any]:
+        assert (trial.trial, trial.position, trial.batch) == (1, 2, ["x", "y", "z"])
+        return {
+            "match": trial.match,
+            "first_divergence": trial.first_divergence,
+            "divergence_unit": trial.divergence_unit,
+            "max_logprob_diff": trial.max_logprob_diff,
+            "text": trial.text,
+        } | ({} if trial.error is None else {"error": trial.error})
 
     alone = Generation("46", [55, 57, 2], "stop", [-0.25, -0.5, -1.0])
     same = Generation("46", [55, 57, 2], "stop", [-0.25, -0.5 + 2e-7, -1.0])
-    assert compare_to_alone(alone, same) == {
+    assert verdict(compare_to_alone(alone, same)) == {
         "match": True,
         "first_divergence": None,
         "divergence_unit": None,
@@ -130,7 +147,7 @@ def test_needle_compared_to_alone() -> None:
     # Diverges at token 1: only position 0 is compared (0.5 there; later ones condition on
     # different prefixes).
     other = Generation("47", [55, 58, 2], "stop", [-0.75, -3.0, -1.0])
-    assert compare_to_alone(alone, other) == {
+    assert verdict(compare_to_alone(alone, other)) == {
         "match": False,
         "first_divergence": 1,
         "divergence_unit": "token",
@@ -140,7 +157,7 @@ def test_needle_compared_to_alone() -> None:
     # Same ids, other text (detokenization): not a match, at character 1; every position
     # holds the same token, so all logprobs are compared (0.5 at position 0, 1.0 at 2).
     detok = Generation("4 6", [55, 57, 2], "stop", [-0.75, -0.5, -2.0])
-    assert compare_to_alone(alone, detok) == {
+    assert verdict(compare_to_alone(alone, detok)) == {
         "match": False,
         "first_divergence": 1,
         "divergence_unit": "char",
@@ -149,6 +166,7 @@ def test_needle_compared_to_alone() -> None:
     }
     # Text only (no ids, no logprobs): characters.
     text = compare_to_alone(Generation("46", None, "stop"), Generation("4", None, "stop"))
-    assert (text["match"], text["first_divergence"], text["max_logprob_diff"]) == (False, 1, None)
-    failed = compare_to_alone(alone, BackendError("HTTP 503"))
+    assert (text.match, text.first_divergence, text.max_logprob_diff) == (False, 1, None)
+    failed = verdict(compare_to_alone(alone, BackendError("HTTP 503")))
     assert failed["match"] is False and failed["error"] == "BackendError: HTTP 503"
+    assert failed["text"] is None and failed["first_divergence"] is None

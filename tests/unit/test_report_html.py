@@ -223,10 +223,18 @@ def test_single_target_views_show_their_outputs() -> None:
         "role": "prompt",
         "data": {
             "prompt_id": "d1",
+            "target": "q4@local",
             "runs": 5,
             "modal_share": 0.8,
             "distinct": 2,
-            "outputs": [{"text": "46", "count": 1}, {"text": "45", "count": 4}],
+            "errors": 0,
+            "error_messages": [],
+            "first_divergences": [None, 1, None, None, None],
+            "max_logprob_drift": None,
+            "outputs": [
+                {"text": "46", "token_ids": None, "count": 1},
+                {"text": "45", "token_ids": None, "count": 4},
+            ],
         },
     }
     root = parse(item_detail(determinism))

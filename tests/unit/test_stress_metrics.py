@@ -11,7 +11,10 @@ import pytest
 from pytest_infercheck.backends.http import HttpError
 from pytest_infercheck.backends.openai_compat import parse_choice
 from pytest_infercheck.checks.stress import (
+    Mismatch,
     Output,
+    Reference,
+    StressLevel,
     batches,
     error_kind,
     jobs_for,
@@ -51,10 +54,7 @@ def test_concurrency_edge_cases() -> None:
 
 
 # -- one level ---------------------------------------------------------------------------------
-REFS = {
-    "a": {"text": "46", "token_ids": [10, 11, 2]},
-    "b": {"text": "75", "token_ids": [12, 13, 2]},
-}
+REFS = {"a": Reference("46", [10, 11, 2]), "b": Reference("75", [12, 13, 2])}
 PROMPTS = [prompt("a", "46"), prompt("b", "75")]
 
 
@@ -66,44 +66,38 @@ def test_level_data_by_hand() -> None:
         Output("b", 2.0, 2.5, error="http_503"),  # an error: in every denominator
     ]
     data = level_data(4, "m@srv", outputs, REFS, PROMPTS)
-    assert data["requests"] == 4
-    assert data["errors"] == {"http_503": 1} and data["error_rate"] == 0.25
-    assert data["consistent"] == 2 and data["consistency"] == 0.5
-    assert data["flips"] == 1 and data["flip_rate"] == 0.25
+    assert data.requests == 4
+    assert data.errors == {"http_503": 1} and data.error_rate == 0.25
+    assert data.consistent == 2 and data.consistency == 0.5
+    assert data.flips == 1 and data.flip_rate == 0.25
     # successful latencies 1, 2, 3: p50 = 2; p95: h = 2 * 0.95 = 1.9 -> 2 + 0.9 * (3 - 2)
-    assert data["latency_p50_s"] == 2.0
-    assert data["latency_p95_s"] == pytest.approx(2.9)
+    assert data.latency_p50_s == 2.0
+    assert data.latency_p95_s == pytest.approx(2.9)
     # 9 tokens of successful requests over the level's span [0, 4]
-    assert data["tokens_per_s"] == 2.25
+    assert data.tokens_per_s == 2.25
     # busy 1 + 2 + 3 + 0.5 = 6.5 over 4; never more than two at once ([0,1] ends as [1,4]
     # starts, [0,2] as [2,2.5] starts)
-    assert data["achieved_concurrency"] == 1.625 and data["max_in_flight"] == 2
-    assert data["mismatches"] == [
-        {
-            "prompt_id": "a",
-            "first_divergence": 1,
-            "unit": "token",
-            "reference": "46",
-            "output": "47",
-        }
+    assert data.achieved_concurrency == 1.625 and data.max_in_flight == 2
+    assert data.mismatches == [
+        Mismatch(prompt_id="a", first_divergence=1, unit="token", reference="46", output="47")
     ]
 
 
 def test_text_only_engine_diverges_by_character_and_has_no_token_rate() -> None:
-    refs = {"a": {"text": "46", "token_ids": None}}
+    refs = {"a": Reference("46", None)}
     outputs = [Output("a", 0.0, 1.0, "46"), Output("a", 0.0, 1.0, "4")]
     data = level_data(2, "m@vllm", outputs, refs, [prompt("a", "46")])
-    assert data["consistency"] == 0.5
-    assert data["mismatches"][0]["first_divergence"] == 1
-    assert data["mismatches"][0]["unit"] == "char"
-    assert data["tokens_per_s"] is None
+    assert data.consistency == 0.5
+    assert data.mismatches[0].first_divergence == 1
+    assert data.mismatches[0].unit == "char"
+    assert data.tokens_per_s is None
 
 
 def test_all_errors() -> None:
     outputs = [Output("a", 0.0, 0.1, error="ConnectError")] * 2
     data = level_data(2, "m@srv", outputs, REFS, PROMPTS)
-    assert data["error_rate"] == 1.0 and data["consistency"] == 0.0
-    assert data["latency_p50_s"] is None and data["tokens_per_s"] is None
+    assert data.error_rate == 1.0 and data.consistency == 0.0
+    assert data.latency_p50_s is None and data.tokens_per_s is None
 
 
 def check(**thresholds: object) -> CheckSpec:
@@ -111,15 +105,23 @@ def check(**thresholds: object) -> CheckSpec:
 
 
 def test_gates() -> None:
-    data = {
-        "requests": 20,
-        "errors": {"http_503": 2},
-        "error_rate": 0.1,
-        "consistent": 17,
-        "consistency": 0.85,
-        "flips": 1,
-        "flip_rate": 0.05,
-    }
+    data = StressLevel(
+        target="m@srv",
+        level=4,
+        requests=20,
+        errors={"http_503": 2},
+        error_rate=0.1,
+        consistent=17,
+        consistency=0.85,
+        flips=1,
+        flip_rate=0.05,
+        latency_p50_s=None,
+        latency_p95_s=None,
+        tokens_per_s=None,
+        achieved_concurrency=None,
+        max_in_flight=4,
+        mismatches=[],
+    )
     violations = level_violations(data, check())
     assert violations == [
         "error rate 0.100 (2/20: http_503 x2) > max_error_rate 0.0",
