@@ -11,14 +11,24 @@ there.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter
 
 from .plain_data import plain
 
 R = TypeVar("R")
+
+
+def _null_is_nan(value: Any) -> Any:
+    return math.nan if value is None else value
+
+
+Measured = Annotated[float, BeforeValidator(_null_is_nan)]
+"""A measured float that may be NaN or infinite (nothing to measure, a zero probability): JSON
+has no such numbers, so the record holds ``null`` there, read back as NaN."""
 
 
 class ItemRecord(BaseModel):
@@ -43,8 +53,13 @@ class ItemRecord(BaseModel):
 
 
 def plain_data(data: Any) -> dict[str, Any]:
-    """A kind's record (a dataclass, or already a mapping) as JSON types."""
-    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+    """A kind's record (a dataclass, or already a mapping) as JSON types: the record's own
+    ``to_plain()`` where it has one (to leave out keys that are absent by design), else all
+    its fields."""
+    to_plain = getattr(data, "to_plain", None)
+    if callable(to_plain):
+        data = to_plain()
+    elif dataclasses.is_dataclass(data) and not isinstance(data, type):
         data = dataclasses.asdict(data)
     converted: dict[str, Any] = plain(data)
     return converted

@@ -31,7 +31,8 @@ from pydantic import Field
 from ..backends import Generation
 from ..metrics.determinism import logprob_diff
 from ..metrics.sameness import same_generation
-from ..records import load_record, plain_data
+from ..plain_data import plain
+from ..records import load_record
 from ..render.markup import esc, num, rate, table
 from ..render.table import check_table
 from ..render.views import facts, side_by_side, target_aggregate, text_of
@@ -110,7 +111,7 @@ class BatchInvariancePrompt:
     def to_plain(self) -> dict[str, Any]:
         """This record as JSON types, a trial's ``error`` only where its request failed (the
         results files have always left it out otherwise)."""
-        data = plain_data(self)
+        data: dict[str, Any] = plain(dataclasses.asdict(self))
         for trial in data["trials"]:
             if trial["error"] is None:
                 del trial["error"]
@@ -163,7 +164,7 @@ class BatchInvarianceRun(TargetRun):
             ("infercheck_matching_trials", sum(t.match for t in record.trials)),
             ("infercheck_max_logprob_diff", _max_diff(record.trials)),
         ]
-        return Outcome(violations, describe(record), record.to_plain(), props)
+        return Outcome(violations, describe(record), record, props)
 
     def result(self, prompt: Prompt) -> BatchInvariancePrompt:
         """The record of ``prompt``'s trials (see the module docstring; memoised)."""

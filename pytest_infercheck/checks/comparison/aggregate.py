@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from ...metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
+from ...records import Measured
 from ...specs import Thresholds
-from .prompt import Measured, PromptComparison
+from .prompt import PromptComparison
 from .verdicts import item_violations
 
 SELF_CHECK = "self-check"

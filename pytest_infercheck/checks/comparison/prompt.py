@@ -14,11 +14,8 @@ The comparison method is the strongest both sides allow, and is recorded:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
-
-from pydantic import BeforeValidator
+from typing import TYPE_CHECKING, NamedTuple
 
 from ...backends import Generation
 from ...golden import golden_scorable
@@ -27,6 +24,7 @@ from ...metrics.kl import position_stats, topk_kl_lower_bound_positions
 from ...metrics.sameness import compare_outputs
 from ...metrics.text import severity, similarity
 from ...metrics.topk_full import topk_vs_full_stats
+from ...records import Measured
 
 if TYPE_CHECKING:
     from ...backends import GenerationParams
@@ -37,15 +35,6 @@ TEACHER_FORCED = "teacher-forced"
 TOP_K_LOWER_BOUND = "top-k-lower-bound"
 GOLDEN_TOP_K_LOWER_BOUND = "golden-top-k-lower-bound"
 TEXT_ONLY = "text"
-
-
-def _null_is_nan(value: Any) -> Any:
-    return math.nan if value is None else value
-
-
-Measured = Annotated[float, BeforeValidator(_null_is_nan)]
-"""A measured float that may be NaN or infinite (nothing to measure, a zero probability): JSON
-has no such numbers, so the record holds ``null`` there, read back as NaN."""
 
 
 @dataclass(frozen=True)
