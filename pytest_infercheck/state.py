@@ -107,7 +107,7 @@ def generation_cache_for(config: pytest.Config) -> GenerationCache:
     cache = config.stash.get(GENERATION_CACHE_KEY, None)
     if cache is None:
         from .generation_cache import GenerationCache  # the backends: numpy, httpx
-        from .servers import ServerPool
+        from .servers import ServerPool  # httpx (health checks)
 
         workerinput = getattr(config, "workerinput", {})
         if WORKER_DIR in workerinput:
@@ -129,7 +129,7 @@ def finish(config: pytest.Config) -> None:
     folder = config.stash.get(SERVERS_DIR_KEY, None)
     if folder is not None and not is_worker(config):
         if any(folder.glob("*.json")):  # a server was started: stop it (imports httpx)
-            from .servers import ServerPool
+            from .servers import ServerPool  # httpx (health checks)
 
             ServerPool(folder, os.getpid()).stop_all()
         shutil.rmtree(folder, ignore_errors=True)

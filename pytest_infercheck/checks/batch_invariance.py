@@ -35,16 +35,15 @@ from ..plain_data import plain
 from ..records import load_record
 from ..render.markup import esc, num, rate, table
 from ..render.table import check_table
-from ..render.views import facts, side_by_side, target_aggregate, text_of
-from ..specs import TARGET_THRESHOLDS, TargetCheck
+from ..render.views import facts, side_by_side, text_of
+from ..specs import TargetCheck
 from .protocol import (
     Aggregates,
-    CheckKind,
     ItemPlan,
     Outcome,
     TargetRun,
     memoised,
-    target_label,
+    target_kind,
 )
 
 if TYPE_CHECKING:
@@ -380,16 +379,13 @@ def batch_invariance_prompt(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-BATCH_INVARIANCE = CheckKind(
-    name="batch-invariance",
-    spec=BatchInvarianceSpec,
-    run=BatchInvarianceRun,
-    label=target_label,
-    thresholds=TARGET_THRESHOLDS,
-    family="batch-invariance",
+BATCH_INVARIANCE = target_kind(
+    "batch-invariance",
+    BatchInvarianceSpec,
+    BatchInvarianceRun,
     summary_lines=summary_lines,
     records={"prompt": BatchInvariancePrompt, "aggregate": BatchInvarianceAggregate},
-    views={"prompt": batch_invariance_prompt, "aggregate": target_aggregate},
+    views={"prompt": batch_invariance_prompt},
     measures=(
         ("invariant prompts", ("invariant_prompts", "prompts"), rate),
         ("rate", ("rate",), num),

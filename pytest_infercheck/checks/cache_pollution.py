@@ -28,16 +28,15 @@ from ..records import load_record
 from ..render.markup import kv_table
 from ..render.table import check_table
 from ..render.text import mark_divergence
-from ..render.views import side_by_side, target_aggregate
-from ..specs import TARGET_THRESHOLDS, TargetCheck
+from ..render.views import side_by_side
+from ..specs import TargetCheck
 from .protocol import (
     Aggregates,
-    CheckKind,
     ItemPlan,
     Outcome,
     TargetRun,
     memoised,
-    target_label,
+    target_kind,
 )
 
 if TYPE_CHECKING:
@@ -313,14 +312,11 @@ def cache_pollution_hostile(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-CACHE_POLLUTION = CheckKind(
-    name="cache-pollution",
-    spec=CachePollutionSpec,
-    run=CachePollutionRun,
-    label=target_label,
-    thresholds=TARGET_THRESHOLDS,
-    family="cache-pollution",
+CACHE_POLLUTION = target_kind(
+    "cache-pollution",
+    CachePollutionSpec,
+    CachePollutionRun,
     summary_lines=summary_lines,
     records={"hostile": HostileRecord, "aggregate": CachePollutionAggregate},
-    views={"hostile": cache_pollution_hostile, "aggregate": target_aggregate},
+    views={"hostile": cache_pollution_hostile},
 )

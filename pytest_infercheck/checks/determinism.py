@@ -33,16 +33,15 @@ from ..metrics.determinism import (
 from ..records import load_record, plain_data
 from ..render.markup import esc, interval, num, plain, rate
 from ..render.table import check_table
-from ..render.views import facts, marked_text, side_by_side, target_aggregate
-from ..specs import TARGET_THRESHOLDS, TargetCheck
+from ..render.views import facts, marked_text, side_by_side
+from ..specs import TargetCheck
 from .protocol import (
     Aggregates,
     BarSeries,
-    CheckKind,
     ItemPlan,
     Outcome,
     TargetRun,
-    target_label,
+    target_kind,
 )
 
 if TYPE_CHECKING:
@@ -339,16 +338,13 @@ def determinism_prompt(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-DETERMINISM = CheckKind(
-    name="determinism",
-    spec=DeterminismSpec,
-    run=DeterminismRun,
-    label=target_label,
-    thresholds=TARGET_THRESHOLDS,
-    family="determinism",
+DETERMINISM = target_kind(
+    "determinism",
+    DeterminismSpec,
+    DeterminismRun,
     summary_lines=summary_lines,
     records={"prompt": DeterminismPrompt, "aggregate": DeterminismAggregate},
-    views={"prompt": determinism_prompt, "aggregate": target_aggregate},
+    views={"prompt": determinism_prompt},
     measures=(
         ("runs per prompt", ("runs",), num),
         ("deterministic prompts", ("deterministic_prompts", "prompts"), rate),

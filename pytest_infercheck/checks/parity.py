@@ -43,16 +43,15 @@ from ..records import load_record
 from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
 from ..render.text import mark_divergence, safe_text
-from ..render.views import flip_cell, side_by_side, target_aggregate
-from ..specs import TARGET_THRESHOLDS, TargetCheck
+from ..render.views import flip_cell, side_by_side
+from ..specs import TargetCheck
 from .protocol import (
     Aggregates,
-    CheckKind,
     ItemPlan,
     Outcome,
     TargetRun,
     memoised,
-    target_label,
+    target_kind,
 )
 
 if TYPE_CHECKING:
@@ -596,16 +595,13 @@ def parity_prompt(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-STREAM_PARITY = CheckKind(
-    name="stream-parity",
-    spec=StreamParitySpec,
-    run=StreamParityRun,
-    label=target_label,
-    thresholds=TARGET_THRESHOLDS,
-    family="stream-parity",
+STREAM_PARITY = target_kind(
+    "stream-parity",
+    StreamParitySpec,
+    StreamParityRun,
     summary_lines=summary_lines,
     records={"prompt": ParityPrompt, "aggregate": ParityAggregate},
-    views={"prompt": parity_prompt, "aggregate": target_aggregate},
+    views={"prompt": parity_prompt},
 )
 ENDPOINT_PARITY = dataclasses.replace(
     STREAM_PARITY,

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backends import BackendError, GenerationParams
-from ..specs import SERVER_KINDS
+from ..render.views import target_aggregate
+from ..specs import SERVER_KINDS, TARGET_THRESHOLDS
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -268,3 +269,28 @@ class CheckKind:
     spread_over_workers: bool = False
     """Under xdist, every item of the check is its own scope (the kind shares its work across
     workers through files), instead of one worker per check x suite."""
+
+
+def target_kind(
+    name: str,
+    spec: type[BaseModel],
+    run: type[CheckRun],
+    *,
+    records: Mapping[str, type],
+    views: Mapping[str, View],
+    **more: Any,
+) -> CheckKind:
+    """A single-target kind: labelled by its target (:func:`target_label`), held to the
+    single-target thresholds, a family of its own, its aggregate shown by the shared
+    single-target view unless it brings its own; ``more`` are the other fields."""
+    return CheckKind(
+        name=name,
+        spec=spec,
+        run=run,
+        label=target_label,
+        thresholds=TARGET_THRESHOLDS,
+        family=name,
+        records=records,
+        views={"aggregate": target_aggregate, **views},
+        **more,
+    )

@@ -71,10 +71,10 @@ from ..records import load_record, plain_data
 from ..render.charts import line_chart
 from ..render.markup import kv_table, num
 from ..render.table import render_table
-from ..render.views import facts, side_by_side, target_aggregate
+from ..render.views import facts, side_by_side
 from ..shared_work import SharedWork
-from ..specs import TARGET_THRESHOLDS, TargetCheck
-from .protocol import CheckKind, ItemPlan, Outcome, TargetRun, target_label
+from ..specs import TargetCheck
+from .protocol import ItemPlan, Outcome, TargetRun, target_kind
 
 if TYPE_CHECKING:
     from ..backends import Backend, Generation, GenerationParams, PromptInput
@@ -623,16 +623,13 @@ def level_charts(name: str, data: Mapping[str, Any]) -> list[str]:
     ]
 
 
-STRESS = CheckKind(
-    name="stress",
-    spec=StressSpec,
-    run=StressRun,
-    label=target_label,
-    thresholds=TARGET_THRESHOLDS,
-    family="stress",
+STRESS = target_kind(
+    "stress",
+    StressSpec,
+    StressRun,
     summary_lines=summary_lines,
     records={"level": StressLevel, "aggregate": StressAggregate},
-    views={"level": stress_level, "aggregate": target_aggregate},
+    views={"level": stress_level},
     measures=(
         ("requests", ("requests",), num),
         ("error rate", ("error_rate",), num),

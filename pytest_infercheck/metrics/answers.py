@@ -606,6 +606,17 @@ def _as_kind(kind: AnswerKind | str) -> AnswerKind:
         raise ValueError(f"unknown answer kind {kind!r}; expected one of: {choices}") from None
 
 
+_EXTRACTORS: dict[AnswerKind, Callable[[str], Answer | None]] = {
+    AnswerKind.NUMBER: _extract_number,
+    AnswerKind.BOOLEAN: _extract_boolean,
+    AnswerKind.CHOICE: _extract_choice,
+    AnswerKind.CODE: _code,
+    AnswerKind.JSON: _extract_json,
+    AnswerKind.EXACT: _exact,
+}
+"""How an answer of each kind is found in a model's output (reasoning already stripped)."""
+
+
 def extract_answer(text: str, kind: AnswerKind | str) -> Answer | None:
     """Extract the final answer of ``kind`` from a generation, or ``None`` if there is none.
 
@@ -656,19 +667,18 @@ def extract_answer(text: str, kind: AnswerKind | str) -> Answer | None:
     Raises:
         ValueError: for an unknown ``kind``.
     """
-    k = _as_kind(kind)
-    text = strip_reasoning(text)
-    if k is AnswerKind.NUMBER:
-        return _extract_number(text)
-    if k is AnswerKind.BOOLEAN:
-        return _extract_boolean(text)
-    if k is AnswerKind.CHOICE:
-        return _extract_choice(text)
-    if k is AnswerKind.CODE:
-        return _code(text)
-    if k is AnswerKind.JSON:
-        return _extract_json(text)
-    return _exact(text)
+    return _EXTRACTORS[_as_kind(kind)](strip_reasoning(text))
+
+
+_REFERENCE_PARSERS: dict[AnswerKind, Callable[[str], Answer | None]] = {
+    AnswerKind.NUMBER: _bare_number,
+    AnswerKind.BOOLEAN: _bare_boolean,
+    AnswerKind.CHOICE: _bare_choice,
+    AnswerKind.CODE: _code,
+    AnswerKind.JSON: _whole_json,
+    AnswerKind.EXACT: _exact,
+}
+"""How a reference answer of each kind is read: the whole text must be one value."""
 
 
 def parse_reference(reference: str, kind: AnswerKind | str) -> Answer | None:
@@ -682,18 +692,7 @@ def parse_reference(reference: str, kind: AnswerKind | str) -> Answer | None:
     ``json`` exactly one object or array; ``code`` the last fenced block or the whole text;
     ``exact`` non-blank text. An output that is just the reference extracts to it.
     """
-    k = _as_kind(kind)
-    if k is AnswerKind.NUMBER:
-        return _bare_number(reference)
-    if k is AnswerKind.BOOLEAN:
-        return _bare_boolean(reference)
-    if k is AnswerKind.CHOICE:
-        return _bare_choice(reference)
-    if k is AnswerKind.CODE:
-        return _code(reference)
-    if k is AnswerKind.JSON:
-        return _whole_json(reference)
-    return _exact(reference)
+    return _REFERENCE_PARSERS[_as_kind(kind)](reference)
 
 
 def answers_equal(a: Answer | None, b: Answer | None) -> bool:
