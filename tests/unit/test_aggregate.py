@@ -11,7 +11,6 @@ from pytest_infercheck.checks.comparison.aggregate import (
     ComparisonAggregateRecord,
     aggregate,
     aggregate_violations,
-    degradation_cliff,
 )
 from pytest_infercheck.checks.comparison.present import COLUMNS, summary_rows
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
@@ -113,25 +112,6 @@ def test_failure_text_marks_divergence_and_escapes() -> None:
     assert "(token ids differ from token 0; ⟦ marks the first differing character)" in text
     assert "- mean KL 0.1 > max_kl 0.05" in text
     assert safe_text("x" * 500, 10) == "x" * 9 + "…"
-
-
-@pytest.mark.parametrize(
-    ("levels", "cliff"),
-    [
-        ([("self", 0.0, 0.0), ("q8", 0.0, 0.0), ("q4", 0.1, 0.0)], "q4"),
-        ([("self", 0.0, 0.0), ("q8", 0.1, 0.1), ("q6", 0.15, 0.2), ("q4", 0.5, 0.2)], "q8"),
-        ([("self", 0.0, 0.0), ("q8", 0.0, 0.0), ("q4", 0.0, 0.0)], None),
-        ([("self", 0.0, 0.0), ("q8", 0.0, 0.0)], None),
-    ],
-)
-def test_degradation_cliff(levels: list[tuple[str, float, float]], cliff: str | None) -> None:
-    assert degradation_cliff(levels) == cliff
-
-
-def test_cliff_needs_more_than_double() -> None:
-    levels = [("self", 0.0, 0.0), ("q8", 0.1, 0.0), ("q6", 0.2, 0.0), ("q4", 0.41, 0.0)]
-    assert degradation_cliff(levels) == "q8"
-    assert degradation_cliff(levels[1:]) == "q4"  # 0.2 -> 0.41 more than doubles; 0.1->0.2 not
 
 
 def test_xdist_scope_groups_check_and_suite() -> None:

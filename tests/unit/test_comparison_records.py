@@ -17,6 +17,8 @@ from pytest_infercheck.checks.comparison.aggregate import (
     SuiteAggregate,
     SweepAggregateRecord,
     aggregate,
+    self_check_level,
+    sweep_cliff,
 )
 from pytest_infercheck.checks.comparison.present import (
     FLIP_BARS,
@@ -54,7 +56,12 @@ TEXT_ONLY = dataclasses.replace(
 LEVEL = aggregate([FLIPPED, UNCHANGED], Thresholds(max_kl_position=0.5))
 ENGINES = {"bf16@local": {"kind": "mlx-lm", "model": "/m/bf16"}, "q4@local": {"kind": "mlx-lm"}}
 COMPARE_AGGREGATE = ComparisonAggregateRecord("compare", "addition", [LEVEL], ENGINES)
-SWEEP_AGGREGATE = SweepAggregateRecord("sweep", "addition", [LEVEL], ENGINES, "q4@local")
+CLIFF, STEPS = sweep_cliff(
+    self_check_level([], 2), [LEVEL], [[FLIPPED, UNCHANGED]], Thresholds(max_mean_kl=0.1)
+)
+SWEEP_AGGREGATE = SweepAggregateRecord(
+    "sweep", "addition", [LEVEL], ENGINES, CLIFF, cliff_alpha=0.05, cliff_steps=STEPS
+)
 PROMPT_RECORDING = PromptRecording(
     golden="adder-v1",
     file="goldens/adder-v1.json",
@@ -116,6 +123,7 @@ PROMPT_KEYS = [
     "templated",
     "base_reasoning_chars",
     "test_reasoning_chars",
+    "problems",
     "kl_mean",
     "kl_max",
     "same_top_rate",
@@ -145,6 +153,7 @@ LEVEL_KEYS = [
     "mcnemar_p",
     "severities",
     "methods",
+    "problems",
 ]
 
 
@@ -186,7 +195,10 @@ def test_json_keys_are_those_of_the_results_format() -> None:
     assert list(plain_data(FLIPPED)) == PROMPT_KEYS
     assert list(plain_data(LEVEL)) == LEVEL_KEYS
     assert list(plain_data(COMPARE_AGGREGATE)) == ["check", "suite", "levels", "engines"]
-    assert list(plain_data(SWEEP_AGGREGATE)) == ["check", "suite", "levels", "engines", "cliff"]
+    assert list(plain_data(SWEEP_AGGREGATE)) == [
+        *["check", "suite", "levels", "engines"],
+        *["cliff", "cliff_alpha", "cliff_steps"],
+    ]
     assert plain_data(SelfCheckRecord(["x"])) == {"problems": ["x"]}
     common = ["golden", "file", "target", "engines"]
     assert list(plain_data(PROMPT_RECORDING)) == [
@@ -248,7 +260,18 @@ def test_terminal_rows_and_the_cliff_of_sweeps_only() -> None:
         ["compare(bf16-vs-q4)", "addition", "q4@local", "2", "1"],
         ["sweep(bf16)", "addition", "q4@local", "2", "1"],
     ]
-    assert cliff_lines(aggregates) == ["sweep(bf16) addition: degradation cliff: q4@local"]
+    (line,) = cliff_lines(aggregates)
+    assert line.startswith(
+        "sweep(bf16) addition: degradation cliff: q4@local: failed items 0 -> 1 of 2 (1 newly "
+        "failed, 0 recovered; exact McNemar p = 1 >= alpha 0.05); mean KL 0 +- 0 -> 0.2 +- "
+    )
+    assert line.endswith(" crosses max_mean_kl")
+    # a record without the evidence (an older results file): the cliff alone
+    bare = dataclasses.replace(SWEEP_AGGREGATE, cliff_steps=[])
+    node = "m.yaml::sweep(bf16)::addition::aggregate"
+    assert cliff_lines([(node, True, plain_data(bare))]) == [
+        "sweep(bf16) addition: degradation cliff: q4@local"
+    ]
 
 
 def test_html_views_of_the_records() -> None:
@@ -299,7 +322,14 @@ def test_summary_columns_of_an_unreadable_aggregate_are_empty() -> None:
 SWEEP_SUITE = "m.yaml::sweep(bf16)::addition"
 
 
-def _item(name: str, role: str, data: dict[str, Any], outcome: str = "passed") -> dict[str, Any]:
+def _item(
+    name: str,
+    role: str,
+    data: dict[str, Any],
+    outcome: str = "passed",
+    max_mean_kl: float | None = None,
+) -> dict[str, Any]:
+    extra = {} if max_mean_kl is None else {"max_mean_kl": max_mean_kl}
     return {
         **record_of("sweep", role, data),
         "nodeid": f"{SWEEP_SUITE}::{name}",
@@ -308,19 +338,51 @@ def _item(name: str, role: str, data: dict[str, Any], outcome: str = "passed") -
         "duration_s": 1.0,
         "worker": None,
         "longrepr": None,
-        "thresholds": {"max_kl_position": 0.5},
+        "thresholds": {"max_kl_position": 0.5, **extra},
     }
 
 
 def test_a_sweep_merges_into_one_aggregate_with_its_cliff_again() -> None:
-    half = dataclasses.replace(SWEEP_AGGREGATE, engines={"q4@local": {}}, cliff="none")
-    shards = [(1, _item("aggregate", "aggregate", plain_data(half)))] * 2
+    assert SWEEP_AGGREGATE.cliff == "q4@local"  # mean KL 0.2 crosses max_mean_kl 0.1
+    half = dataclasses.replace(
+        SWEEP_AGGREGATE, engines={"q4@local": {}}, cliff="none", cliff_steps=STEPS[:1]
+    )
+    shards = [(1, _item("aggregate", "aggregate", plain_data(half), max_mean_kl=0.1))] * 2
     items = [_item(r.prompt_id, "prompt", plain_data(r)) for r in (FLIPPED, UNCHANGED)]
     merged = merge_aggregate(f"{SWEEP_SUITE}::aggregate", shards, items)
-    assert merged is not None and merged["outcome"] == "passed"
+    assert merged is not None and merged["outcome"] == "failed"  # the mean-KL gate
     record = load_record(SweepAggregateRecord, merged["data"])
     assert record.levels == [LEVEL] and record.cliff == "q4@local"
-    assert list(merged["data"]) == ["check", "suite", "levels", "engines", "cliff"]
+    assert record.cliff_steps == STEPS
+    assert list(merged["data"]) == [
+        *["check", "suite", "levels", "engines"],
+        *["cliff", "cliff_alpha", "cliff_steps"],
+    ]
+
+
+def test_a_merged_sweep_starts_from_the_union_of_the_shards_self_checks() -> None:
+    """A shard whose baseline did not reproduce prompt b: the merged self-check has b
+    failed and no mean KL, so q4's KL cannot cross from it, and q4's one failed prompt (a)
+    against the self-check's one (b) is b = c = 1, p = 1: no cliff."""
+    clean = dataclasses.replace(SWEEP_AGGREGATE, cliff_steps=STEPS[:1])
+    _, (unreproduced, *_) = sweep_cliff(
+        self_check_level(["b"], 1), [LEVEL], [[FLIPPED, UNCHANGED]], Thresholds()
+    )
+    dirty = dataclasses.replace(SWEEP_AGGREGATE, cliff_steps=[unreproduced])
+    shards = [
+        (1, _item("aggregate", "aggregate", plain_data(clean), max_mean_kl=0.1)),
+        (2, _item("aggregate", "aggregate", plain_data(dirty), max_mean_kl=0.1)),
+    ]
+    items = [_item(r.prompt_id, "prompt", plain_data(r)) for r in (FLIPPED, UNCHANGED)]
+    merged = merge_aggregate(f"{SWEEP_SUITE}::aggregate", shards, items)
+    assert merged is not None
+    record = load_record(SweepAggregateRecord, merged["data"])
+    first, q4 = record.cliff_steps
+    assert first.level == "self-check" and first.failed == ["b"]
+    assert math.isnan(first.kl_mean) and first.kl_within is None
+    assert (q4.failed, q4.newly_failed, q4.recovered, q4.p_value) == (["a"], 1, 1, 1.0)
+    assert q4.kl_within is False and not q4.kl_crosses
+    assert record.cliff == "none"
 
 
 def test_shards_whose_aggregate_or_prompts_cannot_be_read_are_not_merged() -> None:

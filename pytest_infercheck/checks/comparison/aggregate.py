@@ -5,27 +5,91 @@
 - delta-p: p_test - p_base of the baseline's chosen token, mean and RMS (pooled).
 - flips: counted over prompts with an answer kind; rate with its Wilson interval; McNemar's
   exact p-value on correct->wrong vs wrong->correct.
-- failures: prompts that broke a per-item threshold.
+- failures: prompts that broke a per-item threshold (or have a fail-closed problem).
+- problems: the prompts whose numbers are unusable (non-finite KL or logprobs, rows that do
+  not normalise, an empty generation against a non-empty one), one line per kind of problem
+  naming the prompts; each line is a suite violation of its own.
+- a sweep's degradation cliff (:func:`degradation_cliff`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from ...metrics.finite import aggregate_problems
 from ...metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
 from ...records import Measured
 from ...specs import Thresholds
 from .prompt import PromptComparison
-from .verdicts import item_violations
+from .verdicts import item_problems, item_violations
 
 SELF_CHECK = "self-check"
 """The sweep's first item (the baseline generated twice), and the cliff's level 0."""
+
+DEFAULT_CLIFF_ALPHA = 0.05
+"""The default significance level of the degradation cliff's McNemar test."""
+
+
+class CliffLevel(NamedTuple):
+    """One level of a sweep as the cliff sees it (the self-check first)."""
+
+    label: str
+    """The level (its test side's label), or ``self-check``."""
+    failed: frozenset[str]
+    """Prompt ids that failed at this level (at the self-check: did not reproduce)."""
+    n_prompts: int
+    kl_mean: float
+    """Pooled mean KL (NaN: non-finite values, or not measured)."""
+    kl_se: float
+    kl_measured: bool
+    """Whether the level has a mean KL at all (False: no position was compared, or a
+    self-check whose baseline did not reproduce)."""
+
+
+@dataclass(frozen=True)
+class CliffStep:
+    """The cliff's evidence at one level of a sweep, against the previous level (the first
+    step, the self-check, against nothing)."""
+
+    level: str
+    """The level's test side (``q4@local``), or ``self-check`` (``baseline`` when the sweep's
+    self-check is off, and the first level is compared with a clean baseline)."""
+    n_prompts: int
+    """Prompts compared at this level."""
+    failed: list[str]
+    """The prompts that failed at this level, sorted (at the self-check: those whose two
+    baseline generations differ)."""
+    kl_mean: Measured
+    kl_se: Measured
+    """Pooled mean KL and its standard error clustered by prompt (0, 0 at a self-check that
+    reproduced the baseline; NaN, ``null`` in JSON, when not measured or not finite)."""
+    kl_within: bool | None
+    """Whether the mean KL is within ``max_mean_kl`` (None: no such gate, or no mean KL at
+    this level). A NaN mean KL is not within."""
+    newly_failed: int
+    """McNemar's b: prompts failed here and not at the previous level."""
+    recovered: int
+    """McNemar's c: prompts failed at the previous level and not here."""
+    p_value: float
+    """Exact two-sided McNemar p-value of (b, c) (1 for the first step)."""
+    failures_rise: bool
+    """b > c and p < alpha: the failed items rise significantly over the previous level's."""
+    kl_crosses: bool
+    """The mean KL crosses ``max_mean_kl`` here while the previous level's is within."""
+
+    @property
+    def n_failed(self) -> int:
+        return len(self.failed)
+
+    @property
+    def is_cliff(self) -> bool:
+        return self.failures_rise or self.kl_crosses
 
 
 @dataclass(frozen=True)
@@ -76,6 +140,10 @@ class SuiteAggregate:
     """Prompts by output severity (``identical``, ``minor``, ...)."""
     methods: dict[str, int]
     """Prompts by comparison method (``teacher-forced``, ``text``, ...)."""
+    problems: list[str] = field(default_factory=list)
+    """Fail closed: one line per kind of problem found in the prompts
+    (:func:`~.verdicts.item_problems`), naming them, e.g. ``non-finite KL in 2 of 60
+    prompts: r003 (positions 2, 5), r007 (position 0)``; each is a suite violation."""
 
     @property
     def failure_rate(self) -> float:
@@ -104,16 +172,32 @@ class SweepAggregateRecord(ComparisonAggregateRecord):
     a sweep's aggregate has the key ``cliff`` (its presence tells the two records apart)."""
 
     cliff: str
-    """The degradation cliff: the first level whose failure or flip rate more than doubles
-    the previous level's (:func:`degradation_cliff`, from the self-check at 0, 0), or
-    ``none``."""
+    """The degradation cliff (:func:`degradation_cliff`): the first level whose failed
+    items rise significantly over the previous level's (exact McNemar test at
+    :attr:`cliff_alpha`), or whose mean KL crosses ``max_mean_kl`` while the previous
+    level's does not; the previous level of the first is the measured self-check. ``none``
+    when no level qualifies."""
+    cliff_alpha: float = DEFAULT_CLIFF_ALPHA
+    """The significance level of the cliff's McNemar test (the sweep's ``cliff_alpha``)."""
+    cliff_steps: list[CliffStep] = field(default_factory=list)
+    """The cliff's evidence: the self-check, then every level in the user's order."""
 
 
-def sweep_cliff(levels: list[SuiteAggregate]) -> str:
-    """The cliff of a sweep's levels (see :attr:`SweepAggregateRecord.cliff`)."""
-    steps = [(SELF_CHECK, 0.0, 0.0)]
-    steps += [(a.test, a.failure_rate, a.flip_rate or 0.0) for a in levels]
-    return degradation_cliff(steps) or "none"
+def sweep_cliff(
+    first: CliffLevel,
+    levels: list[SuiteAggregate],
+    results: list[list[PromptComparison]],
+    thresholds: Thresholds,
+    alpha: float = DEFAULT_CLIFF_ALPHA,
+) -> tuple[str, list[CliffStep]]:
+    """The cliff of a sweep (see :attr:`SweepAggregateRecord.cliff`) and its evidence:
+    ``first`` is the self-check (:func:`self_check_level`), ``levels`` the aggregates of the
+    sweep's levels and ``results`` their prompt comparisons, in the same order."""
+    steps = [first]
+    for agg, level_results in zip(levels, results, strict=True):
+        steps.append(comparison_level(agg, level_results, thresholds))
+    cliff, evidence = degradation_cliff(steps, alpha=alpha, max_mean_kl=thresholds.max_mean_kl)
+    return cliff or "none", evidence
 
 
 def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteAggregate:
@@ -151,12 +235,16 @@ def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteA
         mcnemar_p=mcnemar_exact(flips["correct_to_wrong"], flips["wrong_to_correct"]),
         severities=dict(sorted(Counter(r.severity for r in results).items())),
         methods=dict(sorted(Counter(r.method for r in results).items())),
+        problems=aggregate_problems([(r.prompt_id, item_problems(r)) for r in results]),
     )
 
 
 def aggregate_violations(agg: SuiteAggregate, thresholds: Thresholds) -> list[str]:
-    """Suite gates broken by ``agg``."""
-    out: list[str] = []
+    """Suite gates broken by ``agg``: first its problems (each a violation of its own,
+    whatever the thresholds), then the gates. The mean-KL gate fails closed: a NaN mean (from
+    a non-finite KL_t) is not within ``max_mean_kl``; only a suite with no compared position
+    at all (text-only) has no mean KL to gate."""
+    out: list[str] = list(agg.problems)
     flips = thresholds.flips
     if flips.max_rate is not None and agg.flip_rate is not None:
         measured = agg.flip_rate_high if flips.gate == "upper" else agg.flip_rate
@@ -169,14 +257,17 @@ def aggregate_violations(agg: SuiteAggregate, thresholds: Thresholds) -> list[st
             out.append(
                 f"flip rate {agg.n_flips}/{agg.n_answered}: {what} > max_rate {flips.max_rate:g}"
             )
-    if (
-        thresholds.max_mean_kl is not None
-        and not math.isnan(agg.kl_mean)
-        and agg.kl_mean > thresholds.max_mean_kl
-    ):
-        out.append(
-            f"mean KL {agg.kl_mean:.6g} +- {agg.kl_se:.2g} > max_mean_kl {thresholds.max_mean_kl:g}"
-        )
+    if thresholds.max_mean_kl is not None and agg.kl_n > 0:
+        if math.isnan(agg.kl_mean):
+            out.append(
+                f"mean KL is NaN (non-finite KL_t): not within max_mean_kl "
+                f"{thresholds.max_mean_kl:g}"
+            )
+        elif agg.kl_mean > thresholds.max_mean_kl:
+            out.append(
+                f"mean KL {agg.kl_mean:.6g} +- {agg.kl_se:.2g} > max_mean_kl "
+                f"{thresholds.max_mean_kl:g}"
+            )
     if (
         thresholds.min_same_top is not None
         and agg.same_top_rate is not None
@@ -188,17 +279,141 @@ def aggregate_violations(agg: SuiteAggregate, thresholds: Thresholds) -> list[st
     return out
 
 
-def degradation_cliff(levels: list[tuple[str, float, float]]) -> str | None:
-    """The first level whose failure or flip rate more than doubles the previous level's.
+def comparison_level(
+    agg: SuiteAggregate, results: list[PromptComparison], thresholds: Thresholds
+) -> CliffLevel:
+    """A sweep level for the cliff: its failed prompts (:func:`~.verdicts.item_violations`,
+    as counted in ``agg.n_failed``) and its mean KL."""
+    failed = frozenset(r.prompt_id for r in results if item_violations(r, thresholds))
+    return CliffLevel(agg.test, failed, agg.n_prompts, agg.kl_mean, agg.kl_se, agg.kl_n > 0)
 
-    ``levels`` is ``(label, failure_rate, flip_rate)`` in the user's order, starting with the
-    baseline's self-check (normally 0, 0). A rate rising from 0 to anything above 0 counts as
-    more than doubling. None when no level qualifies.
+
+def self_check_level(failed: Iterable[str], n_prompts: int, ran: bool = True) -> CliffLevel:
+    """The cliff's first level: the self-check, whose failed prompts are those whose two
+    baseline generations differ. Its mean KL is 0 (+- 0) when every prompt reproduced (the
+    baseline against itself) and not measured otherwise. When the sweep's self-check is off
+    (``ran=False``) the first level is a clean baseline (nothing failed, KL 0), named
+    ``baseline``."""
+    failed = frozenset(failed)
+    clean = not failed
+    label = SELF_CHECK if ran else "baseline"
+    kl = 0.0 if clean else math.nan
+    return CliffLevel(label, failed, n_prompts, kl, kl, clean)
+
+
+def degradation_cliff(
+    levels: list[CliffLevel],
+    *,
+    alpha: float = DEFAULT_CLIFF_ALPHA,
+    max_mean_kl: float | None = None,
+) -> tuple[str | None, list[CliffStep]]:
+    """The degradation cliff of a sweep and its evidence.
+
+    ``levels`` starts with the self-check (:func:`self_check_level`), then the sweep's
+    levels in the user's order; levels share their prompts. Between each level and the
+    previous one:
+
+    - failed items: ``b`` = prompts failed here and not at the previous level, ``c`` = the
+      reverse; the exact two-sided McNemar p-value of (b, c) (levels share prompts, so the
+      test is paired); they *rise significantly* when ``b > c`` and ``p < alpha``;
+    - KL: the mean KL *crosses* ``max_mean_kl`` (when set) when the previous level's is
+      within it (``<=``) and this level's is not (a NaN mean is not within; a level with no
+      mean KL neither crosses nor lets the next level cross).
+
+    The cliff is the first level where either happens; None when no level qualifies. A rate
+    rising from 0 is not enough on its own: one failed prompt against none gives
+    ``p = 1``, and with nothing failed before at least 6 newly failed prompts are needed at
+    ``alpha = 0.05`` (``p = 2 / 2^6``).
     """
-    for (_, prev_fail, prev_flip), (label, fail, flip) in itertools.pairwise(levels):
-        if fail > 2 * prev_fail or flip > 2 * prev_flip:
-            return label
-    return None
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+
+    def within(level: CliffLevel) -> bool | None:
+        if max_mean_kl is None or not level.kl_measured:
+            return None
+        return bool(level.kl_mean <= max_mean_kl)  # NaN: False
+
+    steps: list[CliffStep] = []
+    cliff: str | None = None
+    previous: CliffLevel | None = None
+    for level in levels:
+        b = c = 0
+        p = 1.0
+        crosses = False
+        if previous is not None:
+            b = len(level.failed - previous.failed)
+            c = len(previous.failed - level.failed)
+            p = mcnemar_exact(b, c)
+            crosses = within(previous) is True and within(level) is False
+        step = CliffStep(
+            level=level.label,
+            n_prompts=level.n_prompts,
+            failed=sorted(level.failed),
+            kl_mean=level.kl_mean,
+            kl_se=level.kl_se,
+            kl_within=within(level),
+            newly_failed=b,
+            recovered=c,
+            p_value=p,
+            failures_rise=previous is not None and b > c and p < alpha,
+            kl_crosses=crosses,
+        )
+        steps.append(step)
+        if cliff is None and step.is_cliff:
+            cliff = level.label
+        previous = level
+    return cliff, steps
+
+
+def _kl(step: CliffStep) -> str:
+    """``0.01518 +- 0.0084``; ``NaN`` (not measured, or not finite)."""
+    if math.isnan(step.kl_mean):
+        return "NaN"
+    se = "NaN" if math.isnan(step.kl_se) else f"{step.kl_se:.2g}"
+    return f"{step.kl_mean:.4g} +- {se}"
+
+
+def cliff_evidence(cliff: str, steps: list[CliffStep], alpha: float) -> str:
+    """One line: the cliff and why, e.g. ``q4@local: failed items 0 -> 9 of 60 (9 newly
+    failed, 0 recovered; exact McNemar p = 0.0039 < alpha 0.05); mean KL 0.00028 +- 0.0001
+    -> 0.01518 +- 0.0084 crosses max_mean_kl``; or ``none`` and what no level showed."""
+    at = next((i for i, s in enumerate(steps) if i > 0 and s.level == cliff), None)
+    if at is None:
+        return (
+            f"none (no level's failed items rise significantly at alpha {alpha:g}, and no "
+            "level's mean KL crosses max_mean_kl)"
+        )
+    prev, step = steps[at - 1], steps[at]
+    parts = []
+    mcnemar = (
+        f"{step.newly_failed} newly failed, {step.recovered} recovered; exact McNemar p = "
+        f"{step.p_value:.3g} {'<' if step.p_value < alpha else '>='} alpha {alpha:g}"
+    )
+    parts.append(f"failed items {prev.n_failed} -> {step.n_failed} of {step.n_prompts} ({mcnemar})")
+    kl = f"mean KL {_kl(prev)} -> {_kl(step)}"
+    if step.kl_crosses:
+        kl += " crosses max_mean_kl"
+    parts.append(kl)
+    return f"{cliff}: " + "; ".join(parts)
+
+
+def cliff_table(cliff: str, steps: list[CliffStep], alpha: float) -> list[str]:
+    """The cliff's evidence level by level, for the aggregate's text."""
+    lines = []
+    for i, step in enumerate(steps):
+        within = {None: "", True: ", within max_mean_kl", False: ", above max_mean_kl"}
+        against = (
+            ""
+            if i == 0
+            else f", vs previous +{step.newly_failed} -{step.recovered} "
+            f"(McNemar p = {step.p_value:.3g})"
+        )
+        mark = "  <- cliff" if i > 0 and step.level == cliff else ""
+        lines.append(
+            f"  {step.level}: {step.n_failed}/{step.n_prompts} failed{against}; "
+            f"mean KL {_kl(step)}{within[step.kl_within]}{mark}"
+        )
+    return [f"cliff evidence (alpha {alpha:g}):", *lines]
 
 
 def format_aggregate(agg: SuiteAggregate) -> str:
@@ -220,4 +435,5 @@ def format_aggregate(agg: SuiteAggregate) -> str:
         f"{agg.flip_rate_high:.3f}) {agg.flips}; McNemar p = {agg.mcnemar_p:.3g}"
     )
     lines.append(f"severity {agg.severities}; methods {agg.methods}")
+    lines.extend(f"problem: {line}" for line in agg.problems)
     return "\n".join(lines)

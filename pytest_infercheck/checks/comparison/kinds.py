@@ -17,7 +17,7 @@ from pydantic import Field
 from ...golden.record import GoldenRecording
 from ...specs import COMPARISON_THRESHOLDS, KindSpec, Loc, Side
 from ..protocol import CheckKind
-from .aggregate import ComparisonAggregateRecord, SweepAggregateRecord
+from .aggregate import DEFAULT_CLIFF_ALPHA, ComparisonAggregateRecord, SweepAggregateRecord
 from .present import (
     FLIP_BARS,
     KL_DISTRIBUTION,
@@ -64,13 +64,19 @@ class CompareSpec(ComparisonSpec):
 
 
 class SweepSpec(ComparisonSpec):
-    """Several models against one baseline, each labelled by its model in item ids."""
+    """Several models against one baseline, each labelled by its model in item ids, in the
+    user's order. ``self_check``: generate the baseline twice first; it must reproduce
+    itself. The aggregate names the degradation cliff: the first level whose failed items
+    rise significantly over the previous level's (exact McNemar test at ``cliff_alpha``,
+    default 0.05; the self-check is the level before the first), or whose mean KL crosses
+    ``max_mean_kl`` while the previous level's does not."""
 
     sides_are_levels: ClassVar[bool] = True
 
     baseline: str
     models: list[str] = Field(min_length=1)
     self_check: bool = True
+    cliff_alpha: float = Field(default=DEFAULT_CLIFF_ALPHA, gt=0, lt=1)
 
     def runs_self_check(self) -> bool:
         return self.self_check

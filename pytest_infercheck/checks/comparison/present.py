@@ -16,15 +16,21 @@ from ...render.views import engines, flip_cell, side_by_side
 from ...specs import Thresholds
 from ..protocol import Aggregates, BarSeries, Distribution, MeasureSpec
 from .aggregate import (
+    SELF_CHECK,
+    CliffLevel,
+    CliffStep,
     ComparisonAggregateRecord,
     SuiteAggregate,
     SweepAggregateRecord,
     aggregate,
     aggregate_violations,
+    cliff_evidence,
+    self_check_level,
     sweep_cliff,
 )
 from .prompt import TOP_K_LOWER_BOUND, PromptComparison
 from .run import SelfCheckRecord
+from .verdicts import item_problems
 
 
 def aggregate_record(data: Mapping[str, Any]) -> ComparisonAggregateRecord:
@@ -37,16 +43,26 @@ def aggregate_record(data: Mapping[str, Any]) -> ComparisonAggregateRecord:
 
 
 # -- an item's detail ---------------------------------------------------------------------------
+def _measured(value: float | None, fmt: str = ".4g") -> str:
+    """A measured number; ``-`` for None (nothing to measure), but ``NaN`` and ``inf`` shown
+    as they are (a NaN is a finding, never a blank)."""
+    if value is None:
+        return "-"
+    if math.isnan(value):
+        return "NaN"
+    return format(value, fmt)
+
+
 def comparison_prompt(data: Mapping[str, Any]) -> str:
     """Baseline and test side by side, answers and flip, per-position KL chart."""
     r = load_record(PromptComparison, data)
     facts = [
         ("prompt", r.prompt_id),
         ("method", r.method),
-        ("similarity", num(r.similarity)),
+        ("similarity", _measured(r.similarity)),
         ("severity", r.severity),
-        ("KL mean", num(r.kl_mean, ".6g")),
-        ("KL max", num(r.kl_max, ".6g")),
+        ("KL mean", _measured(r.kl_mean, ".6g")),
+        ("KL max", _measured(r.kl_max, ".6g")),
         ("same-top rate", num(r.same_top_rate)),
         ("finish", f"{r.base_finish} / {r.test_finish}"),
     ]
@@ -62,6 +78,10 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
             r.first_divergence,
         ),
     ]
+    problems = item_problems(r)
+    if problems:
+        items = "".join(f"<li>{esc(p.describe())}</li>" for p in problems)
+        parts.insert(1, f"<h4>problems (each fails the item)</h4><ul>{items}</ul>")
     if r.answer_kind is not None:
         parts.append(
             table(
@@ -120,9 +140,47 @@ def comparison_aggregate(data: Mapping[str, Any]) -> str:
             [[f(lv) for _, f in COMPARISON_COLUMNS] for lv in record.levels],
         )
     ]
+    problems = [f"{lv.test}: {line}" for lv in record.levels for line in lv.problems]
+    if problems:
+        items = "".join(f"<li>{esc(line)}</li>" for line in problems)
+        parts.append(f"<h4>problems (each fails the suite)</h4><ul>{items}</ul>")
     if isinstance(record, SweepAggregateRecord):
         parts.append(f"<p>degradation cliff: <b>{esc(record.cliff)}</b></p>")
+        if record.cliff_steps:
+            evidence = cliff_evidence(record.cliff, record.cliff_steps, record.cliff_alpha)
+            parts.append(f"<p>{esc(evidence)}</p>")
+            parts.append(cliff_steps_table(record.cliff, record.cliff_steps, record.cliff_alpha))
     return "".join(parts) + engines(record.engines)
+
+
+def cliff_steps_table(cliff: str, steps: list[CliffStep], alpha: float) -> str:
+    """The cliff's evidence, a row per level: failed items, McNemar against the previous
+    level, mean KL ± SE against ``max_mean_kl``."""
+    within = {None: "-", True: "yes", False: "no"}
+    rows = []
+    for i, step in enumerate(steps):
+        first = i == 0
+        rows.append(
+            [
+                esc(step.level),
+                f"{step.n_failed}/{step.n_prompts}",
+                "-" if first else f"+{step.newly_failed} / -{step.recovered}",
+                "-" if first else esc(f"{step.p_value:.3g}"),
+                f"{_measured(step.kl_mean, '.4g')} ± {_measured(step.kl_se, '.2g')}",
+                within[step.kl_within],
+                "<b>cliff</b>" if not first and step.level == cliff else "",
+            ]
+        )
+    head = [
+        "level",
+        "failed items",
+        "new / recovered",
+        f"McNemar p (alpha {alpha:g})",
+        "mean KL ± SE",
+        "within max_mean_kl",
+        "",
+    ]
+    return table([esc(h) for h in head], rows)
 
 
 def self_check(data: Mapping[str, Any]) -> str:
@@ -190,13 +248,18 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
 
 
 def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
-    """``sweep(bf16) reasoning: degradation cliff: q4@local`` for every sweep aggregate."""
+    """``sweep(bf16) reasoning: degradation cliff: q4@local: failed items 0 -> 9 of 60 (...);
+    mean KL ... crosses max_mean_kl`` for every sweep aggregate (the bare cliff for a record
+    without its evidence, from an older results file)."""
     lines = []
     for nodeid, _, data in aggregates:
         record = aggregate_record(data)
         if isinstance(record, SweepAggregateRecord):
             parts = nodeid.split("::")
-            lines.append(f"{parts[-3]} {record.suite}: degradation cliff: {record.cliff}")
+            cliff = record.cliff
+            if record.cliff_steps:
+                cliff = cliff_evidence(record.cliff, record.cliff_steps, record.cliff_alpha)
+            lines.append(f"{parts[-3]} {record.suite}: degradation cliff: {cliff}")
     return lines
 
 
@@ -281,6 +344,16 @@ def _suite_of(nodeid: str) -> str:
     return nodeid.rsplit("::", 1)[0]
 
 
+def _merged_first_level(records: list[SweepAggregateRecord], n_prompts: int) -> CliffLevel:
+    """The cliff's first level of merged shards: the union of each shard's self-check
+    failures (each shard's aggregate checked its own prompts); a clean ``baseline`` when the
+    shards ran no self-check (or come from a file without the cliff's evidence)."""
+    firsts = [r.cliff_steps[0] for r in records if r.cliff_steps]
+    failed = {prompt for step in firsts for prompt in step.failed}
+    ran = any(step.level == SELF_CHECK for step in firsts)
+    return self_check_level(failed, n_prompts, ran)
+
+
 def merge_aggregate(
     nodeid: str, shards: list[tuple[int, dict[str, Any]]], items: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
@@ -300,10 +373,12 @@ def merge_aggregate(
     first = shards[0][1]
     thresholds = Thresholds.model_validate(first["thresholds"])
     levels, violations = [], []
+    results_by_test: dict[str, list[PromptComparison]] = {}
     for test in [level.test for level in records[0].levels]:
         results = [c for c in comparisons if c.test == test]
         if not results:
             return None
+        results_by_test[test] = results
         agg = aggregate(results, thresholds)
         levels.append(agg)
         violations += [f"{agg.test}: {v}" for v in aggregate_violations(agg, thresholds)]
@@ -312,7 +387,16 @@ def merge_aggregate(
         engines.update(record.engines)
     merged = dataclasses.replace(records[0], levels=levels, engines=engines)
     if isinstance(merged, SweepAggregateRecord):
-        merged = dataclasses.replace(merged, cliff=sweep_cliff(levels))
+        sweeps = [r for r in records if isinstance(r, SweepAggregateRecord)]
+        start = _merged_first_level(sweeps, levels[0].n_prompts)
+        cliff, steps = sweep_cliff(
+            start,
+            levels,
+            [results_by_test[level.test] for level in levels],
+            thresholds,
+            merged.cliff_alpha,
+        )
+        merged = dataclasses.replace(merged, cliff=cliff, cliff_steps=steps)
     errored = [item for _, item in shards if item["outcome"] == "error"]
     outcome = "error" if errored else "failed" if violations else "passed"
     longrepr = "\n".join(violations) or None

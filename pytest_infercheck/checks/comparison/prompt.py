@@ -10,16 +10,33 @@ The comparison method is the strongest both sides allow, and is recorded:
   score): its continuation is scored teacher-forced on the test side and compared at every
   position with the golden's recorded top-k (tail bucket, a lower bound).
 - ``text``: no usable logprobs; text similarity, first divergence and answers only.
+
+Fail closed: the scoring's own findings (a logprob row with a NaN or ``+inf``, a full row
+that does not normalise, a top-k list whose mass exceeds 1, a NaN or infinite ``KL_t``) are
+kept on the record (:attr:`PromptComparison.problems`); :mod:`.verdicts` makes each one a
+violation of its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+
+from pydantic import BeforeValidator
 
 from ...backends import Generation
 from ...golden import golden_scorable
 from ...metrics.answers import FlipKind, judge_answers
+from ...metrics.finite import (
+    Problem,
+    check_topk_rows,
+    check_values,
+    problem_from_dict,
+    strict_max,
+    strict_mean,
+)
 from ...metrics.kl import position_stats, topk_kl_lower_bound_positions
 from ...metrics.sameness import compare_outputs
 from ...metrics.text import severity, similarity
@@ -35,6 +52,30 @@ TEACHER_FORCED = "teacher-forced"
 TOP_K_LOWER_BOUND = "top-k-lower-bound"
 GOLDEN_TOP_K_LOWER_BOUND = "golden-top-k-lower-bound"
 TEXT_ONLY = "text"
+
+
+def _problems_from_plain(value: Any) -> Any:
+    """Problems read back from their plain form (``Problem.to_dict()``, then JSON): a
+    not-normalised row's ``-inf`` logsumexp (an all ``-inf`` row) comes back from ``null``."""
+    if not isinstance(value, list):
+        return value
+    out: list[Any] = []
+    for doc in value:
+        if not isinstance(doc, Mapping):
+            out.append(doc)
+            continue
+        if doc.get("type") == "not-normalised" and isinstance(doc.get("logsumexp"), list):
+            doc = {**doc, "logsumexp": [-math.inf if v is None else v for v in doc["logsumexp"]]}
+        try:
+            out.append(problem_from_dict(doc))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a problem: {doc!r} ({exc})") from exc
+    return out
+
+
+Problems = Annotated[list[Problem], BeforeValidator(_problems_from_plain)]
+"""Fail-closed findings (:mod:`~pytest_infercheck.metrics.finite`), stored in JSON as
+``Problem.to_dict()`` (with their ``type``)."""
 
 
 @dataclass(frozen=True)
@@ -107,10 +148,18 @@ class PromptComparison:
     answers)."""
     test_reasoning_chars: int = 0
     """Length of a reasoning chain the test side returned apart from its answer."""
+    problems: Problems = field(default_factory=list)
+    """What the scoring found unusable, fail closed: logprob rows holding a NaN or ``+inf``
+    (``non-finite test logprobs at position 3 (NaN)``), full rows whose logsumexp is not
+    within the tolerance of 0, top-k lists whose mass exceeds 1, NaN or infinite ``KL_t``.
+    Each is a violation of its own (:func:`~.verdicts.item_problems`). In JSON: a list of
+    objects with a ``type`` (``non-finite``, ``not-normalised``) and the positions."""
     kl_mean: float | None = field(init=False)
-    """Derived: mean of :attr:`kl_per_position` (None without positions)."""
+    """Derived: mean of :attr:`kl_per_position`, NaN when any position is NaN (None without
+    positions)."""
     kl_max: float | None = field(init=False)
-    """Derived: largest of :attr:`kl_per_position` (None without positions)."""
+    """Derived: largest of :attr:`kl_per_position`, NaN when any position is NaN, wherever
+    it is (None without positions)."""
     same_top_rate: float | None = field(init=False)
     """Derived: share of :attr:`same_top` positions that agree (None without positions)."""
     is_flip: bool = field(init=False)
@@ -119,13 +168,20 @@ class PromptComparison:
     def __post_init__(self) -> None:
         kl, same_top = self.kl_per_position, self.same_top
         derived = {
-            "kl_mean": sum(kl) / len(kl) if kl else None,
-            "kl_max": max(kl) if kl else None,
+            "kl_mean": strict_mean(kl),
+            "kl_max": strict_max(kl),
             "same_top_rate": sum(same_top) / len(same_top) if same_top else None,
             "is_flip": FlipKind(self.flip).is_flip,
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
+
+    def to_plain(self) -> dict[str, Any]:
+        """Every field, the problems with their ``type`` (:func:`plain_data` makes the rest
+        plain)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["problems"] = [p.to_dict() for p in self.problems]
+        return data
 
 
 class _Distributions(NamedTuple):
@@ -135,6 +191,7 @@ class _Distributions(NamedTuple):
     kl_per_position: list[float]
     same_top: list[bool]
     delta_p: list[float]
+    problems: tuple[Problem, ...] = ()
 
 
 class _Answers(NamedTuple):
@@ -206,6 +263,7 @@ def compare_prompt(
         templated=rendered.templated,
         base_reasoning_chars=len(base.extra.get("reasoning") or ""),
         test_reasoning_chars=len(other.extra.get("reasoning") or ""),
+        problems=list(dists.problems),
     )
 
 
@@ -228,11 +286,17 @@ def _distributions(
         and caps_t.teacher_forcing
         and base.token_ids
     ):
+        # Both sides score the baseline's continuation (with its EOS) after the same prompt
+        # ids: the test side's own continuation would condition on other prefixes.
         base_lp = cache.score(baseline, list(prompt_ids), base.token_ids)
         test_lp = cache.score(test, list(prompt_ids), base.token_ids)
         stats = position_stats(base_lp, test_lp, base.token_ids)
         return _Distributions(
-            TEACHER_FORCED, stats.kl.tolist(), stats.same_top.tolist(), stats.delta_p.tolist()
+            TEACHER_FORCED,
+            stats.kl.tolist(),
+            stats.same_top.tolist(),
+            stats.delta_p.tolist(),
+            stats.problems,
         )
     if golden_scorable(baseline, test, shared_ids, prompt_ids, base):
         assert prompt_ids is not None and base.token_ids and base.top_logprobs
@@ -245,6 +309,7 @@ def _distributions(
             stats.kl.tolist(),
             stats.same_top.tolist(),
             stats.delta_p.tolist(),
+            stats.problems,
         )
     if (
         base.top_logprobs
@@ -254,8 +319,16 @@ def _distributions(
     ):
         n = min(len(base.top_logprobs), len(other.top_logprobs))
         n = n if first_divergence is None else min(n, first_divergence + 1)
-        kl = topk_kl_lower_bound_positions(base.top_logprobs[:n], other.top_logprobs[:n])
-        return _Distributions(TOP_K_LOWER_BOUND, kl.tolist(), [], [])
+        base_top, test_top = base.top_logprobs[:n], other.top_logprobs[:n]
+        kl = topk_kl_lower_bound_positions(base_top, test_top)
+        problems: list[Problem] = [
+            *check_topk_rows("baseline top-k logprobs", base_top),
+            *check_topk_rows("test top-k logprobs", test_top),
+        ]
+        kl_problem = check_values("KL", kl)
+        if kl_problem is not None:
+            problems.append(kl_problem)
+        return _Distributions(TOP_K_LOWER_BOUND, kl.tolist(), [], [], tuple(problems))
     return _Distributions(TEXT_ONLY, [], [], [])
 
 

@@ -10,20 +10,26 @@ another worker left out).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
+from ...metrics.finite import strict_max
 from ...metrics.sameness import same_generation
 from ..protocol import CheckRun, ItemPlan, Outcome, memoised
 from .aggregate import (
+    DEFAULT_CLIFF_ALPHA,
     SELF_CHECK,
     ComparisonAggregateRecord,
     SuiteAggregate,
     SweepAggregateRecord,
     aggregate,
     aggregate_violations,
+    cliff_evidence,
+    cliff_table,
     format_aggregate,
+    self_check_level,
     sweep_cliff,
 )
 from .prompt import PromptComparison, compare_prompt
@@ -33,7 +39,7 @@ if TYPE_CHECKING:
     from ...config import CheckSpec
     from ...generation_cache import ResolvedTarget
     from ...specs import Side
-    from ...suites import Suite
+    from ...suites import Prompt, Suite
 
 SELF_CHECK_FAILED = (
     "baseline self-check FAILED: the baseline is not deterministic, so no sweep level can be "
@@ -59,6 +65,8 @@ class ComparisonRun(CheckRun):
         default_factory=dict, init=False, repr=False
     )
     """By (prompt id, test side ref): the prompt's comparison."""
+    _self_checks: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
+    """By prompt id: how its two baseline generations differ (None: reproduced)."""
     _prefetched: set[str] = field(default_factory=set, init=False, repr=False)
     """Test side refs whose selected prompts were prefetched (or need no prefetch)."""
     golden_payloads: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
@@ -183,9 +191,11 @@ class ComparisonRun(CheckRun):
         texts: list[str] = []
         violations: list[str] = []
         aggregates: list[SuiteAggregate] = []
+        level_results = []
         prompts = self.scope_prompts()
         for side in self.tests():
             results = [self.prompt_result(p.id, side.ref)[0] for p in prompts]
+            level_results.append(results)
             agg = aggregate(results, self.check)
             aggregates.append(agg)
             texts.append(format_aggregate(agg))
@@ -199,33 +209,63 @@ class ComparisonRun(CheckRun):
         kind, suite = self.check.kind, self.suite.name
         record = ComparisonAggregateRecord(kind, suite, aggregates, engines)
         if self.check.spec.sides_are_levels:
-            cliff = sweep_cliff(aggregates)
-            record = SweepAggregateRecord(kind, suite, aggregates, engines, cliff)
-            texts.append(f"degradation cliff: {cliff}")
+            alpha = getattr(self.check.spec, "cliff_alpha", DEFAULT_CLIFF_ALPHA)
+            ran = self.check.spec.runs_self_check()
+            failed = self.self_check_failures(prompts) if ran else []
+            first = self_check_level(failed, len(prompts), ran)
+            cliff, steps = sweep_cliff(first, aggregates, level_results, self.check, alpha)
+            record = SweepAggregateRecord(
+                kind, suite, aggregates, engines, cliff, cliff_alpha=alpha, cliff_steps=steps
+            )
+            texts.append(
+                "\n".join(
+                    [
+                        f"degradation cliff: {cliff_evidence(cliff, steps, alpha)}",
+                        *cliff_table(cliff, steps, alpha),
+                    ]
+                )
+            )
             properties.append(("infercheck_cliff", cliff))
         return Outcome(violations, "\n\n".join(texts), record, properties)
 
-    def self_check(self) -> list[str]:
-        """Differences between two independent baseline generations of every prompt."""
-        baseline = self.baseline
+    def self_check(self, prompts: list[Prompt] | None = None) -> list[str]:
+        """Differences between two independent baseline generations of every prompt (of
+        ``prompts``; default: the suite's), one line per prompt that did not reproduce."""
         problems: list[str] = []
-        for prompt in self.suite.prompts:
-            rendered = self.cache.render(baseline, prompt, self.settings.thinking)
-            params = self.params(prompt)
-            first = self.cache.generate(baseline, rendered, params, run=0)
-            second = self.cache.generate(baseline, rendered, params, run=1)
-            verdict = same_generation(first, second)
-            if not verdict.same:
-                problems.append(f"{prompt.id}: {verdict.describe()}")
-            elif first.chosen_logprobs != second.chosen_logprobs:
-                drift = max(
-                    abs(a - b)
-                    for a, b in zip(
-                        first.chosen_logprobs or [], second.chosen_logprobs or [], strict=False
-                    )
-                )
-                problems.append(f"{prompt.id}: same tokens, logprobs drift by {drift:.3g}")
+        for prompt in self.suite.prompts if prompts is None else prompts:
+            if prompt.id not in self._self_checks:
+                self._self_checks[prompt.id] = self._reproduce(prompt)
+            problem = self._self_checks[prompt.id]
+            if problem is not None:
+                problems.append(f"{prompt.id}: {problem}")
         return problems
+
+    def self_check_failures(self, prompts: list[Prompt]) -> list[str]:
+        """The ids of ``prompts`` whose two baseline generations differ: the failed items of
+        the cliff's first level."""
+        self.self_check(prompts)
+        return [p.id for p in prompts if self._self_checks[p.id] is not None]
+
+    def _reproduce(self, prompt: Prompt) -> str | None:
+        """How the baseline's second generation of ``prompt`` differs from its first (None:
+        identical tokens, text and chosen logprobs)."""
+        baseline = self.baseline
+        rendered = self.cache.render(baseline, prompt, self.settings.thinking)
+        params = self.params(prompt)
+        first = self.cache.generate(baseline, rendered, params, run=0)
+        second = self.cache.generate(baseline, rendered, params, run=1)
+        verdict = same_generation(first, second)
+        if not verdict.same:
+            return verdict.describe()
+        if first.chosen_logprobs != second.chosen_logprobs:
+            a, b = first.chosen_logprobs or [], second.chosen_logprobs or []
+            # NaN when a NaN logprob is involved (a NaN never equals itself, so it is a
+            # difference) or when only one run has logprobs
+            drift = strict_max([abs(x - y) for x, y in zip(a, b, strict=False)]) or math.nan
+            if len(a) != len(b):
+                drift = math.nan
+            return f"same tokens, logprobs drift by {drift:.3g}"
+        return None
 
 
 AGGREGATE_PROPERTIES = (

@@ -1,16 +1,83 @@
-"""Thresholds applied to one prompt's comparison, and the failure text a person can act on."""
+"""Thresholds applied to one prompt's comparison, and the failure text a person can act on.
+
+The one place an item's verdict is decided (the suite aggregate counts failed items with
+:func:`item_violations` too). Fail closed, before any threshold: every problem of
+:func:`item_problems` is a violation of its own, whatever the thresholds.
+"""
 
 from __future__ import annotations
 
 from ...metrics.answers import fails_item
+from ...metrics.finite import (
+    NonFinite,
+    Problem,
+    check_scalar,
+    check_values,
+    empty_generation,
+)
 from ...render.text import mark_divergence, safe_text
 from ...specs import Thresholds
 from .prompt import TEACHER_FORCED, TEXT_ONLY, PromptComparison
 
 
+def _generated(text: str, ids: list[int] | None, finish: str) -> bool:
+    """Whether a side generated anything: some text, or token ids beyond the one
+    end-of-sequence token a generation that stopped at once carries."""
+    if text:
+        return True
+    if ids is None:
+        return False
+    return len(ids) > (1 if finish == "stop" else 0)
+
+
+def empty_output(result: PromptComparison) -> Problem | None:
+    """:class:`~pytest_infercheck.metrics.finite.EmptyGeneration` when exactly one side
+    generated nothing (no text, and no token but the end-of-sequence it stopped on); counted
+    in tokens when both sides have token ids, else in characters. Whatever the method: a
+    text-only or top-k comparison of an empty output is a divergence, never a pass."""
+    both_ids = result.base_ids is not None and result.test_ids is not None
+
+    def count(text: str, ids: list[int] | None, finish: str) -> int:
+        if not _generated(text, ids, finish):
+            return 0
+        return len(ids) if both_ids and ids is not None else len(text)
+
+    return empty_generation(
+        count(result.base_text, result.base_ids, result.base_finish),
+        count(result.test_text, result.test_ids, result.test_finish),
+        base=f"the baseline ({result.baseline})",
+        test=f"the test ({result.test})",
+        unit="tokens" if both_ids else "characters",
+    )
+
+
+def item_problems(result: PromptComparison) -> list[Problem]:
+    """Everything fail-closed about one comparison, each a violation of its own: the
+    scoring's problems (:attr:`PromptComparison.problems`: non-finite or not normalised
+    logprob rows, non-finite ``KL_t``), a non-finite ``KL_t`` in the record even when the
+    scoring did not name it (a record read back, or made by hand), a non-finite similarity,
+    and an empty generation against a non-empty one."""
+    problems: list[Problem] = list(result.problems)
+    named_kl = any(isinstance(p, NonFinite) and p.what == "KL" for p in problems)
+    kl_problem = check_values("KL", result.kl_per_position)
+    if kl_problem is not None and not named_kl:
+        problems.append(kl_problem)
+    similarity = check_scalar("similarity", result.similarity)
+    if similarity is not None:
+        problems.append(similarity)
+    empty = empty_output(result)
+    if empty is not None:
+        problems.append(empty)
+    return problems
+
+
 def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[str]:
-    """Every per-item threshold that ``result`` breaks, as ``measured vs limit`` lines."""
-    out: list[str] = []
+    """Every problem of :func:`item_problems` (named: ``non-finite KL at positions 2, 5
+    (NaN)``), then every per-item threshold that ``result`` breaks, as ``measured vs limit``
+    lines. A NaN never passes: it is named as a problem (a NaN mean or max KL comes from a
+    non-finite ``KL_t``, a NaN similarity is non-finite itself); ``+inf`` KL also breaks
+    ``max_kl`` and ``max_kl_position``."""
+    out = [p.describe() for p in item_problems(result)]
     mean, peak = result.kl_mean, result.kl_max
     lower = "" if result.method == TEACHER_FORCED else " (lower bound)"
     if thresholds.max_kl is not None and mean is not None and mean > thresholds.max_kl:

@@ -1,0 +1,361 @@
+"""Fail closed in the comparison kinds (compare, sweep, diff): NaN, +inf, rows that do not
+normalise and empty generations are violations of their own, on the item and in the suite
+aggregate; what teacher-forced scoring is given; the degradation cliff, with evidence.
+
+Every number is computed by hand in a comment. Each test failed on the code before this
+change (3fcfc20), where a NaN passed every gate, the scoring's problems were dropped, an
+empty generation was not a violation and the cliff was the first level with any failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from pytest_infercheck.backends.base import Capabilities
+from pytest_infercheck.checks.comparison.aggregate import (
+    CliffLevel,
+    aggregate,
+    aggregate_violations,
+    degradation_cliff,
+    self_check_level,
+)
+from pytest_infercheck.checks.comparison.prompt import PromptComparison
+from pytest_infercheck.checks.comparison.verdicts import item_violations
+from pytest_infercheck.metrics.finite import NonFinite, NotNormalised
+from pytest_infercheck.records import load_record, plain_data
+from pytest_infercheck.specs import Thresholds
+
+from .comparison_fakes import (
+    KL_UNIFORM_SKEWED,
+    PROMPT_IDS,
+    SKEWED,
+    UNIFORM,
+    FakeBackend,
+    compare,
+    generation,
+    rows_of,
+)
+from .factories import prompt_comparison
+
+NAN, INF = math.nan, math.inf
+NEVER = Thresholds.model_validate({"flips": {"fail_item_on": "never"}})
+"""No threshold at all: whatever fails under it fails closed, of its own."""
+
+
+def unchanged(pid: str, kl: list[float]) -> PromptComparison:
+    return prompt_comparison(pid, kl, flip="unchanged")
+
+
+# -- what reaches teacher-forced scoring ----------------------------------------------------------
+def test_both_sides_are_scored_on_the_baselines_continuation() -> None:
+    """The outputs differ from their second token: the test side must still be scored on the
+    baseline's continuation (prompt ids + the baseline's ids), never on its own."""
+    base = FakeBackend("bf16", generation("46", [1, 2, 0]), rows_of(UNIFORM))
+    test = FakeBackend("q4", generation("4777", [1, 3, 3, 3, 0]), rows_of(SKEWED))
+    result = compare(base, test)
+    assert base.scored == [(PROMPT_IDS, (1, 2, 0))]
+    assert test.scored == [(PROMPT_IDS, (1, 2, 0))]
+    assert result.method == "teacher-forced" and result.first_divergence == 1
+    # one KL_t per position of the baseline's continuation, each KL(uniform || skewed)
+    assert result.kl_per_position == pytest.approx([KL_UNIFORM_SKEWED] * 3, rel=1e-6)
+    assert round(KL_UNIFORM_SKEWED, 6) == 0.130812
+
+
+# -- one item ------------------------------------------------------------------------------------
+def test_nan_logprob_rows_fail_the_item_naming_the_positions() -> None:
+    """Rows 2 and 5 of the test side hold a NaN: their KL_t is NaN; the item fails with no
+    threshold set, naming both positions, and its mean and max KL are NaN."""
+    nan_row = [NAN, *SKEWED[1:]]
+    test_rows = rows_of(SKEWED, {2: nan_row, 5: nan_row})
+    base = FakeBackend("bf16", generation("12312", [1, 2, 3, 1, 2, 0]))
+    test = FakeBackend("q4", generation("12312", [1, 2, 3, 1, 2, 0]), test_rows)
+    result = compare(base, test)
+    nan_at = [t for t, k in enumerate(result.kl_per_position) if math.isnan(k)]
+    assert nan_at == [2, 5]
+    assert item_violations(result, NEVER) == [
+        "non-finite test logprobs at positions 2, 5 (NaN)",
+        "non-finite KL at positions 2, 5 (NaN)",
+    ]
+    assert result.kl_mean is not None and math.isnan(result.kl_mean)
+    assert result.kl_max is not None and math.isnan(result.kl_max)
+
+
+def test_a_nan_kl_that_is_not_first_makes_the_max_nan_and_fails() -> None:
+    """Python's max([0.0, nan]) is 0.0; the item's max must be NaN and fail."""
+    result = unchanged("a", [0.0, NAN])
+    assert result.kl_max is not None and math.isnan(result.kl_max)
+    assert item_violations(result, Thresholds(max_kl_position=1.0)) == [
+        "non-finite KL at position 1 (NaN)"
+    ]
+
+
+def test_an_all_nan_prompt_fails() -> None:
+    result = unchanged("a", [NAN, NAN, NAN])
+    assert item_violations(result, Thresholds(max_kl=0.01, max_kl_position=1.0)) == [
+        "non-finite KL at positions 0, 1, 2 (NaN)"
+    ]
+
+
+def test_plus_inf_kl_is_named_and_fails_max_kl() -> None:
+    """+inf is a real divergence (the test gives probability 0 to a token the baseline
+    gives mass): named whatever the thresholds, and above max_kl and max_kl_position."""
+    result = unchanged("a", [0.1, INF])
+    assert result.kl_mean == INF and result.kl_max == INF
+    assert item_violations(result, NEVER) == ["non-finite KL at position 1 (+inf)"]
+    assert item_violations(result, Thresholds(max_kl=0.5, max_kl_position=1.0))[1:] == [
+        "mean KL inf > max_kl 0.5",
+        "max KL_t inf > max_kl_position 1",
+    ]
+
+
+def test_a_row_that_does_not_normalise_fails() -> None:
+    """Test row 1 shifted by +0.5 (logsumexp 0.5, tolerance V 2^-24 + 1e-4 = 1.0e-4 for
+    V = 4); its KL_t is 0.130812 - 0.5 = -0.369188, under any max_kl: only the
+    normalisation check can see it."""
+    shifted = [x + 0.5 for x in SKEWED]
+    base = FakeBackend("bf16", generation("46", [1, 2, 0]))
+    test = FakeBackend("q4", generation("46", [1, 2, 0]), rows_of(SKEWED, {1: shifted}))
+    result = compare(base, test)
+    assert result.kl_per_position[1] == pytest.approx(KL_UNIFORM_SKEWED - 0.5, rel=1e-5)
+    assert item_violations(result, Thresholds(max_kl=1.0)) == [
+        "test logprobs do not normalise at position 1 (logsumexp +0.5; tolerance 0.0001)"
+    ]
+    (problem,) = result.problems
+    assert isinstance(problem, NotNormalised) and problem.positions == (1,)
+
+
+@pytest.mark.parametrize(
+    ("base", "test", "capabilities", "method", "message"),
+    [
+        (  # teacher-forced: the empty side still scores the baseline's 3 tokens
+            generation("46", [1, 2, 0]),
+            generation("", [0]),
+            Capabilities.token_level(0, chat_template=False),
+            "teacher-forced",
+            "the test (q4@local) generated no tokens while the baseline (bf16@local) generated 3",
+        ),
+        (  # text only: counted in characters
+            generation("46", None),
+            generation("", None),
+            Capabilities(),
+            "text",
+            "the test (q4@local) generated no characters while the baseline (bf16@local) "
+            "generated 2",
+        ),
+        (  # top-k, the baseline empty: no position to compare, KL over nothing
+            generation("", [0], top_logprobs=[{0: 0.0}]),
+            generation("46", [1, 2, 0], top_logprobs=[{1: 0.0}, {2: 0.0}, {0: 0.0}]),
+            Capabilities(top_k_logprobs=1, token_ids=True),
+            "top-k-lower-bound",
+            "the baseline (bf16@local) generated no tokens while the test (q4@local) generated 3",
+        ),
+    ],
+)
+def test_an_empty_generation_against_tokens_fails_whatever_the_method(
+    base: object, test: object, capabilities: Capabilities, method: str, message: str
+) -> None:
+    result = compare(
+        FakeBackend("bf16", base, capabilities=capabilities),  # type: ignore[arg-type]
+        FakeBackend("q4", test, capabilities=capabilities),  # type: ignore[arg-type]
+    )
+    assert result.method == method
+    assert f"empty generation: {message}" in item_violations(result, NEVER)
+
+
+def test_two_empty_generations_agree() -> None:
+    result = compare(
+        FakeBackend("bf16", generation("", [0])), FakeBackend("q4", generation("", [0]))
+    )
+    assert item_violations(result, NEVER) == []
+
+
+def test_a_nan_top_k_lower_bound_fails() -> None:
+    """Top-k only (no teacher forcing): a NaN in the test side's top-k at position 0 gives a
+    NaN lower bound there; both are named."""
+    top = Capabilities(top_k_logprobs=2, token_ids=True)
+    base_top = [{1: math.log(0.9), 2: math.log(0.05)}, {0: 0.0, 2: -30.0}]
+    test_top = [{1: NAN, 2: math.log(0.05)}, {0: 0.0, 2: -30.0}]
+    result = compare(
+        FakeBackend("bf16", generation("1", [1, 0], top_logprobs=base_top), capabilities=top),
+        FakeBackend("q4", generation("1", [1, 0], top_logprobs=test_top), capabilities=top),
+    )
+    assert result.method == "top-k-lower-bound"
+    assert math.isnan(result.kl_per_position[0]) and result.kl_per_position[1] == 0.0
+    assert item_violations(result, Thresholds(max_kl=1.0)) == [
+        "non-finite test top-k logprobs at position 0 (NaN)",
+        "non-finite KL at position 0 (NaN)",
+    ]
+
+
+def test_a_non_finite_similarity_fails() -> None:
+    result = dataclasses.replace(unchanged("a", [0.0]), similarity=NAN)
+    assert item_violations(result, Thresholds(min_similarity=0.5)) == [
+        "non-finite similarity (NaN)"
+    ]
+
+
+def test_problems_round_trip_through_json() -> None:
+    """An all -inf row's logsumexp is -inf, null in JSON, -inf again when read."""
+    problems = [
+        NonFinite("KL", (2, 5), ("nan",)),
+        NotNormalised("test logprobs", (0, 3), (0.5, -INF), 1e-4),
+    ]
+    record = dataclasses.replace(unchanged("a", [NAN, 0.0]), problems=problems)
+    plain = plain_data(record)
+    assert plain["problems"][1] == {
+        "type": "not-normalised",
+        "what": "test logprobs",
+        "positions": [0, 3],
+        "logsumexp": [0.5, None],
+        "tol": 1e-4,
+        "unit": "position",
+    }
+    back = load_record(PromptComparison, plain)
+    assert back.problems == problems
+    assert item_violations(back, NEVER) == [
+        "non-finite KL at positions 2, 5 (NaN)",  # the scoring's, kept: not named twice
+        "test logprobs do not normalise at positions 0, 3 (logsumexp +0.5, -inf; tolerance 0.0001)",
+    ]
+
+
+# -- the suite aggregate ------------------------------------------------------------------------
+def test_a_nan_in_the_suite_fails_the_aggregate_naming_the_prompt() -> None:
+    """Pooled KL (0.1, 0.2, NaN): the mean is NaN, so is the max (np.max), and the mean-KL
+    gate is not skipped; with no gate at all the non-finite KL is a violation of its own."""
+    results = [unchanged("a", [0.1]), unchanged("b", [0.2, NAN])]
+    agg = aggregate(results, NEVER)
+    assert math.isnan(agg.kl_mean) and math.isnan(agg.kl_max)
+    assert agg.n_failed == 1
+    assert agg.problems == ["non-finite KL in 1 of 2 prompts: b (position 1)"]
+    assert aggregate_violations(agg, NEVER) == agg.problems
+    gated = Thresholds.model_validate({"max_mean_kl": 1.0, "flips": {"fail_item_on": "never"}})
+    assert aggregate_violations(agg, gated) == [
+        "non-finite KL in 1 of 2 prompts: b (position 1)",
+        "mean KL is NaN (non-finite KL_t): not within max_mean_kl 1",
+    ]
+
+
+def test_the_aggregate_names_empty_generations_and_rows_that_do_not_normalise() -> None:
+    empty = dataclasses.replace(unchanged("c", [0.0]), test_text="", test_ids=[2])
+    shifted = dataclasses.replace(
+        unchanged("d", [0.0]), problems=[NotNormalised("test logprobs", (0,), (0.5,), 1e-4)]
+    )
+    agg = aggregate([unchanged("a", [0.0]), empty, shifted], NEVER)
+    assert agg.n_failed == 2
+    assert aggregate_violations(agg, NEVER) == [
+        "empty generation in 1 of 3 prompts: c",
+        "test logprobs not normalised in 1 of 3 prompts: d (position 0)",
+    ]
+
+
+def test_a_text_only_suite_has_no_mean_kl_to_gate() -> None:
+    text_only = dataclasses.replace(unchanged("a", []), method="text")
+    agg = aggregate([text_only], NEVER)
+    assert agg.kl_n == 0 and math.isnan(agg.kl_mean)
+    assert aggregate_violations(agg, Thresholds(max_mean_kl=0.01)) == []
+
+
+# -- the degradation cliff ----------------------------------------------------------------------
+SIXTY = [f"p{i:02d}" for i in range(60)]
+Q8_FAILED = frozenset({"p11"})
+Q4_FAILED = frozenset({"p01", "p02", "p03", "p12", "p13", "p14", "p25", "p38", "p40"})
+
+
+def level(label: str, failed: frozenset[str], kl: float, se: float = 0.0) -> CliffLevel:
+    return CliffLevel(label, failed, 60, kl, se, True)
+
+
+def quickstart_levels() -> list[CliffLevel]:
+    """The quickstart's shape: a self-check with KL exactly 0, q8 with 1 failed prompt of
+    60 and a tiny mean KL, q4 with 9 failed prompts (the one q8 failure recovered) and a
+    mean KL 54x q8's."""
+    return [
+        self_check_level([], 60),
+        level("q8", Q8_FAILED, 0.00028, 0.0001),
+        level("q4", Q4_FAILED, 0.0152, 0.0084),
+    ]
+
+
+def test_the_cliff_is_q4_not_q8() -> None:
+    """self-check -> q8: b = 1, c = 0: p = min(1, 2 C(1,0) / 2^1) = 1, not significant.
+    q8 -> q4: b = 9, c = 1: p = 2 (C(10,0) + C(10,1)) / 2^10 = 22/1024 = 0.021484375 < 0.05."""
+    cliff, steps = degradation_cliff(quickstart_levels())
+    assert cliff == "q4"
+    first, q8, q4 = steps
+    assert (first.level, first.n_failed, first.kl_mean, first.kl_se) == ("self-check", 0, 0.0, 0.0)
+    assert (q8.newly_failed, q8.recovered, q8.p_value, q8.failures_rise) == (1, 0, 1.0, False)
+    assert (q4.newly_failed, q4.recovered) == (9, 1)
+    assert q4.p_value == 22 / 1024 and q4.failures_rise
+    assert q4.failed == sorted(Q4_FAILED) and q4.kl_mean == 0.0152
+    assert not q4.kl_crosses and q4.kl_within is None  # no max_mean_kl: KL not judged
+
+
+def test_the_cliff_by_kl_crossing_the_suite_gate() -> None:
+    """No failed item anywhere; max_mean_kl 0.005: q8 (0.00028) is within, q4 (0.0152) is
+    not, so q4 crosses. A KL test against the self-check's exact 0 alone would name q8."""
+    levels = [
+        self_check_level([], 60),
+        level("q8", frozenset(), 0.00028),
+        level("q4", frozenset(), 0.0152),
+    ]
+    cliff, steps = degradation_cliff(levels, max_mean_kl=0.005)
+    assert cliff == "q4"
+    assert [s.kl_within for s in steps] == [True, True, False]
+    assert [s.kl_crosses for s in steps] == [False, False, True]
+    assert all(s.p_value == 1.0 for s in steps)
+
+
+def test_no_cliff_is_none() -> None:
+    levels = [self_check_level([], 60), level("q8", Q8_FAILED, 0.00028)]
+    assert degradation_cliff(levels, max_mean_kl=0.005)[0] is None
+
+
+@pytest.mark.parametrize(
+    ("new", "alpha", "cliff"),
+    [
+        (5, 0.05, None),  # p = 2 / 2^5 = 0.0625 >= 0.05
+        (6, 0.05, "q4"),  # p = 2 / 2^6 = 0.03125 < 0.05
+        (5, 0.1, "q4"),  # 0.0625 < 0.1
+    ],
+)
+def test_the_cliff_needs_significance_at_alpha(new: int, alpha: float, cliff: str | None) -> None:
+    levels = [self_check_level([], 60), level("q4", frozenset(SIXTY[:new]), 0.0)]
+    found, steps = degradation_cliff(levels, alpha=alpha)
+    assert found == cliff and steps[1].p_value == 2 / 2**new
+
+
+def test_fewer_failures_are_no_cliff_however_significant() -> None:
+    """q8 -> q4: b = 0, c = 8: p = 2 / 2^8 = 0.0078, but failures fell."""
+    levels = [
+        self_check_level([], 60),
+        level("q8", frozenset(SIXTY[:8]), 0.0),
+        level("q4", frozenset(), 0.0),
+    ]
+    cliff, steps = degradation_cliff(levels, alpha=0.5)
+    assert steps[2].p_value == 2 / 2**8 and not steps[2].failures_rise
+    assert cliff == "q8"  # 8 against the self-check's none: p = 2 / 2^8 < 0.5
+
+
+def test_a_nan_mean_kl_crosses_the_gate() -> None:
+    levels = [
+        self_check_level([], 60),
+        level("q8", frozenset(), 0.001),
+        level("q4", frozenset(), NAN),
+    ]
+    cliff, steps = degradation_cliff(levels, max_mean_kl=0.005)
+    assert cliff == "q4" and steps[2].kl_within is False
+
+
+def test_a_self_check_that_did_not_reproduce_is_the_first_level() -> None:
+    """The self-check failed p00..p05 (6 prompts) and has no mean KL: q8 failing the same 6
+    is b = c = 0 (p = 1), and its KL cannot cross from an unmeasured level."""
+    same = frozenset(SIXTY[:6])
+    levels = [self_check_level(same, 60), level("q8", same, 0.1)]
+    cliff, steps = degradation_cliff(levels, max_mean_kl=0.005)
+    assert cliff is None
+    assert steps[0].failed == sorted(same) and math.isnan(steps[0].kl_mean)
+    assert steps[0].kl_within is None and steps[1].kl_within is False
+    assert (steps[1].newly_failed, steps[1].recovered, steps[1].p_value) == (0, 0, 1.0)
