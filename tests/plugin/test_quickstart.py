@@ -1,5 +1,6 @@
 """The demo's outcome, as the README states it: 8-bit fails one item (1+0) and passes its
-suite gates; 4-bit fails 9 items and both suite gates; the sweep and the engine checks
+suite gates; 4-bit fails 9 items and both suite gates; the sweep names q4 (not q8) as its
+degradation cliff and fails q4's 9 items and its mean-KL gate; the engine checks
 (determinism, batch invariance, stress on in-process mlx-lm) pass.
 
 The quickstart runs once per module (``quickstart_run``, a subprocess in a copy of
@@ -173,13 +174,46 @@ def test_demo_outcome_is_what_the_readme_says(quickstart_run: QuickstartRun) -> 
     q4 = {name for check, name in failed if check == "compare(bf16-vs-q4)"}
     assert q8 == {"e11"}  # 1+0: the one flip; the suite gates pass
     assert "aggregate" in q4 and len(q4 - {"aggregate"}) == 9
-    assert {check for check, _ in failed} == {"compare(bf16-vs-q8)", "compare(bf16-vs-q4)"}
+    sweep = {name for check, name in failed if check == "sweep(bf16)"}
+    assert sweep == {f"{name}[q4]" for name in q4 - {"aggregate"}} | {"aggregate"}
+    assert {check for check, _ in failed} == {
+        "compare(bf16-vs-q8)",
+        "compare(bf16-vs-q4)",
+        "sweep(bf16)",
+    }
     (q4_gates,) = [
         i for i in items if i["check"] == "compare(bf16-vs-q4)" and i["role"] == "aggregate"
     ]
     assert len(q4_gates["violations"]) == 2  # flip rate and mean KL
     kinds = {i["kind"] for i in items if i["outcome"] == "passed" and i["role"] == "aggregate"}
-    assert kinds == {"compare", "sweep", "determinism", "batch-invariance", "stress"}  # q8 gates
+    assert kinds == {"compare", "determinism", "batch-invariance", "stress"}  # q8 gates
+
+
+def test_the_sweeps_cliff_is_q4_with_its_evidence(quickstart_run: QuickstartRun) -> None:
+    """q8 has 1 flip in 60 but no item above max_kl: against the self-check (nothing failed,
+    KL exactly 0) b = c = 0, p = 1. q4 has 9 items above max_kl 0.01 and q8 none: b = 9,
+    c = 0, p = 2 C(9,0) / 2^9 = 0.00390625 < 0.05; its mean KL 0.0152 crosses max_mean_kl
+    0.005 where q8's 0.00028 does not."""
+    (sweep,) = [
+        i
+        for i in quickstart_run.results["items"]
+        if i["check"] == "sweep(bf16)" and i["role"] == "aggregate"
+    ]
+    data = sweep["data"]
+    assert data["cliff"] == "q4@local" and data["cliff_alpha"] == 0.05
+    first, q8, q4 = data["cliff_steps"]
+    assert (first["level"], first["failed"], first["kl_mean"]) == ("self-check", [], 0.0)
+    assert (q8["level"], q8["failed"], q8["p_value"], q8["kl_within"]) == (
+        "q8@local",
+        [],
+        1.0,
+        True,
+    )
+    assert (q4["newly_failed"], q4["recovered"], q4["p_value"]) == (9, 0, 2 / 2**9)
+    assert q4["failures_rise"] and q4["kl_crosses"] and q4["kl_within"] is False
+    assert sweep["violations"] == ["q4@local: mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005"]
+    cliff_line = "sweep(bf16) addition: degradation cliff: q4@local: failed items 0 -> 9 of 60"
+    assert cliff_line in quickstart_run.stdout
 
 
 # --- snapshots ---------------------------------------------------------------------------
