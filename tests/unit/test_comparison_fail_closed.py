@@ -17,16 +17,23 @@ import pytest
 from pytest_infercheck.backends.base import Capabilities
 from pytest_infercheck.checks.comparison.aggregate import (
     CliffLevel,
+    ComparisonAggregateRecord,
+    SweepAggregateRecord,
     aggregate,
     aggregate_violations,
+    cliff_evidence,
+    cliff_table,
     degradation_cliff,
     self_check_level,
 )
+from pytest_infercheck.checks.comparison.present import cliff_lines
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
 from pytest_infercheck.checks.comparison.verdicts import item_violations
 from pytest_infercheck.metrics.finite import NonFinite, NotNormalised
 from pytest_infercheck.records import load_record, plain_data
+from pytest_infercheck.report.views import item_detail
 from pytest_infercheck.specs import Thresholds
+from tests.htmldom import Node, parse
 
 from .comparison_fakes import (
     KL_UNIFORM_SKEWED,
@@ -359,3 +366,66 @@ def test_a_self_check_that_did_not_reproduce_is_the_first_level() -> None:
     assert steps[0].failed == sorted(same) and math.isnan(steps[0].kl_mean)
     assert steps[0].kl_within is None and steps[1].kl_within is False
     assert (steps[1].newly_failed, steps[1].recovered, steps[1].p_value) == (0, 0, 1.0)
+
+
+# -- what the reports show ------------------------------------------------------------------------
+def _detail(kind: str, role: str, data: dict[str, object]) -> Node:
+    return parse(
+        item_detail(
+            {
+                "check": f"{kind}(bf16)",
+                "kind": kind,
+                "suite": "addition",
+                "role": role,
+                "name": role,
+                "thresholds": {},
+                "violations": [],
+                "data": data,
+            }
+        )
+    )
+
+
+def test_the_html_views_show_nan_and_the_problems() -> None:
+    result = unchanged("a", [0.0, NAN])
+    root = _detail("compare", "prompt", plain_data(result))
+    facts = root.all("table")[0]
+    assert [c.text() for c in facts.all("td")][4:6] == ["NaN", "NaN"]  # KL mean, KL max
+    assert root.one("ul").text() == "non-finite KL at position 1 (NaN)"
+    agg = aggregate([result, unchanged("b", [0.1])], NEVER)
+    record = ComparisonAggregateRecord("compare", "addition", [agg], {})
+    view = _detail("compare", "aggregate", plain_data(record))
+    assert view.one("ul").text() == ("q4@local: non-finite KL in 1 of 2 prompts: a (position 1)")
+
+
+def test_the_cliffs_evidence_in_the_text_terminal_and_html() -> None:
+    levels = quickstart_levels()
+    cliff, steps = degradation_cliff(levels, max_mean_kl=0.005)
+    assert cliff == "q4"
+    assert cliff_evidence(cliff, steps, 0.05) == (
+        "q4: failed items 1 -> 9 of 60 (9 newly failed, 1 recovered; exact McNemar p = "
+        "0.0215 < alpha 0.05); mean KL 0.00028 +- 0.0001 -> 0.0152 +- 0.0084 crosses "
+        "max_mean_kl"
+    )
+    assert cliff_table(cliff, steps, 0.05) == [
+        "cliff evidence (alpha 0.05):",
+        "  self-check: 0/60 failed; mean KL 0 +- 0, within max_mean_kl",
+        "  q8: 1/60 failed, vs previous +1 -0 (McNemar p = 1); mean KL 0.00028 +- 0.0001, "
+        "within max_mean_kl",
+        "  q4: 9/60 failed, vs previous +9 -1 (McNemar p = 0.0215); mean KL 0.0152 +- 0.0084, "
+        "above max_mean_kl  <- cliff",
+    ]
+    record = SweepAggregateRecord("sweep", "addition", [], {}, cliff, 0.05, steps)
+    node = "m.yaml::sweep(bf16)::addition::aggregate"
+    assert cliff_lines([(node, False, plain_data(record))]) == [
+        f"sweep(bf16) addition: degradation cliff: {cliff_evidence(cliff, steps, 0.05)}"
+    ]
+    view = _detail("sweep", "aggregate", plain_data(record))
+    evidence = view.all("table")[-1]
+    rows = [[c.text() for c in row.all("td")] for row in evidence.all("tr")[1:]]
+    assert rows == [
+        ["self-check", "0/60", "-", "-", "0 ± 0", "yes", ""],
+        ["q8", "1/60", "+1 / -0", "1", "0.00028 ± 0.0001", "yes", ""],
+        ["q4", "9/60", "+9 / -1", "0.0215", "0.0152 ± 0.0084", "no", "cliff"],
+    ]
+    assert "McNemar p (alpha 0.05)" in evidence.text()
