@@ -2,9 +2,12 @@
 normalise and empty generations are violations of their own, on the item and in the suite
 aggregate; what teacher-forced scoring is given; the degradation cliff, with evidence.
 
-Every number is computed by hand in a comment. Each test failed on the code before this
-change (3fcfc20), where a NaN passed every gate, the scoring's problems were dropped, an
-empty generation was not a violation and the cliff was the first level with any failure.
+Every number is computed by hand in a comment. Run against the code before this change
+(3fcfc20: a NaN passed every gate, the scoring's problems were dropped, an empty generation
+was not a violation, the cliff was the first level with any failure), every test here
+failed except three that guard what was already right: both sides scored on the baseline's
+continuation (it fails when the test side is scored on its own continuation instead), two
+empty generations agreeing, and a text-only suite having no mean KL to gate.
 """
 
 from __future__ import annotations
