@@ -44,6 +44,8 @@ from pytest_infercheck.metrics.determinism import DistinctOutput
 from pytest_infercheck.metrics.stats import wilson_interval, wilson_min_trials
 from pytest_infercheck.records import plain_data
 from pytest_infercheck.report.merge import failed_gates, merge_results
+from pytest_infercheck.report.terminal import summary_lines
+from pytest_infercheck.report.views import item_detail
 from pytest_infercheck.suites import load_suite
 from pytest_infercheck.yamlpos import SourceError
 
@@ -147,6 +149,11 @@ def test_a_shards_aggregate_defers_its_gates() -> None:
     assert deferred.text.endswith("suite gates deferred to `pytest-infercheck report` (shard 1/2)")
     assert deferred.properties[-1] == ("infercheck_gates_deferred", "1/2")
     assert deferred.gates_deferred_to == "1/2"
+    # Said in the HTML detail and under the terminal summary.
+    record = entry("determinism", "aggregate", "aggregate", determinism_aggregate(2), shard="1/2")
+    assert DEFERRED.format(shard="1/2") in item_detail(record, "passed")
+    lines = summary_lines([(record["nodeid"], True, record)])
+    assert lines[-1].startswith("suite gates deferred to `pytest-infercheck report` (shard 1/2)")
 
 
 # -- merging every kind -------------------------------------------------------------------------
