@@ -1,9 +1,13 @@
 """The ``pytest-infercheck`` console script.
 
 ``pytest-infercheck report RESULTS... [-o report.html]``: validate one or more JSON results
-files, merge the shards of each run (see :mod:`.report.merge`) and write one standalone HTML
-report with the runs side by side. Exit status 0 on success, 2 when a file cannot be read,
-is not a results file of a supported version, or the shards cannot be merged.
+files, merge the shards of each run (see :mod:`.report.merge`: every aggregate recomputed
+from the union of the shards' items, its suite gates judged there) and write one standalone
+HTML report with the runs side by side. Exit status 0 when every gate of merged shards
+passes; 1 when one fails or errors (each printed on stderr; the report is written all the
+same), so the merge of a sharded run is its gate; 2 when a file cannot be read, is not a
+results file of a supported version, or the shards cannot be merged (nothing written).
+Unsharded files are shown as they are: pytest judged their gates and exited accordingly.
 
 ``pytest-infercheck schema [-o FILE]``: print (or write to FILE) the JSON Schema of the YAML
 matrix, for editors: ``# yaml-language-server: $schema=./infercheck.schema.json`` as the
@@ -19,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .report.html import render_report
-from .report.merge import MergeError, merge_results
+from .report.merge import MergeError, failed_gates, merge_results
 from .report.results import ResultsError, load_results, write_atomic
 from .schema import matrix_schema
 
@@ -32,7 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report",
         help="turn JSON results files into one HTML report",
-        description="Merge the shards of each run and render the runs side by side.",
+        description=(
+            "Merge the shards of each run, judge their suite gates on the union and render "
+            "the runs side by side. Exit status: 0 all merged gates pass, 1 a merged gate "
+            "fails, 2 bad input."
+        ),
     )
     report.add_argument("results", nargs="+", type=Path, metavar="RESULTS", help="results files")
     report.add_argument(
@@ -54,15 +62,16 @@ def schema_text() -> str:
     return json.dumps(matrix_schema(), indent=2) + "\n"
 
 
-def report(paths: Sequence[Path], output: Path) -> list[str]:
-    """Write the HTML report of ``paths`` to ``output``; returns the merge warnings.
+def report(paths: Sequence[Path], output: Path) -> tuple[list[str], list[str]]:
+    """Write the HTML report of ``paths`` to ``output``; returns the merge warnings and the
+    gates of merged shards that failed (:func:`.report.merge.failed_gates`).
 
     Raises :class:`.report.results.ResultsError` or :class:`.report.merge.MergeError`.
     """
     named = [(str(path), load_results(path)) for path in paths]
     runs, warnings = merge_results(named)
     write_atomic(output, render_report(runs))
-    return warnings
+    return warnings, failed_gates(runs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,13 +80,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _schema(args.output)
 
     try:
-        warnings = report(args.results, args.output)
+        warnings, failed = report(args.results, args.output)
     except (ResultsError, MergeError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     for warning in warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     print(f"wrote {args.output}")
+    for line in failed:
+        print(f"{PROG}: gate failed: {line}", file=sys.stderr)
+    if failed:
+        print(f"{PROG}: {len(failed)} merged suite gate(s) failed", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -23,8 +23,8 @@ import pytest
 from _pytest.pathlib import bestrelpath
 
 from .backends import BackendError
-from .checks.protocol import CheckRun, ItemPlan, Outcome
-from .config import CheckSpec, LoadedMatrix, load_matrix
+from .checks.protocol import CheckRun, ItemPlan, Outcome, defer_gates
+from .config import CheckSpec, LoadedMatrix, check_rate_gates, load_matrix
 from .options import effective_settings
 from .records import ItemRecord, plain_data
 from .state import generation_cache_for
@@ -111,6 +111,7 @@ class CheckCollector(pytest.Collector):
             suite = load_suite(ref.suite, self.loaded.base_dir)
             limits = [n for n in (ref.limit, self.settings.num_prompts) if n is not None]
             suite = suite.limited(min(limits)) if limits else suite
+            check_rate_gates(self.loaded, self.check, self.index, suite)
             yield SuiteCollector.from_parent(self, name=suite.name, suite=suite)
 
     def repr_failure(  # type: ignore[override]
@@ -157,7 +158,14 @@ class SuiteCollector(pytest.Collector):
             if isinstance(item, PlannedItem) and item.parent is self
         )
 
-    def record(self, role: str, name: str, violations: list[str], data: Any) -> dict[str, Any]:
+    def record(
+        self,
+        role: str,
+        name: str,
+        violations: list[str],
+        data: Any,
+        gates_deferred_to: str | None = None,
+    ) -> dict[str, Any]:
         """The :class:`~.records.ItemRecord` of one of this suite's items, as plain types (it
         travels on the test report as ``report.infercheck``, across xdist, into the HTML and
         JSON reports)."""
@@ -171,8 +179,9 @@ class SuiteCollector(pytest.Collector):
             thresholds=parent.thresholds,
             violations=list(violations),
             data=plain_data(data),
+            gates_deferred_to=gates_deferred_to,
         )
-        return record.model_dump()
+        return record.to_plain()
 
     def collect(self) -> Iterator[pytest.Item]:
         check = self.check_collector.check
@@ -229,7 +238,7 @@ class _InfercheckItem(pytest.Item):
         self.user_properties.extend(outcome.properties)
         role = outcome.role or self.role
         self.infercheck_record = self.suite_node.record(
-            role, self.name, outcome.violations, outcome.data
+            role, self.name, outcome.violations, outcome.data, outcome.gates_deferred_to
         )
         self.infercheck_golden = outcome.golden_entries
         if outcome.violations:
@@ -249,10 +258,18 @@ class PlannedItem(_InfercheckItem):
 
 
 class AggregateItem(_InfercheckItem):
-    """The suite gates of a check x suite."""
+    """The suite gates of a check x suite. Under ``--infercheck-shard`` it covers the shard's
+    items and, for a kind that merges across shards, defers its suite gates to the merge
+    (``pytest-infercheck report``): a part of a suite cannot pass or fail a gate on the
+    whole."""
 
     def outcome(self) -> Outcome:
-        return self.suite_node.run().aggregate()
+        outcome = self.suite_node.run().aggregate()
+        shard = self.config.getoption("infercheck_shard", None)
+        kind = self.suite_node.check_collector.check.check_kind
+        if shard is None or kind.merge is None or outcome.role is not None:
+            return outcome
+        return defer_gates(outcome, "".join(str(shard).split()))
 
 
 def is_aggregate(item: pytest.Item) -> bool:

@@ -21,11 +21,15 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from .checks.protocol import CheckKind
+from .checks.protocol import CheckKind, RateGate
 from .checks.registry import KIND_NAMES, KINDS
 from .golden import GOLDEN_NAME, GOLDEN_PLACE
+from .metrics.stats import wilson_interval, wilson_min_trials
 from .specs import SERVER_KINDS, Side, TargetThresholds, Thresholds, _Strict
-from .yamlpos import PositionedYaml, SourceError, load_positioned
+from .yamlpos import PositionedYaml, SourceError, format_loc, load_positioned
+
+if TYPE_CHECKING:
+    from .suites import Suite
 
 
 class ModelSpec(_Strict):
@@ -366,6 +370,43 @@ def load_matrix(path: Path) -> LoadedMatrix:
             ):
                 raise source.error(side.loc, GOLDEN_PLACE)
     return loaded
+
+
+def check_rate_gates(loaded: LoadedMatrix, check: CheckSpec, index: int, suite: Suite) -> None:
+    """Refuse a gate on a Wilson upper bound that cannot pass (see
+    :attr:`.checks.protocol.CheckKind.rate_gates`): with ``n`` trials in the whole selection of
+    ``suite`` (after ``limit`` and ``num_prompts``, before sharding), zero events give the
+    upper bound ``z^2 / (n + z^2)``; above ``max_rate`` the check fails whatever the engine
+    does. A :class:`SourceError` at the limit's line says so, with the fewest trials that
+    could pass. A gate over no trials is not judged (the kinds skip it), so not refused."""
+    rate_gates = check.check_kind.rate_gates
+    for gate in rate_gates(check, suite) if rate_gates is not None else []:
+        if gate.n <= 0:
+            continue
+        upper = wilson_interval(0, gate.n, gate.confidence)[1]
+        if upper <= gate.max_rate:
+            continue
+        raise infeasible_gate(loaded, ("checks", index, *gate.field), gate, upper, suite.name)
+
+
+def infeasible_gate(
+    loaded: LoadedMatrix, loc: tuple[str | int, ...], gate: RateGate, upper: float, suite: str
+) -> SourceError:
+    """``checks[0].flips.max_rate 0.1 cannot pass with 30 answered prompts (suite addition):
+    the 95% Wilson upper bound at 0 flips is 0.1135; it needs at least 35 answered prompts``."""
+    need = wilson_min_trials(gate.max_rate, gate.confidence)
+    enough = (
+        "no number of trials is enough (use gate: point)"
+        if need is None
+        else f"it needs at least {need} {gate.unit}"
+    )
+    return SourceError(
+        loaded.path,
+        loaded.source.line_of(loc),
+        f"{format_loc(loc)} {gate.max_rate:g} cannot pass with {gate.trials} (suite {suite}): "
+        f"the {gate.confidence * 100:g}% Wilson upper bound at 0 {gate.events} is {upper:.4f}; "
+        f"{enough}",
+    )
 
 
 def unknown_key_message(loc: tuple[str | int, ...]) -> str:

@@ -38,7 +38,9 @@ class ItemRecord(BaseModel):
     ``suite`` the suite's name, ``role`` what the item is (``prompt``, ``level``,
     ``hostile``, ``self-check``, ``aggregate``, ``record`` under ``--infercheck-record``),
     ``name`` the item's name (``r017[q4]``), ``thresholds`` what the check holds it to,
-    ``violations`` the thresholds it broke (empty: passed), ``data`` the kind's record."""
+    ``violations`` the thresholds it broke (empty: passed), ``data`` the kind's record,
+    ``gates_deferred_to`` (an aggregate under ``--infercheck-shard`` only) the shard whose
+    suite gates were deferred to the merge, ``pytest-infercheck report``."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -50,6 +52,12 @@ class ItemRecord(BaseModel):
     thresholds: dict[str, Any]
     violations: list[str]
     data: dict[str, Any]
+    gates_deferred_to: str | None = None
+
+    def to_plain(self) -> dict[str, Any]:
+        """The record as JSON types; ``gates_deferred_to`` only where gates were deferred."""
+        exclude = {"gates_deferred_to"} if self.gates_deferred_to is None else None
+        return self.model_dump(exclude=exclude)
 
 
 def plain_data(data: Any) -> dict[str, Any]:

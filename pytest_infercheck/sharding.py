@@ -5,10 +5,11 @@ its node id without parameters (``infercheck.yaml::sweep(bf16)::addition::s01`` 
 ``...::s01[q4]``): stable across machines and Python processes (unlike ``hash()``), and every
 side of one prompt lands in the same shard, so a sweep's or diff's baseline is generated once.
 
-Aggregate items stay in every shard that keeps at least one other item of their suite and
-aggregate only that shard's prompts; ``pytest-infercheck report`` merges the shards' results
-and recomputes the comparison aggregates from the union of the prompt records. Selection is
-applied after ``-k``/``-m`` (``trylast``) and the same on every xdist worker.
+Aggregate items stay in every shard that keeps at least one other item of their suite,
+aggregate only that shard's items and defer their suite gates (a part of the suite cannot
+judge a gate on the whole); ``pytest-infercheck report`` merges the shards' results,
+recomputes every aggregate from the union of the item records and judges the gates there.
+Selection is applied after ``-k``/``-m`` (``trylast``) and the same on every xdist worker.
 """
 
 from __future__ import annotations

@@ -41,8 +41,13 @@ from .protocol import (
     Aggregates,
     ItemPlan,
     Outcome,
+    Shards,
     TargetRun,
     memoised,
+    merged_aggregate,
+    merged_engines,
+    shard_records,
+    suite_items,
     target_kind,
 )
 
@@ -379,6 +384,31 @@ def batch_invariance_prompt(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+def merge_batch_invariance(
+    nodeid: str, shards: Shards, items: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The aggregate of the union of the shards' prompt records (a prompt is invariant when
+    its item broke no threshold); the kind has no suite gate. None when a record cannot be
+    read."""
+    try:
+        aggregates = shard_records(shards, BatchInvarianceAggregate)
+        prompts = suite_items(nodeid, items, "prompt")
+        records = [load_record(BatchInvariancePrompt, item.data) for item in prompts]
+    except ValueError:
+        return None
+    invariant = sum(not item.violations for item in prompts)
+    data = BatchInvarianceAggregate(
+        target=aggregates[0].target,
+        prompts=len(records),
+        invariant_prompts=invariant,
+        rate=invariant / len(records) if records else 0.0,
+        trials=sum(len(r.trials) for r in records),
+        batched_by=records[0].batched_by if records else None,
+        engines=merged_engines([a.engines for a in aggregates]),
+    )
+    return merged_aggregate(shards, [], data)
+
+
 BATCH_INVARIANCE = target_kind(
     "batch-invariance",
     BatchInvarianceSpec,
@@ -390,4 +420,5 @@ BATCH_INVARIANCE = target_kind(
         ("invariant prompts", ("invariant_prompts", "prompts"), rate),
         ("rate", ("rate",), num),
     ),
+    merge=merge_batch_invariance,
 )

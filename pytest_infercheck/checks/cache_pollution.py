@@ -16,7 +16,7 @@ Needs a server backend; an in-process (mlx-lm) target fails its items with that 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,8 +34,13 @@ from .protocol import (
     Aggregates,
     ItemPlan,
     Outcome,
+    Shards,
     TargetRun,
     memoised,
+    merged_aggregate,
+    merged_engines,
+    shard_records,
+    suite_items,
     target_kind,
 )
 
@@ -251,14 +256,7 @@ class CachePollutionRun(TargetRun):
             responses={k: i.record.response for k, i in items.items()},
             engines={target.label: target.backend.identity()},
         )
-        violations = []
-        if dead:
-            violations.append(f"the server died after: {', '.join(dead)}")
-        if polluted:
-            violations.append(f"reference outputs changed after: {', '.join(polluted)}")
-        other = [k for k in failed if k not in dead and k not in polluted]
-        if other:
-            violations.append(f"reference prompts failed after: {', '.join(other)}")
+        violations = pollution_violations(dead, polluted, failed)
         text = "\n".join(f"  {k}: {i.record.response}" for k, i in items.items())
         properties: list[tuple[str, Any]] = [
             ("infercheck_hostile", len(items)),
@@ -312,6 +310,51 @@ def cache_pollution_hostile(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+def pollution_violations(
+    dead: Sequence[str], polluted: Sequence[str], failed: Sequence[str]
+) -> list[str]:
+    """The aggregate's verdict from the hostile kinds after which the server was dead, a
+    reference output changed, or the item failed otherwise."""
+    violations = []
+    if dead:
+        violations.append(f"the server died after: {', '.join(dead)}")
+    if polluted:
+        violations.append(f"reference outputs changed after: {', '.join(polluted)}")
+    other = [k for k in failed if k not in dead and k not in polluted]
+    if other:
+        violations.append(f"reference prompts failed after: {', '.join(other)}")
+    return violations
+
+
+def merge_cache_pollution(
+    nodeid: str, shards: Shards, items: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The aggregate of the union of the shards' hostile items (in the order of
+    :data:`HOSTILE_KINDS`); None when a record cannot be read."""
+    try:
+        aggregates = shard_records(shards, CachePollutionAggregate)
+        ran = [
+            (load_record(HostileRecord, i.data), i) for i in suite_items(nodeid, items, "hostile")
+        ]
+    except ValueError:
+        return None
+    ran.sort(key=lambda pair: HOSTILE_KINDS.index(pair[0].hostile))
+    dead = [r.hostile for r, _ in ran if not r.alive]
+    polluted = [r.hostile for r, _ in ran if r.changed]
+    failed = [r.hostile for r, item in ran if item.violations]
+    record = CachePollutionAggregate(
+        target=aggregates[0].target,
+        n_hostile=len(ran),
+        n_dead=len(dead),
+        n_polluted=len(polluted),
+        n_failed=len(failed),
+        prompts=max(a.prompts for a in aggregates),
+        responses={r.hostile: r.response for r, _ in ran},
+        engines=merged_engines([a.engines for a in aggregates]),
+    )
+    return merged_aggregate(shards, pollution_violations(dead, polluted, failed), record)
+
+
 CACHE_POLLUTION = target_kind(
     "cache-pollution",
     CachePollutionSpec,
@@ -319,4 +362,5 @@ CACHE_POLLUTION = target_kind(
     summary_lines=summary_lines,
     records={"hostile": HostileRecord, "aggregate": CachePollutionAggregate},
     views={"hostile": cache_pollution_hostile},
+    merge=merge_cache_pollution,
 )

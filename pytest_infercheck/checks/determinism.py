@@ -34,13 +34,19 @@ from ..records import load_record, plain_data
 from ..render.markup import esc, interval, num, plain, rate
 from ..render.table import check_table
 from ..render.views import facts, marked_text, side_by_side
-from ..specs import TargetCheck
+from ..specs import TargetCheck, TargetThresholds
 from .protocol import (
     Aggregates,
     BarSeries,
     ItemPlan,
     Outcome,
+    Shards,
     TargetRun,
+    merged_aggregate,
+    merged_engines,
+    recorded_thresholds,
+    shard_records,
+    suite_items,
     target_kind,
 )
 
@@ -200,18 +206,7 @@ class DeterminismRun(TargetRun):
         errors = sum(s.errors for s in summaries)
         drifts = [s.max_logprob_drift for s in summaries if s.max_logprob_drift is not None]
         deterministic = sum(s.deterministic for s in summaries)
-        violations = []
-        minimum = self.check.min_determinism
-        if minimum is not None and score < minimum:
-            violations.append(
-                f"determinism score {score:.4f} < min_determinism {minimum} "
-                f"(95% Wilson interval {low:.4f}-{high:.4f})"
-            )
-        if runs and errors / runs > self.check.max_error_rate:
-            violations.append(
-                f"{errors}/{runs} runs failed: error rate {errors / runs:.4f} > "
-                f"max_error_rate {self.check.max_error_rate}"
-            )
+        violations = determinism_gates(score, low, high, errors, runs, self.check)
         target = self.target
         data = DeterminismAggregate(
             target=target.label,
@@ -338,6 +333,73 @@ def determinism_prompt(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+def determinism_gates(
+    score: float, low: float, high: float, errors: int, runs: int, thresholds: TargetThresholds
+) -> list[str]:
+    """The suite gates: the determinism score against ``min_determinism`` (the point
+    estimate), the failed runs over all runs against ``max_error_rate``."""
+    violations = []
+    minimum = thresholds.min_determinism
+    if minimum is not None and score < minimum:
+        violations.append(
+            f"determinism score {score:.4f} < min_determinism {minimum} "
+            f"(95% Wilson interval {low:.4f}-{high:.4f})"
+        )
+    if runs and errors / runs > thresholds.max_error_rate:
+        violations.append(
+            f"{errors}/{runs} runs failed: error rate {errors / runs:.4f} > "
+            f"max_error_rate {thresholds.max_error_rate}"
+        )
+    return violations
+
+
+def summary_of(record: DeterminismPrompt) -> DeterminismSummary:
+    """A prompt's summary read back from its record (the modal output is the first)."""
+    return DeterminismSummary(
+        runs=record.runs,
+        errors=record.errors,
+        modal_count=record.outputs[0].count if record.outputs else 0,
+        distinct=record.distinct,
+        first_divergences=record.first_divergences,
+        max_logprob_drift=record.max_logprob_drift,
+        outputs=record.outputs,
+    )
+
+
+def merge_determinism(
+    nodeid: str, shards: Shards, items: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The aggregate of the union of the shards' prompt records, its gates judged on it
+    (:attr:`~.protocol.CheckKind.merge`); None when a record cannot be read."""
+    try:
+        records = shard_records(shards, DeterminismAggregate)
+        prompts = [
+            load_record(DeterminismPrompt, i.data) for i in suite_items(nodeid, items, "prompt")
+        ]
+    except ValueError:
+        return None
+    summaries = [summary_of(p) for p in prompts]
+    score, low, high = determinism_score(summaries)
+    runs = sum(s.runs for s in summaries)
+    errors = sum(s.errors for s in summaries)
+    drifts = [s.max_logprob_drift for s in summaries if s.max_logprob_drift is not None]
+    data = DeterminismAggregate(
+        target=records[0].target,
+        runs=records[0].runs,
+        prompts=len(summaries),
+        deterministic_prompts=sum(s.deterministic for s in summaries),
+        score=score,
+        score_low=low,
+        score_high=high,
+        interval=SCORE_INTERVAL,
+        errors=errors,
+        max_logprob_drift=max(drifts) if drifts else None,
+        engines=merged_engines([r.engines for r in records]),
+    )
+    gates = determinism_gates(score, low, high, errors, runs, recorded_thresholds(shards))
+    return merged_aggregate(shards, gates, data)
+
+
 DETERMINISM = target_kind(
     "determinism",
     DeterminismSpec,
@@ -353,4 +415,5 @@ DETERMINISM = target_kind(
         ("max logprob drift", ("max_logprob_drift",), num),
     ),
     bars=BarSeries("determinism score", "score", "score", "score_low", "score_high"),
+    merge=merge_determinism,
 )

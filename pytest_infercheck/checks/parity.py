@@ -49,8 +49,14 @@ from .protocol import (
     Aggregates,
     ItemPlan,
     Outcome,
+    Shards,
     TargetRun,
+    errored_items,
     memoised,
+    merged_aggregate,
+    merged_engines,
+    shard_records,
+    suite_items,
     target_kind,
 )
 
@@ -595,6 +601,54 @@ def parity_prompt(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+def _merged_items(
+    nodeid: str, shards: Shards, items: list[dict[str, Any]], record_type: type[A]
+) -> tuple[list[A], dict[str, ParityItem | str]]:
+    """The shards' aggregate records, and every item of the suite that ran in some shard by
+    name: its record and verdict, or its error message (as its shard's aggregate counted it,
+    else its report). Raises ``ValueError`` when a record cannot be read."""
+    records = shard_records(shards, record_type)
+    errors = {name: message for record in records for name, message in record.errors.items()}
+    merged: dict[str, ParityItem | str] = {}
+    for item in suite_items(nodeid, items, "prompt"):
+        record = load_record(ParityPrompt, item.data)
+        merged[item.name] = ParityItem(record, Outcome(list(item.violations)))
+    for item in errored_items(nodeid, items):
+        merged[item.name] = errors.get(item.name, str(item.longrepr))
+    return records, merged
+
+
+def merge_stream_parity(
+    nodeid: str, shards: Shards, items: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """A parity aggregate counted over the union of the shards' items (failing when any
+    failed or errored); None when a record cannot be read."""
+    try:
+        records, merged = _merged_items(nodeid, shards, items, ParityAggregate)
+    except ValueError:
+        return None
+    engines = merged_engines([r.engines for r in records])
+    record = count_items(records[0].target, engines, merged)
+    return merged_aggregate(shards, aggregate_outcome(record).violations, record)
+
+
+def merge_endpoint_parity(
+    nodeid: str, shards: Shards, items: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """:func:`merge_stream_parity` with the counts per endpoint."""
+    try:
+        records, merged = _merged_items(nodeid, shards, items, EndpointParityAggregate)
+    except ValueError:
+        return None
+    engines = merged_engines([r.engines for r in records])
+    record = EndpointParityAggregate(
+        **vars(count_items(records[0].target, engines, merged)),
+        reference=records[0].reference,
+        endpoints=endpoint_counts(merged),
+    )
+    return merged_aggregate(shards, aggregate_outcome(record).violations, record)
+
+
 STREAM_PARITY = target_kind(
     "stream-parity",
     StreamParitySpec,
@@ -602,6 +656,7 @@ STREAM_PARITY = target_kind(
     summary_lines=summary_lines,
     records={"prompt": ParityPrompt, "aggregate": ParityAggregate},
     views={"prompt": parity_prompt},
+    merge=merge_stream_parity,
 )
 ENDPOINT_PARITY = dataclasses.replace(
     STREAM_PARITY,
@@ -611,4 +666,5 @@ ENDPOINT_PARITY = dataclasses.replace(
     family="endpoint-parity",
     summary_lines=endpoint_summary_lines,
     records={"prompt": ParityPrompt, "aggregate": EndpointParityAggregate},
+    merge=merge_endpoint_parity,
 )

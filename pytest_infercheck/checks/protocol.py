@@ -12,7 +12,13 @@ in :mod:`.registry`. Everything else asks the registry and never names a kind:
 - xdist and sharding: ``spread_over_workers`` (every item its own scope);
 - reports: ``summary_lines`` (terminal), ``views`` (an item's HTML detail by role),
   ``measures``/``columns``/``charts`` (the HTML summary), ``merge`` (an aggregate recomputed
-  from the union of the shards' item records).
+  from the union of the shards' item records, its suite gates judged there);
+- config: ``rate_gates`` (gates on a Wilson upper bound, checked at collection time: a gate
+  that fails even with zero events at the whole selection's size is a configuration error).
+
+Under ``--infercheck-shard`` the aggregate of a kind that can merge covers its shard's items
+and defers its suite gates to the merge (:func:`defer_gates`); per-item thresholds still fail
+their items in the shard.
 
 Two item classes serve every kind (:mod:`..collect`): an item per :class:`ItemPlan` and one
 ``aggregate`` item per check x suite.
@@ -25,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backends import BackendError, GenerationParams
+from ..records import ItemRecord, load_record, plain_data
 from ..render.views import target_aggregate
-from ..specs import SERVER_KINDS, TARGET_THRESHOLDS
+from ..specs import SERVER_KINDS, TARGET_THRESHOLDS, TargetThresholds, Thresholds
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -77,6 +84,9 @@ class Outcome:
     golden_entries: list[Any] | None = None
     """Golden entries this item recorded (under ``--infercheck-record``), for the controller's
     golden writer."""
+    gates_deferred_to: str | None = None
+    """An aggregate under ``--infercheck-shard``: the shard (``1/2``) whose suite gates were
+    deferred to the merge (:func:`defer_gates`)."""
 
     def failure_report(self) -> str:
         """What a failed item shows: :attr:`text`, then every violation."""
@@ -84,8 +94,27 @@ class Outcome:
         return head + "violations:\n" + "\n".join(f"  - {v}" for v in self.violations)
 
 
+DEFERRED = "suite gates deferred to `pytest-infercheck report` (shard {shard})"
+"""What an aggregate of a shard says instead of judging its suite gates."""
+
+
+def defer_gates(outcome: Outcome, shard: str) -> Outcome:
+    """A shard's aggregate ``outcome`` with its suite gates deferred to the merge: its partial
+    numbers kept, its violations dropped (they would judge a part of the suite), and the
+    deferral said in its text, its record and a JUnit property."""
+    note = DEFERRED.format(shard=shard)
+    return Outcome(
+        violations=[],
+        text=f"{outcome.text}\n{note}" if outcome.text else note,
+        data=outcome.data,
+        properties=[*outcome.properties, ("infercheck_gates_deferred", shard)],
+        gates_deferred_to=shard,
+    )
+
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+R = TypeVar("R")
 
 
 def memoised(results: dict[K, V], key: K, compute: Callable[[], V]) -> V:
@@ -151,8 +180,12 @@ class CheckRun:
     def scope_prompts(self) -> list[Prompt]:
         """The prompts an aggregate covers: the whole suite, or under ``--infercheck-shard``
         the shard's selected ones (the other shards cover the rest)."""
-        prompts = self.suite.prompts
-        return [p for p in prompts if not self.only_selected or p.id in self.selected]
+        return [p for p in self.suite.prompts if self.in_scope(p.id)]
+
+    def in_scope(self, key: str) -> bool:
+        """Whether the aggregate covers the item planned under ``key``: every item, or under
+        ``--infercheck-shard`` the shard's selected ones."""
+        return not self.only_selected or key in self.selected
 
 
 @dataclass
@@ -264,8 +297,16 @@ class CheckKind:
     bars: BarSeries | None = None
     distribution: Distribution | None = None
     merge: Callable[..., dict[str, Any] | None] | None = None
-    """``merge(nodeid, shards, items)``: the aggregate recomputed from the union of the
-    shards' item records, or None to keep each shard's aggregate side by side."""
+    """``merge(nodeid, shards, items)``: the aggregate item ``nodeid`` recomputed from the
+    union of the shards' item records with the check's thresholds, its suite gates judged on
+    it (:func:`merged_aggregate`); None when a record cannot be read. ``shards`` are
+    ``(shard index, that shard's aggregate item)``, ``items`` every other item of the merged
+    run (as in the results file). A kind without one keeps each shard's aggregate side by
+    side, and its shards judge their own partial aggregates (nothing is deferred)."""
+    rate_gates: Callable[[CheckSpec, Suite], list[RateGate]] | None = None
+    """The check's gates on a Wilson upper bound over one suite, as collected (the whole
+    selection, before sharding): each must be passable with zero events (see
+    :class:`RateGate`)."""
     spread_over_workers: bool = False
     """Under xdist, every item of the check is its own scope (the kind shares its work across
     workers through files), instead of one worker per check x suite."""
@@ -294,3 +335,109 @@ def target_kind(
         views={"aggregate": target_aggregate, **views},
         **more,
     )
+
+
+# -- gates that can pass ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RateGate:
+    """A suite gate on the upper bound of a rate's Wilson interval (``flips.max_rate`` with
+    ``gate: upper``). At zero events over ``n`` trials the bound is ``z^2 / (n + z^2)``; when
+    that exceeds ``max_rate`` the gate cannot pass, which config reports at collection."""
+
+    field: tuple[str, ...]
+    """Where the limit is written under the check entry: ``("flips", "max_rate")``."""
+    max_rate: float
+    confidence: float
+    n: int
+    """Trials the rate is counted over in the whole selection (answered prompts, requests of
+    the smallest level)."""
+    trials: str
+    """What ``n`` counts, in words: ``30 answered prompts``."""
+    unit: str
+    """What the minimum counts: ``answered prompts``, ``requests per level``."""
+    events: str = "flips"
+
+
+# -- merging the shards of a run ----------------------------------------------------------------
+class CheckThresholds(Thresholds, TargetThresholds):
+    """The thresholds an item recorded (any kind's: the record keeps those its kind honours),
+    read back for a merge."""
+
+
+class ShardItem(ItemRecord):
+    """An item of a shard's results file, as a merge reads it: its record and its outcome."""
+
+    nodeid: str
+    outcome: str
+    duration_s: float
+    worker: str | None
+    longrepr: str | None
+
+    @property
+    def suite_id(self) -> str:
+        """The node id of its check x suite."""
+        return self.nodeid.rsplit("::", 1)[0]
+
+
+Shards = Sequence[tuple[int, Mapping[str, Any]]]
+"""``(shard index, the shard's aggregate item)`` of one aggregate node id."""
+
+
+def shard_aggregates(shards: Shards) -> list[ShardItem]:
+    """Each shard's aggregate item, typed."""
+    return [ShardItem.model_validate(item) for _, item in shards]
+
+
+def shard_records(shards: Shards, record_type: type[R]) -> list[R]:
+    """Each shard's aggregate record; ``ValueError`` when one cannot be read (it errored)."""
+    return [load_record(record_type, item.data) for item in shard_aggregates(shards)]
+
+
+def suite_items(nodeid: str, items: Sequence[Mapping[str, Any]], role: str) -> list[ShardItem]:
+    """The items of the aggregate ``nodeid``'s check x suite with ``role`` that ran (an item
+    that errored or was skipped recorded no data), typed."""
+    suite = nodeid.rsplit("::", 1)[0]
+    typed = (ShardItem.model_validate(item) for item in items if item.get("role") == role)
+    return [item for item in typed if item.suite_id == suite and item.data]
+
+
+def errored_items(nodeid: str, items: Sequence[Mapping[str, Any]]) -> list[ShardItem]:
+    """The items of the aggregate ``nodeid``'s check x suite that errored."""
+    suite = nodeid.rsplit("::", 1)[0]
+    typed = (ShardItem.model_validate(item) for item in items if item.get("outcome") == "error")
+    return [item for item in typed if item.suite_id == suite]
+
+
+def recorded_thresholds(shards: Shards) -> CheckThresholds:
+    """The thresholds the check held its aggregate to (the same in every shard)."""
+    return CheckThresholds.model_validate(shard_aggregates(shards)[0].thresholds)
+
+
+def merged_engines(engines: Sequence[Mapping[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The union of the shards' engine identities, by target label."""
+    out: dict[str, dict[str, Any]] = {}
+    for each in engines:
+        out.update(each)
+    return out
+
+
+def merged_aggregate(shards: Shards, violations: list[str], data: Any) -> dict[str, Any]:
+    """The merged aggregate item: the first shard's identity, ``data`` (a kind's record) and
+    the suite gates ``violations`` judged on the union; ``error`` when a shard's aggregate
+    errored, else ``failed`` when a gate is broken, else ``passed``; nothing deferred."""
+    typed = shard_aggregates(shards)
+    errored = [item for item in typed if item.outcome == "error"]
+    outcome = "error" if errored else "failed" if violations else "passed"
+    longrepr = "\n".join(violations) or None
+    if errored:
+        longrepr = "\n".join(str(item.longrepr) for item in errored)
+    identity = {k: v for k, v in shards[0][1].items() if k != "gates_deferred_to"}
+    return {
+        **identity,
+        "outcome": outcome,
+        "duration_s": sum(item.duration_s for item in typed),
+        "worker": None,
+        "longrepr": longrepr,
+        "violations": violations,
+        "data": plain_data(data),
+    }

@@ -74,7 +74,18 @@ from ..render.table import render_table
 from ..render.views import facts, side_by_side
 from ..shared_work import SharedWork
 from ..specs import TargetCheck
-from .protocol import ItemPlan, Outcome, TargetRun, target_kind
+from .protocol import (
+    ItemPlan,
+    Outcome,
+    RateGate,
+    Shards,
+    TargetRun,
+    merged_aggregate,
+    merged_engines,
+    shard_records,
+    suite_items,
+    target_kind,
+)
 
 if TYPE_CHECKING:
     from ..backends import Backend, Generation, GenerationParams, PromptInput
@@ -524,9 +535,9 @@ class StressRun(TargetRun):
         )
 
     def aggregate(self) -> Outcome:
-        levels = [self.level(level) for level in self.check.spec.levels]
+        levels = [self.level(n) for n in self.check.spec.levels if self.in_scope(str(n))]
         target = self.target
-        violations = [f"c{d.level}: {v}" for d in levels for v in d.violations]
+        violations = level_union_violations(levels)
         return Outcome(
             violations=violations,
             text="\n".join(level_table(levels)),
@@ -623,6 +634,49 @@ def level_charts(name: str, data: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def level_union_violations(levels: Sequence[StressLevel]) -> list[str]:
+    """The aggregate's verdict: every level's broken gates, named by level."""
+    return [f"c{d.level}: {v}" for d in levels for v in d.violations]
+
+
+def merge_stress(nodeid: str, shards: Shards, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The aggregate of the union of the shards' levels (each level an item of one shard);
+    None when a record cannot be read."""
+    try:
+        aggregates = shard_records(shards, StressAggregate)
+        levels = [load_record(StressLevel, i.data) for i in suite_items(nodeid, items, "level")]
+    except ValueError:
+        return None
+    levels.sort(key=lambda d: d.level)
+    record = StressAggregate(
+        target=aggregates[0].target,
+        levels=levels,
+        engines=merged_engines([a.engines for a in aggregates]),
+    )
+    return merged_aggregate(shards, level_union_violations(levels), record)
+
+
+def flip_rate_gates(check: CheckSpec, suite: Suite) -> list[RateGate]:
+    """``flips.max_rate`` on the upper Wilson bound of each level's flip rate, counted over
+    the level's requests: the smallest level sends the fewest."""
+    gate = check.flips
+    if gate.max_rate is None or gate.gate != "upper":
+        return []
+    level = min(check.spec.levels)
+    n = len(jobs_for(suite.prompts, level, check.spec.repeats))
+    copies = n // max(len(suite.prompts), 1)
+    return [
+        RateGate(
+            field=("flips", "max_rate"),
+            max_rate=gate.max_rate,
+            confidence=gate.confidence,
+            n=n,
+            trials=f"{n} requests at c{level} ({len(suite.prompts)} prompts x {copies})",
+            unit="requests per level (prompts x repeats)",
+        )
+    ]
+
+
 STRESS = target_kind(
     "stress",
     StressSpec,
@@ -646,4 +700,6 @@ STRESS = target_kind(
     columns=level_columns,
     charts=level_charts,
     spread_over_workers=True,
+    merge=merge_stress,
+    rate_gates=flip_rate_gates,
 )

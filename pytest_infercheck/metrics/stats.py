@@ -21,6 +21,7 @@ __all__ = [
     "rms",
     "summarize",
     "wilson_interval",
+    "wilson_min_trials",
 ]
 
 # Coefficients of Acklam's rational approximation of the inverse normal CDF
@@ -114,6 +115,28 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     lower = 0.0 if successes == 0 else max(0.0, centre - half)
     upper = 1.0 if successes == n else min(1.0, centre + half)
     return (lower, upper)
+
+
+def wilson_min_trials(max_rate: float, confidence: float = 0.95) -> int | None:
+    """The fewest trials ``n`` whose Wilson upper bound at zero successes is at most
+    ``max_rate``: below it a gate on that bound fails even when nothing happens.
+
+    At ``k = 0`` the upper bound of :func:`wilson_interval` is ``z^2 / (n + z^2)``, so
+    ``n >= z^2 (1 - max_rate) / max_rate``; the smallest such integer (at least 1), checked
+    against :func:`wilson_interval` itself so that float rounding at the boundary decides as
+    the gate does. None when ``max_rate <= 0``: no number of trials is enough.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if max_rate <= 0.0:
+        return None
+    z = normal_quantile(1.0 - (1.0 - confidence) / 2.0)
+    n = max(1, math.ceil(z * z * (1.0 - max_rate) / max_rate))
+    while n > 1 and wilson_interval(0, n - 1, confidence)[1] <= max_rate:
+        n -= 1
+    while wilson_interval(0, n, confidence)[1] > max_rate:
+        n += 1
+    return n
 
 
 def mcnemar_exact(b: int, c: int) -> float:

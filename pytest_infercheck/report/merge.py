@@ -4,15 +4,21 @@ Files with a ``run.shard`` are grouped by ``(run_id, shard count)``; every other
 of its own. Merging a group:
 
 - items: the union; the same node id in two shards is an error (the shards overlap), except
-  aggregates, which every shard has (each over its own prompts);
-- aggregates of a kind that can merge (:attr:`..checks.protocol.CheckKind.merge`: the
-  comparisons) are recomputed from the union of the item records with the check's
-  thresholds, so the merged suite numbers are those of the unsharded run (up to float
-  summation order);
+  aggregates, which every shard has (each over its own items);
+- aggregates of a kind that can merge (:attr:`..checks.protocol.CheckKind.merge`: every
+  bundled kind) are recomputed from the union of the item records with the check's
+  thresholds, and their suite gates, which the shards deferred, are judged on the union, so
+  the merged numbers and verdicts are those of the unsharded run (up to float summation
+  order);
 - other aggregates keep each shard's data under ``data["shards"]`` (with a warning), their
-  outcome the worst;
+  outcome the worst; one whose shards deferred their gates but whose records cannot be read
+  (an older file, an errored aggregate) is an ``error``: its gates cannot be judged;
 - missing shards are a warning; a matrix that differs between shards is an error;
-- run: earliest start, latest finish, wall time between them, ``shard: null``.
+- run: earliest start, latest finish, wall time between them, ``shard: null``,
+  ``merged_shards`` (the indexes merged), exit status 1 when a merged gate fails.
+
+:func:`failed_gates` lists the merged aggregates that failed: ``pytest-infercheck report``
+exits 1 when there is one, so the merge of a sharded run is its gate.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from ..checks.registry import kind_named
 from .results import item_sort_key
 
 OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+FAILING = ("failed", "error")
 
 
 class MergeError(Exception):
@@ -77,13 +84,19 @@ def merge_shards(files: list[tuple[str, dict[str, Any]]]) -> tuple[dict[str, Any
     started = min(runs, key=lambda r: _time(r["started"]))["started"]
     finished = max(runs, key=lambda r: _time(r["finished"]))["finished"]
     codes = [r["exitstatus"] for r in runs]
+    exitstatus = max((c for c in codes if c != 5), default=5)  # 5: no tests collected
+    if exitstatus in (0, 5) and any(
+        i["role"] == "aggregate" and i["outcome"] in FAILING for i in items
+    ):
+        exitstatus = 1  # a gate the shards deferred fails on the union: the run failed
     run = {
         **runs[0],
         "started": started,
         "finished": finished,
         "duration_s": (_time(finished) - _time(started)).total_seconds(),
         "shard": None,
-        "exitstatus": max((c for c in codes if c != 5), default=5),  # 5: no tests collected
+        "merged_shards": sorted(by_index),
+        "exitstatus": exitstatus,
     }
     merged = {**files[0][1], "run": run, "matrices": matrices, "engines": engines, "items": items}
     return merged, warnings
@@ -148,15 +161,23 @@ def _merged_items(
 def _kept_per_shard(
     nodeid: str, shards: list[tuple[int, dict[str, Any]]], count: int
 ) -> dict[str, Any]:
-    """A single-target aggregate merged as it was: each shard's data and verdict, side by side."""
+    """An aggregate merged as it was: each shard's data and verdict, side by side. When the
+    shards deferred its suite gates, nobody can judge them: an ``error`` saying so."""
     first = shards[0][1]
     engines: dict[str, Any] = {}
     for _, item in shards:
         engines.update(item["data"].get("engines") or {})
     worst = max((item["outcome"] for _, item in shards), key=OUTCOME_RANK.__getitem__)
     reprs = [f"shard {i}/{count}: {item['longrepr']}" for i, item in shards if item["longrepr"]]
+    if any(item.get("gates_deferred_to") for _, item in shards):
+        worst = "error"
+        reprs.append(
+            "the shards deferred this aggregate's suite gates to the merge, and its records "
+            "cannot be recomputed: the gates are not judged"
+        )
+    identity = {k: v for k, v in first.items() if k != "gates_deferred_to"}
     return {
-        **first,
+        **identity,
         "outcome": worst,
         "duration_s": sum(item["duration_s"] for _, item in shards),
         "worker": None,
@@ -167,3 +188,18 @@ def _kept_per_shard(
             "shards": [{"shard": f"{i}/{count}", **item["data"]} for i, item in shards],
         },
     }
+
+
+def failed_gates(runs: list[dict[str, Any]]) -> list[str]:
+    """``<aggregate node id>: <violation>`` for every aggregate of merged shards that failed
+    (its reason, for one that errored): the gates judged by the merge."""
+    lines: list[str] = []
+    for run in runs:
+        if not run["run"].get("merged_shards"):
+            continue
+        for item in run["items"]:
+            if item["role"] != "aggregate" or item["outcome"] not in FAILING:
+                continue
+            reasons = item["violations"] or [str(item["longrepr"] or item["outcome"])]
+            lines += [f"{item['nodeid']}: {reason}" for reason in reasons]
+    return lines

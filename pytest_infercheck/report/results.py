@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..checks.protocol import ShardItem
 from ..plain_data import plain
-from ..records import ItemRecord
 
 SCHEMA = "pytest-infercheck-results"
 VERSION = 2
@@ -70,14 +70,11 @@ class RunModel(_Model):
     exitstatus: int
 
 
-class ItemModel(ItemRecord):
-    """An item's record (:class:`~..records.ItemRecord`) with its outcome in this run."""
+class ItemModel(ShardItem):
+    """An item's record (:class:`~..records.ItemRecord`) with its outcome in this run (what a
+    merge reads of a shard's items, :class:`~..checks.protocol.ShardItem`)."""
 
-    nodeid: str
     outcome: Literal["passed", "failed", "skipped", "error"]
-    duration_s: float
-    worker: str | None
-    longrepr: str | None
 
 
 class ResultsModel(_Model):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..checks.protocol import DEFERRED
 from ..checks.registry import KINDS
 
 
@@ -17,4 +18,11 @@ def summary_lines(records: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
         group = [(n, p, r["data"]) for n, p, r in records if r["kind"] in names]
         if group:
             lines += kinds[0].summary_lines(group)
+    deferred = [(n, r["gates_deferred_to"]) for n, _, r in records if r.get("gates_deferred_to")]
+    if deferred:
+        shard = deferred[0][1]
+        lines.append(
+            f"{DEFERRED.format(shard=shard)}: {len(deferred)} aggregate(s) above show this "
+            "shard's part; the merge judges their suite gates"
+        )
     return lines

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..checks.protocol import DEFERRED
 from ..checks.registry import kind_named
 from ..render.markup import esc, kv_table, mapping, violations_list
 from ..render.views import generic
@@ -30,6 +31,9 @@ def item_detail(record: Mapping[str, Any], outcome: str | None = None) -> str:
         body = f'<p class="ic-none">({esc(type(err).__name__)} in the detail view)</p>'
         body += generic(data)
     thresholds = record.get("thresholds")
+    deferred = record.get("gates_deferred_to")
+    if deferred:
+        body += f"<p><b>{esc(DEFERRED.format(shard=deferred))}</b></p>"
     tail = (
         "<h4>thresholds</h4>"
         + kv_table(mapping(thresholds))

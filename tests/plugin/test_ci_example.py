@@ -1,19 +1,25 @@
 """examples/ci: the engine-upgrade gate runs as shipped, its workflow only uses options that
-exist, and the gate fails when the engine changes (the 4-bit model standing in for it)."""
+exist, and the workflow's own steps (two shards, then the merge) pass on the unchanged engine
+and fail in the merge when the engine changes (the 4-bit model standing in for it)."""
 
 from __future__ import annotations
 
+import glob
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from conftest import REPO
+from pytest_infercheck.report.merge import merge_results
+from pytest_infercheck.report.results import load_results
 
 CI = REPO / "examples" / "ci"
 
@@ -69,17 +75,116 @@ def test_gate_passes_as_shipped(tmp_path: Path) -> None:
     assert "golden:adder-v1" in gate["data"]["engines"]
 
 
-def test_gate_fails_when_the_engine_changes(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+def _workflow_steps() -> tuple[str, str, list[int]]:
+    """The shard job's pytest command (``${{ matrix.shard }}`` left in), the merge job's
+    command and the shards of the matrix, as ``upgrade-gate.yml`` has them."""
+    workflow = yaml.safe_load((CI / "upgrade-gate.yml").read_text())
+    commands = _workflow_commands()
+    shard = next(c for c in commands if c.startswith("python -m pytest"))
+    merge = next(c for c in commands if c.startswith("pytest-infercheck report"))
+    return shard, merge, workflow["jobs"]["gate"]["strategy"]["matrix"]["shard"]
+
+
+def _run(cwd: Path, command: str) -> subprocess.CompletedProcess[str]:
+    """``command`` as the workflow's shell runs it in ``cwd``: ``python`` is this
+    interpreter, ``pytest-infercheck`` its console script, globs expanded."""
+    words = shlex.split(command)
+    if words[0] == "python":
+        words[0] = sys.executable
+    elif words[0] == "pytest-infercheck":
+        words[:1] = [sys.executable, "-m", "pytest_infercheck.cli"]
+    expanded = [w for word in words for w in (sorted(glob.glob(word, root_dir=cwd)) or [word])]
+    return subprocess.run(expanded, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def _copy_of_the_example(tmp_path: Path, model: Path) -> Path:
+    """examples/ci in ``tmp_path`` (the workflow's outputs stay out of the repository), its
+    model ``model`` and its suite where the repository has it."""
     work = tmp_path / "ci"
-    shutil.copytree(CI, work, ignore=shutil.ignore_patterns("*.html", "*.json.tmp"))
+    shutil.copytree(CI, work, ignore=shutil.ignore_patterns("*.html", "*.json.tmp", "results*"))
     matrix = (work / "infercheck.yaml").read_text()
-    matrix = matrix.replace("../models/tiny-adder", str(tiny_models["q4"]))
+    matrix = matrix.replace("../models/tiny-adder", str(model))
     matrix = matrix.replace("../quickstart/", str(REPO / "examples" / "quickstart") + "/")
     (work / "infercheck.yaml").write_text(matrix)
-    done = _pytest(work, "-q", "-k", "compare")
-    assert done.returncode == 1, done.stdout[-3000:]
-    assert re.search(r"compare\(golden\.adder-v1-vs-adder\)::addition::aggregate", done.stdout)
-    assert "correct_to_wrong" in done.stdout or "flip" in done.stdout
+    return work
+
+
+def _aggregates(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {i["check"]: i for i in results["items"] if i["role"] == "aggregate"}
+
+
+GATE = "compare(golden.adder-v1-vs-adder)"
+
+
+def test_the_workflow_passes_on_the_unchanged_engine_sharded_then_merged(tmp_path: Path) -> None:
+    """Both shard jobs pass (each defers the suite gates: 0 flips in 30 prompts could not
+    pass a 0.1 flip-rate gate on its Wilson bound), and so does the merge job, which judges
+    the gates on all 60 prompts."""
+    work = _copy_of_the_example(tmp_path, REPO / "examples" / "models" / "tiny-adder")
+    shard_command, merge_command, shards = _workflow_steps()
+    assert shards == [1, 2]
+    for shard in shards:
+        done = _run(work, shard_command.replace("${{ matrix.shard }}", str(shard)))
+        assert done.returncode == 0, done.stdout[-3000:]
+        assert (
+            f"suite gates deferred to `pytest-infercheck report` (shard {shard}/2)" in done.stdout
+        )
+        results = json.loads((work / f"results-{shard}.json").read_text())
+        for aggregate in _aggregates(results).values():
+            assert aggregate["outcome"] == "passed" and aggregate["violations"] == []
+            assert aggregate["gates_deferred_to"] == f"{shard}/2"
+        (level,) = _aggregates(results)[GATE]["data"]["levels"]
+        assert 0 < level["n_prompts"] < 60
+        junit = (work / f"junit-{shard}.xml").read_text()
+        assert f'name="infercheck_gates_deferred" value="{shard}/2"' in junit
+        assert (work / f"report-{shard}.html").exists()
+
+    merged = _run(work, merge_command)
+    assert merged.returncode == 0, merged.stderr
+    assert merged.stdout == "wrote infercheck-report.html\n" and merged.stderr == ""
+    html = (work / "infercheck-report.html").read_text()
+    assert "suite gates deferred" not in html.split("<h2>items")[1]  # the merge judged them
+    # The merged aggregates are those of the whole suite, the determinism one included.
+    files = [(str(p), load_results(p)) for p in sorted(work.glob("results-*.json"))]
+    (run,), warnings = merge_results(files)
+    assert warnings == [] and run["run"]["exitstatus"] == 0
+    aggregates = _aggregates(run)
+    (level,) = aggregates[GATE]["data"]["levels"]
+    assert (level["n_prompts"], level["n_answered"], level["n_flips"]) == (60, 60, 0)
+    assert level["flip_rate_high"] == pytest.approx(0.0602, abs=1e-4)
+    determinism = aggregates["determinism(adder)"]["data"]
+    assert (determinism["prompts"], determinism["deterministic_prompts"]) == (60, 60)
+    assert determinism["score"] == 1.0 and determinism["errors"] == 0
+    assert all(a["outcome"] == "passed" for a in aggregates.values())
+
+
+def test_the_workflow_fails_in_the_merge_when_the_engine_changes(
+    tmp_path: Path, tiny_models: dict[str, Path]
+) -> None:
+    """The 4-bit model standing in for a changed engine: the shard jobs fail on the prompts
+    whose answer turned wrong, and the merge job fails naming the flip-rate gate judged on
+    all 60 prompts."""
+    work = _copy_of_the_example(tmp_path, tiny_models["q4"])
+    shard_command, merge_command, shards = _workflow_steps()
+    codes = []
+    for shard in shards:
+        done = _run(work, shard_command.replace("${{ matrix.shard }}", str(shard)))
+        codes.append(done.returncode)
+        results = json.loads((work / f"results-{shard}.json").read_text())
+        assert _aggregates(results)[GATE]["outcome"] == "passed"  # deferred
+    assert 1 in codes and set(codes) <= {0, 1}
+
+    merged = _run(work, merge_command)
+    assert merged.returncode == 1, merged.stderr
+    assert merged.stdout == "wrote infercheck-report.html\n"
+    failed = re.findall(r"gate failed: (\S+): (.*)", merged.stderr)
+    gate = f"infercheck.yaml::{GATE}::addition::aggregate"
+    assert {nodeid for nodeid, _ in failed} == {gate}, merged.stderr  # determinism passes
+    flip = re.compile(
+        r"adder@local: flip rate [1-9]\d*/60: upper 95% Wilson bound 0\.\d+ > max_rate 0\.1"
+    )
+    assert any(flip.fullmatch(reason) for _, reason in failed), merged.stderr
+    assert merged.stderr.endswith(f"{len(failed)} merged suite gate(s) failed\n")
 
 
 @pytest.fixture(autouse=True)

@@ -219,8 +219,9 @@ def test_sharded_determinism_aggregates_cover_only_their_shard(
     pytester: pytest.Pytester, write_matrix: Any
 ) -> None:
     """A single-target aggregate under a shard covers that shard's prompts: the shards'
-    aggregates add up to the whole suite, none repeats another's prompts."""
-    write_matrix(DETERMINISM)
+    aggregates add up to the whole suite, none repeats another's prompts; each defers its
+    suite gates to the merge."""
+    write_matrix(DETERMINISM + "    min_determinism: 1.0\n")
     covered = []
     for shard in ("1/2", "2/2"):
         out = f"r{shard[0]}.json"
@@ -228,9 +229,130 @@ def test_sharded_determinism_aggregates_cover_only_their_shard(
             "-q", f"--infercheck-shard={shard}", f"--infercheck-results={out}"
         )
         assert result.ret == 0
+        result.stdout.fnmatch_lines(
+            [f"suite gates deferred to `pytest-infercheck report` (shard {shard}): 1 aggregate*"]
+        )
         items = load_results(pytester.path / out)["items"]
         prompts = {i["name"] for i in items if i["role"] == "prompt"}
         (aggregate,) = [i for i in items if i["role"] == "aggregate"]
         assert aggregate["data"]["prompts"] == len(prompts) > 0
+        assert aggregate["gates_deferred_to"] == shard
         covered.append(prompts)
     assert not covered[0] & covered[1] and len(covered[0] | covered[1]) == 8
+
+
+ENGINE_CHECKS = """\
+  - determinism: {target: q4, runs: 2}
+    min_determinism: 1.0
+  - batch-invariance: {target: q4, trials: 1, batch_size: 4}
+  - stress: {target: q4, levels: [1, 2, 4], repeats: 1}
+"""
+TIMINGS = {"latency_p50_s", "latency_p95_s", "tokens_per_s", "achieved_concurrency"}
+
+
+def test_single_target_aggregates_merge_to_the_unsharded_numbers_and_verdicts(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    """Determinism, batch-invariance and stress aggregates recomputed from both shards'
+    items (a stress level is an item of one shard) equal the unsharded run's, verdict and
+    numbers (a level's timings aside: each run measures its own)."""
+    write_matrix(ENGINE_CHECKS)
+    pytester.runpytest("-q", "--infercheck-results=whole.json")
+    shards = []
+    for index in (1, 2):
+        run = pytester.runpytest(
+            "-q", f"--infercheck-shard={index}/2", f"--infercheck-results=s{index}.json"
+        )
+        assert run.ret == 0
+        shards.append((f"s{index}.json", load_results(pytester.path / f"s{index}.json")))
+    whole = load_results(pytester.path / "whole.json")
+    (merged,), warnings = merge_results(shards)
+    assert warnings == []
+
+    def aggregates(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {i["kind"]: i for i in results["items"] if i["role"] == "aggregate"}
+
+    got, want = aggregates(merged), aggregates(whole)
+    assert set(got) == set(want) == {"determinism", "batch-invariance", "stress"}
+    for kind, item in want.items():
+        assert (got[kind]["outcome"], got[kind]["violations"]) == (
+            item["outcome"],
+            item["violations"],
+        ), kind
+        assert "gates_deferred_to" not in got[kind] or got[kind]["gates_deferred_to"] is None
+    for name, value in want["determinism"]["data"].items():
+        if isinstance(value, float):  # equal up to the order of float summation
+            assert math.isclose(got["determinism"]["data"][name], value, rel_tol=1e-12), name
+        else:
+            assert got["determinism"]["data"][name] == value, name
+    assert got["determinism"]["data"]["prompts"] == 8
+    assert got["batch-invariance"]["data"] == want["batch-invariance"]["data"]
+    assert got["batch-invariance"]["data"]["prompts"] == 8
+
+    def level(data: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in data.items() if k not in TIMINGS | {"measured_by"}}
+
+    got_levels = [level(d) for d in got["stress"]["data"]["levels"]]
+    assert got_levels == [level(d) for d in want["stress"]["data"]["levels"]]
+    assert [d["level"] for d in got_levels] == [1, 2, 4]
+    # Each level was measured once, in its own shard: the shards' aggregates split them.
+    measured = [
+        {d["level"] for d in aggregates(r)["stress"]["data"]["levels"]}
+        for _, r in shards
+        if "stress" in aggregates(r)
+    ]
+    assert sorted(n for part in measured for n in part) == [1, 2, 4]
+
+
+GATED_COMPARE = """\
+  - compare: {baseline: bf16, test: q8}
+    flips: {fail_item_on: never, max_rate: 0.35}
+"""
+
+
+def test_shards_defer_a_flip_gate_only_the_whole_suite_can_pass_and_the_merge_judges_it(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    """0 flips in 8 prompts: Wilson upper bound 0.3244 <= 0.35, while a shard's part (at most
+    7 prompts: 0.3543) could not pass; the shards defer, the merge passes. A gate the union
+    breaks fails the merge, and ``pytest-infercheck report`` exits 1 naming it."""
+    write_matrix(GATED_COMPARE)
+    whole = pytester.runpytest("-q", "--infercheck-results=whole.json")
+    assert whole.ret == 0
+    paths = []
+    for index in (1, 2):
+        run = pytester.runpytest(
+            "-q", f"--infercheck-shard={index}/2", f"--infercheck-results=s{index}.json"
+        )
+        assert run.ret == 0, run.stdout.str()[-2000:]
+        items = load_results(pytester.path / f"s{index}.json")["items"]
+        (aggregate,) = [i for i in items if i["role"] == "aggregate"]
+        (level,) = aggregate["data"]["levels"]
+        assert 0 < level["n_answered"] < 8 and level["n_flips"] == 0
+        assert level["flip_rate_high"] > 0.35  # would have failed the shard
+        assert aggregate["outcome"] == "passed" and aggregate["gates_deferred_to"] == f"{index}/2"
+        paths.append(str(pytester.path / f"s{index}.json"))
+    assert cli_main(["report", *paths, "-o", str(pytester.path / "r.html")]) == 0
+
+    # The same shards judged with a mean-KL gate the union breaks (every prompt differs a
+    # little between bf16 and q8): the merge fails and says which gate.
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        for item in data["items"]:
+            if item["role"] == "aggregate":
+                item["thresholds"]["max_mean_kl"] = 1e-12
+        Path(path).write_text(json.dumps(data))
+    assert cli_main(["report", *paths, "-o", str(pytester.path / "r.html")]) == 1
+
+
+def test_a_gate_that_cannot_pass_at_the_suites_size_is_a_collection_error(
+    pytester: pytest.Pytester, write_matrix: Any
+) -> None:
+    write_matrix(GATED_COMPARE.replace("max_rate: 0.35", "max_rate: 0.3"))
+    result = pytester.runpytest("--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert (
+        "infercheck.yaml:8: checks[0].flips.max_rate 0.3 cannot pass with 8 answered prompts "
+        "(suite addition): the 95% Wilson upper bound at 0 flips is 0.3244; it needs at least "
+        "9 answered prompts"
+    ) in result.stdout.lines

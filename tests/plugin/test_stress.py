@@ -71,18 +71,20 @@ def test_in_process_levels_are_real_batches_and_pass(
     )
 
 
-def test_a_threshold_no_level_can_meet_fails_every_level_and_the_aggregate(
+def test_a_flip_gate_no_level_can_meet_is_a_collection_error(
     pytester: pytest.Pytester, write_matrix: Any
 ) -> None:
-    # Every output equals its reference, but a flip gate on the Wilson upper bound cannot
-    # be met by 16 requests (0/16 has an upper bound of 0.194 at 95%): the gate fails the
-    # levels and the aggregate, and says why.
+    # A flip gate on the Wilson upper bound that 16 requests (8 prompts x 2 repeats at c1)
+    # cannot meet even with no flip (0/16 has an upper bound of 0.194 at 95%) would fail
+    # every level whatever the engine does: a configuration error, at the limit's line.
     write_matrix(STRESS.replace("max_rate: 0.0, gate: point", "max_rate: 0.01"))
     result = pytester.runpytest("-q")
-    result.assert_outcomes(failed=4)
-    result.stdout.fnmatch_lines(
-        ["*flip rate 0.000 (0/16; Wilson upper bound at 0.95 0.194) > flips.max_rate 0.01*"]
-    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert (
+        "infercheck.yaml:10: checks[0].flips.max_rate 0.01 cannot pass with 16 requests at c1 "
+        "(8 prompts x 2) (suite addition): the 95% Wilson upper bound at 0 flips is 0.1936; "
+        "it needs at least 381 requests per level (prompts x repeats)"
+    ) in result.stdout.lines
 
 
 def test_under_xdist_levels_spread_and_are_measured_once(

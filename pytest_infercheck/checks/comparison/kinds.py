@@ -24,6 +24,7 @@ from .present import (
     MEASURES,
     comparison_aggregate,
     comparison_prompt,
+    flip_rate_gates,
     level_charts,
     merge_aggregate,
     self_check,
@@ -150,6 +151,7 @@ COMPARE = CheckKind(
     bars=FLIP_BARS,
     distribution=KL_DISTRIBUTION,
     merge=merge_aggregate,
+    rate_gates=flip_rate_gates,
 )
 SWEEP = dataclasses.replace(
     COMPARE,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...records import load_record, plain_data
 from ...render.charts import line_chart
@@ -14,7 +14,18 @@ from ...render.markup import clip, esc, interval, num, plain, rate, table
 from ...render.table import render_table
 from ...render.views import engines, flip_cell, side_by_side
 from ...specs import Thresholds
-from ..protocol import Aggregates, BarSeries, Distribution, MeasureSpec
+from ..protocol import (
+    Aggregates,
+    BarSeries,
+    Distribution,
+    MeasureSpec,
+    RateGate,
+    Shards,
+    merged_aggregate,
+    merged_engines,
+    shard_aggregates,
+    suite_items,
+)
 from .aggregate import (
     SELF_CHECK,
     CliffLevel,
@@ -31,6 +42,10 @@ from .aggregate import (
 from .prompt import TOP_K_LOWER_BOUND, PromptComparison
 from .run import SelfCheckRecord
 from .verdicts import item_problems
+
+if TYPE_CHECKING:
+    from ...config import CheckSpec
+    from ...suites import Suite
 
 
 def aggregate_record(data: Mapping[str, Any]) -> ComparisonAggregateRecord:
@@ -339,11 +354,7 @@ def level_charts(name: str, data: Mapping[str, Any]) -> list[str]:
     ]
 
 
-# -- shards -------------------------------------------------------------------------------------
-def _suite_of(nodeid: str) -> str:
-    return nodeid.rsplit("::", 1)[0]
-
-
+# -- shards and gates ----------------------------------------------------------------------------
 def _merged_first_level(records: list[SweepAggregateRecord], n_prompts: int) -> CliffLevel:
     """The cliff's first level of merged shards: the union of each shard's self-check
     failures (each shard's aggregate checked its own prompts); a clean ``baseline`` when the
@@ -355,23 +366,20 @@ def _merged_first_level(records: list[SweepAggregateRecord], n_prompts: int) -> 
 
 
 def merge_aggregate(
-    nodeid: str, shards: list[tuple[int, dict[str, Any]]], items: list[dict[str, Any]]
+    nodeid: str, shards: Shards, items: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
     """The aggregate of a comparison check x suite from the union of its prompt records (the
     check's thresholds applied to the union), or None when some shard's aggregate (it errored)
     or prompt record cannot be read."""
-    suite = _suite_of(nodeid)
     try:
-        records = [aggregate_record(item["data"]) for _, item in shards]
+        records = [aggregate_record(item.data) for item in shard_aggregates(shards)]
         comparisons = [
-            load_record(PromptComparison, item["data"])
-            for item in items
-            if item["role"] == "prompt" and _suite_of(item["nodeid"]) == suite and item["data"]
+            load_record(PromptComparison, item.data)
+            for item in suite_items(nodeid, items, "prompt")
         ]
     except ValueError:
         return None
-    first = shards[0][1]
-    thresholds = Thresholds.model_validate(first["thresholds"])
+    thresholds = Thresholds.model_validate(shard_aggregates(shards)[0].thresholds)
     levels, violations = [], []
     results_by_test: dict[str, list[PromptComparison]] = {}
     for test in [level.test for level in records[0].levels]:
@@ -382,9 +390,7 @@ def merge_aggregate(
         agg = aggregate(results, thresholds)
         levels.append(agg)
         violations += [f"{agg.test}: {v}" for v in aggregate_violations(agg, thresholds)]
-    engines: dict[str, dict[str, Any]] = {}
-    for record in records:
-        engines.update(record.engines)
+    engines = merged_engines([record.engines for record in records])
     merged = dataclasses.replace(records[0], levels=levels, engines=engines)
     if isinstance(merged, SweepAggregateRecord):
         sweeps = [r for r in records if isinstance(r, SweepAggregateRecord)]
@@ -397,17 +403,23 @@ def merge_aggregate(
             merged.cliff_alpha,
         )
         merged = dataclasses.replace(merged, cliff=cliff, cliff_steps=steps)
-    errored = [item for _, item in shards if item["outcome"] == "error"]
-    outcome = "error" if errored else "failed" if violations else "passed"
-    longrepr = "\n".join(violations) or None
-    if errored:
-        longrepr = "\n".join(str(item["longrepr"]) for item in errored)
-    return {
-        **first,
-        "outcome": outcome,
-        "duration_s": sum(item["duration_s"] for _, item in shards),
-        "worker": None,
-        "longrepr": longrepr,
-        "violations": violations,
-        "data": plain_data(merged),
-    }
+    return merged_aggregate(shards, violations, merged)
+
+
+def flip_rate_gates(check: CheckSpec, suite: Suite) -> list[RateGate]:
+    """``flips.max_rate`` on the upper Wilson bound, counted over the suite's prompts with an
+    answer kind (the same for every test side)."""
+    flips = check.flips
+    if flips.max_rate is None or flips.gate != "upper":
+        return []
+    n = sum(1 for prompt in suite.prompts if prompt.answer_kind is not None)
+    return [
+        RateGate(
+            field=("flips", "max_rate"),
+            max_rate=flips.max_rate,
+            confidence=flips.confidence,
+            n=n,
+            trials=f"{n} answered prompts",
+            unit="answered prompts",
+        )
+    ]
