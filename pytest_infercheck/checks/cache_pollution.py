@@ -11,11 +11,20 @@ returns them, else text. Items run in order, so later items also see earlier hos
 requests. This is the class of bug where one request corrupts a shared KV or prompt cache,
 a slot or a batch for every request after it.
 
+Faults (:mod:`~pytest_infercheck.metrics.consistency`) fail an item whatever else: a
+reference output whose own logprobs are broken, before or after the hostile request
+(``non-finite logprob in the output of s01 after the invalid-utf8 request at position 2
+(NaN)``, ``logprob does not match its token in ...``), and a reference output that became
+empty, or stopped being empty (``empty generation: s01 after the invalid-utf8 request
+generated no tokens while s01 before it generated 3``; it is also a changed output). The
+aggregate fails naming the hostile requests whose items found faults.
+
 Needs a server backend; an in-process (mlx-lm) target fails its items with that message.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,7 +32,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from ..backends import BackendError, Generation
+from ..metrics.consistency import Fault, aggregate_faults, empty_fault, generation_faults
 from ..metrics.sameness import DivergenceUnit, same_generation
+from ..plain_data import plain
 from ..records import load_record
 from ..render.markup import kv_table
 from ..render.table import check_table
@@ -97,6 +108,17 @@ class HostileRecord:
     """The reference prompts whose output changed (empty: none, or the server is dead)."""
     prompts: int
     """How many reference prompts there are."""
+    faults: list[Fault] = field(default_factory=list)
+    """Faults of the reference outputs, before any hostile request and after this one, and
+    outputs that became empty (each a violation); absent from the JSON when none
+    (:meth:`to_plain`)."""
+
+    def to_plain(self) -> dict[str, Any]:
+        """This record as JSON types, ``faults`` only when there are some."""
+        data: dict[str, Any] = plain(dataclasses.asdict(self))
+        if not data["faults"]:
+            del data["faults"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -142,6 +164,34 @@ def changed_outputs(
                 )
             )
     return changed
+
+
+def before_faults(before: list[tuple[str, Generation]]) -> list[Fault]:
+    """The faults of the reference outputs' own logprobs before any hostile request."""
+    return [
+        f
+        for prompt_id, g in before
+        for f in generation_faults(f"the output of {prompt_id} before any hostile request", g)
+    ]
+
+
+def pollution_faults(
+    kind: str, before: list[tuple[str, Generation]], after: list[tuple[str, Generation]]
+) -> list[Fault]:
+    """The faults after the ``kind`` request: each reference output's own logprobs, and an
+    output that is empty on one side of the request only (:func:`empty_fault`)."""
+    faults = []
+    for (prompt_id, old), (_, new) in zip(before, after, strict=True):
+        faults += generation_faults(f"the output of {prompt_id} after the {kind} request", new)
+        empty = empty_fault(
+            (new.text, new.token_ids, new.finish_reason),
+            (old.text, old.token_ids, old.finish_reason),
+            a_name=f"{prompt_id} after the {kind} request",
+            b_name=f"{prompt_id} before it",
+        )
+        if empty is not None:
+            faults.append(empty)
+    return faults
 
 
 @dataclass(frozen=True)
@@ -198,13 +248,18 @@ class CachePollutionRun(TargetRun):
         alive = self.cache.run(target.backend.alive())
         violations: list[str] = []
         changed: list[ChangedOutput] = []
+        faults = before_faults(before)
         if not alive:
             violations.append(f"the server is not alive after the {kind} request")
         else:
             try:
-                changed = changed_outputs(before, self._references())
+                after = self._references()
             except BackendError as exc:
                 violations.append(f"the reference prompts failed after the {kind} request: {exc}")
+            else:
+                changed = changed_outputs(before, after)
+                faults += pollution_faults(kind, before, after)
+        violations = [f.text for f in faults] + violations
         if changed:
             violations.append(
                 f"{len(changed)} of {len(before)} reference outputs changed after the {kind} "
@@ -223,6 +278,7 @@ class CachePollutionRun(TargetRun):
             alive=alive,
             changed=changed,
             prompts=len(before),
+            faults=faults,
         )
         properties: list[tuple[str, Any]] = [
             ("infercheck_alive", alive),
@@ -256,7 +312,11 @@ class CachePollutionRun(TargetRun):
             violations.append(f"the server died after: {', '.join(dead)}")
         if polluted:
             violations.append(f"reference outputs changed after: {', '.join(polluted)}")
-        other = [k for k in failed if k not in dead and k not in polluted]
+        faulty = [(k, i.record.faults) for k, i in items.items() if i.record.faults]
+        violations += aggregate_faults(faulty, n_items=len(items), item_unit="hostile requests")
+        other = [
+            k for k in failed if k not in dead and k not in polluted and not items[k].record.faults
+        ]
         if other:
             violations.append(f"reference prompts failed after: {', '.join(other)}")
         text = "\n".join(f"  {k}: {i.record.response}" for k, i in items.items())
