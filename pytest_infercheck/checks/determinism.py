@@ -30,18 +30,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from ..backends import BackendError
-from ..metrics.consistency import (
-    EMPTY_GENERATION,
-    Fault,
-    aggregate_faults,
-    generation_faults,
-    reported_logprobs,
-)
+from ..metrics.consistency import EMPTY_GENERATION, Fault, aggregate_faults
 from ..metrics.determinism import (
     DeterminismSummary,
     DistinctOutput,
     RunOutput,
     determinism_score,
+    run_output,
     summarize_runs,
 )
 from ..metrics.finite import strict_max
@@ -186,16 +181,7 @@ class DeterminismRun(TargetRun):
                     outputs.append(None)
                     messages.append(f"run {run}: {error}")
                     continue
-                reported = reported_logprobs(g.chosen_logprobs, g.top_logprobs)
-                outputs.append(
-                    RunOutput(
-                        g.text,
-                        tuple(g.token_ids) if g.token_ids is not None else None,
-                        tuple(reported) if reported is not None else None,
-                        g.finish_reason,
-                        tuple(generation_faults(f"run {run}", g)),
-                    )
-                )
+                outputs.append(run_output(g, run))
             self._summaries[prompt.id] = (summarize_runs(outputs), messages)
 
     def run_item(self, plan: ItemPlan) -> Outcome:

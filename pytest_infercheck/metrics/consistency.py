@@ -208,15 +208,17 @@ def mismatched_positions(
 
 def _mismatch_fault(where: str, found: list[tuple[int, float, float, str]]) -> Fault:
     examples = "; ".join(
-        f"position {t}: {c:.6g} vs {held:.6g}, {what}" for t, c, held, what in found[:_EXAMPLES]
+        f"position {t}: chosen {c:.6g} above the top-1 {held:.6g}"
+        if what == "top-1"
+        else f"position {t}: chosen {c:.6g}, its top-k entry {held:.6g}"
+        for t, c, held, what in found[:_EXAMPLES]
     )
     more = f"; ... ({len(found)} in all)" if len(found) > _EXAMPLES else ""
     positions = [t for t, _, _, _ in found]
     return Fault(
         LOGPROB_MISMATCH,
         where,
-        f"{LOGPROB_MISMATCH} in {where} at {_positions('position', positions)} "
-        f"(chosen vs {examples}{more})",
+        f"{LOGPROB_MISMATCH} in {where} at {_positions('position', positions)} ({examples}{more})",
         positions,
     )
 

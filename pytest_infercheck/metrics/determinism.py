@@ -15,12 +15,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .consistency import Fault, empty_fault, is_empty
+from .consistency import Fault, empty_fault, generation_faults, is_empty, reported_logprobs
 from .finite import strict_max
 from .sameness import compare_outputs
 from .stats import wilson_interval
+
+if TYPE_CHECKING:
+    from ..backends.base import Generation
 
 __all__ = [
     "DeterminismSummary",
@@ -29,6 +32,7 @@ __all__ = [
     "determinism_score",
     "logprob_diff",
     "output_key",
+    "run_output",
     "spread",
     "summarize_runs",
 ]
@@ -50,6 +54,21 @@ class RunOutput:
     @property
     def key(self) -> tuple[Any, ...]:
         return output_key(self.text, self.token_ids)
+
+
+def run_output(generation: Generation, run: int) -> RunOutput:
+    """Run ``run`` of a prompt as :func:`summarize_runs` reads it: the generation's text, ids,
+    reported logprobs (:func:`.consistency.reported_logprobs`), finish reason and its own
+    faults, named ``run <run>`` (:func:`.consistency.generation_faults`)."""
+    ids = generation.token_ids
+    reported = reported_logprobs(generation.chosen_logprobs, generation.top_logprobs)
+    return RunOutput(
+        generation.text,
+        tuple(ids) if ids is not None else None,
+        tuple(reported) if reported is not None else None,
+        generation.finish_reason,
+        tuple(generation_faults(f"run {run}", generation)),
+    )
 
 
 def output_key(text: str, token_ids: Sequence[int] | None) -> tuple[Any, ...]:
