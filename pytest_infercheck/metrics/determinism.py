@@ -196,9 +196,9 @@ def _max_drift(groups: Sequence[Sequence[RunOutput]]) -> float | None:
         if len(series) < 2 or len({len(s) for s in series}) != 1:
             continue
         columns = [
-            spread([v for v in column if v is not None])
+            spread(reported)
             for column in zip(*series, strict=True)
-            if all(v is not None for v in column)
+            if (reported := [v for v in column if v is not None])
         ]
         worst = strict_max(columns)
         drifts.append(0.0 if worst is None else worst)

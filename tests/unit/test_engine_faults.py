@@ -294,13 +294,19 @@ def test_stream_parity_passes_a_faithful_engine_and_an_unreported_position() -> 
     assert run.aggregate().violations == []
 
 
-def test_stream_parity_names_an_inf_logprob_it_used_to_skip() -> None:
+@pytest.mark.parametrize(("value", "label", "drift"), [(INF, "+inf", "inf"), (NAN, "NaN", "nan")])
+def test_stream_parity_names_a_non_finite_logprob_it_used_to_skip(
+    value: float, label: str, drift: str
+) -> None:
     # The old drift skipped every position where a side was not finite.
-    run = make_run(StreamParityRun, STREAM, streamed(gen("46", [55, 57, 2], [INF, -0.25, -0.125])))
+    run = make_run(
+        StreamParityRun, STREAM, streamed(gen("46", [55, 57, 2], [value, -0.25, -0.125]))
+    )
     violations, record = outcome(run, "p1")
     assert violations == [
-        "non-finite logprob in the streamed output at position 0 (+inf)",
-        "logprob drift inf with identical tokens is not finite: fails logprob_tolerance 0.0001",
+        f"non-finite logprob in the streamed output at position 0 ({label})",
+        f"logprob drift {drift} with identical tokens is not finite: fails logprob_tolerance "
+        "0.0001",
     ]
     assert run.aggregate().violations == [
         "non-finite logprob in 1 of 2 items: p1 (the streamed output at position 0)",

@@ -16,8 +16,6 @@ from pytest_infercheck.metrics.determinism import (
     determinism_score,
     logprob_diff,
     output_key,
-    run_output,
-    spread,
     summarize_runs,
 )
 
@@ -200,6 +198,8 @@ def test_equal_minus_inf_logprobs_do_not_drift_and_minus_inf_against_a_value_doe
     assert same.max_logprob_drift == 0.0
     apart = summarize_runs([ids(1, lp=(-INF,)), ids(1, lp=(-2.0,))])
     assert apart.max_logprob_drift == INF
+    from pytest_infercheck.metrics.determinism import spread
+
     assert spread([-INF, -INF]) == 0.0 and spread([-1.0, -0.25]) == 0.75
     assert math.isnan(spread([-1.0, NAN]))
 
@@ -211,6 +211,14 @@ def test_unreported_positions_are_left_out_of_the_drift() -> None:
         RunOutput("46", (55, 57), (-0.5 + 2e-6, None)),
     ]
     assert summarize_runs(runs).max_logprob_drift == pytest.approx(2e-6, abs=1e-12)
+    # Three runs, run 1 silent at position 1: runs 0 and 2 still disagree there by 0.25; a
+    # position no run reported is compared nowhere.
+    runs = [
+        RunOutput("46", (55, 57, 2), (-0.5, -0.5, None)),
+        RunOutput("46", (55, 57, 2), (-0.5, None, None)),
+        RunOutput("46", (55, 57, 2), (-0.5, -0.25, None)),
+    ]
+    assert summarize_runs(runs).max_logprob_drift == 0.25
 
 
 def test_logprob_diff_fails_closed() -> None:
@@ -224,6 +232,8 @@ def test_logprob_diff_fails_closed() -> None:
 
 
 def test_a_run_carries_its_own_faults_into_the_summary() -> None:
+    from pytest_infercheck.metrics.determinism import run_output
+
     ok = Generation("46", [55, 57, 2], "stop", [-0.5, -0.25, -0.1])
     bad = Generation("46", [55, 57, 2], "stop", [-0.5, NAN, INF])
     s = summarize_runs([run_output(ok, 0), run_output(bad, 1), run_output(ok, 2)])
@@ -260,6 +270,8 @@ def test_item_violations_name_the_faults_and_a_nan_drift_fails_the_limit() -> No
         "logprob drift nan among runs with identical tokens is not finite: fails "
         "max_logprob_drift 1e-06"
     ]
+    from pytest_infercheck.metrics.determinism import run_output
+
     summary.faults = [*summarize_runs([run_output(Generation("x", [1], "stop", [NAN]), 3)]).faults]
     assert item_violations(summary, check()) == ["non-finite logprob in run 3 at position 0 (NaN)"]
     apart = summarize_runs([ids(1, lp=(-INF,)), ids(1, lp=(-2.0,))])

@@ -208,9 +208,9 @@ def test_a_non_finite_latency_is_a_violation_whatever_the_thresholds() -> None:
         Output("a", 0.5, math.inf, error="ReadTimeout"),
     ]
     data = level_data(2, "m@srv", outputs, refs, [prompt("a", "46")])
-    assert [f.text for f in data.faults] == ["non-finite latency at requests 1, 2 (NaN, +inf)"]
     loose = check(max_error_rate=1.0, min_consistency=0.0)
     assert level_violations(data, loose) == ["non-finite latency at requests 1, 2 (NaN, +inf)"]
+    assert [f.text for f in data.faults] == ["non-finite latency at requests 1, 2 (NaN, +inf)"]
     assert data.latency_p50_s is None and data.tokens_per_s is None
 
 
@@ -223,12 +223,12 @@ def test_an_empty_output_is_named_even_when_consistency_allows_it() -> None:
         "empty generation in 1 of 3 requests: request 1 (a) generated no characters while "
         "its reference generated 2"
     )
+    assert level_violations(data, check(min_consistency=0.5)) == [expected]
     assert [f.text for f in data.faults] == [expected]
     assert data.consistent == 2
     assert data.mismatches[0].fault == (
         "empty generation: request 1 (a) generated no characters while its reference generated 2"
     )
-    assert level_violations(data, check(min_consistency=0.5)) == [expected]
 
 
 def test_empty_by_token_ids_and_the_stop_token() -> None:
