@@ -409,6 +409,9 @@ def batch_invariance_prompt(data: Mapping[str, Any]) -> str:
             ["trial", "position", "batch", "match", "first divergence", "max logprob diff"], rows
         ),
     ]
+    faults = record_faults(record)
+    if faults:
+        parts.append("<h4>faults</h4>" + table(["fault"], [[esc(f.text)] for f in faults]))
     for t in record.trials:
         if not t.match:
             parts.append(

@@ -36,7 +36,7 @@ from ..metrics.consistency import Fault, aggregate_faults, empty_fault, generati
 from ..metrics.sameness import DivergenceUnit, same_generation
 from ..plain_data import plain
 from ..records import load_record
-from ..render.markup import kv_table
+from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
 from ..render.text import mark_divergence
 from ..render.views import side_by_side
@@ -359,6 +359,8 @@ def cache_pollution_hostile(data: Mapping[str, Any]) -> str:
         "prompts": record.prompts,
     }
     parts = [kv_table(facts)]
+    if record.faults:
+        parts.append("<h4>faults</h4>" + table(["fault"], [[esc(f.text)] for f in record.faults]))
     for c in record.changed[:20]:
         parts.append(
             side_by_side(

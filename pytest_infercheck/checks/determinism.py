@@ -41,7 +41,7 @@ from ..metrics.determinism import (
 )
 from ..metrics.finite import strict_max
 from ..records import load_record, plain_data
-from ..render.markup import esc, interval, num, plain, rate
+from ..render.markup import esc, interval, num, plain, rate, table
 from ..render.table import check_table
 from ..render.views import facts, marked_text, side_by_side
 from ..specs import TargetCheck
@@ -348,6 +348,8 @@ def determinism_prompt(data: Mapping[str, Any]) -> str:
     record = load_record(DeterminismPrompt, data)
     outputs = sorted(record.outputs, key=lambda o: -o.count)
     parts = [facts(plain_data(record), ())]
+    if record.faults:
+        parts.append("<h4>faults</h4>" + table(["fault"], [[esc(f.text)] for f in record.faults]))
     modal = outputs[0].text if outputs else ""
     for k, out in enumerate(outputs):
         title = f"output {k + 1}: {out.count} of {record.runs} runs"

@@ -660,6 +660,8 @@ def parity_prompt(data: Mapping[str, Any]) -> str:
     if record.answers:
         cells = [esc(a) for a in record.answers[:2]] + [flip_cell(record.flip)]
         parts.append(table(["reference answer", "other answer", "flip"], [cells]))
+    if record.faults:
+        parts.append("<h4>faults</h4>" + table(["fault"], [[esc(f.text)] for f in record.faults]))
     return "".join(parts)
 
 

@@ -80,7 +80,7 @@ from ..metrics.stats import percentile, wilson_interval
 from ..plain_data import plain
 from ..records import load_record, plain_data
 from ..render.charts import line_chart
-from ..render.markup import kv_table, num
+from ..render.markup import esc, kv_table, num, table
 from ..render.table import render_table
 from ..render.views import facts, side_by_side
 from ..shared_work import SharedWork
@@ -652,6 +652,8 @@ def stress_level(data: Mapping[str, Any]) -> str:
     """The level's numbers and the outputs that differed from the reference."""
     record = load_record(StressLevel, data)
     parts = [facts(plain_data(record), ())]
+    if record.faults:
+        parts.append("<h4>faults</h4>" + table(["fault"], [[esc(f.text)] for f in record.faults]))
     if record.errors:
         parts.append("<h4>errors</h4>" + kv_table(record.errors))
     for m in record.mismatches[:20]:

@@ -391,3 +391,50 @@ def test_cache_pollution_names_non_finite_logprobs_before_and_after() -> None:
         "non-finite logprob in the output of p2 before any hostile request at position 2 (NaN)",
         "non-finite logprob in the output of p1 after the invalid-utf8 request at position 0 (NaN)",
     ]
+
+
+# -- reports -------------------------------------------------------------------------------------
+def test_the_html_detail_of_each_kind_lists_its_faults() -> None:
+    from pytest_infercheck.checks.stress import Output, Reference, level_data
+    from pytest_infercheck.report.views import item_detail
+    from tests.htmldom import parse
+
+    bad = gen("46", [55, 57, 2], [-0.5, NAN, -0.125])
+
+    def only_p1(how: str) -> Script:
+        return lambda text, n: bad if text == f"12+34={how}" else GOOD
+
+    after = {"after": lambda text, n: bad}
+    records = [
+        ("determinism", "prompt", make_run(DeterminismRun, DETERMINISM, only_p1("")), "p1"),
+        (
+            "batch-invariance",
+            "prompt",
+            make_run(BatchInvarianceRun, NEEDLE, only_p1("#batched")),
+            "p1",
+        ),
+        ("stream-parity", "prompt", make_run(StreamParityRun, STREAM, only_p1("#streamed")), "p1"),
+        (
+            "cache-pollution",
+            "hostile",
+            make_run(CachePollutionRun, POLLUTION, only_p1("#"), **after),
+            "invalid-utf8",
+        ),
+    ]
+    for kind, role, run, key in records:
+        violations, record = outcome(run, key)
+        item = {"kind": kind, "role": role, "data": plain_data(record)}
+        text = parse(item_detail(item, "failed")).text()
+        assert "non-finite logprob in" in text and "(NaN)" in text, kind
+        assert any(v.endswith("at position 1 (NaN)") for v in violations), kind
+    level = level_data(
+        1,
+        "m@srv",
+        [Output("a", 0.0, math.nan, "")],
+        {"a": Reference("46", None)},
+        [prompt("a", "a")],
+    )
+    text = parse(
+        item_detail({"kind": "stress", "role": "level", "data": plain_data(level)}, "failed")
+    ).text()
+    assert "non-finite latency at request 0 (NaN)" in text and "empty generation in 1 of 1" in text
