@@ -11,7 +11,13 @@ prompts are alike. The batch goes through ``Backend.generate_batch``: mlx-lm's o
 
 A trial passes when the needle's tokens equal the alone tokens (token ids where both sides
 have them, else text) and, where logprobs are exposed, ``max_t |lp_alone[t] - lp_batch[t]|``
-over the positions before the first divergence is within ``logprob_tolerance``.
+over the positions before the first divergence is within ``logprob_tolerance`` (a NaN
+difference never is), and neither output has a fault of its own
+(:mod:`~pytest_infercheck.metrics.consistency`: ``non-finite logprob in the batched output
+at position 2 (NaN)``, ``logprob does not match its token ...``, ``empty generation: the
+batched output generated no tokens while the output alone generated 3``): each is a
+violation of the prompt's item, whatever the thresholds, and the aggregate fails naming the
+prompts with faults.
 
 Records (:attr:`~.protocol.CheckKind.records`): :class:`BatchInvariancePrompt` (role
 ``prompt``, its trials :class:`Trial`) and :class:`BatchInvarianceAggregate` (role
@@ -21,6 +27,7 @@ Records (:attr:`~.protocol.CheckKind.records`): :class:`BatchInvariancePrompt` (
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,7 +36,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from ..backends import Generation
+from ..metrics.consistency import (
+    Fault,
+    aggregate_faults,
+    empty_fault,
+    generation_faults,
+    reported_logprobs,
+)
 from ..metrics.determinism import logprob_diff
+from ..metrics.finite import strict_max
 from ..metrics.sameness import same_generation
 from ..plain_data import plain
 from ..records import load_record
@@ -69,6 +84,8 @@ class AloneOutput:
     text: str
     token_ids: list[int] | None
     """None when the backend gives no token ids."""
+    faults: list[Fault] = field(default_factory=list)
+    """Faults of its own logprobs (each a violation); absent from the JSON when none."""
 
 
 @dataclass
@@ -97,6 +114,9 @@ class Trial:
     error: str | None = None
     """``<exception type>: <message>`` when the batched request failed; the key is absent from
     the JSON otherwise (:meth:`BatchInvariancePrompt.to_plain`)."""
+    faults: list[Fault] = field(default_factory=list)
+    """Faults of the batched output: of its own logprobs, and an empty generation against the
+    output alone (each a violation); absent from the JSON when none."""
 
 
 @dataclass
@@ -119,6 +139,9 @@ class BatchInvariancePrompt:
         for trial in data["trials"]:
             if trial["error"] is None:
                 del trial["error"]
+        for part in (data["alone"], *data["trials"]):
+            if not part["faults"]:
+                del part["faults"]
         return data
 
 
@@ -181,6 +204,7 @@ class BatchInvarianceRun(TargetRun):
         params = self.params(prompt)
         needle = self.render(prompt)
         alone = self.cache.call(target, backend.generate(needle, params))
+        alone_faults = generation_faults("the output alone", alone)
         rng = random.Random(f"{spec.seed}:{prompt.id}")
         others = [p for p in self.suite.prompts if p.id != prompt.id] or [prompt]
         trials = []
@@ -201,7 +225,7 @@ class BatchInvarianceRun(TargetRun):
             prompt_id=prompt.id,
             target=target.label,
             seed=spec.seed,
-            alone=AloneOutput(alone.text, alone.token_ids),
+            alone=AloneOutput(alone.text, alone.token_ids, alone_faults),
             trials=trials,
             batched_by=batched_by(backend),
         )
@@ -216,6 +240,7 @@ class BatchInvarianceRun(TargetRun):
     def aggregate(self) -> Outcome:
         results = [self.result(p) for p in self.scope_prompts()]
         invariant = sum(not trial_violations(r, self.check) for r in results)
+        faulty = [(r.prompt_id, record_faults(r)) for r in results if record_faults(r)]
         trials = sum(len(r.trials) for r in results)
         target = self.target
         rate = invariant / len(results) if results else 0.0
@@ -237,7 +262,7 @@ class BatchInvarianceRun(TargetRun):
             ("infercheck_batch_invariance_rate", rate),
             ("infercheck_trials", trials),
         ]
-        return Outcome([], text, data, props)
+        return Outcome(aggregate_faults(faulty, n_items=len(results)), text, data, props)
 
 
 def batched_by(backend: Backend) -> str:
@@ -260,8 +285,9 @@ def compare_to_alone(
     """The trial ``trial`` (the needle at ``position`` of ``batch``): ``match``
     (:func:`~pytest_infercheck.metrics.sameness.same_generation`: ids and text),
     ``first_divergence`` and its unit, ``max_logprob_diff`` over the positions both runs
-    share a token, and ``text`` of the needle's batched generation against the alone one
-    (``error`` when the batched request failed)."""
+    share a token (:func:`~pytest_infercheck.metrics.determinism.logprob_diff`: NaN when a
+    compared logprob is NaN), ``text`` of the needle's batched generation against the alone
+    one (``error`` when the batched request failed), and the batched output's ``faults``."""
     if isinstance(batched, BaseException):
         return Trial(
             trial=trial,
@@ -275,6 +301,13 @@ def compare_to_alone(
             error=f"{type(batched).__name__}: {batched}",
         )
     verdict = same_generation(alone, batched)
+    found = empty_fault(
+        (batched.text, batched.token_ids, batched.finish_reason),
+        (alone.text, alone.token_ids, alone.finish_reason),
+        a_name="the batched output",
+        b_name="the output alone",
+    )
+    empty = [] if found is None else [found]
     if verdict.same or verdict.detokenization_difference:
         aligned: int | None = None  # every position holds the same token
     elif verdict.divergence_unit == "token":
@@ -288,18 +321,30 @@ def compare_to_alone(
         match=verdict.same,
         first_divergence=verdict.first_divergence,
         divergence_unit=verdict.divergence_unit,
-        max_logprob_diff=logprob_diff(alone.chosen_logprobs, batched.chosen_logprobs, aligned),
+        max_logprob_diff=logprob_diff(
+            reported_logprobs(alone.chosen_logprobs, alone.top_logprobs),
+            reported_logprobs(batched.chosen_logprobs, batched.top_logprobs),
+            aligned,
+        ),
         text=batched.text,
+        faults=[*generation_faults("the batched output", batched), *empty],
     )
 
 
+def record_faults(record: BatchInvariancePrompt) -> list[Fault]:
+    """Every fault of a prompt's record: the output alone's, then each trial's."""
+    return [*record.alone.faults, *(f for t in record.trials for f in t.faults)]
+
+
 def trial_violations(record: BatchInvariancePrompt, check: CheckSpec) -> list[str]:
-    """Why a prompt is not batch-invariant: trials whose tokens differ from the alone run,
-    whose batched request failed, or whose logprobs moved beyond ``logprob_tolerance``."""
-    violations = []
+    """Why a prompt is not batch-invariant: a fault of the output alone (once), then per
+    trial: its batched output's faults, its tokens differing from the alone run, its batched
+    request failing, its logprobs moving beyond ``logprob_tolerance`` (or by NaN)."""
+    violations = [f.text for f in record.alone.faults]
     size = len(record.trials[0].batch) if record.trials else 0
     for t in record.trials:
         where = f"trial {t.trial} (position {t.position} of {size})"
+        violations += [f"{where}: {f.text}" for f in t.faults]
         if t.error is not None:
             violations.append(f"{where}: the batched request failed: {t.error}")
         elif not t.match:
@@ -308,10 +353,11 @@ def trial_violations(record: BatchInvariancePrompt, check: CheckSpec) -> list[st
                 f"{record.alone.text!r} alone vs {t.text!r} batched"
             )
         diff = t.max_logprob_diff
-        if diff is not None and diff > check.logprob_tolerance:
+        if diff is not None and not diff <= check.logprob_tolerance:
             violations.append(
-                f"{where}: logprobs moved by {diff:.3g} > logprob_tolerance "
-                f"{check.logprob_tolerance}"
+                f"{where}: logprobs moved by {diff:.3g} "
+                f"{'> ' if math.isfinite(diff) else '(not finite): fails '}"
+                f"logprob_tolerance {check.logprob_tolerance}"
             )
     return violations
 
@@ -329,8 +375,7 @@ def describe(record: BatchInvariancePrompt) -> str:
 
 
 def _max_diff(trials: list[Trial]) -> float | None:
-    diffs = [t.max_logprob_diff for t in trials if t.max_logprob_diff is not None]
-    return max(diffs) if diffs else None
+    return strict_max([t.max_logprob_diff for t in trials if t.max_logprob_diff is not None])
 
 
 def summary_lines(aggregates: Aggregates) -> list[str]:
@@ -369,6 +414,9 @@ def batch_invariance_prompt(data: Mapping[str, Any]) -> str:
             ["trial", "position", "batch", "match", "first divergence", "max logprob diff"], rows
         ),
     ]
+    faults = record_faults(record)
+    if faults:
+        parts.append("<h4>faults</h4>" + table(["fault"], [[esc(f.text)] for f in faults]))
     for t in record.trials:
         if not t.match:
             parts.append(
@@ -388,8 +436,8 @@ def merge_batch_invariance(
     nodeid: str, shards: Shards, items: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
     """The aggregate of the union of the shards' prompt records (a prompt is invariant when
-    its item broke no threshold); the kind has no suite gate. None when a record cannot be
-    read."""
+    its item broke no threshold), failing, as unsharded, on the prompts whose outputs carry
+    faults. None when a record cannot be read."""
     try:
         aggregates = shard_records(shards, BatchInvarianceAggregate)
         prompts = suite_items(nodeid, items, "prompt")
@@ -406,7 +454,8 @@ def merge_batch_invariance(
         batched_by=records[0].batched_by if records else None,
         engines=merged_engines([a.engines for a in aggregates]),
     )
-    return merged_aggregate(shards, [], data)
+    faulty = [(r.prompt_id, record_faults(r)) for r in records if record_faults(r)]
+    return merged_aggregate(shards, aggregate_faults(faulty, n_items=len(records)), data)
 
 
 BATCH_INVARIANCE = target_kind(

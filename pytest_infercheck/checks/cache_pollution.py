@@ -11,11 +11,20 @@ returns them, else text. Items run in order, so later items also see earlier hos
 requests. This is the class of bug where one request corrupts a shared KV or prompt cache,
 a slot or a batch for every request after it.
 
+Faults (:mod:`~pytest_infercheck.metrics.consistency`) fail an item whatever else: a
+reference output whose own logprobs are broken, before or after the hostile request
+(``non-finite logprob in the output of s01 after the invalid-utf8 request at position 2
+(NaN)``, ``logprob does not match its token in ...``), and a reference output that became
+empty, or stopped being empty (``empty generation: s01 after the invalid-utf8 request
+generated no tokens while s01 before it generated 3``; it is also a changed output). The
+aggregate fails naming the hostile requests whose items found faults.
+
 Needs a server backend; an in-process (mlx-lm) target fails its items with that message.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,9 +32,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from ..backends import BackendError, Generation
+from ..metrics.consistency import Fault, aggregate_faults, empty_fault, generation_faults
 from ..metrics.sameness import DivergenceUnit, same_generation
+from ..plain_data import plain
 from ..records import load_record
-from ..render.markup import kv_table
+from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
 from ..render.text import mark_divergence
 from ..render.views import side_by_side
@@ -102,6 +113,17 @@ class HostileRecord:
     """The reference prompts whose output changed (empty: none, or the server is dead)."""
     prompts: int
     """How many reference prompts there are."""
+    faults: list[Fault] = field(default_factory=list)
+    """Faults of the reference outputs, before any hostile request and after this one, and
+    outputs that became empty (each a violation); absent from the JSON when none
+    (:meth:`to_plain`)."""
+
+    def to_plain(self) -> dict[str, Any]:
+        """This record as JSON types, ``faults`` only when there are some."""
+        data: dict[str, Any] = plain(dataclasses.asdict(self))
+        if not data["faults"]:
+            del data["faults"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -147,6 +169,34 @@ def changed_outputs(
                 )
             )
     return changed
+
+
+def before_faults(before: list[tuple[str, Generation]]) -> list[Fault]:
+    """The faults of the reference outputs' own logprobs before any hostile request."""
+    return [
+        f
+        for prompt_id, g in before
+        for f in generation_faults(f"the output of {prompt_id} before any hostile request", g)
+    ]
+
+
+def pollution_faults(
+    kind: str, before: list[tuple[str, Generation]], after: list[tuple[str, Generation]]
+) -> list[Fault]:
+    """The faults after the ``kind`` request: each reference output's own logprobs, and an
+    output that is empty on one side of the request only (:func:`empty_fault`)."""
+    faults = []
+    for (prompt_id, old), (_, new) in zip(before, after, strict=True):
+        faults += generation_faults(f"the output of {prompt_id} after the {kind} request", new)
+        empty = empty_fault(
+            (new.text, new.token_ids, new.finish_reason),
+            (old.text, old.token_ids, old.finish_reason),
+            a_name=f"{prompt_id} after the {kind} request",
+            b_name=f"{prompt_id} before it",
+        )
+        if empty is not None:
+            faults.append(empty)
+    return faults
 
 
 @dataclass(frozen=True)
@@ -203,13 +253,18 @@ class CachePollutionRun(TargetRun):
         alive = self.cache.run(target.backend.alive())
         violations: list[str] = []
         changed: list[ChangedOutput] = []
+        faults = before_faults(before)
         if not alive:
             violations.append(f"the server is not alive after the {kind} request")
         else:
             try:
-                changed = changed_outputs(before, self._references())
+                after = self._references()
             except BackendError as exc:
                 violations.append(f"the reference prompts failed after the {kind} request: {exc}")
+            else:
+                changed = changed_outputs(before, after)
+                faults += pollution_faults(kind, before, after)
+        violations = [f.text for f in faults] + violations
         if changed:
             violations.append(
                 f"{len(changed)} of {len(before)} reference outputs changed after the {kind} "
@@ -228,6 +283,7 @@ class CachePollutionRun(TargetRun):
             alive=alive,
             changed=changed,
             prompts=len(before),
+            faults=faults,
         )
         properties: list[tuple[str, Any]] = [
             ("infercheck_alive", alive),
@@ -256,7 +312,8 @@ class CachePollutionRun(TargetRun):
             responses={k: i.record.response for k, i in items.items()},
             engines={target.label: target.backend.identity()},
         )
-        violations = pollution_violations(dead, polluted, failed)
+        faulty = [(k, i.record.faults) for k, i in items.items() if i.record.faults]
+        violations = pollution_violations(dead, polluted, failed, faulty, len(items))
         text = "\n".join(f"  {k}: {i.record.response}" for k, i in items.items())
         properties: list[tuple[str, Any]] = [
             ("infercheck_hostile", len(items)),
@@ -297,6 +354,8 @@ def cache_pollution_hostile(data: Mapping[str, Any]) -> str:
         "prompts": record.prompts,
     }
     parts = [kv_table(facts)]
+    if record.faults:
+        parts.append("<h4>faults</h4>" + table(["fault"], [[esc(f.text)] for f in record.faults]))
     for c in record.changed[:20]:
         parts.append(
             side_by_side(
@@ -311,16 +370,23 @@ def cache_pollution_hostile(data: Mapping[str, Any]) -> str:
 
 
 def pollution_violations(
-    dead: Sequence[str], polluted: Sequence[str], failed: Sequence[str]
+    dead: Sequence[str],
+    polluted: Sequence[str],
+    failed: Sequence[str],
+    faulty: Sequence[tuple[str, Sequence[Fault]]],
+    n_items: int,
 ) -> list[str]:
     """The aggregate's verdict from the hostile kinds after which the server was dead, a
-    reference output changed, or the item failed otherwise."""
+    reference output changed, its outputs carried faults (non-finite or mismatched logprobs,
+    empty generations), or the item failed otherwise."""
     violations = []
     if dead:
         violations.append(f"the server died after: {', '.join(dead)}")
     if polluted:
         violations.append(f"reference outputs changed after: {', '.join(polluted)}")
-    other = [k for k in failed if k not in dead and k not in polluted]
+    violations += aggregate_faults(faulty, n_items=n_items, item_unit="hostile requests")
+    with_faults = {k for k, _ in faulty}
+    other = [k for k in failed if k not in dead and k not in polluted and k not in with_faults]
     if other:
         violations.append(f"reference prompts failed after: {', '.join(other)}")
     return violations
@@ -352,7 +418,9 @@ def merge_cache_pollution(
         responses={r.hostile: r.response for r, _ in ran},
         engines=merged_engines([a.engines for a in aggregates]),
     )
-    return merged_aggregate(shards, pollution_violations(dead, polluted, failed), record)
+    faulty = [(r.hostile, r.faults) for r, _ in ran if r.faults]
+    violations = pollution_violations(dead, polluted, failed, faulty, len(ran))
+    return merged_aggregate(shards, violations, record)
 
 
 CACHE_POLLUTION = target_kind(

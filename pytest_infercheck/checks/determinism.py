@@ -2,10 +2,15 @@
 
 An item (one per prompt) fails when its runs are not all identical (token ids where the
 backend gives them, else text), when more of its runs errored than ``max_error_rate``
-allows, or when runs with identical tokens drift in logprobs by more than
-``max_logprob_drift``. The aggregate gates the suite's determinism score (mean modal share,
-see :func:`~pytest_infercheck.metrics.determinism.determinism_score`) with
-``min_determinism`` on the point estimate, and the error rate over all runs.
+allows, when runs with identical tokens drift in logprobs by more than
+``max_logprob_drift`` (a NaN drift never passes it), and on any fault of a run's own output
+(:mod:`~pytest_infercheck.metrics.consistency`: ``non-finite logprob in run 3 at positions 2,
+5 (NaN)``, ``logprob does not match its token ...``, ``empty generation: run 2 generated no
+tokens while run 0 generated 3``), whatever the thresholds. The aggregate gates the suite's
+determinism score (mean modal share, see
+:func:`~pytest_infercheck.metrics.determinism.determinism_score`) with ``min_determinism`` on
+the point estimate, and the error rate over all runs, and fails naming the prompts with
+faults (``non-finite logprob in 2 of 20 prompts: r003 (run 3 at positions 2, 5), ...``).
 
 HTTP backends get every selected prompt x run at once, bounded by their concurrency (so
 runs of a prompt also overlap with each other); in-process backends loop.
@@ -16,6 +21,8 @@ Records (:attr:`~.protocol.CheckKind.records`): :class:`DeterminismPrompt` (role
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,15 +30,18 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from ..backends import BackendError
+from ..metrics.consistency import EMPTY_GENERATION, Fault, aggregate_faults
 from ..metrics.determinism import (
     DeterminismSummary,
     DistinctOutput,
     RunOutput,
     determinism_score,
+    run_output,
     summarize_runs,
 )
+from ..metrics.finite import strict_max
 from ..records import load_record, plain_data
-from ..render.markup import esc, interval, num, plain, rate
+from ..render.markup import esc, interval, num, plain, rate, table
 from ..render.table import check_table
 from ..render.views import facts, marked_text, side_by_side
 from ..specs import TargetCheck, TargetThresholds
@@ -84,6 +94,21 @@ class DeterminismPrompt:
     two such runs expose logprobs."""
     outputs: list[DistinctOutput]
     """The distinct outputs, modal first, then by count and first appearance."""
+    faults: list[Fault] = field(default_factory=list)
+    """Faults of the runs' own outputs (non-finite logprobs, logprobs that do not match their
+    token, an empty generation among non-empty runs): each is a violation. The key is absent
+    from the JSON when there are none (:meth:`to_plain`)."""
+
+    def to_plain(self) -> dict[str, Any]:
+        """This record as JSON types, ``faults`` only when there are some."""
+        return _without_empty_faults(dataclasses.asdict(self))
+
+
+def _without_empty_faults(data: dict[str, Any]) -> dict[str, Any]:
+    out = plain_data(data)
+    if not out.get("faults"):
+        out.pop("faults", None)
+    return out
 
 
 @dataclass
@@ -162,13 +187,7 @@ class DeterminismRun(TargetRun):
                     outputs.append(None)
                     messages.append(f"run {run}: {error}")
                     continue
-                outputs.append(
-                    RunOutput(
-                        g.text,
-                        tuple(g.token_ids) if g.token_ids is not None else None,
-                        tuple(g.chosen_logprobs) if g.chosen_logprobs is not None else None,
-                    )
-                )
+                outputs.append(run_output(g, run))
             self._summaries[prompt.id] = (summarize_runs(outputs), messages)
 
     def run_item(self, plan: ItemPlan) -> Outcome:
@@ -186,6 +205,7 @@ class DeterminismRun(TargetRun):
             first_divergences=summary.first_divergences,
             max_logprob_drift=summary.max_logprob_drift,
             outputs=summary.outputs,
+            faults=summary.faults,
         )
         properties: list[tuple[str, Any]] = [
             ("infercheck_runs", summary.runs),
@@ -206,7 +226,9 @@ class DeterminismRun(TargetRun):
         errors = sum(s.errors for s in summaries)
         drifts = [s.max_logprob_drift for s in summaries if s.max_logprob_drift is not None]
         deterministic = sum(s.deterministic for s in summaries)
-        violations = determinism_gates(score, low, high, errors, runs, self.check)
+        faulty = [(p.id, s.faults) for p, s in zip(prompts, summaries, strict=True) if s.faults]
+        violations = aggregate_faults(faulty, n_items=len(summaries))
+        violations += determinism_gates(score, low, high, errors, runs, self.check)
         target = self.target
         data = DeterminismAggregate(
             target=target.label,
@@ -218,13 +240,13 @@ class DeterminismRun(TargetRun):
             score_high=high,
             interval=SCORE_INTERVAL,
             errors=errors,
-            max_logprob_drift=max(drifts) if drifts else None,
+            max_logprob_drift=strict_max(drifts),
             engines={target.label: target.backend.identity()},
         )
         text = (
             f"{target.label}: {deterministic}/{len(summaries)} prompts deterministic over "
             f"{self.runs} runs; score {score:.4f} (95% CI {low:.4f}-{high:.4f}); "
-            f"{errors} failed runs"
+            f"{errors} failed runs; {len(faulty)} prompts with faults"
         )
         properties: list[tuple[str, Any]] = [
             ("infercheck_determinism_score", score),
@@ -238,9 +260,10 @@ class DeterminismRun(TargetRun):
 
 
 def item_violations(summary: DeterminismSummary, check: CheckSpec) -> list[str]:
-    """Why one prompt fails: distinct outputs, more failed runs than ``max_error_rate``,
-    logprob drift above ``max_logprob_drift`` among runs with identical tokens."""
-    violations = []
+    """Why one prompt fails: its runs' faults (each named), distinct outputs, more failed runs
+    than ``max_error_rate``, logprob drift among runs with identical tokens above
+    ``max_logprob_drift`` or not finite."""
+    violations = [f.text for f in summary.faults]
     max_error_rate = check.max_error_rate
     if summary.distinct > 1:
         violations.append(
@@ -253,9 +276,10 @@ def item_violations(summary: DeterminismSummary, check: CheckSpec) -> list[str]:
         )
     limit = check.max_logprob_drift
     drift = summary.max_logprob_drift
-    if limit is not None and drift is not None and drift > limit:
+    if limit is not None and drift is not None and not drift <= limit:
         violations.append(
-            f"logprob drift {drift:.3g} among runs with identical tokens > "
+            f"logprob drift {drift:.3g} among runs with identical tokens "
+            f"{'> ' if math.isfinite(drift) else 'is not finite: fails '}"
             f"max_logprob_drift {limit}"
         )
     return violations
@@ -270,7 +294,9 @@ def describe(summary: DeterminismSummary, messages: list[str]) -> str:
     ]
     for n, output in enumerate(summary.outputs[:MAX_SHOWN_OUTPUTS]):
         marker = "modal" if n == 0 else f"#{n + 1}"
-        lines.append(f"  {marker} x{output.count}: {output.text!r}")
+        empty = output.text == "" and any(f.fault == EMPTY_GENERATION for f in summary.faults)
+        note = f" ({EMPTY_GENERATION})" if empty else ""
+        lines.append(f"  {marker} x{output.count}: {output.text!r}{note}")
     if len(summary.outputs) > MAX_SHOWN_OUTPUTS:
         lines.append(f"  ... {len(summary.outputs) - MAX_SHOWN_OUTPUTS} more outputs")
     diverged = [f"run {i} at {d}" for i, d in enumerate(summary.first_divergences) if d is not None]
@@ -318,6 +344,8 @@ def determinism_prompt(data: Mapping[str, Any]) -> str:
     record = load_record(DeterminismPrompt, data)
     outputs = sorted(record.outputs, key=lambda o: -o.count)
     parts = [facts(plain_data(record), ())]
+    if record.faults:
+        parts.append("<h4>faults</h4>" + table(["fault"], [[esc(f.text)] for f in record.faults]))
     modal = outputs[0].text if outputs else ""
     for k, out in enumerate(outputs):
         title = f"output {k + 1}: {out.count} of {record.runs} runs"
@@ -383,6 +411,7 @@ def merge_determinism(
     runs = sum(s.runs for s in summaries)
     errors = sum(s.errors for s in summaries)
     drifts = [s.max_logprob_drift for s in summaries if s.max_logprob_drift is not None]
+    faulty = [(p.prompt_id, p.faults) for p in prompts if p.faults]
     data = DeterminismAggregate(
         target=records[0].target,
         runs=records[0].runs,
@@ -393,10 +422,11 @@ def merge_determinism(
         score_high=high,
         interval=SCORE_INTERVAL,
         errors=errors,
-        max_logprob_drift=max(drifts) if drifts else None,
+        max_logprob_drift=strict_max(drifts),
         engines=merged_engines([r.engines for r in records]),
     )
-    gates = determinism_gates(score, low, high, errors, runs, recorded_thresholds(shards))
+    gates = aggregate_faults(faulty, n_items=len(prompts))
+    gates += determinism_gates(score, low, high, errors, runs, recorded_thresholds(shards))
     return merged_aggregate(shards, gates, data)
 
 

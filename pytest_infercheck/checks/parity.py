@@ -4,7 +4,9 @@
 once streamed (SSE; Ollama: NDJSON), assembled from its chunks. The two must be identical:
 token ids where the server returns them (llama-server), else text; where both carry logprobs
 and the tokens are identical, ``max |logprob_a - logprob_b|`` over the positions must stay
-within ``logprob_tolerance``. A dropped, duplicated or reordered chunk fails the item.
+within ``logprob_tolerance`` (failing closed:
+:func:`~pytest_infercheck.metrics.determinism.logprob_diff`; a NaN drift never passes). A
+dropped, duplicated or reordered chunk fails the item.
 
 **endpoint-parity**: each prompt's messages through each of ``endpoints``; the first is the
 reference, every other one is an item ``<prompt>[<endpoint>]``. ``completions`` gets the text
@@ -22,6 +24,14 @@ a reasoning block returned apart by the chat endpoints; Anthropic ``max_tokens``
 mandatory and ``stop_reason`` is mapped to ``stop``/``length``; no token ids or logprobs are
 compared (the chat endpoints of these servers return none comparable).
 
+Both: each side's own faults (:mod:`~pytest_infercheck.metrics.consistency`) are violations
+of the item whatever the thresholds, named after the side: ``non-finite logprob in the
+streamed output at positions 2, 5 (NaN)`` (a ``-inf`` logprob is fine; a position the server
+did not report is not compared), ``logprob does not match its token in ...``, ``empty
+generation: the streamed output generated no tokens while the non-streamed output generated
+3``, ``non-finite similarity of chat vs completions (NaN)``. The aggregate fails naming the
+items with faults.
+
 Both need a server backend; an in-process (mlx-lm) target fails its items with that message.
 """
 
@@ -29,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -37,8 +47,18 @@ from pydantic import Field
 
 from ..backends import BackendError, Generation, PromptInput
 from ..metrics.answers import FlipKind, fails_item, judge_answers
+from ..metrics.consistency import (
+    Fault,
+    aggregate_faults,
+    empty_fault,
+    generation_faults,
+    reported_logprobs,
+    similarity_fault,
+)
+from ..metrics.determinism import logprob_diff
 from ..metrics.sameness import DivergenceUnit, same_generation
 from ..metrics.text import similarity
+from ..plain_data import plain
 from ..records import load_record
 from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
@@ -159,6 +179,16 @@ class ParityPrompt:
     logprob_drift: float | None
     """max |logprob difference| of the chosen tokens when the outputs match and both sides
     have logprobs, else None."""
+    faults: list[Fault] = field(default_factory=list)
+    """Faults of either side's own output, and an empty generation against the other side
+    (each a violation); absent from the JSON when none (:meth:`to_plain`)."""
+
+    def to_plain(self) -> dict[str, Any]:
+        """This record as JSON types, ``faults`` only when there are some."""
+        data: dict[str, Any] = plain(dataclasses.asdict(self))
+        if not data["faults"]:
+            del data["faults"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -226,24 +256,46 @@ class SideComparison:
     answers: list[str | None]
     flip: str | None
     logprob_drift: float | None
+    faults: list[Fault] = field(default_factory=list)
 
 
-def compare_generations(prompt: Prompt, ref: Generation, other: Generation) -> SideComparison:
+def compare_generations(
+    prompt: Prompt,
+    ref: Generation,
+    other: Generation,
+    labels: tuple[str, str] = ("reference", "other"),
+) -> SideComparison:
     """``match``, ``first_divergence`` and ``divergence_unit``: the sameness verdict
     (:func:`~pytest_infercheck.metrics.sameness.same_generation`). ``logprob_drift``: max
     |difference| of the chosen tokens' logprobs when the outputs match and both have them
-    (NaN positions skipped). ``flip``: :func:`~pytest_infercheck.metrics.answers.judge_answers`
-    when the prompt has an answer kind."""
+    (:func:`~pytest_infercheck.metrics.determinism.logprob_diff`: NaN when a compared logprob
+    is NaN; positions a side did not report are left out). ``flip``:
+    :func:`~pytest_infercheck.metrics.answers.judge_answers` when the prompt has an answer
+    kind. ``faults``: each side's own (named ``the <label> output``), an empty generation on
+    one side only, a non-finite similarity."""
     verdict = same_generation(ref, other)
     match = verdict.same
     drift = None
     if match and ref.chosen_logprobs and other.chosen_logprobs:
-        diffs = [
-            abs(a - b)
-            for a, b in zip(ref.chosen_logprobs, other.chosen_logprobs, strict=False)
-            if math.isfinite(a) and math.isfinite(b)
-        ]
-        drift = max(diffs) if diffs else None
+        drift = logprob_diff(
+            reported_logprobs(ref.chosen_logprobs, ref.top_logprobs),
+            reported_logprobs(other.chosen_logprobs, other.top_logprobs),
+            None,
+        )
+    names = (f"the {labels[0]} output", f"the {labels[1]} output")
+    faults = [*generation_faults(names[0], ref), *generation_faults(names[1], other)]
+    empty = empty_fault(
+        (other.text, other.token_ids, other.finish_reason),
+        (ref.text, ref.token_ids, ref.finish_reason),
+        a_name=names[1],
+        b_name=names[0],
+    )
+    if empty is not None:
+        faults.append(empty)
+    ratio = similarity(ref.text, other.text)
+    odd = similarity_fault(f"{labels[1]} vs {labels[0]}", ratio)
+    if odd is not None:
+        faults.append(odd)
     answers: list[str | None] = [None, None]
     flip = None
     if prompt.answer_kind is not None:
@@ -254,10 +306,11 @@ def compare_generations(prompt: Prompt, ref: Generation, other: Generation) -> S
         match=match,
         first_divergence=verdict.first_divergence,
         divergence_unit=verdict.divergence_unit,
-        similarity=similarity(ref.text, other.text),
+        similarity=ratio,
         answers=answers,
         flip=flip,
         logprob_drift=drift,
+        faults=faults,
     )
 
 
@@ -325,9 +378,21 @@ def endpoint_counts(items: Mapping[str, ParityItem | str]) -> dict[str, Endpoint
     }
 
 
-def aggregate_outcome(record: ParityAggregate) -> Outcome:
-    """The aggregate's outcome: failing when any item failed or errored."""
-    violations = []
+def item_faults(items: Mapping[str, ParityItem | str]) -> list[str]:
+    """The aggregate's lines naming the items with faults (``non-finite logprob in 2 of 20
+    items: ...``)."""
+    faulty = [
+        (name, item.record.faults)
+        for name, item in items.items()
+        if isinstance(item, ParityItem) and item.record.faults
+    ]
+    return aggregate_faults(faulty, n_items=len(items), item_unit="items")
+
+
+def aggregate_outcome(record: ParityAggregate, faults: Sequence[str] = ()) -> Outcome:
+    """The aggregate's outcome: failing when any item failed or errored, with a line per kind
+    of fault (``faults``, :func:`item_faults`)."""
+    violations = list(faults)
     if record.failed:
         violations.append(
             f"{record.n_failed} of {record.items} items failed: {', '.join(record.failed)}"
@@ -365,7 +430,7 @@ class _ParityRun(TargetRun):
         """The item comparing ``generations`` (reference, other), recorded as ``sides``."""
         ref, other = generations
         labels = (sides[0].label, sides[1].label)
-        result = compare_generations(prompt, ref, other)
+        result = compare_generations(prompt, ref, other, labels)
         record = ParityPrompt(
             prompt_id=prompt.id,
             target=self.target.label,
@@ -378,6 +443,7 @@ class _ParityRun(TargetRun):
             answers=result.answers,
             flip=result.flip,
             logprob_drift=result.logprob_drift,
+            faults=result.faults,
         )
         width = max(len(label) for label in labels)
         text = "\n".join(
@@ -395,7 +461,7 @@ class _ParityRun(TargetRun):
             ("infercheck_first_divergence", str(result.first_divergence)),
             ("infercheck_flip", str(result.flip)),
         ]
-        violations = self.violations(result, labels)
+        violations = [f.text for f in result.faults] + self.violations(result, labels)
         return ParityItem(record, Outcome(violations, text, record, properties))
 
     def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
@@ -448,9 +514,11 @@ class StreamParityRun(_ParityRun):
                 f"at {result.divergence_unit} {result.first_divergence})"
             )
         tolerance = self.check.logprob_tolerance
-        if result.logprob_drift is not None and result.logprob_drift > tolerance:
+        drift = result.logprob_drift
+        if drift is not None and not drift <= tolerance:
             out.append(
-                f"logprob drift {result.logprob_drift:.3g} with identical tokens > "
+                f"logprob drift {drift:.3g} with identical tokens "
+                f"{'> ' if math.isfinite(drift) else 'is not finite: fails '}"
                 f"logprob_tolerance {tolerance}"
             )
         return out
@@ -458,7 +526,7 @@ class StreamParityRun(_ParityRun):
     def aggregate(self) -> Outcome:
         self.served_target()
         items = self._collect(self.plan(self.check, self.suite))
-        return aggregate_outcome(self._counted(items))
+        return aggregate_outcome(self._counted(items), item_faults(items))
 
 
 @dataclass
@@ -515,7 +583,7 @@ class EndpointParityRun(_ParityRun):
     def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
         out = []
         minimum = 1.0 if self.check.min_similarity is None else self.check.min_similarity
-        if result.similarity < minimum:
+        if not result.similarity >= minimum:
             out.append(
                 f"{labels[1]} vs {labels[0]}: similarity {result.similarity:.4f} < "
                 f"min_similarity {minimum} (first divergence at {result.divergence_unit} "
@@ -534,7 +602,7 @@ class EndpointParityRun(_ParityRun):
             reference=self.endpoints[0],
             endpoints=endpoint_counts(items),
         )
-        return aggregate_outcome(record)
+        return aggregate_outcome(record, item_faults(items))
 
 
 # -- presentation -------------------------------------------------------------------------------
@@ -598,6 +666,8 @@ def parity_prompt(data: Mapping[str, Any]) -> str:
     if record.answers:
         cells = [esc(a) for a in record.answers[:2]] + [flip_cell(record.flip)]
         parts.append(table(["reference answer", "other answer", "flip"], [cells]))
+    if record.faults:
+        parts.append("<h4>faults</h4>" + table(["fault"], [[esc(f.text)] for f in record.faults]))
     return "".join(parts)
 
 
@@ -629,7 +699,8 @@ def merge_stream_parity(
         return None
     engines = merged_engines([r.engines for r in records])
     record = count_items(records[0].target, engines, merged)
-    return merged_aggregate(shards, aggregate_outcome(record).violations, record)
+    violations = aggregate_outcome(record, item_faults(merged)).violations
+    return merged_aggregate(shards, violations, record)
 
 
 def merge_endpoint_parity(
@@ -646,7 +717,8 @@ def merge_endpoint_parity(
         reference=records[0].reference,
         endpoints=endpoint_counts(merged),
     )
-    return merged_aggregate(shards, aggregate_outcome(record).violations, record)
+    violations = aggregate_outcome(record, item_faults(merged)).violations
+    return merged_aggregate(shards, violations, record)
 
 
 STREAM_PARITY = target_kind(

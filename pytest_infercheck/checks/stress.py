@@ -35,11 +35,19 @@ successful requests (linear interpolation); ``tokens_per_s``, ``achieved_concurr
 (time-weighted mean in flight) and ``max_in_flight`` as defined in
 :mod:`~pytest_infercheck.metrics.load` (tokens of successful requests; None when the engine
 reports no token counts); ``mismatches``: the first :data:`MAX_MISMATCHES` inconsistent
-outputs (``first_divergence`` in tokens, or in characters for text-only engines: ``unit``).
+outputs (``first_divergence`` in tokens, or in characters for text-only engines: ``unit``;
+``fault``: ``empty generation: ...`` when one of the two is empty); ``faults``
+(:class:`~pytest_infercheck.metrics.consistency.Fault`): a request whose latency (``end -
+start``, errors included) is NaN or infinite (``non-finite latency at requests 3, 7 (NaN)``;
+its percentiles and rates are then not reported), and successful outputs that are empty
+while their reference is not, or the other way round (``empty generation in 2 of 40
+requests: ...``).
 
-Gates, per level: ``error_rate <= max_error_rate``; ``consistency >= min_consistency``;
-``flips.max_rate`` against the Wilson upper bound of ``flip_rate`` at ``flips.confidence``
-(or the point estimate with ``gate: point``). The aggregate fails when any level does.
+Gates, per level: every fault is a violation of its own, whatever the thresholds;
+``error_rate <= max_error_rate``; ``consistency >= min_consistency``; ``flips.max_rate``
+against the Wilson upper bound of ``flip_rate`` at ``flips.confidence`` (or the point
+estimate with ``gate: point``). The aggregate fails when any level does, naming each
+level's violations.
 
 Records (:attr:`~.protocol.CheckKind.records`): :class:`StressLevel` (role ``level``, its
 mismatches :class:`Mismatch`) and :class:`StressAggregate` (role ``aggregate``). The
@@ -51,6 +59,7 @@ references (:class:`Reference`) and each level cross between processes as JSON
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import math
 import os
@@ -64,12 +73,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 
 from ..metrics.answers import judge_answers
+from ..metrics.consistency import EMPTY_GENERATION, Fault, empty_fault, latency_fault
 from ..metrics.load import max_in_flight, mean_in_flight, tokens_per_second
 from ..metrics.sameness import DivergenceUnit, compare_outputs
 from ..metrics.stats import percentile, wilson_interval
+from ..plain_data import plain
 from ..records import load_record, plain_data
 from ..render.charts import line_chart
-from ..render.markup import kv_table, num
+from ..render.markup import esc, kv_table, num, table
 from ..render.table import render_table
 from ..render.views import facts, side_by_side
 from ..shared_work import SharedWork
@@ -131,6 +142,7 @@ class Output:
     token_ids: list[int] | None = None
     n_tokens: int | None = None
     error: str | None = None
+    finish_reason: str | None = None
 
 
 @dataclass
@@ -141,6 +153,8 @@ class Reference:
     text: str
     token_ids: list[int] | None
     """None when the backend gives no token ids."""
+    finish_reason: str | None = None
+    """Why it stopped (``stop``: its token ids end with the end-of-sequence token)."""
 
 
 @dataclass
@@ -155,6 +169,23 @@ class Mismatch:
     """``token`` (both sides have token ids) or ``char``."""
     reference: str
     output: str
+    fault: str | None = None
+    """``empty generation: ...`` when the output or its reference is empty and the other is
+    not; None otherwise, and then absent from the JSON (:meth:`StressLevel.to_plain`)."""
+
+
+def _plain_without(data: Any, key: str) -> Any:
+    """``data`` as JSON types, with ``key`` left out of every mapping where it is None or
+    empty (the record keys absent by design)."""
+    if isinstance(data, dict):
+        return {
+            k: _plain_without(v, key)
+            for k, v in data.items()
+            if not (k == key and (v is None or v == []))
+        }
+    if isinstance(data, list):
+        return [_plain_without(v, key) for v in data]
+    return data
 
 
 @dataclass
@@ -194,6 +225,21 @@ class StressLevel:
     measured_by: str = ""
     """The process that measured the level: an xdist worker (``gw0``) or ``main`` (set by the
     run)."""
+    faults: list[Fault] = field(default_factory=list)
+    """Non-finite latencies and empty generations (see the module docstring): each is a
+    violation. Absent from the JSON when there are none (:meth:`to_plain`)."""
+
+    def to_plain(self) -> dict[str, Any]:
+        """This record as JSON types; ``faults`` and a mismatch's ``fault`` only when there
+        are some."""
+        return _level_plain(plain(dataclasses.asdict(self)))
+
+
+def _level_plain(data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = _plain_without(data, "fault")
+    if not out.get("faults"):
+        out.pop("faults", None)
+    return out
 
 
 @dataclass
@@ -205,6 +251,12 @@ class StressAggregate:
     levels: list[StressLevel]
     engines: dict[str, dict[str, Any]]
     """The target's engine identity, by target label."""
+
+    def to_plain(self) -> dict[str, Any]:
+        """This record as JSON types, each level as :meth:`StressLevel.to_plain` has it."""
+        data: dict[str, Any] = plain(dataclasses.asdict(self))
+        data["levels"] = [level.to_plain() for level in self.levels]
+        return data
 
 
 def error_kind(exc: BaseException) -> str:
@@ -231,7 +283,7 @@ def token_count(generation: Generation) -> int | None:
 
 def reference_of(generation: Generation) -> Reference:
     """What a reference keeps (published to the other workers)."""
-    return Reference(generation.text, generation.token_ids)
+    return Reference(generation.text, generation.token_ids, generation.finish_reason)
 
 
 def jobs_for(prompts: Sequence[Prompt], level: int, repeats: int) -> list[Prompt]:
@@ -254,7 +306,15 @@ def batches(jobs: Sequence[Job], level: int) -> list[list[Job]]:
 def _output(prompt_id: str, start: float, end: float, result: Any) -> Output:
     if isinstance(result, BaseException):
         return Output(prompt_id, start, end, error=error_kind(result))
-    return Output(prompt_id, start, end, result.text, result.token_ids, token_count(result))
+    return Output(
+        prompt_id,
+        start,
+        end,
+        result.text,
+        result.token_ids,
+        token_count(result),
+        finish_reason=result.finish_reason,
+    )
 
 
 async def send_burst(backend: Backend, jobs: Sequence[Job], level: int) -> list[Output]:
@@ -306,11 +366,22 @@ def level_data(
     done = [o for o in outputs if o.error is None]
     consistent = flips = 0
     mismatches: list[Mismatch] = []
-    for output in done:
+    empties: list[tuple[int, Fault]] = []
+    for index, output in enumerate(outputs):
+        if output.error is not None:
+            continue
         reference = references[output.prompt_id]
         verdict = compare_outputs(
             reference.text, reference.token_ids, output.text, output.token_ids
         )
+        empty = empty_fault(
+            (output.text, output.token_ids, output.finish_reason),
+            (reference.text, reference.token_ids, reference.finish_reason),
+            a_name=f"request {index} ({output.prompt_id})",
+            b_name="its reference",
+        )
+        if empty is not None:
+            empties.append((index, empty))
         if verdict.same:
             consistent += 1
         elif len(mismatches) < MAX_MISMATCHES:
@@ -321,6 +392,7 @@ def level_data(
                     unit=verdict.divergence_unit,
                     reference=reference.text[:TEXT_CHARS],
                     output=output.text[:TEXT_CHARS],
+                    fault=None if empty is None else empty.text,
                 )
             )
         prompt = by_id[output.prompt_id]
@@ -330,6 +402,9 @@ def level_data(
     n = len(outputs)
     intervals = [(o.start, o.end) for o in outputs]
     latencies = [o.end - o.start for o in done]
+    faults = [f for f in [latency_fault(f"c{level}", [e - s for s, e in intervals])] if f]
+    if empties:
+        faults.append(_empty_requests(level, n, empties))
     counts = [o.n_tokens for o in done]
     known = all(c is not None for c in counts) and bool(done)
     tokens = sum(c for c in counts if c is not None)
@@ -349,17 +424,34 @@ def level_data(
         achieved_concurrency=_finite(mean_in_flight(intervals)),
         max_in_flight=max_in_flight(intervals),
         mismatches=mismatches,
+        faults=faults,
+    )
+
+
+def _empty_requests(level: int, requests: int, empties: list[tuple[int, Fault]]) -> Fault:
+    """One fault for the level's empty generations: ``empty generation in 2 of 40 requests:
+    request 3 (a) generated no tokens while its reference generated 3; ...``."""
+    shown = "; ".join(
+        f.text.removeprefix(f"{EMPTY_GENERATION}: ") for _, f in empties[:MAX_MISMATCHES]
+    )
+    more = f"; ... ({len(empties)} in all)" if len(empties) > MAX_MISMATCHES else ""
+    return Fault(
+        EMPTY_GENERATION,
+        f"c{level}",
+        f"{EMPTY_GENERATION} in {len(empties)} of {requests} requests: {shown}{more}",
+        [i for i, _ in empties],
+        "request",
     )
 
 
 def _finite(value: float) -> float | None:
-    return None if math.isnan(value) else value
+    return value if math.isfinite(value) else None
 
 
 def level_violations(data: StressLevel, check: CheckSpec) -> list[str]:
-    """The per-level gates (see the module docstring)."""
+    """The per-level gates (see the module docstring): the level's faults first."""
     n = data.requests
-    out: list[str] = []
+    out: list[str] = [f.text for f in data.faults]
     if data.error_rate > check.max_error_rate:
         kinds = ", ".join(f"{k} x{v}" for k, v in data.errors.items())
         failed = sum(data.errors.values())
@@ -434,7 +526,7 @@ def level_text(data: StressLevel) -> str:
     for m in data.mismatches:
         lines.append(
             f"  {m.prompt_id}: reference {m.reference!r} -> {m.output!r} (first "
-            f"divergence at {m.unit} {m.first_divergence})"
+            f"divergence at {m.unit} {m.first_divergence}{'; ' + m.fault if m.fault else ''})"
         )
     return "\n".join(lines)
 
@@ -571,6 +663,8 @@ def stress_level(data: Mapping[str, Any]) -> str:
     """The level's numbers and the outputs that differed from the reference."""
     record = load_record(StressLevel, data)
     parts = [facts(plain_data(record), ())]
+    if record.faults:
+        parts.append("<h4>faults</h4>" + table(["fault"], [[esc(f.text)] for f in record.faults]))
     if record.errors:
         parts.append("<h4>errors</h4>" + kv_table(record.errors))
     for m in record.mismatches[:20]:

@@ -2,17 +2,28 @@
 (a prompt alone vs. inside a batch).
 
 Two outputs are the same by the one rule of :mod:`.sameness`: equal text, and equal token
-ids where the backend gives them. Pure functions on plain values; no engine, no numpy.
+ids where the backend gives them. Logprob differences fail closed: a NaN anywhere makes the
+difference NaN (never skipped, never hidden by ``max``), equal values (``-inf`` included)
+differ by 0, ``-inf`` against a finite value by ``inf``; only positions the engine did not
+report (None, see :func:`.consistency.reported_logprobs`) are left out. Each run's own faults
+(:mod:`.consistency`) come with it into the summary. Pure functions on plain values; no
+engine, no numpy.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .consistency import Fault, empty_fault, generation_faults, is_empty, reported_logprobs
+from .finite import strict_max
 from .sameness import compare_outputs
 from .stats import wilson_interval
+
+if TYPE_CHECKING:
+    from ..backends.base import Generation
 
 __all__ = [
     "DeterminismSummary",
@@ -21,22 +32,43 @@ __all__ = [
     "determinism_score",
     "logprob_diff",
     "output_key",
+    "run_output",
+    "spread",
     "summarize_runs",
 ]
 
 
 @dataclass(frozen=True)
 class RunOutput:
-    """One successful run: its text, token ids (None when the backend gives none) and the
-    log-probabilities of its chosen tokens (None when not exposed)."""
+    """One successful run: its text, token ids (None when the backend gives none), the
+    log-probabilities of its chosen tokens (None when not exposed; an element is None where
+    the engine reported none), why it stopped, and the faults of its own logprobs
+    (:func:`.consistency.generation_faults`, named after the run)."""
 
     text: str
     token_ids: tuple[int, ...] | None = None
-    logprobs: tuple[float, ...] | None = None
+    logprobs: tuple[float | None, ...] | None = None
+    finish_reason: str | None = None
+    faults: tuple[Fault, ...] = ()
 
     @property
     def key(self) -> tuple[Any, ...]:
         return output_key(self.text, self.token_ids)
+
+
+def run_output(generation: Generation, run: int) -> RunOutput:
+    """Run ``run`` of a prompt as :func:`summarize_runs` reads it: the generation's text, ids,
+    reported logprobs (:func:`.consistency.reported_logprobs`), finish reason and its own
+    faults, named ``run <run>`` (:func:`.consistency.generation_faults`)."""
+    ids = generation.token_ids
+    reported = reported_logprobs(generation.chosen_logprobs, generation.top_logprobs)
+    return RunOutput(
+        generation.text,
+        tuple(ids) if ids is not None else None,
+        tuple(reported) if reported is not None else None,
+        generation.finish_reason,
+        tuple(generation_faults(f"run {run}", generation)),
+    )
 
 
 def output_key(text: str, token_ids: Sequence[int] | None) -> tuple[Any, ...]:
@@ -80,6 +112,7 @@ class DeterminismSummary:
     first_divergences: list[int | None]
     max_logprob_drift: float | None
     outputs: list[DistinctOutput] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
 
     @property
     def modal_share(self) -> float:
@@ -122,29 +155,70 @@ def summarize_runs(runs: Sequence[RunOutput | None]) -> DeterminismSummary:
             )
             for group in ordered
         ],
+        faults=[f for run in runs if run is not None for f in run.faults] + _empty(runs),
     )
 
 
+def _empty(runs: Sequence[RunOutput | None]) -> list[Fault]:
+    """``empty generation: runs 1, 3 generated no tokens while run 0 generated 3``."""
+    done = [(i, r) for i, r in enumerate(runs) if r is not None]
+    empty = [i for i, r in done if is_empty(r.text, r.token_ids, r.finish_reason)]
+    full = [(i, r) for i, r in done if i not in empty]
+    if not empty or not full:
+        return []
+    first, other = full[0]
+    sample = runs[empty[0]]
+    assert sample is not None
+    names = ", ".join(str(i) for i in empty)
+    fault = empty_fault(
+        (sample.text, sample.token_ids, sample.finish_reason),
+        (other.text, other.token_ids, other.finish_reason),
+        a_name=f"run{'s' if len(empty) > 1 else ''} {names}",
+        b_name=f"run {first}",
+    )
+    return [] if fault is None else [fault]
+
+
+def spread(values: Sequence[float]) -> float:
+    """``max - min`` of logprobs at one position, failing closed: 0.0 when all are equal
+    (``-inf`` included), NaN when any is NaN, ``inf`` for ``-inf`` beside a finite value."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    if all(v == values[0] for v in values):
+        return 0.0
+    return max(values) - min(values)
+
+
 def _max_drift(groups: Sequence[Sequence[RunOutput]]) -> float | None:
-    drifts = [
-        max((max(column) - min(column) for column in zip(*series, strict=True)), default=0.0)
-        for group in groups
-        if len(series := [r.logprobs for r in group if r.logprobs is not None]) >= 2
-        and len({len(s) for s in series}) == 1
-    ]
-    return max(drifts) if drifts else None
+    drifts = []
+    for group in groups:
+        series = [r.logprobs for r in group if r.logprobs is not None]
+        if len(series) < 2 or len({len(s) for s in series}) != 1:
+            continue
+        columns = [
+            spread(reported)
+            for column in zip(*series, strict=True)
+            if (reported := [v for v in column if v is not None])
+        ]
+        worst = strict_max(columns)
+        drifts.append(0.0 if worst is None else worst)
+    return strict_max(drifts)
 
 
 def logprob_diff(
-    a: Sequence[float] | None, b: Sequence[float] | None, upto: int | None
+    a: Sequence[float | None] | None, b: Sequence[float | None] | None, upto: int | None
 ) -> float | None:
     """``max_t |a[t] - b[t]|`` over the positions before ``upto`` (the first divergence; None:
-    all positions both have). None when either side exposes no logprobs or no position is
-    compared."""
+    all positions both have), left out where either side reported no value (None); failing
+    closed (:func:`spread`: NaN when either is NaN, 0.0 for equal values). None when either
+    side exposes no logprobs or no position is compared."""
     if a is None or b is None:
         return None
     n = min(len(a), len(b)) if upto is None else min(upto, len(a), len(b))
-    return max((abs(a[t] - b[t]) for t in range(n)), default=None)
+    diffs = [
+        spread([x, y]) for x, y in zip(a[:n], b[:n], strict=True) if x is not None and y is not None
+    ]
+    return strict_max(diffs)
 
 
 def determinism_score(

@@ -4,6 +4,8 @@ error an in-process target gets."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from pytest_infercheck.backends.base import Generation
@@ -23,13 +25,27 @@ def gen(text: str, ids: list[int] | None = None, logprobs: list[float] | None = 
 
 
 def test_identical_generations_match_with_their_logprob_drift() -> None:
+    # Position 2 of a was not reported (llama-server: NaN with an empty top-k map): skipped.
     a = gen("46", [55, 57, 2], [-0.5, -0.25, float("nan")])
+    a.top_logprobs = [{55: -0.5}, {57: -0.25}, {}]
     b = gen("46", [55, 57, 2], [-0.5, -0.125, -1.0])
     result = compare_generations(prompt(), a, b)
     assert result.match and result.first_divergence is None and result.divergence_unit is None
     assert result.similarity == 1.0
-    assert result.logprob_drift == 0.125  # |-0.25 - -0.125|; the NaN position is skipped
+    assert result.logprob_drift == 0.125  # |-0.25 - -0.125|; the unreported position is skipped
     assert result.answers == ["46", "46"] and result.flip == "unchanged"
+    assert result.faults == []
+
+
+def test_a_nan_logprob_is_a_fault_and_its_drift_is_nan() -> None:
+    # A NaN the server did report (no top-k map says otherwise) is never skipped.
+    a = gen("46", [55, 57, 2], [-0.5, -0.25, float("nan")])
+    b = gen("46", [55, 57, 2], [-0.5, -0.125, -1.0])
+    result = compare_generations(prompt(), a, b, ("non-streamed", "streamed"))
+    assert result.logprob_drift is not None and math.isnan(result.logprob_drift)
+    assert [f.text for f in result.faults] == [
+        "non-finite logprob in the non-streamed output at position 2 (NaN)"
+    ]
 
 
 def test_a_dropped_token_diverges_by_id_and_flips_the_answer() -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
+from pytest_infercheck.backends.base import Generation
+from pytest_infercheck.checks.determinism import item_violations
+from pytest_infercheck.config import CheckSpec
 from pytest_infercheck.metrics.determinism import (
     DistinctOutput,
     RunOutput,
@@ -170,3 +174,108 @@ def test_needle_compared_to_alone() -> None:
     failed = verdict(compare_to_alone(alone, BackendError("HTTP 503")))
     assert failed["match"] is False and failed["error"] == "BackendError: HTTP 503"
     assert failed["text"] is None and failed["first_divergence"] is None
+
+
+# -- failing closed --------------------------------------------------------------------------
+NAN, INF = math.nan, math.inf
+
+
+def test_a_nan_logprob_is_never_hidden_by_max() -> None:
+    # Column 1 holds -0.1 and NaN. Python's max keeps its first argument against a later
+    # NaN, so max(-0.1, nan) - min(-0.1, nan) was 0.0 and the drift passed any limit.
+    runs = [ids(1, 2, lp=(-0.5, -0.1)), ids(1, 2, lp=(-0.5, NAN)), ids(1, 2, lp=(-0.5, -0.1))]
+    drift = summarize_runs(runs).max_logprob_drift
+    assert drift is not None and math.isnan(drift)
+    # and between groups: a first group with drift 0 must not hide a NaN in the second
+    runs = [ids(1, lp=(-0.5,)), ids(1, lp=(-0.5,)), ids(2, lp=(NAN,)), ids(2, lp=(-0.1,))]
+    drift = summarize_runs(runs).max_logprob_drift
+    assert drift is not None and math.isnan(drift)
+
+
+def test_equal_minus_inf_logprobs_do_not_drift_and_minus_inf_against_a_value_does() -> None:
+    # -inf - -inf is NaN in floating point; equal values spread by exactly 0.
+    same = summarize_runs([ids(1, 2, lp=(-INF, -0.5))] * 3)
+    assert same.max_logprob_drift == 0.0
+    apart = summarize_runs([ids(1, lp=(-INF,)), ids(1, lp=(-2.0,))])
+    assert apart.max_logprob_drift == INF
+    from pytest_infercheck.metrics.determinism import spread
+
+    assert spread([-INF, -INF]) == 0.0 and spread([-1.0, -0.25]) == 0.75
+    assert math.isnan(spread([-1.0, NAN]))
+
+
+def test_unreported_positions_are_left_out_of_the_drift() -> None:
+    # Position 1 was not reported by run 1 (None): only position 0 (spread 2e-6) counts.
+    runs = [
+        RunOutput("46", (55, 57), (-0.5, -0.1)),
+        RunOutput("46", (55, 57), (-0.5 + 2e-6, None)),
+    ]
+    assert summarize_runs(runs).max_logprob_drift == pytest.approx(2e-6, abs=1e-12)
+    # Three runs, run 1 silent at position 1: runs 0 and 2 still disagree there by 0.25; a
+    # position no run reported is compared nowhere.
+    runs = [
+        RunOutput("46", (55, 57, 2), (-0.5, -0.5, None)),
+        RunOutput("46", (55, 57, 2), (-0.5, None, None)),
+        RunOutput("46", (55, 57, 2), (-0.5, -0.25, None)),
+    ]
+    assert summarize_runs(runs).max_logprob_drift == 0.25
+
+
+def test_logprob_diff_fails_closed() -> None:
+    # |diffs| 0.1, NaN, 0: the old max() kept 0.1.
+    diff = logprob_diff([-1.0, -2.0, -3.0], [-1.1, NAN, -3.0], upto=None)
+    assert diff is not None and math.isnan(diff)
+    assert logprob_diff([-INF, -1.0], [-INF, -1.5], upto=None) == 0.5
+    assert logprob_diff([-INF], [-3.0], upto=None) == INF
+    assert logprob_diff([-1.0, None], [-1.25, -9.0], upto=None) == 0.25  # None: unreported
+    assert logprob_diff([None], [-1.0], upto=None) is None
+
+
+def test_a_run_carries_its_own_faults_into_the_summary() -> None:
+    from pytest_infercheck.metrics.determinism import run_output
+
+    ok = Generation("46", [55, 57, 2], "stop", [-0.5, -0.25, -0.1])
+    bad = Generation("46", [55, 57, 2], "stop", [-0.5, NAN, INF])
+    s = summarize_runs([run_output(ok, 0), run_output(bad, 1), run_output(ok, 2)])
+    assert [f.text for f in s.faults] == [
+        "non-finite logprob in run 1 at positions 1, 2 (NaN, +inf)"
+    ]
+    assert s.distinct == 1 and s.deterministic  # identical tokens: the fault is its own
+    # an unreported position (NaN with an empty top-k map) is no fault and no drift
+    gap = Generation("46", [55, 57], "length", [-0.5, NAN], [{55: -0.5}, {}])
+    full = Generation("46", [55, 57], "length", [-0.5, -0.25], [{55: -0.5}, {57: -0.25}])
+    s = summarize_runs([run_output(gap, 0), run_output(full, 1)])
+    assert s.faults == [] and s.max_logprob_drift == 0.0
+
+
+def test_an_empty_run_among_non_empty_ones_is_named() -> None:
+    full = RunOutput("46", (55, 57, 2), finish_reason="stop")
+    empty = RunOutput("", (2,), finish_reason="stop")
+    s = summarize_runs([full, empty, full, empty])
+    assert [f.text for f in s.faults] == [
+        "empty generation: runs 1, 3 generated no tokens while run 0 generated 2"
+    ]
+    assert s.distinct == 2
+    assert summarize_runs([empty, empty]).faults == []  # all empty: they agree
+
+
+def check(**thresholds: object) -> CheckSpec:
+    return CheckSpec.model_validate({"determinism": "m", **thresholds})
+
+
+def test_item_violations_name_the_faults_and_a_nan_drift_fails_the_limit() -> None:
+    runs = [ids(1, 2, lp=(-0.5, -0.1)), ids(1, 2, lp=(-0.5, NAN))]
+    summary = summarize_runs(runs)
+    assert item_violations(summary, check(max_logprob_drift=1e-6)) == [
+        "logprob drift nan among runs with identical tokens is not finite: fails "
+        "max_logprob_drift 1e-06"
+    ]
+    from pytest_infercheck.metrics.determinism import run_output
+
+    summary.faults = [*summarize_runs([run_output(Generation("x", [1], "stop", [NAN]), 3)]).faults]
+    assert item_violations(summary, check()) == ["non-finite logprob in run 3 at position 0 (NaN)"]
+    apart = summarize_runs([ids(1, lp=(-INF,)), ids(1, lp=(-2.0,))])
+    assert item_violations(apart, check(max_logprob_drift=1.0)) == [
+        "logprob drift inf among runs with identical tokens is not finite: fails "
+        "max_logprob_drift 1.0"
+    ]

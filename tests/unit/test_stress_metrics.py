@@ -3,6 +3,7 @@ throughput, latency percentiles, consistency, flips, errors and the per-level ga
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from pytest_infercheck.checks.stress import (
 )
 from pytest_infercheck.config import CheckSpec
 from pytest_infercheck.metrics.load import max_in_flight, mean_in_flight, span, tokens_per_second
+from pytest_infercheck.records import load_record
 from pytest_infercheck.shared_work import SharedWork
 from pytest_infercheck.suites import Prompt
 from pytest_infercheck.xdist_scheduling import scope_of
@@ -193,3 +195,66 @@ def test_token_count_falls_back_to_the_servers_usage() -> None:
     }
     assert token_count(parse_choice(answer, chat=False)) == 3
     assert token_count(parse_choice({"choices": [{"text": "46"}]}, chat=False)) is None
+
+
+# -- failing closed ------------------------------------------------------------------------------
+def test_a_non_finite_latency_is_a_violation_whatever_the_thresholds() -> None:
+    # Request 1's clock gave NaN, request 2's end is +inf. The percentiles of [1.0, nan] used to
+    # come out None, as if nothing had succeeded, and no gate looked at them.
+    refs = {"a": Reference("46", None)}
+    outputs = [
+        Output("a", 0.0, 1.0, "46"),
+        Output("a", 0.0, math.nan, "46"),
+        Output("a", 0.5, math.inf, error="ReadTimeout"),
+    ]
+    data = level_data(2, "m@srv", outputs, refs, [prompt("a", "46")])
+    loose = check(max_error_rate=1.0, min_consistency=0.0)
+    assert level_violations(data, loose) == ["non-finite latency at requests 1, 2 (NaN, +inf)"]
+    assert [f.text for f in data.faults] == ["non-finite latency at requests 1, 2 (NaN, +inf)"]
+    assert data.latency_p50_s is None and data.tokens_per_s is None
+
+
+def test_an_empty_output_is_named_even_when_consistency_allows_it() -> None:
+    # Text-only engine: request 1 came back empty against the reference "46" (2 characters).
+    refs = {"a": Reference("46", None)}
+    outputs = [Output("a", 0.0, 1.0, "46"), Output("a", 0.0, 1.0, ""), Output("a", 0.0, 1.0, "46")]
+    data = level_data(2, "m@srv", outputs, refs, [prompt("a", "46")])
+    expected = (
+        "empty generation in 1 of 3 requests: request 1 (a) generated no characters while "
+        "its reference generated 2"
+    )
+    assert level_violations(data, check(min_consistency=0.5)) == [expected]
+    assert [f.text for f in data.faults] == [expected]
+    assert data.consistent == 2
+    assert data.mismatches[0].fault == (
+        "empty generation: request 1 (a) generated no characters while its reference generated 2"
+    )
+
+
+def test_empty_by_token_ids_and_the_stop_token() -> None:
+    refs = {"a": Reference("46", [10, 11, 2], "stop")}
+    outputs = [
+        Output("a", 0.0, 1.0, "", [2], 1, finish_reason="stop"),  # stopped at once: empty
+        Output("a", 0.0, 1.0, "", [], 0, finish_reason="length"),  # nothing at all: empty
+        Output("a", 0.0, 1.0, "46", [10, 11, 2], 3, finish_reason="stop"),
+    ]
+    data = level_data(2, "m@srv", outputs, refs, [prompt("a", "46")])
+    (fault,) = data.faults
+    assert fault.positions == [0, 1] and fault.unit == "request"
+    assert fault.text == (
+        "empty generation in 2 of 3 requests: request 0 (a) generated no tokens while its "
+        "reference generated 2; request 1 (a) generated no tokens while its reference "
+        "generated 2"
+    )
+
+
+def test_faults_are_in_the_json_only_when_there_are_some() -> None:
+    refs = {"a": Reference("46", None)}
+    clean = level_data(1, "m@srv", [Output("a", 0.0, 1.0, "46")], refs, [prompt("a", "46")])
+    plain = clean.to_plain()
+    assert "faults" not in plain and "fault" not in json.dumps(plain)
+    broken = level_data(1, "m@srv", [Output("a", 0.0, 1.0, "")], refs, [prompt("a", "46")])
+    plain = broken.to_plain()
+    assert plain["faults"][0]["fault"] == "empty generation"
+    assert plain["mismatches"][0]["fault"].startswith("empty generation: request 0 (a)")
+    assert load_record(StressLevel, json.loads(json.dumps(plain))) == broken

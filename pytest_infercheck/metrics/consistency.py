@@ -1,0 +1,368 @@
+"""What an engine returned, checked against itself: faults that fail an item whatever its
+thresholds.
+
+The engine-check kinds (determinism, stress, batch-invariance, stream- and endpoint-parity,
+cache-pollution) compare outputs with each other; before that, each output is checked on its
+own here, and every fault found is a :class:`Fault`, a violation of its own, named:
+
+* **non-finite logprob**: a NaN or ``+inf`` chosen-token logprob, or a NaN or ``+inf`` in a
+  top-k map (``non-finite logprob in run 3 at positions 2, 5 (NaN)``). A ``-inf`` logprob
+  (probability 0) is legitimate. Found with :mod:`.finite`.
+* **top-k logprobs not normalised**: a top-k map whose mass exceeds 1 by more than the
+  rounding of a correct row allows (:func:`.finite.check_topk_rows` with
+  :data:`TOPK_MASS_TOL`): those logprobs cannot belong to one distribution (logits passed as
+  logprobs, a shifted row).
+* **logprob does not match its token** (:func:`mismatched_positions`), the consistency rule
+  of a chosen logprob with the top-k map of its step, wherever a generation carries both
+  (servers: maps keyed by token id or by token text; mlx-lm in-process carries no top-k, so
+  there is nothing to hold its chosen logprobs to). At position ``t``, with chosen logprob
+  ``c`` and top-k map ``M`` (non-empty, every value NaN- and ``+inf``-free, ``c`` not NaN
+  nor ``+inf``):
+
+  1. ``c <= max(M) + tol``: the chosen token cannot be more probable than the top-1 token;
+  2. when the chosen token's key (its id, or its text for text-keyed maps) is in ``M``:
+     ``|c - M[key]| <= tol`` (equal values, ``-inf`` included, always agree).
+
+  ``tol`` is :data:`MATCH_TOL` (1e-4): an engine reads both values from one row of its own,
+  so they agree up to the precision it prints them with (identical on llama-server, f32, and
+  mlx_lm.server, bf16, serving the tiny adder: no fault in 22 prompts on llama-server,
+  streamed and not, nor in 5 chat completions with top-5 on mlx_lm.server). Text keys that
+  cannot identify one token are not looked up (rule 1 still applies): the empty text and any
+  text holding U+FFFD or starting ``bytes:`` (partial UTF-8 characters), which different
+  tokens share.
+* **empty generation**: one output generated nothing while the one it is compared with did
+  (:func:`empty_fault`; two empty outputs agree). Empty means no text and no token besides
+  the end-of-sequence token a generation stopped on (:func:`is_empty`).
+* **non-finite latency** (stress) and **non-finite similarity** (endpoint-parity): NaN or
+  ``inf`` where a number must be measured.
+
+Unreported positions. llama-server sends no probability entry for a token that ends inside a
+UTF-8 character; its adapter then gives that position a NaN chosen logprob and an empty
+top-k map. That pair (NaN with an *empty* map) means "not reported", not a NaN value: such a
+position is None in :func:`reported_logprobs`, compared with nothing and not a fault. A NaN
+with a non-empty map, or without any top-k, is a non-finite logprob.
+
+Pure: plain values in, frozen dataclasses out; no engine (a :class:`Generation` is read by
+its attributes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .finite import (
+    BFLOAT16_LOGSUMEXP_TOL,
+    EmptyGeneration,
+    NonFinite,
+    NotNormalised,
+    check_scalar,
+    check_topk_rows,
+    check_values,
+    empty_generation,
+)
+
+if TYPE_CHECKING:
+    from ..backends.base import Generation
+
+__all__ = [
+    "EMPTY_GENERATION",
+    "LOGPROB_MISMATCH",
+    "MATCH_TOL",
+    "NON_FINITE_LATENCY",
+    "NON_FINITE_LOGPROB",
+    "NON_FINITE_SIMILARITY",
+    "TOPK_MASS_TOL",
+    "TOPK_NOT_NORMALISED",
+    "Fault",
+    "aggregate_faults",
+    "content_size",
+    "empty_fault",
+    "generation_faults",
+    "is_empty",
+    "latency_fault",
+    "logprob_faults",
+    "mismatched_positions",
+    "reported_logprobs",
+    "similarity_fault",
+]
+
+MATCH_TOL = 1e-4
+"""How far a chosen logprob may be from its token's top-k entry, or above the top-1 logprob."""
+TOPK_MASS_TOL = BFLOAT16_LOGSUMEXP_TOL
+"""How far above 0 the logsumexp of a server's top-k map may be: a server does not say in
+which precision it computed its logprobs, so the bfloat16 row tolerance of :mod:`.finite`
+(0.5) applies. Measured: mlx_lm.server on the tiny adder in bf16 sends top-5 maps whose
+logsumexp is up to +0.032 (float32 servers: below 0.02)."""
+
+NON_FINITE_LOGPROB = "non-finite logprob"
+TOPK_NOT_NORMALISED = "top-k logprobs not normalised"
+LOGPROB_MISMATCH = "logprob does not match its token"
+EMPTY_GENERATION = "empty generation"
+NON_FINITE_LATENCY = "non-finite latency"
+NON_FINITE_SIMILARITY = "non-finite similarity"
+
+_SHOWN = 10  # positions spelled out before "... (N in all)"
+_EXAMPLES = 3  # mismatching positions whose values are quoted
+
+
+def _positions(unit: str, positions: Sequence[int]) -> str:
+    shown = ", ".join(str(p) for p in positions[:_SHOWN])
+    if len(positions) > _SHOWN:
+        shown += f", ... ({len(positions)} in all)"
+    return f"{unit}{'' if len(positions) == 1 else 's'} {shown}"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault found in what an engine returned: a violation of its own, whatever the
+    thresholds (see the module docstring for each kind of fault).
+
+    A record field of the engine kinds (``faults``), so it is plain data: it crosses xdist
+    and goes into the JSON results as it is.
+    """
+
+    fault: str
+    """What is wrong, one of the names above (``non-finite logprob``, ``empty generation``,
+    ``logprob does not match its token``, ...): the same words start :attr:`text`."""
+    where: str
+    """Which output or measurement (``run 3``, ``the streamed output``, ``c8``)."""
+    text: str
+    """The violation as reported: ``non-finite logprob in run 3 at positions 2, 5 (NaN)``."""
+    positions: list[int] = field(default_factory=list)
+    """The offending indexes (token positions, or requests: :attr:`unit`); empty when the
+    fault has none."""
+    unit: str = "position"
+    """What :attr:`positions` count (``position``, ``request``)."""
+
+    def describe(self) -> str:
+        return self.text
+
+    def detail(self) -> str:
+        """Where, for an aggregate's list: ``run 3 at positions 2, 5``."""
+        at = f" at {_positions(self.unit, self.positions)}" if self.positions else ""
+        return f"{self.where}{at}"
+
+
+def _from_problem(fault: str, where: str, problem: NonFinite | NotNormalised) -> Fault:
+    return Fault(fault, where, problem.describe(), list(problem.positions), problem.unit)
+
+
+# ------------------------------------------------------------------ logprobs
+
+
+def _unreported(value: float, row: Mapping[Any, float] | None) -> bool:
+    return math.isnan(value) and row is not None and len(row) == 0
+
+
+def reported_logprobs(
+    chosen: Sequence[float] | None, top: Sequence[Mapping[Any, float]] | None = None
+) -> list[float | None] | None:
+    """The chosen logprobs with the positions the engine did not report as None (a NaN with an
+    empty top-k map, see the module docstring); None when there are no chosen logprobs."""
+    if chosen is None:
+        return None
+    rows: Sequence[Mapping[Any, float] | None] = top if top is not None else ()
+    return [
+        None if _unreported(v, rows[t] if t < len(rows) else None) else float(v)
+        for t, v in enumerate(chosen)
+    ]
+
+
+def _usable_key(key: Any, keyed_by: str) -> bool:
+    if keyed_by == "id":
+        return True
+    text = str(key)
+    return bool(text) and "\ufffd" not in text and not text.startswith("bytes:")
+
+
+def _agree(a: float, b: float, tol: float) -> bool:
+    return a == b or abs(a - b) <= tol
+
+
+def mismatched_positions(
+    chosen: Sequence[float],
+    top: Sequence[Mapping[Any, float]],
+    keys: Sequence[Any] | None,
+    *,
+    keyed_by: str = "id",
+    tol: float = MATCH_TOL,
+) -> list[tuple[int, float, float, str]]:
+    """The positions where a chosen logprob breaks the consistency rule (module docstring):
+    ``(position, chosen, the value it was held to, "top-1" or "its top-k entry")``.
+
+    ``keys[t]`` is the chosen token at ``t`` as the maps are keyed (its id for
+    ``keyed_by == "id"``, else its text); without keys only rule 1 applies. Positions without
+    a map, with an empty map, a non-finite map value or a NaN / ``+inf`` chosen logprob are
+    not judged here (the last two are non-finite faults).
+    """
+    out: list[tuple[int, float, float, str]] = []
+    for t in range(min(len(chosen), len(top))):
+        c, row = float(chosen[t]), top[t]
+        if not row or math.isnan(c) or c == math.inf:
+            continue
+        values = [float(v) for v in row.values()]
+        if any(math.isnan(v) or v == math.inf for v in values):
+            continue
+        best = max(values)
+        if c > best + tol:
+            out.append((t, c, best, "top-1"))
+            continue
+        if keys is None or t >= len(keys) or not _usable_key(keys[t], keyed_by):
+            continue
+        entry = row.get(keys[t])
+        if entry is not None and not _agree(c, float(entry), tol):
+            out.append((t, c, float(entry), "its top-k entry"))
+    return out
+
+
+def _mismatch_fault(where: str, found: list[tuple[int, float, float, str]]) -> Fault:
+    examples = "; ".join(
+        f"position {t}: chosen {c:.6g} above the top-1 {held:.6g}"
+        if what == "top-1"
+        else f"position {t}: chosen {c:.6g}, its top-k entry {held:.6g}"
+        for t, c, held, what in found[:_EXAMPLES]
+    )
+    more = f"; ... ({len(found)} in all)" if len(found) > _EXAMPLES else ""
+    positions = [t for t, _, _, _ in found]
+    return Fault(
+        LOGPROB_MISMATCH,
+        where,
+        f"{LOGPROB_MISMATCH} in {where} at {_positions('position', positions)} ({examples}{more})",
+        positions,
+    )
+
+
+def logprob_faults(
+    where: str,
+    chosen: Sequence[float] | None,
+    top: Sequence[Mapping[Any, float]] | None = None,
+    keys: Sequence[Any] | None = None,
+    *,
+    keyed_by: str = "id",
+    tol: float = MATCH_TOL,
+) -> list[Fault]:
+    """The faults of one output's logprobs: non-finite chosen logprobs (unreported positions
+    left out), non-finite or not normalised top-k maps, chosen logprobs that do not match
+    their token (see the module docstring). ``where`` names the output in the texts
+    (``run 3``: ``non-finite logprob in run 3 at positions 2, 5 (NaN)``)."""
+    faults: list[Fault] = []
+    reported = reported_logprobs(chosen, top)
+    if reported is not None:
+        values = [0.0 if v is None else v for v in reported]
+        bad = check_values(f"logprob in {where}", values, allow_neg_inf=True)
+        if bad is not None:
+            faults.append(_from_problem(NON_FINITE_LOGPROB, where, bad))
+    if top is not None:
+        for problem in check_topk_rows(f"top-k logprobs in {where}", top, tol=TOPK_MASS_TOL):
+            name = NON_FINITE_LOGPROB if isinstance(problem, NonFinite) else TOPK_NOT_NORMALISED
+            faults.append(_from_problem(name, where, problem))
+        if chosen is not None:
+            found = mismatched_positions(chosen, top, keys, keyed_by=keyed_by, tol=tol)
+            if found:
+                faults.append(_mismatch_fault(where, found))
+    return faults
+
+
+def generation_faults(where: str, generation: Generation, *, tol: float = MATCH_TOL) -> list[Fault]:
+    """:func:`logprob_faults` of a generation: its chosen logprobs and top-k maps, the keys
+    being its token ids (maps keyed by id) or its token texts (``extra["tokens"]``)."""
+    keyed_by = generation.top_keys
+    keys = generation.token_ids if keyed_by == "id" else generation.extra.get("tokens")
+    return logprob_faults(
+        where,
+        generation.chosen_logprobs,
+        generation.top_logprobs,
+        keys,
+        keyed_by=keyed_by,
+        tol=tol,
+    )
+
+
+# ------------------------------------------------------------------ empty generations
+
+
+def content_size(text: str, token_ids: Sequence[int] | None, finish_reason: str | None) -> int:
+    """Tokens generated before the end-of-sequence token (token ids known: a generation that
+    stopped, ``finish_reason == "stop"``, carries it last), else characters of the text."""
+    if token_ids is None:
+        return len(text)
+    return len(token_ids) - (1 if finish_reason == "stop" and token_ids else 0)
+
+
+def is_empty(text: str, token_ids: Sequence[int] | None, finish_reason: str | None) -> bool:
+    """No text and no token besides the end-of-sequence token it stopped on."""
+    return text == "" and (token_ids is None or content_size(text, token_ids, finish_reason) == 0)
+
+
+def empty_fault(
+    a: tuple[str, Sequence[int] | None, str | None],
+    b: tuple[str, Sequence[int] | None, str | None],
+    *,
+    a_name: str,
+    b_name: str,
+) -> Fault | None:
+    """An ``empty generation`` fault when exactly one of ``a`` and ``b`` (each ``(text,
+    token_ids, finish_reason)``) is empty (:func:`is_empty`); the other's size is in tokens
+    when both carry token ids, else in characters."""
+    unit = "tokens" if a[1] is not None and b[1] is not None else "characters"
+
+    def count(out: tuple[str, Sequence[int] | None, str | None]) -> int:
+        if is_empty(*out):
+            return 0
+        ids = out[1] if unit == "tokens" else None
+        return max(content_size(out[0], ids, out[2]), 1)
+
+    found: EmptyGeneration | None = empty_generation(
+        count(a), count(b), base=a_name, test=b_name, unit=unit
+    )
+    if found is None:
+        return None
+    return Fault(EMPTY_GENERATION, found.empty, found.describe(), [], "position")
+
+
+# ------------------------------------------------------------------ measurements
+
+
+def latency_fault(where: str, latencies: Sequence[float]) -> Fault | None:
+    """``non-finite latency at requests 3, 7 (NaN)``: NaN or ``inf`` (either sign) among the
+    requests' latencies (by request index), e.g. from a broken clock."""
+    bad = check_values("latency", latencies, unit="request")
+    return None if bad is None else _from_problem(NON_FINITE_LATENCY, where, bad)
+
+
+def similarity_fault(where: str, value: float) -> Fault | None:
+    """``non-finite similarity of chat vs completions (NaN)`` when ``value`` is not finite."""
+    bad = check_scalar(f"similarity of {where}", value)
+    return None if bad is None else Fault(NON_FINITE_SIMILARITY, where, bad.describe())
+
+
+# ------------------------------------------------------------------ aggregate
+
+
+def aggregate_faults(
+    per_item: Sequence[tuple[str, Sequence[Fault]]],
+    *,
+    n_items: int | None = None,
+    item_unit: str = "prompts",
+    shown: int = 5,
+) -> list[str]:
+    """One line per kind of fault over the items, e.g. ``non-finite logprob in 2 of 20
+    prompts: r003 (run 3 at positions 2, 5), r007 (run 0 at position 0)``. ``per_item`` is
+    ``(item label, its faults)``; ``n_items`` defaults to ``len(per_item)``. Empty when no
+    item has a fault, so ``bool(result)`` is the gate."""
+    total = len(per_item) if n_items is None else n_items
+    groups: dict[str, list[tuple[str, Fault]]] = {}
+    for label, faults in per_item:
+        for fault in faults:
+            groups.setdefault(fault.fault, []).append((label, fault))
+    lines = []
+    for name, members in groups.items():
+        items = {label for label, _ in members}
+        details = [f"{label} ({fault.detail()})" for label, fault in members[:shown]]
+        if len(members) > shown:
+            details.append("...")
+        lines.append(f"{name} in {len(items)} of {total} {item_unit}: {', '.join(details)}")
+    return lines
