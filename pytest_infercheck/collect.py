@@ -58,6 +58,7 @@ class InfercheckFile(pytest.File):
 
     def collect(self) -> Iterator[pytest.Collector]:
         loaded = load_matrix(self.path)
+        loaded.check_local_models()
         settings = effective_settings(self.config, loaded.matrix.settings)
         seen: dict[str, int] = {}
         for index, check in enumerate(loaded.matrix.checks):

@@ -329,6 +329,34 @@ class LoadedMatrix:
             ("models", name), f"a {kind} backend needs 'path' or 'repo' for {name!r}"
         )
 
+    def check_local_models(self) -> None:
+        """Every model a check runs on a backend that loads it from this machine (mlx-lm
+        in-process, or a server the plugin starts with ``serve``) exists here: a missing
+        ``path`` folder or ``gguf`` file is a :class:`SourceError` at the model's line, said
+        before any backend starts (mlx-lm would read a missing folder as a hub id and answer
+        "Repo id must be in the form ...")."""
+        for index, check in enumerate(self.matrix.checks):
+            for side in [check.baseline_side(index), *check.test_sides(index)]:
+                target = self.target(side.ref, side.loc)
+                if target.golden is None:
+                    self._check_local(target.model, self.matrix.backends[target.backend])
+
+    def _check_local(self, name: str, backend: BackendSpec) -> None:
+        if backend.kind != "mlx-lm" and backend.serve is None:
+            return  # a running server holds the model
+        spec = self.matrix.models[name]
+        field, value = (
+            ("gguf", spec.gguf) if backend.kind == "llama-server" else ("path", spec.path)
+        )
+        if value is None or Path(self._local(value)).exists():
+            return
+        what = "file" if field == "gguf" else "folder"
+        hub = "" if field == "gguf" else "; a hub model is written `repo: org/name`"
+        raise self.source.error(
+            ("models", name, field),
+            f"{value} does not exist (the {what} {self._local(value)}{hub})",
+        )
+
     @property
     def golden_dir(self) -> Path:
         """The folder of the golden files (``golden_dir``, relative to the matrix); see

@@ -85,7 +85,7 @@ SUITE = """\
 
 MATRIX = """\
 models:
-  m: {path: ./no-model-is-loaded}
+  m: {repo: example/no-model-is-loaded}
 suites: [budget.jsonl]
 checks:
   - prompt-budget: {target: m, max_chars: 20}

@@ -35,6 +35,28 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@pytest.fixture(autouse=True)
+def model_folders(pytester: pytest.Pytester) -> None:
+    """Collection checks that local models exist (none is loaded here)."""
+    for name in ("models/bf16", "models/q4", "models/q8", "m"):
+        (pytester.path / name).mkdir(parents=True)
+
+
+def test_a_missing_model_folder_is_a_collection_error_naming_its_line(
+    project: pytest.Pytester,
+) -> None:
+    (project.path / "models" / "q8").rmdir()
+    result = project.runpytest("--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "infercheck.yaml:4: models.q8.path: ./models/q8 does not exist (the folder "
+            "*/models/q8; a hub model is written `repo: org/name`)"
+        ]
+    )
+    assert "Repo id must be" not in result.stdout.str()
+
+
 def collected(result: pytest.RunResult) -> list[str]:
     return [line for line in result.outlines if "::" in line and not line.startswith(" ")]
 
