@@ -13,6 +13,7 @@ kind reads the verdicts of the one run that the first of them made.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,9 @@ sys.path.insert(0, {str(REPO)!r})  # the repository's tests package, in a subpro
 
 from tests.faults import pytest_infercheck_wrap_backend  # noqa: E402, F401
 """
+
+
+FAULTY_NAME = re.compile("|".join(f"{m.value}-[a-z-]+" for m in Mode))
 
 
 def mode_of(kind: str) -> Mode:
@@ -88,7 +92,8 @@ class Verdict:
 
 def verdicts(results: Path) -> dict[str, Verdict]:
     """By check name (``nan``, ``none``, ...): the verdict of the check's items in a results
-    file. An item's failure text is its violations and its report (or error)."""
+    file. An item's failure text is its violations and its report (or error), node ids and
+    faulty backends' names left out."""
     doc = json.loads(results.read_text())
     items: dict[str, list[dict[str, Any]]] = {}
     for item in doc["items"]:
@@ -99,9 +104,10 @@ def verdicts(results: Path) -> dict[str, Verdict]:
     for name, group in items.items():
         failed = [i for i in group if i["outcome"] in ("failed", "error")]
         message = "\n".join(
-            "\n".join([i["nodeid"], *i.get("violations", []), i.get("longrepr") or ""])
-            for i in failed
+            "\n".join([*i.get("violations", []), i.get("longrepr") or ""]) for i in failed
         )
+        # The fault is in the backend's name (faulty-nan): a message must name it itself.
+        message = FAULTY_NAME.sub("<backend>", message)
         out[name] = Verdict(not failed, message, tuple(i["nodeid"] for i in failed))
     return out
 

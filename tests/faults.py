@@ -118,7 +118,7 @@ PASS = "pass"
 NON_FINITE_NAN = ("non-finite", "nan")
 NON_FINITE_INF = ("non-finite", "+inf")
 EMPTY_GENERATION = ("empty generation",)
-DIFFER = ("differ|diverg",)  # "token ids differ from token 1", "first divergence at 1"
+DIFFER = ("differ|diverg|changed",)  # "ids differ from token 1", "first divergence", "changed"
 LOGPROB = ("logprob",)
 EMPTY_BODY = ("empty", "body")
 
