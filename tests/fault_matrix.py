@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from tests.faults import EXPECTED, PASS, Fault, Mode, backend_name, message_names
+from tests.faults import PASS, Fault, Mode, backend_name, message_names
+from tests.faults import expected as expected_for
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import suite_jsonl
 
@@ -124,9 +125,10 @@ def write_project(pytester: pytest.Pytester, models: str, backends: str, checks:
     )
 
 
-def assert_expected(kind: str, fault: Fault, verdict: Verdict) -> None:
-    """The check of ``fault`` in ``kind``'s run against :data:`EXPECTED`."""
-    expected = EXPECTED[kind][fault]
+def assert_expected(kind: str, fault: Fault, verdict: Verdict, *, top_k: bool) -> None:
+    """The check of ``fault`` in ``kind``'s run against :data:`~tests.faults.EXPECTED`, on
+    an engine that returns top-k logprobs (``top_k``) or not."""
+    expected = expected_for(kind, fault, top_k)
     if expected == PASS:
         assert verdict.passed, f"{kind} cannot see {fault.name} but failed:\n{verdict.message}"
         return

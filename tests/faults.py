@@ -46,7 +46,8 @@ positions of the generation, the same for a prompt in every run):
   alone.
 
 :data:`EXPECTED` is the kind x fault table: the words a check's failure must contain for
-each fault it can see, or :data:`PASS` (with the reason) for a fault it cannot.
+each fault it can see, or :data:`PASS` (with the reason) for a fault it cannot;
+:data:`WITHOUT_TOP_K` the pairs an engine without top-k logprobs leaves invisible.
 """
 
 from __future__ import annotations
@@ -135,7 +136,9 @@ _COMPARED = {
 
 EXPECTED: dict[str, dict[Fault, tuple[str, ...] | str]] = {
     # The comparison kinds: a faithful baseline (another backend, or a golden recorded from
-    # one) against the faulty test side (``faulty-``: every generation and score).
+    # one) against the faulty test side (``faulty-``: every generation and score). "golden"
+    # is golden replay: a compare whose baseline is a golden file recorded from the faithful
+    # backend (README "Golden baselines").
     "compare": dict(_COMPARED),
     "sweep": dict(_COMPARED),
     "diff": dict(_COMPARED),
@@ -145,19 +148,11 @@ EXPECTED: dict[str, dict[Fault, tuple[str, ...] | str]] = {
     "determinism": dict(_COMPARED),  # runs 1.. against run 0, logprob drift included
     "batch-invariance": dict(_COMPARED),  # the prompt alone, then in batches; logprobs too
     "stream-parity": dict(_COMPARED),  # not streamed, then streamed; logprobs too
-    "stress": {
-        **_COMPARED,
-        # Stress judges outputs by tokens and text; logprobs legitimately move under load
-        # (batched numerics), so a lowered chosen logprob with the same tokens is no fault
-        # stress can tell from a faithful engine under load.
-        Fault.MISMATCHED_LOGPROBS: PASS,
-    },
-    "cache-pollution": {
-        **_COMPARED,
-        # Outputs before and after a hostile request are compared by tokens and text, the
-        # way the kind is specified (README: "every output unchanged").
-        Fault.MISMATCHED_LOGPROBS: PASS,
-    },
+    # Stress and cache-pollution compare outputs by tokens and text, but every output's own
+    # logprobs are checked: NaN / +inf, and a chosen logprob that disagrees with its own top-k
+    # entry (see WITHOUT_TOP_K for engines that return no top-k).
+    "stress": dict(_COMPARED),
+    "cache-pollution": dict(_COMPARED),
     "endpoint-parity": {
         **_COMPARED,
         # The OpenAI / Anthropic endpoints are asked for no logprobs (and return no token
@@ -167,6 +162,25 @@ EXPECTED: dict[str, dict[Fault, tuple[str, ...] | str]] = {
         Fault.MISMATCHED_LOGPROBS: PASS,
     },
 }
+
+
+WITHOUT_TOP_K: dict[tuple[str, Fault], str] = {
+    ("stress", Fault.MISMATCHED_LOGPROBS): (
+        "the engine returns no top-k, so a chosen logprob cannot disagree with its own "
+        "top-k entry; and logprobs legitimately move under load (batched numerics), so a "
+        "lowered logprob with the same tokens is no fault stress can tell from a faithful "
+        "engine under load"
+    ),
+}
+"""Pairs that are :data:`PASS` on an engine whose generations carry only the chosen
+logprob, no top-k (in-process mlx-lm): the reason, by (kind, fault)."""
+
+
+def expected(kind: str, fault: Fault, top_k: bool) -> tuple[str, ...] | str:
+    """:data:`EXPECTED` for an engine that returns top-k logprobs (``top_k``) or not."""
+    if not top_k and (kind, fault) in WITHOUT_TOP_K:
+        return PASS
+    return EXPECTED[kind][fault]
 
 
 def message_names(message: str, expected: tuple[str, ...]) -> bool:
