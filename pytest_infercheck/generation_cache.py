@@ -6,7 +6,8 @@ YAML file, and returned to users' tests by the ``infercheck_engine`` fixture. It
 
 - the backends, one instance per (model source, revision, backend options), a golden
   baseline's replay per file: a model is loaded, or a server started (through its
-  :class:`~.servers.ServerPool`), once;
+  :class:`~.servers.ServerPool`), once; and what the ``pytest_infercheck_wrap_backend`` hook
+  (:mod:`.hookspecs`) returned for each backend name, a target of its own;
 - a private event loop for the async backend API (items are synchronous);
 - rendered prompts per (target, prompt text, system prompt, thinking): the chat template is
   applied once;
@@ -74,10 +75,18 @@ class GenerationCache:
     """The backends of one process and the caches of their work; see the module docstring."""
 
     def __init__(
-        self, servers: ServerPool | None = None, score_cache_bytes: int = SCORE_CACHE_BYTES
+        self,
+        servers: ServerPool | None = None,
+        score_cache_bytes: int = SCORE_CACHE_BYTES,
+        hook: Any = None,
     ) -> None:
         self.servers = servers
+        self.hook = hook
+        """The config's hook relay (``config.hook``), to call ``pytest_infercheck_wrap_backend``
+        on each backend created; None: backends are used as created."""
         self._backends: dict[TargetKey, Backend] = {}
+        self._wrapped: dict[TargetKey, TargetKey] = {}
+        """A wrapper's key -> the key of the backend it wraps (its server, if any)."""
         self._renders: dict[tuple[TargetKey, str, str | None, bool], PromptInput] = {}
         self._accepts_ids: dict[tuple[TargetKey, str], bool] = {}
         self._generations: dict[GenerationKey, Generation] = {}
@@ -106,6 +115,18 @@ class GenerationCache:
             backend = create_backend(target.backend, spec, source, revision, url)
             self.run(backend.ensure_ready())
             self._backends[key] = backend
+        if self.hook is None:
+            return ResolvedTarget(target.label, key, self._backends[key])
+        wrapped_key = (*key, "wrapped", target.backend)
+        if wrapped_key not in self._wrapped:
+            wrapper = self.hook.pytest_infercheck_wrap_backend(
+                backend=self._backends[key], name=target.backend, spec=spec
+            )
+            if wrapper is not None and wrapper is not self._backends[key]:
+                self._backends[wrapped_key] = wrapper
+            self._wrapped[wrapped_key] = key
+        if wrapped_key in self._backends:
+            return ResolvedTarget(target.label, wrapped_key, self._backends[wrapped_key])
         return ResolvedTarget(target.label, key, self._backends[key])
 
     def _resolve_golden(self, path: Path, label: str) -> ResolvedTarget:
@@ -128,7 +149,7 @@ class GenerationCache:
             return self.run(coro)
         except BackendError:
             if self.servers is not None:
-                self.servers.check_alive_for(target.key)
+                self.servers.check_alive_for(self._wrapped.get(target.key, target.key))
             raise
 
     # -- cached operations ---------------------------------------------------------------------
@@ -221,7 +242,7 @@ class GenerationCache:
         return result
 
     def close(self) -> None:
-        """Close every backend and the loop."""
+        """Close every backend (wrappers and the backends they wrap) and the loop."""
         if self._backends:
             for backend in self._backends.values():
                 self.run(backend.aclose())

@@ -16,9 +16,20 @@ import pytest
 from .fixtures import infercheck_engine, infercheck_matrix, infercheck_target
 from .options import add_options
 from .report.item_report import attach_record
-from .state import collect_matrix_file, configure, configure_node, finish, select_items
+from .state import (
+    add_hookspecs,
+    collect_matrix_file,
+    configure,
+    configure_node,
+    finish,
+    select_items,
+)
 
 __all__ = ["infercheck_engine", "infercheck_matrix", "infercheck_target"]
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    add_hookspecs(pluginmanager)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

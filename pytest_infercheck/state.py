@@ -41,6 +41,13 @@ def _register(config: pytest.Config, plugin: object, name: str) -> None:
     config.stash.setdefault(PLUGINS_KEY, []).append(plugin)
 
 
+def add_hookspecs(pluginmanager: pytest.PytestPluginManager) -> None:
+    """``pytest_addhooks``: the plugin's own hooks (:mod:`.hookspecs`)."""
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def configure(config: pytest.Config) -> None:
     """``pytest_configure``: the marker, the shared servers folder and the reporters on the
     controller, the golden writer, the shard option checked, matrices named by options
@@ -114,7 +121,7 @@ def generation_cache_for(config: pytest.Config) -> GenerationCache:
             pool = ServerPool(Path(workerinput[WORKER_DIR]), int(workerinput[WORKER_CONTROLLER]))
         else:
             pool = ServerPool(config.stash[SERVERS_DIR_KEY], os.getpid())
-        cache = GenerationCache(servers=pool)
+        cache = GenerationCache(servers=pool, hook=config.hook)
         config.stash[GENERATION_CACHE_KEY] = cache
     return cache
 

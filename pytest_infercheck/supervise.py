@@ -37,13 +37,18 @@ def alive(pid: int) -> bool:
 
 
 def stop_group(pgid: int, grace_s: float = GRACE_S) -> None:
-    """SIGTERM the process group, wait up to ``grace_s``, then SIGKILL what is left."""
+    """SIGTERM the process group, wait up to ``grace_s``, then SIGKILL what is left.
+
+    Members that are the caller's children are reaped while waiting: a finished child stays
+    in its group as a zombie until it is reaped, so the group would look alive for the whole
+    grace period."""
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
+        _reap_group(pgid)
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -52,6 +57,15 @@ def stop_group(pgid: int, grace_s: float = GRACE_S) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
+        return
+
+
+def _reap_group(pgid: int) -> None:
+    """Reap the caller's finished children in group ``pgid`` (none: nothing to do)."""
+    try:
+        while os.waitpid(-pgid, os.WNOHANG)[0] != 0:
+            pass
+    except ChildProcessError:
         return
 
 

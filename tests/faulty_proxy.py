@@ -21,6 +21,10 @@ An altered response changes its last generated token on every channel it has:
   ``/v1/messages``: the last text block (one is added when there is none); Ollama:
   ``response`` / ``message.content``.
 
+With ``empty_body``, a request chosen for alteration is not forwarded at all: the proxy
+answers it with HTTP 200 and an empty body (no content type), as a broken server or gateway
+may, streamed or not.
+
 Streams (SSE, and Ollama's NDJSON) are forwarded event by event. When a stream may be
 altered, the proxy holds back the events from the last content-carrying event on (usually
 one event), so it can alter that event at the end of the stream.
@@ -89,6 +93,7 @@ class Fault:
     drop_stream_chunk: bool = False  # in streams, drop the 2nd content-carrying chunk
     poison: str | None = None  # after a request whose body contains this, alter every later one
     delay_s: float = 0.0  # added latency per generation request
+    empty_body: bool = False  # an altered request gets HTTP 200 with an empty body instead
 
 
 # --------------------------------------------------------------------------------------
@@ -585,6 +590,10 @@ class FaultyProxy:
                 self._end(request)
 
     def _forward(self, handler: _Handler, body: bytes, request: _Request | None) -> None:
+        if request is not None and self.fault.empty_body and self._should_alter(request):
+            self._count_altered()
+            self._send_whole(handler, 200, [], b"")
+            return
         headers = {
             k: v for k, v in handler.headers.items() if k.lower() not in _SKIP_REQUEST_HEADERS
         }

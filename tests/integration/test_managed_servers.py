@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from pytest_infercheck.supervise import alive
+from tests.integration.served import backend, llama_flags, llama_serve
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import suite_jsonl
 
@@ -77,6 +79,31 @@ def test_server_started_used_and_stopped(pytester: pytest.Pytester, serve_projec
     assert outcomes == {"passed": 9}, result.stdout.str()
     result.stdout.no_fnmatch_line("*backend error*")
     assert server_processes(pytester.path.name) == []
+
+
+def test_a_server_forked_by_its_serve_command_is_stopped_with_it(
+    pytester: pytest.Pytester, llama_server_bin: Path, adder: str, tmp_path: Path
+) -> None:
+    """The serve command is a shell that starts the real server (llama-server) as its own
+    child and waits, without ``exec``: the watchdog only ever started the shell, so the
+    server is stopped only because the whole process group is. Both must be gone when the
+    run ends."""
+    pids = tmp_path / "pids"
+    serve = llama_serve(llama_server_bin, llama_flags(slots=1, context=64))
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(".jsonl", addition=suite_jsonl())
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"models:\n  adder: {adder}\nbackends:\n"
+        + backend("srv", "llama-server", f"sh -c '{serve} & echo $$ $! > {pids}; wait'")
+        + "suites: [addition.jsonl]\nchecks:\n  - determinism: {target: adder@srv, runs: 2}\n",
+    )
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    assert result.parseoutcomes() == {"passed": 9}, result.stdout.str()  # the child served
+    shell, child = (int(pid) for pid in pids.read_text().split())
+    assert shell != child
+    assert not alive(shell), "the serve command's shell outlived the run"
+    assert not alive(child), "the server its shell forked outlived the run"
 
 
 def test_server_that_fails_to_start_fails_its_items_with_the_log(

@@ -1,0 +1,128 @@
+"""The fault matrix on a real llama-server (the tiny adder's f32 GGUF): every kind, each fault
+it can see, and the control that must pass.
+
+One pytest subprocess per kind covering all its faults (a subprocess: the proxy below lives
+in this process and uses httpx, which an in-process pytester run would unload). The
+matrix's backends all attach to one llama-server: ``llama`` (the control, and the faithful
+side of the comparisons), the same server wrapped by ``pytest_infercheck_wrap_backend`` for
+each in-process fault (``faulty-<fault>`` / ``flaky-<fault>``, see :mod:`tests.faults`), and
+the server behind a :class:`~tests.faulty_proxy.FaultyProxy` that answers every generation
+request with HTTP 200 and an empty body (``...-empty-body``). The expected verdicts are
+:data:`tests.faults.EXPECTED`; the in-process model's are in
+``tests/plugin/test_fault_matrix.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fault_matrix import (
+    CONTROL,
+    RunCache,
+    Verdict,
+    assert_expected,
+    check_entry,
+    checks_block,
+    fault_cases,
+    mode_of,
+    verdicts,
+    write_project,
+)
+from tests.faults import Fault, backend_name
+from tests.faulty_proxy import Fault as ProxyFault
+from tests.faulty_proxy import FaultyProxy
+
+COMPARISONS = ("compare", "sweep", "diff", "golden")
+SELF_KINDS = (
+    "determinism",
+    "stress",
+    "batch-invariance",
+    "stream-parity",
+    "endpoint-parity",
+    "cache-pollution",
+)
+KINDS = COMPARISONS + SELF_KINDS
+FAULTS = tuple(Fault)
+
+_SILENT = "passes silently"
+_FLIP = "fails on the answer flip only, not naming the empty generation"
+_DIFFERS = "fails as an output that differs, not naming the empty generation"
+_DRIFT = "fails on the logprob diff ('moved by inf'), not naming the non-finite value"
+_BODY = "fails as a backend error ('returned malformed JSON'), not naming the empty body"
+PENDING: dict[tuple[str, Fault], str] = {
+    **{
+        (kind, fault): _SILENT
+        for kind in COMPARISONS
+        for fault in (Fault.NAN_LOGPROBS, Fault.INF_LOGPROBS, Fault.MISMATCHED_LOGPROBS)
+    },
+    **{(kind, Fault.EMPTY): _FLIP for kind in COMPARISONS},
+    **{
+        (kind, fault): _SILENT
+        for kind in ("stress", "stream-parity", "cache-pollution")
+        for fault in (Fault.NAN_LOGPROBS, Fault.INF_LOGPROBS)
+    },
+    ("stress", Fault.MISMATCHED_LOGPROBS): _SILENT,
+    ("cache-pollution", Fault.MISMATCHED_LOGPROBS): _SILENT,
+    ("determinism", Fault.NAN_LOGPROBS): _SILENT + " (a NaN drift is not > max_logprob_drift)",
+    ("batch-invariance", Fault.NAN_LOGPROBS): _SILENT + " (a NaN diff is not > tolerance)",
+    ("determinism", Fault.INF_LOGPROBS): _DRIFT,
+    ("batch-invariance", Fault.INF_LOGPROBS): _DRIFT,
+    **{(kind, Fault.EMPTY): _DIFFERS for kind in SELF_KINDS},
+    **{(kind, Fault.EMPTY_BODY): _BODY for kind in KINDS},
+}
+"""(kind, fault) pairs that pass silently, or fail without naming the fault, until the
+fail-closed rules land: strict xfails (an XPASS says the rule landed: remove the pair)."""
+
+RUNS = RunCache()
+
+
+@pytest.fixture(scope="module")
+def empty_body_url(llama_url: str) -> Iterator[str]:
+    """The llama-server behind a proxy that answers every generation request with HTTP 200
+    and an empty body (other requests, e.g. ``/health`` and ``/tokenize``, pass)."""
+    with FaultyProxy(llama_url, ProxyFault(perturb_every=1, empty_body=True)) as proxy:
+        yield proxy.url
+
+
+def _run(
+    pytester: pytest.Pytester, adder: str, llama_url: str, empty_body_url: str, kind: str
+) -> dict[str, Verdict]:
+    names = {fault: backend_name(fault, mode_of(kind)) for fault in FAULTS}
+    models = f"  adder: {adder}\n"
+    backends = f"  llama: {{kind: llama-server, url: '{llama_url}'}}\n" + "".join(
+        f"  {name}: {{kind: llama-server, url: "
+        f"'{empty_body_url if fault is Fault.EMPTY_BODY else llama_url}'}}\n"
+        for fault, name in names.items()
+    )
+    args = ["-q", "-p", "no:cacheprovider"]
+    if kind == "golden":  # the golden recorded from the faithful backend first
+        write_project(pytester, models, backends, check_entry(kind, CONTROL, "llama", "llama"))
+        recorded = pytester.runpytest_subprocess(*args, "--infercheck-record")
+        assert recorded.ret == 0, recorded.stdout.str()
+    write_project(pytester, models, backends, checks_block(kind, names, "llama", names.__getitem__))
+    pytester.runpytest_subprocess(*args, "--infercheck-results=results.json")
+    return verdicts(pytester.path / "results.json")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_fault_passes(
+    pytester: pytest.Pytester, adder: str, llama_url: str, empty_body_url: str, kind: str
+) -> None:
+    found = RUNS.get(kind, lambda: _run(pytester, adder, llama_url, empty_body_url, kind))
+    assert found[CONTROL].passed, found[CONTROL].message
+    assert set(found) == {CONTROL, *(f.value for f in FAULTS)}
+
+
+@pytest.mark.parametrize(("kind", "fault"), fault_cases(KINDS, FAULTS, PENDING))
+def test_fault_fails_naming_it(
+    pytester: pytest.Pytester,
+    adder: str,
+    llama_url: str,
+    empty_body_url: str,
+    kind: str,
+    fault: Fault,
+) -> None:
+    found = RUNS.get(kind, lambda: _run(pytester, adder, llama_url, empty_body_url, kind))
+    assert_expected(kind, fault, found[fault.value], top_k=True)  # llama-server: top-k
