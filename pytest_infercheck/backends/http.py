@@ -181,6 +181,13 @@ class HttpClient:
             return response
 
         response = await self._retrying(f"{method} {path}", attempt)
+        if not response.content.strip():
+            raise HttpError(
+                f"backend {self.name!r}: {method} {path} returned HTTP "
+                f"{response.status_code} with an empty body",
+                response.status_code,
+                response.text,
+            )
         try:
             return response.json()
         except ValueError as exc:

@@ -73,7 +73,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator
 
 from ..metrics.answers import judge_answers
-from ..metrics.consistency import EMPTY_GENERATION, Fault, empty_fault, latency_fault
+from ..metrics.consistency import (
+    EMPTY_GENERATION,
+    Fault,
+    empty_fault,
+    generation_faults,
+    latency_fault,
+)
 from ..metrics.load import max_in_flight, mean_in_flight, tokens_per_second
 from ..metrics.sameness import DivergenceUnit, compare_outputs
 from ..metrics.stats import percentile, wilson_interval
@@ -104,6 +110,8 @@ if TYPE_CHECKING:
     from ..suites import Prompt, Suite
 
 MAX_MISMATCHES = 10
+MAX_SHOWN_FAULTS = 3
+"""Requests whose logprob faults are quoted per level (all are counted)."""
 """Inconsistent outputs listed per level (all are counted)."""
 TEXT_CHARS = 200
 """Characters of a mismatching reference and output kept in the report."""
@@ -143,6 +151,8 @@ class Output:
     n_tokens: int | None = None
     error: str | None = None
     finish_reason: str | None = None
+    faults: tuple[Fault, ...] = ()
+    """Non-finite or mismatched logprobs of what came back (:func:`generation_faults`)."""
 
 
 @dataclass
@@ -314,6 +324,7 @@ def _output(prompt_id: str, start: float, end: float, result: Any) -> Output:
         result.token_ids,
         token_count(result),
         finish_reason=result.finish_reason,
+        faults=tuple(generation_faults(f"the output of {prompt_id}", result)),
     )
 
 
@@ -405,6 +416,7 @@ def level_data(
     faults = [f for f in [latency_fault(f"c{level}", [e - s for s, e in intervals])] if f]
     if empties:
         faults.append(_empty_requests(level, n, empties))
+    faults += _logprob_faults(level, n, outputs)
     counts = [o.n_tokens for o in done]
     known = all(c is not None for c in counts) and bool(done)
     tokens = sum(c for c in counts if c is not None)
@@ -426,6 +438,23 @@ def level_data(
         mismatches=mismatches,
         faults=faults,
     )
+
+
+def _logprob_faults(level: int, requests: int, outputs: Sequence[Output]) -> list[Fault]:
+    """One fault per kind of logprob fault over the level's requests, quoting the first
+    few: ``non-finite logprob in 2 of 40 requests: request 3: non-finite logprob in the
+    output of s01 at position 0 (NaN); ...``."""
+    found = [(i, f) for i, o in enumerate(outputs) for f in o.faults]
+    out = []
+    for kind in dict.fromkeys(f.fault for _, f in found):
+        hits = [(i, f) for i, f in found if f.fault == kind]
+        shown = "; ".join(f"request {i}: {f.text}" for i, f in hits[:MAX_SHOWN_FAULTS])
+        more = len(hits) - MAX_SHOWN_FAULTS
+        shown += f"; ... {more} more" if more > 0 else ""
+        n = len({i for i, _ in hits})
+        text = f"{kind} in {n} of {requests} requests: {shown}"
+        out.append(Fault(fault=kind, where=f"c{level}", text=text))
+    return out
 
 
 def _empty_requests(level: int, requests: int, empties: list[tuple[int, Fault]]) -> Fault:

@@ -147,6 +147,15 @@ async def test_malformed_json_is_a_clear_error() -> None:
 
 
 @pytest.mark.asyncio
+async def test_an_empty_body_is_named() -> None:
+    with (
+        fake_server(Script([Reply(raw=b"")])) as url,
+        pytest.raises(HttpError, match=r"POST /x returned HTTP 200 with an empty body"),
+    ):
+        await HttpClient("fake", HttpSettings(base_url=url)).request("POST", "/x", {})
+
+
+@pytest.mark.asyncio
 async def test_connection_refused_is_retried_then_reported() -> None:
     settings = HttpSettings(base_url="http://127.0.0.1:9", retries=1, backoff_s=0.01)
     with pytest.raises(HttpError, match="ConnectError"):

@@ -46,32 +46,7 @@ SELF_KINDS = (
 KINDS = COMPARISONS + SELF_KINDS
 FAULTS = tuple(Fault)
 
-_SILENT = "passes silently"
-_FLIP = "fails on the answer flip only, not naming the empty generation"
-_DIFFERS = "fails as an output that differs, not naming the empty generation"
-_DRIFT = "fails on the logprob diff ('moved by inf'), not naming the non-finite value"
-_BODY = "fails as a backend error ('returned malformed JSON'), not naming the empty body"
-PENDING: dict[tuple[str, Fault], str] = {
-    **{
-        (kind, fault): _SILENT
-        for kind in COMPARISONS
-        for fault in (Fault.NAN_LOGPROBS, Fault.INF_LOGPROBS, Fault.MISMATCHED_LOGPROBS)
-    },
-    **{(kind, Fault.EMPTY): _FLIP for kind in COMPARISONS},
-    **{
-        (kind, fault): _SILENT
-        for kind in ("stress", "stream-parity", "cache-pollution")
-        for fault in (Fault.NAN_LOGPROBS, Fault.INF_LOGPROBS)
-    },
-    ("stress", Fault.MISMATCHED_LOGPROBS): _SILENT,
-    ("cache-pollution", Fault.MISMATCHED_LOGPROBS): _SILENT,
-    ("determinism", Fault.NAN_LOGPROBS): _SILENT + " (a NaN drift is not > max_logprob_drift)",
-    ("batch-invariance", Fault.NAN_LOGPROBS): _SILENT + " (a NaN diff is not > tolerance)",
-    ("determinism", Fault.INF_LOGPROBS): _DRIFT,
-    ("batch-invariance", Fault.INF_LOGPROBS): _DRIFT,
-    **{(kind, Fault.EMPTY): _DIFFERS for kind in SELF_KINDS},
-    **{(kind, Fault.EMPTY_BODY): _BODY for kind in KINDS},
-}
+PENDING: dict[tuple[str, Fault], str] = {}
 """(kind, fault) pairs that pass silently, or fail without naming the fault, until the
 fail-closed rules land: strict xfails (an XPASS says the rule landed: remove the pair)."""
 

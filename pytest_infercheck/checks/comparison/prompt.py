@@ -29,6 +29,7 @@ from pydantic import BeforeValidator
 from ...backends import Generation
 from ...golden import golden_scorable
 from ...metrics.answers import FlipKind, judge_answers
+from ...metrics.consistency import generation_faults
 from ...metrics.finite import (
     Problem,
     check_topk_rows,
@@ -154,6 +155,11 @@ class PromptComparison:
     within the tolerance of 0, top-k lists whose mass exceeds 1, NaN or infinite ``KL_t``.
     Each is a violation of its own (:func:`~.verdicts.item_problems`). In JSON: a list of
     objects with a ``type`` (``non-finite``, ``not-normalised``) and the positions."""
+    faults: list[str] = field(default_factory=list)
+    """What each side's own generation carries that cannot be right
+    (:func:`~pytest_infercheck.metrics.consistency.generation_faults`): a NaN or ``+inf``
+    chosen or top-k logprob, a chosen logprob that does not match its token's top-k entry.
+    Each is a violation of its own; absent from the JSON when there are none."""
     kl_mean: float | None = field(init=False)
     """Derived: mean of :attr:`kl_per_position`, NaN when any position is NaN (None without
     positions)."""
@@ -181,6 +187,8 @@ class PromptComparison:
         plain)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["problems"] = [p.to_dict() for p in self.problems]
+        if not self.faults:
+            del data["faults"]
         return data
 
 
@@ -264,6 +272,11 @@ def compare_prompt(
         base_reasoning_chars=len(base.extra.get("reasoning") or ""),
         test_reasoning_chars=len(other.extra.get("reasoning") or ""),
         problems=list(dists.problems),
+        faults=[
+            f.text
+            for where, generation in (("baseline", base), ("test", other))
+            for f in generation_faults(f"the {where} output", generation)
+        ],
     )
 
 
