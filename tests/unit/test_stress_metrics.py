@@ -95,6 +95,19 @@ def test_text_only_engine_diverges_by_character_and_has_no_token_rate() -> None:
     assert data.tokens_per_s is None
 
 
+def test_sameness_needs_ids_and_text() -> None:
+    """Same text with other ids, and same ids with other text: neither is consistent (the
+    one sameness rule: equal text, and equal ids where both sides have them)."""
+    outputs = [
+        Output("a", 0.0, 1.0, "46", [10, 11, 2], 3),  # consistent
+        Output("a", 0.0, 1.0, "46", [10, 99, 2], 3),  # same text, other ids: token 1
+        Output("a", 0.0, 1.0, "4 6", [10, 11, 2], 3),  # same ids, other text: character 1
+    ]
+    data = level_data(3, "m@srv", outputs, {"a": Reference("46", [10, 11, 2])}, PROMPTS)
+    assert data.consistent == 1
+    assert [(m.first_divergence, m.unit) for m in data.mismatches] == [(1, "token"), (1, "char")]
+
+
 def test_all_errors() -> None:
     outputs = [Output("a", 0.0, 0.1, error="ConnectError")] * 2
     data = level_data(2, "m@srv", outputs, REFS, PROMPTS)
