@@ -60,17 +60,35 @@ class ItemRecord(BaseModel):
         return self.model_dump(exclude=exclude)
 
 
+OMIT_WHEN_EMPTY: dict[str, Any] = {"omit_when_empty": True}
+"""Field metadata of a record field left out of the JSON when it is empty or None (a key
+that is absent by design, e.g. a trial's ``error`` or an output's ``faults``):
+``field(default_factory=list, metadata=OMIT_WHEN_EMPTY)``. Its default reads it back."""
+
+
 def plain_data(data: Any) -> dict[str, Any]:
-    """A kind's record (a dataclass, or already a mapping) as JSON types: the record's own
-    ``to_plain()`` where it has one (to leave out keys that are absent by design), else all
-    its fields."""
-    to_plain = getattr(data, "to_plain", None)
-    if callable(to_plain):
-        data = to_plain()
-    elif dataclasses.is_dataclass(data) and not isinstance(data, type):
-        data = dataclasses.asdict(data)
-    converted: dict[str, Any] = plain(data)
+    """A kind's record (a dataclass, or already a mapping) as JSON types: every field, nested
+    records too, but the fields marked :data:`OMIT_WHEN_EMPTY` that are empty; a record with
+    a ``to_plain()`` of its own is made plain by it."""
+    converted: dict[str, Any] = _plain_record(data)
     return converted
+
+
+def _plain_record(value: Any) -> Any:
+    to_plain = getattr(value, "to_plain", None)
+    if callable(to_plain):
+        return _plain_record(to_plain())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _plain_record(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.metadata.get("omit_when_empty") and not getattr(value, f.name))
+        }
+    if isinstance(value, dict):
+        return {str(k): _plain_record(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain_record(v) for v in value]
+    return plain(value)
 
 
 _ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}

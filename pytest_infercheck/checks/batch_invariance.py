@@ -46,8 +46,7 @@ from ..metrics.consistency import (
 from ..metrics.determinism import logprob_diff
 from ..metrics.finite import strict_max
 from ..metrics.sameness import same_generation
-from ..plain_data import plain
-from ..records import load_record
+from ..records import OMIT_WHEN_EMPTY, load_record, plain_data
 from ..render.markup import esc, num, rate, table
 from ..render.table import check_table
 from ..render.views import facts, side_by_side, text_of
@@ -84,7 +83,7 @@ class AloneOutput:
     text: str
     token_ids: list[int] | None
     """None when the backend gives no token ids."""
-    faults: list[Fault] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of its own logprobs (each a violation); absent from the JSON when none."""
 
 
@@ -111,10 +110,10 @@ class Trial:
     """The needle's batched output; None when its request failed."""
     divergence_unit: str | None = None
     """``token`` or ``char``; None when it matches or failed (absent in results version 1)."""
-    error: str | None = None
+    error: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """``<exception type>: <message>`` when the batched request failed; the key is absent from
-    the JSON otherwise (:meth:`BatchInvariancePrompt.to_plain`)."""
-    faults: list[Fault] = field(default_factory=list)
+    the JSON otherwise ."""
+    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of the batched output: of its own logprobs, and an empty generation against the
     output alone (each a violation); absent from the JSON when none."""
 
@@ -131,18 +130,6 @@ class BatchInvariancePrompt:
     trials: list[Trial]
     batched_by: str
     """How the backend ran a batch (:func:`batched_by`)."""
-
-    def to_plain(self) -> dict[str, Any]:
-        """This record as JSON types, a trial's ``error`` only where its request failed (the
-        results files have always left it out otherwise)."""
-        data: dict[str, Any] = plain(dataclasses.asdict(self))
-        for trial in data["trials"]:
-            if trial["error"] is None:
-                del trial["error"]
-        for part in (data["alone"], *data["trials"]):
-            if not part["faults"]:
-                del part["faults"]
-        return data
 
 
 @dataclass
@@ -409,7 +396,7 @@ def batch_invariance_prompt(data: Mapping[str, Any]) -> str:
         for t in record.trials
     ]
     parts = [
-        facts(record.to_plain(), ()),
+        facts(plain_data(record), ()),
         table(
             ["trial", "position", "batch", "match", "first divergence", "max logprob diff"], rows
         ),

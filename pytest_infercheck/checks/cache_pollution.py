@@ -24,7 +24,6 @@ Needs a server backend; an in-process (mlx-lm) target fails its items with that 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,8 +33,7 @@ from pydantic import Field
 from ..backends import BackendError, Generation
 from ..metrics.consistency import Fault, aggregate_faults, empty_fault, generation_faults
 from ..metrics.sameness import DivergenceUnit, same_generation
-from ..plain_data import plain
-from ..records import load_record
+from ..records import OMIT_WHEN_EMPTY, load_record
 from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
 from ..render.text import mark_divergence
@@ -113,17 +111,10 @@ class HostileRecord:
     """The reference prompts whose output changed (empty: none, or the server is dead)."""
     prompts: int
     """How many reference prompts there are."""
-    faults: list[Fault] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of the reference outputs, before any hostile request and after this one, and
     outputs that became empty (each a violation); absent from the JSON when none
-    (:meth:`to_plain`)."""
-
-    def to_plain(self) -> dict[str, Any]:
-        """This record as JSON types, ``faults`` only when there are some."""
-        data: dict[str, Any] = plain(dataclasses.asdict(self))
-        if not data["faults"]:
-            del data["faults"]
-        return data
+   ."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ Records (:attr:`~.protocol.CheckKind.records`): :class:`DeterminismPrompt` (role
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from ..metrics.determinism import (
     summarize_runs,
 )
 from ..metrics.finite import strict_max
-from ..records import load_record, plain_data
+from ..records import OMIT_WHEN_EMPTY, load_record, plain_data
 from ..render.markup import esc, interval, num, plain, rate, table
 from ..render.table import check_table
 from ..render.views import facts, marked_text, side_by_side
@@ -94,21 +93,10 @@ class DeterminismPrompt:
     two such runs expose logprobs."""
     outputs: list[DistinctOutput]
     """The distinct outputs, modal first, then by count and first appearance."""
-    faults: list[Fault] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of the runs' own outputs (non-finite logprobs, logprobs that do not match their
     token, an empty generation among non-empty runs): each is a violation. The key is absent
-    from the JSON when there are none (:meth:`to_plain`)."""
-
-    def to_plain(self) -> dict[str, Any]:
-        """This record as JSON types, ``faults`` only when there are some."""
-        return _without_empty_faults(dataclasses.asdict(self))
-
-
-def _without_empty_faults(data: dict[str, Any]) -> dict[str, Any]:
-    out = plain_data(data)
-    if not out.get("faults"):
-        out.pop("faults", None)
-    return out
+    from the JSON when there are none."""
 
 
 @dataclass

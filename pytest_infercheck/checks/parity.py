@@ -58,8 +58,7 @@ from ..metrics.consistency import (
 from ..metrics.determinism import logprob_diff
 from ..metrics.sameness import DivergenceUnit, same_generation
 from ..metrics.text import similarity
-from ..plain_data import plain
-from ..records import load_record
+from ..records import OMIT_WHEN_EMPTY, load_record
 from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
 from ..render.text import mark_divergence, safe_text
@@ -179,16 +178,9 @@ class ParityPrompt:
     logprob_drift: float | None
     """max |logprob difference| of the chosen tokens when the outputs match and both sides
     have logprobs, else None."""
-    faults: list[Fault] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of either side's own output, and an empty generation against the other side
-    (each a violation); absent from the JSON when none (:meth:`to_plain`)."""
-
-    def to_plain(self) -> dict[str, Any]:
-        """This record as JSON types, ``faults`` only when there are some."""
-        data: dict[str, Any] = plain(dataclasses.asdict(self))
-        if not data["faults"]:
-            del data["faults"]
-        return data
+    (each a violation); absent from the JSON when none."""
 
 
 @dataclass(frozen=True)

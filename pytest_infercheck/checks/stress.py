@@ -59,7 +59,6 @@ references (:class:`Reference`) and each level cross between processes as JSON
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import math
 import os
@@ -83,8 +82,7 @@ from ..metrics.consistency import (
 from ..metrics.load import max_in_flight, mean_in_flight, tokens_per_second
 from ..metrics.sameness import DivergenceUnit, compare_outputs
 from ..metrics.stats import percentile, wilson_interval
-from ..plain_data import plain
-from ..records import load_record, plain_data
+from ..records import OMIT_WHEN_EMPTY, load_record, plain_data
 from ..render.charts import line_chart
 from ..render.markup import esc, kv_table, num, table
 from ..render.table import render_table
@@ -179,23 +177,9 @@ class Mismatch:
     """``token`` (both sides have token ids) or ``char``."""
     reference: str
     output: str
-    fault: str | None = None
+    fault: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """``empty generation: ...`` when the output or its reference is empty and the other is
-    not; None otherwise, and then absent from the JSON (:meth:`StressLevel.to_plain`)."""
-
-
-def _plain_without(data: Any, key: str) -> Any:
-    """``data`` as JSON types, with ``key`` left out of every mapping where it is None or
-    empty (the record keys absent by design)."""
-    if isinstance(data, dict):
-        return {
-            k: _plain_without(v, key)
-            for k, v in data.items()
-            if not (k == key and (v is None or v == []))
-        }
-    if isinstance(data, list):
-        return [_plain_without(v, key) for v in data]
-    return data
+    not; None otherwise, and then absent from the JSON."""
 
 
 @dataclass
@@ -235,21 +219,9 @@ class StressLevel:
     measured_by: str = ""
     """The process that measured the level: an xdist worker (``gw0``) or ``main`` (set by the
     run)."""
-    faults: list[Fault] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Non-finite latencies and empty generations (see the module docstring): each is a
-    violation. Absent from the JSON when there are none (:meth:`to_plain`)."""
-
-    def to_plain(self) -> dict[str, Any]:
-        """This record as JSON types; ``faults`` and a mismatch's ``fault`` only when there
-        are some."""
-        return _level_plain(plain(dataclasses.asdict(self)))
-
-
-def _level_plain(data: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = _plain_without(data, "fault")
-    if not out.get("faults"):
-        out.pop("faults", None)
-    return out
+    violation. Absent from the JSON when there are none."""
 
 
 @dataclass
@@ -261,12 +233,6 @@ class StressAggregate:
     levels: list[StressLevel]
     engines: dict[str, dict[str, Any]]
     """The target's engine identity, by target label."""
-
-    def to_plain(self) -> dict[str, Any]:
-        """This record as JSON types, each level as :meth:`StressLevel.to_plain` has it."""
-        data: dict[str, Any] = plain(dataclasses.asdict(self))
-        data["levels"] = [level.to_plain() for level in self.levels]
-        return data
 
 
 def error_kind(exc: BaseException) -> str:

@@ -62,6 +62,7 @@ from .finite import (
     check_topk_rows,
     check_values,
     empty_generation,
+    positions_text,
 )
 
 if TYPE_CHECKING:
@@ -104,15 +105,7 @@ EMPTY_GENERATION = "empty generation"
 NON_FINITE_LATENCY = "non-finite latency"
 NON_FINITE_SIMILARITY = "non-finite similarity"
 
-_SHOWN = 10  # positions spelled out before "... (N in all)"
 _EXAMPLES = 3  # mismatching positions whose values are quoted
-
-
-def _positions(unit: str, positions: Sequence[int]) -> str:
-    shown = ", ".join(str(p) for p in positions[:_SHOWN])
-    if len(positions) > _SHOWN:
-        shown += f", ... ({len(positions)} in all)"
-    return f"{unit}{'' if len(positions) == 1 else 's'} {shown}"
 
 
 @dataclass(frozen=True)
@@ -142,7 +135,7 @@ class Fault:
 
     def detail(self) -> str:
         """Where, for an aggregate's list: ``run 3 at positions 2, 5``."""
-        at = f" at {_positions(self.unit, self.positions)}" if self.positions else ""
+        at = f" at {positions_text(self.unit, self.positions)}" if self.positions else ""
         return f"{self.where}{at}"
 
 
@@ -227,10 +220,11 @@ def _mismatch_fault(where: str, found: list[tuple[int, float, float, str]]) -> F
     )
     more = f"; ... ({len(found)} in all)" if len(found) > _EXAMPLES else ""
     positions = [t for t, _, _, _ in found]
+    at = positions_text("position", positions)
     return Fault(
         LOGPROB_MISMATCH,
         where,
-        f"{LOGPROB_MISMATCH} in {where} at {_positions('position', positions)} ({examples}{more})",
+        f"{LOGPROB_MISMATCH} in {where} at {at} ({examples}{more})",
         positions,
     )
 

@@ -85,7 +85,8 @@ tolerance; 0.02 covers vocabularies up to 2^18 tokens (``2^18 * 2^-24 + 1e-4 = 0
 Only the upper side is checked: a top-k list holds less than the whole mass."""
 
 
-def _positions_text(unit: str, positions: Sequence[int]) -> str:
+def positions_text(unit: str, positions: Sequence[int]) -> str:
+    """``positions 2, 5`` (``position 3``; past ten: ``..., (N in all)``)."""
     shown = ", ".join(str(p) for p in positions[:_SHOWN])
     if len(positions) > _SHOWN:
         shown += f", ... ({len(positions)} in all)"
@@ -112,7 +113,7 @@ class NonFinite:
     def describe(self) -> str:
         """``non-finite KL at positions 2, 5 (NaN)``; ``non-finite similarity (NaN)``."""
         kinds = ", ".join(_KIND_LABEL[k] for k in self.kinds)
-        where = f" at {_positions_text(self.unit, self.positions)}" if self.positions else ""
+        where = f" at {positions_text(self.unit, self.positions)}" if self.positions else ""
         return f"non-finite {self.what}{where} ({kinds})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -143,7 +144,7 @@ class NotNormalised:
         if len(self.logsumexp) > _SHOWN:
             values += ", ..."
         return (
-            f"{self.what} do not normalise at {_positions_text(self.unit, self.positions)} "
+            f"{self.what} do not normalise at {positions_text(self.unit, self.positions)} "
             f"(logsumexp {values}; tolerance {self.tol:.3g})"
         )
 
@@ -454,7 +455,7 @@ def aggregate_problems(
         details = []
         for label, problem in members[:shown]:
             where = (
-                f" ({_positions_text(problem.unit, problem.positions)})"
+                f" ({positions_text(problem.unit, problem.positions)})"
                 if not isinstance(problem, EmptyGeneration) and problem.positions
                 else ""
             )

@@ -247,7 +247,7 @@ def test_batch_invariance_names_a_nan_logprob_that_max_used_to_hide() -> None:
         "p1 (the batched output at position 1)"
     ]
     # JSON has no NaN: the difference reads back as null, the faults as they were
-    back = load_record(BatchInvariancePrompt, record.to_plain())
+    back = load_record(BatchInvariancePrompt, plain_data(record))
     assert [t.faults for t in back.trials] == [t.faults for t in record.trials]
     assert [t.max_logprob_diff for t in back.trials] == [None, None]
 

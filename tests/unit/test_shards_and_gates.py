@@ -284,11 +284,11 @@ def bi_prompt(pid: str, match: bool) -> BatchInvariancePrompt:
 
 
 def test_batch_invariance_counts_the_prompts_of_both_shards() -> None:
-    shard_1 = [entry("batch-invariance", "a", "prompt", bi_prompt("a", True).to_plain())]
+    shard_1 = [entry("batch-invariance", "a", "prompt", plain_data(bi_prompt("a", True)))]
     shard_2 = [
-        entry("batch-invariance", "b", "prompt", bi_prompt("b", True).to_plain()),
+        entry("batch-invariance", "b", "prompt", plain_data(bi_prompt("b", True))),
         entry(
-            "batch-invariance", "c", "prompt", bi_prompt("c", False).to_plain(), violations=["x"]
+            "batch-invariance", "c", "prompt", plain_data(bi_prompt("c", False)), violations=["x"]
         ),
     ]
     partial = BatchInvarianceAggregate("q4@local", 1, 1, 1.0, 1, "burst", ENGINES)

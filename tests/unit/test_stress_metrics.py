@@ -25,7 +25,7 @@ from pytest_infercheck.checks.stress import (
 )
 from pytest_infercheck.config import CheckSpec
 from pytest_infercheck.metrics.load import max_in_flight, mean_in_flight, span, tokens_per_second
-from pytest_infercheck.records import load_record
+from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.shared_work import SharedWork
 from pytest_infercheck.suites import Prompt
 from pytest_infercheck.xdist_scheduling import scope_of
@@ -264,10 +264,10 @@ def test_empty_by_token_ids_and_the_stop_token() -> None:
 def test_faults_are_in_the_json_only_when_there_are_some() -> None:
     refs = {"a": Reference("46", None)}
     clean = level_data(1, "m@srv", [Output("a", 0.0, 1.0, "46")], refs, [prompt("a", "46")])
-    plain = clean.to_plain()
+    plain = plain_data(clean)
     assert "faults" not in plain and "fault" not in json.dumps(plain)
     broken = level_data(1, "m@srv", [Output("a", 0.0, 1.0, "")], refs, [prompt("a", "46")])
-    plain = broken.to_plain()
+    plain = plain_data(broken)
     assert plain["faults"][0]["fault"] == "empty generation"
     assert plain["mismatches"][0]["fault"].startswith("empty generation: request 0 (a)")
     assert load_record(StressLevel, json.loads(json.dumps(plain))) == broken

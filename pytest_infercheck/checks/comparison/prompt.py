@@ -42,7 +42,7 @@ from ...metrics.kl import position_stats, topk_kl_lower_bound_positions
 from ...metrics.sameness import compare_outputs
 from ...metrics.text import severity, similarity
 from ...metrics.topk_full import topk_vs_full_stats
-from ...records import Measured
+from ...records import OMIT_WHEN_EMPTY, Measured
 
 if TYPE_CHECKING:
     from ...backends import GenerationParams
@@ -155,7 +155,7 @@ class PromptComparison:
     within the tolerance of 0, top-k lists whose mass exceeds 1, NaN or infinite ``KL_t``.
     Each is a violation of its own (:func:`~.verdicts.item_problems`). In JSON: a list of
     objects with a ``type`` (``non-finite``, ``not-normalised``) and the positions."""
-    faults: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """What each side's own generation carries that cannot be right
     (:func:`~pytest_infercheck.metrics.consistency.generation_faults`): a NaN or ``+inf``
     chosen or top-k logprob, a chosen logprob that does not match its token's top-k entry.
@@ -188,7 +188,7 @@ class PromptComparison:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["problems"] = [p.to_dict() for p in self.problems]
         if not self.faults:
-            del data["faults"]
+            del data["faults"]  # OMIT_WHEN_EMPTY, as for a record without a to_plain
         return data
 
 

@@ -74,9 +74,10 @@ def item_problems(result: PromptComparison) -> list[Problem]:
 def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[str]:
     """Every problem of :func:`item_problems` (named: ``non-finite KL at positions 2, 5
     (NaN)``) and every fault of either side's generation (:attr:`PromptComparison.faults`),
-    then every per-item threshold that ``result`` breaks, as ``measured vs limit`` lines. A NaN never passes: it is named as a problem (a NaN mean or max KL comes from a
-    non-finite ``KL_t``, a NaN similarity is non-finite itself); ``+inf`` KL also breaks
-    ``max_kl`` and ``max_kl_position``."""
+    then every per-item threshold that ``result`` breaks, as ``measured vs limit`` lines. A
+    NaN never passes: it is named as a problem (a NaN mean or max KL comes from a non-finite
+    ``KL_t``, a NaN similarity is non-finite itself); ``+inf`` KL also breaks ``max_kl`` and
+    ``max_kl_position``."""
     out = [p.describe() for p in item_problems(result)] + list(result.faults)
     mean, peak = result.kl_mean, result.kl_max
     lower = "" if result.method == TEACHER_FORCED else " (lower bound)"
