@@ -298,7 +298,7 @@ async def send_burst(backend: Backend, jobs: Sequence[Job], level: int) -> list[
     """Every job started at once, at most ``level`` in flight; errors become outputs."""
     gate = asyncio.Semaphore(level)
 
-    async def one(job: Job) -> Output:
+    async def one(job: Job) -> tuple[str, float, float, Any]:
         prompt, rendered, params = job
         async with gate:
             start = time.perf_counter()
@@ -306,14 +306,16 @@ async def send_burst(backend: Backend, jobs: Sequence[Job], level: int) -> list[
                 result: Any = await backend.generate(rendered, params)
             except Exception as exc:  # counted by kind, never dropped
                 result = exc
-            return _output(prompt.id, start, time.perf_counter(), result)
+            return prompt.id, start, time.perf_counter(), result
 
-    return list(await asyncio.gather(*(one(job) for job in jobs)))
+    # Outputs (and their fault checks) are made once every request is done: nothing of the
+    # harness's runs while a request holds its place in flight.
+    return [_output(*done) for done in await asyncio.gather(*(one(job) for job in jobs))]
 
 
 async def send_batches(backend: Backend, jobs: Sequence[Job], level: int) -> list[Output]:
     """Batches of ``level`` jobs through ``generate_batch``, one after the other."""
-    outputs: list[Output] = []
+    done: list[tuple[str, float, float, Any]] = []
     for batch in batches(jobs, level):
         start = time.perf_counter()
         try:
@@ -323,10 +325,8 @@ async def send_batches(backend: Backend, jobs: Sequence[Job], level: int) -> lis
         except Exception as exc:  # the whole batch failed: each request is an error
             results = [exc] * len(batch)
         end = time.perf_counter()
-        outputs += [
-            _output(p.id, start, end, r) for (p, _, _), r in zip(batch, results, strict=True)
-        ]
-    return outputs
+        done += [(p.id, start, end, r) for (p, _, _), r in zip(batch, results, strict=True)]
+    return [_output(*one) for one in done]  # checked after the level: no gap between batches
 
 
 def level_data(
