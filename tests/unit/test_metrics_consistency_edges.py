@@ -24,6 +24,7 @@ def test_ten_positions_are_all_shown_eleven_are_cut() -> None:
     assert ten.text == "non-finite logprob in run 0 at positions 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 " + (
         "(NaN)"
     )
+    assert ten.detail() == "run 0 at positions 0, 1, 2, 3, 4, 5, 6, 7, 8, 9"
     (eleven,) = logprob_faults("run 0", [NAN] * 11)
     assert eleven.detail() == "run 0 at positions 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ... (11 in all)"
 

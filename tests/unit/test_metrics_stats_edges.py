@@ -93,5 +93,8 @@ def test_infinities_give_nan_without_numpy_warnings() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mean, se = clustered_mean_se([np.array([math.inf]), np.array([-math.inf])])
+        inf_mean, inf_se = clustered_mean_se([np.array([math.inf]), np.array([1.0])])
+    assert inf_mean == math.inf
+    assert math.isnan(inf_se)
     assert math.isnan(mean)
     assert math.isnan(se)
