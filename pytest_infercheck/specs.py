@@ -21,7 +21,7 @@ class _Strict(BaseModel):
 
 
 Loc = tuple[str | int, ...]
-"""Where a value is written in the YAML: ``("checks", 0, "compare", "test")``."""
+"""Where a value is written in the YAML: ``("checks", 0, <kind key>, "test")``."""
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ class PositionedYaml:
 
 
 def format_loc(loc: Sequence[str | int]) -> str:
-    """``("checks", 0, "compare", "test")`` -> ``checks[0].compare.test``."""
+    """``("models", "q4", "path")`` -> ``models.q4.path``; ``("checks", 0, "name")`` ->
+    ``checks[0].name``."""
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))

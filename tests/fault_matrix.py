@@ -125,6 +125,32 @@ def write_project(pytester: pytest.Pytester, models: str, backends: str, checks:
     )
 
 
+def run_kind(
+    pytester: pytest.Pytester,
+    kind: str,
+    models: str,
+    backends: str,
+    faithful: str,
+    names: dict[Fault, str],
+    *,
+    subprocess: bool,
+) -> dict[str, Verdict]:
+    """One run of ``kind`` with a check per fault (``names``: the faulty backends) and the
+    no-fault control on ``faithful``; for a golden replay, the golden is recorded from
+    ``faithful`` first. The verdict of every check by its name."""
+    run = pytester.runpytest_subprocess if subprocess else pytester.runpytest
+    args = ["-q", "-p", "no:cacheprovider"]
+    if kind == "golden":  # the golden recorded from the faithful backend first
+        write_project(pytester, models, backends, check_entry(kind, CONTROL, faithful, faithful))
+        recorded = run(*args, "--infercheck-record")
+        assert recorded.ret == 0, recorded.stdout.str()
+    write_project(
+        pytester, models, backends, checks_block(kind, names, faithful, names.__getitem__)
+    )
+    run(*args, "--infercheck-results=results.json")
+    return verdicts(pytester.path / "results.json")
+
+
 def assert_expected(kind: str, fault: Fault, verdict: Verdict, *, top_k: bool) -> None:
     """The check of ``fault`` in ``kind``'s run against :data:`~tests.faults.EXPECTED`, on
     an engine that returns top-k logprobs (``top_k``) or not."""

@@ -23,12 +23,9 @@ from tests.fault_matrix import (
     RunCache,
     Verdict,
     assert_expected,
-    check_entry,
-    checks_block,
     fault_cases,
     mode_of,
-    verdicts,
-    write_project,
+    run_kind,
 )
 from tests.faults import Fault, backend_name
 from tests.faulty_proxy import Fault as ProxyFault
@@ -71,14 +68,7 @@ def _run(
         f"'{empty_body_url if fault is Fault.EMPTY_BODY else llama_url}'}}\n"
         for fault, name in names.items()
     )
-    args = ["-q", "-p", "no:cacheprovider"]
-    if kind == "golden":  # the golden recorded from the faithful backend first
-        write_project(pytester, models, backends, check_entry(kind, CONTROL, "llama", "llama"))
-        recorded = pytester.runpytest_subprocess(*args, "--infercheck-record")
-        assert recorded.ret == 0, recorded.stdout.str()
-    write_project(pytester, models, backends, checks_block(kind, names, "llama", names.__getitem__))
-    pytester.runpytest_subprocess(*args, "--infercheck-results=results.json")
-    return verdicts(pytester.path / "results.json")
+    return run_kind(pytester, kind, models, backends, "llama", names, subprocess=True)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -20,12 +20,9 @@ from tests.fault_matrix import (
     RunCache,
     Verdict,
     assert_expected,
-    check_entry,
-    checks_block,
     fault_cases,
     mode_of,
-    verdicts,
-    write_project,
+    run_kind,
 )
 from tests.faults import IN_PROCESS_FAULTS, Fault, backend_name
 
@@ -42,14 +39,7 @@ def _run(pytester: pytest.Pytester, bf16: Path, kind: str) -> dict[str, Verdict]
     names = {fault: backend_name(fault, mode_of(kind)) for fault in IN_PROCESS_FAULTS}
     models = f"  adder: {{path: '{bf16}'}}\n"
     backends = "".join(f"  {n}: {{kind: mlx-lm}}\n" for n in ["local", *names.values()])
-    args = ["-q", "-p", "no:cacheprovider"]
-    if kind == "golden":  # the golden recorded from the faithful backend first
-        write_project(pytester, models, backends, check_entry(kind, CONTROL, "local", "local"))
-        recorded = pytester.runpytest(*args, "--infercheck-record")
-        assert recorded.ret == 0, recorded.stdout.str()
-    write_project(pytester, models, backends, checks_block(kind, names, "local", names.__getitem__))
-    pytester.runpytest(*args, "--infercheck-results=results.json")
-    return verdicts(pytester.path / "results.json")
+    return run_kind(pytester, kind, models, backends, "local", names, subprocess=False)
 
 
 @pytest.mark.parametrize("kind", KINDS)
