@@ -11,6 +11,7 @@ from pytest_infercheck.checks.comparison.aggregate import (
     ComparisonAggregateRecord,
     aggregate,
     aggregate_violations,
+    format_aggregate,
 )
 from pytest_infercheck.checks.comparison.present import COLUMNS, summary_rows
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
@@ -140,3 +141,39 @@ def test_summary_table() -> None:
     lines = render_table(rows, COLUMNS)
     assert lines[0].split()[:3] == ["check", "suite", "test"]
     assert len(lines) == 2
+
+
+def test_format_aggregate_by_hand() -> None:
+    """The aggregate's text, every number worked out by hand from RESULTS (see
+    test_aggregate_by_hand): pooled KL [0.1, 0.3, 0.2, 0, 0, 0.6]; p90 at rank 0.9 * 5 = 4.5
+    between 0.3 and 0.6 -> 0.45, p99 at 4.95 -> 0.585; 2 failed items (a: correct->wrong,
+    c: KL_t 0.6 > 0.5); flips 2 of 3, Wilson 95%: centre (2/3 + z^2/6) / (1 + z^2/3) =
+    0.5731, half 1.959964 * sqrt(2/27 + z^2/36) / (1 + z^2/3) = 0.3654 -> 0.208-0.939;
+    McNemar on b = c = 1: p = 1."""
+    agg = aggregate(RESULTS, Thresholds(max_kl_position=0.5))
+    lines = format_aggregate(agg).splitlines()
+    assert lines[0] == "q4@local vs bf16@local: 3 prompts, 2 failed items"
+    assert lines[1].startswith("KL mean 0.2 +- ")  # SE 0 up to float rounding
+    assert lines[1].endswith(
+        "(SE, by prompt), median 0.15, p90 0.45, p99 0.585, max 0.6 over 6 positions"
+    )
+    assert lines[2] == "same-top rate 0.8333; delta-p mean -0.03333, RMS 0.1"
+    assert lines[3] == (
+        "flips 2/3 = 0.667 (CI 0.208-0.939) {'correct_to_wrong': 1, 'unchanged': 1, "
+        "'wrong_to_correct': 1}; McNemar p = 1"
+    )
+    assert lines[4] == "severity {'severe': 3}; methods {'teacher-forced': 3}"
+    assert len(lines) == 5  # no problem lines
+
+
+def test_item_thresholds_are_strict_and_a_lower_bound_says_so() -> None:
+    """A value equal to its limit passes (the gates are strict ``>`` / ``<``); a top-k
+    comparison's KL is labelled a lower bound in both KL violations."""
+    b = RESULTS[1]  # KL [0.2], similarity 0.0, unchanged
+    at_limits = Thresholds(max_kl=0.2, max_kl_position=0.2, min_similarity=0.0)
+    assert item_violations(b, at_limits) == []
+    top_k = dataclasses.replace(b, method="top-k-lower-bound")
+    assert item_violations(top_k, Thresholds(max_kl=0.1, max_kl_position=0.1)) == [
+        "mean KL (lower bound) 0.2 > max_kl 0.1",
+        "max KL_t (lower bound) 0.2 > max_kl_position 0.1",
+    ]
