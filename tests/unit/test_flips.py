@@ -69,21 +69,6 @@ def test_fails_item_rejects_unknown_values() -> None:
         fails_item(C2W, "all")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    ("kind", "is_flip"),
-    [
-        (FlipKind.UNCHANGED, False),
-        (FlipKind.CORRECT_TO_WRONG, True),
-        (FlipKind.WRONG_TO_CORRECT, True),
-        (FlipKind.WRONG_TO_WRONG, False),
-        (FlipKind.CHANGED, True),
-    ],
-)
-def test_is_flip(kind: FlipKind, is_flip: bool) -> None:
-    assert kind.is_flip is is_flip
-    assert (kind.value in FLIP_VALUES) is is_flip
-
-
 def test_flip_values() -> None:
     assert FLIP_VALUES == (C2W, W2C, CHANGED)
     assert all(type(v) is str for v in FLIP_VALUES)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_infercheck.metrics.answers import (
+    FLIP_VALUES,
     Answer,
     AnswerKind,
     FlipKind,
@@ -459,6 +460,7 @@ def test_classify_flip(base: str, test: str, reference: Answer | None, expected:
 )
 def test_flip_kind_is_flip(kind: FlipKind, is_flip: bool) -> None:
     assert kind.is_flip is is_flip
+    assert (kind.value in FLIP_VALUES) is is_flip  # what reports highlight as a flip
     assert kind == kind.value  # str enum
 
 
