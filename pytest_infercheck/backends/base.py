@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -169,6 +170,21 @@ class Backend(abc.ABC):
 
     async def ensure_ready(self) -> None:
         """Called once before first use: health checks, verifying the served model."""
+        return None
+
+    async def tokenize(self, text: str) -> list[int] | None:
+        """``text``'s token ids by this engine's own tokenizer: special tokens spelled in the
+        text are parsed as such, nothing (no BOS) is added. None: the engine exposes no
+        tokenizer (the text is all that can be compared)."""
+        return None
+
+    async def detokenize(self, ids: Sequence[int]) -> str | None:
+        """The text of ``ids`` by this engine's tokenizer; None when it exposes none."""
+        return None
+
+    async def token_pieces(self, ids: Sequence[int]) -> list[str] | None:
+        """Each id's own text (a token that is part of a multi-byte character shows as its
+        bytes, e.g. ``<0xE4>``), for naming tokens in reports; None when unknown."""
         return None
 
     def tokenizer_fingerprint(self) -> str | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,18 @@ class LlamaServerBackend(Backend):
             {"content": text, "add_special": add_special, "parse_special": True},
         )
         return [int(t) for t in answer["tokens"]]
+
+    async def tokenize(self, text: str) -> list[int]:
+        return await self._tokenize(text, add_special=False)
+
+    async def detokenize(self, ids: Sequence[int]) -> str:
+        answer = await self.http.request("POST", "/detokenize", {"tokens": list(ids)})
+        return str(answer.get("content", ""))
+
+    async def token_pieces(self, ids: Sequence[int]) -> list[str]:
+        """Each id's text by ``/detokenize`` (one request per id, concurrent)."""
+        pieces = await asyncio.gather(*(self.detokenize([i]) for i in ids))
+        return [str(p) for p in pieces]
 
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         if self.chat:

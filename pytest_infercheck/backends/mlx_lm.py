@@ -13,6 +13,7 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -137,6 +138,20 @@ class MlxLmBackend(Backend):
         return PromptInput(
             text, tuple(ids), templated, self._loaded.fingerprint, system=system, thinking=thinking
         )
+
+    async def tokenize(self, text: str) -> list[int]:
+        return list(self._loaded.tokenizer.encode(text, add_special_tokens=False))
+
+    async def detokenize(self, ids: Sequence[int]) -> str:
+        return str(self._loaded.tokenizer.decode(list(ids)))
+
+    async def token_pieces(self, ids: Sequence[int]) -> list[str]:
+        tokenizer = self._loaded.tokenizer
+        raw = tokenizer.convert_ids_to_tokens(list(ids))
+        return [
+            token_piece(str(tokenizer.decode([i])), str(symbol))
+            for i, symbol in zip(ids, raw, strict=True)
+        ]
 
     def _prompt_ids(self, prompt: PromptInput) -> list[int]:
         if prompt.token_ids is not None and prompt.tokenizer_fingerprint in (
@@ -308,6 +323,33 @@ class MlxLmBackend(Backend):
             "mlx": _version("mlx"),
             "mlx-lm": _version("mlx-lm"),
         }
+
+
+def token_piece(decoded: str, symbol: str) -> str:
+    """A token's text for reports: its decoded text, or, when that is part of a multi-byte
+    character (decodes to U+FFFD), its bytes as ``<0xE4><0xB8>`` read from the byte-level
+    symbol (GPT-2's byte-to-unicode map) or a SentencePiece ``<0xE4>`` byte token."""
+    if "\ufffd" not in decoded:
+        return decoded
+    if symbol.startswith("<0x") and symbol.endswith(">"):
+        return symbol
+    table = _unicode_to_byte()
+    if symbol and all(ch in table for ch in symbol):
+        return "".join(f"<0x{table[ch]:02X}>" for ch in symbol)
+    return decoded
+
+
+def _unicode_to_byte() -> dict[str, int]:
+    """The inverse of GPT-2's ``bytes_to_unicode`` (byte-level BPE symbols to bytes)."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    codes = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            codes.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, codes, strict=True)}
 
 
 def _version(package: str) -> str | None:
