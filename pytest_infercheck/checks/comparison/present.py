@@ -80,9 +80,11 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
         ("KL max", _measured(r.kl_max, ".6g")),
         ("same-top rate", num(r.same_top_rate)),
         ("finish", f"{r.base_finish} / {r.test_finish}"),
+        ("divergence starts at", r.divergence_origin or "-"),
     ]
     parts = [
         table([esc(k) for k, _ in facts], [[esc(v) for _, v in facts]]),
+        *_origin_html(r),
         "<h4>prompt</h4>",
         f'<pre class="ic-text">{esc(clip(r.prompt_text))}</pre>',
         side_by_side(
@@ -123,6 +125,32 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
             )
         )
     return "".join(parts)
+
+
+def _origin_html(r: PromptComparison) -> list[str]:
+    """Where the divergence starts (its evidence) and which prompt each side received,
+    escaped; nothing for a record without them (an older file)."""
+    parts = []
+    if r.origin_detail:
+        parts.append(
+            f'<p class="ic-origin"><b>{esc(r.divergence_origin or "no divergence")}</b>: '
+            f"{esc(r.origin_detail)}</p>"
+        )
+    if r.prompt_inputs is not None:
+        inputs = r.prompt_inputs
+        parts.append(
+            f'<p class="ic-prompt-inputs">prompt: <b>{esc(inputs.sharing)}</b> '
+            f"({esc(inputs.reason)}); prompt ids: baseline {esc(_ids(inputs.base_ids))}, "
+            f"test {esc(_ids(inputs.test_ids))}</p>"
+        )
+    return parts
+
+
+def _ids(ids: list[int] | None, limit: int = 24) -> str:
+    if ids is None:
+        return "not exposed"
+    shown = ", ".join(map(str, ids[:limit])) + (", …" if len(ids) > limit else "")
+    return f"[{shown}] ({len(ids)})"
 
 
 COMPARISON_COLUMNS: list[tuple[str, Callable[[SuiteAggregate], str]]] = [

@@ -39,10 +39,13 @@ from ...metrics.finite import (
     strict_mean,
 )
 from ...metrics.kl import position_stats, topk_kl_lower_bound_positions
-from ...metrics.sameness import compare_outputs
+from ...metrics.origin import Origin, PromptSide, Stage, locate_origin
+from ...metrics.sameness import Sameness, compare_outputs
 from ...metrics.text import severity, similarity
 from ...metrics.topk_full import topk_vs_full_stats
 from ...records import OMIT_WHEN_EMPTY, Measured
+from .inputs import PromptInputs, SideInputs, decide_inputs
+from .retokenize import text_side_verdict
 
 if TYPE_CHECKING:
     from ...backends import GenerationParams
@@ -160,6 +163,17 @@ class PromptComparison:
     (:func:`~pytest_infercheck.metrics.consistency.generation_faults`): a NaN or ``+inf``
     chosen or top-k logprob, a chosen logprob that does not match its token's top-k entry.
     Each is a violation of its own; absent from the JSON when there are none."""
+    divergence_origin: Stage | None = None
+    """Where the divergence starts (:mod:`~pytest_infercheck.metrics.origin`), in order:
+    ``template``, ``special-tokens``, ``prompt-ids``, ``generated-tokens``,
+    ``detokenization``; ``undetermined`` when the outputs differ and no observed stage shows
+    where; None when the outputs are the same."""
+    origin_detail: str = ""
+    """The stage's evidence in a sentence (``the tokens agree (the text is the baseline's
+    tokens decoded, the first token's leading space dropped, ...); texts differ from
+    character 0``); also says when the outputs are the same although the prompts differ."""
+    prompt_inputs: PromptInputs | None = None
+    """Which prompt ids each side received and why (:mod:`.inputs`)."""
     kl_mean: float | None = field(init=False)
     """Derived: mean of :attr:`kl_per_position`, NaN when any position is NaN (None without
     positions)."""
@@ -222,11 +236,14 @@ def compare_prompt(
     thinking: bool = False,
     base_run: int = 0,
     test_run: int = 0,
+    inputs: SideInputs | None = None,
 ) -> PromptComparison:
-    """Compare ``test`` against ``baseline`` on ``prompt`` (see the module docstring)."""
-    rendered = cache.render(baseline, prompt, thinking)
-    shared_ids = cache.accepts_ids(test, rendered)
-    test_input = rendered if shared_ids else cache.render(test, prompt, thinking)
+    """Compare ``test`` against ``baseline`` on ``prompt`` (see the module docstring);
+    ``inputs``: the sides' inputs when already decided (:func:`.inputs.decide_inputs`)."""
+    if inputs is None:
+        inputs = decide_inputs(cache, baseline, test, prompt, thinking)
+    rendered, test_input = inputs.base, inputs.test
+    shared_ids = inputs.record.shared
     base = cache.generate(baseline, rendered, params, run=base_run)
     other = cache.generate(test, test_input, params, run=test_run)
 
@@ -244,6 +261,7 @@ def compare_prompt(
         cache, baseline, test, rendered.token_ids, base, other, shared_ids, divergence
     )
     answers = _answers(prompt, base.text, other.text)
+    origin = _origin(cache, baseline, test, inputs, base, other, verdict)
     return PromptComparison(
         prompt_id=prompt.id,
         prompt_text=prompt.text,
@@ -277,6 +295,53 @@ def compare_prompt(
             for where, generation in (("baseline", base), ("test", other))
             for f in generation_faults(f"the {where} output", generation)
         ],
+        divergence_origin=origin.stage,
+        origin_detail=origin.detail,
+        prompt_inputs=inputs.record,
+    )
+
+
+def _origin(
+    cache: GenerationCache,
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    inputs: SideInputs,
+    base: Generation,
+    other: Generation,
+    verdict: Sameness,
+) -> Origin:
+    """Where the divergence starts (:func:`~pytest_infercheck.metrics.origin.locate_origin`).
+    Generated ids are compared when both sides have them and share a vocabulary (one
+    prompt, or equal fingerprints); a text-only test side is judged by re-tokenization
+    (:mod:`.retokenize`, which checks that its tokenizer agrees with the baseline's ids); ids
+    are named by the baseline's tokenizer (the test's for ids only
+    it has)."""
+    record = inputs.record
+    fingerprint = baseline.backend.tokenizer_fingerprint()
+    same_vocab = record.shared or (
+        fingerprint is not None and fingerprint == test.backend.tokenizer_fingerprint()
+    )
+    comparable = same_vocab and base.token_ids is not None and other.token_ids is not None
+    text_side = None
+    pieces: dict[int, str] = {}
+    if not verdict.same:
+        text_side = text_side_verdict(cache, baseline, test, base, other)
+        base_ids = {*(record.base_ids or ()), *(base.token_ids or ())}
+        test_ids = {*(record.test_ids or ()), *(other.token_ids or ())} - base_ids
+        for target, ids in ((baseline, base_ids), (test, test_ids)):
+            named = cache.call(target, target.backend.token_pieces(sorted(ids))) if ids else None
+            pieces.update(zip(sorted(ids), named or [], strict=False))
+    return locate_origin(
+        shared_prompt=record.shared,
+        base_prompt=PromptSide(inputs.base_rendered, record.base_ids),
+        test_prompt=PromptSide(inputs.test_rendered, record.test_ids),
+        outputs_same=verdict.same,
+        base_text=base.text,
+        test_text=other.text,
+        base_ids=base.token_ids if comparable else None,
+        test_ids=other.token_ids if comparable else None,
+        text_side=text_side,
+        pieces=pieces,
     )
 
 

@@ -32,6 +32,7 @@ from .aggregate import (
     self_check_level,
     sweep_cliff,
 )
+from .inputs import SideInputs, decide_inputs
 from .prompt import PromptComparison, compare_prompt
 from .verdicts import describe, item_violations
 
@@ -67,6 +68,8 @@ class ComparisonRun(CheckRun):
     """By (prompt id, test side ref): the prompt's comparison."""
     _self_checks: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
     """By prompt id: how its two baseline generations differ (None: reproduced)."""
+    _inputs: dict[tuple[str, str], SideInputs] = field(default_factory=dict, init=False, repr=False)
+    """By (prompt id, test side ref): the inputs both sides receive (:mod:`.inputs`)."""
     _prefetched: set[str] = field(default_factory=set, init=False, repr=False)
     """Test side refs whose selected prompts were prefetched (or need no prefetch)."""
     golden_payloads: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
@@ -124,16 +127,23 @@ class ComparisonRun(CheckRun):
         baseline, test = self.baseline, self.resolve(side)
         if baseline.backend.concurrency <= 1 and test.backend.concurrency <= 1:
             return
-        thinking = self.settings.thinking
         base_jobs, test_jobs = [], []
         for prompt in prompts:
-            rendered = self.cache.render(baseline, prompt, thinking)
-            shared = self.cache.accepts_ids(test, rendered)
-            test_input = rendered if shared else self.cache.render(test, prompt, thinking)
-            base_jobs.append((rendered, self.params(prompt)))
-            test_jobs.append((test_input, self.params(prompt)))
+            inputs = self.inputs(prompt, side)
+            base_jobs.append((inputs.base, self.params(prompt)))
+            test_jobs.append((inputs.test, self.params(prompt)))
         self.cache.prefetch(baseline, base_jobs)
         self.cache.prefetch(test, test_jobs)
+
+    def inputs(self, prompt: Prompt, side: Side) -> SideInputs:
+        """What the baseline and ``side`` receive for ``prompt`` (decided once, memoised)."""
+        return memoised(
+            self._inputs,
+            (prompt.id, side.ref),
+            lambda: decide_inputs(
+                self.cache, self.baseline, self.resolve(side), prompt, self.settings.thinking
+            ),
+        )
 
     def prompt_result(self, prompt_id: str, test_ref: str) -> tuple[PromptComparison, list[str]]:
         """The comparison of one prompt (memoised) and the per-item thresholds it breaks."""
@@ -154,6 +164,7 @@ class ComparisonRun(CheckRun):
             prompt,
             self.params(prompt),
             thinking=self.settings.thinking,
+            inputs=self.inputs(prompt, side),
         )
 
     # -- golden recording (--infercheck-record) ----------------------------------------------

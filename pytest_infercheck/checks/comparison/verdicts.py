@@ -114,6 +114,7 @@ def describe(result: PromptComparison) -> str:
     )
     lines.append(f"test     {result.test}: {mark_divergence(result.test_text, result.base_text)}")
     lines.append(f"  ({where}; ⟦ marks the first differing character)")
+    lines.extend(origin_lines(result))
     if result.base_reasoning_chars or result.test_reasoning_chars:
         lines.append(
             f"reasoning returned apart from the answer: baseline {result.base_reasoning_chars} "
@@ -127,6 +128,24 @@ def describe(result: PromptComparison) -> str:
     if result.kl_mean is not None:
         lines.append(f"KL mean {result.kl_mean:.6g}, max {result.kl_max:.6g}")
     return "\n".join(lines)
+
+
+def origin_lines(result: PromptComparison) -> list[str]:
+    """Where the divergence starts and which prompt each side received, for the failure
+    text (model output and template text escaped): ``divergence starts at: detokenization
+    - the tokens agree (...)`` and ``prompt: shared ids (the same tokenizer ...)``."""
+    lines = []
+    if result.divergence_origin is not None:
+        lines.append(
+            f"divergence starts at: {result.divergence_origin} - "
+            f"{safe_text(result.origin_detail, 400)}"
+        )
+    elif result.origin_detail:
+        lines.append(f"divergence: none ({safe_text(result.origin_detail, 400)})")
+    if result.prompt_inputs is not None:
+        inputs = result.prompt_inputs
+        lines.append(f"prompt: {inputs.sharing} ({safe_text(inputs.reason, 300)})")
+    return lines
 
 
 def _show(value: str | None) -> str:

@@ -1,0 +1,74 @@
+"""The generated tokens of a side that returns only text, judged against the baseline's ids.
+
+A server without token ids (mlx_lm.server in raw mode, vllm-mlx) still serves a model
+folder: its tokenizer, loaded here, is the server's own. It is used only when it means the
+same by the baseline's generated ids: its decode of them equals the baseline's own
+detokenization. Then :func:`~pytest_infercheck.metrics.origin.text_side_tokens` decides (its
+rules a-d) from that tokenizer's decodings of the baseline's ids, the decoded prefixes and
+the re-tokenized text.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...backends import BackendError, Generation
+from ...metrics.origin import TextSideTokens, text_side_tokens
+
+if TYPE_CHECKING:
+    from ...generation_cache import GenerationCache, ResolvedTarget
+
+
+@functools.lru_cache(maxsize=8)
+def _folder_tokenizer(folder: Path) -> Any:
+    """The Hugging Face tokenizer of a model folder (loaded once per process)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def text_ids(generation: Generation) -> list[int]:
+    """The ids a generation's text came from: its ids without the end-of-sequence token it
+    stopped on."""
+    ids = list(generation.token_ids or [])
+    return ids[:-1] if generation.finish_reason == "stop" and ids else ids
+
+
+def text_side_verdict(
+    cache: GenerationCache,
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    base: Generation,
+    other: Generation,
+) -> TextSideTokens | None:
+    """Whether the text-only ``other`` generated ``base``'s tokens (None: ``other`` has ids,
+    ``base`` has none, or no tokenizer of the test side agrees with the baseline's ids)."""
+    if other.token_ids is not None or base.token_ids is None:
+        return None
+    folder_of = getattr(test.backend, "model_folder", None)
+    folder = folder_of() if folder_of is not None else None
+    if folder is None:
+        return None
+    try:
+        tokenizer = _folder_tokenizer(Path(folder))
+    except Exception:  # any loading failure: no tokenizer to judge with
+        return None
+    ids = text_ids(base)
+    decoded = str(tokenizer.decode(ids))
+    try:
+        base_decoded = cache.call(baseline, baseline.backend.detokenize(ids))
+    except BackendError:
+        return None
+    if base_decoded is None or base_decoded != decoded:
+        return None
+    return text_side_tokens(
+        ids,
+        decoded,
+        str(tokenizer.decode(ids, skip_special_tokens=True)),
+        [str(tokenizer.decode(ids[: i + 1])) for i in range(len(ids))],
+        other.text,
+        list(tokenizer.encode(other.text, add_special_tokens=False)),
+        base.text,
+    )
