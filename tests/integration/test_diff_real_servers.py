@@ -118,6 +118,7 @@ def _spacey_model(source: Path, dest: Path) -> Path:
     mx.save_safetensors(str(dest / "model.safetensors"), weights)
     return dest
 
+
 RANDOM_PROMPTS = [
     (f"r{i}", text, "")
     for i, text in enumerate(

@@ -1,0 +1,89 @@
+"""Which prompt the test side receives (shared ids when the vocabularies agree on them) and
+the divergence origin on the comparison record, through compare_prompt on fake backends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_infercheck.backends import PromptInput
+from pytest_infercheck.checks.comparison.verdicts import describe
+from tests.unit.comparison_fakes import PROMPT_IDS, FakeBackend, compare, generation
+
+NFC_IDS = (1, 2, 3, 4)
+"""What the test side's own tokenizer makes of the rendered text (one token more)."""
+
+
+class OtherTokenizer(FakeBackend):
+    """A backend with another vocabulary fingerprint whose own tokenizer gives
+    :data:`NFC_IDS`; its detokenization of any ids is ``decoded`` (the baseline's is
+    ``"abc"``)."""
+
+    def __init__(self, name: str, text: str, ids: list[int], decoded: str) -> None:
+        super().__init__(name, generation(text, ids))
+        self.decoded = decoded
+        self.received: list[PromptInput] = []
+
+    def tokenizer_fingerprint(self) -> str | None:
+        return "other"
+
+    async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        return PromptInput(user_text, NFC_IDS, templated=False, tokenizer_fingerprint="other")
+
+    async def accepts_token_ids(self, prompt: PromptInput) -> bool:
+        return False
+
+    async def tokenize(self, text: str) -> list[int]:
+        return list(NFC_IDS)
+
+    async def detokenize(self, ids: Sequence[int]) -> str:
+        return self.decoded
+
+    async def generate(self, prompt, params):  # type: ignore[no-untyped-def]
+        self.received.append(prompt)
+        return self.generation
+
+
+class Baseline(FakeBackend):
+    async def detokenize(self, ids: Sequence[int]) -> str:
+        return "abc"
+
+
+def test_vocabularies_agreeing_on_the_ids_share_them_and_say_why() -> None:
+    base = Baseline("base", generation("46", [0, 1, 3]))
+    test = OtherTokenizer("test", "46", [0, 1, 3], decoded="abc")
+    result = compare(base, test)
+    assert test.received[0].token_ids == PROMPT_IDS  # generated from the baseline's ids
+    inputs = result.prompt_inputs
+    assert inputs is not None and inputs.sharing == "shared ids"
+    assert inputs.base_ids == inputs.test_ids == list(PROMPT_IDS)
+    assert "the vocabularies agree on these ids" in inputs.reason
+    # own tokenization [1, 2, 3, 4] vs the ids [1, 2, 3]: differs at 3 (prefix)
+    assert "differs at position 3 (4 vs 3 tokens" in inputs.reason
+    assert result.divergence_origin is None
+
+
+def test_vocabularies_disagreeing_render_apart_and_name_the_prompt_ids() -> None:
+    base = Baseline("base", generation("46", [0, 1, 3]))
+    test = OtherTokenizer("test", "47", [0, 2, 3], decoded="abd")
+    result = compare(base, test)
+    assert test.received[0].token_ids == NFC_IDS
+    inputs = result.prompt_inputs
+    assert inputs is not None and inputs.sharing == "own render"
+    assert inputs.test_ids == list(NFC_IDS)
+    # same rendered text, ids [1, 2, 3] vs [1, 2, 3, 4]: the test has [4] added at the end
+    assert result.divergence_origin == "special-tokens"
+    assert "added at the end" in result.origin_detail
+    assert "divergence starts at: special-tokens - the test prompt" in describe(result)
+    assert "prompt: own render (its tokenizer gives other ids" in describe(result)
+
+
+def test_same_tokenizer_diverging_tokens_and_detokenization() -> None:
+    base = FakeBackend("base", generation("46", [0, 1, 3]))
+    tokens = compare(base, FakeBackend("test", generation("47", [0, 2, 3])))
+    assert tokens.divergence_origin == "generated-tokens"
+    assert tokens.origin_detail.startswith("generated tokens differ from step 1")
+    assert tokens.prompt_inputs is not None
+    assert tokens.prompt_inputs.reason == "the same tokenizer (equal vocabulary fingerprints)"
+    detok = compare(base, FakeBackend("test", generation(" 46", [0, 1, 3])))
+    assert detok.divergence_origin == "detokenization"
+    assert "the generated token ids agree; texts differ from character 0" in detok.origin_detail
