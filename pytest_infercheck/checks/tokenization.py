@@ -286,6 +286,8 @@ class TokenizationRun(CheckRun):
         side = measured.side
         if side.ids is None or not measured.rendered_ids:
             return TokenSide(text=side.text, ids=side.ids, count=side.count)
+        if not positions:
+            return TokenSide(text=side.text, ids=side.ids, count=side.count)
         found = self.cache.call(target, details(target.backend, side.ids, positions))
         return TokenSide(side.text, side.ids, side.count, found.pieces, found.special)
 
@@ -298,9 +300,13 @@ class TokenizationRun(CheckRun):
         a, b = ref_m.side.ids, other_m.side.ids
         position = first_difference(a, b) if a is not None and b is not None else None
         if position is None:
+            # identical ids, or counts only: the leading special tokens of a side with ids
+            # name a BOS that a count lacks
+            counts_differ = ref_m.side.count != other_m.side.count
+            leading = range(LEADING) if counts_differ else range(0)
             sides = (
-                TokenSide(ref_m.side.text, a, ref_m.side.count),
-                TokenSide(other_m.side.text, b, other_m.side.count),
+                self._token_side(ref_target, ref_m, leading),
+                self._token_side(other_target, other_m, leading),
             )
             return compare_tokenizations(*sides, _names(ref, other)), *sides
         positions = sorted({*range(LEADING), *range(position, position + WINDOW)})
@@ -421,7 +427,7 @@ def item_text(prompt: Prompt, record: TokenizationPrompt) -> str:
     for side in (record.reference, record.other):
         lines.append(f"  {side.target}: {side.count} tokens ({side.source})")
     allowed = " (allowed tokenizer property)" if record.allowed else ""
-    lines.append(f"  {safe_text(record.explanation)}{allowed}")
+    lines.append(f"  {safe_text(record.explanation, limit=2000)}{allowed}")
     if record.window:
         width = max(len(record.reference.target), 12)
         lines.append(f"  {'pos':>5}  {record.reference.target:<{width}}  {record.other.target}")

@@ -314,11 +314,19 @@ def _counts(reference: TokenSide, other: TokenSide, names: tuple[str, str]) -> T
             f"count only: the same prompt token count ({what}); ids not compared (a side "
             "gives no ids)",
         )
+    hint = ""
+    for side, name, more in (
+        (reference, names[0], ref_n - other_n),
+        (other, names[1], other_n - ref_n),
+    ):
+        lead = leading_specials(side)
+        if lead and lead == more:
+            hint = f"; the difference is {name}'s {_leading(side, lead)}: a BOS one side adds?"
     return TokenVerdict(
         Status.DIFFERS,
         Cause.COUNT,
         None,
         None,
         f"prompt token counts differ by {other_n - ref_n:+d}: {what} (count only: a side "
-        "gives no ids)",
+        f"gives no ids){hint}",
     )
