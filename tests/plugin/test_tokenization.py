@@ -229,3 +229,55 @@ def test_targets_and_allow_are_validated(
     )
     run = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
     assert "checks[0].tokenization.allow" in run.stdout.str()
+
+
+# -- the sources of ids of an OpenAI-compatible server (a scripted server: a vLLM-style
+# /tokenize answer, and a 404 no real server here gives for it) -------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_servers_tokenize_endpoint_is_probed_once_and_recorded() -> None:
+    from pytest_infercheck.backends.http import HttpSettings
+    from pytest_infercheck.backends.openai_compat import OpenAICompatBackend
+    from tests.http.fake_server import Reply, Script, fake_server
+
+    prompt = PromptInput("12+34=", None, templated=True)
+    ids = Script([Reply(200, {"count": 3, "tokens": [1, 52, 53], "max_model_len": 64})])
+    with fake_server(ids) as url:
+        server = OpenAICompatBackend("v", HttpSettings(base_url=url, retries=0), model="m")
+        assert await server.prompt_ids(prompt) == [1, 52, 53]
+        await server.aclose()
+    assert server.observed["tokenize"] is True
+    assert ids.requests[0]["path"] == "/tokenize"
+    assert ids.requests[0]["json"]["messages"] == [{"role": "user", "content": "12+34="}]
+    assert ids.requests[0]["json"]["add_generation_prompt"] is True
+
+    missing = Script([Reply(404, {"detail": "Not Found"})])
+    with fake_server(missing) as url:
+        server = OpenAICompatBackend("v", HttpSettings(base_url=url, retries=0), model="m")
+        assert await server.prompt_ids(prompt) is None
+        assert await server.prompt_ids(prompt) is None  # not asked again
+        await server.aclose()
+    assert server.observed["tokenize"] is False and len(missing.requests) == 1
+
+
+@pytest.mark.asyncio
+async def test_the_prompt_token_count_is_the_usage_of_a_one_token_request() -> None:
+    from pytest_infercheck.backends.http import HttpSettings
+    from pytest_infercheck.backends.openai_compat import OpenAICompatBackend
+    from tests.http.fake_server import Reply, Script, fake_server
+
+    answer = {
+        "choices": [{"message": {"content": "4"}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 1},
+    }
+    script = Script([Reply(200, answer), Reply(200, {**answer, "usage": {}})])
+    with fake_server(script) as url:
+        server = OpenAICompatBackend("v", HttpSettings(base_url=url, retries=0), model="m")
+        prompt = PromptInput("12+34=", None, templated=True)
+        assert await server.prompt_token_count(prompt) == 7
+        assert await server.prompt_token_count(prompt) is None  # no usage: no count
+        await server.aclose()
+    body = script.requests[0]["json"]
+    assert script.requests[0]["path"] == "/v1/chat/completions"
+    assert body["max_tokens"] == 1 and "logprobs" not in body
