@@ -198,3 +198,20 @@ class Backend(abc.ABC):
     async def aclose(self) -> None:
         """Release resources (connections, processes, model memory)."""
         return None
+
+    async def special_tokens(self, ids: Sequence[int]) -> set[int] | None:
+        """Which of ``ids`` are special (control) tokens of this engine: tokens whose
+        spelling in a text becomes the token only where special tokens are parsed. None:
+        unknown (the engine exposes no tokenizer)."""
+        return None
+
+    async def prompt_ids(self, prompt: PromptInput) -> list[int] | None:
+        """The token ids this engine processes for ``prompt`` (rendered by its own
+        :meth:`render`): the rendered ids where the render tokenized; None when they cannot
+        be had (a server without a tokenize endpoint)."""
+        return None if prompt.token_ids is None else list(prompt.token_ids)
+
+    async def prompt_token_count(self, prompt: PromptInput) -> int | None:
+        """The number of prompt tokens the engine reports for ``prompt`` (the usage of a
+        one-token generation), where it reports one; None otherwise."""
+        return None

@@ -253,6 +253,26 @@ class LlamaServerBackend(Backend):
     async def aclose(self) -> None:
         await self.http.aclose()
 
+    async def special_tokens(self, ids: Sequence[int]) -> set[int]:
+        """The ids among ``ids`` whose text (``/detokenize``) does not tokenize back to the id
+        with ``parse_special: false``: llama.cpp's control (and user-defined special)
+        tokens; a piece that is part of a character (U+FFFD) is a byte token, never one."""
+        distinct = sorted(set(ids))
+        pieces = await self.token_pieces(distinct)
+
+        async def literal(text: str) -> list[int]:
+            answer = await self.http.request(
+                "POST", "/tokenize", {"content": text, "add_special": False, "parse_special": False}
+            )
+            return [int(t) for t in answer["tokens"]]
+
+        literals = await asyncio.gather(*(literal(p) for p in pieces))
+        return {
+            i
+            for i, piece, back in zip(distinct, pieces, literals, strict=True)
+            if back != [i] and "\ufffd" not in piece  # a byte of a character is no control
+        }
+
 
 def native_generation(
     text: str, tokens: list[int], entries: list[dict[str, Any]], stop_type: Any

@@ -324,6 +324,15 @@ class MlxLmBackend(Backend):
             "mlx-lm": _version("mlx-lm"),
         }
 
+    async def special_tokens(self, ids: Sequence[int]) -> set[int]:
+        """The tokenizer's special tokens (``all_special_ids`` and added tokens marked
+        special) among ``ids``."""
+        tokenizer = self._loaded.tokenizer
+        special = set(getattr(tokenizer, "all_special_ids", ()))
+        added = getattr(tokenizer, "added_tokens_decoder", {})
+        special |= {int(i) for i, token in added.items() if getattr(token, "special", False)}
+        return {i for i in ids if i in special}
+
 
 def token_piece(decoded: str, symbol: str) -> str:
     """A token's text for reports: its decoded text, or, when that is part of a multi-byte

@@ -224,6 +224,46 @@ class OpenAICompatBackend(Backend):
     async def aclose(self) -> None:
         await self.http.aclose()
 
+    async def prompt_ids(self, prompt: PromptInput) -> list[int] | None:
+        """The server's own ids of ``prompt`` from a vLLM-style ``POST /tokenize`` (chat: the
+        messages with the generation prompt; raw: the text, special tokens added as for a
+        completion), probed once: a server without one (HTTP 404/405/501) is recorded as
+        ``observed["tokenize"] = False`` and gives None from then on."""
+        if self.observed.get("tokenize") is False:
+            return None
+        body: dict[str, Any] = {"model": self.model} if self.model is not None else {}
+        if self.chat:
+            body["messages"] = chat_messages(prompt)
+            body["add_generation_prompt"] = True
+            body["chat_template_kwargs"] = {"enable_thinking": prompt.thinking}
+        else:
+            body["prompt"] = prompt.text
+        try:
+            answer = await self.http.request("POST", "/tokenize", body)
+        except HttpError as exc:
+            if exc.status not in (404, 405, 501):
+                raise
+            self.observed["tokenize"] = False
+            return None
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise BackendError(
+                f"backend {self.name!r}: /tokenize answered without tokens: {str(answer)[:200]!r}"
+            )
+        self.observed["tokenize"] = True
+        return [int(t) for t in tokens]
+
+    async def prompt_token_count(self, prompt: PromptInput) -> int | None:
+        """``usage.prompt_tokens`` of a one-token greedy generation of ``prompt`` through the
+        backend's own endpoint (no logprobs asked); None when the answer has no usage."""
+        body = self._payload(prompt, GenerationParams(max_tokens=1))
+        body.pop("logprobs", None)
+        body.pop("top_logprobs", None)
+        answer = await self.http.request("POST", self._path, body)
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
 
 def chat_path(chat: bool) -> str:
     return "/v1/chat/completions" if chat else "/v1/completions"

@@ -10,6 +10,7 @@ from .determinism import DETERMINISM
 from .parity import ENDPOINT_PARITY, STREAM_PARITY
 from .protocol import CheckKind
 from .stress import STRESS
+from .tokenization import TOKENIZATION
 
 KINDS: tuple[CheckKind, ...] = (
     COMPARE,
@@ -20,6 +21,7 @@ KINDS: tuple[CheckKind, ...] = (
     STRESS,
     STREAM_PARITY,
     ENDPOINT_PARITY,
+    TOKENIZATION,
     CACHE_POLLUTION,
 )
 """Every kind, in the order the terminal summary shows their families."""
