@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from ..backends import Backend, BackendError
+from ..metrics.text import first_divergence
 from ..metrics.tokenization import (
     TOKENIZER_PROPERTIES,
     Status,
@@ -44,7 +45,6 @@ from ..metrics.tokenization import (
     TokenVerdict,
     body_text,
     compare_tokenizations,
-    first_difference,
     leading_specials,
     needs_nfc_probe,
 )
@@ -298,7 +298,7 @@ class TokenizationRun(CheckRun):
         when both have ids that differ."""
         (ref_target, ref_m), (other_target, other_m) = ref, other
         a, b = ref_m.side.ids, other_m.side.ids
-        position = first_difference(a, b) if a is not None and b is not None else None
+        position = first_divergence(a, b) if a is not None and b is not None else None
         if position is None:
             # identical ids, or counts only: the leading special tokens of a side with ids
             # name a BOS that a count lacks

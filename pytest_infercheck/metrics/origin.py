@@ -3,13 +3,15 @@
 A prompt goes through five stages on its way to an output; when two outputs differ, the
 divergence starts at the first stage whose result differs (:data:`STAGES`, in order):
 
-1. ``template``: the rendered prompt text (the chat template applied). Two texts that are
-   equal after Unicode NFC normalisation are *not* a template difference (a template
-   renders characters; normalising them is the tokenizer's business, stage 3).
-2. ``special-tokens``: special tokens and BOS count. The prompt ids differ only by tokens
-   added at the start and/or the end of one side's ids (the other's ids are a contiguous
-   run inside them): a BOS added on top of a template that already has one, an EOS.
-3. ``prompt-ids``: the prompt ids differ otherwise: the first differing position ``k``.
+1. ``template``: the rendered prompt text (the chat template applied);
+2. ``special-tokens``: special tokens and BOS count (a BOS added once more or missing, an
+   EOS added at the end, text spelling a token one side parses as a control token);
+3. ``prompt-ids``: the prompt ids differ otherwise (Unicode normalisation, a merge).
+
+Stages 1-3 are decided in one place, :func:`~.tokenization.compare_tokenizations` (the
+``tokenization`` check kind's verdict): its cause names the stage (:data:`PROMPT_STAGE`)
+and its explanation is the stage's detail (two texts equal after NFC are not a template
+difference: normalising is the tokenizer's business, stage 3).
 4. ``generated-tokens``: same prompt, the generated token ids differ from step ``t`` (the
    end-of-sequence token included: stopping is a decision too).
 5. ``detokenization``: same generated tokens, different texts.
@@ -50,18 +52,26 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .text import first_divergence
+from .tokenization import (
+    Cause,
+    Status,
+    TokenSide,
+    body_texts,
+    compare_tokenizations,
+    needs_nfc_probe,
+)
 
 __all__ = [
     "DETOKENIZATIONS",
+    "PROMPT_STAGE",
     "STAGES",
     "Origin",
     "PromptSide",
     "Stage",
     "TextSideTokens",
     "locate_origin",
-    "prompt_ids_difference",
-    "special_tokens_difference",
-    "template_difference",
+    "nfc_probe_texts",
+    "prompt_stage",
     "text_side_tokens",
 ]
 
@@ -77,6 +87,18 @@ STAGES: tuple[Stage, ...] = (
 )
 """The stages in the order a prompt goes through them (``undetermined`` is not a stage)."""
 
+PROMPT_STAGE: dict[Cause | None, Stage] = {
+    Cause.TEMPLATE: "template",
+    Cause.BOS: "special-tokens",
+    Cause.SPECIAL: "special-tokens",
+    Cause.CONTROL: "special-tokens",
+    Cause.EMPTY: "prompt-ids",
+    Cause.NORMALIZATION: "prompt-ids",
+    Cause.IDS: "prompt-ids",
+}
+"""The stage of each cause of :func:`~.tokenization.compare_tokenizations` (``count``, which
+compares no ids, has none: those stages are unobserved)."""
+
 DETOKENIZATIONS = (
     "decoded",
     "decoded, the first token's leading space dropped",
@@ -84,9 +106,6 @@ DETOKENIZATIONS = (
     "decoded without special tokens, the first token's leading space dropped",
 )
 """The known ways an engine turns the same ids into text (rule (c) of the module docstring)."""
-
-SNIPPET = 24
-"""Characters shown on each side of a difference."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +115,11 @@ class PromptSide:
 
     rendered: str | None
     ids: Sequence[int] | None
+    special: frozenset[int] = frozenset()
+    """Ids among :attr:`ids` known to be special tokens of the side's engine."""
+    nfc_ids: Sequence[int] | None = None
+    """The side's ids of its NFC-normalised text, where asked
+    (:func:`~.tokenization.needs_nfc_probe`)."""
 
 
 @dataclass(frozen=True)
@@ -124,83 +148,46 @@ class Origin:
     """Stages before :attr:`stage` that the sides did not expose."""
 
 
-def _snippet(text: str, at: int) -> str:
-    start = max(0, at - SNIPPET)
-    return repr(text[start : at + SNIPPET])
-
-
-def template_difference(base: str, test: str) -> str | None:
-    """The rendered prompts' difference: ``rendered prompts differ from character N:
-    baseline '...' vs test '...'``; None when equal or equal after NFC (a normalisation
-    difference is the tokenizer's, not the template's)."""
-    if base == test or unicodedata.normalize("NFC", base) == unicodedata.normalize("NFC", test):
-        return None
-    at = first_divergence(base, test)
-    assert at is not None
-    return (
-        f"the two servers render the template differently: rendered prompts differ from "
-        f"character {at}: baseline {_snippet(base, at)} vs test {_snippet(test, at)}"
-    )
-
-
 def _name(ids: Sequence[int], pieces: Mapping[int, str]) -> str:
     return "[" + ", ".join(f"{i} {pieces[i]!r}" if i in pieces else str(i) for i in ids) + "]"
 
 
-def special_tokens_difference(
-    base: Sequence[int], test: Sequence[int], pieces: Mapping[int, str] | None = None
-) -> str | None:
-    """When one side's prompt ids are the other's with tokens added only at the start and/or
-    the end (the shorter is a contiguous run of the longer, found at the first position
-    where it fits): ``the test prompt has [1 '<s>'] added at the start (2 leading id 1, the
-    baseline 1)``. None otherwise (equal ids, or a difference inside)."""
-    names = pieces or {}
-    base, test = list(base), list(test)
-    if base == test or len(base) == len(test):
-        return None
-    longer, shorter, who = (
-        (test, base, "test") if len(test) > len(base) else (base, test, "baseline")
+def prompt_stage(
+    base: PromptSide, test: PromptSide, pieces: Mapping[int, str] | None = None
+) -> tuple[Stage | None, str, tuple[Stage, ...]]:
+    """Stages 1-3: ``(stage, detail, unobserved stages)`` from
+    :func:`~.tokenization.compare_tokenizations` of the two prompts (``pieces`` name ids,
+    by id); the stage None when the prompts do not differ where they are observed."""
+    unobserved: list[Stage] = []
+    if base.rendered is None or test.rendered is None:
+        unobserved.append("template")
+    verdict = compare_tokenizations(
+        _token_side(base, pieces or {}), _token_side(test, pieces or {}), ("baseline", "test")
     )
-    other = "baseline" if who == "test" else "test"
-    n = len(shorter)
-    at = next((i for i in range(len(longer) - n + 1) if longer[i : i + n] == shorter), None)
-    if at is None:
+    stage = PROMPT_STAGE.get(verdict.cause) if verdict.status is Status.DIFFERS else None
+    if stage != "template" and (base.ids is None or test.ids is None):
+        unobserved += ["special-tokens", "prompt-ids"]
+    return stage, verdict.explanation if stage else "", tuple(unobserved)
+
+
+def nfc_probe_texts(
+    base: PromptSide, test: PromptSide, pieces: Mapping[int, str] | None = None
+) -> tuple[str, str] | None:
+    """The NFC-normalised body texts (:func:`~.tokenization.body_text`) each side's
+    tokenizer is to tokenize into :attr:`PromptSide.nfc_ids`, when
+    :func:`~.tokenization.needs_nfc_probe` holds; else None."""
+    sides = _token_side(base, pieces or {}), _token_side(test, pieces or {})
+    if not needs_nfc_probe(*sides):
         return None
-    head, tail = longer[:at], longer[at + n :]
-    added = []
-    if head:
-        added.append(f"{_name(head, names)} added at the start")
-    if tail:
-        added.append(f"{_name(tail, names)} added at the end")
-    detail = f"the {who} prompt has the {other}'s ids with " + " and ".join(added)
-    if head and shorter and head[-1] == shorter[0]:
-        first = shorter[0]
-        lead_long = next((i for i, x in enumerate(longer) if x != first), len(longer))
-        lead_short = next((i for i, x in enumerate(shorter) if x != first), len(shorter))
-        detail += (
-            f" ({lead_long} leading {_name([first], names)} on the {who} side, "
-            f"{lead_short} on the {other}'s: a BOS or special token added twice)"
-        )
-    return detail
+    bodies = body_texts(*sides)
+    assert bodies[0] is not None and bodies[1] is not None
+    return unicodedata.normalize("NFC", bodies[0]), unicodedata.normalize("NFC", bodies[1])
 
 
-def prompt_ids_difference(
-    base: Sequence[int], test: Sequence[int], pieces: Mapping[int, str] | None = None
-) -> str | None:
-    """The first differing prompt id: ``prompt ids differ at position k: baseline 5 'a' vs
-    test 7 'b'``; None when equal."""
-    names = pieces or {}
-    at = first_divergence(list(base), list(test))
-    if at is None:
-        return None
-
-    def one(ids: Sequence[int]) -> str:
-        return _name([ids[at]], names)[1:-1] if at < len(ids) else "(end of prompt)"
-
-    return (
-        f"prompt ids differ at position {at}: baseline {one(base)} vs test {one(test)} "
-        f"({len(base)} vs {len(test)} prompt tokens)"
-    )
+def _token_side(side: PromptSide, pieces: Mapping[int, str]) -> TokenSide:
+    ids = side.ids
+    by_position = {p: pieces[i] for p, i in enumerate(ids or ()) if i in pieces}
+    return TokenSide(side.rendered, ids, None, by_position, side.special, side.nfc_ids)
 
 
 def _leading_space_dropped(text: str) -> str | None:
@@ -275,32 +262,16 @@ def locate_origin(
     construction. ``base_ids``/``test_ids`` are the generated ids (EOS included; None: not
     returned). ``text_side`` is :func:`text_side_tokens`'s verdict when the test side
     returned no ids. ``pieces`` names token ids in the detail."""
-    unobserved: list[Stage] = []
-    prompt_detail: str | None = None
-    prompt_stage: Stage | None = None
+    stage: Stage | None = None
+    prompt_detail = ""
+    unobserved: tuple[Stage, ...] = ()
     if not shared_prompt:
-        if base_prompt.rendered is None or test_prompt.rendered is None:
-            unobserved.append("template")
-        else:
-            prompt_detail = template_difference(base_prompt.rendered, test_prompt.rendered)
-            prompt_stage = "template" if prompt_detail else None
-        if prompt_stage is None:
-            if base_prompt.ids is None or test_prompt.ids is None:
-                unobserved += ["special-tokens", "prompt-ids"]
-            else:
-                prompt_detail = special_tokens_difference(base_prompt.ids, test_prompt.ids, pieces)
-                prompt_stage = "special-tokens" if prompt_detail else None
-                if prompt_stage is None:
-                    prompt_detail = prompt_ids_difference(base_prompt.ids, test_prompt.ids, pieces)
-                    prompt_stage = "prompt-ids" if prompt_detail else None
-                rendered = (base_prompt.rendered, test_prompt.rendered)
-                if prompt_stage is not None and None not in rendered and len(set(rendered)) > 1:
-                    prompt_detail = f"{prompt_detail}; the rendered texts differ only by NFC"
+        stage, prompt_detail, unobserved = prompt_stage(base_prompt, test_prompt, pieces)
     if outputs_same:
-        note = f"; but the prompts differ ({prompt_stage}: {prompt_detail})" if prompt_stage else ""
-        return Origin(None, f"the outputs are the same{note}", tuple(unobserved))
-    if prompt_stage is not None and prompt_detail is not None:
-        return Origin(prompt_stage, prompt_detail + _unobserved(unobserved), tuple(unobserved))
+        note = f"; but the prompts differ ({stage}: {prompt_detail})" if stage else ""
+        return Origin(None, f"the outputs are the same{note}", unobserved)
+    if stage is not None:
+        return Origin(stage, prompt_detail + _unobserved(unobserved), unobserved)
     prompt_note = _unobserved(unobserved)
     text_at = first_divergence(base_text, test_text)
     texts = "the texts are equal" if text_at is None else f"texts differ from character {text_at}"
@@ -312,12 +283,12 @@ def locate_origin(
                 f"generated tokens differ from step {step}: baseline "
                 f"{_step(base_ids, step, pieces)} vs test {_step(test_ids, step, pieces)}"
                 + prompt_note,
-                tuple(unobserved),
+                unobserved,
             )
         return Origin(
             "detokenization",
             f"the generated token ids agree; {texts} (detokenization)" + prompt_note,
-            tuple(unobserved),
+            unobserved,
         )
     if text_side is not None and text_side.tokens_agree is not None:
         if text_side.tokens_agree:
@@ -325,19 +296,19 @@ def locate_origin(
                 "detokenization",
                 f"the tokens agree ({text_side.how}, the test side returns no ids); {texts}"
                 + prompt_note,
-                tuple(unobserved),
+                unobserved,
             )
         return Origin(
             "generated-tokens",
             f"generated tokens differ from step {text_side.step} ({text_side.how}; the test "
             "side returns no ids)" + prompt_note,
-            tuple(unobserved),
+            unobserved,
         )
     return Origin(
         "undetermined",
         f"{texts}; where it starts cannot be told: no token ids on both sides and no shared "
         "tokenizer to re-tokenize with" + prompt_note,
-        tuple(unobserved),
+        unobserved,
     )
 
 

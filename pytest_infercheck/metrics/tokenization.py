@@ -1,26 +1,36 @@
-"""Tokenization parity: are the prompt token ids of two engines the same, and if not, why.
+"""How two engines' prompts differ: rendered text, special tokens and BOS, prompt ids.
 
-Pure functions over what each engine reported for one rendered prompt (:class:`TokenSide`).
-The verdict (:func:`compare_tokenizations`) is one of ``identical`` (the same ids),
-``count-only`` (one side reports only a prompt token count, and the counts are equal) or
-``differs``, with one :class:`Cause`, the first found in this order:
+The one place where two prompts are compared: the ``tokenization`` check kind gives its
+verdict, and a comparison's divergence origin (:mod:`.origin`, stages 1-3) maps the cause
+to its stage. Pure functions over what each engine reported for one rendered prompt
+(:class:`TokenSide`). The verdict (:func:`compare_tokenizations`) is one of ``identical``
+(the same ids), ``count-only`` (one side reports only a prompt token count, and the counts
+are equal) or ``differs``, with one :class:`Cause`, the first found in this order:
 
 1. ``empty``: a side tokenized the prompt to no tokens at all (never legitimate);
 2. ``template``: the rendered texts differ (after removing, on each side, the spelling of
-   its leading special tokens where the text starts with it, and up to Unicode NFC): the
-   chat template was rendered differently, whatever the tokenizers do;
-3. ``bos``: the leading special tokens differ (a BOS added on one side only, or twice);
-4. ``control-tokens``: at the first differing position one side has a special token whose
+   its leading special tokens where the text starts with it, a side without ids those of
+   the other side, and up to Unicode NFC): the chat template was rendered differently,
+   whatever the tokenizers do. Decided whenever both texts are known, with or without ids;
+   equal ids are ``identical`` whatever the texts;
+3. ``bos``: the leading special tokens differ (a BOS added on one side only, or twice), or
+   one side's ids are the other's with tokens added at the start (and maybe the end);
+4. ``special-tokens``: one side's ids are the other's with tokens added only at the end
+   (an EOS). Rules 3 and 4 by added tokens hold when those tokens come from the tokenizer,
+   not the text: the texts are equal, or the added ids are special tokens of their side;
+5. ``control-tokens``: at the first differing position one side has a special token whose
    text the other side tokenizes as ordinary tokens (llama.cpp promotes e.g. ``<|fim_*|>``
    or Llama 3's ``</s>`` to CONTROL, so text spelling them is parsed as the one token);
-5. ``special-tokens``: at the first differing position one side has a special token and
+6. ``special-tokens``: at the first differing position one side has a special token and
    the other does not (for no reason found above);
-6. ``normalization``: the text is not in Unicode NFC, and one side's ids are what the other
+7. ``normalization``: the text is not in Unicode NFC, and one side's ids are what the other
    side gives for the NFC-normalised text (Qwen's HF tokenizer normalises NFC, llama.cpp
    does not);
-7. ``ids``: anything else (a changed id, a different merge);
-8. ``count``: only counts are known and they differ.
+8. ``ids``: anything else (a changed id, a different merge);
+9. ``count``: only counts are known and they differ (or a side has neither).
 
+Positions (of ids and of characters) are :func:`~.text.first_divergence`. When the texts
+differ only by NFC and the cause is not ``normalization``, the explanation says so.
 ``control-tokens`` and ``normalization`` are properties of the tokenizers rather than bugs
 (:data:`TOKENIZER_PROPERTIES`); a check may allow them, and still says them.
 """
@@ -29,8 +39,10 @@ from __future__ import annotations
 
 import enum
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from .text import first_divergence
 
 
 class Cause(enum.Enum):
@@ -45,6 +57,9 @@ class Cause(enum.Enum):
     IDS = "ids"
     COUNT = "count"
 
+
+SNIPPET = 24
+"""Characters of each rendered text shown on each side of a template difference."""
 
 TOKENIZER_PROPERTIES = frozenset({Cause.NORMALIZATION, Cause.CONTROL})
 """Causes that are properties of the tokenizers rather than bugs (a check may allow them)."""
@@ -95,23 +110,6 @@ class TokenVerdict:
     explanation: str
 
 
-def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """The first index where ``a`` and ``b`` differ (the shorter length when one is a prefix
-    of the other); None when they are equal."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def first_text_difference(a: str, b: str) -> int | None:
-    """The first character index where ``a`` and ``b`` differ (None: equal)."""
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def leading_specials(side: TokenSide) -> int:
     """How many of the side's ids, from the start, are special tokens."""
     n = 0
@@ -122,18 +120,32 @@ def leading_specials(side: TokenSide) -> int:
     return n
 
 
-def body_text(side: TokenSide) -> str | None:
+def spellings(side: TokenSide) -> list[str]:
+    """The texts of the side's leading special tokens, in order (where known)."""
+    return [side.pieces.get(p, "") for p in range(leading_specials(side))]
+
+
+def body_text(side: TokenSide, spelled: Sequence[str] | None = None) -> str | None:
     """The rendered text without the spelling of its leading special tokens, removed one by
     one while the text starts with it (an engine that adds a BOS without spelling it in
-    the text has nothing removed)."""
+    the text has nothing removed). ``spelled``: the spellings to remove instead of the
+    side's own (:func:`spellings`), for a side without ids, given its counterpart's."""
     if side.text is None:
         return None
     text = side.text
-    for position in range(leading_specials(side)):
-        piece = side.pieces.get(position)
+    for piece in spellings(side) if spelled is None else spelled:
         if piece and text.startswith(piece):
             text = text[len(piece) :]
     return text
+
+
+def body_texts(reference: TokenSide, other: TokenSide) -> tuple[str | None, str | None]:
+    """Both sides' :func:`body_text`; a side without ids has its counterpart's leading
+    spellings removed (a server that renders its own template shows the BOS's spelling
+    the other side's ids name)."""
+    ref_spelled = spellings(other) if reference.ids is None else None
+    other_spelled = spellings(reference) if other.ids is None else None
+    return body_text(reference, ref_spelled), body_text(other, other_spelled)
 
 
 def needs_nfc_probe(reference: TokenSide, other: TokenSide) -> bool:
@@ -142,7 +154,7 @@ def needs_nfc_probe(reference: TokenSide, other: TokenSide) -> bool:
     text is its decoded ids, as mlx-lm's raw render with a BOS, shows the NFC text)."""
     if reference.ids is None or other.ids is None or list(reference.ids) == list(other.ids):
         return False
-    texts = body_text(reference), body_text(other)
+    texts = body_texts(reference, other)
     if texts[0] is None or texts[1] is None or _nfc(texts[0]) != _nfc(texts[1]):
         return False
     return not (is_nfc(texts[0]) and is_nfc(texts[1]))
@@ -191,39 +203,93 @@ def spelled_as_control(special: TokenSide, plain: TokenSide, position: int) -> i
     return k if spelled == target else None
 
 
+def added_run(a: Sequence[int], b: Sequence[int]) -> tuple[bool, int, int] | None:
+    """When the longer of ``a`` and ``b`` is the shorter with tokens added only at the start
+    and/or the end (the shorter found at the first position where it fits): ``(a is the
+    longer, number added at the start, number added at the end)``; None otherwise (equal
+    lengths, or a difference inside)."""
+    if len(a) == len(b):
+        return None
+    longer, shorter = (list(a), list(b)) if len(a) > len(b) else (list(b), list(a))
+    n = len(shorter)
+    at = next((i for i in range(len(longer) - n + 1) if longer[i : i + n] == shorter), None)
+    if at is None:
+        return None
+    return len(a) > len(b), at, len(longer) - n - at
+
+
 def compare_tokenizations(
     reference: TokenSide, other: TokenSide, names: tuple[str, str] = ("reference", "other")
 ) -> TokenVerdict:
     """The verdict on two tokenizations of one prompt (see the module docstring); ``names``
-    name the sides in the explanation."""
+    name the sides in the explanation. The one place where two prompts are compared: the
+    ``tokenization`` check kind and the comparisons' divergence origin
+    (:func:`~pytest_infercheck.metrics.origin.locate_origin`) both ask it."""
     ref_name, other_name = names
     for side, name in ((reference, ref_name), (other, other_name)):
         if side.size == 0:
             return TokenVerdict(
                 Status.DIFFERS, Cause.EMPTY, 0, None, f"empty tokenization: {name} has no tokens"
             )
+    bodies = body_texts(reference, other)
+    template = _template(reference, other, bodies, names)
     if reference.ids is None or other.ids is None:
+        if template is not None:
+            return TokenVerdict(Status.DIFFERS, Cause.TEMPLATE, None, *template)
         return _counts(reference, other, names)
-    position = first_difference(reference.ids, other.ids)
+    position = first_divergence(reference.ids, other.ids)
     if position is None:
         return TokenVerdict(Status.IDENTICAL, None, None, None, "identical ids")
     head = f"ids differ from position {position}: {ref_name} {_token(reference, position)}, "
     head += f"{other_name} {_token(other, position)}"
-
-    ref_body, other_body = body_text(reference), body_text(other)
-    if ref_body is not None and other_body is not None and _nfc(ref_body) != _nfc(other_body):
-        at = first_text_difference(ref_body, other_body)
-        assert at is not None
-        lead = len(reference.text or "") - len(ref_body)
+    if template is not None:
         return TokenVerdict(
-            Status.DIFFERS,
-            Cause.TEMPLATE,
-            position,
-            at + lead,
-            f"rendered text differs (template) from character {at + lead}: {ref_name} "
-            f"{ref_body[at : at + 20]!r}, {other_name} {other_body[at : at + 20]!r}; {head}",
+            Status.DIFFERS, Cause.TEMPLATE, position, template[0], f"{template[1]}; {head}"
         )
+    cause, sentence = _ids_cause(reference, other, position, names, texts_equal=None not in bodies)
+    explanation = f"{sentence}; {head}" if sentence else head
+    if None not in bodies and bodies[0] != bodies[1] and cause is not Cause.NORMALIZATION:
+        explanation += "; the rendered texts differ only by NFC"
+    return TokenVerdict(Status.DIFFERS, cause, position, None, explanation)
 
+
+def _snippet(text: str, at: int) -> str:
+    return repr(text[max(0, at - SNIPPET) : at + SNIPPET])
+
+
+def _template(
+    reference: TokenSide,
+    other: TokenSide,
+    bodies: tuple[str | None, str | None],
+    names: tuple[str, str],
+) -> tuple[int, str] | None:
+    """``(character, sentence)`` when the body texts differ after NFC (the character counted
+    in the reference's rendered text); None otherwise."""
+    ref_body, other_body = bodies
+    if ref_body is None or other_body is None or _nfc(ref_body) == _nfc(other_body):
+        return None
+    at = first_divergence(ref_body, other_body)
+    assert at is not None and reference.text is not None and other.text is not None
+    ref_at = at + len(reference.text) - len(ref_body)
+    other_at = at + len(other.text) - len(other_body)
+    return ref_at, (
+        f"the two engines render the template differently (rendered texts differ from "
+        f"character {ref_at}): {names[0]} {_snippet(reference.text, ref_at)} vs {names[1]} "
+        f"{_snippet(other.text, other_at)}"
+    )
+
+
+def _ids_cause(
+    reference: TokenSide,
+    other: TokenSide,
+    position: int,
+    names: tuple[str, str],
+    texts_equal: bool,
+) -> tuple[Cause, str]:
+    """The cause of differing ids of equal texts (rules 3-7 of the module docstring) and its
+    sentence (empty for ``ids``: the position says it)."""
+    ref_name, other_name = names
+    assert reference.ids is not None and other.ids is not None
     ref_lead, other_lead = leading_specials(reference), leading_specials(other)
     if list(reference.ids[:ref_lead]) != list(other.ids[:other_lead]):
         rest = (
@@ -231,55 +297,87 @@ def compare_tokenizations(
             if list(reference.ids[ref_lead:]) == list(other.ids[other_lead:])
             else "the rest differs too"
         )
-        return TokenVerdict(
-            Status.DIFFERS,
-            Cause.BOS,
-            position,
-            None,
+        return Cause.BOS, (
             f"BOS / leading special tokens differ: {ref_name} starts with "
             f"{_leading(reference, ref_lead)}, {other_name} with {_leading(other, other_lead)} "
-            f"({rest}); {head}",
+            f"({rest})"
         )
-
+    added = _added(reference, other, names, texts_equal)
+    if added is not None:
+        return added
     for special, plain, s_name, p_name in (
         (reference, other, ref_name, other_name),
         (other, reference, other_name, ref_name),
     ):
         k = spelled_as_control(special, plain, position)
         if k is not None:
-            return TokenVerdict(
-                Status.DIFFERS,
-                Cause.CONTROL,
-                position,
-                None,
+            return Cause.CONTROL, (
                 f"control token (a tokenizer property): {s_name} parses "
                 f"{_piece(special, position)} as one special token (id "
-                f"{(special.ids or ())[position]}), {p_name} as {k} ordinary tokens; {head}",
+                f"{(special.ids or ())[position]}), {p_name} as {k} ordinary tokens"
             )
     ref_special = position < len(reference.ids) and reference.ids[position] in reference.special
     other_special = position < len(other.ids) and other.ids[position] in other.special
     if ref_special != other_special:
-        return TokenVerdict(
-            Status.DIFFERS,
-            Cause.SPECIAL,
-            position,
-            None,
+        return Cause.SPECIAL, (
             f"special tokens differ: {ref_name if ref_special else other_name} has a special "
-            f"token where the other has none; {head}",
+            "token where the other has none"
         )
-
     normaliser = _normaliser(reference, other, names)
     if normaliser is not None:
-        return TokenVerdict(
-            Status.DIFFERS,
-            Cause.NORMALIZATION,
-            position,
-            None,
+        return Cause.NORMALIZATION, (
             f"Unicode normalization (a tokenizer property): the text is not NFC; "
             f"{normaliser[0]} normalizes it to NFC, {normaliser[1]} does not (given the NFC "
-            f"text it gives {normaliser[0]}'s ids); {head}",
+            f"text it gives {normaliser[0]}'s ids)"
         )
-    return TokenVerdict(Status.DIFFERS, Cause.IDS, position, None, head)
+    return Cause.IDS, ""
+
+
+def _added(
+    reference: TokenSide, other: TokenSide, names: tuple[str, str], texts_equal: bool
+) -> tuple[Cause, str] | None:
+    """``bos`` (tokens added at the start) or ``special-tokens`` (only at the end) when one
+    side's ids are the other's with tokens added there (:func:`added_run`), and those tokens
+    come from the tokenizer, not the text: the texts are equal, or the added ids are
+    special tokens of their side."""
+    assert reference.ids is not None and other.ids is not None
+    run = added_run(reference.ids, other.ids)
+    if run is None:
+        return None
+    ref_longer, start, end = run
+    longer, shorter = (reference, other) if ref_longer else (other, reference)
+    long_name, short_name = names if ref_longer else (names[1], names[0])
+    long_ids, short_ids = list(longer.ids or ()), list(shorter.ids or ())
+    tail = range(len(long_ids) - end, len(long_ids))
+    positions = [*range(start), *tail]
+    if not texts_equal and not all(long_ids[p] in longer.special for p in positions):
+        return None
+    where = []
+    if start:
+        where.append(f"{_named(longer, range(start))} added at the start")
+    if end:
+        where.append(
+            f"{_named(longer, range(len(long_ids) - end, len(long_ids)))} added at the end"
+        )
+    sentence = f"{long_name} has the ids of {short_name} with " + " and ".join(where)
+    if start and short_ids and long_ids[start - 1] == short_ids[0]:
+        first = short_ids[0]
+        n_long = next((i for i, x in enumerate(long_ids) if x != first), len(long_ids))
+        n_short = next((i for i, x in enumerate(short_ids) if x != first), len(short_ids))
+        sentence += (
+            f" ({n_long} leading {_named(longer, [0])[1:-1]} on {long_name}'s side, {n_short} "
+            f"on {short_name}'s: a BOS or special token added twice)"
+        )
+    if start:
+        return Cause.BOS, f"BOS / leading special tokens differ: {sentence}"
+    return Cause.SPECIAL, f"special tokens differ: {sentence}"
+
+
+def _named(side: TokenSide, positions: Iterable[int]) -> str:
+    """``[1 '<s>', 7]``: the side's ids at ``positions``, with their texts where known."""
+    ids = side.ids or ()
+    names = [f"{ids[p]} {side.pieces[p]!r}" if p in side.pieces else str(ids[p]) for p in positions]
+    return "[" + ", ".join(names) + "]"
 
 
 def _leading(side: TokenSide, n: int) -> str:

@@ -8,9 +8,7 @@ from pytest_infercheck.metrics.origin import (
     PromptSide,
     TextSideTokens,
     locate_origin,
-    prompt_ids_difference,
-    special_tokens_difference,
-    template_difference,
+    nfc_probe_texts,
     text_side_tokens,
 )
 
@@ -36,64 +34,111 @@ def origin(**overrides: object) -> Origin:
     return locate_origin(**args)  # type: ignore[arg-type]
 
 
+# Stages 1-3 are compare_tokenizations's verdict (tests/unit/test_metrics_tokenization.py):
+# here, that each cause lands on its stage with its explanation as the detail.
+
+
 def test_template_differs_at_character_n() -> None:
     # "<s>User: ab" vs "<s>ab": equal for "<s>" (3 characters), differ at 3
-    detail = template_difference("<s>ab", "<s>User: ab")
-    assert detail is not None and "from character 3" in detail
-    assert "render the template differently" in detail
     result = origin(test_prompt=PromptSide("<s>User: ab", [BOS, 10, 5, 6]))
-    assert result.stage == "template" and "from character 3" in result.detail
-
-
-def test_equal_or_nfc_equal_texts_are_no_template_difference() -> None:
-    assert template_difference("<s>ab", "<s>ab") is None
-    # "e" + U+0301 (combining acute) is "é" after NFC: a tokenizer property, not a template
-    assert template_difference("caf\u00e9", "cafe\u0301") is None
-    # and then the ids decide: [.., 233] vs [.., 104, 769] differ at position 3
-    result = origin(
-        base_prompt=PromptSide("caf\u00e9", [1, 2, 3, 233]),
-        test_prompt=PromptSide("cafe\u0301", [1, 2, 3, 104, 769]),
+    assert result.stage == "template"
+    assert result.detail == (
+        "the two engines render the template differently (rendered texts differ from "
+        "character 3): baseline '<s>ab' vs test '<s>User: ab'; ids differ from position 1: "
+        "baseline id 5 'a', test id 10 ?"
     )
+
+
+def test_template_of_a_side_without_ids_loses_the_other_sides_bos_spelling() -> None:
+    # A server that renders its own template: no ids, its text "<s>User: ab". The baseline's
+    # <s> is special: "<s>" is removed from both texts, "ab" vs "User: ab" differ at 0,
+    # character 0 + 3 of the baseline's text; the ids stages are unobserved, but after it.
+    result = origin(
+        base_prompt=PromptSide("<s>ab", [BOS, 5, 6], special=frozenset({BOS})),
+        test_prompt=PromptSide("<s>User: ab", None),
+    )
+    assert (result.stage, result.unobserved) == ("template", ())
+    assert result.detail == (
+        "the two engines render the template differently (rendered texts differ from "
+        "character 3): baseline '<s>ab' vs test '<s>User: ab'"
+    )
+
+
+def test_nfc_equal_texts_are_no_template_difference() -> None:
+    # "e" + U+0301 (combining acute) is "é" after NFC: a tokenizer property, not a template;
+    # the ids decide: [.., 233] vs [.., 104, 769] differ at position 3
+    base = PromptSide("caf\u00e9", [1, 2, 3, 233])
+    test = PromptSide("cafe\u0301", [1, 2, 3, 104, 769])
+    result = origin(base_prompt=base, test_prompt=test)
     assert result.stage == "prompt-ids"
-    assert "position 3" in result.detail and "differ only by NFC" in result.detail
+    assert result.detail == (
+        "ids differ from position 3: baseline id 233 ?, test id 104 ?; the rendered texts "
+        "differ only by NFC"
+    )
+    # the NFC probe: both texts normalised; the test side's ids of "café" are the baseline's
+    assert nfc_probe_texts(base, test) == ("caf\u00e9", "caf\u00e9")
+    probed = origin(
+        base_prompt=base, test_prompt=PromptSide(test.rendered, test.ids, nfc_ids=[1, 2, 3, 233])
+    )
+    assert probed.stage == "prompt-ids"
+    assert "baseline normalizes it to NFC, test does not" in probed.detail
+    assert nfc_probe_texts(base, PromptSide("caf\u00e9", [1, 2, 3, 104, 769])) is None
 
 
 def test_one_extra_bos_is_special_tokens() -> None:
-    detail = special_tokens_difference([BOS, 5, 6], [BOS, BOS, 5, 6], PIECES)
-    assert detail is not None
-    # the baseline's [1, 5, 6] fits the test's ids at position 0 first: the extra <s> is
-    # then at the end? No: [1, 1, 5, 6][0:3] = [1, 1, 5] != [1, 5, 6]; at 1 it fits, so
-    # the head [1] was added at the start.
-    assert "[1 '<s>'] added at the start" in detail
-    assert "2 leading [1 '<s>'] on the test side, 1 on the baseline's" in detail
+    # [1, 1, 5, 6][0:3] = [1, 1, 5] != [1, 5, 6]; at 1 it fits: the head [1] was added at
+    # the start; 2 leading <s> against 1
     result = origin(test_prompt=PromptSide("<s>ab", [BOS, BOS, 5, 6]))
     assert result.stage == "special-tokens"
+    assert result.detail == (
+        "BOS / leading special tokens differ: test has the ids of baseline with [1 '<s>'] "
+        "added at the start (2 leading 1 '<s>' on test's side, 1 on baseline's: a BOS or "
+        "special token added twice); ids differ from position 1: baseline id 5 'a', test id "
+        "1 '<s>'"
+    )
+    # where the engines name their special tokens, the leading ones are compared
+    special = frozenset({BOS})
+    named = origin(
+        base_prompt=PromptSide("<s>ab", [BOS, 5, 6], special),
+        test_prompt=PromptSide("<s>ab", [BOS, BOS, 5, 6], special),
+    )
+    assert named.stage == "special-tokens"
+    assert "test with 2 special tokens (1 '<s>', 1 '<s>') (the rest identical)" in named.detail
 
 
 def test_a_missing_bos_and_an_added_eos_are_special_tokens() -> None:
-    missing = special_tokens_difference([BOS, 5, 6], [5, 6], PIECES)
-    assert missing == "the baseline prompt has the test's ids with [1 '<s>'] added at the start"
-    eos = special_tokens_difference([5, 6], [5, 6, 2], PIECES)
-    assert eos == "the test prompt has the baseline's ids with [2 '</s>'] added at the end"
+    missing = origin(test_prompt=PromptSide("<s>ab", [5, 6]))
+    assert missing.stage == "special-tokens"
+    assert missing.detail.startswith(
+        "BOS / leading special tokens differ: baseline has the ids of test with [1 '<s>'] "
+        "added at the start; ids differ from position 0"
+    )
+    eos = origin(test_prompt=PromptSide("<s>ab", [BOS, 5, 6, 2]))
+    assert eos.stage == "special-tokens"
+    assert eos.detail == (
+        "special tokens differ: test has the ids of baseline with [2 '</s>'] added at the end; "
+        "ids differ from position 3: baseline nothing (end of prompt), test id 2 '</s>'"
+    )
 
 
-def test_a_difference_inside_is_not_special_tokens() -> None:
-    assert special_tokens_difference([BOS, 5, 6], [BOS, 5, 7], PIECES) is None  # same length
-    assert special_tokens_difference([BOS, 5, 6], [BOS, 7, 5, 8], PIECES) is None
-    assert special_tokens_difference([BOS, 5], [BOS, 5], PIECES) is None
+def test_a_difference_inside_is_prompt_ids() -> None:
+    for test_ids in ([BOS, 5, 7], [BOS, 7, 5, 8]):
+        result = origin(test_prompt=PromptSide("<s>ab", test_ids))
+        assert result.stage == "prompt-ids", test_ids
+    # ordinary tokens added at the end of a prompt whose texts are not known: not a special
+    # token, a longer prompt
+    longer = origin(base_prompt=PromptSide(None, [5, 6]), test_prompt=PromptSide(None, [5, 6, 7]))
+    assert (longer.stage, longer.unobserved) == ("prompt-ids", ("template",))
 
 
 def test_prompt_ids_differ_at_position_k() -> None:
     # [1, 5, 6, 8] vs [1, 5, 7, 8]: first difference at k = 2
-    detail = prompt_ids_difference([BOS, 5, 6, 8], [BOS, 5, 7, 8], PIECES)
-    assert detail == (
-        "prompt ids differ at position 2: baseline 6 'b' vs test 7 'c' (4 vs 4 prompt tokens)"
-    )
     result = origin(
         base_prompt=PromptSide("<s>abd", [BOS, 5, 6, 8]),
         test_prompt=PromptSide("<s>abd", [BOS, 5, 7, 8]),
     )
-    assert result.stage == "prompt-ids" and result.detail == detail
+    assert result.stage == "prompt-ids"
+    assert result.detail == "ids differ from position 2: baseline id 6 'b', test id 7 'c'"
 
 
 def test_same_prompt_ids_generated_tokens_differ_at_step_t() -> None:

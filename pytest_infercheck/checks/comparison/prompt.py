@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from pydantic import BeforeValidator
@@ -39,7 +39,7 @@ from ...metrics.finite import (
     strict_mean,
 )
 from ...metrics.kl import position_stats, topk_kl_lower_bound_positions
-from ...metrics.origin import Origin, PromptSide, Stage, locate_origin
+from ...metrics.origin import Origin, PromptSide, Stage, locate_origin, nfc_probe_texts
 from ...metrics.sameness import Sameness, compare_outputs
 from ...metrics.text import severity, similarity
 from ...metrics.topk_full import topk_vs_full_stats
@@ -314,8 +314,11 @@ def _origin(
     Generated ids are compared when both sides have them and share a vocabulary (one
     prompt, or equal fingerprints); a text-only test side is judged by re-tokenization
     (:mod:`.retokenize`, which checks that its tokenizer agrees with the baseline's ids); ids
-    are named by the baseline's tokenizer (the test's for ids only
-    it has)."""
+    are named by the baseline's tokenizer (the test's for ids only it has). When the outputs
+    differ and each side rendered its own prompt, each engine also names its special tokens
+    among its prompt ids and, where the texts differ only by NFC, tokenizes the NFC text
+    (what :func:`~pytest_infercheck.metrics.tokenization.compare_tokenizations` needs for
+    stages 1-3)."""
     record = inputs.record
     fingerprint = baseline.backend.tokenizer_fingerprint()
     same_vocab = record.shared or (
@@ -324,6 +327,8 @@ def _origin(
     comparable = same_vocab and base.token_ids is not None and other.token_ids is not None
     text_side = None
     pieces: dict[int, str] = {}
+    base_prompt = PromptSide(inputs.base_rendered, record.base_ids)
+    test_prompt = PromptSide(inputs.test_rendered, record.test_ids)
     if not verdict.same:
         text_side = text_side_verdict(cache, baseline, test, base, other)
         base_ids = {*(record.base_ids or ()), *(base.token_ids or ())}
@@ -331,10 +336,17 @@ def _origin(
         for target, ids in ((baseline, base_ids), (test, test_ids)):
             named = cache.call(target, target.backend.token_pieces(sorted(ids))) if ids else None
             pieces.update(zip(sorted(ids), named or [], strict=False))
+        if not record.shared:
+            base_prompt = _with_specials(cache, baseline, base_prompt)
+            test_prompt = _with_specials(cache, test, test_prompt)
+            texts = nfc_probe_texts(base_prompt, test_prompt, pieces)
+            if texts is not None:
+                base_prompt = _with_nfc_ids(cache, baseline, base_prompt, texts[0])
+                test_prompt = _with_nfc_ids(cache, test, test_prompt, texts[1])
     return locate_origin(
         shared_prompt=record.shared,
-        base_prompt=PromptSide(inputs.base_rendered, record.base_ids),
-        test_prompt=PromptSide(inputs.test_rendered, record.test_ids),
+        base_prompt=base_prompt,
+        test_prompt=test_prompt,
         outputs_same=verdict.same,
         base_text=base.text,
         test_text=other.text,
@@ -343,6 +355,21 @@ def _origin(
         text_side=text_side,
         pieces=pieces,
     )
+
+
+def _with_specials(cache: GenerationCache, target: ResolvedTarget, side: PromptSide) -> PromptSide:
+    """``side`` with the special tokens among its prompt ids, by its engine."""
+    if not side.ids:
+        return side
+    special = cache.call(target, target.backend.special_tokens(sorted(set(side.ids))))
+    return replace(side, special=frozenset(special or ()))
+
+
+def _with_nfc_ids(
+    cache: GenerationCache, target: ResolvedTarget, side: PromptSide, nfc_text: str
+) -> PromptSide:
+    """``side`` with its engine's ids of the NFC-normalised text (stage 3's normalisation)."""
+    return replace(side, nfc_ids=cache.call(target, target.backend.tokenize(nfc_text)))
 
 
 def _distributions(
