@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_infercheck.metrics.text import first_divergence
 from pytest_infercheck.metrics.tokenization import (
     Cause,
     Status,
     TokenSide,
     body_text,
+    body_texts,
     compare_tokenizations,
-    first_difference,
-    first_text_difference,
     leading_specials,
     needs_nfc_probe,
     spelled_as_control,
@@ -37,14 +37,15 @@ def side(text: str | None, ids: list[int], pieces: dict[int, str] | None = None)
         ([7, 2], [1, 2], 0),
     ],
 )
-def test_first_difference(a: list[int], b: list[int], expected: int | None) -> None:
-    assert first_difference(a, b) == expected
+def test_first_difference_of_ids(a: list[int], b: list[int], expected: int | None) -> None:
+    # the one first-differing-position helper, for ids and (below) for text
+    assert first_divergence(a, b) == expected
 
 
-def test_first_text_difference() -> None:
-    assert first_text_difference("abc", "abc") is None
-    assert first_text_difference("abc", "abX") == 2
-    assert first_text_difference("ab", "abc") == 2
+def test_first_difference_of_text() -> None:
+    assert first_divergence("abc", "abc") is None
+    assert first_divergence("abc", "abX") == 2
+    assert first_divergence("ab", "abc") == 2
 
 
 def test_identical_ids() -> None:
@@ -96,8 +97,10 @@ def test_a_rendered_text_that_differs_is_the_template_first() -> None:
     assert verdict.cause is Cause.TEMPLATE
     assert verdict.text_difference == 4  # "<s>1" then "2" vs " ": 3 + 1
     assert verdict.first_difference == 0
-    assert verdict.explanation.startswith(
-        "rendered text differs (template) from character 4: local '2+', llama ' 2+'; "
+    assert verdict.explanation == (
+        "the two engines render the template differently (rendered texts differ from "
+        "character 4): local '<s>12+' vs llama '1 2+'; ids differ from position 0: local id "
+        "1 '<s>', llama id 52 '1'"
     )
 
 
@@ -185,3 +188,45 @@ def test_equal_counts_are_count_only_and_different_counts_fail() -> None:
     assert "BOS" not in more.explanation
     unknown = compare_tokenizations(ids, TokenSide(None, None), NAMES)
     assert unknown.cause is Cause.COUNT and unknown.explanation.startswith("no prompt token")
+
+
+def test_tokens_added_at_the_end_are_special_tokens_when_the_texts_agree() -> None:
+    # An EOS appended by one side's tokenizer: [52, 53] is [52, 53, 2] without its last id;
+    # the texts are equal, so the added id came from the tokenizer, not the text.
+    verdict = compare_tokenizations(
+        side("12", [52, 53]), side("12", [52, 53, 2], {2: "</s>"}), NAMES
+    )
+    assert (verdict.cause, verdict.first_difference) == (Cause.SPECIAL, 2)
+    assert verdict.explanation == (
+        "special tokens differ: llama has the ids of local with [2 '</s>'] added at the end; "
+        "ids differ from position 2: local nothing (end of prompt), llama id 2 '</s>'"
+    )
+    # an ordinary id added to a prompt whose texts are unknown is no special token
+    plain = compare_tokenizations(side(None, [52, 53]), side(None, [52, 53, 54]), NAMES)
+    assert plain.cause is Cause.IDS
+    # the same with the ids known to be special (an EOS, 2): a special token added at the end
+    eos = compare_tokenizations(side(None, [52, 53]), side(None, [52, 53, 2]), NAMES)
+    assert eos.cause is Cause.SPECIAL and "[2] added at the end" in eos.explanation
+
+
+def test_a_side_without_ids_loses_the_other_sides_leading_spelling() -> None:
+    # The reference spells its BOS "<s>"; a count-only side shows "<s>User: 12": "<s>" is
+    # removed from both, "12" vs "User: 12" differ at 0, character 0 + 3 in the reference.
+    counted = TokenSide("<s>User: 12", None, count=6)
+    ref = side("<s>12", [1, 52, 53], {0: "<s>"})
+    assert body_texts(ref, counted) == ("12", "User: 12")
+    verdict = compare_tokenizations(ref, counted, NAMES)
+    assert (verdict.status, verdict.cause) == (Status.DIFFERS, Cause.TEMPLATE)
+    assert (verdict.first_difference, verdict.text_difference) == (None, 3)
+    # equal bodies: counts decide
+    same = compare_tokenizations(ref, TokenSide("<s>12", None, count=3), NAMES)
+    assert same.status is Status.COUNT_ONLY
+
+
+def test_ids_of_texts_equal_only_after_nfc_say_so() -> None:
+    # no NFC probe asked: the cause is ids, and the explanation names the NFC difference
+    verdict = compare_tokenizations(
+        side("caf\u00e9", [99, 100]), side("cafe\u0301", [99, 101, 102]), NAMES
+    )
+    assert verdict.cause is Cause.IDS
+    assert verdict.explanation.endswith("; the rendered texts differ only by NFC")
