@@ -134,7 +134,8 @@ def test_faithful_passes_and_each_fault_fails_naming_position_and_cause(
     template = items["p01[tok-template]"]["data"]
     assert template["text_difference"] == len("<s>12+34=")
     assert template["explanation"].startswith(
-        "rendered text differs (template) from character 9: adder@local '', adder@tok-template ' '"
+        "the two engines render the template differently (rendered texts differ from character "
+        "9): adder@local '<s>12+34=' vs adder@tok-template '<s>12+34= '"
     )
     changed = items["p01[tok-changed]"]["violations"][0]
     assert changed.endswith("ids differ from position 3: adder@local id 46 '+', "
