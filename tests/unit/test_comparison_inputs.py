@@ -73,7 +73,10 @@ def test_vocabularies_disagreeing_render_apart_and_name_the_prompt_ids() -> None
     # same rendered text, ids [1, 2, 3] vs [1, 2, 3, 4]: the test has [4] added at the end
     assert result.divergence_origin == "special-tokens"
     assert "added at the end" in result.origin_detail
-    assert "divergence starts at: special-tokens - the test prompt" in describe(result)
+    assert (
+        "divergence starts at: special-tokens - special tokens differ: test has the ids of "
+        "baseline with [4] added at the end; ids differ from position 3" in describe(result)
+    )
     assert "prompt: own render (its tokenizer gives other ids" in describe(result)
 
 
