@@ -148,10 +148,6 @@ class Origin:
     """Stages before :attr:`stage` that the sides did not expose."""
 
 
-def _name(ids: Sequence[int], pieces: Mapping[int, str]) -> str:
-    return "[" + ", ".join(f"{i} {pieces[i]!r}" if i in pieces else str(i) for i in ids) + "]"
-
-
 def prompt_stage(
     base: PromptSide, test: PromptSide, pieces: Mapping[int, str] | None = None
 ) -> tuple[Stage | None, str, tuple[Stage, ...]]:
@@ -313,6 +309,8 @@ def locate_origin(
 
 
 def _step(ids: Sequence[int], step: int, pieces: Mapping[int, str] | None) -> str:
+    """The id at ``step`` with its text where known (``8 'd'``), ``(stopped)`` past the end."""
     if step >= len(ids):
         return "(stopped)"
-    return _name([ids[step]], pieces or {})[1:-1]
+    piece = (pieces or {}).get(ids[step])
+    return str(ids[step]) if piece is None else f"{ids[step]} {piece!r}"

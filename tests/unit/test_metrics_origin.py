@@ -106,6 +106,22 @@ def test_one_extra_bos_is_special_tokens() -> None:
     assert "test with 2 special tokens (1 '<s>', 1 '<s>') (the rest identical)" in named.detail
 
 
+def test_a_bos_spelled_in_one_text_only_is_not_a_template_difference() -> None:
+    # mlx-lm's render shows its BOS as "<s>", llama-server's text has none and its tokenizer
+    # adds a second <s>: the texts without their leading special tokens' spellings are both
+    # "ab", so the doubled BOS is the start, not the template
+    special = frozenset({BOS})
+    result = origin(
+        base_prompt=PromptSide("<s>ab", [BOS, 5, 6], special),
+        test_prompt=PromptSide("ab", [BOS, BOS, 5, 6], special),
+    )
+    assert result.stage == "special-tokens"
+    assert result.detail.startswith(
+        "BOS / leading special tokens differ: baseline starts with 1 special token (1 '<s>'), "
+        "test with 2 special tokens (1 '<s>', 1 '<s>') (the rest identical)"
+    )
+
+
 def test_a_missing_bos_and_an_added_eos_are_special_tokens() -> None:
     missing = origin(test_prompt=PromptSide("<s>ab", [5, 6]))
     assert missing.stage == "special-tokens"
