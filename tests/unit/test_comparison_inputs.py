@@ -90,3 +90,60 @@ def test_same_tokenizer_diverging_tokens_and_detokenization() -> None:
     detok = compare(base, FakeBackend("test", generation(" 46", [0, 1, 3])))
     assert detok.divergence_origin == "detokenization"
     assert "the generated token ids agree; texts differ from character 0" in detok.origin_detail
+
+
+class OwnRender(FakeBackend):
+    """A backend with its own vocabulary that renders ``rendered`` to ``ids``, names ``<s>``
+    (1) as its special token and tokenizes any text to ``tokenized``."""
+
+    def __init__(
+        self, name: str, out: str, rendered: str, ids: tuple[int, ...], tokenized: list[int]
+    ) -> None:
+        super().__init__(name, generation(out, [7, 2]))
+        self.rendered, self.ids, self.tokenized = rendered, ids, tokenized
+
+    def tokenizer_fingerprint(self) -> str | None:
+        return self.name
+
+    async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        return PromptInput(self.rendered, self.ids, templated=True, tokenizer_fingerprint=self.name)
+
+    async def accepts_token_ids(self, prompt: PromptInput) -> bool:
+        return False
+
+    async def detokenize(self, ids: Sequence[int]) -> str:
+        return self.name  # the two vocabularies disagree: each side renders its own prompt
+
+    async def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenized)
+
+    async def special_tokens(self, ids: Sequence[int]) -> set[int]:
+        return {i for i in ids if i == 1}
+
+    async def token_pieces(self, ids: Sequence[int]) -> list[str]:
+        return [{1: "<s>", 5: "a", 6: "b"}.get(i, "?") for i in ids]
+
+
+def test_origin_asks_each_engine_for_its_special_tokens() -> None:
+    # The baseline's text spells its BOS, the test's does not and its ids hold two: without
+    # the engines naming <s> special, "<s>ab" vs "ab" would be a template difference.
+    base = OwnRender("base", "x", "<s>ab", (1, 5, 6), [5, 6])
+    result = compare(base, OwnRender("test", "y", "ab", (1, 1, 5, 6), [5, 6]))
+    assert result.prompt_inputs is not None and result.prompt_inputs.sharing == "own render"
+    assert result.divergence_origin == "special-tokens", result.origin_detail
+    assert result.origin_detail.startswith(
+        "BOS / leading special tokens differ: baseline starts with 1 special token (1 '<s>'), "
+        "test with 2 special tokens (1 '<s>', 1 '<s>') (the rest identical)"
+    )
+
+
+def test_origin_probes_texts_equal_only_after_nfc() -> None:
+    # "cafe" + U+0301 on the test side; its tokenizer gives the baseline's ids [9, 233] for
+    # the NFC text "café": the baseline normalizes, the test does not
+    base = OwnRender("base", "x", "caf\u00e9", (9, 233), [9, 233])
+    result = compare(base, OwnRender("test", "y", "cafe\u0301", (9, 104, 769), [9, 233]))
+    assert result.divergence_origin == "prompt-ids", result.origin_detail
+    assert result.origin_detail.startswith(
+        "Unicode normalization (a tokenizer property): the text is not NFC; baseline "
+        "normalizes it to NFC, test does not"
+    )

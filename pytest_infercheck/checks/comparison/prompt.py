@@ -41,9 +41,10 @@ from ...metrics.finite import (
 from ...metrics.kl import position_stats, topk_kl_lower_bound_positions
 from ...metrics.origin import Origin, PromptSide, Stage, locate_origin, nfc_probe_texts
 from ...metrics.sameness import Sameness, compare_outputs
-from ...metrics.text import severity, similarity
+from ...metrics.text import first_divergence, severity, similarity
 from ...metrics.topk_full import topk_vs_full_stats
 from ...records import OMIT_WHEN_EMPTY, Measured
+from ..tokenization import LEADING, WINDOW
 from .inputs import PromptInputs, SideInputs, decide_inputs
 from .retokenize import text_side_verdict
 
@@ -337,8 +338,10 @@ def _origin(
             named = cache.call(target, target.backend.token_pieces(sorted(ids))) if ids else None
             pieces.update(zip(sorted(ids), named or [], strict=False))
         if not record.shared:
-            base_prompt = _with_specials(cache, baseline, base_prompt)
-            test_prompt = _with_specials(cache, test, test_prompt)
+            base_prompt, test_prompt = (
+                _with_specials(cache, baseline, base_prompt, test_prompt),
+                _with_specials(cache, test, test_prompt, base_prompt),
+            )
             texts = nfc_probe_texts(base_prompt, test_prompt, pieces)
             if texts is not None:
                 base_prompt = _with_nfc_ids(cache, baseline, base_prompt, texts[0])
@@ -357,11 +360,19 @@ def _origin(
     )
 
 
-def _with_specials(cache: GenerationCache, target: ResolvedTarget, side: PromptSide) -> PromptSide:
-    """``side`` with the special tokens among its prompt ids, by its engine."""
+def _with_specials(
+    cache: GenerationCache, target: ResolvedTarget, side: PromptSide, other: PromptSide
+) -> PromptSide:
+    """``side`` with the special tokens, by its engine, among the ids the prompt comparison
+    looks at (as the ``tokenization`` check asks): the first :data:`LEADING`, and
+    :data:`WINDOW` from the first difference with ``other`` and at the end (an added EOS)."""
     if not side.ids:
         return side
-    special = cache.call(target, target.backend.special_tokens(sorted(set(side.ids))))
+    ids = list(side.ids)
+    at = first_divergence(ids, list(other.ids or ())) or 0
+    positions = {*range(LEADING), *range(at, at + WINDOW), *range(len(ids) - WINDOW, len(ids))}
+    chosen = sorted({ids[p] for p in positions if 0 <= p < len(ids)})
+    special = cache.call(target, target.backend.special_tokens(chosen))
     return replace(side, special=frozenset(special or ()))
 
 
