@@ -6,15 +6,15 @@ divergence starts at the first stage whose result differs (:data:`STAGES`, in or
 1. ``template``: the rendered prompt text (the chat template applied);
 2. ``special-tokens``: special tokens and BOS count (a BOS added once more or missing, an
    EOS added at the end, text spelling a token one side parses as a control token);
-3. ``prompt-ids``: the prompt ids differ otherwise (Unicode normalisation, a merge).
+3. ``prompt-ids``: the prompt ids differ otherwise (Unicode normalisation, a merge);
+4. ``generated-tokens``: same prompt, the generated token ids differ from step ``t`` (the
+   end-of-sequence token included: stopping is a decision too).
+5. ``detokenization``: same generated tokens, different texts.
 
 Stages 1-3 are decided in one place, :func:`~.tokenization.compare_tokenizations` (the
 ``tokenization`` check kind's verdict): its cause names the stage (:data:`PROMPT_STAGE`)
 and its explanation is the stage's detail (two texts equal after NFC are not a template
 difference: normalising is the tokenizer's business, stage 3).
-4. ``generated-tokens``: same prompt, the generated token ids differ from step ``t`` (the
-   end-of-sequence token included: stopping is a decision too).
-5. ``detokenization``: same generated tokens, different texts.
 
 A side that received the other's prompt (the same ids, or the exact string of those ids)
 cannot diverge at stages 1-3. A stage a side does not expose (a server that applies its own
