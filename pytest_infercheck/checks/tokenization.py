@@ -39,7 +39,9 @@ from pydantic import Field
 from ..backends import Backend, BackendError
 from ..metrics.text import first_divergence
 from ..metrics.tokenization import (
+    LEADING,
     TOKENIZER_PROPERTIES,
+    WINDOW,
     Status,
     TokenSide,
     TokenVerdict,
@@ -63,11 +65,6 @@ if TYPE_CHECKING:
 
 Allowed = Literal["normalization", "control-tokens"]
 Source = Literal["render", "tokenize-endpoint", "usage", "none"]
-
-WINDOW = 8
-"""Token positions shown (and asked for their texts) from the first difference on."""
-LEADING = 4
-"""Leading positions asked whether they are special tokens (BOS and the like)."""
 
 
 class TokenizationSpec(KindSpec):

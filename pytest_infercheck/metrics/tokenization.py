@@ -44,6 +44,11 @@ from dataclasses import dataclass, field
 
 from .text import first_divergence
 
+WINDOW = 8
+"""Token positions shown (and asked for their texts) from the first difference on."""
+LEADING = 4
+"""Leading positions asked whether they are special tokens (BOS and the like)."""
+
 
 class Cause(enum.Enum):
     """Why two tokenizations of one prompt differ (see the module docstring for the order)."""

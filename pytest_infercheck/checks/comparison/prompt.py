@@ -42,9 +42,9 @@ from ...metrics.kl import position_stats, topk_kl_lower_bound_positions
 from ...metrics.origin import Origin, PromptSide, Stage, locate_origin, nfc_probe_texts
 from ...metrics.sameness import Sameness, compare_outputs
 from ...metrics.text import first_divergence, severity, similarity
+from ...metrics.tokenization import LEADING, WINDOW
 from ...metrics.topk_full import topk_vs_full_stats
 from ...records import OMIT_WHEN_EMPTY, Measured
-from ..tokenization import LEADING, WINDOW
 from .inputs import PromptInputs, SideInputs, decide_inputs
 from .retokenize import text_side_verdict
 
