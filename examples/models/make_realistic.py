@@ -40,10 +40,12 @@ vectors, see ``tests/unit/test_realistic_tokenizers.py``):
   llama.cpp's ``llama3`` pre-tokenizer), not for Qwen.
 - Pre-tokenizer: ``Split(<the original tokenizer.json regex of that pre name>, isolated)``
   then ``ByteLevel(add_prefix_space=False, use_regex=False)``; ByteLevel decoder.
-- Normalizer NFC for Qwen (llama.cpp does not normalize: a decomposed ``e`` + U+0301 is one
-  token fewer in HF than in llama.cpp), none for Llama 3.
-- Added tokens at their real ids (:data:`QWEN_ADDED` from ``realistic/qwen-added-tokens.json``
-  for Qwen; the GGUF's CONTROL tokens for Llama 3). The Qwen vocab GGUFs predate Qwen 2.5:
+- Normalizer NFC for qwen2 (as Qwen 2/2.5/3's ``tokenizer.json``; llama.cpp does not
+  normalize, so a decomposed ``e`` + U+0301 is one token fewer in HF than in llama.cpp: a
+  property of the two tokenizers, not a bug); none for qwen35 (its regex keeps marks with
+  letters, ``[\p{L}\p{M}]+``, and llama.cpp's vectors for it are not normalized) and Llama 3.
+- Added tokens at their real ids (``realistic/qwen-added-tokens.json``, with its source, for
+  Qwen; the GGUF's CONTROL tokens for Llama 3). The Qwen vocab GGUFs predate Qwen 2.5:
   their ids 151646+ are ``[PADn]``; those are left out of the HF vocabulary, and the GGUF
   written here marks the ids no added token uses UNUSED, the added ones CONTROL when special
   or spelled ``<|...|>`` and USER_DEFINED otherwise (the rule of llama.cpp's
@@ -81,8 +83,16 @@ from typing import Any
 
 import gguf
 import numpy as np
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
-from tokenizers import pre_tokenizers, processors
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "realistic"
@@ -673,9 +683,7 @@ def make_realistic(
             json.dumps({"bos_token_id": bos_id, "eos_token_id": eos_id}, indent=2) + "\n"
         )
         (work / "gguf").mkdir()
-        write_gguf(
-            work / GGUF_NAME, vocab, config, tensors, chat_template, bos_id, eos_id, pad_id
-        )
+        write_gguf(work / GGUF_NAME, vocab, config, tensors, chat_template, bos_id, eos_id, pad_id)
         (work / "README.md").write_text(
             f"# tiny realistic {vocab}\n\nRandom-weight {spec.arch} (hidden {HIDDEN}, "
             f"{LAYERS} layers, float32, seed {seed}) made by `make_realistic.py` with the real "
