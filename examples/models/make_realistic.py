@@ -43,7 +43,7 @@ vectors, see ``tests/unit/test_realistic_tokenizers.py``):
 - Normalizer NFC for qwen2 (as Qwen 2/2.5/3's ``tokenizer.json``; llama.cpp does not
   normalize, so a decomposed ``e`` + U+0301 is one token fewer in HF than in llama.cpp: a
   property of the two tokenizers, not a bug); none for qwen35 (its regex keeps marks with
-  letters, ``[\p{L}\p{M}]+``, and llama.cpp's vectors for it are not normalized) and Llama 3.
+  letters, and llama.cpp's vectors for it are not normalized) and Llama 3.
 - Added tokens at their real ids (``realistic/qwen-added-tokens.json``, with its source, for
   Qwen; the GGUF's CONTROL tokens for Llama 3). The Qwen vocab GGUFs predate Qwen 2.5:
   their ids 151646+ are ``[PADn]``; those are left out of the HF vocabulary, and the GGUF

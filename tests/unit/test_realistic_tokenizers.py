@@ -44,7 +44,9 @@ def vectors(vocab: str) -> list[tuple[str, list[int]]]:
     lines = outputs.split("\n")
     assert lines[-1] == "", "the .out file ends with a newline"
     assert len(texts) == len(lines)
-    return [(t, [int(i) for i in line.split()]) for t, line in zip(texts[:-1], lines[:-1])]
+    return [
+        (t, [int(i) for i in line.split()]) for t, line in zip(texts[:-1], lines[:-1], strict=True)
+    ]
 
 
 @pytest.mark.parametrize("vocab", sorted(VECTOR_COUNTS))
