@@ -347,7 +347,8 @@ def test_llama3_prompts_carry_exactly_one_bos(
     ):
         assert ids is not None and ids[0] == BEGIN_OF_TEXT, name
         assert ids.count(BEGIN_OF_TEXT) == 1, name
-        assert text.startswith("<|begin_of_text|>") and text.count("<|begin_of_text|>") == 1
+        assert text.startswith("<|begin_of_text|>"), name
+        assert text.count("<|begin_of_text|>") == 1, name
     assert accepts_raw  # the raw render's text tokenizes to its ids on the server
 
 
