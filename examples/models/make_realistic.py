@@ -75,7 +75,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -99,7 +99,6 @@ DATA = HERE / "realistic"
 CACHE = Path(os.environ.get("INFERCHECK_CACHE") or Path.home() / ".cache" / "pytest-infercheck")
 SDIST_VERSION = os.environ.get("INFERCHECK_LLAMA_CPP_PYTHON_VERSION", "0.3.36")
 MAKER_VERSION = 1
-STAMP_NAME = ".infercheck-stamp.json"
 GGUF_NAME = "gguf/model-f32.gguf"
 
 
@@ -293,6 +292,7 @@ class Vocab:
 
 
 def _qwen_added(last_id: int) -> list[tuple[int, str, bool]]:
+    """``(id, content, special)`` of Qwen's added tokens up to ``last_id`` (the data file)."""
     data = json.loads((DATA / "qwen-added-tokens.json").read_text())
     return [
         (int(t["id"]), str(t["content"]), bool(t["special"]))
@@ -302,10 +302,13 @@ def _qwen_added(last_id: int) -> list[tuple[int, str, bool]]:
 
 
 def _looks_special(token: str) -> bool:
+    """llama.cpp's converter treats an added token spelled ``<|...|>`` as CONTROL."""
     return token.startswith("<|") and token.endswith("|>")
 
 
 def _read_vocab(vocab: str) -> Vocab:
+    """The vocab GGUF of the sdist, with Qwen's ``[PADn]`` ids replaced by the added tokens
+    (see the module docstring for the token types)."""
     spec = VOCABS[vocab]
     reader = gguf.GGUFReader(sdist_models_dir() / f"ggml-vocab-{vocab}.gguf")
     tokens = list(reader.fields["tokenizer.ggml.tokens"].contents())
@@ -330,6 +333,7 @@ def _read_vocab(vocab: str) -> Vocab:
 
 
 def _build_tokenizer(vocab: str, v: Vocab) -> Tokenizer:
+    """The ``tokenizers`` tokenizer of ``vocab`` (rules in the module docstring)."""
     spec = VOCABS[vocab]
     bpe_vocab = {t: i for i, t in enumerate(v.tokens) if v.types[i] == gguf.TokenType.NORMAL}
     merges = [tuple(m.split(" ", 1)) for m in v.merges]
@@ -374,6 +378,7 @@ def _build_tokenizer(vocab: str, v: Vocab) -> Tokenizer:
 
 
 def _tokenizer_key(vocab: str) -> str:
+    """Cache key of a converted tokenizer: maker and sdist versions, the rules, the data."""
     h = hashlib.sha256()
     h.update(json.dumps([MAKER_VERSION, SDIST_VERSION, vocab, repr(VOCABS[vocab])]).encode())
     h.update((DATA / "qwen-added-tokens.json").read_bytes())
@@ -414,6 +419,7 @@ def hf_tokenizer(vocab: str) -> Tokenizer:
 
 
 def _gguf_vocab(vocab: str) -> Vocab:
+    """The cached GGUF vocabulary of ``vocab`` (tokens, types, merges, pre-tokenizer)."""
     data = json.loads((_cached_vocab_dir(vocab) / "gguf-vocab.json").read_text())
     return Vocab(data["tokens"], data["types"], data["merges"], data["pre"], [])
 
@@ -457,14 +463,12 @@ def random_weights(config: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
     k])``: norms are ones, the embedding N(0, 1), the output head N(0, 0.5), biases N(0,
     0.1), other matrices N(0, 1/fan_in).
     """
-    import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.utils import _get_classes
 
     model_class, args_class = _get_classes(config)
     model = model_class(args_class.from_dict(config))
     shapes = {name: tuple(p.shape) for name, p in tree_flatten(model.parameters())}
-    del model, mx
     out: dict[str, np.ndarray] = {}
     for k, name in enumerate(sorted(shapes)):
         rng = np.random.default_rng([seed, k])
@@ -516,6 +520,7 @@ _EXTRA_LAYER_TENSORS = {
 
 
 def _gguf_name(hf_name: str) -> str:
+    """llama.cpp's tensor name, including the qwen2 biases and qwen3 q/k norms."""
     for hf_suffix, suffix in _EXTRA_LAYER_TENSORS.items():
         if hf_name.startswith("model.layers.") and hf_name.endswith(hf_suffix):
             layer = hf_name.split(".")[2]
@@ -692,7 +697,8 @@ def make_realistic(
             "deterministic.\n"
         )
 
-    _build_atomically(out_dir, stamp, build)
+    # make_models imports mlx_lm: loaded here, so the tokenizer functions do not need it.
+    _load_sibling("make_models")._build_atomically(out_dir, stamp, build)
     return result
 
 
@@ -702,32 +708,6 @@ def _added_tokens(tok: Tokenizer) -> list[tuple[int, str, bool]]:
         (int(i), str(t.content), bool(t.special))
         for i, t in sorted(tok.get_added_tokens_decoder().items())
     ]
-
-
-def _build_atomically(target: Path, stamp: dict[str, Any], build: Callable[[Path], None]) -> None:
-    """Run ``build(tmp)`` and rename the result to ``target`` with ``stamp``, unless
-    ``target`` already carries the same stamp."""
-    try:
-        if json.loads((target / STAMP_NAME).read_text()) == stamp:
-            return
-    except (OSError, ValueError):
-        pass
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{target.name}-", dir=target.parent) as tmp:
-        work = Path(tmp) / target.name
-        build(work)
-        (work / STAMP_NAME).write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        try:
-            os.replace(work, target)
-        except OSError:
-            try:
-                if json.loads((target / STAMP_NAME).read_text()) == stamp:
-                    return
-            except (OSError, ValueError):
-                pass
-            raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:
