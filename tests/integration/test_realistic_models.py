@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import gguf
 import httpx
 import numpy as np
 import pytest
@@ -46,6 +47,7 @@ T = TypeVar("T")
 THINK_OFF = "<think>\n\n</think>\n\n"
 """What the Qwen3 template appends to the generation prompt with ``enable_thinking: false``."""
 IM_START = 151644
+THINK = 151667
 PROMOTED_EOS = 128247
 """``</s>`` in Qwen's vocabulary: NORMAL, but llama.cpp makes it CONTROL (an end-of-generation
 token by its spelling)."""
@@ -373,6 +375,38 @@ def test_special_tokens_in_user_text_are_parsed_alike(
             assert a == b, text
     spelled = texts.index("What does <|im_start|> mean in a chat template?")
     assert IM_START in ours[spelled]
+
+
+# --------------------------------------------------------------------------- GGUF vocabulary
+
+
+def gguf_token_types(path: Path, ids: list[int]) -> dict[int, tuple[str, int]]:
+    """``{id: (token, type)}`` for ``ids`` of a GGUF, read from the field parts directly."""
+    reader = gguf.GGUFReader(path)
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    types = reader.fields["tokenizer.ggml.token_type"]
+    return {
+        i: (
+            bytes(tokens.parts[tokens.data[i]]).decode("utf-8"),
+            int(types.parts[types.data[i]][0]),
+        )
+        for i in ids
+    }
+
+
+def test_qwen_gguf_marks_added_and_unused_ids(realistic_qwen: Any) -> None:
+    """The rule of llama.cpp's converter: special or ``<|...|>`` added tokens are CONTROL,
+    other added tokens USER_DEFINED, ids no token uses UNUSED ``[PADn]``."""
+    t = gguf.TokenType
+    got = gguf_token_types(realistic_qwen.gguf, [198, IM_START, 151659, THINK, 151669, 151935])
+    assert got == {
+        198: ("\u010a", t.NORMAL),
+        IM_START: ("<|im_start|>", t.CONTROL),
+        151659: ("<|fim_prefix|>", t.CONTROL),  # not special in HF, but spelled <|...|>
+        THINK: ("<think>", t.USER_DEFINED),
+        151669: ("[PAD151669]", t.UNUSED),
+        151935: ("[PAD151935]", t.UNUSED),
+    }
 
 
 # --------------------------------------------------------------------------- KL at 152k
