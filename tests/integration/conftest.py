@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,9 +119,42 @@ def realistic_qwen_vllm(
         host = ["--host", "127.0.0.1", "--port", str(port)]
         return [str(vllm_mlx_bin), "serve", str(realistic_qwen.path), *host]
 
+    env = {"HF_HUB_CACHE": str(hub), "VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION": "wait"}
+    with _running_with_env("vllm-mlx", command, workdir, env) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def realistic_qwen_mlx_server(
+    realistic_qwen: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """mlx_lm.server serving the realistic Qwen3 folder (requests omit ``model``)."""
+    workdir = tmp_path_factory.mktemp("rm")
+    hub = workdir / "hub"
+    hub.mkdir()
+
+    def command(port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        return [
+            sys.executable,
+            "-m",
+            "mlx_lm",
+            "server",
+            "--model",
+            str(realistic_qwen.path),
+            *host,
+        ]
+
+    with _running_with_env("mlx_lm.server", command, workdir, {"HF_HUB_CACHE": str(hub)}) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _running_with_env(name: str, command: Any, workdir: Path, env: dict[str, str]) -> Iterator[str]:
+    """:func:`running` with ``env`` set for the server only (it inherits it at start)."""
     with contextlib.ExitStack() as stack:
-        with pytest.MonkeyPatch.context() as env:  # the server inherits it when it starts
-            env.setenv("HF_HUB_CACHE", str(hub))
-            env.setenv("VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION", "wait")
-            url = stack.enter_context(running("vllm-mlx", command, workdir))
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            url = stack.enter_context(running(name, command, workdir))
         yield url

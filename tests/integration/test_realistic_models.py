@@ -10,7 +10,7 @@ engines: what the byte-level tiny models cannot show.
 - Thinking suppression with the real Qwen3 template: the empty think block in-process,
   through llama-server's ``/apply-template`` and, by prompt token count, through vllm-mlx
   (streamed usage; its non-streamed usage re-renders the template without
-  ``chat_template_kwargs``: a vllm-mlx 0.6.0 bug pinned here).
+  ``chat_template_kwargs``: a vllm-mlx 0.6.0 bug pinned here) and mlx_lm.server.
 - BOS with the Llama 3 tokenizer: exactly one ``<|begin_of_text|>`` in the ids each backend
   sends (``/apply-template`` drops the template's BOS; the backend's render adds it back).
 - Text that spells special tokens is parsed as the special token by both tokenizers.
@@ -305,6 +305,25 @@ def test_vllm_mlx_counts_the_think_block_in_streamed_usage(
     for thinking, ids in ((False, off), (True, on)):
         got = vllm_chat(realistic_qwen_vllm, realistic_qwen, thinking, stream=True)
         assert got["usage"]["prompt_tokens"] == len(ids), f"enable_thinking={thinking}"
+
+
+def test_mlx_lm_server_counts_the_think_block(
+    realistic_qwen: Any, realistic_qwen_mlx_server: str
+) -> None:
+    mlx = in_process(realistic_qwen)
+    for thinking in (False, True):
+        ids = mlx.render_sync(MESSAGE, None, thinking=thinking).token_ids or ()
+        answer = httpx.post(
+            f"{realistic_qwen_mlx_server}/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": MESSAGE}],
+                "max_tokens": 2,
+                "temperature": 0,
+                "chat_template_kwargs": {"enable_thinking": thinking},
+            },
+            timeout=120,
+        ).json()
+        assert answer["usage"]["prompt_tokens"] == len(ids), f"enable_thinking={thinking}"
 
 
 def test_vllm_mlx_non_streamed_usage_ignores_chat_template_kwargs(
