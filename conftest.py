@@ -1,11 +1,14 @@
-"""Repo-level test helpers: the tiny models (made locally, cached outside the repo)."""
+"""Repo-level test helpers: the tiny models and the realistic models (real tokenizers and chat
+templates, random weights), made locally and cached outside the repo."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -37,3 +40,37 @@ def random_model() -> Path:
     """A deterministic random-weight tiny llama with the same byte-level tokenizer."""
     path: Path = _make_models_module().make_random_model(MODELS_CACHE / "random", seed=0)
     return path
+
+
+def load_example(name: str) -> ModuleType:
+    """``examples/models/<name>.py`` as a module, registered in ``sys.modules`` (its
+    dataclasses look their module up there); loaded once per process."""
+    key = f"infercheck_example_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            key, REPO / "examples" / "models" / f"{name}.py"
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+@pytest.fixture(scope="session")
+def realistic_qwen() -> Any:
+    """A tiny random Qwen3 (``make_realistic.Realistic``): the qwen35 vocabulary (151,936
+    ids, Qwen3's added tokens), the Qwen3 chat template (``enable_thinking``), HF folder and
+    f32 GGUF."""
+    return load_example("make_realistic").make_realistic(
+        MODELS_CACHE / "realistic" / "qwen3-s0", "qwen35", seed=0
+    )
+
+
+@pytest.fixture(scope="session")
+def realistic_llama3() -> Any:
+    """A tiny random Llama 3 (``make_realistic.Realistic``): the llama-bpe vocabulary (128,256
+    ids, BOS added by the tokenizer) and the Llama 3.1 chat template, HF folder and f32 GGUF."""
+    return load_example("make_realistic").make_realistic(
+        MODELS_CACHE / "realistic" / "llama3-s0", "llama-bpe", seed=0
+    )

@@ -6,8 +6,9 @@
 #
 # Result: ${INFERCHECK_CACHE:-$HOME/.cache/pytest-infercheck}/llama-server/<version>/llama-server
 # (a static build: no llama/ggml shared libraries, only system ones such as libgomp), next to
-# `build-info.txt` and `build.log`. Everything else goes to stderr, so the last (and only)
-# line of stdout is the binary's path.
+# `build-info.txt` and `build.log`. The downloaded sdist is kept (and reused) in
+# ${INFERCHECK_CACHE:-$HOME/.cache/pytest-infercheck}/sdist/. Everything else goes to stderr,
+# so the last (and only) line of stdout is the binary's path.
 #
 # Idempotent: when the binary exists and `--version` runs it is reused at once. A build
 # happens in a temporary folder beside the cache and is renamed into place only once the
@@ -28,6 +29,7 @@ mkdir -p "$CACHE_ROOT/llama-server"
 PARENT="$(cd "$CACHE_ROOT/llama-server" && pwd -P)"
 DEST="$PARENT/$VERSION"
 BIN="$DEST/llama-server"
+SDIST_DIR="$CACHE_ROOT/sdist"
 
 CMAKE_FLAGS=(
     -DCMAKE_BUILD_TYPE=Release
@@ -125,12 +127,19 @@ main() {
     BUILD_LOG="$WORK/build.log"
     start=$(date +%s)
 
-    log "downloading the llama-cpp-python $VERSION sdist from PyPI"
-    "$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
-        "llama-cpp-python==$VERSION" -d "$WORK/sdist" >&2 ||
-        die "pip could not download llama-cpp-python==$VERSION (sdist)"
-    SDIST="$(ls "$WORK"/sdist/llama_cpp_python-*.tar.gz 2>/dev/null | head -n 1)"
-    [ -n "$SDIST" ] || die "no llama_cpp_python-*.tar.gz in $WORK/sdist"
+    # The sdist is kept in the cache: examples/models/make_realistic.py reads its vocab
+    # GGUFs and chat templates. Downloaded beside it, then renamed into place.
+    SDIST="$SDIST_DIR/llama_cpp_python-$VERSION.tar.gz"
+    if [ ! -f "$SDIST" ]; then
+        log "downloading the llama-cpp-python $VERSION sdist from PyPI"
+        "$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+            "llama-cpp-python==$VERSION" -d "$WORK/sdist" >&2 ||
+            die "pip could not download llama-cpp-python==$VERSION (sdist)"
+        got="$(ls "$WORK"/sdist/llama_cpp_python-*.tar.gz 2>/dev/null | head -n 1)"
+        [ -n "$got" ] || die "no llama_cpp_python-*.tar.gz in $WORK/sdist"
+        mkdir -p "$SDIST_DIR"
+        mv "$got" "$SDIST"
+    fi
     tar -xzf "$SDIST" -C "$WORK"
     SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
     [ -f "$SRC/tools/server/CMakeLists.txt" ] || die "no llama.cpp server sources in $SDIST"

@@ -87,14 +87,16 @@ class LlamaServerBackend(Backend):
         if self.chat:
             chat = PromptInput(user_text, None, True, system=system, thinking=thinking)
             text = await self._apply_template(chat)
-            ids = await self._tokenize(text, add_special=False)
         else:
             text = f"{system}\n\n{user_text}" if system else user_text
-            ids = await self._tokenize(text, add_special=True)
-            plain = await self._tokenize(text, add_special=False)
-            if ids[1:] == plain and len(ids) == len(plain) + 1:
-                # The rendered text is the exact string of the ids: spell out the BOS.
-                text = str(self.props.get("bos_token", "")) + text
+        # Tokenized as the server tokenizes its own prompts, BOS added when the vocabulary
+        # says so: ``/apply-template`` drops a template's leading BOS (Llama 3's
+        # ``<|begin_of_text|>``) because the tokenizer adds it back.
+        ids = await self._tokenize(text, add_special=True)
+        plain = await self._tokenize(text, add_special=False)
+        if ids[1:] == plain and len(ids) == len(plain) + 1:
+            # The rendered text is the exact string of the ids: spell out the BOS.
+            text = str(self.props.get("bos_token", "")) + text
         return PromptInput(text, tuple(ids), self.chat, None, system=system, thinking=thinking)
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:

@@ -134,6 +134,13 @@ class MlxLmBackend(Backend):
             if self.add_bos and bos is not None and (not ids or ids[0] != bos):
                 ids.insert(0, bos)
                 text = tokenizer.decode(ids)  # the exact string of the ids, "<s>" included
+            elif (
+                bos is not None
+                and ids[:1] == [bos]
+                and not text.startswith(bos_text := str(tokenizer.bos_token))
+            ):
+                # The tokenizer added the BOS itself (Llama 3's post-processor): spell it out.
+                text = bos_text + text
             templated = False
         return PromptInput(
             text, tuple(ids), templated, self._loaded.fingerprint, system=system, thinking=thinking

@@ -3,15 +3,18 @@ outside the repo), never mocked. A server that cannot be had fails its tests."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import MODELS_CACHE, REPO
-from tests.integration.served import llama_flags, llama_server
+from tests.integration.served import llama_flags, llama_server, running
 
 
 def _script_output(script: str) -> Path:
@@ -62,4 +65,96 @@ def llama_url(
     flags = llama_flags(slots=1, context=64)
     workdir = tmp_path_factory.mktemp("llama")
     with llama_server(llama_server_bin, tiny_gguf, workdir, flags, chat_template=True) as url:
+        yield url
+
+
+REALISTIC_CONTEXT = 4096
+"""Context of the llama-servers on the realistic models (the longest tokenizer-edge prompt
+with its template and 24 generated tokens is far below it)."""
+
+
+@contextlib.contextmanager
+def _realistic_llama(binary: Path, model: Any, workdir: Path) -> Iterator[str]:
+    """llama-server on a realistic model's GGUF with the model's own chat template
+    (``--jinja``) and the exact f32 flags, one slot."""
+    flags = llama_flags(slots=1, context=REALISTIC_CONTEXT).split()
+
+    def command(port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        return [str(binary), "-m", str(model.gguf), *host, *flags, "--jinja"]
+
+    with running("llama-server", command, workdir) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def realistic_qwen_llama(
+    llama_server_bin: Path, realistic_qwen: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """llama-server on the realistic Qwen3 (one per test module)."""
+    with _realistic_llama(llama_server_bin, realistic_qwen, tmp_path_factory.mktemp("rq")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def realistic_llama3_llama(
+    llama_server_bin: Path, realistic_llama3: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """llama-server on the realistic Llama 3 (one per test module)."""
+    with _realistic_llama(llama_server_bin, realistic_llama3, tmp_path_factory.mktemp("rl")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def realistic_qwen_vllm(
+    vllm_mlx_bin: Path, realistic_qwen: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """vllm-mlx serving the realistic Qwen3 folder (simple engine, concurrent requests wait
+    for the lock); its ``model`` name is the folder's path."""
+    workdir = tmp_path_factory.mktemp("rv")
+    hub = workdir / "hub"
+    hub.mkdir()
+
+    def command(port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        return [str(vllm_mlx_bin), "serve", str(realistic_qwen.path), *host]
+
+    env = {"HF_HUB_CACHE": str(hub), "VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION": "wait"}
+    with _running_with_env("vllm-mlx", command, workdir, env) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def realistic_qwen_mlx_server(
+    realistic_qwen: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """mlx_lm.server serving the realistic Qwen3 folder (requests omit ``model``)."""
+    workdir = tmp_path_factory.mktemp("rm")
+    hub = workdir / "hub"
+    hub.mkdir()
+
+    def command(port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        return [
+            sys.executable,
+            "-m",
+            "mlx_lm",
+            "server",
+            "--model",
+            str(realistic_qwen.path),
+            *host,
+        ]
+
+    with _running_with_env("mlx_lm.server", command, workdir, {"HF_HUB_CACHE": str(hub)}) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _running_with_env(name: str, command: Any, workdir: Path, env: dict[str, str]) -> Iterator[str]:
+    """:func:`running` with ``env`` set for the server only (it inherits it at start)."""
+    with contextlib.ExitStack() as stack:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            url = stack.enter_context(running(name, command, workdir))
         yield url

@@ -27,7 +27,11 @@ EXPECTED = {
     "long-context": "lc",
     "quant-sensitive": "qs",
     "determinism": "d",
+    "tokenizer-edge": "te",
 }
+MAX_TOKENS = {"tokenizer-edge": (8, 64)}
+"""Budget range per suite where it is not the default 64..512 (tokenizer-edge: the input is
+the point, a few generated tokens are enough)."""
 ANSWERED = ("reasoning", "adversarial-numerics", "quant-sensitive")
 TIMES = "\N{MULTIPLICATION SIGN}"  # products in the suites read "a <TIMES> b"
 # How each kind of checkable prompt ends: a final "Answer:" line where the extractor looks for
@@ -70,7 +74,8 @@ def test_suite_shape(name: str) -> None:
         assert prompt.category, prompt.id
         assert prompt.category == prompt.category.strip().lower(), prompt.id
         assert prompt.max_tokens is not None, prompt.id
-        assert 64 <= prompt.max_tokens <= 512, prompt.id
+        low, high = MAX_TOKENS.get(name, (64, 512))
+        assert low <= prompt.max_tokens <= high, prompt.id
         assert prompt.text.strip(), prompt.id
         assert prompt.answer_kind is None or prompt.answer_kind in ANSWER_KINDS
         if prompt.answer is not None:
@@ -96,6 +101,40 @@ def test_long_context_prompts_are_long_and_checkable() -> None:
         assert 1500 <= len(prompt.text) <= 4000, (prompt.id, len(prompt.text))
         assert prompt.answer is not None, prompt.id
         assert prompt.answer_kind in {"number", "exact", "boolean"}, prompt.id
+
+
+TOKENIZER_EDGES = {
+    "CJK": lambda t: any("\u4e00" <= c <= "\u9fff" or "\u3040" <= c <= "\u30ff" for c in t),
+    "Arabic": lambda t: any("\u0600" <= c <= "\u06ff" for c in t),
+    "Devanagari": lambda t: any("\u0900" <= c <= "\u097f" for c in t),
+    "Thai": lambda t: any("\u0e00" <= c <= "\u0e7f" for c in t),
+    "emoji ZWJ sequence": lambda t: "\u200d" in t,
+    "skin tone modifier": lambda t: any("\U0001f3fb" <= c <= "\U0001f3ff" for c in t),
+    "decomposed e + U+0301": lambda t: "e\u0301" in t,
+    "digit run of 30+": lambda t: re.search(r"\d{30}", t) is not None,
+    "whitespace run of 8+": lambda t: re.search(r"[ \t]{8}", t) is not None,
+    "tab": lambda t: "\t" in t,
+    "word of 40+ letters": lambda t: re.search(r"[^\W\d_]{40}", t) is not None,
+}
+SPELLED_SPECIAL_TOKENS = (
+    "<|im_start|>",
+    "<|endoftext|>",
+    "<s>",
+    "</s>",
+    "<|begin_of_text|>",
+    "<think>",
+)
+
+
+@pytest.mark.parametrize("edge", sorted(TOKENIZER_EDGES))
+def test_tokenizer_edge_covers(edge: str) -> None:
+    """Every edge the suite exists for is in at least one of its prompts."""
+    assert [p.id for p in load("tokenizer-edge").prompts if TOKENIZER_EDGES[edge](p.text)]
+
+
+@pytest.mark.parametrize("token", SPELLED_SPECIAL_TOKENS)
+def test_tokenizer_edge_spells_special_tokens(token: str) -> None:
+    assert [p.id for p in load("tokenizer-edge").prompts if token in p.text]
 
 
 def test_determinism_prompts_invite_long_generations() -> None:
