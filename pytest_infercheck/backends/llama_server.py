@@ -9,7 +9,8 @@
 - Teacher forcing over HTTP: no prompt logprobs, so one request per position, the prefix as
   ids, ``n_predict: 1`` and ``n_probs`` = the vocabulary, with a ``logit_bias`` that forces
   an ASCII token so no position is lost to the UTF-8 gap (the reported distribution is taken
-  before the bias). That gives true full-vocabulary KL against an in-process engine.
+  before the bias). That gives true full-vocabulary KL against an in-process engine, up to
+  :data:`FULL_VOCAB_SCORING_LIMIT` ids; above it only the generation's top-k is compared.
 - ``/props`` (build info, model path) and ``/v1/models`` (vocabulary size) are recorded.
 - Streaming: ``/completion`` with ``stream: true``; every SSE chunk carries its ``content``,
   ``tokens`` and probability entries, the last one ``stop_type``.
@@ -34,6 +35,11 @@ from .http import HttpClient, HttpSettings
 from .openai_compat import chat_messages, messages_payload, parse_choice, parse_message
 
 TOP_K = 8
+FULL_VOCAB_SCORING_LIMIT = 32_768
+"""Largest vocabulary scored teacher-forced over HTTP. A full row is ``n_probs`` = V entries
+of JSON per position (about 10 MB at V = 151,936), so above this the backend declares no
+teacher forcing and comparisons use its generation's top-k against the other side's full
+rows (a lower bound of the KL, named ``top-k-lower-bound`` on the item)."""
 
 
 class LlamaServerBackend(Backend):
@@ -51,7 +57,8 @@ class LlamaServerBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
-        return Capabilities.token_level(TOP_K, self.chat)
+        scores = self.n_vocab <= FULL_VOCAB_SCORING_LIMIT
+        return Capabilities(scores, TOP_K, True, scores, self.chat)
 
     async def ensure_ready(self) -> None:
         await self.http.request("GET", "/health")

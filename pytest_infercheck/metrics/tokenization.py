@@ -186,26 +186,39 @@ def _token(side: TokenSide, position: int) -> str:
     return f"id {ids[position]} {_piece(side, position)}"
 
 
-def spelled_as_control(special: TokenSide, plain: TokenSide, position: int) -> int | None:
-    """When ``special`` has a special token at ``position`` whose text is exactly the texts
-    of ``plain``'s next ``k`` ordinary (non-special) tokens from ``position``, that ``k``;
-    else None."""
+def spelled_as_control(
+    special: TokenSide, plain: TokenSide, position: int
+) -> tuple[int, int, int] | None:
+    """A special token of ``special`` that ``plain`` spells as ordinary text, from the first
+    difference ``position`` on: the shortest spans ``special.ids[position:position + ks]``
+    and ``plain.ids[position:position + kp]`` whose texts are equal (where the two
+    tokenizations meet again), when the first holds a special token and the second none.
+    Token boundaries around the special token may differ too (``' ' '</s>' '.'`` against
+    ``' </' 's' '>.'``). Returns ``(offset of the special token in its span, ks, kp)``;
+    None when no such spans exist within the known pieces."""
     ids_s, ids_p = special.ids or (), plain.ids or ()
-    if position >= len(ids_s) or ids_s[position] not in special.special:
+    text_s = text_p = ""
+    ks = kp = 0
+    while True:
+        if text_s and text_s == text_p:
+            break
+        if len(text_s) <= len(text_p):
+            piece = special.pieces.get(position + ks)
+            if position + ks >= len(ids_s) or piece is None:
+                return None
+            text_s += piece
+            ks += 1
+        else:
+            piece = plain.pieces.get(position + kp)
+            if position + kp >= len(ids_p) or piece is None:
+                return None
+            text_p += piece
+            kp += 1
+    span_s = ids_s[position : position + ks]
+    if any(t in plain.special for t in ids_p[position : position + kp]):
         return None
-    target = special.pieces.get(position)
-    if not target:
-        return None
-    spelled = ""
-    k = 0
-    while len(spelled) < len(target) and position + k < len(ids_p):
-        token = ids_p[position + k]
-        piece = plain.pieces.get(position + k)
-        if token in plain.special or piece is None:
-            return None
-        spelled += piece
-        k += 1
-    return k if spelled == target else None
+    offsets = [j for j, t in enumerate(span_s) if t in special.special]
+    return (offsets[0], ks, kp) if offsets else None
 
 
 def added_run(a: Sequence[int], b: Sequence[int]) -> tuple[bool, int, int] | None:
@@ -314,12 +327,16 @@ def _ids_cause(
         (reference, other, ref_name, other_name),
         (other, reference, other_name, ref_name),
     ):
-        k = spelled_as_control(special, plain, position)
-        if k is not None:
+        found = spelled_as_control(special, plain, position)
+        if found is not None:
+            offset, ks, kp = found
+            at = position + offset
+            spelled = "".join(special.pieces[position + j] for j in range(ks))
+            within = "" if ks == 1 else f" within {spelled!r} ({ks} tokens)"
             return Cause.CONTROL, (
                 f"control token (a tokenizer property): {s_name} parses "
-                f"{_piece(special, position)} as one special token (id "
-                f"{(special.ids or ())[position]}), {p_name} as {k} ordinary tokens"
+                f"{_piece(special, at)} as one special token (id "
+                f"{(special.ids or ())[at]}){within}, {p_name} as {kp} ordinary tokens"
             )
     ref_special = position < len(reference.ids) and reference.ids[position] in reference.special
     other_special = position < len(other.ids) and other.ids[position] in other.special

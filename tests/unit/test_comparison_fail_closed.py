@@ -434,3 +434,44 @@ def test_the_cliffs_evidence_in_the_text_terminal_and_html() -> None:
         ["q4", "9/60", "+9 / -1", "0.0215", "0.0152 ± 0.0084", "no", "cliff"],
     ]
     assert "McNemar p (alpha 0.05)" in evidence.text()
+
+
+# -- a test side that reports only its top-k (llama-server at a large vocabulary) -----------------
+def test_a_top_k_test_side_is_bounded_against_the_baselines_full_rows() -> None:
+    """The test side cannot score teacher-forced but generated the baseline's tokens with
+    top-2 maps: each position's KL is the lower bound from the baseline's full row restricted
+    to the test's top-2 ids. Baseline p = (1/2, 1/6, 1/6, 1/6), test top-2 {0: 1/4, 1: 1/4}:
+    S = {0, 1}, tails P = 1 - 1/2 - 1/6 = 1/3, Q = 1/2, so
+    KL_S = 1/2 ln 2 + 1/6 ln(2/3) + 1/3 ln(2/3) = 0.346574 - 0.067578 - 0.135155 = 0.143841."""
+    quarter = math.log(0.25)
+    top = {0: quarter, 1: quarter}
+    test_caps = Capabilities(top_k_logprobs=2, token_ids=True)
+    base = FakeBackend("bf16", generation("46", [1, 2, 0]), rows_of(SKEWED))
+    test = FakeBackend(
+        "q4",
+        generation("46", [1, 2, 0], chosen_logprobs=[quarter] * 3, top_logprobs=[top] * 3),
+        capabilities=test_caps,
+    )
+    result = compare(base, test)
+    assert base.scored == [(PROMPT_IDS, (1, 2, 0))] and test.scored == []
+    assert result.method == "top-k-lower-bound"
+    by_hand = 0.5 * math.log(2) + (1 / 6) * math.log(2 / 3) + (1 / 3) * math.log(2 / 3)
+    assert round(by_hand, 6) == 0.143841
+    assert result.kl_per_position == pytest.approx([by_hand] * 3, rel=1e-5)
+    assert not result.problems
+
+
+def test_a_top_k_test_side_with_a_nan_fails_closed() -> None:
+    """A NaN in the test side's top-k is named, and the item fails."""
+    quarter = math.log(0.25)
+    bad = {0: math.nan, 1: quarter}
+    test = FakeBackend(
+        "q4",
+        generation(
+            "46", [1, 2, 0], chosen_logprobs=[quarter] * 3, top_logprobs=[{0: quarter}, bad, bad]
+        ),
+        capabilities=Capabilities(top_k_logprobs=2, token_ids=True),
+    )
+    result = compare(FakeBackend("bf16", generation("46", [1, 2, 0]), rows_of(SKEWED)), test)
+    assert result.method == "top-k-lower-bound"
+    assert any("non-finite" in line for line in item_violations(result, Thresholds()))

@@ -5,6 +5,8 @@ Ids used throughout: 1 is a BOS ``<s>`` and 2 ``</s>`` (special); 52 '1', 53 '2'
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pytest_infercheck.metrics.text import first_divergence
@@ -108,7 +110,7 @@ def test_a_control_token_spelled_in_text() -> None:
     # llama.cpp parses "</s>" as its control token; the other side as 4 plain tokens.
     plain = side("x</s>", [90, 60, 61, 62, 63], {1: "<", 2: "/", 3: "s", 4: ">"})
     control = side("x</s>", [90, 2], {1: "</s>"})
-    assert spelled_as_control(control, plain, 1) == 4
+    assert spelled_as_control(control, plain, 1) == (0, 1, 4)
     assert spelled_as_control(plain, control, 1) is None
     verdict = compare_tokenizations(plain, control, NAMES)
     assert (verdict.cause, verdict.first_difference) == (Cause.CONTROL, 1)
@@ -116,6 +118,25 @@ def test_a_control_token_spelled_in_text() -> None:
         "control token (a tokenizer property): llama parses '</s>' as one special token "
         "(id 2), local as 4 ordinary tokens"
     )
+
+
+def test_a_control_token_with_other_boundaries_around_it() -> None:
+    # Measured on the realistic Qwen3 (te052): llama.cpp promotes "</s>" (id 128247) to
+    # CONTROL and splits " </s>." as ' ' '</s>' '.'; the HF tokenizer as ' </' 's' '>.'.
+    hf = side("x </s>. y", [90, 690, 82, 14276, 7], {1: " </", 2: "s", 3: ">.", 4: " y"})
+    llama = side("x </s>. y", [90, 220, 128247, 13, 7], {1: " ", 2: "</s>", 3: ".", 4: " y"})
+    llama = replace(llama, special=frozenset({128247}))
+    assert spelled_as_control(llama, hf, 1) == (1, 3, 3)
+    assert spelled_as_control(hf, llama, 1) is None
+    verdict = compare_tokenizations(hf, llama, NAMES)
+    assert (verdict.cause, verdict.first_difference) == (Cause.CONTROL, 1)
+    assert verdict.explanation.startswith(
+        "control token (a tokenizer property): llama parses '</s>' as one special token "
+        "(id 128247) within ' </s>.' (3 tokens), local as 3 ordinary tokens"
+    )
+    # The same spans with an ordinary token in place of the special one: not a control token.
+    plain_llama = replace(llama, special=frozenset())
+    assert spelled_as_control(plain_llama, hf, 1) is None
 
 
 def test_a_special_token_against_other_text_is_a_special_token_difference() -> None:

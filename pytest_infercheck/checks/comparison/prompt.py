@@ -32,6 +32,7 @@ from ...metrics.answers import FlipKind, judge_answers
 from ...metrics.consistency import generation_faults
 from ...metrics.finite import (
     Problem,
+    check_logprob_rows,
     check_topk_rows,
     check_values,
     problem_from_dict,
@@ -414,6 +415,32 @@ def _distributions(
             stats.delta_p.tolist(),
             stats.problems,
         )
+    if (
+        shared_ids
+        and prompt_ids is not None
+        and caps_b.teacher_forcing
+        and base.token_ids
+        and other.top_logprobs
+        and other.top_keys == "id"
+    ):
+        # The test side reports only its top-k (llama-server at a vocabulary it does not score
+        # in full): the baseline's teacher-forced rows restricted to the test's top-k ids give
+        # the tightest lower bound of KL(base || test) those allow, at the positions where
+        # both sides had the same prefix (up to and including the first divergence).
+        base_lp = cache.score(baseline, list(prompt_ids), base.token_ids)
+        n = min(len(other.top_logprobs), len(base.token_ids))
+        n = n if first_divergence is None else min(n, first_divergence + 1)
+        test_top = other.top_logprobs[:n]
+        base_top = [{v: float(base_lp[t, v]) for v in row} for t, row in enumerate(test_top)]
+        kl = topk_kl_lower_bound_positions(base_top, test_top)
+        problems: list[Problem] = [
+            *check_logprob_rows("baseline logprobs", base_lp[:n]),
+            *check_topk_rows("test top-k logprobs", test_top),
+        ]
+        kl_problem = check_values("KL", kl)
+        if kl_problem is not None:
+            problems.append(kl_problem)
+        return _Distributions(TOP_K_LOWER_BOUND, kl.tolist(), [], [], tuple(problems))
     if golden_scorable(baseline, test, shared_ids, prompt_ids, base):
         assert prompt_ids is not None and base.token_ids and base.top_logprobs
         test_lp = cache.score(test, list(prompt_ids), base.token_ids)
@@ -437,7 +464,7 @@ def _distributions(
         n = n if first_divergence is None else min(n, first_divergence + 1)
         base_top, test_top = base.top_logprobs[:n], other.top_logprobs[:n]
         kl = topk_kl_lower_bound_positions(base_top, test_top)
-        problems: list[Problem] = [
+        problems = [
             *check_topk_rows("baseline top-k logprobs", base_top),
             *check_topk_rows("test top-k logprobs", test_top),
         ]
