@@ -43,7 +43,13 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics.finite import check_values, logsumexp_tolerance, row_logsumexp, row_problems
+from ..metrics.finite import (
+    check_values,
+    logsumexp_tolerance,
+    row_logsumexp,
+    row_problems,
+    strict_max,
+)
 from ..metrics.kl import PositionStats, position_stats
 from .base import Generation
 
@@ -193,7 +199,9 @@ class _Batch:
         logits32 = logits.astype(mx.float32)
         rows = logits32 - mx.logsumexp(logits32, axis=-1, keepdims=True)
         mx.eval(tokens, chosen, rows)
-        return tokens.tolist(), chosen.astype(mx.float32).tolist(), rows
+        ids: list[int] = tokens.tolist()  # type: ignore[assignment]
+        values: list[float] = chosen.astype(mx.float32).tolist()  # type: ignore[assignment]
+        return ids, values, rows
 
     def filter(self, keep: list[int]) -> None:
         for c in self.cache:
@@ -234,9 +242,7 @@ def _generation(stepper: Stepper, seq: _Sequence, prompt_tokens: int, batch: int
     )
 
 
-def greedy(
-    stepper: Stepper, prompts: list[list[int]], max_tokens: list[int]
-) -> list[Generation]:
+def greedy(stepper: Stepper, prompts: list[list[int]], max_tokens: list[int]) -> list[Generation]:
     """Greedy generations of ``prompts`` in one batch (the lockstep without test models)."""
     return lockstep(stepper, [], prompts, max_tokens).baseline
 
@@ -340,3 +346,25 @@ def _continue(stepper: Stepper, tails: list[_Tail], seqs: list[_Sequence]) -> No
             if live:
                 batch.filter(keep)
         inputs = [seqs[tails[j].prompt].tokens[-1] for j in live]
+
+
+def probe(stepper: Stepper, prompts: list[list[int]], max_tokens: int, tol: float = 0.0) -> str:
+    """Whether batching changes ``stepper``'s greedy generations: ``prompts`` generated one
+    at a time and together in one batch must give identical tokens and chosen logprobs
+    within ``tol`` (0: bit-identical; a NaN is never within). Returns what differs (the
+    first prompt that does), or "" when nothing does."""
+    budgets = [max_tokens] * len(prompts)
+    together = greedy(stepper, prompts, budgets)
+    for j, prompt in enumerate(prompts):
+        (alone,) = greedy(stepper, [prompt], [max_tokens])
+        batched = together[j]
+        if alone.token_ids != batched.token_ids:
+            return f"probe prompt {j}: batched token ids differ from the prompt alone"
+        a, b = alone.chosen_logprobs or [], batched.chosen_logprobs or []
+        drift = strict_max([abs(x - y) for x, y in zip(a, b, strict=True)]) or 0.0
+        if not drift <= tol:
+            return (
+                f"probe prompt {j}: batched logprobs differ from the prompt alone by "
+                f"{drift:.3g} (tolerance {tol:g})"
+            )
+    return ""
