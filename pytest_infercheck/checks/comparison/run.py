@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
 from ...metrics.finite import strict_max
 from ...metrics.sameness import same_generation
+from ...records import OMIT_WHEN_EMPTY
 from ..protocol import CheckRun, ItemPlan, Outcome, memoised
 from .aggregate import (
     DEFAULT_CLIFF_ALPHA,
@@ -56,7 +57,7 @@ class SelfCheckRecord:
     problems: list[str]
     """One line per prompt whose two baseline generations differ (``r017: token ids differ
     from token 3``, ``r017: same tokens, logprobs drift by 0.002``); empty: reproduced."""
-    generated: str = ""
+    generated: str = field(default="", metadata=OMIT_WHEN_EMPTY)
     """How the two runs were generated (``batched (up to 60 prompts per batch), then one at
     a time``): the second the other way when it can be, so the self-check also shows that
     batching changed nothing."""
