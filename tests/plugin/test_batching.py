@@ -208,6 +208,25 @@ def test_probe_failure_falls_back_to_one_at_a_time_and_says_so(
     assert {i["data"]["base_batch"] for i in sweep if i["role"] == "prompt"} == {1}
 
 
+def test_probe_tolerance_is_the_targets_batch_invariance_tolerance(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path]
+) -> None:
+    """With a ``batch-invariance`` check of the perturbed target whose ``logprob_tolerance``
+    covers the perturbation, the probe licenses batching it."""
+    pytester.makeconftest(PERTURBED_CONFTEST)
+    models = {"bf16": tiny_models["bf16"], "q4": tiny_models["q4"]}
+    backends = "  local: {kind: mlx-lm}\n  perturbed: {kind: mlx-lm}"
+    checks = (
+        "  - compare: {baseline: bf16@local, test: q4@perturbed}\n"
+        "  - batch-invariance: {target: q4@perturbed, trials: 1, batch_size: 2}\n"
+        "    logprob_tolerance: 1.0\n"
+    )
+    items = _run(pytester, _matrix(models, backends, checks), "-k", "compare")
+    data = _prompt_data(items, "compare(bf16-vs-q4)")
+    assert {(d["base_batch"], d["test_batch"]) for d in data} == {(8, 8)}
+    assert not any("batching_note" in d for d in data)
+
+
 def test_backend_batching_false_turns_it_off(
     pytester: pytest.Pytester, tiny_models: dict[str, Path]
 ) -> None:

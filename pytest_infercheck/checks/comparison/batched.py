@@ -10,9 +10,10 @@ baseline and all its levels together.
 Batching is licensed per target (:func:`licence`): the run's ``batching`` setting
 (``--infercheck-no-batching``), the backend's ``batching:`` option, and a probe run once per
 process: :data:`PROBE_PROMPTS` prompts of the suite generated alone and in one batch must
-give identical tokens and bit-identical chosen logprobs. A group of prompts is batched only
-when every one of its targets is licensed; otherwise each prompt is stepped alone (the same
-code at batch size 1), and the comparison records carry why (:func:`batching_note`).
+give identical tokens and bit-identical chosen logprobs (or within the ``logprob_tolerance``
+of the matrix's ``batch-invariance`` check of that target). A group of prompts is batched
+only when every one of its targets is licensed; otherwise each prompt is stepped alone (the
+same code at batch size 1), and the comparison records carry why (:func:`batching_note`).
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ def licence(
     target: ResolvedTarget,
     allowed: bool,
     why_not: str,
+    tol: float,
     probe_ids: list[list[int]],
 ) -> BatchingLicence:
     """Whether ``target`` may be batched: not when ``allowed`` is false (``why_not`` says
-    why); otherwise what the probe on ``probe_ids`` says, once per process and target."""
+    why); otherwise what the probe on ``probe_ids`` says (chosen logprobs within ``tol``),
+    once per process and target."""
     if not allowed:
         return BatchingLicence(False, why_not)
 
@@ -70,7 +73,7 @@ def licence(
         stepper = stepper_of(target)
         if stepper is None:
             return BatchingLicence(False, f"{target.label}: not an in-process model that steps")
-        problem = probe(stepper, probe_ids[:PROBE_PROMPTS], PROBE_TOKENS)
+        problem = probe(stepper, probe_ids[:PROBE_PROMPTS], PROBE_TOKENS, tol)
         if problem:
             return BatchingLicence(
                 False,

@@ -182,14 +182,23 @@ class ComparisonRun(CheckRun):
         self._batching_note = batching_note(licences)
         run_lockstep(self.cache, baseline, tests, jobs, batched)
 
-    def _batching_allowed(self, side: Side) -> tuple[bool, str]:
-        """Whether the settings allow batching ``side``'s target, and if not, why."""
+    def _batching_allowed(self, side: Side) -> tuple[bool, str, float]:
+        """Whether the settings allow batching ``side``'s target, if not why, and the
+        probe's logprob tolerance for it: the ``logprob_tolerance`` of a ``batch-invariance``
+        check of the same target in the matrix (the smallest, if several), else 0
+        (bit-identical)."""
         if not self.settings.batching:
-            return False, "batching turned off (--infercheck-no-batching)"
+            return False, "batching turned off (--infercheck-no-batching)", 0.0
         target = self.loaded.target(side.ref, side.loc)
         if not self.loaded.matrix.backends[target.backend].batching:
-            return False, f"backend {target.backend!r}: batching: false"
-        return True, ""
+            return False, f"backend {target.backend!r}: batching: false", 0.0
+        tolerances = [
+            float(check.logprob_tolerance)
+            for i, check in enumerate(self.loaded.matrix.checks)
+            if check.kind == "batch-invariance"
+            and self.loaded.target(check.baseline_side(i).ref, check.baseline_side(i).loc) == target
+        ]
+        return True, "", min(tolerances, default=0.0)
 
     def _lockstep_job(self, prompt: Prompt, sides: list[Side]) -> LockstepJob | None:
         """``prompt`` as a lockstep job: greedy, every side given the baseline's ids."""
