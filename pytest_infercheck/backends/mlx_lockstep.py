@@ -186,22 +186,24 @@ class _Batch:
 
         return cls(stepper, _merge_caches(caches))
 
-    def step(self, inputs: list[int]) -> tuple[list[int], list[float], Any]:
+    def step(self, inputs: list[int], rows: bool = True) -> tuple[list[int], list[float], Any]:
         """Feed one token per sequence: the greedy tokens (argmax of the log-softmax in the
-        model's dtype, as ``generate_step``), their logprobs, and the float32 log-softmax
-        rows (an mlx array ``(B, V)``)."""
+        model's dtype, as ``generate_step``), their logprobs, and (``rows``) the float32
+        log-softmax rows as a numpy ``(B, V)`` array (else None)."""
         import mlx.core as mx
 
         logits = self.stepper(mx.array(inputs)[:, None], self.cache)[:, -1, :]
         native = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         tokens = mx.argmax(native, axis=-1)
-        chosen = mx.take_along_axis(native, tokens[:, None], axis=-1)[:, 0]
-        logits32 = logits.astype(mx.float32)
-        rows = logits32 - mx.logsumexp(logits32, axis=-1, keepdims=True)
-        mx.eval(tokens, chosen, rows)
+        chosen = mx.take_along_axis(native, tokens[:, None], axis=-1)[:, 0].astype(mx.float32)
+        out = [tokens, chosen]
+        if rows:
+            logits32 = logits.astype(mx.float32)
+            out.append(logits32 - mx.logsumexp(logits32, axis=-1, keepdims=True))
+        mx.eval(*out)
         ids: list[int] = tokens.tolist()  # type: ignore[assignment]
-        values: list[float] = chosen.astype(mx.float32).tolist()  # type: ignore[assignment]
-        return ids, values, rows
+        values: list[float] = chosen.tolist()  # type: ignore[assignment]
+        return ids, values, np.array(out[2]) if rows else None
 
     def filter(self, keep: list[int]) -> None:
         for c in self.cache:
@@ -271,12 +273,11 @@ def lockstep(
     inputs = [p[-1] for p in prompts]
     vocab = 0
     while live:
-        base_tokens, base_chosen, base_rows = batches[0].step(inputs)
-        base_np = np.array(base_rows)
-        vocab = base_np.shape[-1]
+        base_tokens, base_chosen, base_rows = batches[0].step(inputs, rows=bool(tests))
         for k, batch in enumerate(batches[1:]):
             tokens, chosen, rows = batch.step(inputs)
-            accumulate_step([acc[k][i] for i in live], base_np, np.array(rows), base_tokens)
+            vocab = rows.shape[-1]
+            accumulate_step([acc[k][i] for i in live], base_rows, rows, base_tokens)
             for row, i in enumerate(live):
                 if diverged[k][i]:
                     continue
@@ -327,7 +328,7 @@ def _continue(stepper: Stepper, tails: list[_Tail], seqs: list[_Sequence]) -> No
     live = list(range(len(tails)))
     inputs = [t.first_input for t in tails]
     while live:
-        tokens, chosen, _ = batch.step(inputs)
+        tokens, chosen, _ = batch.step(inputs, rows=False)
         keep: list[int] = []
         for row, j in enumerate(live):
             tail = tails[j]
