@@ -133,7 +133,7 @@ def test_quickstart_same_numbers_batched_and_one_at_a_time(
     (check_a,) = [i["data"] for i in alone.values() if i["role"] == "self-check"]
     assert check_b == {
         "problems": [],
-        "generated": "batched (up to 60 prompts per batch), then one at a time",
+        "generated": "batched, then one at a time",
     }
     assert check_a["problems"] == []
     assert check_a["generated"].startswith("one at a time, twice (batching turned off")

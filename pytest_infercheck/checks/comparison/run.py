@@ -58,9 +58,8 @@ class SelfCheckRecord:
     """One line per prompt whose two baseline generations differ (``r017: token ids differ
     from token 3``, ``r017: same tokens, logprobs drift by 0.002``); empty: reproduced."""
     generated: str = field(default="", metadata=OMIT_WHEN_EMPTY)
-    """How the two runs were generated (``batched (up to 60 prompts per batch), then one at
-    a time``): the second the other way when it can be, so the self-check also shows that
-    batching changed nothing."""
+    """How the two runs were generated (``batched, then one at a time``): the second the
+    other way when it can be, so the self-check also shows that batching changed nothing."""
 
 
 @dataclass
@@ -350,7 +349,7 @@ class ComparisonRun(CheckRun):
         ]
         sizes = [int(g.extra.get("batched", 1)) for g in firsts]
         if max(sizes) > 1:
-            return f"batched (up to {max(sizes)} prompts per batch), then one at a time"
+            return "batched, then one at a time"
         stepper = stepper_of(baseline)
         side = self.check.baseline_side(self.index)
         if stepper is None or any(q.temperature != 0 or q.max_tokens < 1 for q in params):
@@ -364,7 +363,7 @@ class ComparisonRun(CheckRun):
         seconds = greedy(stepper, ids, [q.max_tokens for q in params])
         for r, q, g in zip(rendered, params, seconds, strict=True):
             self.cache.put_generation(baseline, r, q, g, run=1)
-        return f"one at a time, then batched ({len(prompts)} prompts in one batch)"
+        return "one at a time, then batched"
 
     def self_check_failures(self, prompts: list[Prompt]) -> list[str]:
         """The ids of ``prompts`` whose two baseline generations differ: the failed items of
