@@ -155,7 +155,10 @@ def _suite() -> str:
     )
 
 
-def _run(pytester: pytest.Pytester, matrix: str, *args: str) -> dict[str, dict[str, Any]]:
+def _run(
+    pytester: pytest.Pytester, matrix: str, *args: str
+) -> tuple[dict[str, dict[str, Any]], str]:
+    """The items of the results file, and the terminal output."""
     pytester.makefile(".ini", pytest="[pytest]\nasyncio_default_fixture_loop_scope = function\n")
     pytester.makefile(".jsonl", addition=_suite())
     pytester.makefile(".yaml", infercheck=matrix)
@@ -164,7 +167,7 @@ def _run(pytester: pytest.Pytester, matrix: str, *args: str) -> dict[str, dict[s
     assert out.exists(), result.stdout.str()[-3000:]
     items = _items(out)
     out.unlink()
-    return items
+    return items, result.stdout.str()
 
 
 def _prompt_data(items: dict[str, dict[str, Any]], check: str) -> list[dict[str, Any]]:
@@ -184,7 +187,7 @@ def test_probe_failure_falls_back_to_one_at_a_time_and_says_so(
         "    name: perturbed\n"
         "  - sweep: {baseline: bf16@perturbed, models: [q4@local]}\n"
     )
-    items = _run(pytester, _matrix(models, backends, checks))
+    items, stdout = _run(pytester, _matrix(models, backends, checks))
     faithful, perturbed = (
         _prompt_data(items, "compare(faithful)"),
         _prompt_data(items, "compare(perturbed)"),
@@ -198,6 +201,9 @@ def test_probe_failure_falls_back_to_one_at_a_time_and_says_so(
     (note,) = notes
     assert note.startswith("q4@perturbed: batching probe failed (probe prompt 0: batched")
     assert note.endswith("; generated one at a time")
+    # and in the terminal: pytest's warnings summary, once per target
+    assert stdout.count("BatchingProbeWarning: q4@perturbed: batching probe failed") == 1
+    assert stdout.count("BatchingProbeWarning: bf16@perturbed: batching probe failed") == 1
     # one at a time, the perturbation never applies: the faithful numbers
     for a, b in zip(faithful, perturbed, strict=True):
         assert (a["kl_per_position"], a["test_ids"]) == (b["kl_per_position"], b["test_ids"])
@@ -221,7 +227,8 @@ def test_probe_tolerance_is_the_targets_batch_invariance_tolerance(
         "  - batch-invariance: {target: q4@perturbed, trials: 1, batch_size: 2}\n"
         "    logprob_tolerance: 1.0\n"
     )
-    items = _run(pytester, _matrix(models, backends, checks), "-k", "compare")
+    items, stdout = _run(pytester, _matrix(models, backends, checks), "-k", "compare")
+    assert "BatchingProbeWarning" not in stdout
     data = _prompt_data(items, "compare(bf16-vs-q4)")
     assert {(d["base_batch"], d["test_batch"]) for d in data} == {(8, 8)}
     assert not any("batching_note" in d for d in data)

@@ -13,11 +13,13 @@ process: :data:`PROBE_PROMPTS` prompts of the suite generated alone and in one b
 give identical tokens and bit-identical chosen logprobs (or within the ``logprob_tolerance``
 of the matrix's ``batch-invariance`` check of that target). A group of prompts is batched
 only when every one of its targets is licensed; otherwise each prompt is stepped alone (the
-same code at batch size 1), and the comparison records carry why (:func:`batching_note`).
+same code at batch size 1), the comparison records carry why (:func:`batching_note`), and a
+failed probe is a :class:`BatchingProbeWarning` in pytest's warnings summary.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,12 @@ if TYPE_CHECKING:
     from ...backends.mlx_lockstep import Stepper
     from ...generation_cache import GenerationCache, ResolvedTarget
     from ...suites import Prompt
+
+
+class BatchingProbeWarning(UserWarning):
+    """A target's batching probe failed: its comparisons are generated one at a time (shown
+    in pytest's warnings summary, besides each comparison's ``batching_note``)."""
+
 
 PROBE_PROMPTS = 4
 """How many of the suite's prompts the batching probe generates alone and together."""
@@ -75,10 +83,9 @@ def licence(
             return BatchingLicence(False, f"{target.label}: not an in-process model that steps")
         problem = probe(stepper, probe_ids[:PROBE_PROMPTS], PROBE_TOKENS, tol)
         if problem:
-            return BatchingLicence(
-                False,
-                f"{target.label}: batching probe failed ({problem}); generated one at a time",
-            )
+            note = f"{target.label}: batching probe failed ({problem}); generated one at a time"
+            warnings.warn(BatchingProbeWarning(note), stacklevel=1)
+            return BatchingLicence(False, note)
         return BatchingLicence(True)
 
     return cache.licence(target, decide)
