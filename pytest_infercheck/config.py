@@ -115,6 +115,9 @@ class BackendSpec(_Strict):
     timeout: float = Field(default=120.0, gt=0)
     max_concurrency: int = Field(default=4, ge=1)
     retries: int = Field(default=4, ge=0)
+    batching: bool = True
+    """Whether the comparisons may batch this backend's in-process generations (after a
+    probe shows batching changes nothing); false: one prompt at a time."""
 
     @model_validator(mode="after")
     def _server_needs_url(self) -> BackendSpec:
@@ -155,6 +158,9 @@ class Settings(_Strict):
     golden_gzip: bool = False
     golden_top_k: int = Field(default=20, ge=1, le=1000)
     record: bool = False
+    batching: bool = True
+    """Whether comparisons may batch in-process generations at all
+    (``--infercheck-no-batching`` turns it off)."""
 
     @field_validator("record")
     @classmethod

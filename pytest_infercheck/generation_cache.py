@@ -17,7 +17,10 @@ YAML file, and returned to users' tests by the ``infercheck_engine`` fixture. It
   generated once, not once per test model; ``run`` > 0 forces an independent repeat (the
   sweep's self-check, determinism runs);
 - teacher-forced log-probabilities per (target, prompt ids, continuation ids), in a small
-  LRU bounded by bytes, since a (T, V) float32 matrix of a real model is large.
+  LRU bounded by bytes, since a (T, V) float32 matrix of a real model is large;
+- the per-position statistics a lockstep run (:mod:`.backends.mlx_lockstep`) accumulated per
+  (baseline, test, prompt ids, baseline continuation ids), which stand for scoring both;
+- per target, whether it may be batched (:class:`BatchingLicence`, probed once).
 
 What a check computes from these (its comparisons, verdicts, trials) is memoised on its run
 object instead (:class:`~.checks.protocol.CheckRun`).
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from .config import LoadedMatrix, Target
+    from .metrics.kl import PositionStats
     from .suites import Prompt
 
 T = TypeVar("T")
@@ -60,6 +64,20 @@ GenerationKey = tuple[TargetKey, str, tuple[Any, ...], int]
 """(target, ``PromptInput.key()``, ``GenerationParams.key()``, run)."""
 ScoreKey = tuple[TargetKey, tuple[int, ...], tuple[int, ...]]
 """(target, prompt ids, continuation ids)."""
+
+
+StatsKey = tuple[TargetKey, TargetKey, tuple[int, ...], tuple[int, ...]]
+"""(baseline, test, prompt ids, the baseline's continuation ids)."""
+
+
+@dataclass(frozen=True)
+class BatchingLicence:
+    """Whether a target's generations may be batched, and why not."""
+
+    batched: bool
+    note: str = ""
+    """Why it is generated one at a time (``batching: false``, the command line, a failed
+    probe with what differed); empty when batched."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +110,8 @@ class GenerationCache:
         self._generations: dict[GenerationKey, Generation] = {}
         self._scores: OrderedDict[ScoreKey, np.ndarray] = OrderedDict()
         self._score_bytes = 0
+        self._stats: dict[StatsKey, PositionStats] = {}
+        self._licences: dict[TargetKey, BatchingLicence] = {}
         self._score_cache_limit = score_cache_bytes
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -185,6 +205,55 @@ class GenerationCache:
             generation = self.call(target, target.backend.generate(prompt, params))
             self._generations[key] = generation
         return self._generations[key]
+
+    def has_generation(
+        self, target: ResolvedTarget, prompt: PromptInput, params: GenerationParams, run: int = 0
+    ) -> bool:
+        """Whether ``target``'s generation of ``prompt`` (``run``) is cached."""
+        return (target.key, prompt.key(), params.key(), run) in self._generations
+
+    def put_generation(
+        self,
+        target: ResolvedTarget,
+        prompt: PromptInput,
+        params: GenerationParams,
+        generation: Generation,
+        run: int = 0,
+    ) -> None:
+        """Cache a generation computed elsewhere (a batch, a lockstep run); one already
+        cached is kept (what a check has seen stays what every check sees)."""
+        self._generations.setdefault((target.key, prompt.key(), params.key(), run), generation)
+
+    def put_position_stats(
+        self,
+        baseline: ResolvedTarget,
+        test: ResolvedTarget,
+        prompt_ids: list[int],
+        continuation_ids: list[int],
+        stats: PositionStats,
+    ) -> None:
+        """The per-position statistics of ``test`` against ``baseline`` over the baseline's
+        continuation, accumulated by a lockstep run instead of scoring both sides."""
+        key = (baseline.key, test.key, tuple(prompt_ids), tuple(continuation_ids))
+        self._stats[key] = stats
+
+    def position_stats(
+        self,
+        baseline: ResolvedTarget,
+        test: ResolvedTarget,
+        prompt_ids: list[int],
+        continuation_ids: list[int],
+    ) -> PositionStats | None:
+        """What :meth:`put_position_stats` stored for exactly these ids, or None."""
+        return self._stats.get((baseline.key, test.key, tuple(prompt_ids), tuple(continuation_ids)))
+
+    def licence(
+        self, target: ResolvedTarget, decide: Callable[[], BatchingLicence]
+    ) -> BatchingLicence:
+        """Whether ``target`` may be batched: ``decide()`` (a probe) once per process."""
+        if target.key not in self._licences:
+            self._licences[target.key] = decide()
+        return self._licences[target.key]
 
     def prefetch(
         self,

@@ -54,6 +54,14 @@ def add_options(parser: pytest.Parser) -> None:
         "golden's file, instead of comparing",
     )
     group.addoption(
+        "--infercheck-no-batching",
+        dest="infercheck_no_batching",
+        action="store_true",
+        default=False,
+        help="generate and score comparisons one prompt at a time (no batched or lockstep "
+        "batches, whatever the probes say)",
+    )
+    group.addoption(
         "--infercheck-results",
         dest="infercheck_results",
         default=None,
@@ -112,6 +120,8 @@ def effective_settings(config: pytest.Config, settings: Settings) -> Settings:
         update["thinking"] = True
     if config.getoption("infercheck_record", False):
         update["record"] = True
+    if config.getoption("infercheck_no_batching", False):
+        update["batching"] = False
     return settings.model_copy(update=update)
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from .base import (
     GenerationParams,
     PromptInput,
 )
+
+if TYPE_CHECKING:
+    from .mlx_lockstep import Stepper
 
 
 @dataclass(frozen=True)
@@ -317,6 +320,21 @@ class MlxLmBackend(Backend):
         logits = logits.astype(mx.float32)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         return np.array(logprobs)
+
+    def stepper(self) -> Stepper:
+        """This model for :mod:`.mlx_lockstep` (batched lockstep stepping)."""
+        from .mlx_lockstep import Stepper
+
+        loaded = self._loaded
+        return Stepper(
+            loaded.model,
+            frozenset(loaded.tokenizer.eos_token_ids),
+            lambda ids: str(loaded.tokenizer.decode(ids)),
+        )
+
+    def lockstep_ids(self, prompt: PromptInput) -> list[int]:
+        """The token ids this backend generates from for ``prompt`` (as :meth:`generate`)."""
+        return self._prompt_ids(prompt)
 
     def identity(self) -> dict[str, Any]:
         config = self._loaded.config

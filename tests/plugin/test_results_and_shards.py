@@ -124,6 +124,12 @@ def _junit_by_nodeid(path: Path, nodeids: Iterable[str]) -> dict[str, dict[str, 
     return out
 
 
+def without_batch_sizes(data: dict[str, Any]) -> dict[str, Any]:
+    """An item's data without how many prompts shared a batch (it depends on which prompts a
+    worker or shard runs); the numbers do not (batching is licensed by a bit-identity probe)."""
+    return {k: v for k, v in data.items() if k not in ("base_batch", "test_batch")}
+
+
 def test_xdist_gives_the_items_of_a_serial_run_with_keyword_and_shard_selection(
     pytester: pytest.Pytester, write_matrix: Any
 ) -> None:
@@ -147,7 +153,13 @@ def test_xdist_gives_the_items_of_a_serial_run_with_keyword_and_shard_selection(
     assert {i["worker"] for i in xdist} == {"gw0", "gw1"}
 
     def key(item: dict[str, Any]) -> tuple[Any, ...]:
-        return item["nodeid"], item["outcome"], item["violations"], item["data"]
+        # how many prompts shared a batch depends on which worker got which prompts
+        return (
+            item["nodeid"],
+            item["outcome"],
+            item["violations"],
+            without_batch_sizes(item["data"]),
+        )
 
     assert [key(i) for i in xdist] == [key(i) for i in serial]
 
@@ -190,8 +202,8 @@ def test_shards_partition_the_run_and_merge_to_the_unsharded_numbers(
     for nodeid, item in whole_run.items():
         other = from_shards[nodeid]
         assert (other["outcome"], other["violations"]) == (item["outcome"], item["violations"])
-        if item["role"] != "aggregate":
-            assert other["data"] == item["data"]
+        if item["role"] != "aggregate":  # batch sizes depend on the shard's prompts
+            assert without_batch_sizes(other["data"]) == without_batch_sizes(item["data"])
             continue
         assert other["data"].get("cliff") == item["data"].get("cliff")
         for got, want in zip(other["data"]["levels"], item["data"]["levels"], strict=True):

@@ -176,6 +176,20 @@ class PromptComparison:
     character 0``); also says when the outputs are the same although the prompts differ."""
     prompt_inputs: PromptInputs | None = None
     """Which prompt ids each side received and why (:mod:`.inputs`)."""
+    base_batch: int | None = None
+    """How many prompts shared the forward passes that generated the baseline's output (1:
+    alone); None: not known (an HTTP engine schedules its own batches)."""
+    test_batch: int | None = None
+    """How many prompts shared the forward passes that generated the test side's output."""
+    scoring: str = ""
+    """For ``teacher-forced``: ``lockstep`` (the statistics accumulated while the test side
+    was fed the baseline's tokens as they came, :mod:`~pytest_infercheck.backends.
+    mlx_lockstep`) or ``separate`` (both sides scored on the baseline's continuation
+    afterwards); empty for the other methods."""
+    batching_note: str = field(default="", metadata=OMIT_WHEN_EMPTY)
+    """Why the sides were generated one at a time although they could be batched
+    (``batching: false``, ``--infercheck-no-batching``, a failed batching probe); absent
+    from the JSON when empty."""
     kl_mean: float | None = field(init=False)
     """Derived: mean of :attr:`kl_per_position`, NaN when any position is NaN (None without
     positions)."""
@@ -203,8 +217,9 @@ class PromptComparison:
         plain)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["problems"] = [p.to_dict() for p in self.problems]
-        if not self.faults:
-            del data["faults"]  # OMIT_WHEN_EMPTY, as for a record without a to_plain
+        for name in ("faults", "batching_note"):
+            if not data[name]:
+                del data[name]  # OMIT_WHEN_EMPTY, as for a record without a to_plain
         return data
 
 
@@ -216,6 +231,7 @@ class _Distributions(NamedTuple):
     same_top: list[bool]
     delta_p: list[float]
     problems: tuple[Problem, ...] = ()
+    scoring: str = ""
 
 
 class _Answers(NamedTuple):
@@ -239,9 +255,11 @@ def compare_prompt(
     base_run: int = 0,
     test_run: int = 0,
     inputs: SideInputs | None = None,
+    batching_note: str = "",
 ) -> PromptComparison:
     """Compare ``test`` against ``baseline`` on ``prompt`` (see the module docstring);
-    ``inputs``: the sides' inputs when already decided (:func:`.inputs.decide_inputs`)."""
+    ``inputs``: the sides' inputs when already decided (:func:`.inputs.decide_inputs`);
+    ``batching_note``: why in-process sides were generated one at a time, if they were."""
     if inputs is None:
         inputs = decide_inputs(cache, baseline, test, prompt, thinking)
     rendered, test_input = inputs.base, inputs.test
@@ -300,7 +318,20 @@ def compare_prompt(
         divergence_origin=origin.stage,
         origin_detail=origin.detail,
         prompt_inputs=inputs.record,
+        base_batch=_batch_size(baseline, base),
+        test_batch=_batch_size(test, other),
+        scoring=dists.scoring,
+        batching_note=batching_note,
     )
+
+
+def _batch_size(target: ResolvedTarget, generation: Generation) -> int | None:
+    """How many prompts shared the generation's forward passes (``extra["batched"]``; an
+    in-process engine without it generated alone); None for a concurrent (HTTP) engine."""
+    batched = generation.extra.get("batched")
+    if batched is not None:
+        return int(batched)
+    return 1 if target.backend.concurrency <= 1 else None
 
 
 def _origin(
@@ -404,16 +435,22 @@ def _distributions(
         and base.token_ids
     ):
         # Both sides score the baseline's continuation (with its EOS) after the same prompt
-        # ids: the test side's own continuation would condition on other prefixes.
-        base_lp = cache.score(baseline, list(prompt_ids), base.token_ids)
-        test_lp = cache.score(test, list(prompt_ids), base.token_ids)
-        stats = position_stats(base_lp, test_lp, base.token_ids)
+        # ids: the test side's own continuation would condition on other prefixes. A
+        # lockstep run has accumulated the same statistics while generating.
+        stats = cache.position_stats(baseline, test, list(prompt_ids), base.token_ids)
+        scoring = "lockstep"
+        if stats is None:
+            base_lp = cache.score(baseline, list(prompt_ids), base.token_ids)
+            test_lp = cache.score(test, list(prompt_ids), base.token_ids)
+            stats = position_stats(base_lp, test_lp, base.token_ids)
+            scoring = "separate"
         return _Distributions(
             TEACHER_FORCED,
             stats.kl.tolist(),
             stats.same_top.tolist(),
             stats.delta_p.tolist(),
             stats.problems,
+            scoring,
         )
     if (
         shared_ids

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
 from ...metrics.finite import strict_max
 from ...metrics.sameness import same_generation
+from ...records import OMIT_WHEN_EMPTY
 from ..protocol import CheckRun, ItemPlan, Outcome, memoised
 from .aggregate import (
     DEFAULT_CLIFF_ALPHA,
@@ -32,6 +33,7 @@ from .aggregate import (
     self_check_level,
     sweep_cliff,
 )
+from .batched import LockstepJob, batching_note, licence, run_lockstep, stepper_of
 from .inputs import SideInputs, decide_inputs
 from .prompt import PromptComparison, compare_prompt
 from .verdicts import describe, item_violations
@@ -55,6 +57,9 @@ class SelfCheckRecord:
     problems: list[str]
     """One line per prompt whose two baseline generations differ (``r017: token ids differ
     from token 3``, ``r017: same tokens, logprobs drift by 0.002``); empty: reproduced."""
+    generated: str = field(default="", metadata=OMIT_WHEN_EMPTY)
+    """How the two runs were generated (``batched, then one at a time``): the second the
+    other way when it can be, so the self-check also shows that batching changed nothing."""
 
 
 @dataclass
@@ -72,6 +77,12 @@ class ComparisonRun(CheckRun):
     """By (prompt id, test side ref): the inputs both sides receive (:mod:`.inputs`)."""
     _prefetched: set[str] = field(default_factory=set, init=False, repr=False)
     """Test side refs whose selected prompts were prefetched (or need no prefetch)."""
+    _stepped: bool = field(default=False, init=False, repr=False)
+    """Whether the in-process sides were stepped in lockstep (:meth:`step_in_lockstep`)."""
+    _self_check_generated: str = field(default="", init=False, repr=False)
+    """How the self-check's two baseline runs were generated (:class:`SelfCheckRecord`)."""
+    _batching_note: str = field(default="", init=False, repr=False)
+    """Why the lockstep stepped prompts one at a time ("" when batched or not stepped)."""
     golden_payloads: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
     """Under ``--infercheck-record``, by prompt id: what
     :func:`~pytest_infercheck.golden.record_prompts` recorded of the prompt (a header and an
@@ -97,14 +108,17 @@ class ComparisonRun(CheckRun):
             return Outcome(
                 problems,
                 SELF_CHECK_FAILED,
-                SelfCheckRecord(problems),
+                SelfCheckRecord(problems, self._self_check_generated),
                 [("infercheck_self_check_problems", len(problems))],
             )
         if self.recording:
             return self.record([plan.key])
         side = next(s for s in self.tests() if s.label == plan.param)
         result, violations = self.prompt_result(plan.key, side.ref)
-        return Outcome(violations, describe(result), result, self.item_properties(result))
+        text = describe(result)
+        if result.batching_note:
+            text += f"\ngenerated one at a time: {result.batching_note}"
+        return Outcome(violations, text, result, self.item_properties(result))
 
     # -- targets ----------------------------------------------------------------------------
     @property
@@ -118,12 +132,14 @@ class ComparisonRun(CheckRun):
 
     # -- per prompt ------------------------------------------------------------------------------
     def prefetch(self, side: Side) -> None:
-        """Generate the selected prompts of the suite on both sides at once, where a side is
-        a concurrent (HTTP) backend; an in-process backend generates item by item."""
+        """Generate the selected prompts of the suite on both sides at once: in-process
+        models in lockstep with every in-process test side (:meth:`step_in_lockstep`), a
+        concurrent (HTTP) backend concurrently; anything else generates item by item."""
         if side.ref in self._prefetched:
             return
         self._prefetched.add(side.ref)
-        prompts = [p for p in self.suite.prompts if p.id in self.selected] or self.suite.prompts
+        prompts = self.prefetch_prompts()
+        self.step_in_lockstep(prompts)
         baseline, test = self.baseline, self.resolve(side)
         if baseline.backend.concurrency <= 1 and test.backend.concurrency <= 1:
             return
@@ -134,6 +150,69 @@ class ComparisonRun(CheckRun):
             test_jobs.append((inputs.test, self.params(prompt)))
         self.cache.prefetch(baseline, base_jobs)
         self.cache.prefetch(test, test_jobs)
+
+    def prefetch_prompts(self) -> list[Prompt]:
+        """The selected prompts of the suite (all of them when none is selected)."""
+        return [p for p in self.suite.prompts if p.id in self.selected] or list(self.suite.prompts)
+
+    def step_in_lockstep(self, prompts: list[Prompt]) -> None:
+        """Step ``prompts`` through the baseline and every test side together, where all are
+        in-process models that step, greedy, on one shared prompt (:mod:`.batched`); once
+        per run. Batched when every target is licensed, else one prompt at a time."""
+        if self._stepped:
+            return
+        self._stepped = True
+        baseline = self.baseline
+        sides = [s for s in self.tests() if stepper_of(self.resolve(s)) is not None]
+        if stepper_of(baseline) is None or not sides:
+            return
+        tests = [self.resolve(s) for s in sides]
+        jobs = [job for p in prompts if (job := self._lockstep_job(p, sides)) is not None]
+        if not jobs:
+            return
+        probe_ids = [job.ids for job in jobs]
+        licences = [
+            licence(self.cache, target, *self._batching_allowed(side), probe_ids)
+            for target, side in zip(
+                [baseline, *tests], [self.check.baseline_side(self.index), *sides], strict=True
+            )
+        ]
+        batched = all(lic.batched for lic in licences)
+        self._batching_note = batching_note(licences)
+        run_lockstep(self.cache, baseline, tests, jobs, batched)
+
+    def _batching_allowed(self, side: Side) -> tuple[bool, str, float]:
+        """Whether the settings allow batching ``side``'s target, if not why, and the
+        probe's logprob tolerance for it: the ``logprob_tolerance`` of a ``batch-invariance``
+        check of the same target in the matrix (the smallest, if several), else 0
+        (bit-identical)."""
+        if not self.settings.batching:
+            return False, "batching turned off (--infercheck-no-batching)", 0.0
+        target = self.loaded.target(side.ref, side.loc)
+        if not self.loaded.matrix.backends[target.backend].batching:
+            return False, f"backend {target.backend!r}: batching: false", 0.0
+        tolerances = [
+            float(check.logprob_tolerance)
+            for i, check in enumerate(self.loaded.matrix.checks)
+            if check.kind == "batch-invariance"
+            and self.loaded.target(check.baseline_side(i).ref, check.baseline_side(i).loc) == target
+        ]
+        return True, "", min(tolerances, default=0.0)
+
+    def _lockstep_job(self, prompt: Prompt, sides: list[Side]) -> LockstepJob | None:
+        """``prompt`` as a lockstep job: greedy, every side given the baseline's ids."""
+        params = self.params(prompt)
+        if params.temperature != 0 or params.max_tokens < 1:
+            return None
+        inputs = [self.inputs(prompt, side) for side in sides]
+        if not all(i.record.shared for i in inputs):
+            return None
+        base_input = inputs[0].base
+        ids = self.baseline.backend.lockstep_ids(base_input)  # type: ignore[attr-defined]
+        for side, i in zip(sides, inputs, strict=True):
+            if not ids or self.resolve(side).backend.lockstep_ids(i.test) != ids:  # type: ignore[attr-defined]
+                return None
+        return LockstepJob(prompt, base_input, ids, params, tuple(i.test for i in inputs))
 
     def inputs(self, prompt: Prompt, side: Side) -> SideInputs:
         """What the baseline and ``side`` receive for ``prompt`` (decided once, memoised)."""
@@ -165,6 +244,7 @@ class ComparisonRun(CheckRun):
             self.params(prompt),
             thinking=self.settings.thinking,
             inputs=self.inputs(prompt, side),
+            batching_note=self._batching_note,
         )
 
     # -- golden recording (--infercheck-record) ----------------------------------------------
@@ -243,13 +323,47 @@ class ComparisonRun(CheckRun):
         """Differences between two independent baseline generations of every prompt (of
         ``prompts``; default: the suite's), one line per prompt that did not reproduce."""
         problems: list[str] = []
-        for prompt in self.suite.prompts if prompts is None else prompts:
+        chosen = self.suite.prompts if prompts is None else prompts
+        todo = [p for p in chosen if p.id not in self._self_checks]
+        if todo:
+            self.step_in_lockstep(self.prefetch_prompts())
+            self._self_check_generated = self._second_baseline(todo)
+        for prompt in chosen:
             if prompt.id not in self._self_checks:
                 self._self_checks[prompt.id] = self._reproduce(prompt)
             problem = self._self_checks[prompt.id]
             if problem is not None:
                 problems.append(f"{prompt.id}: {problem}")
         return problems
+
+    def _second_baseline(self, prompts: list[Prompt]) -> str:
+        """Generate the baseline's second run of ``prompts`` the other way from its first:
+        one at a time after a batched first run (the default path), batched in one batch
+        after a first run one at a time, when the baseline steps and is licensed to batch.
+        Returns how the two runs were generated."""
+        baseline = self.baseline
+        rendered = [self.cache.render(baseline, p, self.settings.thinking) for p in prompts]
+        params = [self.params(p) for p in prompts]
+        firsts = [
+            self.cache.generate(baseline, r, q) for r, q in zip(rendered, params, strict=True)
+        ]
+        sizes = [int(g.extra.get("batched", 1)) for g in firsts]
+        if max(sizes) > 1:
+            return "batched, then one at a time"
+        stepper = stepper_of(baseline)
+        side = self.check.baseline_side(self.index)
+        if stepper is None or any(q.temperature != 0 or q.max_tokens < 1 for q in params):
+            return "one at a time, twice"
+        ids = [baseline.backend.lockstep_ids(r) for r in rendered]  # type: ignore[attr-defined]
+        allowed = licence(self.cache, baseline, *self._batching_allowed(side), ids)
+        if not allowed.batched or len(prompts) < 2 or not all(ids):
+            return "one at a time, twice" + (f" ({allowed.note})" if allowed.note else "")
+        from ...backends.mlx_lockstep import greedy
+
+        seconds = greedy(stepper, ids, [q.max_tokens for q in params])
+        for r, q, g in zip(rendered, params, seconds, strict=True):
+            self.cache.put_generation(baseline, r, q, g, run=1)
+        return "one at a time, then batched"
 
     def self_check_failures(self, prompts: list[Prompt]) -> list[str]:
         """The ids of ``prompts`` whose two baseline generations differ: the failed items of

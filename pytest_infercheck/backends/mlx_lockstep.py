@@ -1,0 +1,371 @@
+"""Batched lockstep stepping of mlx-lm models: the baseline's greedy generation, the test
+models teacher-forced on it as it goes, and each test model's own greedy continuation.
+
+One call (:func:`lockstep`) steps N prompts through a baseline model and K test models
+together, each model with one batched KV cache (mlx-lm's ``BatchKVCache``: prompts
+right-padded for the prefill, then left-padded, as mlx-lm's ``BatchGenerator`` does):
+
+1. prefill every model with each prompt but its last token;
+2. at each step, every model is fed the same token per sequence (the prompt's last token,
+   then the baseline's last chosen token): the baseline's greedy token is the argmax of its
+   log-softmax in the model's dtype (as ``mlx_lm.generate_step``), and each test model's row
+   at that position is compared with the baseline's there, in float32 rows and float64 sums
+   (:func:`~pytest_infercheck.metrics.kl.position_stats` on the step's rows: ``KL_t``,
+   same top, delta-p; plus each row's logsumexp). Nothing of size T x V is kept: per
+   position, only those numbers;
+3. a sequence leaves every batch when the baseline stops on an EOS id or reaches its
+   ``max_tokens``;
+4. up to its first divergence, a test model's greedy tokens are the baseline's (it was fed
+   exactly its own tokens); at its first divergence d its own token is the argmax of its row
+   at d, its KV cache is copied out (prompt + the shared prefix), and after the lockstep its
+   diverged sequences continue greedily together from there (their own continuation).
+
+The result per prompt is the baseline's :class:`Generation`, each test model's
+:class:`Generation` and :class:`PositionStats` over the baseline's continuation: what a
+teacher-forced comparison needs, with no separate scoring pass. The float rounding of
+KV-cached stepping differs from one full forward pass (``score_sync``), so the statistics
+equal the separately scored ones to a float tolerance, not bit for bit (stated in
+``tests/unit/test_lockstep.py``). Batching does not change them: N prompts in one call give
+the same numbers as N calls of one prompt (tested bit for bit on CPU), so the unbatched path
+is this code at batch size 1.
+
+Fail closed as :func:`~pytest_infercheck.metrics.kl.position_stats`: a row with a NaN or
+``+inf``, a row whose logsumexp is not within ``logsumexp_tolerance(V)`` of 0 and a
+non-finite ``KL_t`` are problems of the prompt's statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..metrics.finite import (
+    check_values,
+    logsumexp_tolerance,
+    row_logsumexp,
+    row_problems,
+    strict_max,
+)
+from ..metrics.kl import PositionStats, position_stats
+from .base import Generation
+
+PREFILL_STEP = 2048
+"""Prompt tokens per prefill forward pass (mlx-lm's default ``prefill_step_size``)."""
+
+Forward = Callable[[Any, list[Any]], Any]
+"""``(inputs (B, L) int array, batched cache) -> logits (B, L, V)``."""
+
+
+@dataclass(frozen=True)
+class Stepper:
+    """One model as the lockstep steps it: the mlx module, its EOS ids, how to decode ids to
+    text, and its forward pass (the module called with its cache; a test may perturb it)."""
+
+    model: Any
+    eos_ids: frozenset[int]
+    decode: Callable[[list[int]], str]
+    forward: Forward | None = None
+
+    def __call__(self, inputs: Any, cache: list[Any]) -> Any:
+        if self.forward is not None:
+            return self.forward(inputs, cache)
+        return self.model(inputs, cache=cache)
+
+
+@dataclass
+class _Sequence:
+    """One generation in progress: tokens and chosen logprobs (float32 values)."""
+
+    tokens: list[int] = field(default_factory=list)
+    chosen: list[float] = field(default_factory=list)
+    finish: str | None = None
+
+
+@dataclass
+class _Accumulated:
+    """Per position of one prompt x test model: what :class:`PositionStats` holds, and each
+    row's logsumexp (for the normalisation and non-finite problems)."""
+
+    kl: list[float] = field(default_factory=list)
+    same_top: list[bool] = field(default_factory=list)
+    delta_p: list[float] = field(default_factory=list)
+    lse_base: list[float] = field(default_factory=list)
+    lse_test: list[float] = field(default_factory=list)
+
+    def stats(self, vocab: int) -> PositionStats:
+        """The statistics with their problems, in :func:`position_stats`'s order: the
+        baseline's rows, the test's rows, then non-finite ``KL_t``."""
+        tol = logsumexp_tolerance(vocab)
+        kl = np.array(self.kl, dtype=np.float64)
+        problems = [
+            *row_problems("baseline logprobs", self.lse_base, tol),
+            *row_problems("test logprobs", self.lse_test, tol),
+        ]
+        kl_problem = check_values("KL", kl)
+        if kl_problem is not None:
+            problems.append(kl_problem)
+        return PositionStats(
+            kl=kl,
+            same_top=np.array(self.same_top, dtype=np.bool_),
+            delta_p=np.array(self.delta_p, dtype=np.float64),
+            problems=tuple(problems),
+        )
+
+
+@dataclass(frozen=True)
+class LockstepResult:
+    """Per prompt (in the order given): the baseline's generation; per test model (in the
+    order given) its generations and its statistics over the baseline's continuation."""
+
+    baseline: list[Generation]
+    tests: list[list[Generation]]
+    stats: list[list[PositionStats]]
+    batch_size: int
+    """How many prompts shared each forward pass (1: one at a time)."""
+
+
+def accumulate_step(
+    acc: Sequence[_Accumulated], base_rows: np.ndarray, test_rows: np.ndarray, chosen: list[int]
+) -> None:
+    """Add one step's positions (row ``i`` belongs to ``acc[i]``): ``KL_t``, same top and
+    delta-p exactly as :func:`position_stats` computes them from these float32 rows, and
+    each row's float64 logsumexp (:func:`row_logsumexp`)."""
+    step = position_stats(base_rows, test_rows, chosen, row_tol=math.inf)
+    lse_b, lse_t = row_logsumexp(base_rows), row_logsumexp(test_rows)
+    for i, a in enumerate(acc):
+        a.kl.append(float(step.kl[i]))
+        a.same_top.append(bool(step.same_top[i]))
+        a.delta_p.append(float(step.delta_p[i]))
+        a.lse_base.append(float(lse_b[i]))
+        a.lse_test.append(float(lse_t[i]))
+
+
+class _Batch:
+    """One model's batched KV cache over the sequences still running."""
+
+    def __init__(self, stepper: Stepper, cache: list[Any]) -> None:
+        self.stepper = stepper
+        self.cache = cache
+
+    @classmethod
+    def prefilled(cls, stepper: Stepper, prefixes: list[list[int]]) -> _Batch:
+        """Every prefix in the cache (right-padded, then left-padded as ``BatchGenerator``
+        does; nothing to do for empty prefixes)."""
+        import mlx.core as mx
+        from mlx_lm.generate import _merge_caches
+        from mlx_lm.models.cache import make_prompt_cache
+
+        cache = _merge_caches([make_prompt_cache(stepper.model) for _ in prefixes])
+        lengths = [len(p) for p in prefixes]
+        longest = max(lengths)
+        if longest == 0:
+            return cls(stepper, cache)
+        padding = [longest - n for n in lengths]
+        if max(padding) > 0:
+            for c in cache:
+                c.prepare(lengths=lengths, right_padding=padding)
+        tokens = mx.array([p + [0] * (longest - len(p)) for p in prefixes])
+        while tokens.shape[1] > 0:
+            stepper(tokens[:, :PREFILL_STEP], cache)
+            mx.eval([c.state for c in cache])
+            tokens = tokens[:, PREFILL_STEP:]
+        if max(padding) > 0:
+            for c in cache:
+                c.finalize()
+            mx.eval([c.state for c in cache])
+        return cls(stepper, cache)
+
+    @classmethod
+    def merged(cls, stepper: Stepper, caches: list[list[Any]]) -> _Batch:
+        """Single-sequence caches (copied out of other batches) as one batch."""
+        from mlx_lm.generate import _merge_caches
+
+        return cls(stepper, _merge_caches(caches))
+
+    def step(self, inputs: list[int], rows: bool = True) -> tuple[list[int], list[float], Any]:
+        """Feed one token per sequence: the greedy tokens (argmax of the log-softmax in the
+        model's dtype, as ``generate_step``), their logprobs, and (``rows``) the float32
+        log-softmax rows as a numpy ``(B, V)`` array (else None)."""
+        import mlx.core as mx
+
+        logits = self.stepper(mx.array(inputs)[:, None], self.cache)[:, -1, :]
+        native = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        tokens = mx.argmax(native, axis=-1)
+        chosen = mx.take_along_axis(native, tokens[:, None], axis=-1)[:, 0].astype(mx.float32)
+        out = [tokens, chosen]
+        if rows:
+            logits32 = logits.astype(mx.float32)
+            out.append(logits32 - mx.logsumexp(logits32, axis=-1, keepdims=True))
+        mx.eval(*out)
+        ids: list[int] = tokens.tolist()  # type: ignore[assignment]
+        values: list[float] = chosen.tolist()  # type: ignore[assignment]
+        return ids, values, np.array(out[2]) if rows else None
+
+    def filter(self, keep: list[int]) -> None:
+        for c in self.cache:
+            c.filter(keep)
+
+    def extract(self, row: int) -> list[Any]:
+        """A copy of one sequence's cache (mlx arrays are values: later steps leave it)."""
+        return [c.extract(row) for c in self.cache]
+
+
+@dataclass
+class _Tail:
+    """A test model's own continuation from its first divergence."""
+
+    prompt: int
+    cache: list[Any]
+    first_input: int
+    budget: int
+
+
+def _finished(seq: _Sequence, eos: frozenset[int], max_tokens: int) -> bool:
+    if seq.tokens[-1] in eos:
+        seq.finish = "stop"
+    elif len(seq.tokens) >= max_tokens:
+        seq.finish = "length"
+    return seq.finish is not None
+
+
+def _generation(stepper: Stepper, seq: _Sequence, prompt_tokens: int, batch: int) -> Generation:
+    finish = seq.finish or "length"
+    text_ids = seq.tokens[:-1] if finish == "stop" else seq.tokens
+    return Generation(
+        text=stepper.decode(text_ids),
+        token_ids=list(seq.tokens),
+        finish_reason=finish,
+        chosen_logprobs=list(seq.chosen),
+        extra={"prompt_tokens": prompt_tokens, "batched": batch},
+    )
+
+
+def greedy(stepper: Stepper, prompts: list[list[int]], max_tokens: list[int]) -> list[Generation]:
+    """Greedy generations of ``prompts`` in one batch (the lockstep without test models)."""
+    return lockstep(stepper, [], prompts, max_tokens).baseline
+
+
+def lockstep(
+    baseline: Stepper,
+    tests: list[Stepper],
+    prompts: list[list[int]],
+    max_tokens: list[int],
+) -> LockstepResult:
+    """Step ``prompts`` (non-empty token ids, each with its ``max_tokens`` >= 1) through the
+    baseline and ``tests`` together (see the module docstring)."""
+    if not prompts:
+        return LockstepResult([], [[] for _ in tests], [[] for _ in tests], 0)
+    if any(not p for p in prompts) or any(m < 1 for m in max_tokens):
+        raise ValueError("lockstep needs non-empty prompts and max_tokens >= 1")
+    n = len(prompts)
+    prefixes = [list(p[:-1]) for p in prompts]
+    batches = [_Batch.prefilled(s, prefixes) for s in (baseline, *tests)]
+    base_seqs = [_Sequence() for _ in prompts]
+    test_seqs = [[_Sequence() for _ in prompts] for _ in tests]
+    acc = [[_Accumulated() for _ in prompts] for _ in tests]
+    diverged = [[False] * n for _ in tests]
+    tails: list[list[_Tail]] = [[] for _ in tests]
+    live = list(range(n))
+    inputs = [p[-1] for p in prompts]
+    vocab = 0
+    while live:
+        base_tokens, base_chosen, base_rows = batches[0].step(inputs, rows=bool(tests))
+        for k, batch in enumerate(batches[1:]):
+            tokens, chosen, rows = batch.step(inputs)
+            vocab = rows.shape[-1]
+            accumulate_step([acc[k][i] for i in live], base_rows, rows, base_tokens)
+            for row, i in enumerate(live):
+                if diverged[k][i]:
+                    continue
+                seq = test_seqs[k][i]
+                seq.tokens.append(tokens[row])
+                seq.chosen.append(chosen[row])
+                if tokens[row] != base_tokens[row]:
+                    diverged[k][i] = True
+                    if not _finished(seq, tests[k].eos_ids, max_tokens[i]):
+                        budget = max_tokens[i] - len(seq.tokens)
+                        tails[k].append(_Tail(i, batch.extract(row), tokens[row], budget))
+        keep: list[int] = []
+        for row, i in enumerate(live):
+            seq = base_seqs[i]
+            seq.tokens.append(base_tokens[row])
+            seq.chosen.append(base_chosen[row])
+            if _finished(seq, baseline.eos_ids, max_tokens[i]):
+                for k in range(len(tests)):
+                    if not diverged[k][i]:
+                        test_seqs[k][i].finish = seq.finish
+            else:
+                keep.append(row)
+        if len(keep) < len(live):
+            live = [live[row] for row in keep]
+            if live:
+                for batch in batches:
+                    batch.filter(keep)
+        inputs = [base_seqs[i].tokens[-1] for i in live]
+    for k, stepper in enumerate(tests):
+        _continue(stepper, tails[k], test_seqs[k])
+    lengths = [len(p) for p in prompts]
+    return LockstepResult(
+        baseline=[_generation(baseline, s, m, n) for s, m in zip(base_seqs, lengths, strict=True)],
+        tests=[
+            [_generation(stepper, s, m, n) for s, m in zip(seqs, lengths, strict=True)]
+            for stepper, seqs in zip(tests, test_seqs, strict=True)
+        ],
+        stats=[[a.stats(vocab) for a in per_test] for per_test in acc],
+        batch_size=n,
+    )
+
+
+def _continue(stepper: Stepper, tails: list[_Tail], seqs: list[_Sequence]) -> None:
+    """Each tail's greedy continuation (all in one batch), appended to its sequence."""
+    if not tails:
+        return
+    batch = _Batch.merged(stepper, [t.cache for t in tails])
+    live = list(range(len(tails)))
+    inputs = [t.first_input for t in tails]
+    while live:
+        tokens, chosen, _ = batch.step(inputs, rows=False)
+        keep: list[int] = []
+        for row, j in enumerate(live):
+            tail = tails[j]
+            seq = seqs[tail.prompt]
+            seq.tokens.append(tokens[row])
+            seq.chosen.append(chosen[row])
+            tail.budget -= 1
+            if tokens[row] in stepper.eos_ids:
+                seq.finish = "stop"
+            elif tail.budget <= 0:
+                seq.finish = "length"
+            else:
+                keep.append(row)
+        if len(keep) < len(live):
+            live = [live[row] for row in keep]
+            if live:
+                batch.filter(keep)
+        inputs = [seqs[tails[j].prompt].tokens[-1] for j in live]
+
+
+def probe(stepper: Stepper, prompts: list[list[int]], max_tokens: int, tol: float = 0.0) -> str:
+    """Whether batching changes ``stepper``'s greedy generations: ``prompts`` generated one
+    at a time and together in one batch must give identical tokens and chosen logprobs
+    within ``tol`` (0: bit-identical; a NaN is never within). Returns what differs (the
+    first prompt that does), or "" when nothing does."""
+    budgets = [max_tokens] * len(prompts)
+    together = greedy(stepper, prompts, budgets)
+    for j, prompt in enumerate(prompts):
+        (alone,) = greedy(stepper, [prompt], [max_tokens])
+        batched = together[j]
+        if alone.token_ids != batched.token_ids:
+            return f"probe prompt {j}: batched token ids differ from the prompt alone"
+        a, b = alone.chosen_logprobs or [], batched.chosen_logprobs or []
+        drift = strict_max([abs(x - y) for x, y in zip(a, b, strict=True)]) or 0.0
+        if not drift <= tol:
+            return (
+                f"probe prompt {j}: batched logprobs differ from the prompt alone by "
+                f"{drift:.3g} (tolerance {tol:g})"
+            )
+    return ""

@@ -1,0 +1,129 @@
+"""In-process comparisons in lockstep: the baseline and its test sides stepped together
+(:mod:`~pytest_infercheck.backends.mlx_lockstep`), their generations and per-position
+statistics put in the generation cache, where :func:`.prompt.compare_prompt` finds them.
+
+Which prompts: those whose sides are all in-process models that step (mlx-lm: a backend
+with a ``stepper``), greedy, with one shared prompt (the same ids on both sides); the rest
+are compared as before (generated and scored one side at a time). A sweep steps the
+baseline and all its levels together.
+
+Batching is licensed per target (:func:`licence`): the run's ``batching`` setting
+(``--infercheck-no-batching``), the backend's ``batching:`` option, and a probe run once per
+process: :data:`PROBE_PROMPTS` prompts of the suite generated alone and in one batch must
+give identical tokens and bit-identical chosen logprobs (or within the ``logprob_tolerance``
+of the matrix's ``batch-invariance`` check of that target). A group of prompts is batched
+only when every one of its targets is licensed; otherwise each prompt is stepped alone (the
+same code at batch size 1), the comparison records carry why (:func:`batching_note`), and a
+failed probe is a :class:`BatchingProbeWarning` in pytest's warnings summary.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ...generation_cache import BatchingLicence
+
+if TYPE_CHECKING:
+    from ...backends import GenerationParams, PromptInput
+    from ...backends.mlx_lockstep import Stepper
+    from ...generation_cache import GenerationCache, ResolvedTarget
+    from ...suites import Prompt
+
+
+class BatchingProbeWarning(UserWarning):
+    """A target's batching probe failed: its comparisons are generated one at a time (shown
+    in pytest's warnings summary, besides each comparison's ``batching_note``)."""
+
+
+PROBE_PROMPTS = 4
+"""How many of the suite's prompts the batching probe generates alone and together."""
+PROBE_TOKENS = 16
+"""How many tokens each probe generation has at most."""
+
+
+@dataclass(frozen=True)
+class LockstepJob:
+    """One prompt to step: the baseline's input, the ids, its params, and each test side's
+    input (by the side's index in the group's targets)."""
+
+    prompt: Prompt
+    base_input: PromptInput
+    ids: list[int]
+    params: GenerationParams
+    test_inputs: tuple[PromptInput, ...]
+
+
+def stepper_of(target: ResolvedTarget) -> Stepper | None:
+    """The target's model for lockstep stepping, if it is an in-process model that steps."""
+    make = getattr(target.backend, "stepper", None)
+    return make() if callable(make) else None
+
+
+def licence(
+    cache: GenerationCache,
+    target: ResolvedTarget,
+    allowed: bool,
+    why_not: str,
+    tol: float,
+    probe_ids: list[list[int]],
+) -> BatchingLicence:
+    """Whether ``target`` may be batched: not when ``allowed`` is false (``why_not`` says
+    why); otherwise what the probe on ``probe_ids`` says (chosen logprobs within ``tol``),
+    once per process and target."""
+    if not allowed:
+        return BatchingLicence(False, why_not)
+
+    def decide() -> BatchingLicence:
+        from ...backends.mlx_lockstep import probe
+
+        stepper = stepper_of(target)
+        if stepper is None:
+            return BatchingLicence(False, f"{target.label}: not an in-process model that steps")
+        problem = probe(stepper, probe_ids[:PROBE_PROMPTS], PROBE_TOKENS, tol)
+        if problem:
+            note = f"{target.label}: batching probe failed ({problem}); generated one at a time"
+            warnings.warn(BatchingProbeWarning(note), stacklevel=1)
+            return BatchingLicence(False, note)
+        return BatchingLicence(True)
+
+    return cache.licence(target, decide)
+
+
+def run_lockstep(
+    cache: GenerationCache,
+    baseline: ResolvedTarget,
+    tests: list[ResolvedTarget],
+    jobs: list[LockstepJob],
+    batched: bool,
+) -> None:
+    """Step ``jobs`` through ``baseline`` and ``tests`` (all together when ``batched``,
+    else one prompt at a time) and cache every generation (run 0) and statistics."""
+    from ...backends.mlx_lockstep import lockstep
+
+    base_stepper = stepper_of(baseline)
+    test_steppers = [stepper_of(t) for t in tests]
+    assert base_stepper is not None and all(s is not None for s in test_steppers)
+    steppers: list[Any] = test_steppers
+    groups = [jobs] if batched else [[job] for job in jobs]
+    for group in groups:
+        result = lockstep(
+            base_stepper,
+            steppers,
+            [job.ids for job in group],
+            [job.params.max_tokens for job in group],
+        )
+        for j, job in enumerate(group):
+            base = result.baseline[j]
+            cache.put_generation(baseline, job.base_input, job.params, base)
+            for k, test in enumerate(tests):
+                cache.put_generation(test, job.test_inputs[k], job.params, result.tests[k][j])
+                continuation = base.token_ids or []
+                cache.put_position_stats(baseline, test, job.ids, continuation, result.stats[k][j])
+
+
+def batching_note(licences: list[BatchingLicence]) -> str:
+    """Why a group was stepped one prompt at a time (the notes of its unlicensed targets),
+    or "" when it was batched."""
+    return "; ".join(dict.fromkeys(lic.note for lic in licences if not lic.batched))
