@@ -14,17 +14,18 @@ as the median wall and CPU (user + system) time:
 
 With ``--tree DIR`` (repeatable) the stages run once per tree, that tree first on
 ``PYTHONPATH`` (e.g. a ``git archive`` of an older commit), so two versions are measured in
-the same rounds. Every tree's ``pytest_infercheck`` is byte-compiled first (as an installed
-package is). The server side of start-up (readiness checks, one request) is in
-``speed.py``'s ``plugin start-up`` row.
+the same rounds. Every tree's ``pytest_infercheck`` is byte-compiled and pytest's cache
+of its rewritten modules filled first (``common.ensure_bytecode``; ``--cold``: not). The
+server side of start-up (readiness checks, one request) is in ``speed.py``'s ``plugin
+start-up`` row.
 """
 
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -51,10 +52,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--runs", type=int, default=7, help="runs per stage (default 7)")
     p.add_argument("--tree", type=Path, action="append", help="a source tree to measure")
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="do not byte-compile or warm pytest's rewrite cache first (measures a tree as "
+        "it is: with PYTHONDONTWRITEBYTECODE=1 and no cache, every run compiles the plugin)",
+    )
     args = p.parse_args(argv)
     trees = [t.resolve() for t in (args.tree or [REPO])]
-    for tree in trees:
-        compileall.compile_dir(tree / "pytest_infercheck", quiet=1)
+    if not args.cold:
+        for tree in trees:
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            subprocess.run(
+                [
+                    PYTHON,
+                    "-c",
+                    f"import sys; sys.path.insert(0, {str(REPO / 'bench')!r}); "
+                    "from common import ensure_bytecode; print(ensure_bytecode())",
+                ],
+                cwd=tree,
+                env=env,
+                check=True,
+            )
     print(f"load average: {load_average()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="infercheck-startup-") as tmp:
         work, empty = Path(tmp) / "matrix", Path(tmp) / "empty"

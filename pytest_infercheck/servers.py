@@ -28,8 +28,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from .backends.base import BackendError
 from .supervise import alive, stop_group
 
@@ -210,6 +208,8 @@ class ServerPool:
     def _wait_healthy(
         self, name: str, spec: ServerSpec, url: str, process: subprocess.Popen[bytes], log: Path
     ) -> None:
+        import httpx  # here: a run without managed servers need not import it
+
         deadline = time.monotonic() + spec.startup_timeout_s
         delays = health_poll_delays()
         while time.monotonic() < deadline:

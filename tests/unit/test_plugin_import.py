@@ -58,3 +58,11 @@ def test_collecting_a_matrix_imports_only_the_kinds_it_uses(tmp_path: Path) -> N
     loaded = set(ast.literal_eval(kinds))
     assert "comparison" in loaded
     assert not loaded & set(OTHER_KINDS), loaded
+
+
+def test_the_server_pool_imports_httpx_only_to_poll_a_starting_server() -> None:
+    """An in-process run creates the server pool (``state.generation_cache_for``) but starts
+    no server: importing :mod:`.servers` must not import httpx."""
+    code = "import sys, pytest_infercheck.servers\nprint('httpx' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
