@@ -17,6 +17,7 @@ BENCH_DIR = REPO / "bench"
 CACHE = Path.home() / ".cache" / "pytest-infercheck" / "bench"
 MODELS_DIR = CACHE / "models"
 PYTHON = Path(sys.executable)
+TIME = Path("/usr/bin/time")
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Timed:
     stdout: str
     stderr: str
     peak_rss: int = 0
-    """The process's peak resident set size in bytes (``ru_maxrss`` of its ``wait4``)."""
+    """The process's peak resident set size in bytes (``/usr/bin/time``'s ``%M``)."""
 
 
 def run_timed(
@@ -40,27 +41,40 @@ def run_timed(
     env: Mapping[str, str] | None = None,
     ok_codes: Sequence[int] = (0,),
 ) -> Timed:
-    """Run ``cmd`` and time it (wall clock), with its own CPU time and peak RSS (from
-    ``wait4``); raise with its output if the exit code is bad."""
+    """Run ``cmd`` and time it (wall clock), with its CPU time (``wait4``) and peak RSS
+    (``/usr/bin/time -f %M``); raise with its output if the exit code is bad. When the
+    command exits non-zero ``/usr/bin/time`` adds a line before %M: the last line is read."""
     full_env = dict(os.environ)
     full_env.pop("PYTEST_ADDOPTS", None)
     full_env.pop("PYTEST_PLUGINS", None)
     if env:
         full_env.update(env)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.NamedTemporaryFile("r") as rss,
+    ):
+        # /usr/bin/time reports its child's own peak RSS (%M, KiB). wait4's ru_maxrss of a
+        # child forked from this process is at least this process's peak at the fork (Linux
+        # keeps the pre-exec high-water mark), so it is only the fallback.
+        wrap = [TIME, "-f", "%M", "-o", rss.name] if TIME.exists() else []
         started = time.perf_counter()
         proc = subprocess.Popen(
-            [str(c) for c in cmd], cwd=cwd, env=full_env, stdout=out, stderr=err
+            [*map(str, wrap), *map(str, cmd)], cwd=cwd, env=full_env, stdout=out, stderr=err
         )
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, peak RSS included
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's rusage (its children's too)
         seconds = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode("utf-8", "replace")
         stderr = err.read().decode("utf-8", "replace")
+        reported = rss.read().strip().splitlines()
     cpu = usage.ru_utime + usage.ru_stime
-    peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # Linux: KiB
+    if wrap and reported and reported[-1].isdigit():
+        peak_rss = int(reported[-1]) * 1024
+    else:
+        peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
     if proc.returncode not in ok_codes:
         raise RuntimeError(
             f"command failed with exit code {proc.returncode}: {' '.join(map(str, cmd))}\n"
@@ -123,6 +137,13 @@ def write_suite(path: Path, prompts: Sequence[str], max_tokens: int) -> None:
 def load_average() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min; {os.cpu_count()} cores)"
+
+
+def escaped(text: str) -> str:
+    """``text`` with every non-printable or non-ASCII character escaped as Python would
+    (``\\x1b``, ``\\xe9``): a tool's output may hold model output, whose terminal control
+    sequences must not reach the terminal."""
+    return "".join(c if c.isprintable() and c.isascii() else ascii(c)[1:-1] for c in text)
 
 
 def mb(n_bytes: float) -> str:

@@ -26,8 +26,8 @@ Tools, each a fresh subprocess timed from spawn to exit (start-up included):
 
 The tools run in rounds, their order rotated each round (``stats.alternating_order``);
 a ratio is the median over rounds of the paired ratio (``stats.median_ratio``). Peak memory
-is each subprocess's own peak RSS (``wait4``). The load average is printed before and after
-every scenario. See bench/README.md, section "Speed (issue 12)".
+is each subprocess's own peak RSS (``/usr/bin/time -f %M``). The load average is printed
+before and after every scenario. See bench/README.md, section "Speed (issue 12)".
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from common import (
     REPO,
     Timed,
     ensure_bytecode,
+    escaped,
     load_average,
     long_prompts,
     mb,
@@ -62,6 +63,7 @@ from common import (
     write_suite,
 )
 from overhead import INFER_CHECK_VERSION, ensure_infer_check, pytest_cmd
+from overhead import _infer_check_stats as overhead_stats
 from stats import Sample, alternating_order, median_ratio, summarize
 
 DEFAULT_SCENARIOS = ("compare:20x256", "compare:50x128", "sweep:50x128", "diff:20x64")
@@ -234,6 +236,13 @@ def plugin_accepts(flag: str, work: Path) -> bool:
 # --------------------------------------------------------------------------- rounds
 
 
+def _ic_said(summary: dict[str, Any]) -> str:
+    """infer-check's numbers from its JSON output (its terminal tables show model output)."""
+    return ", ".join(
+        f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()
+    )
+
+
 def run_rounds(
     commands: dict[str, Command], rounds: int, label: str
 ) -> tuple[dict[str, list[Sample]], dict[str, str]]:
@@ -247,8 +256,8 @@ def run_rounds(
             print(f"  {label} round {r + 1}/{rounds}: {tool} ...", flush=True)
             t: Timed = run_timed(c.cmd, c.cwd, env=c.env, ok_codes=c.ok_codes)
             runs[tool].append(Sample(t.seconds, t.cpu_seconds, t.peak_rss))
-            lines = [line for line in t.stdout.strip().splitlines() if line.strip()]
-            last[tool] = lines[-1].strip("= ") if lines else ""
+            said = [line for line in t.stdout.splitlines() if line.strip()]
+            last[tool] = said[-1].strip("= ") if said else ""
     return runs, last
 
 
@@ -274,6 +283,7 @@ def in_process(s: Scenario, rounds: int, unbatched: bool) -> ScenarioResult:
     with tempfile.TemporaryDirectory(prefix="infercheck-speed-") as tmp:
         commands = _in_process_commands(s, Path(tmp), base, tests, prompts, unbatched)
         runs, last = run_rounds(commands, rounds, str(s))
+        last[INFER_CHECK] = _ic_said(overhead_stats(Path(tmp) / "infer-check-out"))
         if PLAIN in last:
             with contextlib.suppress(ValueError):
                 plain = json.loads(last[PLAIN])
@@ -345,6 +355,8 @@ def diff(s: Scenario, rounds: int, work: Path) -> ScenarioResult:
             ),
         }
         runs, last = run_rounds(commands, rounds, str(s))
+        last[INFER_CHECK] = _ic_said(http_diff.infer_check_summary(ic_dir / "out"))
+        last[IC_START] = ""
     notes = [
         f"prompts: the first {len(prompts)} of {tried} candidates that run to "
         f"{s.max_tokens} tokens on both servers",
@@ -393,18 +405,15 @@ def report(r: ScenarioResult) -> list[str]:
             f"  plugin / plain batched {to_plain:.2f}x (target <= {PLAIN_TARGET}: {verdict})"
         )
     else:
-        net = median_ratio(
-            [
-                a.wall_s - b.wall_s
-                for a, b in zip(r.runs[PLUGIN], r.runs[PLUGIN_START], strict=True)
-            ],
-            [
-                a.wall_s - b.wall_s
-                for a, b in zip(r.runs[INFER_CHECK], r.runs[IC_START], strict=True)
-            ],
-        )
-        lines.append(f"  net of start-up (each round's 1 x 1 run subtracted): {net:.2f}x")
-    lines += [f"  {tool} said: {text}" for tool, text in r.outputs.items() if text]
+        plugin_net = [
+            a.wall_s - b.wall_s for a, b in zip(r.runs[PLUGIN], r.runs[PLUGIN_START], strict=True)
+        ]
+        ic_net = [
+            a.wall_s - b.wall_s for a, b in zip(r.runs[INFER_CHECK], r.runs[IC_START], strict=True)
+        ]
+        net = f"{median_ratio(plugin_net, ic_net):.2f}x" if min(ic_net) > 0 else "n/a"
+        lines.append(f"  net of start-up (each round's 1 x 1 run subtracted): {net}")
+    lines += [f"  {tool} said: {escaped(text)}" for tool, text in r.outputs.items() if text]
     return lines
 
 
@@ -440,14 +449,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         (Path(tmp) / "pytest.ini").write_text("[pytest]\n")
         unbatched = plugin_accepts(NO_BATCHING_FLAG, Path(tmp))
     results: list[ScenarioResult] = []
+    failed: list[str] = []
     for s in args.scenarios:
         print(f"scenario {s} ...", flush=True)
-        if s.kind == "diff":
-            work = args.work or Path(tempfile.mkdtemp(prefix="infercheck-speed-diff-"))
-            work.mkdir(parents=True, exist_ok=True)
-            results.append(diff(s, args.rounds, work.resolve()))
-        else:
-            results.append(in_process(s, args.rounds, unbatched))
+        try:
+            if s.kind == "diff":
+                work = args.work or Path(tempfile.mkdtemp(prefix="infercheck-speed-diff-"))
+                work.mkdir(parents=True, exist_ok=True)
+                results.append(diff(s, args.rounds, work.resolve()))
+            else:
+                results.append(in_process(s, args.rounds, unbatched))
+        except (RuntimeError, OSError, ValueError) as exc:  # the others still run
+            failed.append(f"=== {s}: FAILED: {escaped(str(exc))[-3000:]}")
+            print(failed[-1], flush=True)
     print()
     print(
         f"=== speed benchmark (infer-check {INFER_CHECK_VERSION}; python {sys.version.split()[0]})"
@@ -460,6 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in results:
         for line in report(r):
             print(line)
+    for line in failed:
+        print(line)
     print(f"load average at the end: {load_average()}; took {time.perf_counter() - started:.0f} s")
     if args.json is not None:
         args.json.write_text(

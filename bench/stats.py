@@ -17,7 +17,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Sample:
     """One run of one tool: wall clock from spawn to exit, user + system CPU time, and the
-    peak resident set size of the process (``ru_maxrss`` of its ``wait4``), in bytes."""
+    peak resident set size of the process, in bytes."""
 
     wall_s: float
     cpu_s: float

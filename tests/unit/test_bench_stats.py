@@ -80,3 +80,10 @@ def test_scoring_batches_keep_logits_within_the_budget() -> None:
     assert [list(b) for b in batches] == [[0, 1], [2], [3], [4], [5]]
     assert [list(b) for b in plain_batched.score_batches([4, 4, 4], 1, 1 << 20)] == [[0, 1, 2]]
     assert plain_batched.score_batches([], 10) == []
+
+
+def test_tool_output_is_escaped_before_it_is_printed() -> None:
+    common = _load("common")
+    assert common.escaped("5 passed in 1.2s") == "5 passed in 1.2s"
+    assert common.escaped("a\x1b[2Jb\né") == "a\\x1b[2Jb\\n\\xe9"
+    assert common.escaped("\u202e") == "\\u202e"
