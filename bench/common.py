@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +17,7 @@ BENCH_DIR = REPO / "bench"
 CACHE = Path.home() / ".cache" / "pytest-infercheck" / "bench"
 MODELS_DIR = CACHE / "models"
 PYTHON = Path(sys.executable)
+TIME = Path("/usr/bin/time")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class Timed:
     returncode: int
     stdout: str
     stderr: str
+    peak_rss: int = 0
+    """The process's peak resident set size in bytes (``/usr/bin/time``'s ``%M``)."""
 
 
 def run_timed(
@@ -38,26 +41,46 @@ def run_timed(
     env: Mapping[str, str] | None = None,
     ok_codes: Sequence[int] = (0,),
 ) -> Timed:
-    """Run ``cmd`` and time it (wall clock); raise with its output if the exit code is bad."""
+    """Run ``cmd`` and time it (wall clock), with its CPU time (``wait4``) and peak RSS
+    (``/usr/bin/time -f %M``); raise with its output if the exit code is bad. When the
+    command exits non-zero ``/usr/bin/time`` adds a line before %M: the last line is read."""
     full_env = dict(os.environ)
     full_env.pop("PYTEST_ADDOPTS", None)
     full_env.pop("PYTEST_PLUGINS", None)
     if env:
         full_env.update(env)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    proc = subprocess.run(
-        [str(c) for c in cmd], cwd=cwd, env=full_env, capture_output=True, text=True
-    )
-    seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.NamedTemporaryFile("r") as rss,
+    ):
+        # /usr/bin/time reports its child's own peak RSS (%M, KiB). wait4's ru_maxrss of a
+        # child forked from this process is at least this process's peak at the fork (Linux
+        # keeps the pre-exec high-water mark), so it is only the fallback.
+        wrap = [TIME, "-f", "%M", "-o", rss.name] if TIME.exists() else []
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [*map(str, wrap), *map(str, cmd)], cwd=cwd, env=full_env, stdout=out, stderr=err
+        )
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's rusage (its children's too)
+        seconds = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        stderr = err.read().decode("utf-8", "replace")
+        reported = rss.read().strip().splitlines()
+    cpu = usage.ru_utime + usage.ru_stime
+    if wrap and reported and reported[-1].isdigit():
+        peak_rss = int(reported[-1]) * 1024
+    else:
+        peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
     if proc.returncode not in ok_codes:
         raise RuntimeError(
             f"command failed with exit code {proc.returncode}: {' '.join(map(str, cmd))}\n"
-            f"--- stdout (tail)\n{proc.stdout[-4000:]}\n--- stderr (tail)\n{proc.stderr[-4000:]}"
+            f"--- stdout (tail)\n{stdout[-4000:]}\n--- stderr (tail)\n{stderr[-4000:]}"
         )
-    return Timed(seconds, cpu, proc.returncode, proc.stdout, proc.stderr)
+    return Timed(seconds, cpu, proc.returncode, stdout, stderr, peak_rss)
 
 
 def best(runs: Sequence[Timed]) -> Timed:
@@ -116,5 +139,56 @@ def load_average() -> str:
     return f"{one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min; {os.cpu_count()} cores)"
 
 
+def escaped(text: str) -> str:
+    """``text`` with every non-printable or non-ASCII character escaped as Python would
+    (``\\x1b``, ``\\xe9``): a tool's output may hold model output, whose terminal control
+    sequences must not reach the terminal."""
+    return "".join(c if c.isprintable() and c.isascii() else ascii(c)[1:-1] for c in text)
+
+
 def mb(n_bytes: float) -> str:
     return f"{n_bytes / 1e6:,.1f} MB"
+
+
+def ensure_bytecode() -> Path:
+    """Byte-compile the ``pytest_infercheck`` package the benchmark's interpreter imports,
+    as installing it does, and fill pytest's cache of its assertion-rewritten modules;
+    returns the package's folder.
+
+    pytest imports every module of a plugin installed with a ``pytest11`` entry point
+    through its assertion rewriter, which caches the rewritten code as
+    ``__pycache__/*-pytest-X.pyc`` next to the source unless ``PYTHONDONTWRITEBYTECODE`` is
+    set. On the team's machines it is set and the plugin is an editable install, so with no
+    cache every pytest process re-read, re-parsed, rewrote and compiled the plugin's
+    modules, while infer-check, installed by pip, loads bytecode. Here the package is
+    compiled (``compileall``) and one pytest process with the variable unset imports every
+    module of it from a ``conftest.py``, which writes the rewritten modules' cache; timed
+    runs then read both caches (reading does not need the variable unset), as a user's
+    second run does."""
+    import compileall
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytest_infercheck")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("pytest_infercheck is not importable by the benchmark's interpreter")
+    package = Path(spec.origin).parent
+    compileall.compile_dir(package, quiet=1)
+    with tempfile.TemporaryDirectory(prefix="infercheck-warm-") as tmp:
+        (Path(tmp) / "pytest.ini").write_text("[pytest]\n")
+        (Path(tmp) / "conftest.py").write_text(
+            "import importlib, pkgutil, pytest_infercheck\n"
+            "for m in pkgutil.walk_packages(pytest_infercheck.__path__, 'pytest_infercheck.'):\n"
+            "    try:\n"
+            "        importlib.import_module(m.name)\n"
+            "    except Exception:\n"
+            "        pass\n"
+        )
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        subprocess.run(
+            [str(PYTHON), "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only"],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            check=False,
+        )
+    return package

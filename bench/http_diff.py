@@ -46,7 +46,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MODELS_DIR, REPO, Timed, load_average, long_prompts, run_timed
+from common import (
+    MODELS_DIR,
+    REPO,
+    Timed,
+    ensure_bytecode,
+    load_average,
+    long_prompts,
+    run_timed,
+)
 from common import write_suite as write_jsonl
 from overhead import INFER_CHECK_VERSION, ensure_infer_check, pytest_cmd
 
@@ -404,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average: {load_average()}; work folder {work}", flush=True)
 
     infer_check = ensure_infer_check()
+    ensure_bytecode()  # the plugin starts up as an installed package does (see common.py)
     with both_servers(work) as (model, gguf, llama, vllm):
         servers = (llama, vllm)
         print("screening prompts that run to max tokens on both servers ...", flush=True)

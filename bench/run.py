@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import collection
 import kl_memory
 import overhead
-from common import load_average, long_prompts, mb
+from common import ensure_bytecode, load_average, long_prompts, mb
 from prompts import screened_prompts
 
 OVERHEAD_TARGET = 1.10
@@ -184,6 +184,7 @@ def _kl(raw: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     started = time.perf_counter()
+    ensure_bytecode()  # the plugin starts up as an installed package does (see common.py)
     raw: dict[str, Any] = {"load_before": os.getloadavg(), "versions": overhead.versions()}
     print(f"load average: {load_average()}")
     lines: list[str] = []

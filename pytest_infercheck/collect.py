@@ -24,7 +24,7 @@ from _pytest.pathlib import bestrelpath
 
 from .backends import BackendError
 from .checks.protocol import CheckRun, ItemPlan, Outcome, defer_gates
-from .config import CheckSpec, LoadedMatrix, check_rate_gates, load_matrix
+from .config import LoadedMatrix, check_rate_gates, load_matrix
 from .options import effective_settings
 from .records import ItemRecord, plain_data
 from .state import generation_cache_for
@@ -33,6 +33,8 @@ from .yamlpos import SourceError
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
+
+    from .config import CheckSpec  # every kind's spec: imports them all
 
 
 class InfercheckFailure(Exception):

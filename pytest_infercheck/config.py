@@ -7,9 +7,10 @@ Every error names the file, the line and the field (``infercheck.yaml:14: checks
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -22,7 +23,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from .checks.protocol import CheckKind, RateGate
-from .checks.registry import KIND_NAMES, KINDS
+from .checks.registry import KIND_NAMES, kind_named
 from .golden import GOLDEN_NAME, GOLDEN_PLACE
 from .metrics.stats import wilson_interval, wilson_min_trials
 from .specs import SERVER_KINDS, Side, TargetThresholds, Thresholds, _Strict
@@ -185,7 +186,7 @@ class CheckEntry(Thresholds, TargetThresholds):
 
     @model_validator(mode="after")
     def _one_kind(self) -> CheckEntry:
-        kinds = [k.name for k in KINDS if self.spec_of(k.name) is not None]
+        kinds = [name for name in KIND_NAMES if self.spec_of(name) is not None]
         if len(kinds) != 1:
             raise ValueError(f"a check needs exactly one of {', '.join(KIND_NAMES)}")
         return self
@@ -201,7 +202,9 @@ class CheckEntry(Thresholds, TargetThresholds):
     @property
     def check_kind(self) -> CheckKind:
         """The kind of this check, from the registry."""
-        return next(k for k in KINDS if self.spec_of(k.name) is not None)
+        kind = kind_named(next(n for n in KIND_NAMES if self.spec_of(n) is not None))
+        assert kind is not None
+        return kind
 
     @property
     def spec(self) -> Any:
@@ -228,15 +231,23 @@ def field_name(kind: str) -> str:
     return kind.replace("-", "_")
 
 
-if TYPE_CHECKING:
-    CheckSpec = CheckEntry
-else:
-    CheckSpec = create_model(
-        "CheckSpec",
-        __base__=CheckEntry,
-        __doc__=CheckEntry.__doc__,
-        **{field_name(k.name): (k.spec | None, Field(default=None, alias=k.name)) for k in KINDS},
-    )
+@functools.cache
+def check_model(kinds: frozenset[str]) -> type[CheckEntry]:
+    """:class:`CheckEntry` with one optional field per kind in ``kinds`` (its YAML key as
+    alias, its ``spec`` as type), in the registry's order. Building it imports those kinds'
+    modules only; :func:`load_matrix` asks for the kinds its file uses."""
+    fields: dict[str, Any] = {
+        field_name(name): (_spec_of(name) | None, Field(default=None, alias=name))
+        for name in KIND_NAMES
+        if name in kinds
+    }
+    return create_model("CheckSpec", __base__=CheckEntry, __doc__=CheckEntry.__doc__, **fields)
+
+
+def _spec_of(name: str) -> Any:
+    kind = kind_named(name)
+    assert kind is not None
+    return kind.spec
 
 
 def _suite_list(value: Any) -> Any:
@@ -246,8 +257,8 @@ def _suite_list(value: Any) -> Any:
     return [{"suite": item} if isinstance(item, str) else item for item in value]
 
 
-class Matrix(_Strict):
-    """The whole ``infercheck.yaml``."""
+class MatrixFields(_Strict):
+    """Every section of ``infercheck.yaml`` but ``checks`` (see :func:`matrix_model`)."""
 
     models: dict[str, ModelSpec] = Field(min_length=1)
     backends: dict[str, BackendSpec] = Field(
@@ -255,12 +266,51 @@ class Matrix(_Strict):
     )
     suites: list[SuiteRef] = Field(min_length=1)
     settings: Settings = Settings()
-    checks: list[CheckSpec] = Field(min_length=1)
 
     @field_validator("suites", mode="before")
     @classmethod
     def _suite_shorthand(cls, value: Any) -> Any:
         return _suite_list(value)
+
+
+@functools.cache
+def matrix_model(kinds: frozenset[str]) -> type[Matrix]:
+    """The model of a whole ``infercheck.yaml`` whose checks use ``kinds``:
+    :class:`MatrixFields` + ``checks: list[check_model(kinds)]`` (at least one)."""
+    checks: Any = list[check_model(kinds)]  # type: ignore[misc]
+    fields: dict[str, Any] = {"checks": (checks, Field(min_length=1))}
+    model = create_model(
+        "Matrix", __base__=MatrixFields, __doc__="The whole ``infercheck.yaml``.", **fields
+    )
+    return cast("type[Matrix]", model)
+
+
+def kinds_used(data: Any) -> frozenset[str]:
+    """The kind keys (of the registry) that the raw ``checks:`` entries of ``data`` use."""
+    checks = data.get("checks") if isinstance(data, dict) else None
+    if not isinstance(checks, list):
+        return frozenset()
+    return frozenset(k for c in checks if isinstance(c, dict) for k in c if k in KIND_NAMES)
+
+
+if TYPE_CHECKING:
+    CheckSpec = CheckEntry
+
+    class Matrix(MatrixFields):
+        """The whole ``infercheck.yaml``."""
+
+        checks: list[CheckSpec]
+
+else:
+
+    def __getattr__(name: str) -> Any:
+        """``CheckSpec`` and ``Matrix`` with every kind (imports them all: the JSON Schema,
+        tests); :func:`load_matrix` builds the models of the kinds its file uses."""
+        if name == "CheckSpec":
+            return check_model(frozenset(KIND_NAMES))
+        if name == "Matrix":
+            return matrix_model(frozenset(KIND_NAMES))
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Target(_Strict):
@@ -384,7 +434,7 @@ def load_matrix(path: Path) -> LoadedMatrix:
     if not isinstance(source.data, dict):
         raise SourceError(path, 1, "the file must be a mapping with models, suites and checks")
     try:
-        matrix = Matrix.model_validate(source.data)
+        matrix = matrix_model(kinds_used(source.data)).model_validate(source.data)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = tuple(p for p in first["loc"] if isinstance(p, str | int))
@@ -457,8 +507,9 @@ def unknown_key_message(loc: tuple[str | int, ...]) -> str:
 
 def keys_at(loc: tuple[str | int, ...]) -> list[str]:
     """The keys the mapping at ``loc`` of a matrix accepts (YAML spelling), found by walking
-    the models' fields from :class:`Matrix`; empty where ``loc`` leads to no model."""
-    model: type[BaseModel] = Matrix
+    the models' fields from :class:`Matrix` (every kind: an error path, so importing all kinds
+    is fine); empty where ``loc`` leads to no model."""
+    model: type[BaseModel] = matrix_model(frozenset(KIND_NAMES))
     parts = list(loc)
     while parts:
         part = parts.pop(0)

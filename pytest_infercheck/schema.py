@@ -264,7 +264,7 @@ COUNTERPARTS: dict[str, Counterpart] = {
     "ModelSpec._some_source": _model_source,
     "BackendSpec._server_needs_url": _url_or_serve,
     "Settings._record_is_an_option": _record_off_file,
-    "Matrix._suite_shorthand": _suite_shorthand,
+    "MatrixFields._suite_shorthand": _suite_shorthand,
     "CheckEntry._suite_shorthand": _suite_shorthand,
     "CheckEntry._one_kind": _one_kind,
     "TargetCheck._shorthand": _target_shorthand,

@@ -28,8 +28,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from .backends.base import BackendError
 from .supervise import alive, stop_group
 
@@ -39,6 +37,8 @@ if TYPE_CHECKING:
 ADDRESS_IN_USE = ("address already in use", "couldn't bind", "could not bind", "errno 98")
 PORT_ATTEMPTS = 3
 LOG_TAIL_LINES = 30
+HEALTH_POLL_FIRST_S = 0.01
+HEALTH_POLL_MAX_S = 0.25
 
 
 class ServerError(BackendError):
@@ -89,6 +89,19 @@ class ServerState:
     supervisor_pid: int
     log: str
     command: list[str]
+
+
+def health_poll_delays(
+    first_s: float = HEALTH_POLL_FIRST_S, max_s: float = HEALTH_POLL_MAX_S
+) -> Iterator[float]:
+    """The pauses between health requests to a starting server: ``first_s``, then doubled
+    each time up to ``max_s`` (0.01, 0.02, 0.04, ... 0.25, 0.25, ...). A server that is
+    ready in a few tens of milliseconds is seen within ~that time, not a fixed 0.25 s later;
+    a slow one is polled at most 4 times a second."""
+    delay = first_s
+    while True:
+        yield delay
+        delay = min(max_s, delay * 2)
 
 
 def free_port() -> int:
@@ -195,7 +208,10 @@ class ServerPool:
     def _wait_healthy(
         self, name: str, spec: ServerSpec, url: str, process: subprocess.Popen[bytes], log: Path
     ) -> None:
+        import httpx  # here: a run without managed servers need not import it
+
         deadline = time.monotonic() + spec.startup_timeout_s
+        delays = health_poll_delays()
         while time.monotonic() < deadline:
             code = process.poll()
             if code is not None:
@@ -209,27 +225,36 @@ class ServerPool:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.25)
+            time.sleep(next(delays))
         raise ServerError(
             f"server {name!r} was not healthy after {spec.startup_timeout_s:g} s at "
             f"{url}{spec.health_path}; last log lines of {log}:\n{log_tail(log)}"
         )
 
     def stop_all(self) -> None:
-        """Stop every server recorded in the folder (the controller, once, at the end)."""
-        for state_file in sorted(self.state_dir.glob("*.json")):
-            state = ServerState(**json.loads(state_file.read_text()))
+        """Stop every server recorded in the folder (the controller, once, at the end): all
+        are sent SIGTERM first, then waited for together (up to 15 s), so their shut-downs
+        overlap instead of adding up."""
+        states = [
+            ServerState(**json.loads(f.read_text())) for f in sorted(self.state_dir.glob("*.json"))
+        ]
+        stopping = []
+        for state in states:
             if alive(state.supervisor_pid):
-                try:
+                with suppress(ProcessLookupError):
                     os.kill(state.supervisor_pid, 15)
-                except ProcessLookupError:
-                    continue
-                deadline = time.monotonic() + 15
-                while alive(state.supervisor_pid) and time.monotonic() < deadline:
-                    _reap(state.supervisor_pid)
-                    time.sleep(0.05)
+                    stopping.append(state.supervisor_pid)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            for pid in stopping:
+                _reap(pid)
+            if not any(alive(pid) for pid in stopping):
+                break
+            time.sleep(0.02)
+        for state in states:
             _reap(state.supervisor_pid)
-            state_file.unlink(missing_ok=True)
+        for f in self.state_dir.glob("*.json"):
+            f.unlink(missing_ok=True)
 
 
 def _died(name: str, state: ServerState) -> ServerError:

@@ -113,8 +113,8 @@ def generation_cache_for(config: pytest.Config) -> GenerationCache:
     collection never loads a model)."""
     cache = config.stash.get(GENERATION_CACHE_KEY, None)
     if cache is None:
-        from .generation_cache import GenerationCache  # the backends: numpy, httpx
-        from .servers import ServerPool  # httpx (health checks)
+        from .generation_cache import GenerationCache  # the backends: numpy
+        from .servers import ServerPool
 
         workerinput = getattr(config, "workerinput", {})
         if WORKER_DIR in workerinput:
@@ -135,8 +135,8 @@ def finish(config: pytest.Config) -> None:
         del config.stash[GENERATION_CACHE_KEY]
     folder = config.stash.get(SERVERS_DIR_KEY, None)
     if folder is not None and not is_worker(config):
-        if any(folder.glob("*.json")):  # a server was started: stop it (imports httpx)
-            from .servers import ServerPool  # httpx (health checks)
+        if any(folder.glob("*.json")):  # a server was started: stop it
+            from .servers import ServerPool
 
             ServerPool(folder, os.getpid()).stop_all()
         shutil.rmtree(folder, ignore_errors=True)

@@ -1,36 +1,65 @@
 """The one list of check kinds. Adding a kind: its module (spec, run, presentation; see
-:mod:`.protocol`) and one line here."""
+:mod:`.protocol`) and one line here.
+
+Each line names the kind's YAML key, its module and the :class:`~.protocol.CheckKind` in it.
+A kind's module is imported when the kind is first asked for (:func:`kind_named`), so a
+matrix that uses one kind imports that kind only (the kinds' modules bring pydantic specs,
+metrics and numpy: importing all of them costs more than the rest of collection).
+``KINDS`` (every kind) imports them all.
+"""
 
 from __future__ import annotations
 
-from .batch_invariance import BATCH_INVARIANCE
-from .cache_pollution import CACHE_POLLUTION
-from .comparison import COMPARE, DIFF, SWEEP
-from .determinism import DETERMINISM
-from .parity import ENDPOINT_PARITY, STREAM_PARITY
-from .protocol import CheckKind
-from .stress import STRESS
-from .tokenization import TOKENIZATION
+import importlib
+from typing import TYPE_CHECKING
 
-KINDS: tuple[CheckKind, ...] = (
-    COMPARE,
-    SWEEP,
-    DIFF,
-    DETERMINISM,
-    BATCH_INVARIANCE,
-    STRESS,
-    STREAM_PARITY,
-    ENDPOINT_PARITY,
-    TOKENIZATION,
-    CACHE_POLLUTION,
+if TYPE_CHECKING:
+    from .protocol import CheckKind
+
+_MODULES: tuple[tuple[str, str, str], ...] = (
+    ("compare", ".comparison", "COMPARE"),
+    ("sweep", ".comparison", "SWEEP"),
+    ("diff", ".comparison", "DIFF"),
+    ("determinism", ".determinism", "DETERMINISM"),
+    ("batch-invariance", ".batch_invariance", "BATCH_INVARIANCE"),
+    ("stress", ".stress", "STRESS"),
+    ("stream-parity", ".parity", "STREAM_PARITY"),
+    ("endpoint-parity", ".parity", "ENDPOINT_PARITY"),
+    ("tokenization", ".tokenization", "TOKENIZATION"),
+    ("cache-pollution", ".cache_pollution", "CACHE_POLLUTION"),
 )
-"""Every kind, in the order the terminal summary shows their families."""
+"""``(YAML key, module relative to this package, CheckKind's name)`` of every kind, in the
+order the terminal summary shows their families."""
 
-KIND_NAMES = tuple(k.name for k in KINDS)
-_BY_NAME = {k.name: k for k in KINDS}
+KIND_NAMES = tuple(name for name, _, _ in _MODULES)
+_WHERE = {name: (module, attr) for name, module, attr in _MODULES}
+_LOADED: dict[str, CheckKind] = {}
 
 
 def kind_named(name: object) -> CheckKind | None:
-    """The kind whose YAML key is ``name`` (None for an unknown one, e.g. from a results file
-    of a newer version)."""
-    return _BY_NAME.get(name) if isinstance(name, str) else None
+    """The kind whose YAML key is ``name``, its module imported on first use (None for an
+    unknown one, e.g. from a results file of a newer version). Raises if the module's kind
+    carries another name than its line here."""
+    if not isinstance(name, str) or name not in _WHERE:
+        return None
+    kind = _LOADED.get(name)
+    if kind is None:
+        module, attr = _WHERE[name]
+        kind = getattr(importlib.import_module(module, __package__), attr)
+        if kind.name != name:
+            raise RuntimeError(f"registry line {name!r} names {module}.{attr}, kind {kind.name!r}")
+        _LOADED[name] = kind
+    return kind
+
+
+def all_kinds() -> tuple[CheckKind, ...]:
+    """Every kind, in :data:`KIND_NAMES` order (imports every kind's module)."""
+    kinds = tuple(kind_named(name) for name in KIND_NAMES)
+    assert all(k is not None for k in kinds)
+    return kinds  # type: ignore[return-value]
+
+
+def __getattr__(name: str) -> tuple[CheckKind, ...]:
+    if name == "KINDS":  # every kind: imports them all (the schema, tests)
+        return all_kinds()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

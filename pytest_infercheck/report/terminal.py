@@ -1,19 +1,23 @@
 """The end-of-run terminal summary: each family of check kinds renders its aggregates (see
-:attr:`..checks.protocol.CheckKind.summary_lines`), families in the registry's order."""
+:attr:`..checks.protocol.CheckKind.summary_lines`), families in the registry's order. Only
+the kinds that have aggregates are imported (kinds of one family share their table)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..checks.protocol import DEFERRED
-from ..checks.registry import KINDS
+from ..checks.registry import KIND_NAMES, kind_named
 
 
 def summary_lines(records: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
     """The whole end-of-run summary from ``(aggregate node id, passed, record)``."""
     lines: list[str] = []
-    for family in dict.fromkeys(k.family for k in KINDS):
-        kinds = [k for k in KINDS if k.family == family]
+    present = {r["kind"] for _, _, r in records}
+    found = [kind_named(name) for name in KIND_NAMES if name in present]
+    kinds_here = [k for k in found if k is not None]
+    for family in dict.fromkeys(k.family for k in kinds_here):
+        kinds = [k for k in kinds_here if k.family == family]
         names = {k.name for k in kinds}
         group = [(n, p, r["data"]) for n, p, r in records if r["kind"] in names]
         if group:

@@ -2,7 +2,7 @@
 
 The test copies the package, writes one new kind module (``prompt-budget``: every prompt of a
 suite must fit a character budget; no model is loaded) and adds it to ``checks/registry.py``
-(one import, one entry). Then a matrix that uses the new kind runs through everything that
+(one line). Then a matrix that uses the new kind runs through everything that
 asks the registry: the YAML config, collection and node ids, items and the aggregate, the
 terminal summary, the JSON results, the HTML report (the kind's own view), xdist and the
 matrix's JSON Schema.
@@ -99,10 +99,10 @@ def add_kind(package: Path) -> list[str]:
     before = registry.read_text().splitlines()
     text = registry.read_text()
     text = text.replace(
-        "from .protocol import CheckKind\n",
-        "from .prompt_budget import PROMPT_BUDGET\nfrom .protocol import CheckKind\n",
+        '    ("cache-pollution", ".cache_pollution", "CACHE_POLLUTION"),\n)',
+        '    ("cache-pollution", ".cache_pollution", "CACHE_POLLUTION"),\n'
+        '    ("prompt-budget", ".prompt_budget", "PROMPT_BUDGET"),\n)',
     )
-    text = text.replace("    CACHE_POLLUTION,\n)", "    CACHE_POLLUTION,\n    PROMPT_BUDGET,\n)")
     registry.write_text(text)
     return sorted(set(text.splitlines()) - set(before))
 
@@ -116,7 +116,7 @@ def project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         ignore=shutil.ignore_patterns("__pycache__"),
     )
     changed = add_kind(package)
-    assert changed == ["    PROMPT_BUDGET,", "from .prompt_budget import PROMPT_BUDGET"]
+    assert changed == ['    ("prompt-budget", ".prompt_budget", "PROMPT_BUDGET"),']
     work = tmp_path / "work"
     work.mkdir()
     (work / "budget.jsonl").write_text(SUITE)

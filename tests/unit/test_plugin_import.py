@@ -3,8 +3,10 @@ must not pay for mlx, numpy, httpx or pydantic."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_plugin_module_imports_nothing_heavy() -> None:
@@ -15,3 +17,52 @@ def test_plugin_module_imports_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+OTHER_KINDS = (
+    "batch_invariance",
+    "cache_pollution",
+    "determinism",
+    "parity",
+    "stress",
+    "tokenization",
+)
+
+
+def test_collecting_a_matrix_imports_only_the_kinds_it_uses(tmp_path: Path) -> None:
+    """``pytest --collect-only`` on a ``diff`` matrix: the comparison kinds are imported,
+    no other kind's module is (the registry imports a kind on first use)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "suite.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
+    (tmp_path / "infercheck.yaml").write_text(
+        "models: {m: {path: /nonexistent/model}}\n"
+        "backends:\n"
+        "  a: {kind: llama-server, url: 'http://127.0.0.1:9'}\n"
+        "  b: {kind: vllm-mlx, url: 'http://127.0.0.1:10'}\n"
+        "suites: [./suite.jsonl]\n"
+        "checks: [{diff: {model: m, backends: [a, b]}}]\n"
+    )
+    code = (
+        "import sys, pytest\n"
+        "code = pytest.main(['-q', '-p', 'no:cacheprovider', '--collect-only', "
+        "'infercheck.yaml'])\n"
+        "pre = 'pytest_infercheck.checks.'\n"
+        "kinds = {m.split('.')[2] for m in sys.modules if m.startswith(pre)}\n"
+        "print(int(code), sorted(kinds))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    code_, _, kinds = out.stdout.strip().splitlines()[-1].partition(" ")
+    assert code_ == "0", out.stdout
+    loaded = set(ast.literal_eval(kinds))
+    assert "comparison" in loaded
+    assert not loaded & set(OTHER_KINDS), loaded
+
+
+def test_the_server_pool_imports_httpx_only_to_poll_a_starting_server() -> None:
+    """An in-process run creates the server pool (``state.generation_cache_for``) but starts
+    no server: importing :mod:`.servers` must not import httpx."""
+    code = "import sys, pytest_infercheck.servers\nprint('httpx' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -235,7 +235,7 @@ def test_every_before_validator_has_a_counterpart_and_none_is_stale() -> None:
     assert before == {
         "ModelSpec._shorthand",
         "TargetCheck._shorthand",
-        "Matrix._suite_shorthand",
+        "MatrixFields._suite_shorthand",
         "CheckEntry._suite_shorthand",
     }
     assert before <= set(COUNTERPARTS) <= set(validators)
