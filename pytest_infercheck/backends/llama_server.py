@@ -54,6 +54,7 @@ class LlamaServerBackend(Backend):
         self.n_vocab = 0
         self._forced_token: int | None = None
         self._templated: dict[str, str] = {}
+        self._pieces: dict[int, str] = {}
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
@@ -86,9 +87,12 @@ class LlamaServerBackend(Backend):
         return str(answer.get("content", ""))
 
     async def token_pieces(self, ids: Sequence[int]) -> list[str]:
-        """Each id's text by ``/detokenize`` (one request per id, concurrent)."""
-        pieces = await asyncio.gather(*(self.detokenize([i]) for i in ids))
-        return [str(p) for p in pieces]
+        """Each id's text by ``/detokenize`` (one request per id not asked before, concurrent;
+        kept for the session: a vocabulary does not change)."""
+        missing = sorted({i for i in ids if i not in self._pieces})
+        found = await asyncio.gather(*(self.detokenize([i]) for i in missing))
+        self._pieces.update(zip(missing, (str(p) for p in found), strict=True))
+        return [self._pieces[i] for i in ids]
 
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         if self.chat:

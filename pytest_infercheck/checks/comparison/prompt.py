@@ -20,7 +20,7 @@ violation of its own.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
@@ -364,8 +364,14 @@ def _origin(
     test_prompt = PromptSide(inputs.test_rendered, record.test_ids)
     if not verdict.same:
         text_side = text_side_verdict(cache, baseline, test, base, other)
-        base_ids = {*(record.base_ids or ()), *(base.token_ids or ())}
-        test_ids = {*(record.test_ids or ()), *(other.token_ids or ())} - base_ids
+        base_ids = {
+            *_named(record.base_ids, record.test_ids),
+            *_named(base.token_ids, other.token_ids, prompt=False),
+        }
+        test_ids = {
+            *_named(record.test_ids, record.base_ids),
+            *_named(other.token_ids, base.token_ids, prompt=False),
+        } - base_ids
         for target, ids in ((baseline, base_ids), (test, test_ids)):
             named = cache.call(target, target.backend.token_pieces(sorted(ids))) if ids else None
             pieces.update(zip(sorted(ids), named or [], strict=False))
@@ -390,6 +396,24 @@ def _origin(
         text_side=text_side,
         pieces=pieces,
     )
+
+
+def _named(
+    ids: Sequence[int] | None, other: Sequence[int] | None, *, prompt: bool = True
+) -> set[int]:
+    """The ids of ``ids`` that a divergence's detail can name, so only those are asked for
+    their texts (a server answers one request per id): of a prompt, the first
+    :data:`LEADING`, :data:`WINDOW` from the first difference with ``other`` and the last
+    :data:`WINDOW` (as :func:`_with_specials` looks at); of a generation, the first
+    differing step's."""
+    if not ids:
+        return set()
+    at = first_divergence(list(ids), list(other or ())) or 0
+    if prompt:
+        positions = {*range(LEADING), *range(at, at + WINDOW), *range(len(ids) - WINDOW, len(ids))}
+    else:
+        positions = {at}
+    return {ids[p] for p in positions if 0 <= p < len(ids)}
 
 
 def _with_specials(
