@@ -17,8 +17,10 @@ right-padded for the prefill, then left-padded, as mlx-lm's ``BatchGenerator`` d
    ``max_tokens``;
 4. up to its first divergence, a test model's greedy tokens are the baseline's (it was fed
    exactly its own tokens); at its first divergence d its own token is the argmax of its row
-   at d, its KV cache is copied out (prompt + the shared prefix), and after the lockstep its
-   diverged sequences continue greedily together from there (their own continuation).
+   at d, its KV cache is copied out (prompt + the shared prefix) and appended to the same
+   model's batch as a row of its own (a tail), which continues greedily from there (its own
+   continuation) in the same forward passes as the teacher-forced rows, until its EOS or
+   ``max_tokens``.
 
 The result per prompt is the baseline's :class:`Generation`, each test model's
 :class:`Generation` and :class:`PositionStats` over the baseline's continuation: what a
@@ -179,13 +181,6 @@ class _Batch:
             mx.eval([c.state for c in cache])
         return cls(stepper, cache)
 
-    @classmethod
-    def merged(cls, stepper: Stepper, caches: list[list[Any]]) -> _Batch:
-        """Single-sequence caches (copied out of other batches) as one batch."""
-        from mlx_lm.generate import _merge_caches
-
-        return cls(stepper, _merge_caches(caches))
-
     def step(self, inputs: list[int], rows: bool = True) -> tuple[list[int], list[float], Any]:
         """Feed one token per sequence: the greedy tokens (argmax of the log-softmax in the
         model's dtype, as ``generate_step``), their logprobs, and (``rows``) the float32
@@ -212,16 +207,6 @@ class _Batch:
     def extract(self, row: int) -> list[Any]:
         """A copy of one sequence's cache (mlx arrays are values: later steps leave it)."""
         return [c.extract(row) for c in self.cache]
-
-
-@dataclass
-class _Tail:
-    """A test model's own continuation from its first divergence."""
-
-    prompt: int
-    cache: list[Any]
-    first_input: int
-    budget: int
 
 
 def _finished(seq: _Sequence, eos: frozenset[int], max_tokens: int) -> bool:
@@ -256,58 +241,82 @@ def lockstep(
     max_tokens: list[int],
 ) -> LockstepResult:
     """Step ``prompts`` (non-empty token ids, each with its ``max_tokens`` >= 1) through the
-    baseline and ``tests`` together (see the module docstring)."""
+    baseline and ``tests`` together (see the module docstring). A test model's batch holds
+    its teacher-forced rows (one per prompt the baseline still generates, in the baseline's
+    order) and, appended, its own continuations from their first divergence (tails): both
+    kinds share each of its forward passes."""
     if not prompts:
         return LockstepResult([], [[] for _ in tests], [[] for _ in tests], 0)
     if any(not p for p in prompts) or any(m < 1 for m in max_tokens):
         raise ValueError("lockstep needs non-empty prompts and max_tokens >= 1")
     n = len(prompts)
     prefixes = [list(p[:-1]) for p in prompts]
-    batches = [_Batch.prefilled(s, prefixes) for s in (baseline, *tests)]
+    base_batch = _Batch.prefilled(baseline, prefixes)
+    test_batches = [_Batch.prefilled(s, prefixes) for s in tests]
     base_seqs = [_Sequence() for _ in prompts]
     test_seqs = [[_Sequence() for _ in prompts] for _ in tests]
     acc = [[_Accumulated() for _ in prompts] for _ in tests]
-    diverged = [[False] * n for _ in tests]
-    tails: list[list[_Tail]] = [[] for _ in tests]
+    roles: list[list[tuple[bool, int]]] = [[(True, i) for i in range(n)] for _ in tests]
+    """Per test model, its batch's rows: (teacher-forced?, prompt index)."""
+    diverged: list[set[int]] = [set() for _ in tests]
     live = list(range(n))
-    inputs = [p[-1] for p in prompts]
+    feed = {i: p[-1] for i, p in enumerate(prompts)}
     vocab = 0
-    while live:
-        base_tokens, base_chosen, base_rows = batches[0].step(inputs, rows=bool(tests))
-        for k, batch in enumerate(batches[1:]):
-            tokens, chosen, rows = batch.step(inputs)
-            vocab = rows.shape[-1]
-            accumulate_step([acc[k][i] for i in live], base_rows, rows, base_tokens)
+    while live or any(roles):
+        base_rows: Any = None
+        base_tokens: list[int] = []
+        done: set[int] = set()
+        if live:
+            base_tokens, base_chosen, base_rows = base_batch.step(
+                [feed[i] for i in live], rows=bool(tests)
+            )
             for row, i in enumerate(live):
-                if diverged[k][i]:
-                    continue
+                seq = base_seqs[i]
+                seq.tokens.append(base_tokens[row])
+                seq.chosen.append(base_chosen[row])
+                if _finished(seq, baseline.eos_ids, max_tokens[i]):
+                    done.add(i)
+        for k, batch in enumerate(test_batches):
+            if not roles[k]:
+                continue
+            teacher = [row for row, (forced, _) in enumerate(roles[k]) if forced]
+            inputs = [feed[i] if forced else test_seqs[k][i].tokens[-1] for forced, i in roles[k]]
+            tokens, chosen, rows = batch.step(inputs, rows=bool(teacher))
+            if teacher:
+                vocab = rows.shape[-1]
+                accumulate_step([acc[k][i] for i in live], base_rows, rows[teacher], base_tokens)
+            keep: list[int] = []
+            tails: list[tuple[int, list[Any]]] = []
+            for row, (forced, i) in enumerate(roles[k]):
                 seq = test_seqs[k][i]
+                if forced and i in diverged[k]:  # its own continuation is a tail row
+                    if i not in done:
+                        keep.append(row)
+                    continue
                 seq.tokens.append(tokens[row])
                 seq.chosen.append(chosen[row])
-                if tokens[row] != base_tokens[row]:
-                    diverged[k][i] = True
-                    if not _finished(seq, tests[k].eos_ids, max_tokens[i]):
-                        budget = max_tokens[i] - len(seq.tokens)
-                        tails[k].append(_Tail(i, batch.extract(row), tokens[row], budget))
-        keep: list[int] = []
-        for row, i in enumerate(live):
-            seq = base_seqs[i]
-            seq.tokens.append(base_tokens[row])
-            seq.chosen.append(base_chosen[row])
-            if _finished(seq, baseline.eos_ids, max_tokens[i]):
-                for k in range(len(tests)):
-                    if not diverged[k][i]:
-                        test_seqs[k][i].finish = seq.finish
-            else:
-                keep.append(row)
-        if len(keep) < len(live):
-            live = [live[row] for row in keep]
-            if live:
-                for batch in batches:
-                    batch.filter(keep)
-        inputs = [base_seqs[i].tokens[-1] for i in live]
-    for k, stepper in enumerate(tests):
-        _continue(stepper, tails[k], test_seqs[k])
+                if forced and tokens[row] == base_seqs[i].tokens[-1]:
+                    if i in done:
+                        seq.finish = base_seqs[i].finish
+                    else:
+                        keep.append(row)
+                    continue
+                finished = _finished(seq, tests[k].eos_ids, max_tokens[i])
+                if forced:  # the first divergence: its continuation goes on as a tail
+                    diverged[k].add(i)
+                    if not finished:
+                        tails.append((i, batch.extract(row)))
+                    if i not in done:
+                        keep.append(row)
+                elif not finished:
+                    keep.append(row)
+            roles[k] = _regroup(batch, roles[k], keep, tails)
+        if done:
+            if any(i not in done for i in live):
+                base_batch.filter([row for row, i in enumerate(live) if i not in done])
+            live = [i for i in live if i not in done]
+        for i in live:
+            feed[i] = base_seqs[i].tokens[-1]
     lengths = [len(p) for p in prompts]
     return LockstepResult(
         baseline=[_generation(baseline, s, m, n) for s, m in zip(base_seqs, lengths, strict=True)],
@@ -320,33 +329,26 @@ def lockstep(
     )
 
 
-def _continue(stepper: Stepper, tails: list[_Tail], seqs: list[_Sequence]) -> None:
-    """Each tail's greedy continuation (all in one batch), appended to its sequence."""
-    if not tails:
-        return
-    batch = _Batch.merged(stepper, [t.cache for t in tails])
-    live = list(range(len(tails)))
-    inputs = [t.first_input for t in tails]
-    while live:
-        tokens, chosen, _ = batch.step(inputs, rows=False)
-        keep: list[int] = []
-        for row, j in enumerate(live):
-            tail = tails[j]
-            seq = seqs[tail.prompt]
-            seq.tokens.append(tokens[row])
-            seq.chosen.append(chosen[row])
-            tail.budget -= 1
-            if tokens[row] in stepper.eos_ids:
-                seq.finish = "stop"
-            elif tail.budget <= 0:
-                seq.finish = "length"
-            else:
-                keep.append(row)
-        if len(keep) < len(live):
-            live = [live[row] for row in keep]
-            if live:
-                batch.filter(keep)
-        inputs = [seqs[tails[j].prompt].tokens[-1] for j in live]
+def _regroup(
+    batch: _Batch,
+    roles: list[tuple[bool, int]],
+    keep: list[int],
+    tails: list[tuple[int, list[Any]]],
+) -> list[tuple[bool, int]]:
+    """Keep the rows ``keep`` of ``batch`` and append the new tails (their caches copied out
+    at their first divergence); returns the batch's new roles."""
+    from mlx_lm.generate import _merge_caches
+
+    if len(keep) < len(roles) and keep:
+        batch.filter(keep)
+    if tails:
+        added = _merge_caches([cache for _, cache in tails])
+        if keep:
+            for mine, other in zip(batch.cache, added, strict=True):
+                mine.extend(other)
+        else:
+            batch.cache = added
+    return [roles[row] for row in keep] + [(False, i) for i, _ in tails]
 
 
 def probe(stepper: Stepper, prompts: list[list[int]], max_tokens: int, tol: float = 0.0) -> str:
