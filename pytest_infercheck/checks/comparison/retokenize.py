@@ -23,10 +23,14 @@ if TYPE_CHECKING:
 
 @functools.lru_cache(maxsize=8)
 def _folder_tokenizer(folder: Path) -> Any:
-    """The Hugging Face tokenizer of a model folder (loaded once per process)."""
-    from transformers import AutoTokenizer
+    """The tokenizer of a model folder's ``tokenizer.json``, by the ``tokenizers`` library
+    (importing transformers for it cost about 2 s of a diff), loaded once per process. Its
+    decode must equal the baseline's own detokenization before it is used at all, so a
+    setting of the folder it does not read (e.g. ``clean_up_tokenization_spaces``) can only
+    leave an item unjudged, never misjudge it."""
+    from tokenizers import Tokenizer
 
-    return AutoTokenizer.from_pretrained(str(folder))
+    return Tokenizer.from_file(str(folder / "tokenizer.json"))
 
 
 def text_ids(generation: Generation) -> list[int]:
@@ -56,7 +60,7 @@ def text_side_verdict(
     except Exception:  # any loading failure: no tokenizer to judge with
         return None
     ids = text_ids(base)
-    decoded = str(tokenizer.decode(ids))
+    decoded = str(tokenizer.decode(ids, skip_special_tokens=False))
     try:
         base_decoded = cache.call(baseline, baseline.backend.detokenize(ids))
     except BackendError:
@@ -67,8 +71,8 @@ def text_side_verdict(
         ids,
         decoded,
         str(tokenizer.decode(ids, skip_special_tokens=True)),
-        [str(tokenizer.decode(ids[: i + 1])) for i in range(len(ids))],
+        [str(tokenizer.decode(ids[: i + 1], skip_special_tokens=False)) for i in range(len(ids))],
         other.text,
-        list(tokenizer.encode(other.text, add_special_tokens=False)),
+        list(tokenizer.encode(other.text, add_special_tokens=False).ids),
         base.text,
     )
