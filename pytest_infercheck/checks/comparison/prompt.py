@@ -401,11 +401,11 @@ def _origin(
 def _named(
     ids: Sequence[int] | None, other: Sequence[int] | None, *, prompt: bool = True
 ) -> set[int]:
-    """The ids of ``ids`` that a divergence's detail can name, so only those are asked for
-    their texts (a server answers one request per id): of a prompt, the first
-    :data:`LEADING`, :data:`WINDOW` from the first difference with ``other`` and the last
-    :data:`WINDOW` (as :func:`_with_specials` looks at); of a generation, the first
-    differing step's."""
+    """The ids of ``ids`` that the prompt comparison looks at, so that only those are asked
+    for their texts and whether they are special (a server answers one request per id): of
+    a prompt, the first :data:`LEADING`, :data:`WINDOW` from the first difference with
+    ``other`` and the last :data:`WINDOW` (an added EOS), as the ``tokenization`` check
+    asks; of a generation, the first differing step's."""
     if not ids:
         return set()
     at = first_divergence(list(ids), list(other or ())) or 0
@@ -419,15 +419,10 @@ def _named(
 def _with_specials(
     cache: GenerationCache, target: ResolvedTarget, side: PromptSide, other: PromptSide
 ) -> PromptSide:
-    """``side`` with the special tokens, by its engine, among the ids the prompt comparison
-    looks at (as the ``tokenization`` check asks): the first :data:`LEADING`, and
-    :data:`WINDOW` from the first difference with ``other`` and at the end (an added EOS)."""
+    """``side`` with the special tokens, by its engine, among its :func:`_named` ids."""
     if not side.ids:
         return side
-    ids = list(side.ids)
-    at = first_divergence(ids, list(other.ids or ())) or 0
-    positions = {*range(LEADING), *range(at, at + WINDOW), *range(len(ids) - WINDOW, len(ids))}
-    chosen = sorted({ids[p] for p in positions if 0 <= p < len(ids)})
+    chosen = sorted(_named(side.ids, other.ids))
     special = cache.call(target, target.backend.special_tokens(chosen))
     return replace(side, special=frozenset(special or ()))
 
