@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -182,6 +182,31 @@ class GenerationCache:
             )
             self._renders[key] = rendered
         return self._renders[key]
+
+    def render_many(
+        self, target: ResolvedTarget, prompts: Sequence[Prompt], thinking: bool
+    ) -> None:
+        """Render ``prompts`` for ``target`` ahead of their items, concurrently on a concurrent
+        backend (bounded by its own ``max_concurrency``); the same renders, cached as
+        :meth:`render` caches them. A failed render is not cached: the item that needs it
+        renders it again and fails with the error."""
+        if target.backend.concurrency <= 1:
+            return
+        missing = list(
+            dict.fromkeys(
+                p for p in prompts if (target.key, p.text, p.system, thinking) not in self._renders
+            )
+        )
+
+        async def gather() -> list[PromptInput | BaseException]:
+            return await asyncio.gather(
+                *(target.backend.render(p.text, p.system, thinking) for p in missing),
+                return_exceptions=True,
+            )
+
+        for prompt, result in zip(missing, self.run(gather()), strict=True):
+            if isinstance(result, PromptInput):
+                self._renders[(target.key, prompt.text, prompt.system, thinking)] = result
 
     def accepts_ids(self, target: ResolvedTarget, prompt: PromptInput) -> bool:
         """Whether ``target`` can take ``prompt``'s token ids as they are (cached)."""

@@ -103,8 +103,9 @@ class LlamaServerBackend(Backend):
         # Tokenized as the server tokenizes its own prompts, BOS added when the vocabulary
         # says so: ``/apply-template`` drops a template's leading BOS (Llama 3's
         # ``<|begin_of_text|>``) because the tokenizer adds it back.
-        ids = await self._tokenize(text, add_special=True)
-        plain = await self._tokenize(text, add_special=False)
+        ids, plain = await asyncio.gather(
+            self._tokenize(text, add_special=True), self._tokenize(text, add_special=False)
+        )
         if ids[1:] == plain and len(ids) == len(plain) + 1:
             # The rendered text is the exact string of the ids: spell out the BOS.
             text = str(self.props.get("bos_token", "")) + text

@@ -134,7 +134,8 @@ class ComparisonRun(CheckRun):
     def prefetch(self, side: Side) -> None:
         """Generate the selected prompts of the suite on both sides at once: in-process
         models in lockstep with every in-process test side (:meth:`step_in_lockstep`), a
-        concurrent (HTTP) backend concurrently; anything else generates item by item."""
+        concurrent (HTTP) backend concurrently (its renders first, then its generations);
+        anything else generates item by item."""
         if side.ref in self._prefetched:
             return
         self._prefetched.add(side.ref)
@@ -143,11 +144,15 @@ class ComparisonRun(CheckRun):
         baseline, test = self.baseline, self.resolve(side)
         if baseline.backend.concurrency <= 1 and test.backend.concurrency <= 1:
             return
+        thinking = self.settings.thinking
+        self.cache.render_many(baseline, prompts, thinking)
         base_jobs, test_jobs = [], []
         for prompt in prompts:
             inputs = self.inputs(prompt, side)
             base_jobs.append((inputs.base, self.params(prompt)))
             test_jobs.append((inputs.test, self.params(prompt)))
+        # One side after the other: on a 2-core machine two servers generating at once
+        # finished later than in turn (0.95 s vs 0.75 s for 20 x 64, llama-server and vllm-mlx).
         self.cache.prefetch(baseline, base_jobs)
         self.cache.prefetch(test, test_jobs)
 
