@@ -91,7 +91,11 @@ def main(argv: list[str]) -> dict[str, Any]:
         return [tokens[uid] for uid in uids]
 
     t0 = time.perf_counter()
-    generated = [generate(m) for m in models]
+    generated, generate_each = [], []
+    for m in models:
+        started = time.perf_counter()
+        generated.append(generate(m))
+        generate_each.append(time.perf_counter() - started)
     t1 = time.perf_counter()
 
     base_cont = generated[0]
@@ -126,6 +130,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "import_s": imported - STARTED,
         "load_s": loaded - imported,
         "generate_s": t1 - t0,
+        "generate_s_each": generate_each,
         "score_s": done - t1,
         "work_s": done - loaded,
         "total_s": done - STARTED,

@@ -289,7 +289,11 @@ def in_process(s: Scenario, rounds: int, unbatched: bool) -> ScenarioResult:
                 plain = json.loads(last[PLAIN])
                 last[PLAIN] = (
                     f"generated {plain['tokens']} tokens, scored {plain['scored_positions']} "
-                    f"positions per model; mean KL {[round(k, 5) for k in plain['mean_kl']]}"
+                    f"positions per model; mean KL {[round(k, 5) for k in plain['mean_kl']]}; "
+                    f"last run: import {plain['import_s']:.2f} s, load {plain['load_s']:.2f} s, "
+                    "batched generation "
+                    + " + ".join(f"{g:.2f}" for g in plain["generate_s_each"])
+                    + f" s (baseline first), scoring {plain['score_s']:.2f} s"
                 )
     return ScenarioResult(s, title, runs, notes, last, load_before, load_average())
 

@@ -38,8 +38,11 @@ non-finite ``KL_t`` are problems of the prompt's statistics.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+import os
+import threading
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,6 +149,29 @@ def accumulate_step(
         a.lse_test.append(float(lse_t[i]))
 
 
+Arrays = list[Any]
+"""mlx arrays (or nested lists of them) for one ``mx.eval``."""
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One forward pass of a batch, built but not yet evaluated: the greedy tokens, their
+    logprobs and (when asked) the float32 log-softmax rows."""
+
+    tokens: Any
+    chosen: Any
+    rows: Any | None
+
+    def arrays(self) -> Arrays:
+        return [a for a in (self.tokens, self.chosen, self.rows) if a is not None]
+
+    def collect(self) -> tuple[list[int], list[float], np.ndarray | None]:
+        """The evaluated step: ids, chosen logprobs and the rows as a numpy ``(B, V)`` array."""
+        ids: list[int] = self.tokens.tolist()
+        values: list[float] = self.chosen.tolist()
+        return ids, values, np.array(self.rows) if self.rows is not None else None
+
+
 class _Batch:
     """One model's batched KV cache over the sequences still running."""
 
@@ -154,9 +180,12 @@ class _Batch:
         self.cache = cache
 
     @classmethod
-    def prefilled(cls, stepper: Stepper, prefixes: list[list[int]]) -> _Batch:
+    def prefill(
+        cls, stepper: Stepper, prefixes: list[list[int]]
+    ) -> Generator[Arrays, None, _Batch]:
         """Every prefix in the cache (right-padded, then left-padded as ``BatchGenerator``
-        does; nothing to do for empty prefixes)."""
+        does; nothing to do for empty prefixes), yielding what to evaluate after each chunk
+        of :data:`PREFILL_STEP` tokens."""
         import mlx.core as mx
         from mlx_lm.generate import _merge_caches
         from mlx_lm.models.cache import make_prompt_cache
@@ -173,32 +202,30 @@ class _Batch:
         tokens = mx.array([p + [0] * (longest - len(p)) for p in prefixes])
         while tokens.shape[1] > 0:
             stepper(tokens[:, :PREFILL_STEP], cache)
-            mx.eval([c.state for c in cache])
+            yield [c.state for c in cache]
             tokens = tokens[:, PREFILL_STEP:]
         if max(padding) > 0:
             for c in cache:
                 c.finalize()
-            mx.eval([c.state for c in cache])
+            yield [c.state for c in cache]
         return cls(stepper, cache)
 
-    def step(self, inputs: list[int], rows: bool = True) -> tuple[list[int], list[float], Any]:
-        """Feed one token per sequence: the greedy tokens (argmax of the log-softmax in the
-        model's dtype, as ``generate_step``), their logprobs, and (``rows``) the float32
-        log-softmax rows as a numpy ``(B, V)`` array (else None)."""
+    def launch(self, inputs: list[int], rows: bool = True) -> _Step:
+        """Feed one token per sequence (built, not evaluated): the greedy tokens (argmax of
+        the log-softmax in the model's dtype, as ``generate_step``), their logprobs, and
+        (``rows``) the float32 log-softmax rows."""
         import mlx.core as mx
 
         logits = self.stepper(mx.array(inputs)[:, None], self.cache)[:, -1, :]
         native = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         tokens = mx.argmax(native, axis=-1)
         chosen = mx.take_along_axis(native, tokens[:, None], axis=-1)[:, 0].astype(mx.float32)
-        out = [tokens, chosen]
-        if rows:
-            logits32 = logits.astype(mx.float32)
-            out.append(logits32 - mx.logsumexp(logits32, axis=-1, keepdims=True))
-        mx.eval(*out)
-        ids: list[int] = tokens.tolist()  # type: ignore[assignment]
-        values: list[float] = chosen.tolist()  # type: ignore[assignment]
-        return ids, values, np.array(out[2]) if rows else None
+        if not rows:
+            return _Step(tokens, chosen, None)
+        if logits.dtype == mx.float32:  # the same expression: no second log-softmax
+            return _Step(tokens, chosen, native)
+        logits32 = logits.astype(mx.float32)
+        return _Step(tokens, chosen, logits32 - mx.logsumexp(logits32, axis=-1, keepdims=True))
 
     def filter(self, keep: list[int]) -> None:
         for c in self.cache:
@@ -241,18 +268,105 @@ def lockstep(
     max_tokens: list[int],
 ) -> LockstepResult:
     """Step ``prompts`` (non-empty token ids, each with its ``max_tokens`` >= 1) through the
-    baseline and ``tests`` together (see the module docstring). A test model's batch holds
-    its teacher-forced rows (one per prompt the baseline still generates, in the baseline's
-    order) and, appended, its own continuations from their first divergence (tails): both
-    kinds share each of its forward passes."""
+    baseline and ``tests`` together, in one batch (see the module docstring)."""
+    (result,) = lockstep_groups(baseline, tests, [(prompts, max_tokens)])
+    return result
+
+
+def lockstep_groups(
+    baseline: Stepper,
+    tests: list[Stepper],
+    groups: Sequence[tuple[list[list[int]], list[int]]],
+    parallel: int = 1,
+) -> list[LockstepResult]:
+    """Step each group ``(prompts, max_tokens)`` as one batch (:func:`lockstep`), up to
+    ``parallel`` groups at a time: each running group on its own mlx stream, and the
+    forward passes of all running groups evaluated by one ``mx.eval``, which runs each
+    stream on its own thread (on mlx's CPU device, one core per stream). With ``parallel``
+    = 1 every group runs on the default stream, one after the other.
+
+    A group's numbers do not depend on the other groups: its arrays are its own and every
+    kernel is the one a lone group runs. Results are in the order of ``groups``."""
+    import mlx.core as mx
+
+    results: list[LockstepResult | None] = [None] * len(groups)
+    free = _streams(min(parallel, len(groups))) if parallel > 1 else [None]
+    waiting = list(enumerate(groups))
+    running: list[tuple[int, Generator[Arrays, None, LockstepResult], Any, Arrays]] = []
+
+    def advance(j: int, run: Generator[Arrays, None, LockstepResult], stream: Any) -> None:
+        """Resume group ``j`` on its stream up to its next evaluation (or its end)."""
+        try:
+            with mx.stream(stream) if stream is not None else contextlib.nullcontext():
+                pending = next(run)
+        except StopIteration as end:
+            results[j] = end.value
+            free.append(stream)
+        else:
+            running.append((j, run, stream, pending))
+
+    while waiting or running:
+        while waiting and free:
+            j, (prompts, budgets) = waiting.pop(0)
+            advance(j, _stepping(baseline, tests, prompts, budgets), free.pop())
+        mx.eval([pending for *_, pending in running])
+        resumed, running[:] = list(running), []
+        for j, run, stream, _ in resumed:
+            advance(j, run, stream)
+    return [r for r in results if r is not None]
+
+
+_STREAM_POOLS: dict[int, list[Any]] = {}
+"""Extra mlx streams (each owns a thread) per calling thread (mlx streams belong to the
+thread that made them): made once, reused by every call."""
+
+
+def _streams(count: int) -> list[Any]:
+    """``count`` mlx streams on the default device, other than the default stream."""
+    import mlx.core as mx
+
+    pool = _STREAM_POOLS.setdefault(threading.get_ident(), [])
+    while len(pool) < count:
+        pool.append(mx.new_stream(mx.default_device()))
+    return list(pool[:count])
+
+
+def cpu_parallelism() -> int:
+    """How many groups :func:`lockstep_groups` should run at once here: the cores this
+    process may use when mlx computes on the CPU (one stream per core), else 1 (a GPU is
+    one device, already parallel within each pass)."""
+    import mlx.core as mx
+
+    if mx.default_device() != mx.cpu:
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _stepping(
+    baseline: Stepper,
+    tests: list[Stepper],
+    prompts: list[list[int]],
+    max_tokens: list[int],
+) -> Generator[Arrays, None, LockstepResult]:
+    """One group's lockstep, yielding what to evaluate before it goes on: the prefills,
+    then at every step the forward passes of the baseline and of every test model, which
+    all take tokens known before the step (the baseline's last token, or a tail's own). A
+    test model's batch holds its teacher-forced rows (one per prompt the baseline still
+    generates, in the baseline's order) and, appended, its own continuations from their
+    first divergence (tails): both kinds share each of its forward passes."""
     if not prompts:
         return LockstepResult([], [[] for _ in tests], [[] for _ in tests], 0)
     if any(not p for p in prompts) or any(m < 1 for m in max_tokens):
         raise ValueError("lockstep needs non-empty prompts and max_tokens >= 1")
     n = len(prompts)
     prefixes = [list(p[:-1]) for p in prompts]
-    base_batch = _Batch.prefilled(baseline, prefixes)
-    test_batches = [_Batch.prefilled(s, prefixes) for s in tests]
+    base_batch = yield from _Batch.prefill(baseline, prefixes)
+    test_batches = []
+    for stepper in tests:
+        test_batches.append((yield from _Batch.prefill(stepper, prefixes)))
     base_seqs = [_Sequence() for _ in prompts]
     test_seqs = [[_Sequence() for _ in prompts] for _ in tests]
     acc = [[_Accumulated() for _ in prompts] for _ in tests]
@@ -263,13 +377,22 @@ def lockstep(
     feed = {i: p[-1] for i, p in enumerate(prompts)}
     vocab = 0
     while live or any(roles):
+        base_step = base_batch.launch([feed[i] for i in live], bool(tests)) if live else None
+        test_steps = [
+            batch.launch(
+                [feed[i] if forced else test_seqs[k][i].tokens[-1] for forced, i in roles[k]],
+                any(forced for forced, _ in roles[k]),
+            )
+            if roles[k]
+            else None
+            for k, batch in enumerate(test_batches)
+        ]
+        yield [a for step in (base_step, *test_steps) if step is not None for a in step.arrays()]
         base_rows: Any = None
         base_tokens: list[int] = []
         done: set[int] = set()
-        if live:
-            base_tokens, base_chosen, base_rows = base_batch.step(
-                [feed[i] for i in live], rows=bool(tests)
-            )
+        if base_step is not None:
+            base_tokens, base_chosen, base_rows = base_step.collect()
             for row, i in enumerate(live):
                 seq = base_seqs[i]
                 seq.tokens.append(base_tokens[row])
@@ -277,12 +400,13 @@ def lockstep(
                 if _finished(seq, baseline.eos_ids, max_tokens[i]):
                     done.add(i)
         for k, batch in enumerate(test_batches):
-            if not roles[k]:
+            test_step = test_steps[k]
+            if test_step is None:
                 continue
             teacher = [row for row, (forced, _) in enumerate(roles[k]) if forced]
-            inputs = [feed[i] if forced else test_seqs[k][i].tokens[-1] for forced, i in roles[k]]
-            tokens, chosen, rows = batch.step(inputs, rows=bool(teacher))
+            tokens, chosen, rows = test_step.collect()
             if teacher:
+                assert rows is not None
                 vocab = rows.shape[-1]
                 accumulate_step([acc[k][i] for i in live], base_rows, rows[teacher], base_tokens)
             keep: list[int] = []
@@ -351,15 +475,24 @@ def _regroup(
     return [roles[row] for row in keep] + [(False, i) for i, _ in tails]
 
 
-def probe(stepper: Stepper, prompts: list[list[int]], max_tokens: int, tol: float = 0.0) -> str:
+def probe(
+    stepper: Stepper,
+    prompts: list[list[int]],
+    max_tokens: int,
+    tol: float = 0.0,
+    parallel: int = 1,
+) -> str:
     """Whether batching changes ``stepper``'s greedy generations: ``prompts`` generated one
     at a time and together in one batch must give identical tokens and chosen logprobs
-    within ``tol`` (0: bit-identical; a NaN is never within). Returns what differs (the
-    first prompt that does), or "" when nothing does."""
+    within ``tol`` (0: bit-identical; a NaN is never within). The batch and the lone
+    prompts are stepped ``parallel`` at a time (:func:`lockstep_groups`). Returns what
+    differs (the first prompt that does), or "" when nothing does."""
     budgets = [max_tokens] * len(prompts)
-    together = greedy(stepper, prompts, budgets)
-    for j, prompt in enumerate(prompts):
-        (alone,) = greedy(stepper, [prompt], [max_tokens])
+    groups = [(prompts, budgets), *(([p], [max_tokens]) for p in prompts)]
+    batch, *lone = lockstep_groups(stepper, [], groups, parallel)
+    together = batch.baseline
+    for j, one in enumerate(lone):
+        (alone,) = one.baseline
         batched = together[j]
         if alone.token_ids != batched.token_ids:
             return f"probe prompt {j}: batched token ids differ from the prompt alone"

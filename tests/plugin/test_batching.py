@@ -7,7 +7,9 @@
 - a backend whose batched outputs differ fails the batching probe: its comparisons fall
   back to one at a time and say so (records and item text), with the numbers of an
   unperturbed run;
-- the sweep's self-check generates its second baseline run the other way.
+- the sweep's self-check generates its second baseline run the other way;
+- a batched run is split into one batch per CPU core (each on its own mlx stream), of
+  about equal work: each record names its own batch's size.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import json
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import REPO
+from pytest_infercheck.backends.mlx_lockstep import cpu_parallelism
 
 from .helpers import ADDITION
 
@@ -30,6 +34,19 @@ BATCH_KEYS = frozenset({"base_batch", "test_batch", "batching_note", "generated"
 TIMING_KEYS = frozenset(
     {"duration_s", "latency_p50_s", "latency_p95_s", "tokens_per_s", "achieved_concurrency"}
 )
+
+
+def batches(sizes: list[int], prompts: int) -> list[int]:
+    """The batches a check's ``prompts`` were stepped in, from each record's batch size
+    (``base_batch`` or ``test_batch``): a batch of ``s`` prompts shows ``s`` times. Checks
+    that they are one batch per CPU core (as many as there are prompts at most)."""
+    counts = Counter(sizes)
+    assert all(count % size == 0 for size, count in counts.items()), counts
+    found = sorted(size for size, count in counts.items() for _ in range(count // size))
+    assert sum(found) == prompts
+    assert len(found) == min(cpu_parallelism(), prompts), found
+    return found
+
 
 PERTURBED_CONFTEST = '''
 from pytest_infercheck.backends.mlx_lm import MlxLmBackend
@@ -116,9 +133,15 @@ def test_quickstart_same_numbers_batched_and_one_at_a_time(
         assert _strip(item["data"]) == _strip(other["data"]), nodeid  # exact, no tolerance
     prompts = [i["data"] for i in batched.values() if i["role"] == "prompt"]
     assert len(prompts) == 240
-    assert {(d["base_batch"], d["test_batch"], d["scoring"]) for d in prompts} == {
-        (60, 60, "lockstep")
-    }
+    assert {d["scoring"] for d in prompts} == {"lockstep"}
+    for check in {i["check"] for i in batched.values()}:
+        data = [i["data"] for i in batched.values() if i["check"] == check]
+        mine = [d for d in data if "base_batch" in d]
+        for level in {d["test"] for d in mine}:
+            level_data = [d for d in mine if d["test"] == level]
+            assert batches([d["base_batch"] for d in level_data], 60) == batches(
+                [d["test_batch"] for d in level_data], 60
+            )
     assert not any("batching_note" in d for d in prompts)
     prompts = [i["data"] for i in alone.values() if i["role"] == "prompt"]
     assert {(d["base_batch"], d["test_batch"], d["scoring"]) for d in prompts} == {
@@ -192,10 +215,12 @@ def test_probe_failure_falls_back_to_one_at_a_time_and_says_so(
         _prompt_data(items, "compare(faithful)"),
         _prompt_data(items, "compare(perturbed)"),
     )
-    assert {(d["base_batch"], d["test_batch"]) for d in faithful} == {(8, 8)}
+    assert all(d["base_batch"] == d["test_batch"] > 1 for d in faithful)
+    batches([d["base_batch"] for d in faithful], 8)
     assert not any("batching_note" in d for d in faithful)
     # the baseline's generation is the faithful compare's (cached, batched and licensed)
-    assert {(d["base_batch"], d["test_batch"]) for d in perturbed} == {(8, 1)}
+    assert [d["base_batch"] for d in perturbed] == [d["base_batch"] for d in faithful]
+    assert {d["test_batch"] for d in perturbed} == {1}
     notes = {d["batching_note"] for d in perturbed}
     assert len(notes) == 1
     (note,) = notes
@@ -230,7 +255,8 @@ def test_probe_tolerance_is_the_targets_batch_invariance_tolerance(
     items, stdout = _run(pytester, _matrix(models, backends, checks), "-k", "compare")
     assert "BatchingProbeWarning" not in stdout
     data = _prompt_data(items, "compare(bf16-vs-q4)")
-    assert {(d["base_batch"], d["test_batch"]) for d in data} == {(8, 8)}
+    assert all(d["base_batch"] == d["test_batch"] > 1 for d in data)
+    batches([d["test_batch"] for d in data], 8)
     assert not any("batching_note" in d for d in data)
 
 

@@ -8,11 +8,14 @@ tiny models, on mlx CPU:
 - its statistics equal today's separately scored teacher-forced statistics
   (``score_sync`` on both sides, then ``position_stats``) within :data:`KL_TOL` /
   :data:`DELTA_P_TOL`, with the same top tokens: measured on the quickstart's prompts;
-- EOS and ``max_tokens`` per sequence.
+- EOS and ``max_tokens`` per sequence;
+- groups stepped at once, each on its own mlx stream (as comparisons run them on a
+  multi-core CPU), equal one batch bit for bit, however the prompts are split.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -23,7 +26,12 @@ import pytest
 from conftest import REPO
 from pytest_infercheck.backends.base import Generation, GenerationParams
 from pytest_infercheck.backends.mlx_lm import MlxLmBackend, MlxModelSpec
-from pytest_infercheck.backends.mlx_lockstep import LockstepResult, greedy, lockstep
+from pytest_infercheck.backends.mlx_lockstep import (
+    LockstepResult,
+    greedy,
+    lockstep,
+    lockstep_groups,
+)
 from pytest_infercheck.metrics.kl import position_stats
 
 pytest.importorskip("mlx_lm")
@@ -105,6 +113,39 @@ def test_batched_equals_one_at_a_time_random_model(
         for g, b in zip(together.tests[0], together.baseline, strict=True)
     )
     _assert_bit_identical(together, alone)
+
+
+@pytest.mark.parametrize("cuts", [[3], [1, 5], [2, 4, 6]], ids=["halves", "1+4+2", "2+2+2+1"])
+@pytest.mark.parametrize("parallel", [2, 3])
+def test_groups_on_parallel_streams_equal_one_batch(
+    random_model: Path, tiny_models: dict[str, Path], cuts: list[int], parallel: int
+) -> None:
+    """The random model as baseline (it rambles, so the adders diverge and continue as
+    tails) against the 8- and 4-bit adder: the prompts cut into groups at ``cuts`` and run
+    ``parallel`` groups at a time give the one batch's generations and statistics."""
+    base, q8, q4 = _backend(random_model), _backend(tiny_models["q8"]), _backend(tiny_models["q4"])
+    ids = [base.lockstep_ids(base.render_sync(t, None, False)) for t in MIXED]
+    budgets = [24] * len(ids)
+    tests = [q8.stepper(), q4.stepper()]
+    together = lockstep(base.stepper(), tests, ids, budgets)
+    edges = [0, *cuts, len(ids)]
+    groups = [(ids[a:b], budgets[a:b]) for a, b in itertools.pairwise(edges)]
+    results = lockstep_groups(base.stepper(), tests, groups, parallel)
+    assert [r.batch_size for r in results] == [len(g) for g, _ in groups]
+    flat = [(r, j) for r in results for j in range(r.batch_size)]
+    assert len(flat) == len(ids)
+    for i, (r, j) in enumerate(flat):
+        assert _same_generation(r.baseline[j], together.baseline[i])
+        for k in range(len(tests)):
+            assert _same_generation(r.tests[k][j], together.tests[k][i])
+            a, b = r.stats[k][j], together.stats[k][i]
+            assert np.array_equal(a.kl, b.kl)
+            assert np.array_equal(a.same_top, b.same_top)
+            assert np.array_equal(a.delta_p, b.delta_p)
+    assert any(
+        g.token_ids != b.token_ids
+        for g, b in zip(together.tests[1], together.baseline, strict=True)
+    )
 
 
 def test_generations_are_generate_syncs(random_model: Path, tiny_models: dict[str, Path]) -> None:

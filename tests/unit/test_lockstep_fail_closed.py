@@ -114,17 +114,21 @@ def test_a_non_finite_test_row_is_a_problem_of_its_position(
     assert any(d.startswith("non-finite KL at position 1") for d in described)
 
 
-def test_probe_passes_faithful_and_fails_batch_perturbed(tiny_models: dict[str, Path]) -> None:
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_probe_passes_faithful_and_fails_batch_perturbed(
+    tiny_models: dict[str, Path], parallel: int
+) -> None:
+    """Also with the batch and the lone prompts stepped at once on two mlx streams."""
     backend = MlxLmBackend("b", MlxModelSpec(str(tiny_models["q4"])), chat=False)
     ids = [backend.lockstep_ids(backend.render_sync(t, None, False)) for t in ("1+2=", "45+55=")]
     faithful = backend.stepper()
-    assert probe(faithful, ids, 8) == ""
+    assert probe(faithful, ids, 8, parallel=parallel) == ""
 
     def forward(inputs: Any, cache: list[Any]) -> Any:
         logits = faithful.model(inputs, cache=cache)
         return logits + 1e-3 * (logits > 0) if inputs.shape[0] > 1 else logits
 
     perturbed = Stepper(faithful.model, faithful.eos_ids, faithful.decode, forward)
-    found = probe(perturbed, ids, 8)
+    found = probe(perturbed, ids, 8, parallel=parallel)
     assert found.startswith("probe prompt 0: batched") and "differ" in found
-    assert probe(perturbed, ids, 8, tol=1.0) == ""  # within a loose tolerance
+    assert probe(perturbed, ids, 8, tol=1.0, parallel=parallel) == ""  # within a loose tolerance

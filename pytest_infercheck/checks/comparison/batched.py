@@ -76,12 +76,12 @@ def licence(
         return BatchingLicence(False, why_not)
 
     def decide() -> BatchingLicence:
-        from ...backends.mlx_lockstep import probe
+        from ...backends.mlx_lockstep import cpu_parallelism, probe
 
         stepper = stepper_of(target)
         if stepper is None:
             return BatchingLicence(False, f"{target.label}: not an in-process model that steps")
-        problem = probe(stepper, probe_ids[:PROBE_PROMPTS], PROBE_TOKENS, tol)
+        problem = probe(stepper, probe_ids[:PROBE_PROMPTS], PROBE_TOKENS, tol, cpu_parallelism())
         if problem:
             note = f"{target.label}: batching probe failed ({problem}); generated one at a time"
             warnings.warn(BatchingProbeWarning(note), stacklevel=1)
@@ -98,22 +98,25 @@ def run_lockstep(
     jobs: list[LockstepJob],
     batched: bool,
 ) -> None:
-    """Step ``jobs`` through ``baseline`` and ``tests`` (all together when ``batched``,
-    else one prompt at a time) and cache every generation (run 0) and statistics."""
-    from ...backends.mlx_lockstep import lockstep
+    """Step ``jobs`` through ``baseline`` and ``tests`` and cache every generation (run 0)
+    and statistics: when ``batched``, in as many batches as mlx has CPU streams to run them
+    on at once (:func:`split_evenly`; one batch on a GPU), else one prompt at a time (as many
+    prompts at once, each alone in its forward passes)."""
+    from ...backends.mlx_lockstep import cpu_parallelism, lockstep_groups
 
     base_stepper = stepper_of(baseline)
     test_steppers = [stepper_of(t) for t in tests]
     assert base_stepper is not None and all(s is not None for s in test_steppers)
     steppers: list[Any] = test_steppers
-    groups = [jobs] if batched else [[job] for job in jobs]
-    for group in groups:
-        result = lockstep(
-            base_stepper,
-            steppers,
-            [job.ids for job in group],
-            [job.params.max_tokens for job in group],
-        )
+    parallel = cpu_parallelism()
+    groups = split_evenly(jobs, parallel) if batched else [[job] for job in jobs]
+    results = lockstep_groups(
+        base_stepper,
+        steppers,
+        [([job.ids for job in g], [job.params.max_tokens for job in g]) for g in groups],
+        parallel,
+    )
+    for group, result in zip(groups, results, strict=True):
         for j, job in enumerate(group):
             base = result.baseline[j]
             cache.put_generation(baseline, job.base_input, job.params, base)
@@ -121,6 +124,21 @@ def run_lockstep(
                 cache.put_generation(test, job.test_inputs[k], job.params, result.tests[k][j])
                 continuation = base.token_ids or []
                 cache.put_position_stats(baseline, test, job.ids, continuation, result.stats[k][j])
+
+
+def split_evenly(jobs: list[LockstepJob], parts: int) -> list[list[LockstepJob]]:
+    """``jobs`` in at most ``parts`` consecutive groups of about equal work, a job's work
+    being its prompt plus its token budget (``len(ids) + max_tokens``): a group ends once
+    its running total reaches the next ``k / parts`` of the whole."""
+    total = sum(len(job.ids) + job.params.max_tokens for job in jobs)
+    groups: list[list[LockstepJob]] = [[]]
+    done = 0
+    for job in jobs:
+        if groups[-1] and done * parts >= total * len(groups) and len(groups) < parts:
+            groups.append([])
+        groups[-1].append(job)
+        done += len(job.ids) + job.params.max_tokens
+    return [g for g in groups if g]
 
 
 def batching_note(licences: list[BatchingLicence]) -> str:
