@@ -31,6 +31,13 @@ equal the separately scored ones to a float tolerance, not bit for bit (stated i
 the same numbers as N calls of one prompt (tested bit for bit on CPU), so the unbatched path
 is this code at batch size 1.
 
+Several batches can step at once (:func:`lockstep_groups`): each on its own mlx stream, the
+forward passes of all of them evaluated by one ``mx.eval`` per step. mlx runs each stream on
+its own thread, so on its CPU device N batches use N cores (one batch on one stream used
+one core: measured CPU time equal to wall time, mlx 0.32). Comparisons split their prompts
+into one batch per core (:func:`cpu_parallelism`); the numbers are those of one batch, bit
+for bit (tested).
+
 Fail closed as :func:`~pytest_infercheck.metrics.kl.position_stats`: a row with a NaN or
 ``+inf``, a row whose logsumexp is not within ``logsumexp_tolerance(V)`` of 0 and a
 non-finite ``KL_t`` are problems of the prompt's statistics.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
+from pytest_infercheck.suites import Prompt
 
 
 def prompt_comparison(
@@ -39,4 +40,18 @@ def prompt_comparison(
         base_answer="4",
         test_answer="5",
         flip=flip,
+    )
+
+
+def suite_prompt(pid: str, text: str, max_tokens: int = 8) -> Prompt:
+    """A suite prompt with no reference answer, category or system prompt."""
+    return Prompt(
+        id=pid,
+        text=text,
+        category=None,
+        max_tokens=max_tokens,
+        answer=None,
+        answer_kind=None,
+        system=None,
+        source="<test>",
     )

@@ -16,6 +16,7 @@ from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.suites import Prompt
 
 from .comparison_fakes import FakeBackend, generation
+from .factories import suite_prompt
 
 
 class RenderingServer(FakeBackend):
@@ -44,16 +45,7 @@ class RenderingServer(FakeBackend):
 
 
 def prompt(n: int) -> Prompt:
-    return Prompt(
-        id=f"p{n}",
-        text=f"prompt {n}",
-        category=None,
-        max_tokens=8,
-        answer=None,
-        answer_kind=None,
-        system=None,
-        source="<test>",
-    )
+    return suite_prompt(f"p{n}", f"prompt {n}")
 
 
 def test_renders_ahead_are_the_items_renders_made_concurrently() -> None:

@@ -8,20 +8,12 @@ import pytest
 
 from pytest_infercheck.backends import GenerationParams, PromptInput
 from pytest_infercheck.checks.comparison.batched import LockstepJob, split_evenly
-from pytest_infercheck.suites import Prompt
+
+from .factories import suite_prompt
 
 
 def job(n: int, prompt_tokens: int, max_tokens: int) -> LockstepJob:
-    prompt = Prompt(
-        id=f"p{n}",
-        text=f"prompt {n}",
-        category=None,
-        max_tokens=max_tokens,
-        answer=None,
-        answer_kind=None,
-        system=None,
-        source="<test>",
-    )
+    prompt = suite_prompt(f"p{n}", f"prompt {n}", max_tokens)
     ids = list(range(1, prompt_tokens + 1))
     rendered = PromptInput(prompt.text, tuple(ids), templated=False)
     return LockstepJob(prompt, rendered, ids, GenerationParams(max_tokens=max_tokens), ())

@@ -15,6 +15,10 @@ of the matrix's ``batch-invariance`` check of that target). A group of prompts i
 only when every one of its targets is licensed; otherwise each prompt is stepped alone (the
 same code at batch size 1), the comparison records carry why (:func:`batching_note`), and a
 failed probe is a :class:`BatchingProbeWarning` in pytest's warnings summary.
+
+A licensed group is stepped as one batch per CPU core at once (:func:`split_evenly`, each
+batch on its own mlx stream); each record's ``base_batch``/``test_batch`` is its own batch's
+size. One at a time, as many lone prompts step at once.
 """
 
 from __future__ import annotations
