@@ -162,6 +162,15 @@ class GenerationCache:
             self._loop = asyncio.new_event_loop()
         return self._loop.run_until_complete(coro)
 
+    def _settled(self, coros: Sequence[Coroutine[Any, Any, T]]) -> list[T | BaseException]:
+        """Run ``coros`` concurrently (a backend bounds its own requests in flight); each
+        one's result or exception, in order."""
+
+        async def gather() -> list[T | BaseException]:
+            return await asyncio.gather(*coros, return_exceptions=True)
+
+        return self.run(gather())
+
     def call(self, target: ResolvedTarget, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` for ``target``; a failure of a managed server that has died is
         reported as its death, with the server's last log lines."""
@@ -175,7 +184,7 @@ class GenerationCache:
     # -- cached operations ---------------------------------------------------------------------
     def render(self, target: ResolvedTarget, prompt: Prompt, thinking: bool) -> PromptInput:
         """``prompt`` as ``target`` receives it (chat template applied; cached)."""
-        key = (target.key, prompt.text, prompt.system, thinking)
+        key = _render_key(target, prompt, thinking)
         if key not in self._renders:
             rendered = self.call(
                 target, target.backend.render(prompt.text, prompt.system, thinking)
@@ -194,19 +203,15 @@ class GenerationCache:
             return
         missing = list(
             dict.fromkeys(
-                p for p in prompts if (target.key, p.text, p.system, thinking) not in self._renders
+                p for p in prompts if _render_key(target, p, thinking) not in self._renders
             )
         )
-
-        async def gather() -> list[PromptInput | BaseException]:
-            return await asyncio.gather(
-                *(target.backend.render(p.text, p.system, thinking) for p in missing),
-                return_exceptions=True,
-            )
-
-        for prompt, result in zip(missing, self.run(gather()), strict=True):
+        results = self._settled(
+            [target.backend.render(p.text, p.system, thinking) for p in missing]
+        )
+        for prompt, result in zip(missing, results, strict=True):
             if isinstance(result, PromptInput):
-                self._renders[(target.key, prompt.text, prompt.system, thinking)] = result
+                self._renders[_render_key(target, prompt, thinking)] = result
 
     def accepts_ids(self, target: ResolvedTarget, prompt: PromptInput) -> bool:
         """Whether ``target`` can take ``prompt``'s token ids as they are (cached)."""
@@ -303,14 +308,9 @@ class GenerationCache:
             if (target.key, prompt.key(), params.key(), run) not in self._generations
         ]
 
-        async def gather() -> list[Generation | BaseException]:
-            return await asyncio.gather(
-                *(target.backend.generate(p, params) for p, params, _ in missing),
-                return_exceptions=True,
-            )
-
+        results = self._settled([target.backend.generate(p, params) for p, params, _ in missing])
         failures: dict[tuple[str, tuple[Any, ...], int], BackendError] = {}
-        for (prompt, params, run), result in zip(missing, self.run(gather()), strict=True):
+        for (prompt, params, run), result in zip(missing, results, strict=True):
             if isinstance(result, Generation):
                 self._generations[(target.key, prompt.key(), params.key(), run)] = result
             elif isinstance(result, BackendError):
@@ -343,3 +343,11 @@ class GenerationCache:
             self._backends.clear()
         if self._loop is not None and not self._loop.is_closed():
             self._loop.close()
+
+
+def _render_key(
+    target: ResolvedTarget, prompt: Prompt, thinking: bool
+) -> tuple[TargetKey, str, str | None, bool]:
+    """What a render is cached under: the target, the prompt's text and system prompt, and
+    whether thinking is on."""
+    return (target.key, prompt.text, prompt.system, thinking)

@@ -320,7 +320,9 @@ def lockstep_groups(
         resumed, running[:] = list(running), []
         for j, run, stream, _ in resumed:
             advance(j, run, stream)
-    return [r for r in results if r is not None]
+    done = [r for r in results if r is not None]
+    assert len(done) == len(groups), "every group runs to its end"
+    return done
 
 
 _STREAM_POOLS: dict[int, list[Any]] = {}

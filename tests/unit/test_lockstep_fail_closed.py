@@ -19,6 +19,7 @@ from pytest_infercheck.backends.mlx_lockstep import (
     _Accumulated,
     accumulate_step,
     lockstep,
+    lockstep_groups,
     probe,
 )
 from pytest_infercheck.metrics.finite import NonFinite, NotNormalised, logsumexp_tolerance
@@ -111,6 +112,23 @@ def test_a_non_finite_test_row_is_a_problem_of_its_position(
     assert clean.problems == ()
     described = [p.describe() for p in hit.problems]
     assert f"non-finite test logprobs at position 1 ({kind})" in described[0]
+    assert any(d.startswith("non-finite KL at position 1") for d in described)
+
+
+def test_a_nan_in_one_of_two_parallel_batches_is_that_prompts_problem_only(
+    tiny_models: dict[str, Path],
+) -> None:
+    """Two one-prompt batches on two mlx streams: the faulty forward's third decode call is
+    the first batch's second step (the batches step in turn), so its position 1 is NaN and
+    the other batch stays clean."""
+    base = MlxLmBackend("b", MlxModelSpec(str(tiny_models["bf16"])), chat=False)
+    test = MlxLmBackend("t", MlxModelSpec(str(tiny_models["q4"])), chat=False)
+    ids = [base.lockstep_ids(base.render_sync(t, None, False)) for t in ("12+34=", "50+25=")]
+    faulty = _faulty(test.stepper(), math.nan, 2, 0)
+    hit, clean = lockstep_groups(base.stepper(), [faulty], [([i], [5]) for i in ids], 2)
+    assert clean.stats[0][0].problems == ()
+    described = [p.describe() for p in hit.stats[0][0].problems]
+    assert "non-finite test logprobs at position 1 (NaN)" in described[0]
     assert any(d.startswith("non-finite KL at position 1") for d in described)
 
 
