@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .fast_exit import freeze_at_exit
 from .golden import GoldenWriter
 from .options import is_worker, matrix_paths, results_path
 from .report.terminal_plugin import TerminalSummary
@@ -89,6 +90,7 @@ def collect_matrix_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     if any(fnmatch(file_path.name, pat) for pat in patterns) or file_path.resolve() in explicit:
         from .collect import InfercheckFile  # the matrix layer: pydantic and the kinds
 
+        freeze_at_exit()
         return InfercheckFile.from_parent(parent, path=file_path)
     return None
 
