@@ -107,6 +107,7 @@ class GenerationCache:
         """A wrapper's key -> the key of the backend it wraps (its server, if any)."""
         self._renders: dict[tuple[TargetKey, str, str | None, bool], PromptInput] = {}
         self._accepts_ids: dict[tuple[TargetKey, str], bool] = {}
+        self._detokenized: dict[tuple[TargetKey, tuple[int, ...]], str | None] = {}
         self._generations: dict[GenerationKey, Generation] = {}
         self._scores: OrderedDict[ScoreKey, np.ndarray] = OrderedDict()
         self._score_bytes = 0
@@ -212,6 +213,33 @@ class GenerationCache:
         for prompt, result in zip(missing, results, strict=True):
             if isinstance(result, PromptInput):
                 self._renders[_render_key(target, prompt, thinking)] = result
+
+    def detokenize(self, target: ResolvedTarget, ids: Sequence[int]) -> str | None:
+        """``target``'s text of ``ids`` (cached; None: its engine exposes no tokenizer)."""
+        key = (target.key, tuple(ids))
+        if key not in self._detokenized:
+            self._detokenized[key] = self.call(target, target.backend.detokenize(ids))
+        return self._detokenized[key]
+
+    def look_up_ahead(
+        self, target: ResolvedTarget, pieces: Sequence[int], texts: Sequence[Sequence[int]]
+    ) -> None:
+        """Ask a concurrent (HTTP) backend at once, ahead of the items that need them, for
+        the texts of ``texts`` (kept here, :meth:`detokenize`) and the pieces of ``pieces``
+        (llama-server keeps each id's piece for the session; other engines name ids from a
+        local tokenizer or not at all); an in-process backend answers as it is asked. A
+        failure is not kept: the item that needs the answer asks again and meets it."""
+        if target.backend.concurrency <= 1:
+            return
+        keys = dict.fromkeys((target.key, tuple(ids)) for ids in texts)
+        missing = [key for key in keys if key not in self._detokenized]
+        coros: list[Coroutine[Any, Any, Any]] = [target.backend.detokenize(k[1]) for k in missing]
+        if pieces:
+            coros.append(target.backend.token_pieces(sorted(set(pieces))))
+        results = self._settled(coros)
+        for key, text in zip(missing, results[: len(missing)], strict=True):
+            if text is None or isinstance(text, str):
+                self._detokenized[key] = text
 
     def accepts_ids(self, target: ResolvedTarget, prompt: PromptInput) -> bool:
         """Whether ``target`` can take ``prompt``'s token ids as they are (cached)."""

@@ -47,7 +47,7 @@ from ...metrics.tokenization import LEADING, WINDOW
 from ...metrics.topk_full import topk_vs_full_stats
 from ...records import OMIT_WHEN_EMPTY, Measured
 from .inputs import PromptInputs, SideInputs, decide_inputs
-from .retokenize import text_side_verdict
+from .retokenize import judged_ids, text_side_verdict
 
 if TYPE_CHECKING:
     from ...backends import GenerationParams
@@ -267,14 +267,7 @@ def compare_prompt(
     base = cache.generate(baseline, rendered, params, run=base_run)
     other = cache.generate(test, test_input, params, run=test_run)
 
-    verdict = compare_outputs(
-        base.text,
-        base.token_ids if shared_ids else None,  # ids of two tokenizers are not comparable
-        other.text,
-        other.token_ids if shared_ids else None,
-        base.extra.get("tokens"),
-        other.extra.get("tokens"),
-    )
+    verdict = outputs_verdict(inputs, base, other)
     divergence = verdict.first_divergence if verdict.divergence_unit == "token" else None
     sim = similarity(base.text, other.text)
     dists = _distributions(
@@ -325,6 +318,21 @@ def compare_prompt(
     )
 
 
+def outputs_verdict(inputs: SideInputs, base: Generation, other: Generation) -> Sameness:
+    """Whether the two outputs are the same (:func:`~pytest_infercheck.metrics.sameness.
+    compare_outputs`); ids are compared only when both sides received the same prompt ids
+    (ids of two tokenizers are not comparable)."""
+    shared_ids = inputs.record.shared
+    return compare_outputs(
+        base.text,
+        base.token_ids if shared_ids else None,
+        other.text,
+        other.token_ids if shared_ids else None,
+        base.extra.get("tokens"),
+        other.extra.get("tokens"),
+    )
+
+
 def _batch_size(target: ResolvedTarget, generation: Generation) -> int | None:
     """How many prompts shared the generation's forward passes (``extra["batched"]``; an
     in-process engine without it generated alone); None for a concurrent (HTTP) engine."""
@@ -364,17 +372,10 @@ def _origin(
     test_prompt = PromptSide(inputs.test_rendered, record.test_ids)
     if not verdict.same:
         text_side = text_side_verdict(cache, baseline, test, base, other)
-        base_ids = {
-            *_named(record.base_ids, record.test_ids),
-            *_named(base.token_ids, other.token_ids, prompt=False),
-        }
-        test_ids = {
-            *_named(record.test_ids, record.base_ids),
-            *_named(other.token_ids, base.token_ids, prompt=False),
-        } - base_ids
-        for target, ids in ((baseline, base_ids), (test, test_ids)):
-            named = cache.call(target, target.backend.token_pieces(sorted(ids))) if ids else None
-            pieces.update(zip(sorted(ids), named or [], strict=False))
+        lookups = origin_lookups(test, inputs, base, other)
+        for target, ids in ((baseline, lookups.base_ids), (test, lookups.test_ids)):
+            named = cache.call(target, target.backend.token_pieces(ids)) if ids else None
+            pieces.update(zip(ids, named or [], strict=False))
         if not record.shared:
             base_prompt, test_prompt = (
                 _with_specials(cache, baseline, base_prompt, test_prompt),
@@ -396,6 +397,58 @@ def _origin(
         text_side=text_side,
         pieces=pieces,
     )
+
+
+class OriginLookups(NamedTuple):
+    """What :func:`_origin` asks the engines about a prompt whose outputs differ, besides
+    special tokens and NFC probes of prompts the sides rendered each their own way."""
+
+    base_ids: list[int]
+    """The ids the baseline's engine names (:func:`_named` of its prompt and output), sorted."""
+    test_ids: list[int]
+    """The ids only the test side has that its engine names, sorted."""
+    retokenized: list[int] | None
+    """The baseline's ids that the baseline detokenizes to judge a text-only test side
+    (:func:`.retokenize.judged_ids`)."""
+
+
+def origin_lookups(
+    test: ResolvedTarget, inputs: SideInputs, base: Generation, other: Generation
+) -> OriginLookups:
+    """The engine lookups of :func:`_origin` for outputs ``base`` and ``other`` that differ,
+    so that a run can ask every prompt's at once before its items (:func:`look_up_origins`)."""
+    record = inputs.record
+    base_ids = {
+        *_named(record.base_ids, record.test_ids),
+        *_named(base.token_ids, other.token_ids, prompt=False),
+    }
+    test_ids = {
+        *_named(record.test_ids, record.base_ids),
+        *_named(other.token_ids, base.token_ids, prompt=False),
+    } - base_ids
+    return OriginLookups(sorted(base_ids), sorted(test_ids), judged_ids(test, base, other))
+
+
+def look_up_origins(
+    cache: GenerationCache,
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    compared: Sequence[tuple[SideInputs, Generation, Generation]],
+) -> None:
+    """Ask, for every (inputs, baseline output, test output) of ``compared`` whose outputs
+    differ, the lookups of its divergence origin at once (concurrent requests to an HTTP
+    engine), ahead of the items, which then find them answered; one request after another,
+    item by item, took 0.1 s of a 20-prompt diff."""
+    lookups = [
+        origin_lookups(test, inputs, base, other)
+        for inputs, base, other in compared
+        if not outputs_verdict(inputs, base, other).same
+    ]
+    if not lookups:
+        return
+    judged = [lk.retokenized for lk in lookups if lk.retokenized is not None]
+    cache.look_up_ahead(baseline, [i for lk in lookups for i in lk.base_ids], judged)
+    cache.look_up_ahead(test, [i for lk in lookups for i in lk.test_ids], [])
 
 
 def _named(

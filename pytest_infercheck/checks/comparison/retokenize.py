@@ -40,6 +40,28 @@ def text_ids(generation: Generation) -> list[int]:
     return ids[:-1] if generation.finish_reason == "stop" and ids else ids
 
 
+def judged_ids(test: ResolvedTarget, base: Generation, other: Generation) -> list[int] | None:
+    """The baseline's ids (:func:`text_ids`) that the text-only output ``other`` of ``test``
+    is judged against by :func:`text_side_verdict`; None when there is nothing to judge:
+    ``other`` has ids of its own, ``base`` has none, or ``test`` serves no tokenizer."""
+    if other.token_ids is not None or base.token_ids is None or _tokenizer_of(test) is None:
+        return None
+    return text_ids(base)
+
+
+def _tokenizer_of(test: ResolvedTarget) -> Any:
+    """The tokenizer of the model folder ``test`` serves; None when it serves none, or it
+    does not load."""
+    folder_of = getattr(test.backend, "model_folder", None)
+    folder = folder_of() if folder_of is not None else None
+    if folder is None:
+        return None
+    try:
+        return _folder_tokenizer(Path(folder))
+    except Exception:  # any loading failure: no tokenizer to judge with
+        return None
+
+
 def text_side_verdict(
     cache: GenerationCache,
     baseline: ResolvedTarget,
@@ -49,20 +71,13 @@ def text_side_verdict(
 ) -> TextSideTokens | None:
     """Whether the text-only ``other`` generated ``base``'s tokens (None: ``other`` has ids,
     ``base`` has none, or no tokenizer of the test side agrees with the baseline's ids)."""
-    if other.token_ids is not None or base.token_ids is None:
+    ids = judged_ids(test, base, other)
+    if ids is None:
         return None
-    folder_of = getattr(test.backend, "model_folder", None)
-    folder = folder_of() if folder_of is not None else None
-    if folder is None:
-        return None
-    try:
-        tokenizer = _folder_tokenizer(Path(folder))
-    except Exception:  # any loading failure: no tokenizer to judge with
-        return None
-    ids = text_ids(base)
+    tokenizer = _tokenizer_of(test)
     decoded = str(tokenizer.decode(ids, skip_special_tokens=False))
     try:
-        base_decoded = cache.call(baseline, baseline.backend.detokenize(ids))
+        base_decoded = cache.detokenize(baseline, ids)
     except BackendError:
         return None
     if base_decoded is None or base_decoded != decoded:

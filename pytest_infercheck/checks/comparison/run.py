@@ -35,7 +35,7 @@ from .aggregate import (
 )
 from .batched import LockstepJob, batching_note, licence, run_lockstep, stepper_of
 from .inputs import SideInputs, decide_inputs
-from .prompt import PromptComparison, compare_prompt
+from .prompt import PromptComparison, compare_prompt, look_up_origins
 from .verdicts import describe, item_violations
 
 if TYPE_CHECKING:
@@ -134,8 +134,9 @@ class ComparisonRun(CheckRun):
     def prefetch(self, side: Side) -> None:
         """Generate the selected prompts of the suite on both sides at once: in-process
         models in lockstep with every in-process test side (:meth:`step_in_lockstep`), a
-        concurrent (HTTP) backend concurrently (its renders first, then its generations);
-        anything else generates item by item."""
+        concurrent (HTTP) backend concurrently (its renders first, then its generations,
+        then what the divergence origins of the prompts whose outputs differ ask the engines:
+        :func:`.prompt.look_up_origins`); anything else generates item by item."""
         if side.ref in self._prefetched:
             return
         self._prefetched.add(side.ref)
@@ -155,6 +156,17 @@ class ComparisonRun(CheckRun):
         # finished later than in turn (0.95 s vs 0.75 s for 20 x 64, llama-server and vllm-mlx).
         self.cache.prefetch(baseline, base_jobs)
         self.cache.prefetch(test, test_jobs)
+        compared = [
+            (
+                self.inputs(p, side),
+                self.cache.generate(baseline, base, q),
+                self.cache.generate(test, other, q),
+            )
+            for p, (base, q), (other, _) in zip(prompts, base_jobs, test_jobs, strict=True)
+            if self.cache.has_generation(baseline, base, q)
+            and self.cache.has_generation(test, other, q)
+        ]
+        look_up_origins(self.cache, baseline, test, compared)
 
     def prefetch_prompts(self) -> list[Prompt]:
         """The selected prompts of the suite (all of them when none is selected)."""
