@@ -29,19 +29,21 @@ from pytest_infercheck.suites import Prompt
 from .comparison_fakes import FakeBackend, generation
 from .factories import suite_prompt
 
-TEXT_ONLY = Capabilities(chat_template=False)
+NO_SCORES = Capabilities(chat_template=False)
+"""Neither side scores: the comparisons are on text and ids."""
 ANSWERS = {"12+34=": ("46", "47"), "50+25=": ("75", "75"), "7+8=": ("15", "51")}
 """Per prompt: the baseline's answer and the text-only test side's (50+25= agrees)."""
 EOS = 2
 
 
 class TokenizingServer(FakeBackend):
-    """A concurrent baseline with the tiny models' tokenizer: answers ``ANSWERS[prompt][0]``
+    """A concurrent server with the tiny models' tokenizer: answers ``ANSWERS[prompt][answer]``
     with its ids and EOS, names and detokenizes ids as llama-server does (one request per
     id not named before, kept), counting requests and the most in flight at once."""
 
-    def __init__(self, tokenizer: Any) -> None:
-        super().__init__("llama", generation("", []))
+    def __init__(self, tokenizer: Any, answer: int = 0) -> None:
+        super().__init__("llama", generation("", []), capabilities=NO_SCORES)
+        self.answer = answer
         self.concurrency = 4
         self.tokenizer = tokenizer
         self.requests: list[tuple[int, ...]] = []
@@ -53,7 +55,7 @@ class TokenizingServer(FakeBackend):
         return PromptInput(user_text, ids, templated=False, tokenizer_fingerprint="fp")
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
-        answer = ANSWERS[prompt.text][0]
+        answer = ANSWERS[prompt.text][self.answer]
         return generation(answer, [*self.tokenizer.encode(answer).ids, EOS])
 
     async def detokenize(self, ids: Sequence[int]) -> str:
@@ -78,7 +80,7 @@ class TextOnlyServer(FakeBackend):
     model folder (whose tokenizer judges its text)."""
 
     def __init__(self, folder: Path) -> None:
-        super().__init__("vllm", generation("", None), capabilities=TEXT_ONLY)
+        super().__init__("vllm", generation("", None), capabilities=NO_SCORES)
         self.concurrency = 4
         self.folder = folder
 
@@ -93,15 +95,18 @@ class TextOnlyServer(FakeBackend):
 
 
 def compare_all(
-    folder: Path, *, ahead: bool
+    folder: Path, *, ahead: bool, text_only: bool = True
 ) -> tuple[list[PromptComparison], TokenizingServer, int]:
-    """Every prompt compared through one cache, origins looked up ahead or not; also the
-    baseline and how many requests it had before the items ran."""
+    """Every prompt compared through one cache, origins looked up ahead or not, against a
+    text-only test side or one with ids; also the baseline and how many requests it had
+    before the items ran."""
     from tokenizers import Tokenizer
 
-    base = TokenizingServer(Tokenizer.from_file(str(folder / "tokenizer.json")))
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    base = TokenizingServer(tokenizer)
     baseline = ResolvedTarget("m@llama", ("m", "llama"), base)
-    test = ResolvedTarget("m@vllm", ("m", "vllm"), TextOnlyServer(folder))
+    other = TextOnlyServer(folder) if text_only else TokenizingServer(tokenizer, answer=1)
+    test = ResolvedTarget("m@test", ("m", "test"), other)
     prompts: list[Prompt] = [suite_prompt(f"p{n}", text) for n, text in enumerate(ANSWERS)]
     params = GenerationParams(max_tokens=8)
     cache = GenerationCache()
@@ -137,9 +142,11 @@ def test_lookups_ahead_are_the_items_lookups_asked_at_once(folder: Path) -> None
     assert by_items.max_in_flight < base.max_in_flight
     # the two prompts that differ had their answers' ids detokenized (the text-only side is
     # judged against them); 50+25= agrees and asked nothing
+    # the prompt is shared and the test side has no ids: no id is named, only the answers
+    # of the two prompts that differ are detokenized (the text-only side is judged against
+    # their ids); 50+25= agrees and asks nothing
     answer_ids = [tuple(base.tokenizer.encode(a).ids) for a, _ in ANSWERS.values()]
-    assert answer_ids[0] in base.requests and answer_ids[2] in base.requests
-    assert answer_ids[1] not in base.requests
+    assert sorted(base.requests) == sorted([answer_ids[0], answer_ids[2]])
     assert [r.divergence_origin for r in ahead] == ["generated-tokens", None, "generated-tokens"]
     assert "differ from step 1" in ahead[0].origin_detail  # 46 vs 47: the second token
 
@@ -149,3 +156,17 @@ def test_lookups_ahead_change_no_record(folder: Path) -> None:
     item_by_item, _, before_items = compare_all(folder, ahead=False)
     assert before_items == 0
     assert [r.to_plain() for r in ahead] == [r.to_plain() for r in item_by_item]
+
+
+def test_with_ids_on_both_sides_only_the_first_differing_steps_are_named(folder: Path) -> None:
+    ahead, base, before_items = compare_all(folder, ahead=True, text_only=False)
+    _, by_items, _ = compare_all(folder, ahead=False, text_only=False)
+    assert len(base.requests) == before_items
+    assert sorted(base.requests) == sorted(by_items.requests)
+    six, one = base.tokenizer.encode("6").ids[0], base.tokenizer.encode("1").ids[0]
+    # 46 vs 47 part at "6"; 15 vs 51 at "1" (the test side's own ids, 7 and 5, are named by
+    # its own engine)
+    assert sorted(base.requests) == [(one,), (six,)]
+    assert ahead[0].origin_detail.startswith(
+        f"generated tokens differ from step 1: baseline {six} '6'"
+    )

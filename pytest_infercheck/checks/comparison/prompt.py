@@ -361,18 +361,14 @@ def _origin(
     (what :func:`~pytest_infercheck.metrics.tokenization.compare_tokenizations` needs for
     stages 1-3)."""
     record = inputs.record
-    fingerprint = baseline.backend.tokenizer_fingerprint()
-    same_vocab = record.shared or (
-        fingerprint is not None and fingerprint == test.backend.tokenizer_fingerprint()
-    )
-    comparable = same_vocab and base.token_ids is not None and other.token_ids is not None
+    comparable = _comparable_ids(baseline, test, inputs, base, other)
     text_side = None
     pieces: dict[int, str] = {}
     base_prompt = PromptSide(inputs.base_rendered, record.base_ids)
     test_prompt = PromptSide(inputs.test_rendered, record.test_ids)
     if not verdict.same:
         text_side = text_side_verdict(cache, baseline, test, base, other)
-        lookups = origin_lookups(test, inputs, base, other)
+        lookups = origin_lookups(baseline, test, inputs, base, other)
         for target, ids in ((baseline, lookups.base_ids), (test, lookups.test_ids)):
             named = cache.call(target, target.backend.token_pieces(ids)) if ids else None
             pieces.update(zip(ids, named or [], strict=False))
@@ -399,6 +395,23 @@ def _origin(
     )
 
 
+def _comparable_ids(
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    inputs: SideInputs,
+    base: Generation,
+    other: Generation,
+) -> bool:
+    """Whether the generated ids of both sides are compared: both have ids, of one
+    vocabulary (the sides received one prompt's ids, or their tokenizers' fingerprints are
+    equal)."""
+    fingerprint = baseline.backend.tokenizer_fingerprint()
+    same_vocab = inputs.record.shared or (
+        fingerprint is not None and fingerprint == test.backend.tokenizer_fingerprint()
+    )
+    return same_vocab and base.token_ids is not None and other.token_ids is not None
+
+
 class OriginLookups(NamedTuple):
     """What :func:`_origin` asks the engines about a prompt whose outputs differ, besides
     special tokens and NFC probes of prompts the sides rendered each their own way."""
@@ -413,20 +426,29 @@ class OriginLookups(NamedTuple):
 
 
 def origin_lookups(
-    test: ResolvedTarget, inputs: SideInputs, base: Generation, other: Generation
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    inputs: SideInputs,
+    base: Generation,
+    other: Generation,
 ) -> OriginLookups:
     """The engine lookups of :func:`_origin` for outputs ``base`` and ``other`` that differ,
-    so that a run can ask every prompt's at once before its items (:func:`look_up_origins`)."""
+    so that a run can ask every prompt's at once before its items (:func:`look_up_origins`).
+    Ids are named only where the origin's detail shows them: a prompt's when the sides
+    rendered each their own (stages 1-3 compare the prompts), the first differing step's
+    when the generated ids are compared."""
     record = inputs.record
-    base_ids = {
-        *_named(record.base_ids, record.test_ids),
-        *_named(base.token_ids, other.token_ids, prompt=False),
-    }
-    test_ids = {
-        *_named(record.test_ids, record.base_ids),
-        *_named(other.token_ids, base.token_ids, prompt=False),
-    } - base_ids
-    return OriginLookups(sorted(base_ids), sorted(test_ids), judged_ids(test, base, other))
+    base_ids: set[int] = set()
+    test_ids: set[int] = set()
+    if not record.shared:
+        base_ids |= _named(record.base_ids, record.test_ids)
+        test_ids |= _named(record.test_ids, record.base_ids)
+    if _comparable_ids(baseline, test, inputs, base, other):
+        base_ids |= _named(base.token_ids, other.token_ids, prompt=False)
+        test_ids |= _named(other.token_ids, base.token_ids, prompt=False)
+    return OriginLookups(
+        sorted(base_ids), sorted(test_ids - base_ids), judged_ids(test, base, other)
+    )
 
 
 def look_up_origins(
@@ -440,7 +462,7 @@ def look_up_origins(
     engine), ahead of the items, which then find them answered; one request after another,
     item by item, took 0.1 s of a 20-prompt diff."""
     lookups = [
-        origin_lookups(test, inputs, base, other)
+        origin_lookups(baseline, test, inputs, base, other)
         for inputs, base, other in compared
         if not outputs_verdict(inputs, base, other).same
     ]
