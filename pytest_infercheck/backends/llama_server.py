@@ -53,6 +53,9 @@ class LlamaServerBackend(Backend):
         self.props: dict[str, Any] = {}
         self.n_vocab = 0
         self._forced_token: int | None = None
+        self._adds_bos_only = False
+        """Whether tokenizing with ``add_special`` adds exactly one token, in front (a BOS):
+        learnt once per server (:meth:`ensure_ready`)."""
         self._templated: dict[str, str] = {}
         self._pieces: dict[int, str] = {}
 
@@ -69,7 +72,13 @@ class LlamaServerBackend(Backend):
             self.n_vocab = int(models["data"][0]["meta"]["n_vocab"])
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise BackendError(f"backend {self.name!r}: no n_vocab in /v1/models") from exc
-        self._forced_token = (await self._tokenize("0", add_special=False))[-1]
+        special, plain = await asyncio.gather(
+            self._tokenize("0", add_special=True), self._tokenize("0", add_special=False)
+        )
+        self._forced_token = plain[-1]
+        # llama.cpp's tokenizers (SPM, BPE, WPM, UGM) add their special tokens around the
+        # same tokens: [BOS if add_bos] + tokens + [EOS/SEP if add_eos], whatever the text.
+        self._adds_bos_only = len(special) == len(plain) + 1 and special[1:] == plain
 
     async def _tokenize(self, text: str, *, add_special: bool) -> list[int]:
         answer = await self.http.request(
@@ -103,10 +112,8 @@ class LlamaServerBackend(Backend):
         # Tokenized as the server tokenizes its own prompts, BOS added when the vocabulary
         # says so: ``/apply-template`` drops a template's leading BOS (Llama 3's
         # ``<|begin_of_text|>``) because the tokenizer adds it back.
-        ids, plain = await asyncio.gather(
-            self._tokenize(text, add_special=True), self._tokenize(text, add_special=False)
-        )
-        if ids[1:] == plain and len(ids) == len(plain) + 1:
+        ids = await self._tokenize(text, add_special=True)
+        if self._adds_bos_only:
             # The rendered text is the exact string of the ids: spell out the BOS.
             text = str(self.props.get("bos_token", "")) + text
         return PromptInput(text, tuple(ids), self.chat, None, system=system, thinking=thinking)

@@ -373,6 +373,41 @@ def test_llama3_prompts_carry_exactly_one_bos(
     assert accepts_raw  # the raw render's text tokenizes to its ids on the server
 
 
+@pytest.mark.parametrize("chat", [False, True], ids=["raw", "chat"])
+@pytest.mark.parametrize("vocabulary", ["qwen", "llama3"])
+def test_a_llama_server_render_is_the_exact_string_of_its_ids(
+    vocabulary: str, chat: bool, request: pytest.FixtureRequest
+) -> None:
+    """A render tokenizes once (``add_special``) and spells the BOS into its text when the
+    server adds exactly one token in front, which it learns once by tokenizing "0" both ways.
+    That rests on llama.cpp adding its special tokens around the same tokens whatever the
+    text; pinned here on every tokenizer-edge prompt of a vocabulary that adds a BOS (Llama 3)
+    and one that adds none (Qwen): both tokenizations of each render, and the render's text
+    tokenized back (``parse_special``, nothing added) to exactly its ids."""
+    url = request.getfixturevalue(f"realistic_{vocabulary}_llama")
+    texts = [p.text for p in suite_prompts()]
+
+    async def check(llama: LlamaServerBackend) -> tuple[bool, list[str]]:
+        bos = str(llama.props.get("bos_token", "")) if llama._adds_bos_only else ""
+        wrong = []
+        for text in texts:
+            rendered = await llama.render(text, None, thinking=False)
+            if not rendered.text.startswith(bos):
+                wrong.append(f"{text!r}: the render does not spell the BOS")
+            body = rendered.text[len(bos) :]  # what the server tokenized
+            special = await llama._tokenize(body, add_special=True)
+            plain = await llama._tokenize(body, add_special=False)
+            if (special[1:] == plain and len(special) == len(plain) + 1) != llama._adds_bos_only:
+                wrong.append(f"{text!r}: add_special added {special[:2]} ... to {plain[:2]} ...")
+            if await llama.tokenize(rendered.text) != list(rendered.token_ids or ()):
+                wrong.append(f"{text!r}: the render's text does not tokenize to its ids")
+        return llama._adds_bos_only, wrong
+
+    adds_bos, wrong = with_llama(url, check, chat)
+    assert adds_bos is (vocabulary == "llama3")
+    assert wrong == []
+
+
 # --------------------------------------------------------------------------- special tokens
 
 
