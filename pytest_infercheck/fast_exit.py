@@ -3,7 +3,8 @@
 CPython's finalisation (``Py_FinalizeEx``) runs the cyclic garbage collector over every object
 still alive while it tears the modules down. With what a run loads (pytest and its plugins,
 pydantic, numpy, httpx, and mlx for in-process models) that took 0.10-0.2 s after the last
-hook of a 1.7 s ``diff`` run, about a tenth of it (``bench/README.md``, "Start-up of diff").
+hook of a 1.7 s ``diff`` run, about a tenth of it (``bench/README.md``, "The diff's own
+time").
 
 :func:`freeze_at_exit` registers :func:`gc.freeze` as an ``atexit`` handler: at exit, every
 object alive is moved to the collector's permanent generation, so the finalisation's

@@ -44,9 +44,18 @@ def judged_ids(test: ResolvedTarget, base: Generation, other: Generation) -> lis
     """The baseline's ids (:func:`text_ids`) that the text-only output ``other`` of ``test``
     is judged against by :func:`text_side_verdict`; None when there is nothing to judge:
     ``other`` has ids of its own, ``base`` has none, or ``test`` serves no tokenizer."""
-    if other.token_ids is not None or base.token_ids is None or _tokenizer_of(test) is None:
+    judged = _judged(test, base, other)
+    return None if judged is None else judged[1]
+
+
+def _judged(
+    test: ResolvedTarget, base: Generation, other: Generation
+) -> tuple[Any, list[int]] | None:
+    """The test side's tokenizer and :func:`judged_ids`, or None (nothing to judge)."""
+    if other.token_ids is not None or base.token_ids is None:
         return None
-    return text_ids(base)
+    tokenizer = _tokenizer_of(test)
+    return None if tokenizer is None else (tokenizer, text_ids(base))
 
 
 def _tokenizer_of(test: ResolvedTarget) -> Any:
@@ -71,10 +80,10 @@ def text_side_verdict(
 ) -> TextSideTokens | None:
     """Whether the text-only ``other`` generated ``base``'s tokens (None: ``other`` has ids,
     ``base`` has none, or no tokenizer of the test side agrees with the baseline's ids)."""
-    ids = judged_ids(test, base, other)
-    if ids is None:
+    judged = _judged(test, base, other)
+    if judged is None:
         return None
-    tokenizer = _tokenizer_of(test)
+    tokenizer, ids = judged
     decoded = str(tokenizer.decode(ids, skip_special_tokens=False))
     try:
         base_decoded = cache.detokenize(baseline, ids)
