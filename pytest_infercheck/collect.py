@@ -46,8 +46,11 @@ def _plain_failure(
 ) -> str | None:
     err = excinfo.value
     if isinstance(err, SourceError | SuiteError):
+        errors = err.each() if isinstance(err, SourceError) else [err]
         path = bestrelpath(node.config.rootpath, Path(err.path))
-        return f"{path}:{err.line}: {err.reason}" if err.line else f"{path}: {err.reason}"
+        return "\n".join(
+            f"{path}:{e.line}: {e.reason}" if e.line else f"{path}: {e.reason}" for e in errors
+        )
     if isinstance(err, InfercheckFailure):
         return str(err)
     if isinstance(excinfo.value, BackendError):
@@ -257,20 +260,18 @@ class PlannedItem(_InfercheckItem):
         self.role = plan.role
 
     def outcome(self) -> Outcome:
-        return self.suite_node.run().run_item(self.plan)
+        return self.suite_node.run().outcome_of(self.plan)
 
 
 class AggregateItem(_InfercheckItem):
     """The suite gates of a check x suite. Under ``--infercheck-shard`` it covers the shard's
-    items and, for a kind that merges across shards, defers its suite gates to the merge
-    (``pytest-infercheck report``): a part of a suite cannot pass or fail a gate on the
-    whole."""
+    items and defers its suite gates to the merge (``pytest-infercheck report``): a part of
+    a suite cannot pass or fail a gate on the whole."""
 
     def outcome(self) -> Outcome:
         outcome = self.suite_node.run().aggregate()
         shard = self.config.getoption("infercheck_shard", None)
-        kind = self.suite_node.check_collector.check.check_kind
-        if shard is None or kind.merge is None or outcome.role is not None:
+        if shard is None or outcome.role is not None:
             return outcome
         return defer_gates(outcome, "".join(str(shard).split()))
 

@@ -26,7 +26,7 @@ from .checks.protocol import CheckKind, RateGate
 from .checks.registry import KIND_NAMES, kind_named
 from .golden import GOLDEN_NAME, GOLDEN_PLACE
 from .metrics.stats import wilson_interval, wilson_min_trials
-from .specs import SERVER_KINDS, Side, TargetThresholds, Thresholds, _Strict
+from .specs import SERVER_KINDS, KindThresholds, Side, _Strict
 from .yamlpos import PositionedYaml, SourceError, format_loc, load_positioned
 
 if TYPE_CHECKING:
@@ -171,10 +171,12 @@ class Settings(_Strict):
         return value
 
 
-class CheckEntry(Thresholds, TargetThresholds):
+class CheckEntry(_Strict):
     """One entry of ``checks:``: exactly one kind key (its options: the kind's ``spec``) plus
-    thresholds, an optional ``name`` and ``suites``. :data:`CheckSpec` adds one optional
-    field per kind of the registry."""
+    its kind's thresholds, an optional ``name`` and ``suites``. :func:`check_model` adds one
+    optional field per kind of the registry and the thresholds of those kinds; a threshold
+    that the entry's own kind does not declare is refused by :func:`load_matrix` at its
+    line (:func:`unused_thresholds`)."""
 
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.+-]+$")
     suites: list[SuiteRef] | None = None
@@ -211,10 +213,17 @@ class CheckEntry(Thresholds, TargetThresholds):
         """The options under the kind key."""
         return self.spec_of(self.kind)
 
+    def kind_thresholds(self) -> KindThresholds:
+        """The thresholds this check is held to: its kind's model (:attr:`CheckKind
+        .thresholds`) of the thresholds written, defaults for the others."""
+        model = self.check_kind.thresholds
+        written = self.model_fields_set & set(model.model_fields)
+        return model.model_validate(self.model_dump(include=written))
+
     def thresholds(self) -> dict[str, Any]:
-        """The thresholds this check is held to, as plain types (for reports)."""
-        data = self.model_dump(include=set(self.check_kind.thresholds))
-        return {k: v for k, v in data.items() if v is not None}
+        """The thresholds this check is held to, as plain types (for reports): its kind's
+        only, those without a value left out."""
+        return self.kind_thresholds().model_dump(exclude_none=True)
 
     def baseline_side(self, index: int) -> Side:
         """The baseline's ref and where it is written (a single-target check: its target)."""
@@ -236,18 +245,45 @@ def check_model(kinds: frozenset[str]) -> type[CheckEntry]:
     """:class:`CheckEntry` with one optional field per kind in ``kinds`` (its YAML key as
     alias, its ``spec`` as type), in the registry's order. Building it imports those kinds'
     modules only; :func:`load_matrix` asks for the kinds its file uses."""
+    used = [_kind(name) for name in KIND_NAMES if name in kinds]
     fields: dict[str, Any] = {
-        field_name(name): (_spec_of(name) | None, Field(default=None, alias=name))
-        for name in KIND_NAMES
-        if name in kinds
+        field_name(kind.name): (kind.spec | None, Field(default=None, alias=kind.name))
+        for kind in used
     }
+    for kind in used:
+        for key, info in kind.thresholds.model_fields.items():
+            fields.setdefault(key, (info.annotation, info))
     return create_model("CheckSpec", __base__=CheckEntry, __doc__=CheckEntry.__doc__, **fields)
 
 
-def _spec_of(name: str) -> Any:
+def _kind(name: str) -> CheckKind:
     kind = kind_named(name)
     assert kind is not None
-    return kind.spec
+    return kind
+
+
+def threshold_users() -> dict[str, list[str]]:
+    """Every threshold key of the registry's kinds and the kinds that use it, in the
+    registry's order (imports every kind: for error messages)."""
+    users: dict[str, list[str]] = {}
+    for name in KIND_NAMES:
+        for key in _kind(name).thresholds.model_fields:
+            users.setdefault(key, []).append(name)
+    return users
+
+
+def unused_thresholds(check: CheckEntry, raw: Any) -> list[tuple[str, str]]:
+    """``(key, message)`` for each key of the raw check entry ``raw`` that is a threshold of
+    some kind but not of this check's kind: ``stress does not use max_kl (compare, sweep,
+    diff do)``."""
+    users = threshold_users()
+    mine = check.check_kind.thresholds.model_fields
+    keys = raw if isinstance(raw, dict) else {}
+    return [
+        (key, f"{check.kind} does not use {key} ({', '.join(users[key])} do)")
+        for key in keys
+        if key in users and key not in mine
+    ]
 
 
 def _suite_list(value: Any) -> Any:
@@ -429,31 +465,53 @@ def _names(mapping: dict[str, Any]) -> str:
 
 
 def load_matrix(path: Path) -> LoadedMatrix:
-    """Read and validate ``path``; raises :class:`SourceError` naming file, line and field."""
+    """Read and validate ``path``; raises :class:`SourceError` naming file, line and field of
+    every error the file has (one pass: the user sees them all at once)."""
     source = load_positioned(path)
     if not isinstance(source.data, dict):
         raise SourceError(path, 1, "the file must be a mapping with models, suites and checks")
     try:
         matrix = matrix_model(kinds_used(source.data)).model_validate(source.data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = tuple(p for p in first["loc"] if isinstance(p, str | int))
-        loc = _yaml_loc(loc)
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        message = first["msg"]
-        if first["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
-            message = unknown_key_message(loc)
-        raise source.error(loc, f"{message}{more}") from None
+        raise SourceError.of(
+            [source.error(*_error_message(source.data, e)) for e in exc.errors()]
+        ) from None
     loaded = LoadedMatrix(source, matrix)
+    errors: list[SourceError] = []
     for i, check in enumerate(matrix.checks):
+        raw = source.data["checks"][i]
+        errors += [
+            source.error(("checks", i, key), why) for key, why in unused_thresholds(check, raw)
+        ]
         baseline = check.baseline_side(i)
         for side in [baseline, *check.test_sides(i)]:
-            target = loaded.target(side.ref, side.loc)
+            try:
+                target = loaded.target(side.ref, side.loc)
+            except SourceError as err:
+                errors.append(err)
+                continue
             if target.golden is not None and (
                 side is not baseline or not check.spec.golden_baseline
             ):
-                raise source.error(side.loc, GOLDEN_PLACE)
+                errors.append(source.error(side.loc, GOLDEN_PLACE))
+    if errors:
+        raise SourceError.of(errors)
     return loaded
+
+
+def _error_message(data: Any, error: Any) -> tuple[tuple[str | int, ...], str]:
+    """Where a pydantic error is in the YAML and what to tell the user: an unknown key with
+    the nearest known one, a threshold of another kind with the kinds that use it."""
+    loc = _yaml_loc(tuple(p for p in error["loc"] if isinstance(p, str | int)))
+    if error["type"] != "extra_forbidden" or not loc or not isinstance(loc[-1], str):
+        return loc, str(error["msg"])
+    if len(loc) == 3 and loc[0] == "checks" and isinstance(loc[1], int):
+        users = threshold_users().get(loc[-1])
+        entry = data["checks"][loc[1]]
+        kinds = [k for k in KIND_NAMES if isinstance(entry, dict) and k in entry]
+        if users and len(kinds) == 1:
+            return loc, f"{kinds[0]} does not use {loc[-1]} ({', '.join(users)} do)"
+    return loc, unknown_key_message(loc)
 
 
 def check_rate_gates(loaded: LoadedMatrix, check: CheckSpec, index: int, suite: Suite) -> None:

@@ -63,35 +63,48 @@ class FlipThresholds(_Strict):
     gate: Literal["upper", "point"] = "upper"
 
 
-class Thresholds(_Strict):
-    """Per item: ``max_kl`` (teacher-forced mean KL of the prompt), ``max_kl_position`` (its
-    largest KL_t), ``min_similarity`` (text). Per suite: ``max_mean_kl`` (pooled mean KL),
-    ``min_same_top`` (argmax agreement rate), ``flips.max_rate``."""
+class KindThresholds(_Strict):
+    """The base of a kind's thresholds: the keys of a check entry beside the kind key that
+    hold the check to limits. Each kind declares its own model (``CheckKind.thresholds``)
+    from the field groups below; a threshold the kind does not declare is a configuration
+    error at its line, so no limit the user wrote is silently ignored."""
 
-    max_kl: float | None = Field(default=None, ge=0)
-    max_kl_position: float | None = Field(default=None, ge=0)
+
+class SimilarityGate(KindThresholds):
+    """``min_similarity``: per item, the text similarity (difflib ratio) of the two outputs."""
+
     min_similarity: float | None = Field(default=None, ge=0, le=1)
-    max_mean_kl: float | None = Field(default=None, ge=0)
-    min_same_top: float | None = Field(default=None, ge=0, le=1)
+
+
+class FlipGates(KindThresholds):
+    """``flips``: which answer flip fails an item and the suite gate on the flip rate."""
+
     flips: FlipThresholds = FlipThresholds()
 
 
-class TargetThresholds(_Strict):
-    """Thresholds of the single-target checks.
+class ErrorRate(KindThresholds):
+    """``max_error_rate``: the share of failed requests allowed (0: none)."""
 
-    determinism: ``min_determinism`` (suite gate on the determinism score, the mean over
-    prompts of the share of runs equal to the modal output); ``max_logprob_drift`` (per item:
-    the largest |logprob difference| among runs with identical tokens; None: reported only).
-    stress: ``min_consistency`` (per level: share of outputs equal to their reference);
-    ``max_error_rate`` (per level, and for determinism runs). batch-invariance, stream-parity:
-    ``logprob_tolerance`` (largest |logprob difference| allowed where tokens are identical).
-    """
-
-    min_determinism: float | None = Field(default=None, ge=0, le=1)
-    max_logprob_drift: float | None = Field(default=None, ge=0)
-    min_consistency: float = Field(default=1.0, ge=0, le=1)
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
+
+
+class LogprobTolerance(KindThresholds):
+    """``logprob_tolerance``: the largest |logprob difference| allowed where tokens are
+    identical."""
+
     logprob_tolerance: float = Field(default=1e-4, ge=0)
+
+
+class Thresholds(SimilarityGate, FlipGates):
+    """The thresholds of a comparison (compare, sweep, diff). Per item: ``max_kl``
+    (teacher-forced mean KL of the prompt), ``max_kl_position`` (its largest KL_t),
+    ``min_similarity`` (text), ``flips.fail_item_on``. Per suite: ``max_mean_kl`` (pooled mean
+    KL), ``min_same_top`` (argmax agreement rate), ``flips.max_rate``."""
+
+    max_kl: float | None = Field(default=None, ge=0)
+    max_kl_position: float | None = Field(default=None, ge=0)
+    max_mean_kl: float | None = Field(default=None, ge=0)
+    min_same_top: float | None = Field(default=None, ge=0, le=1)
 
 
 class TargetCheck(KindSpec):
@@ -107,9 +120,3 @@ class TargetCheck(KindSpec):
 
     def baseline_side(self, loc: Loc) -> Side:
         return Side(None, self.target, (*loc, "target"))
-
-
-COMPARISON_THRESHOLDS = frozenset(Thresholds.model_fields)
-"""The thresholds a comparison (a test side against a baseline) is held to."""
-TARGET_THRESHOLDS = frozenset(TargetThresholds.model_fields) | {"flips", "min_similarity"}
-"""The thresholds a single-target check is held to."""

@@ -13,14 +13,30 @@ Loc = tuple[str | int, ...]
 
 
 class SourceError(Exception):
-    """An error in a user's file, reported as ``file:line: where: what``."""
+    """An error in a user's file, reported as ``file:line: where: what``; ``more`` are the
+    file's other errors, found in the same pass (a user sees them all at once)."""
 
-    def __init__(self, path: Path, line: int | None, message: str) -> None:
+    def __init__(
+        self, path: Path, line: int | None, message: str, more: Sequence[SourceError] = ()
+    ) -> None:
         self.path = path
         self.line = line
         self.reason = message
+        self.more = list(more)
         where = f"{path}:{line}" if line else str(path)
-        super().__init__(f"{where}: {message}")
+        text = "\n".join([f"{where}: {message}", *(str(error) for error in self.more)])
+        super().__init__(text)
+
+    def each(self) -> list[SourceError]:
+        """This error and the file's others, in the order of their lines."""
+        return [self, *self.more]
+
+    @classmethod
+    def of(cls, errors: Sequence[SourceError]) -> SourceError:
+        """One error carrying all of ``errors`` (at least one), sorted by line."""
+        ordered = sorted(errors, key=lambda e: e.line or 0)
+        first = ordered[0]
+        return cls(first.path, first.line, first.reason, ordered[1:])
 
 
 @dataclass

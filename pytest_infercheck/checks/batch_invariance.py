@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,24 +50,23 @@ from ..records import OMIT_WHEN_EMPTY, load_record, plain_data
 from ..render.markup import esc, num, rate, table
 from ..render.table import check_table
 from ..render.views import facts, side_by_side, text_of
-from ..specs import TargetCheck
+from ..specs import LogprobTolerance, TargetCheck
 from .protocol import (
     Aggregates,
     ItemPlan,
     Outcome,
-    Shards,
+    RecordedItem,
+    Summary,
+    TargetContext,
     TargetRun,
+    errored_items,
     memoised,
-    merged_aggregate,
-    merged_engines,
-    shard_records,
-    suite_items,
+    records_of,
     target_kind,
 )
 
 if TYPE_CHECKING:
     from ..backends import Backend, PromptInput
-    from ..config import CheckSpec
     from ..suites import Prompt
 
 MAX_REPEAT = 3
@@ -161,7 +160,7 @@ class BatchInvarianceSpec(TargetCheck):
 
 
 @dataclass
-class BatchInvarianceRun(TargetRun):
+class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, LogprobTolerance]):
     """The needle trials of every prompt, memoised per prompt on the run (shared by the
     suite's items and its aggregate)."""
 
@@ -172,7 +171,7 @@ class BatchInvarianceRun(TargetRun):
 
     def run_item(self, plan: ItemPlan) -> Outcome:
         record = self.result(self.prompt(plan.key))
-        violations = trial_violations(record, self.check)
+        violations = trial_violations(record, self.thresholds)
         props: list[tuple[str, Any]] = [
             ("infercheck_trials", len(record.trials)),
             ("infercheck_matching_trials", sum(t.match for t in record.trials)),
@@ -185,7 +184,7 @@ class BatchInvarianceRun(TargetRun):
         return memoised(self._trials_by_prompt, prompt.id, lambda: self._trials(prompt))
 
     def _trials(self, prompt: Prompt) -> BatchInvariancePrompt:
-        spec = self.check.spec
+        spec = self.spec
         target = self.target
         backend = target.backend
         params = self.params(prompt)
@@ -224,32 +223,38 @@ class BatchInvarianceRun(TargetRun):
         name = other.id if repeat == 1 else f"{other.id}*{repeat}"
         return name, self.render(dataclasses.replace(other, text=other.text * repeat))
 
-    def aggregate(self) -> Outcome:
-        results = [self.result(p) for p in self.scope_prompts()]
-        invariant = sum(not trial_violations(r, self.check) for r in results)
-        faulty = [(r.prompt_id, record_faults(r)) for r in results if record_faults(r)]
-        trials = sum(len(r.trials) for r in results)
-        target = self.target
-        rate = invariant / len(results) if results else 0.0
-        data = BatchInvarianceAggregate(
-            target=target.label,
-            prompts=len(results),
-            invariant_prompts=invariant,
-            rate=rate,
-            trials=trials,
-            batched_by=results[0].batched_by if results else None,
-            engines={target.label: target.backend.identity()},
-        )
-        text = (
-            f"{target.label}: {invariant}/{len(results)} prompts batch-invariant over "
-            f"{trials} trials ({data.batched_by})"
-        )
-        props: list[tuple[str, Any]] = [
-            ("infercheck_invariant_prompts", invariant),
-            ("infercheck_batch_invariance_rate", rate),
-            ("infercheck_trials", trials),
-        ]
-        return Outcome(aggregate_faults(faulty, n_items=len(results)), text, data, props)
+
+def summarize(
+    items: Sequence[RecordedItem], thresholds: LogprobTolerance, context: TargetContext
+) -> Summary:
+    """The aggregate of the prompts' records: a prompt is invariant when no trial breaks a
+    threshold (:func:`trial_violations`); violations: errored items and the prompts whose
+    outputs carry faults."""
+    results: list[BatchInvariancePrompt] = records_of(items, "prompt")
+    invariant = sum(not trial_violations(r, thresholds) for r in results)
+    faulty = [(r.prompt_id, record_faults(r)) for r in results if record_faults(r)]
+    trials = sum(len(r.trials) for r in results)
+    rate = invariant / len(results) if results else 0.0
+    data = BatchInvarianceAggregate(
+        target=context.target,
+        prompts=len(results),
+        invariant_prompts=invariant,
+        rate=rate,
+        trials=trials,
+        batched_by=results[0].batched_by if results else None,
+        engines=context.engines,
+    )
+    text = (
+        f"{context.target}: {invariant}/{len(results)} prompts batch-invariant over "
+        f"{trials} trials ({data.batched_by})"
+    )
+    props: list[tuple[str, Any]] = [
+        ("infercheck_invariant_prompts", invariant),
+        ("infercheck_batch_invariance_rate", rate),
+        ("infercheck_trials", trials),
+    ]
+    violations = errored_items(items) + aggregate_faults(faulty, n_items=len(results))
+    return Summary(data, violations, text, props)
 
 
 def batched_by(backend: Backend) -> str:
@@ -323,7 +328,7 @@ def record_faults(record: BatchInvariancePrompt) -> list[Fault]:
     return [*record.alone.faults, *(f for t in record.trials for f in t.faults)]
 
 
-def trial_violations(record: BatchInvariancePrompt, check: CheckSpec) -> list[str]:
+def trial_violations(record: BatchInvariancePrompt, thresholds: LogprobTolerance) -> list[str]:
     """Why a prompt is not batch-invariant: a fault of the output alone (once), then per
     trial: its batched output's faults, its tokens differing from the alone run, its batched
     request failing, its logprobs moving beyond ``logprob_tolerance`` (or by NaN)."""
@@ -340,11 +345,11 @@ def trial_violations(record: BatchInvariancePrompt, check: CheckSpec) -> list[st
                 f"{record.alone.text!r} alone vs {t.text!r} batched"
             )
         diff = t.max_logprob_diff
-        if diff is not None and not diff <= check.logprob_tolerance:
+        if diff is not None and not diff <= thresholds.logprob_tolerance:
             violations.append(
                 f"{where}: logprobs moved by {diff:.3g} "
                 f"{'> ' if math.isfinite(diff) else '(not finite): fails '}"
-                f"logprob_tolerance {check.logprob_tolerance}"
+                f"logprob_tolerance {thresholds.logprob_tolerance}"
             )
     return violations
 
@@ -419,36 +424,13 @@ def batch_invariance_prompt(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def merge_batch_invariance(
-    nodeid: str, shards: Shards, items: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The aggregate of the union of the shards' prompt records (a prompt is invariant when
-    its item broke no threshold), failing, as unsharded, on the prompts whose outputs carry
-    faults. None when a record cannot be read."""
-    try:
-        aggregates = shard_records(shards, BatchInvarianceAggregate)
-        prompts = suite_items(nodeid, items, "prompt")
-        records = [load_record(BatchInvariancePrompt, item.data) for item in prompts]
-    except ValueError:
-        return None
-    invariant = sum(not item.violations for item in prompts)
-    data = BatchInvarianceAggregate(
-        target=aggregates[0].target,
-        prompts=len(records),
-        invariant_prompts=invariant,
-        rate=invariant / len(records) if records else 0.0,
-        trials=sum(len(r.trials) for r in records),
-        batched_by=records[0].batched_by if records else None,
-        engines=merged_engines([a.engines for a in aggregates]),
-    )
-    faulty = [(r.prompt_id, record_faults(r)) for r in records if record_faults(r)]
-    return merged_aggregate(shards, aggregate_faults(faulty, n_items=len(records)), data)
-
-
 BATCH_INVARIANCE = target_kind(
     "batch-invariance",
     BatchInvarianceSpec,
     BatchInvarianceRun,
+    thresholds=LogprobTolerance,
+    context=TargetContext,
+    summarize=summarize,
     summary_lines=summary_lines,
     records={"prompt": BatchInvariancePrompt, "aggregate": BatchInvarianceAggregate},
     views={"prompt": batch_invariance_prompt},
@@ -456,5 +438,4 @@ BATCH_INVARIANCE = target_kind(
         ("invariant prompts", ("invariant_prompts", "prompts"), rate),
         ("rate", ("rate",), num),
     ),
-    merge=merge_batch_invariance,
 )

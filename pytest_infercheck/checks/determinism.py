@@ -22,7 +22,7 @@ Records (:attr:`~.protocol.CheckKind.records`): :class:`DeterminismPrompt` (role
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,24 +43,21 @@ from ..records import OMIT_WHEN_EMPTY, load_record, plain_data
 from ..render.markup import esc, interval, num, plain, rate, table
 from ..render.table import check_table
 from ..render.views import facts, marked_text, side_by_side
-from ..specs import TargetCheck, TargetThresholds
+from ..specs import ErrorRate, TargetCheck
 from .protocol import (
     Aggregates,
     BarSeries,
     ItemPlan,
     Outcome,
-    Shards,
+    RecordedItem,
+    Summary,
     TargetRun,
-    merged_aggregate,
-    merged_engines,
-    recorded_thresholds,
-    shard_records,
-    suite_items,
+    errored_items,
+    records_of,
     target_kind,
 )
 
 if TYPE_CHECKING:
-    from ..config import CheckSpec
     from ..suites import Prompt
 
 MAX_SHOWN_OUTPUTS = 5
@@ -132,8 +129,28 @@ class DeterminismSpec(TargetCheck):
     runs: int = Field(default=10, ge=2)
 
 
+class DeterminismThresholds(ErrorRate):
+    """``min_determinism``: suite gate on the determinism score (the mean over prompts of the
+    share of runs equal to the modal output), on the point estimate. ``max_logprob_drift``:
+    per item, the largest |logprob difference| among runs with identical tokens (None:
+    reported only). ``max_error_rate``: per item and over all runs."""
+
+    min_determinism: float | None = Field(default=None, ge=0, le=1)
+    max_logprob_drift: float | None = Field(default=None, ge=0)
+
+
 @dataclass
-class DeterminismRun(TargetRun):
+class DeterminismContext:
+    """What the aggregate takes besides the prompts' records (fields of
+    :class:`DeterminismAggregate`)."""
+
+    target: str
+    runs: int
+    engines: dict[str, dict[str, Any]]
+
+
+@dataclass
+class DeterminismRun(TargetRun[DeterminismSpec, DeterminismThresholds]):
     """The runs of every prompt, memoised per prompt on the run (shared by the suite's items
     and its aggregate)."""
 
@@ -144,7 +161,7 @@ class DeterminismRun(TargetRun):
 
     @property
     def runs(self) -> int:
-        return int(self.check.spec.runs)
+        return self.spec.runs
 
     # -- per prompt ------------------------------------------------------------------------
     def result(self, prompt: Prompt) -> tuple[DeterminismSummary, list[str]]:
@@ -181,7 +198,7 @@ class DeterminismRun(TargetRun):
     def run_item(self, plan: ItemPlan) -> Outcome:
         prompt = self.prompt(plan.key)
         summary, messages = self.result(prompt)
-        violations = item_violations(summary, self.check)
+        violations = item_violations(summary, self.thresholds)
         data = DeterminismPrompt(
             prompt_id=prompt.id,
             target=self.target.label,
@@ -205,54 +222,69 @@ class DeterminismRun(TargetRun):
         return Outcome(violations, describe(summary, messages), data, properties)
 
     # -- suite level -------------------------------------------------------------------------
-    def aggregate(self) -> Outcome:
-        prompts = self.scope_prompts()
-        self._compute(prompts)
-        summaries = [self.result(p)[0] for p in prompts]
-        score, low, high = determinism_score(summaries)
-        runs = sum(s.runs for s in summaries)
-        errors = sum(s.errors for s in summaries)
-        drifts = [s.max_logprob_drift for s in summaries if s.max_logprob_drift is not None]
-        deterministic = sum(s.deterministic for s in summaries)
-        faulty = [(p.id, s.faults) for p, s in zip(prompts, summaries, strict=True) if s.faults]
-        violations = aggregate_faults(faulty, n_items=len(summaries))
-        violations += determinism_gates(score, low, high, errors, runs, self.check)
+    def prepare(self, plans: list[ItemPlan]) -> None:
+        """Every prompt the aggregate covers, run at once (an HTTP backend gets them all)."""
+        self._compute([self.prompt(plan.key) for plan in plans])
+
+    def context(self) -> DeterminismContext:
         target = self.target
-        data = DeterminismAggregate(
-            target=target.label,
-            runs=self.runs,
-            prompts=len(summaries),
-            deterministic_prompts=deterministic,
-            score=score,
-            score_low=low,
-            score_high=high,
-            interval=SCORE_INTERVAL,
-            errors=errors,
-            max_logprob_drift=strict_max(drifts),
-            engines={target.label: target.backend.identity()},
+        return DeterminismContext(
+            target.label, self.runs, {target.label: target.backend.identity()}
         )
-        text = (
-            f"{target.label}: {deterministic}/{len(summaries)} prompts deterministic over "
-            f"{self.runs} runs; score {score:.4f} (95% CI {low:.4f}-{high:.4f}); "
-            f"{errors} failed runs; {len(faulty)} prompts with faults"
-        )
-        properties: list[tuple[str, Any]] = [
-            ("infercheck_determinism_score", score),
-            ("infercheck_determinism_score_low", low),
-            ("infercheck_determinism_score_high", high),
-            ("infercheck_deterministic_prompts", deterministic),
-            ("infercheck_errors", errors),
-            ("infercheck_max_logprob_drift", data.max_logprob_drift),
-        ]
-        return Outcome(violations, text, data, properties)
 
 
-def item_violations(summary: DeterminismSummary, check: CheckSpec) -> list[str]:
+def summarize(
+    items: Sequence[RecordedItem], thresholds: DeterminismThresholds, context: DeterminismContext
+) -> Summary:
+    """The aggregate of the prompts' records: the determinism score (mean modal share, with
+    the Wilson interval of the pooled share), deterministic prompts, failed runs, the largest
+    drift; violations: errored items, prompts with faults, then the suite gates
+    (:func:`determinism_gates`)."""
+    prompts: list[DeterminismPrompt] = records_of(items, "prompt")
+    summaries = [summary_of(p) for p in prompts]
+    score, low, high = determinism_score(summaries)
+    runs = sum(s.runs for s in summaries)
+    errors = sum(s.errors for s in summaries)
+    drifts = [s.max_logprob_drift for s in summaries if s.max_logprob_drift is not None]
+    deterministic = sum(s.deterministic for s in summaries)
+    faulty = [(p.prompt_id, p.faults) for p in prompts if p.faults]
+    violations = errored_items(items) + aggregate_faults(faulty, n_items=len(summaries))
+    violations += determinism_gates(score, low, high, errors, runs, thresholds)
+    data = DeterminismAggregate(
+        target=context.target,
+        runs=context.runs,
+        prompts=len(summaries),
+        deterministic_prompts=deterministic,
+        score=score,
+        score_low=low,
+        score_high=high,
+        interval=SCORE_INTERVAL,
+        errors=errors,
+        max_logprob_drift=strict_max(drifts),
+        engines=context.engines,
+    )
+    text = (
+        f"{context.target}: {deterministic}/{len(summaries)} prompts deterministic over "
+        f"{context.runs} runs; score {score:.4f} (95% CI {low:.4f}-{high:.4f}); "
+        f"{errors} failed runs; {len(faulty)} prompts with faults"
+    )
+    properties: list[tuple[str, Any]] = [
+        ("infercheck_determinism_score", score),
+        ("infercheck_determinism_score_low", low),
+        ("infercheck_determinism_score_high", high),
+        ("infercheck_deterministic_prompts", deterministic),
+        ("infercheck_errors", errors),
+        ("infercheck_max_logprob_drift", data.max_logprob_drift),
+    ]
+    return Summary(data, violations, text, properties)
+
+
+def item_violations(summary: DeterminismSummary, thresholds: DeterminismThresholds) -> list[str]:
     """Why one prompt fails: its runs' faults (each named), distinct outputs, more failed runs
     than ``max_error_rate``, logprob drift among runs with identical tokens above
     ``max_logprob_drift`` or not finite."""
     violations = [f.text for f in summary.faults]
-    max_error_rate = check.max_error_rate
+    max_error_rate = thresholds.max_error_rate
     if summary.distinct > 1:
         violations.append(
             f"{summary.distinct} distinct outputs in {summary.runs} runs "
@@ -262,7 +294,7 @@ def item_violations(summary: DeterminismSummary, check: CheckSpec) -> list[str]:
         violations.append(
             f"{summary.errors}/{summary.runs} runs failed (max_error_rate {max_error_rate})"
         )
-    limit = check.max_logprob_drift
+    limit = thresholds.max_logprob_drift
     drift = summary.max_logprob_drift
     if limit is not None and drift is not None and not drift <= limit:
         violations.append(
@@ -350,7 +382,12 @@ def determinism_prompt(data: Mapping[str, Any]) -> str:
 
 
 def determinism_gates(
-    score: float, low: float, high: float, errors: int, runs: int, thresholds: TargetThresholds
+    score: float,
+    low: float,
+    high: float,
+    errors: int,
+    runs: int,
+    thresholds: DeterminismThresholds,
 ) -> list[str]:
     """The suite gates: the determinism score against ``min_determinism`` (the point
     estimate), the failed runs over all runs against ``max_error_rate``."""
@@ -382,46 +419,13 @@ def summary_of(record: DeterminismPrompt) -> DeterminismSummary:
     )
 
 
-def merge_determinism(
-    nodeid: str, shards: Shards, items: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The aggregate of the union of the shards' prompt records, its gates judged on it
-    (:attr:`~.protocol.CheckKind.merge`); None when a record cannot be read."""
-    try:
-        records = shard_records(shards, DeterminismAggregate)
-        prompts = [
-            load_record(DeterminismPrompt, i.data) for i in suite_items(nodeid, items, "prompt")
-        ]
-    except ValueError:
-        return None
-    summaries = [summary_of(p) for p in prompts]
-    score, low, high = determinism_score(summaries)
-    runs = sum(s.runs for s in summaries)
-    errors = sum(s.errors for s in summaries)
-    drifts = [s.max_logprob_drift for s in summaries if s.max_logprob_drift is not None]
-    faulty = [(p.prompt_id, p.faults) for p in prompts if p.faults]
-    data = DeterminismAggregate(
-        target=records[0].target,
-        runs=records[0].runs,
-        prompts=len(summaries),
-        deterministic_prompts=sum(s.deterministic for s in summaries),
-        score=score,
-        score_low=low,
-        score_high=high,
-        interval=SCORE_INTERVAL,
-        errors=errors,
-        max_logprob_drift=strict_max(drifts),
-        engines=merged_engines([r.engines for r in records]),
-    )
-    gates = aggregate_faults(faulty, n_items=len(prompts))
-    gates += determinism_gates(score, low, high, errors, runs, recorded_thresholds(shards))
-    return merged_aggregate(shards, gates, data)
-
-
 DETERMINISM = target_kind(
     "determinism",
     DeterminismSpec,
     DeterminismRun,
+    thresholds=DeterminismThresholds,
+    context=DeterminismContext,
+    summarize=summarize,
     summary_lines=summary_lines,
     records={"prompt": DeterminismPrompt, "aggregate": DeterminismAggregate},
     views={"prompt": determinism_prompt},
@@ -433,5 +437,4 @@ DETERMINISM = target_kind(
         ("max logprob drift", ("max_logprob_drift",), num),
     ),
     bars=BarSeries("determinism score", "score", "score", "score_low", "score_high"),
-    merge=merge_determinism,
 )

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..backends import BackendError, GenerationParams
-from ..records import ItemRecord, load_record, plain_data
+from ..records import load_record, plain_data
 from ..render.views import target_aggregate
-from ..specs import SERVER_KINDS, TARGET_THRESHOLDS, TargetThresholds, Thresholds
+from ..specs import SERVER_KINDS, KindSpec, KindThresholds
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -124,16 +124,69 @@ def memoised(results: dict[K, V], key: K, compute: Callable[[], V]) -> V:
     return results[key]
 
 
+S = TypeVar("S", bound=KindSpec)
+T = TypeVar("T", bound=KindThresholds)
+
+
+@dataclass(frozen=True)
+class RecordedItem:
+    """One item of a check x suite as its aggregate sees it: its role, its name in the node
+    id (``r017[q4]``) and its record (the kind's dataclass for that role,
+    :attr:`CheckKind.records`), read back from its plain form, exactly as a results file
+    holds it."""
+
+    role: str
+    name: str
+    record: Any
+    """None when the item errored (:attr:`error`)."""
+    error: str | None = None
+    """Why the item produced no record (an engine error), else None."""
+
+
+def records_of(items: Sequence[RecordedItem], role: str) -> list[Any]:
+    """The records of the items with ``role`` that produced one, in order."""
+    return [item.record for item in items if item.role == role and item.record is not None]
+
+
+def errored_items(items: Sequence[RecordedItem]) -> list[str]:
+    """A suite violation naming the items that errored (none when none did): an item with
+    no record is never left out of a verdict silently."""
+    failed = [item for item in items if item.error is not None]
+    if not failed:
+        return []
+    names = ", ".join(f"{item.name} ({item.error})" for item in failed[:5])
+    more = f", ... {len(failed) - 5} more" if len(failed) > 5 else ""
+    return [f"{len(failed)} of {len(items)} items errored: {names}{more}"]
+
+
 @dataclass
-class CheckRun:
-    """The work of one check x suite, shared by its items; each kind subclasses it.
+class Summary:
+    """What a kind's :attr:`CheckKind.summarize` makes of its items: the aggregate's record,
+    the suite gates it breaks, its text and its JUnit properties."""
+
+    record: Any
+    violations: list[str]
+    text: str = ""
+    properties: list[tuple[str, Any]] = field(default_factory=list)
+
+    def outcome(self) -> Outcome:
+        return Outcome(self.violations, self.text, self.record, self.properties)
+
+
+@dataclass
+class CheckRun(Generic[S, T]):
+    """The work of one check x suite, shared by its items; each kind subclasses it, typed by
+    its options model ``S`` (:attr:`spec`) and its thresholds model ``T``
+    (:attr:`thresholds`).
 
     One instance per check x suite and process (its suite collector keeps it), shared by the
-    suite's items and its aggregate. Each kind memoises its results on its run, in typed
-    fields (``field(default_factory=dict, init=False)``), so the aggregate item reuses what
-    the other items computed (and computes what ``-k`` or another worker left out).
-    Generations and scores themselves are cached one level down, across checks, by
-    :attr:`cache`."""
+    suite's items and its aggregate. Each item's outcome is memoised on the run
+    (:meth:`outcome_of`), and each kind memoises its heavier results in typed fields
+    (``field(default_factory=dict, init=False)``). The aggregate is
+    :attr:`CheckKind.summarize` of the records of the items it covers (:meth:`aggregate`):
+    the same function that ``pytest-infercheck report`` applies to the union of a sharded
+    run's records. Generations and scores themselves are cached one level down, across
+    checks, by :attr:`cache`."""
 
     cache: GenerationCache
     """The process's generation cache (backends, renders, generations, scores)."""
@@ -147,6 +200,18 @@ class CheckRun:
     only_selected: bool = False
     """Aggregate only the selected prompts (under ``--infercheck-shard``: other shards run the
     rest, and ``pytest-infercheck report`` aggregates the union)."""
+    _outcomes: dict[str, Outcome] = field(default_factory=dict, init=False, repr=False)
+    """By the plan's full name: each item's outcome (see :meth:`outcome_of`)."""
+
+    @property
+    def spec(self) -> S:
+        """The options under the kind key (the kind's own model)."""
+        return cast(S, self.check.spec)
+
+    @property
+    def thresholds(self) -> T:
+        """The thresholds this check is held to (the kind's own model)."""
+        return cast(T, self.check.kind_thresholds())
 
     # -- collection time ---------------------------------------------------------------------
     @classmethod
@@ -158,8 +223,42 @@ class CheckRun:
     def run_item(self, plan: ItemPlan) -> Outcome:
         raise NotImplementedError
 
-    def aggregate(self) -> Outcome:
+    def outcome_of(self, plan: ItemPlan) -> Outcome:
+        """``run_item(plan)``, memoised: the item and the aggregate share one outcome."""
+        return memoised(self._outcomes, plan.full_name, lambda: self.run_item(plan))
+
+    def prepare(self, plans: list[ItemPlan]) -> None:
+        """Called before the aggregate asks for the outcomes of ``plans``: a kind that serves
+        HTTP backends sends what they need all at once here (default: nothing)."""
+
+    def context(self) -> Any:
+        """What the aggregate needs besides its items' records (:attr:`CheckKind.context`)."""
         raise NotImplementedError
+
+    def recorded_items(self) -> list[RecordedItem]:
+        """The items the aggregate covers (every planned item, or under
+        ``--infercheck-shard`` the shard's selected ones), each with its record read back
+        from its plain form: what a results file holds of them. An item whose engine failed
+        (``BackendError``) is there with its error and no record."""
+        kind = self.check.check_kind
+        plans = [p for p in self.plan(self.check, self.suite) if self.in_scope(p.key)]
+        self.prepare(plans)
+        items = []
+        for plan in plans:
+            try:
+                outcome = self.outcome_of(plan)
+            except BackendError as exc:
+                items.append(RecordedItem(plan.role, plan.full_name, None, str(exc)))
+                continue
+            role = outcome.role or plan.role
+            record = load_record(kind.records[role], plain_data(outcome.data))
+            items.append(RecordedItem(role, plan.full_name, record))
+        return items
+
+    def aggregate(self) -> Outcome:
+        """The suite gates: :attr:`CheckKind.summarize` of :meth:`recorded_items`."""
+        kind = self.check.check_kind
+        return kind.summarize(self.recorded_items(), self.thresholds, self.context()).outcome()
 
     # -- helpers -------------------------------------------------------------------------------
     def resolve(self, side: Side) -> ResolvedTarget:
@@ -189,8 +288,22 @@ class CheckRun:
 
 
 @dataclass
-class TargetRun(CheckRun):
+class TargetContext:
+    """The context of a single-target kind's aggregate (:attr:`CheckKind.context`): the
+    target's label and its engine's identity by target label."""
+
+    target: str
+    engines: dict[str, dict[str, Any]]
+
+
+@dataclass
+class TargetRun(CheckRun[S, T]):
     """A check of one ``model@backend`` on its own (determinism, stress, ...)."""
+
+    def context(self) -> Any:
+        """The target and its engine (:class:`TargetContext`)."""
+        target = self.target
+        return TargetContext(target.label, {target.label: target.backend.identity()})
 
     @property
     def target(self) -> ResolvedTarget:
@@ -271,11 +384,24 @@ class CheckKind:
     """The YAML key (``batch-invariance``) and the first word of the check's node id."""
     spec: type[BaseModel]
     """The options under the YAML key."""
-    run: type[CheckRun]
+    run: type[CheckRun[Any, Any]]
     label: Callable[[LoadedMatrix, CheckSpec, int], str]
     """The text inside ``kind(...)`` in node ids when the check has no ``name``."""
-    thresholds: frozenset[str]
-    """The thresholds of the check entry this kind is held to (shown in reports)."""
+    thresholds: type[KindThresholds]
+    """The thresholds a check entry of this kind may write beside its kind key (any other is
+    a configuration error at its line), with their defaults; records and reports list these
+    only."""
+    context: type
+    """A dataclass of what the aggregate needs besides its items' records (target labels,
+    options, ``engines``: the engines' identities by target label). Its fields are fields of
+    the aggregate's record, so a merge reads it back from each shard's aggregate and unions
+    their ``engines``; a live run gives :meth:`CheckRun.context`."""
+    summarize: Callable[[Sequence[RecordedItem], Any, Any], Summary]
+    """``summarize(items, thresholds, context)``: the aggregate of a check x suite, a pure
+    function of its items' records (:class:`RecordedItem`), the check's thresholds (an
+    instance of :attr:`thresholds`) and :attr:`context`: its record, the suite gates it
+    breaks, its text and properties. The live run and ``pytest-infercheck report`` (the
+    union of a sharded run's records) call the same function."""
     family: str
     """Kinds of one family share their terminal table."""
     summary_lines: Callable[[Aggregates], list[str]] = empty_lines
@@ -296,13 +422,6 @@ class CheckKind:
     """Charts of one aggregate (``name`` is ``check · suite``)."""
     bars: BarSeries | None = None
     distribution: Distribution | None = None
-    merge: Callable[..., dict[str, Any] | None] | None = None
-    """``merge(nodeid, shards, items)``: the aggregate item ``nodeid`` recomputed from the
-    union of the shards' item records with the check's thresholds, its suite gates judged on
-    it (:func:`merged_aggregate`); None when a record cannot be read. ``shards`` are
-    ``(shard index, that shard's aggregate item)``, ``items`` every other item of the merged
-    run (as in the results file). A kind without one keeps each shard's aggregate side by
-    side, and its shards judge their own partial aggregates (nothing is deferred)."""
     rate_gates: Callable[[CheckSpec, Suite], list[RateGate]] | None = None
     """The check's gates on a Wilson upper bound over one suite, as collected (the whole
     selection, before sharding): each must be passable with zero events (see
@@ -315,21 +434,26 @@ class CheckKind:
 def target_kind(
     name: str,
     spec: type[BaseModel],
-    run: type[CheckRun],
+    run: type[CheckRun[Any, Any]],
     *,
+    thresholds: type[KindThresholds],
+    context: type,
+    summarize: Callable[[Sequence[RecordedItem], Any, Any], Summary],
     records: Mapping[str, type],
     views: Mapping[str, View],
     **more: Any,
 ) -> CheckKind:
-    """A single-target kind: labelled by its target (:func:`target_label`), held to the
-    single-target thresholds, a family of its own, its aggregate shown by the shared
-    single-target view unless it brings its own; ``more`` are the other fields."""
+    """A single-target kind: labelled by its target (:func:`target_label`), a family of its
+    own, its aggregate shown by the shared single-target view unless it brings its own;
+    ``more`` are the other fields."""
     return CheckKind(
         name=name,
         spec=spec,
         run=run,
         label=target_label,
-        thresholds=TARGET_THRESHOLDS,
+        thresholds=thresholds,
+        context=context,
+        summarize=summarize,
         family=name,
         records=records,
         views={"aggregate": target_aggregate, **views},
@@ -356,88 +480,3 @@ class RateGate:
     unit: str
     """What the minimum counts: ``answered prompts``, ``requests per level``."""
     events: str = "flips"
-
-
-# -- merging the shards of a run ----------------------------------------------------------------
-class CheckThresholds(Thresholds, TargetThresholds):
-    """The thresholds an item recorded (any kind's: the record keeps those its kind honours),
-    read back for a merge."""
-
-
-class ShardItem(ItemRecord):
-    """An item of a shard's results file, as a merge reads it: its record and its outcome."""
-
-    nodeid: str
-    outcome: str
-    duration_s: float
-    worker: str | None
-    longrepr: str | None
-
-    @property
-    def suite_id(self) -> str:
-        """The node id of its check x suite."""
-        return self.nodeid.rsplit("::", 1)[0]
-
-
-Shards = Sequence[tuple[int, Mapping[str, Any]]]
-"""``(shard index, the shard's aggregate item)`` of one aggregate node id."""
-
-
-def shard_aggregates(shards: Shards) -> list[ShardItem]:
-    """Each shard's aggregate item, typed."""
-    return [ShardItem.model_validate(item) for _, item in shards]
-
-
-def shard_records(shards: Shards, record_type: type[R]) -> list[R]:
-    """Each shard's aggregate record; ``ValueError`` when one cannot be read (it errored)."""
-    return [load_record(record_type, item.data) for item in shard_aggregates(shards)]
-
-
-def suite_items(nodeid: str, items: Sequence[Mapping[str, Any]], role: str) -> list[ShardItem]:
-    """The items of the aggregate ``nodeid``'s check x suite with ``role`` that ran (an item
-    that errored or was skipped recorded no data), typed."""
-    suite = nodeid.rsplit("::", 1)[0]
-    typed = (ShardItem.model_validate(item) for item in items if item.get("role") == role)
-    return [item for item in typed if item.suite_id == suite and item.data]
-
-
-def errored_items(nodeid: str, items: Sequence[Mapping[str, Any]]) -> list[ShardItem]:
-    """The items of the aggregate ``nodeid``'s check x suite that errored."""
-    suite = nodeid.rsplit("::", 1)[0]
-    typed = (ShardItem.model_validate(item) for item in items if item.get("outcome") == "error")
-    return [item for item in typed if item.suite_id == suite]
-
-
-def recorded_thresholds(shards: Shards) -> CheckThresholds:
-    """The thresholds the check held its aggregate to (the same in every shard)."""
-    return CheckThresholds.model_validate(shard_aggregates(shards)[0].thresholds)
-
-
-def merged_engines(engines: Sequence[Mapping[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """The union of the shards' engine identities, by target label."""
-    out: dict[str, dict[str, Any]] = {}
-    for each in engines:
-        out.update(each)
-    return out
-
-
-def merged_aggregate(shards: Shards, violations: list[str], data: Any) -> dict[str, Any]:
-    """The merged aggregate item: the first shard's identity, ``data`` (a kind's record) and
-    the suite gates ``violations`` judged on the union; ``error`` when a shard's aggregate
-    errored, else ``failed`` when a gate is broken, else ``passed``; nothing deferred."""
-    typed = shard_aggregates(shards)
-    errored = [item for item in typed if item.outcome == "error"]
-    outcome = "error" if errored else "failed" if violations else "passed"
-    longrepr = "\n".join(violations) or None
-    if errored:
-        longrepr = "\n".join(str(item.longrepr) for item in errored)
-    identity = {k: v for k, v in shards[0][1].items() if k != "gates_deferred_to"}
-    return {
-        **identity,
-        "outcome": outcome,
-        "duration_s": sum(item.duration_s for item in typed),
-        "worker": None,
-        "longrepr": longrepr,
-        "violations": violations,
-        "data": plain_data(data),
-    }

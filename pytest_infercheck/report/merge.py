@@ -5,14 +5,15 @@ of its own. Merging a group:
 
 - items: the union; the same node id in two shards is an error (the shards overlap), except
   aggregates, which every shard has (each over its own items);
-- aggregates of a kind that can merge (:attr:`..checks.protocol.CheckKind.merge`: every
-  bundled kind) are recomputed from the union of the item records with the check's
-  thresholds, and their suite gates, which the shards deferred, are judged on the union, so
-  the merged numbers and verdicts are those of the unsharded run (up to float summation
-  order);
-- other aggregates keep each shard's data under ``data["shards"]`` (with a warning), their
-  outcome the worst; one whose shards deferred their gates but whose records cannot be read
-  (an older file, an errored aggregate) is an ``error``: its gates cannot be judged;
+- every aggregate is recomputed by its kind's
+  :attr:`~..checks.protocol.CheckKind.summarize` (the function the live run calls) from the
+  union of the item records with the check's thresholds, and its suite gates, which the
+  shards deferred, are judged on the union, so the merged numbers and verdicts are those of
+  the unsharded run (up to float summation order);
+- an aggregate whose kind is unknown (a newer plugin's) or whose records cannot be read (an
+  older file, every shard's aggregate errored) keeps each shard's data under
+  ``data["shards"]`` (with a warning), its outcome the worst; when its shards deferred their
+  gates it is an ``error``: its gates cannot be judged;
 - missing shards are a warning; a matrix that differs between shards is an error;
 - run: earliest start, latest finish, wall time between them, ``shard: null``,
   ``merged_shards`` (the indexes merged), exit status 1 when a merged gate fails.
@@ -23,11 +24,15 @@ exits 1 when there is one, so the merge of a sharded run is its gate.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from ..checks.protocol import CheckKind, RecordedItem
 from ..checks.registry import kind_named
-from .results import item_sort_key
+from ..records import load_record, plain_data
+from .results import ItemModel, item_sort_key
 
 OUTCOME_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 FAILING = ("failed", "error")
@@ -146,8 +151,8 @@ def _merged_items(
     for nodeid, shards in aggregates.items():
         kind = kind_named(shards[0][1]["kind"])
         merged = None
-        if kind is not None and kind.merge is not None:
-            merged = kind.merge(nodeid, shards, prompts)
+        if kind is not None:
+            merged = summarized(kind, nodeid, shards, prompts)
         if merged is None:
             warnings.append(
                 f"run {run_id}: {nodeid} ({shards[0][1]['kind']}) is not recomputed across "
@@ -156,6 +161,62 @@ def _merged_items(
             merged = _kept_per_shard(nodeid, shards, count)
         items[nodeid] = merged
     return sorted(items.values(), key=item_sort_key)
+
+
+def summarized(
+    kind: CheckKind,
+    nodeid: str,
+    shards: Sequence[tuple[int, dict[str, Any]]],
+    items: Sequence[dict[str, Any]],
+) -> dict[str, Any] | None:
+    """The aggregate item ``nodeid`` of merged shards: ``kind.summarize`` of the union of its
+    check x suite's items (an errored item with its error), with the thresholds the shards
+    recorded and the context of the shards' aggregates (their ``engines`` united); its
+    outcome ``error`` when a shard's aggregate errored, else ``failed`` when a gate breaks.
+    None when no shard's aggregate or some item's record cannot be read."""
+    typed = [ItemModel.model_validate(item) for _, item in shards]
+    suite = typed[0].suite_id
+    try:
+        contexts = [load_record(kind.context, a.data) for a in typed if a.data]
+        thresholds = kind.thresholds.model_validate(typed[0].thresholds)
+        recorded = [
+            _recorded(kind, item)
+            for item in map(ItemModel.model_validate, items)
+            if item.suite_id == suite and item.role != "aggregate"
+        ]
+    except (ValueError, KeyError):
+        return None
+    if not contexts:
+        return None
+    engines: dict[str, Any] = {}
+    for context in contexts:
+        engines.update(context.engines)
+    context = dataclasses.replace(contexts[0], engines=engines)
+    summary = kind.summarize([r for r in recorded if r is not None], thresholds, context)
+    errored = [a for a in typed if a.outcome == "error"]
+    violations = summary.violations
+    outcome = "error" if errored else "failed" if violations else "passed"
+    longrepr = "\n".join(str(a.longrepr) for a in errored) if errored else None
+    identity = {k: v for k, v in shards[0][1].items() if k != "gates_deferred_to"}
+    return {
+        **identity,
+        "outcome": outcome,
+        "duration_s": sum(a.duration_s for a in typed),
+        "worker": None,
+        "longrepr": longrepr or "\n".join(violations) or None,
+        "violations": violations,
+        "data": plain_data(summary.record),
+    }
+
+
+def _recorded(kind: CheckKind, item: ItemModel) -> RecordedItem | None:
+    """An item of a results file as :attr:`CheckKind.summarize` reads it: its typed record,
+    or its error (an item that errored); None for one that was skipped."""
+    if item.outcome == "error" and not item.data:
+        return RecordedItem(item.role, item.name, None, item.longrepr or "error")
+    if not item.data:
+        return None
+    return RecordedItem(item.role, item.name, load_record(kind.records[item.role], item.data))
 
 
 def _kept_per_shard(

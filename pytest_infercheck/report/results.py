@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..checks.protocol import ShardItem
 from ..plain_data import plain
+from ..records import ItemRecord
 
 SCHEMA = "pytest-infercheck-results"
 VERSION = 2
@@ -70,11 +70,20 @@ class RunModel(_Model):
     exitstatus: int
 
 
-class ItemModel(ShardItem):
-    """An item's record (:class:`~..records.ItemRecord`) with its outcome in this run (what a
-    merge reads of a shard's items, :class:`~..checks.protocol.ShardItem`)."""
+class ItemModel(ItemRecord):
+    """An item's record (:class:`~..records.ItemRecord`) with its node id and its outcome in
+    this run."""
 
+    nodeid: str
     outcome: Literal["passed", "failed", "skipped", "error"]
+    duration_s: float
+    worker: str | None
+    longrepr: str | None
+
+    @property
+    def suite_id(self) -> str:
+        """The node id of its check x suite."""
+        return self.nodeid.rsplit("::", 1)[0]
 
 
 class ResultsModel(_Model):
