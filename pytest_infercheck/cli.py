@@ -3,7 +3,9 @@
 ``pytest-infercheck report RESULTS... [-o report.html]``: validate one or more JSON results
 files, merge the shards of each run (see :mod:`.report.merge`: every aggregate recomputed
 from the union of the shards' items, its suite gates judged there) and write one standalone
-HTML report with the runs side by side. Exit status 0 when every gate of merged shards
+HTML report with the runs side by side; ``--json OUT`` also writes the merged run as a
+results file (the same schema and shape as an unsharded run's, so a merge can be compared
+field by field with the run it came from). Exit status 0 when every gate of merged shards
 passes; 1 when one fails or errors (each printed on stderr; the report is written all the
 same), so the merge of a sharded run is its gate; 2 when a file cannot be read, is not a
 results file of a supported version, or the shards cannot be merged (nothing written).
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from .report.html import render_report
 from .report.merge import MergeError, failed_gates, merge_results
-from .report.results import ResultsError, load_results, write_atomic
+from .report.results import ResultsError, load_results, write_atomic, write_results
 from .schema import matrix_schema
 
 PROG = "pytest-infercheck"
@@ -46,6 +48,13 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "-o", "--output", type=Path, default=Path("report.html"), help="default: report.html"
     )
+    report.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help="also write the merged run as a results file (the files must be one run)",
+    )
     schema = commands.add_parser(
         "schema",
         help="print the JSON Schema of the YAML matrix (for editors)",
@@ -62,15 +71,26 @@ def schema_text() -> str:
     return json.dumps(matrix_schema(), indent=2) + "\n"
 
 
-def report(paths: Sequence[Path], output: Path) -> tuple[list[str], list[str]]:
-    """Write the HTML report of ``paths`` to ``output``; returns the merge warnings and the
-    gates of merged shards that failed (:func:`.report.merge.failed_gates`).
+def report(
+    paths: Sequence[Path], output: Path, json_output: Path | None = None
+) -> tuple[list[str], list[str]]:
+    """Write the HTML report of ``paths`` to ``output`` (and, with ``json_output``, the
+    merged run as a results file); returns the merge warnings and the gates of merged shards
+    that failed (:func:`.report.merge.failed_gates`).
 
-    Raises :class:`.report.results.ResultsError` or :class:`.report.merge.MergeError`.
+    Raises :class:`.report.results.ResultsError` or :class:`.report.merge.MergeError` (also
+    when ``json_output`` is asked of files that are not one run).
     """
     named = [(str(path), load_results(path)) for path in paths]
     runs, warnings = merge_results(named)
+    if json_output is not None and len(runs) != 1:
+        raise MergeError(
+            f"--json writes one run, and these files hold {len(runs)} (give the shards of "
+            "one run, or one results file)"
+        )
     write_atomic(output, render_report(runs))
+    if json_output is not None:
+        write_results(json_output, runs[0])
     return warnings, failed_gates(runs)
 
 
@@ -80,13 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _schema(args.output)
 
     try:
-        warnings, failed = report(args.results, args.output)
+        warnings, failed = report(args.results, args.output, args.json)
     except (ResultsError, MergeError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     for warning in warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     print(f"wrote {args.output}")
+    if args.json is not None:
+        print(f"wrote {args.json}")
     for line in failed:
         print(f"{PROG}: gate failed: {line}", file=sys.stderr)
     if failed:

@@ -276,14 +276,19 @@ def unused_thresholds(check: CheckEntry, raw: Any) -> list[tuple[str, str]]:
     """``(key, message)`` for each key of the raw check entry ``raw`` that is a threshold of
     some kind but not of this check's kind: ``stress does not use max_kl (compare, sweep,
     diff do)``."""
-    users = threshold_users()
     mine = check.check_kind.thresholds.model_fields
-    keys = raw if isinstance(raw, dict) else {}
-    return [
-        (key, f"{check.kind} does not use {key} ({', '.join(users[key])} do)")
-        for key in keys
-        if key in users and key not in mine
-    ]
+    own = {*CheckEntry.model_fields, *(field_name(k) for k in KIND_NAMES), *KIND_NAMES}
+    others = [k for k in (raw if isinstance(raw, dict) else {}) if k not in mine and k not in own]
+    if not others:
+        return []  # the usual case: no other kind's module is imported
+    users = threshold_users()
+    return [(key, not_used(check.kind, key, users[key])) for key in others if key in users]
+
+
+def not_used(kind: str, key: str, users: list[str]) -> str:
+    """``stress does not use max_kl (compare, sweep, diff do)``."""
+    verb = "do" if len(users) > 1 else "does"
+    return f"{kind} does not use {key} ({', '.join(users)} {verb})"
 
 
 def _suite_list(value: Any) -> Any:
@@ -510,7 +515,7 @@ def _error_message(data: Any, error: Any) -> tuple[tuple[str | int, ...], str]:
         entry = data["checks"][loc[1]]
         kinds = [k for k in KIND_NAMES if isinstance(entry, dict) and k in entry]
         if users and len(kinds) == 1:
-            return loc, f"{kinds[0]} does not use {loc[-1]} ({', '.join(users)} do)"
+            return loc, not_used(kinds[0], str(loc[-1]), users)
     return loc, unknown_key_message(loc)
 
 

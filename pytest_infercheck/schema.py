@@ -242,9 +242,17 @@ def _suite_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSche
 
 
 def _one_kind(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
-    """:meth:`.config.CheckEntry._one_kind`: exactly one kind key of the registry, not null."""
+    """:meth:`.config.CheckEntry._one_kind`: exactly one kind key of the registry, not null;
+    with it, only that kind's thresholds (:func:`.config.unused_thresholds`)."""
+    thresholds = {key for kind in KINDS for key in kind.thresholds.model_fields}
     schema["oneOf"] = [
-        {"required": [kind.name], "properties": {kind.name: {"not": {"type": "null"}}}}
+        {
+            "required": [kind.name],
+            "properties": {
+                kind.name: {"not": {"type": "null"}},
+                **{key: False for key in sorted(thresholds - set(kind.thresholds.model_fields))},
+            },
+        }
         for kind in KINDS
     ]
     for kind in KINDS:

@@ -28,15 +28,26 @@ KIND_MODULE = '''\
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 
 from ..render.markup import esc
 from ..render.table import check_table
-from ..specs import TARGET_THRESHOLDS, TargetCheck
-from .protocol import Aggregates, CheckKind, ItemPlan, Outcome, TargetRun, target_label
+from ..specs import KindThresholds, TargetCheck
+from .protocol import (
+    Aggregates,
+    ItemPlan,
+    Outcome,
+    RecordedItem,
+    Summary,
+    TargetContext,
+    TargetRun,
+    records_of,
+    target_kind,
+)
 
 
 class PromptBudgetSpec(TargetCheck):
@@ -45,17 +56,37 @@ class PromptBudgetSpec(TargetCheck):
     max_chars: int = Field(default=100, ge=1)
 
 
-class PromptBudgetRun(TargetRun):
+@dataclass
+class BudgetPrompt:
+    chars: int
+
+
+@dataclass
+class BudgetAggregate:
+    target: str
+    prompts: int
+    longest: int
+    engines: dict[str, dict[str, Any]]
+
+
+class PromptBudgetRun(TargetRun[PromptBudgetSpec, KindThresholds]):
     def run_item(self, plan: ItemPlan) -> Outcome:
         size = len(self.prompt(plan.key).text)
-        limit = self.check.spec.max_chars
+        limit = self.spec.max_chars
         violations = [f"{size} characters > max_chars {limit}"] if size > limit else []
         properties = [("infercheck_chars", size)]
-        return Outcome(violations, f"prompt {plan.key}", {"chars": size}, properties)
+        return Outcome(violations, f"prompt {plan.key}", BudgetPrompt(size), properties)
 
-    def aggregate(self) -> Outcome:
-        sizes = [len(p.text) for p in self.scope_prompts()]
-        return Outcome(data={"target": "-", "prompts": len(sizes), "longest": max(sizes)})
+    def context(self) -> TargetContext:
+        return TargetContext(self.spec.target, {})  # no model is loaded
+
+
+def summarize(
+    items: Sequence[RecordedItem], thresholds: KindThresholds, context: TargetContext
+) -> Summary:
+    sizes = [r.chars for r in records_of(items, "prompt")]
+    record = BudgetAggregate(context.target, len(sizes), max(sizes), context.engines)
+    return Summary(record, [])
 
 
 def summary_lines(aggregates: Aggregates) -> list[str]:
@@ -66,13 +97,14 @@ def budget_view(data: Mapping[str, Any]) -> str:
     return f'<p class="budget">{esc(data.get("chars"))} characters</p>'
 
 
-PROMPT_BUDGET = CheckKind(
-    name="prompt-budget",
-    spec=PromptBudgetSpec,
-    run=PromptBudgetRun,
-    label=target_label,
-    thresholds=TARGET_THRESHOLDS,
-    family="prompt-budget",
+PROMPT_BUDGET = target_kind(
+    "prompt-budget",
+    PromptBudgetSpec,
+    PromptBudgetRun,
+    thresholds=KindThresholds,
+    context=TargetContext,
+    summarize=summarize,
+    records={"prompt": BudgetPrompt, "aggregate": BudgetAggregate},
     summary_lines=summary_lines,
     views={"prompt": budget_view},
 )
@@ -189,3 +221,61 @@ def test_the_new_kind_is_in_the_matrix_schema(project: tuple[Path, dict[str, str
     )
     schema = json.loads(done.stdout)
     assert "prompt-budget" in json.dumps(schema["$defs"]["CheckSpec"])
+
+
+def test_the_new_kind_merges_its_shards_into_the_unsharded_aggregate(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    """Every kind merges: ``pytest-infercheck report --json`` recomputes the new kind's
+    aggregate from the two shards' item records with its own ``summarize``."""
+    work, env = project
+    _pytest(work, env, "-q", "--infercheck-results=whole.json")
+    for shard in ("1/2", "2/2"):
+        name = f"shard{shard[0]}.json"
+        _pytest(work, env, "-q", f"--infercheck-shard={shard}", f"--infercheck-results={name}")
+    report = ["report", "shard1.json", "shard2.json", "-o", "m.html", "--json", "merged.json"]
+    merged = subprocess.run(
+        [sys.executable, "-m", "pytest_infercheck.cli", *report],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert merged.returncode == 0, merged.stderr
+    whole, union = (json.loads((work / f).read_text()) for f in ("whole.json", "merged.json"))
+    assert union["schema"] == whole["schema"] and union["version"] == whole["version"]
+
+    def aggregate(results: dict[str, object]) -> dict[str, object]:
+        items = results["items"]
+        assert isinstance(items, list)
+        return next(i for i in items if i["role"] == "aggregate")
+
+    assert (
+        aggregate(union)["data"]
+        == aggregate(whole)["data"]
+        == {
+            "target": "m",
+            "prompts": 2,
+            "longest": 59,
+            "engines": {},
+        }
+    )
+    assert aggregate(union)["outcome"] == aggregate(whole)["outcome"] == "passed"
+
+
+def test_a_threshold_the_new_kind_does_not_use_is_an_error_at_its_line(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    work, env = project
+    (work / "infercheck.yaml").write_text(MATRIX + "    max_kl: 0.1\n    min_determinism: 1\n")
+    done = _pytest(work, env, "--collect-only", "-q")
+    assert done.returncode != 0
+    assert (
+        "infercheck.yaml:6: checks[0].max_kl: prompt-budget does not use max_kl "
+        "(compare, sweep, diff do)" in done.stdout
+    )
+    assert (
+        "infercheck.yaml:7: checks[0].min_determinism: prompt-budget does not use "
+        "min_determinism (determinism does)" in done.stdout
+    )

@@ -253,67 +253,93 @@ def test_sharded_determinism_aggregates_cover_only_their_shard(
     assert not covered[0] & covered[1] and len(covered[0] | covered[1]) == 8
 
 
-ENGINE_CHECKS = """\
+EVERY_IN_PROCESS_KIND = """\
+  - compare: {baseline: bf16, test: q4}
+    max_kl: 1.0e-3
+    flips: {max_rate: 0.9}
+  - sweep: {baseline: bf16, models: [q8, q4]}
+    max_mean_kl: 1.0e-3
   - determinism: {target: q4, runs: 2}
     min_determinism: 1.0
   - batch-invariance: {target: q4, trials: 1, batch_size: 4}
   - stress: {target: q4, levels: [1, 2, 4], repeats: 1}
+  - tokenization: {targets: [bf16, q4]}
 """
-TIMINGS = {"latency_p50_s", "latency_p95_s", "tokens_per_s", "achieved_concurrency"}
+MEASURED_PER_RUN = {
+    "latency_p50_s",
+    "latency_p95_s",
+    "tokens_per_s",
+    "achieved_concurrency",
+    "measured_by",
+    "batched",
+    "batch_size",
+    "batching_note",
+}
+"""What each run measures of its own (timings, and the batch sizes of the prompts a shard
+ran), left out of the comparison."""
 
 
-def test_single_target_aggregates_merge_to_the_unsharded_numbers_and_verdicts(
+def assert_same_numbers(got: Any, want: Any, where: str = "") -> None:
+    """``got`` equals ``want``, floats up to the order of float summation, ignoring what each
+    run measures of its own (:data:`MEASURED_PER_RUN`)."""
+    if isinstance(want, float) and isinstance(got, float):
+        assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-15), where
+    elif isinstance(want, dict) and isinstance(got, dict):
+        keys = set(want) - MEASURED_PER_RUN
+        assert set(got) - MEASURED_PER_RUN == keys, where
+        for key in keys:
+            assert_same_numbers(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, list) and isinstance(got, list):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_same_numbers(g, w, f"{where}[{i}]")
+    else:
+        assert got == want, where
+
+
+def test_every_in_process_kind_merges_to_the_unsharded_aggregates(
     pytester: pytest.Pytester, write_matrix: Any
 ) -> None:
-    """Determinism, batch-invariance and stress aggregates recomputed from both shards'
-    items (a stress level is an item of one shard) equal the unsharded run's, verdict and
-    numbers (a level's timings aside: each run measures its own)."""
-    write_matrix(ENGINE_CHECKS)
+    """compare, sweep, determinism, batch-invariance, stress and tokenization, unsharded and
+    in two shards; ``pytest-infercheck report --json`` merges the shards into a results file
+    whose every aggregate has the unsharded run's outcome, violations and numbers (each
+    kind's ``summarize`` over the union of the shards' item records; a stress level is an
+    item of one shard, a sweep's self-check too)."""
+    write_matrix(EVERY_IN_PROCESS_KIND)
     pytester.runpytest("-q", "--infercheck-results=whole.json")
-    shards = []
     for index in (1, 2):
-        run = pytester.runpytest(
+        pytester.runpytest(
             "-q", f"--infercheck-shard={index}/2", f"--infercheck-results=s{index}.json"
         )
-        assert run.ret == 0
-        shards.append((f"s{index}.json", load_results(pytester.path / f"s{index}.json")))
+    paths = [str(pytester.path / name) for name in ("s1.json", "s2.json")]
+    status = cli_main(["report", *paths, "-o", "r.html", "--json", "merged.json"])
     whole = load_results(pytester.path / "whole.json")
-    (merged,), warnings = merge_results(shards)
-    assert warnings == []
+    merged = load_results(pytester.path / "merged.json")
+    assert merged["run"]["merged_shards"] == [1, 2] and merged["run"]["shard"] is None
 
     def aggregates(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        return {i["kind"]: i for i in results["items"] if i["role"] == "aggregate"}
+        return {i["nodeid"]: i for i in results["items"] if i["role"] == "aggregate"}
 
     got, want = aggregates(merged), aggregates(whole)
-    assert set(got) == set(want) == {"determinism", "batch-invariance", "stress"}
-    for kind, item in want.items():
-        assert (got[kind]["outcome"], got[kind]["violations"]) == (
-            item["outcome"],
-            item["violations"],
-        ), kind
-        assert "gates_deferred_to" not in got[kind] or got[kind]["gates_deferred_to"] is None
-    for name, value in want["determinism"]["data"].items():
-        if isinstance(value, float):  # equal up to the order of float summation
-            assert math.isclose(got["determinism"]["data"][name], value, rel_tol=1e-12), name
-        else:
-            assert got["determinism"]["data"][name] == value, name
-    assert got["determinism"]["data"]["prompts"] == 8
-    assert got["batch-invariance"]["data"] == want["batch-invariance"]["data"]
-    assert got["batch-invariance"]["data"]["prompts"] == 8
-
-    def level(data: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in data.items() if k not in TIMINGS | {"measured_by"}}
-
-    got_levels = [level(d) for d in got["stress"]["data"]["levels"]]
-    assert got_levels == [level(d) for d in want["stress"]["data"]["levels"]]
-    assert [d["level"] for d in got_levels] == [1, 2, 4]
-    # Each level was measured once, in its own shard: the shards' aggregates split them.
-    measured = [
-        {d["level"] for d in aggregates(r)["stress"]["data"]["levels"]}
-        for _, r in shards
-        if "stress" in aggregates(r)
+    kinds = {item["kind"] for item in want.values()}
+    assert kinds == {"compare", "sweep", "determinism", "batch-invariance", "stress"} | {
+        "tokenization"
+    }
+    assert list(got) == list(want)
+    for nodeid, item in want.items():
+        other = got[nodeid]
+        assert (other["outcome"], other["violations"]) == (item["outcome"], item["violations"])
+        assert other.get("gates_deferred_to") is None, nodeid
+        assert_same_numbers(other["data"], item["data"], nodeid)
+    # the report gates on the merged aggregates as pytest gated on the unsharded ones
+    failed = [i for i in want.values() if i["outcome"] == "failed"]
+    assert status == (1 if failed else 0)
+    # each stress level was measured once, in its own shard
+    shards = [load_results(path) for path in paths]
+    levels = [
+        i["name"] for shard in shards for i in shard["items"] if i["kind"] == "stress"
     ]
-    assert sorted(n for part in measured for n in part) == [1, 2, 4]
+    assert sorted(n for n in levels if n != "aggregate") == sorted(["c1", "c2", "c4"])
 
 
 GATED_COMPARE = """\

@@ -203,3 +203,84 @@ def test_each_backend_kind_gets_its_artifact(tmp_path: Path) -> None:
         loaded.model_source("q4", "llama-server")
     with pytest.raises(SourceError, match="needs 'path' or 'repo' for 'named'"):
         loaded.model_source("named", "mlx-lm")
+
+
+ENGINE = """\
+models:
+  q4: {path: ./m/q4}
+suites: [reasoning]
+checks:
+"""
+
+
+@pytest.mark.parametrize(
+    ("check", "line", "message"),
+    [
+        (
+            "  - stress: {target: q4, levels: [1, 2]}\n    max_kl: 0.1\n",
+            6,
+            "checks[0].max_kl: stress does not use max_kl (compare, sweep, diff do)",
+        ),
+        (
+            "  - determinism: {target: q4}\n    min_same_top: 0.9\n",
+            6,
+            "checks[0].min_same_top: determinism does not use min_same_top (compare, sweep, "
+            "diff do)",
+        ),
+        (
+            "  - batch-invariance: q4\n    min_determinism: 0.9\n",
+            6,
+            "checks[0].min_determinism: batch-invariance does not use min_determinism "
+            "(determinism does)",
+        ),
+    ],
+)
+def test_a_threshold_the_kind_does_not_use_is_an_error_at_its_line(
+    tmp_path: Path, check: str, line: int, message: str
+) -> None:
+    err = error_of(tmp_path, ENGINE + check)
+    assert (err.line, err.reason) == (line, message)
+
+
+def test_a_threshold_another_kind_of_the_file_uses_is_refused_too(tmp_path: Path) -> None:
+    """With a compare in the file, ``max_kl`` is a key the entry model knows: the stress
+    entry that writes it is refused all the same."""
+    text = ENGINE + (
+        "  - compare: {baseline: q4, test: q4}\n    max_kl: 0.1\n"
+        "  - stress: {target: q4, levels: [1]}\n    max_kl: 0.1\n"
+    )
+    err = error_of(tmp_path, text)
+    assert (err.line, err.reason) == (
+        8,
+        "checks[1].max_kl: stress does not use max_kl (compare, sweep, diff do)",
+    )
+
+
+def test_the_thresholds_a_check_records_are_its_kinds_only(tmp_path: Path) -> None:
+    loaded = load_matrix(write(tmp_path, ENGINE + "  - determinism: {target: q4}\n"))
+    assert loaded.matrix.checks[0].thresholds() == {"max_error_rate": 0.0}
+
+
+def test_every_error_of_a_file_is_reported_at_once(tmp_path: Path) -> None:
+    text = """\
+models:
+  q4: {path: ./m/q4}
+backends:
+  local: {kind: mlx-lm, dtyp: float32}
+suites: [reasoning]
+checks:
+  - determinism: {target: q4, runz: 3}
+    max_kl: 0.1
+  - stress: {target: q5}
+"""
+    err = error_of(tmp_path, text)
+    found = [(e.line, e.reason) for e in err.each()]
+    assert found[:2] == [
+        (4, "backends.local.dtyp: unknown key 'dtyp' (did you mean 'dtype'?)"),
+        (7, "checks[0].determinism.runz: unknown key 'runz' (did you mean 'runs'?)"),
+    ]
+    assert (8, "checks[0].max_kl: determinism does not use max_kl (compare, sweep, diff do)") in (
+        found
+    )
+    assert "(and" not in str(err)
+    assert str(err).count("infercheck.yaml:") == len(found) >= 3
