@@ -16,6 +16,7 @@ from pytest_infercheck.checks.stress import (
     Output,
     Reference,
     StressLevel,
+    StressThresholds,
     batches,
     error_kind,
     jobs_for,
@@ -23,7 +24,7 @@ from pytest_infercheck.checks.stress import (
     level_violations,
     token_count,
 )
-from pytest_infercheck.config import CheckSpec
+from pytest_infercheck.config import check_model
 from pytest_infercheck.metrics.load import max_in_flight, mean_in_flight, span, tokens_per_second
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.shared_work import SharedWork
@@ -115,8 +116,12 @@ def test_all_errors() -> None:
     assert data.latency_p50_s is None and data.tokens_per_s is None
 
 
-def check(**thresholds: object) -> CheckSpec:
-    return CheckSpec.model_validate({"stress": "m", **thresholds})
+def check(**thresholds: object) -> StressThresholds:
+    """The thresholds of a stress check entry with ``thresholds`` written beside its key."""
+    entry = check_model(frozenset({"stress"})).model_validate({"stress": "m", **thresholds})
+    typed = entry.kind_thresholds()
+    assert isinstance(typed, StressThresholds)
+    return typed
 
 
 def test_gates() -> None:
