@@ -92,7 +92,7 @@ from ..render.markup import esc, kv_table, num, table
 from ..render.table import render_table
 from ..render.views import facts, side_by_side
 from ..shared_work import SharedWork
-from ..specs import ErrorRate, FlipGates, TargetCheck
+from ..specs import ErrorRate, FlipGates, FlipThresholds, TargetCheck
 from .protocol import (
     ItemPlan,
     Outcome,
@@ -144,9 +144,20 @@ class StressThresholds(ErrorRate, FlipGates):
     """Per level: ``min_consistency`` (the share of outputs equal to their reference),
     ``max_error_rate`` (the share of failed requests), ``flips.max_rate`` (the flip rate, on
     the upper bound of its Wilson interval at ``flips.confidence`` or the point estimate with
-    ``gate: point``). ``flips.fail_item_on`` is not applied (a level has no single answer)."""
+    ``gate: point``). A level has no single answer, so ``flips.fail_item_on`` other than its
+    default is refused rather than ignored."""
 
     min_consistency: float = Field(default=1.0, ge=0, le=1)
+
+    @field_validator("flips")
+    @classmethod
+    def _rate_only(cls, value: FlipThresholds) -> FlipThresholds:
+        if value.fail_item_on != FlipThresholds().fail_item_on:
+            raise ValueError(
+                "stress does not use flips.fail_item_on: it gates each level's flip rate "
+                "(flips.max_rate)"
+            )
+        return value
 
 
 @dataclass(frozen=True)
