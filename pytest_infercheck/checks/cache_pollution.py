@@ -19,6 +19,12 @@ empty, or stopped being empty (``empty generation: s01 after the invalid-utf8 re
 generated no tokens while s01 before it generated 3``; it is also a changed output). The
 aggregate fails naming the hostile requests whose items found faults.
 
+The aggregate (:func:`summarize`, a pure function of the hostile items' records, which the
+live run and ``pytest-infercheck report`` over shards call alike) judges each item's record
+again (:func:`hostile_violations`) and fails naming the hostile requests after which the
+server died, a reference output changed, faults were found or the reference prompts failed,
+and the items that errored; hostile kinds in the order of :data:`HOSTILE_KINDS`.
+
 Needs a server backend; an in-process (mlx-lm) target fails its items with that message.
 """
 
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import Field
 
@@ -38,18 +44,16 @@ from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
 from ..render.text import mark_divergence
 from ..render.views import side_by_side
-from ..specs import TargetCheck
+from ..specs import KindThresholds, TargetCheck
 from .protocol import (
     Aggregates,
     ItemPlan,
     Outcome,
-    Shards,
+    RecordedItem,
+    Summary,
     TargetRun,
-    memoised,
-    merged_aggregate,
-    merged_engines,
-    shard_records,
-    suite_items,
+    errored_items,
+    records_of,
     target_kind,
 )
 
@@ -113,8 +117,11 @@ class HostileRecord:
     """How many reference prompts there are."""
     faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of the reference outputs, before any hostile request and after this one, and
-    outputs that became empty (each a violation); absent from the JSON when none
-   ."""
+    outputs that became empty (each a violation); absent from the JSON when none."""
+    failure: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """Why the reference prompts could not be generated again after the request (the server
+    was alive but a request failed: a violation); None, and absent from the JSON, when they
+    were."""
 
 
 @dataclass(frozen=True)
@@ -190,28 +197,48 @@ def pollution_faults(
     return faults
 
 
-@dataclass(frozen=True)
-class HostileItem:
-    """An item's record and its outcome, memoised on the run."""
-
-    record: HostileRecord
-    outcome: Outcome
+def hostile_violations(record: HostileRecord) -> list[str]:
+    """Why a hostile item fails, from its record: its faults, the server dead after the
+    request, the reference prompts failing after it, reference outputs that changed."""
+    violations = [f.text for f in record.faults]
+    if not record.alive:
+        violations.append(f"the server is not alive after the {record.hostile} request")
+    if record.failure is not None:
+        violations.append(
+            f"the reference prompts failed after the {record.hostile} request: {record.failure}"
+        )
+    if record.changed:
+        violations.append(
+            f"{len(record.changed)} of {record.prompts} reference outputs changed after the "
+            f"{record.hostile} request: {', '.join(c.prompt_id for c in record.changed)}"
+        )
+    return violations
 
 
 @dataclass
-class CachePollutionRun(TargetRun):
+class CachePollutionContext:
+    """What the aggregate takes besides the hostile items' records (fields of
+    :class:`CachePollutionAggregate`)."""
+
+    target: str
+    prompts: int
+    """How many reference prompts the suite has."""
+    engines: dict[str, dict[str, Any]]
+
+
+@dataclass
+class CachePollutionRun(TargetRun[CachePollutionSpec, KindThresholds]):
     """One item per hostile kind, then the aggregate (see the module docstring). The reference
-    outputs and each hostile kind's item are memoised on the run (shared by the suite's items
-    and its aggregate): each hostile request is sent once."""
+    outputs are memoised on the run and each item's outcome by the protocol (shared by the
+    suite's items and its aggregate): each hostile request is sent once."""
 
     _before: list[tuple[str, Generation]] | None = field(default=None, init=False, repr=False)
     """The reference outputs before any hostile request: (prompt id, output), in suite order."""
-    _items: dict[HostileKind, HostileItem] = field(default_factory=dict, init=False, repr=False)
-    """By hostile kind: its item's record and outcome."""
 
     @classmethod
     def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
-        return [ItemPlan(kind, "hostile", kind) for kind in check.spec.hostile]
+        hostile = cast(CachePollutionSpec, check.spec).hostile
+        return [ItemPlan(kind, "hostile", kind) for kind in hostile]
 
     def _references(self) -> list[tuple[str, Generation]]:
         """The suite's prompts generated now, sequentially, bypassing every cache."""
@@ -230,37 +257,23 @@ class CachePollutionRun(TargetRun):
             self._before = self._references()
         return self._before
 
-    def _item(self, plan: ItemPlan) -> HostileItem:
-        kind = next(k for k in HOSTILE_KINDS if k == plan.key)
-        return memoised(self._items, kind, lambda: self._hostile(kind))
-
     def run_item(self, plan: ItemPlan) -> Outcome:
-        return self._item(plan).outcome
-
-    def _hostile(self, kind: HostileKind) -> HostileItem:
+        kind = next(k for k in HOSTILE_KINDS if k == plan.key)
         target = self.served_target()
         before = self.before()
         response = self.cache.run(target.backend.send_hostile(kind))
         alive = self.cache.run(target.backend.alive())
-        violations: list[str] = []
         changed: list[ChangedOutput] = []
         faults = before_faults(before)
-        if not alive:
-            violations.append(f"the server is not alive after the {kind} request")
-        else:
+        failure = None
+        if alive:
             try:
                 after = self._references()
             except BackendError as exc:
-                violations.append(f"the reference prompts failed after the {kind} request: {exc}")
+                failure = str(exc)
             else:
                 changed = changed_outputs(before, after)
                 faults += pollution_faults(kind, before, after)
-        violations = [f.text for f in faults] + violations
-        if changed:
-            violations.append(
-                f"{len(changed)} of {len(before)} reference outputs changed after the {kind} "
-                f"request: {', '.join(c.prompt_id for c in changed)}"
-            )
         lines = [f"hostile request {kind}: {response}", f"server alive: {alive}"]
         lines += [
             f"  {c.prompt_id}: before {mark_divergence(c.before, c.after)}"
@@ -275,43 +288,59 @@ class CachePollutionRun(TargetRun):
             changed=changed,
             prompts=len(before),
             faults=faults,
+            failure=failure,
         )
         properties: list[tuple[str, Any]] = [
             ("infercheck_alive", alive),
             ("infercheck_changed", len(changed)),
             ("infercheck_prompts", len(before)),
         ]
-        outcome = Outcome(violations, "\n".join(lines), record, properties)
-        return HostileItem(record, outcome)
+        return Outcome(hostile_violations(record), "\n".join(lines), record, properties)
 
-    def aggregate(self) -> Outcome:
-        target = self.served_target()
-        items: dict[str, HostileItem] = {}
-        for plan in self.plan(self.check, self.suite):
-            if not self.selected or plan.key in self.selected:
-                items[plan.key] = self._item(plan)
-        dead = [k for k, i in items.items() if not i.record.alive]
-        polluted = [k for k, i in items.items() if i.record.changed]
-        failed = [k for k, i in items.items() if i.outcome.violations]
-        record = CachePollutionAggregate(
-            target=target.label,
-            n_hostile=len(items),
-            n_dead=len(dead),
-            n_polluted=len(polluted),
-            n_failed=len(failed),
-            prompts=len(self.suite.prompts),
-            responses={k: i.record.response for k, i in items.items()},
-            engines={target.label: target.backend.identity()},
+    def prepare(self, plans: list[ItemPlan]) -> None:
+        """An in-process target fails the aggregate too, with the items' message."""
+        self.served_target()
+
+    def context(self) -> CachePollutionContext:
+        target = self.target
+        return CachePollutionContext(
+            target.label, len(self.suite.prompts), {target.label: target.backend.identity()}
         )
-        faulty = [(k, i.record.faults) for k, i in items.items() if i.record.faults]
-        violations = pollution_violations(dead, polluted, failed, faulty, len(items))
-        text = "\n".join(f"  {k}: {i.record.response}" for k, i in items.items())
-        properties: list[tuple[str, Any]] = [
-            ("infercheck_hostile", len(items)),
-            ("infercheck_dead", len(dead)),
-            ("infercheck_polluted", len(polluted)),
-        ]
-        return Outcome(violations, f"{target.label}: hostile requests\n{text}", record, properties)
+
+
+def summarize(
+    items: Sequence[RecordedItem], thresholds: KindThresholds, context: CachePollutionContext
+) -> Summary:
+    """The aggregate of the hostile items' records, in the order of :data:`HOSTILE_KINDS`:
+    each judged again (:func:`hostile_violations`); violations: the kinds after which the
+    server died, a reference output changed, the outputs carried faults, or the item failed
+    otherwise (:func:`pollution_violations`), and the items that errored."""
+    records = sorted(records_of(items, "hostile"), key=lambda r: HOSTILE_KINDS.index(r.hostile))
+    errored = [item.name for item in items if item.record is None]
+    dead = [r.hostile for r in records if not r.alive]
+    polluted = [r.hostile for r in records if r.changed]
+    failed = [r.hostile for r in records if hostile_violations(r)]
+    record = CachePollutionAggregate(
+        target=context.target,
+        n_hostile=len(records) + len(errored),
+        n_dead=len(dead),
+        n_polluted=len(polluted),
+        n_failed=len(failed) + len(errored),
+        prompts=context.prompts,
+        responses={r.hostile: r.response for r in records},
+        engines=context.engines,
+    )
+    faulty = [(r.hostile, r.faults) for r in records if r.faults]
+    violations = errored_items(items) + pollution_violations(
+        dead, polluted, failed, faulty, len(items)
+    )
+    text = "\n".join(f"  {r.hostile}: {r.response}" for r in records)
+    properties: list[tuple[str, Any]] = [
+        ("infercheck_hostile", record.n_hostile),
+        ("infercheck_dead", len(dead)),
+        ("infercheck_polluted", len(polluted)),
+    ]
+    return Summary(record, violations, f"{context.target}: hostile requests\n{text}", properties)
 
 
 # -- presentation -------------------------------------------------------------------------------
@@ -383,43 +412,14 @@ def pollution_violations(
     return violations
 
 
-def merge_cache_pollution(
-    nodeid: str, shards: Shards, items: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The aggregate of the union of the shards' hostile items (in the order of
-    :data:`HOSTILE_KINDS`); None when a record cannot be read."""
-    try:
-        aggregates = shard_records(shards, CachePollutionAggregate)
-        ran = [
-            (load_record(HostileRecord, i.data), i) for i in suite_items(nodeid, items, "hostile")
-        ]
-    except ValueError:
-        return None
-    ran.sort(key=lambda pair: HOSTILE_KINDS.index(pair[0].hostile))
-    dead = [r.hostile for r, _ in ran if not r.alive]
-    polluted = [r.hostile for r, _ in ran if r.changed]
-    failed = [r.hostile for r, item in ran if item.violations]
-    record = CachePollutionAggregate(
-        target=aggregates[0].target,
-        n_hostile=len(ran),
-        n_dead=len(dead),
-        n_polluted=len(polluted),
-        n_failed=len(failed),
-        prompts=max(a.prompts for a in aggregates),
-        responses={r.hostile: r.response for r, _ in ran},
-        engines=merged_engines([a.engines for a in aggregates]),
-    )
-    faulty = [(r.hostile, r.faults) for r, _ in ran if r.faults]
-    violations = pollution_violations(dead, polluted, failed, faulty, len(ran))
-    return merged_aggregate(shards, violations, record)
-
-
 CACHE_POLLUTION = target_kind(
     "cache-pollution",
     CachePollutionSpec,
     CachePollutionRun,
+    thresholds=KindThresholds,
+    context=CachePollutionContext,
+    summarize=summarize,
     summary_lines=summary_lines,
     records={"hostile": HostileRecord, "aggregate": CachePollutionAggregate},
     views={"hostile": cache_pollution_hostile},
-    merge=merge_cache_pollution,
 )

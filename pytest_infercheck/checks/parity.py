@@ -29,8 +29,14 @@ of the item whatever the thresholds, named after the side: ``non-finite logprob 
 streamed output at positions 2, 5 (NaN)`` (a ``-inf`` logprob is fine; a position the server
 did not report is not compared), ``logprob does not match its token in ...``, ``empty
 generation: the streamed output generated no tokens while the non-streamed output generated
-3``, ``non-finite similarity of chat vs completions (NaN)``. The aggregate fails naming the
-items with faults.
+3``, ``non-finite similarity of chat vs completions (NaN)``, and ``non-finite logprob drift
+of streamed vs non-streamed (+inf)`` (a ``-inf`` logprob on one side where the other has a
+finite one, which no other fault names). The aggregate (:func:`summarize_stream`,
+:func:`summarize_endpoints`: pure functions of the items' records and the thresholds, which
+the live run and ``pytest-infercheck report`` over shards call alike) judges each item's
+record again, counts the items, fails when any item failed or errored, and names the items
+with faults. A record keeps no non-finite number (its JSON has ``null`` there), so every
+non-finite value an item is judged on is also one of its faults.
 
 Both need a server backend; an in-process (mlx-lm) target fails its items with that message.
 """
@@ -41,13 +47,14 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from ..backends import BackendError, Generation, PromptInput
+from ..backends import Generation, PromptInput
 from ..metrics.answers import FlipKind, fails_item, judge_answers
 from ..metrics.consistency import (
+    NON_FINITE_LOGPROB,
     Fault,
     aggregate_faults,
     empty_fault,
@@ -56,6 +63,7 @@ from ..metrics.consistency import (
     similarity_fault,
 )
 from ..metrics.determinism import logprob_diff
+from ..metrics.finite import check_scalar
 from ..metrics.sameness import DivergenceUnit, same_generation
 from ..metrics.text import similarity
 from ..records import OMIT_WHEN_EMPTY, load_record
@@ -63,19 +71,23 @@ from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
 from ..render.text import mark_divergence, safe_text
 from ..render.views import flip_cell, side_by_side
-from ..specs import TargetCheck
+from ..specs import (
+    FlipGates,
+    FlipThresholds,
+    KindSpec,
+    KindThresholds,
+    LogprobTolerance,
+    SimilarityGate,
+    TargetCheck,
+)
 from .protocol import (
     Aggregates,
     ItemPlan,
     Outcome,
-    Shards,
+    RecordedItem,
+    Summary,
+    TargetContext,
     TargetRun,
-    errored_items,
-    memoised,
-    merged_aggregate,
-    merged_engines,
-    shard_records,
-    suite_items,
     target_kind,
 )
 
@@ -87,6 +99,12 @@ if TYPE_CHECKING:
 Endpoint = Literal["completions", "chat", "messages"]
 StreamMode = Literal["non-streamed", "streamed"]
 R = TypeVar("R")
+S = TypeVar("S", bound=KindSpec)
+T = TypeVar("T", bound=KindThresholds)
+
+NON_FINITE_DRIFT = "non-finite logprob drift"
+"""The fault of a logprob drift that is not finite while no other fault of the item says why
+(a ``-inf`` logprob on one side beside a finite one on the other)."""
 
 
 class StreamParitySpec(TargetCheck):
@@ -99,6 +117,28 @@ class EndpointParitySpec(TargetCheck):
     endpoints: list[Endpoint] = Field(
         default_factory=lambda: list[Endpoint](["completions", "chat"]), min_length=2
     )
+
+
+class EndpointParityThresholds(SimilarityGate, FlipGates):
+    """Per item: ``min_similarity`` (None: 1.0, the same text) and ``flips.fail_item_on``.
+    The aggregate has no flip-rate gate, so ``flips.max_rate`` (and its ``confidence`` and
+    ``gate``) are refused rather than ignored."""
+
+    @field_validator("flips")
+    @classmethod
+    def _item_flips_only(cls, value: FlipThresholds) -> FlipThresholds:
+        default = FlipThresholds()
+        unused = [
+            f"flips.{key}"
+            for key in ("max_rate", "confidence", "gate")
+            if getattr(value, key) != getattr(default, key)
+        ]
+        if unused:
+            raise ValueError(
+                f"endpoint-parity does not use {', '.join(unused)}: it judges each item's "
+                "answer flip (flips.fail_item_on) and has no flip-rate gate"
+            )
+        return value
 
 
 # -- records: what an item's ``data`` holds, field by field -------------------------------------
@@ -168,8 +208,9 @@ class ParityPrompt:
     """Where they first differ (None: nowhere), in :attr:`divergence_unit`."""
     divergence_unit: DivergenceUnit | None
     """``token`` (over token ids) or ``char`` (over text); None when they match."""
-    similarity: float
-    """difflib ratio of the two texts, 1.0 for the same text."""
+    similarity: float | None
+    """difflib ratio of the two texts, 1.0 for the same text; None in a record read back when
+    it was not finite (a fault of the item says so)."""
     answers: list[str | None]
     """The extracted answers ``[reference, other]`` (None: none found, or no answer kind)."""
     flip: str | None
@@ -177,10 +218,12 @@ class ParityPrompt:
     prompt has no answer kind."""
     logprob_drift: float | None
     """max |logprob difference| of the chosen tokens when the outputs match and both sides
-    have logprobs, else None."""
+    have logprobs, else None (also in a record read back when it was not finite: a fault of
+    the item says so)."""
     faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
-    """Faults of either side's own output, and an empty generation against the other side
-    (each a violation); absent from the JSON when none."""
+    """Faults of either side's own output, an empty generation against the other side, a
+    non-finite similarity or logprob drift (each a violation); absent from the JSON when
+    none."""
 
 
 @dataclass(frozen=True)
@@ -264,7 +307,8 @@ def compare_generations(
     is NaN; positions a side did not report are left out). ``flip``:
     :func:`~pytest_infercheck.metrics.answers.judge_answers` when the prompt has an answer
     kind. ``faults``: each side's own (named ``the <label> output``), an empty generation on
-    one side only, a non-finite similarity."""
+    one side only, a non-finite similarity, a non-finite drift that no other fault explains
+    (:data:`NON_FINITE_DRIFT`)."""
     verdict = same_generation(ref, other)
     match = verdict.same
     drift = None
@@ -288,6 +332,10 @@ def compare_generations(
     odd = similarity_fault(f"{labels[1]} vs {labels[0]}", ratio)
     if odd is not None:
         faults.append(odd)
+    if drift is not None and not any(f.fault == NON_FINITE_LOGPROB for f in faults):
+        bad = check_scalar(f"logprob drift of {labels[1]} vs {labels[0]}", drift)
+        if bad is not None:
+            faults.append(Fault(NON_FINITE_DRIFT, f"{labels[1]} vs {labels[0]}", bad.describe()))
     answers: list[str | None] = [None, None]
     flip = None
     if prompt.answer_kind is not None:
@@ -326,7 +374,8 @@ def endpoint_side(endpoint: Endpoint, generation: Generation) -> EndpointSide:
 
 @dataclass(frozen=True)
 class ParityItem:
-    """An item's record and its outcome (what the aggregate counts), memoised on the run."""
+    """An item's record and its outcome (what the aggregate counts): its violations, judged
+    from the record (:func:`stream_violations`, :func:`endpoint_violations`)."""
 
     record: ParityPrompt
     outcome: Outcome
@@ -381,9 +430,9 @@ def item_faults(items: Mapping[str, ParityItem | str]) -> list[str]:
     return aggregate_faults(faulty, n_items=len(items), item_unit="items")
 
 
-def aggregate_outcome(record: ParityAggregate, faults: Sequence[str] = ()) -> Outcome:
-    """The aggregate's outcome: failing when any item failed or errored, with a line per kind
-    of fault (``faults``, :func:`item_faults`)."""
+def aggregate_summary(record: ParityAggregate, faults: Sequence[str] = ()) -> Summary:
+    """The aggregate: failing when any item failed or errored, with a line per kind of fault
+    (``faults``, :func:`item_faults`)."""
     violations = list(faults)
     if record.failed:
         violations.append(
@@ -400,25 +449,80 @@ def aggregate_outcome(record: ParityAggregate, faults: Sequence[str] = ()) -> Ou
         ("infercheck_flips", record.n_flips),
         ("infercheck_errors", record.n_errors),
     ]
-    return Outcome(violations, text, record, properties)
+    return Summary(record, violations, text, properties)
+
+
+def judged_items(
+    items: Sequence[RecordedItem], judge: Callable[[ParityPrompt], list[str]]
+) -> dict[str, ParityItem | str]:
+    """The items by name, sorted (the same order for a live run and for merged shards): each
+    record with the violations ``judge`` finds in it, or the item's error message."""
+    out: dict[str, ParityItem | str] = {}
+    for item in sorted(items, key=lambda i: i.name):
+        if item.record is None:
+            out[item.name] = item.error or "error"
+        else:
+            out[item.name] = ParityItem(item.record, Outcome(judge(item.record)))
+    return out
+
+
+def _labels(record: ParityPrompt) -> tuple[str, str]:
+    return record.reference.label, record.other.label
+
+
+def stream_violations(record: ParityPrompt, thresholds: LogprobTolerance) -> list[str]:
+    """Why a stream-parity item fails: its faults, outputs that differ, a logprob drift
+    beyond ``logprob_tolerance`` (or not finite)."""
+    labels = _labels(record)
+    out = [f.text for f in record.faults]
+    if not record.match:
+        out.append(
+            f"the {labels[1]} output differs from the {labels[0]} one (first divergence "
+            f"at {record.divergence_unit} {record.first_divergence})"
+        )
+    tolerance = thresholds.logprob_tolerance
+    drift = record.logprob_drift
+    if drift is not None and not drift <= tolerance:
+        out.append(
+            f"logprob drift {drift:.3g} with identical tokens "
+            f"{'> ' if math.isfinite(drift) else 'is not finite: fails '}"
+            f"logprob_tolerance {tolerance}"
+        )
+    return out
+
+
+def endpoint_violations(record: ParityPrompt, thresholds: EndpointParityThresholds) -> list[str]:
+    """Why an endpoint-parity item fails: its faults, a similarity below ``min_similarity``
+    (1.0 when unset; a similarity that is not finite never passes), an answer flip that
+    ``flips.fail_item_on`` fails."""
+    labels = _labels(record)
+    out = [f.text for f in record.faults]
+    minimum = 1.0 if thresholds.min_similarity is None else thresholds.min_similarity
+    ratio = record.similarity
+    if ratio is None or not ratio >= minimum:
+        shown = "not finite" if ratio is None else f"{ratio:.4f}"
+        out.append(
+            f"{labels[1]} vs {labels[0]}: similarity {shown} < "
+            f"min_similarity {minimum} (first divergence at {record.divergence_unit} "
+            f"{record.first_divergence})"
+        )
+    fail_on = thresholds.flips.fail_item_on
+    if fails_item(record.flip, fail_on):
+        out.append(f"answer flip {record.flip} (fail_item_on: {fail_on})")
+    return out
 
 
 @dataclass
-class _ParityRun(TargetRun):
-    """What the two parity kinds share: items are pairs of generations of one prompt. Each
-    item's record and outcome are memoised on the run (shared by the suite's items and its
-    aggregate)."""
-
-    _items: dict[str, ParityItem] = field(default_factory=dict, init=False, repr=False)
-    """By item name (``ItemPlan.full_name``: ``r017``, ``e01[chat]``): its record and
-    outcome."""
+class _ParityRun(TargetRun[S, T]):
+    """What the two parity kinds share: items are pairs of generations of one prompt, each
+    judged from its record (:meth:`judge`)."""
 
     def _item(
         self,
         prompt: Prompt,
         generations: tuple[Generation, Generation],
         sides: tuple[StreamSide, StreamSide] | tuple[EndpointSide, EndpointSide],
-    ) -> ParityItem:
+    ) -> Outcome:
         """The item comparing ``generations`` (reference, other), recorded as ``sides``."""
         ref, other = generations
         labels = (sides[0].label, sides[1].label)
@@ -453,76 +557,47 @@ class _ParityRun(TargetRun):
             ("infercheck_first_divergence", str(result.first_divergence)),
             ("infercheck_flip", str(result.flip)),
         ]
-        violations = [f.text for f in result.faults] + self.violations(result, labels)
-        return ParityItem(record, Outcome(violations, text, record, properties))
+        return Outcome(self.judge(record), text, record, properties)
 
-    def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
+    def judge(self, record: ParityPrompt) -> list[str]:
+        """The item's violations, from its record and the check's thresholds."""
         raise NotImplementedError
 
-    def _collect(self, plans: list[ItemPlan]) -> dict[str, ParityItem | str]:
-        """Each selected item (memoised), or its error message, by item name."""
-        out: dict[str, ParityItem | str] = {}
-        for plan in plans:
-            if self.selected and plan.key not in self.selected:
-                continue
-            try:
-                out[plan.full_name] = self._memoised(plan)
-            except BackendError as exc:
-                out[plan.full_name] = str(exc)
-        return out
-
-    def _memoised(self, plan: ItemPlan) -> ParityItem:
-        raise NotImplementedError
-
-    def run_item(self, plan: ItemPlan) -> Outcome:
-        return self._memoised(plan).outcome
-
-    def _counted(self, items: Mapping[str, ParityItem | str]) -> ParityAggregate:
-        target = self.target
-        return count_items(target.label, {target.label: target.backend.identity()}, items)
+    def prepare(self, plans: list[ItemPlan]) -> None:
+        """An in-process target fails the aggregate too, with the items' message."""
+        self.served_target()
 
 
 @dataclass
-class StreamParityRun(_ParityRun):
+class StreamParityRun(_ParityRun[StreamParitySpec, LogprobTolerance]):
     """Streamed vs not streamed, one item per prompt (see the module docstring)."""
 
-    def _memoised(self, plan: ItemPlan) -> ParityItem:
-        return memoised(self._items, plan.full_name, lambda: self._run(plan.key))
-
-    def _run(self, prompt_id: str) -> ParityItem:
+    def run_item(self, plan: ItemPlan) -> Outcome:
         target = self.served_target()
-        prompt = self.prompt(prompt_id)
+        prompt = self.prompt(plan.key)
         rendered, params = self.render(prompt), self.params(prompt)
         ref = self.cache.generate(target, rendered, params)
         streamed = self.cache.call(target, target.backend.generate_stream(rendered, params))
         sides = (stream_side("non-streamed", ref), stream_side("streamed", streamed))
         return self._item(prompt, (ref, streamed), sides)
 
-    def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
-        out = []
-        if not result.match:
-            out.append(
-                f"the {labels[1]} output differs from the {labels[0]} one (first divergence "
-                f"at {result.divergence_unit} {result.first_divergence})"
-            )
-        tolerance = self.check.logprob_tolerance
-        drift = result.logprob_drift
-        if drift is not None and not drift <= tolerance:
-            out.append(
-                f"logprob drift {drift:.3g} with identical tokens "
-                f"{'> ' if math.isfinite(drift) else 'is not finite: fails '}"
-                f"logprob_tolerance {tolerance}"
-            )
-        return out
-
-    def aggregate(self) -> Outcome:
-        self.served_target()
-        items = self._collect(self.plan(self.check, self.suite))
-        return aggregate_outcome(self._counted(items), item_faults(items))
+    def judge(self, record: ParityPrompt) -> list[str]:
+        return stream_violations(record, self.thresholds)
 
 
 @dataclass
-class EndpointParityRun(_ParityRun):
+class EndpointParityContext:
+    """What an endpoint-parity aggregate takes besides its items' records (fields of
+    :class:`EndpointParityAggregate`)."""
+
+    target: str
+    reference: Endpoint
+    """The reference endpoint (the first of ``endpoints``)."""
+    engines: dict[str, dict[str, Any]]
+
+
+@dataclass
+class EndpointParityRun(_ParityRun[EndpointParitySpec, EndpointParityThresholds]):
     """Endpoints against the first one, one item per prompt and other endpoint."""
 
     _generations: dict[tuple[str, str], Generation] = field(
@@ -533,7 +608,7 @@ class EndpointParityRun(_ParityRun):
 
     @classmethod
     def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
-        endpoints = check.spec.endpoints
+        endpoints = cast(EndpointParitySpec, check.spec).endpoints
         return [
             ItemPlan(p.id, "prompt", p.id, param=endpoint)
             for p in suite.prompts
@@ -542,11 +617,7 @@ class EndpointParityRun(_ParityRun):
 
     @property
     def endpoints(self) -> list[Endpoint]:
-        return list(self.check.spec.endpoints)
-
-    def _memoised(self, plan: ItemPlan) -> ParityItem:
-        endpoint = next(e for e in self.endpoints if e == plan.param)
-        return memoised(self._items, plan.full_name, lambda: self._run(plan.key, endpoint))
+        return list(self.spec.endpoints)
 
     def _generate(self, prompt: Prompt, endpoint: Endpoint) -> Generation:
         """``prompt`` through ``endpoint`` (memoised: the reference serves every item)."""
@@ -565,36 +636,46 @@ class EndpointParityRun(_ParityRun):
             )
         return self._generations[key]
 
-    def _run(self, prompt_id: str, endpoint: Endpoint) -> ParityItem:
-        prompt = self.prompt(prompt_id)
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        endpoint = next(e for e in self.endpoints if e == plan.param)
+        prompt = self.prompt(plan.key)
         reference = self.endpoints[0]
         ref, other = self._generate(prompt, reference), self._generate(prompt, endpoint)
         sides = (endpoint_side(reference, ref), endpoint_side(endpoint, other))
         return self._item(prompt, (ref, other), sides)
 
-    def violations(self, result: SideComparison, labels: tuple[str, str]) -> list[str]:
-        out = []
-        minimum = 1.0 if self.check.min_similarity is None else self.check.min_similarity
-        if not result.similarity >= minimum:
-            out.append(
-                f"{labels[1]} vs {labels[0]}: similarity {result.similarity:.4f} < "
-                f"min_similarity {minimum} (first divergence at {result.divergence_unit} "
-                f"{result.first_divergence})"
-            )
-        fail_on = self.check.flips.fail_item_on
-        if fails_item(result.flip, fail_on):
-            out.append(f"answer flip {result.flip} (fail_item_on: {fail_on})")
-        return out
+    def judge(self, record: ParityPrompt) -> list[str]:
+        return endpoint_violations(record, self.thresholds)
 
-    def aggregate(self) -> Outcome:
-        self.served_target()
-        items = self._collect(self.plan(self.check, self.suite))
-        record = EndpointParityAggregate(
-            **vars(self._counted(items)),
-            reference=self.endpoints[0],
-            endpoints=endpoint_counts(items),
+    def context(self) -> EndpointParityContext:
+        target = self.target
+        return EndpointParityContext(
+            target.label, self.endpoints[0], {target.label: target.backend.identity()}
         )
-        return aggregate_outcome(record, item_faults(items))
+
+
+def summarize_stream(
+    items: Sequence[RecordedItem], thresholds: LogprobTolerance, context: TargetContext
+) -> Summary:
+    """The stream-parity aggregate of the items' records (see the module docstring)."""
+    judged = judged_items(items, lambda record: stream_violations(record, thresholds))
+    counted = count_items(context.target, context.engines, judged)
+    return aggregate_summary(counted, item_faults(judged))
+
+
+def summarize_endpoints(
+    items: Sequence[RecordedItem],
+    thresholds: EndpointParityThresholds,
+    context: EndpointParityContext,
+) -> Summary:
+    """The endpoint-parity aggregate of the items' records, with the counts per endpoint."""
+    judged = judged_items(items, lambda record: endpoint_violations(record, thresholds))
+    record = EndpointParityAggregate(
+        **vars(count_items(context.target, context.engines, judged)),
+        reference=context.reference,
+        endpoints=endpoint_counts(judged),
+    )
+    return aggregate_summary(record, item_faults(judged))
 
 
 # -- presentation -------------------------------------------------------------------------------
@@ -663,72 +744,26 @@ def parity_prompt(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def _merged_items(
-    nodeid: str, shards: Shards, items: list[dict[str, Any]], record_type: type[A]
-) -> tuple[list[A], dict[str, ParityItem | str]]:
-    """The shards' aggregate records, and every item of the suite that ran in some shard by
-    name: its record and verdict, or its error message (as its shard's aggregate counted it,
-    else its report). Raises ``ValueError`` when a record cannot be read."""
-    records = shard_records(shards, record_type)
-    errors = {name: message for record in records for name, message in record.errors.items()}
-    merged: dict[str, ParityItem | str] = {}
-    for item in suite_items(nodeid, items, "prompt"):
-        record = load_record(ParityPrompt, item.data)
-        merged[item.name] = ParityItem(record, Outcome(list(item.violations)))
-    for item in errored_items(nodeid, items):
-        merged[item.name] = errors.get(item.name, str(item.longrepr))
-    return records, merged
-
-
-def merge_stream_parity(
-    nodeid: str, shards: Shards, items: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """A parity aggregate counted over the union of the shards' items (failing when any
-    failed or errored); None when a record cannot be read."""
-    try:
-        records, merged = _merged_items(nodeid, shards, items, ParityAggregate)
-    except ValueError:
-        return None
-    engines = merged_engines([r.engines for r in records])
-    record = count_items(records[0].target, engines, merged)
-    violations = aggregate_outcome(record, item_faults(merged)).violations
-    return merged_aggregate(shards, violations, record)
-
-
-def merge_endpoint_parity(
-    nodeid: str, shards: Shards, items: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """:func:`merge_stream_parity` with the counts per endpoint."""
-    try:
-        records, merged = _merged_items(nodeid, shards, items, EndpointParityAggregate)
-    except ValueError:
-        return None
-    engines = merged_engines([r.engines for r in records])
-    record = EndpointParityAggregate(
-        **vars(count_items(records[0].target, engines, merged)),
-        reference=records[0].reference,
-        endpoints=endpoint_counts(merged),
-    )
-    violations = aggregate_outcome(record, item_faults(merged)).violations
-    return merged_aggregate(shards, violations, record)
-
-
 STREAM_PARITY = target_kind(
     "stream-parity",
     StreamParitySpec,
     StreamParityRun,
+    thresholds=LogprobTolerance,
+    context=TargetContext,
+    summarize=summarize_stream,
     summary_lines=summary_lines,
     records={"prompt": ParityPrompt, "aggregate": ParityAggregate},
     views={"prompt": parity_prompt},
-    merge=merge_stream_parity,
 )
 ENDPOINT_PARITY = dataclasses.replace(
     STREAM_PARITY,
     name="endpoint-parity",
     spec=EndpointParitySpec,
     run=EndpointParityRun,
+    thresholds=EndpointParityThresholds,
+    context=EndpointParityContext,
+    summarize=summarize_endpoints,
     family="endpoint-parity",
     summary_lines=endpoint_summary_lines,
     records={"prompt": ParityPrompt, "aggregate": EndpointParityAggregate},
-    merge=merge_endpoint_parity,
 )

@@ -43,11 +43,14 @@ its percentiles and rates are then not reported), and successful outputs that ar
 while their reference is not, or the other way round (``empty generation in 2 of 40
 requests: ...``).
 
-Gates, per level: every fault is a violation of its own, whatever the thresholds;
-``error_rate <= max_error_rate``; ``consistency >= min_consistency``; ``flips.max_rate``
-against the Wilson upper bound of ``flip_rate`` at ``flips.confidence`` (or the point
-estimate with ``gate: point``). The aggregate fails when any level does, naming each
-level's violations.
+Gates, per level (:class:`StressThresholds`): every fault is a violation of its own,
+whatever the thresholds; ``error_rate <= max_error_rate``; ``consistency >=
+min_consistency``; ``flips.max_rate`` against the Wilson upper bound of ``flip_rate`` at
+``flips.confidence`` (or the point estimate with ``gate: point``). The aggregate
+(:func:`summarize`, a pure function of the levels' records: the live run and
+``pytest-infercheck report`` over shards call it alike) judges each level's record again and
+fails when any level does, naming each level's violations, and names the levels that
+errored.
 
 Records (:attr:`~.protocol.CheckKind.records`): :class:`StressLevel` (role ``level``, its
 mismatches :class:`Mismatch`) and :class:`StressAggregate` (role ``aggregate``). The
@@ -59,6 +62,7 @@ references (:class:`Reference`) and each level cross between processes as JSON
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import math
 import os
@@ -67,7 +71,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import Field, field_validator
 
@@ -88,17 +92,17 @@ from ..render.markup import esc, kv_table, num, table
 from ..render.table import render_table
 from ..render.views import facts, side_by_side
 from ..shared_work import SharedWork
-from ..specs import TargetCheck
+from ..specs import ErrorRate, FlipGates, FlipThresholds, TargetCheck
 from .protocol import (
     ItemPlan,
     Outcome,
     RateGate,
-    Shards,
+    RecordedItem,
+    Summary,
+    TargetContext,
     TargetRun,
-    merged_aggregate,
-    merged_engines,
-    shard_records,
-    suite_items,
+    errored_items,
+    records_of,
     target_kind,
 )
 
@@ -108,9 +112,9 @@ if TYPE_CHECKING:
     from ..suites import Prompt, Suite
 
 MAX_MISMATCHES = 10
+"""Inconsistent outputs listed per level (all are counted)."""
 MAX_SHOWN_FAULTS = 3
 """Requests whose logprob faults are quoted per level (all are counted)."""
-"""Inconsistent outputs listed per level (all are counted)."""
 TEXT_CHARS = 200
 """Characters of a mismatching reference and output kept in the report."""
 
@@ -134,6 +138,26 @@ class StressSpec(TargetCheck):
         if any(level < 1 for level in value) or len(set(value)) != len(value):
             raise ValueError("levels must be distinct integers >= 1")
         return sorted(value)
+
+
+class StressThresholds(ErrorRate, FlipGates):
+    """Per level: ``min_consistency`` (the share of outputs equal to their reference),
+    ``max_error_rate`` (the share of failed requests), ``flips.max_rate`` (the flip rate, on
+    the upper bound of its Wilson interval at ``flips.confidence`` or the point estimate with
+    ``gate: point``). A level has no single answer, so ``flips.fail_item_on`` other than its
+    default is refused rather than ignored."""
+
+    min_consistency: float = Field(default=1.0, ge=0, le=1)
+
+    @field_validator("flips")
+    @classmethod
+    def _rate_only(cls, value: FlipThresholds) -> FlipThresholds:
+        if value.fail_item_on != FlipThresholds().fail_item_on:
+            raise ValueError(
+                "stress does not use flips.fail_item_on: it gates each level's flip rate "
+                "(flips.max_rate)"
+            )
+        return value
 
 
 @dataclass(frozen=True)
@@ -215,7 +239,8 @@ class StressLevel:
     mismatches: list[Mismatch]
     """The first :data:`MAX_MISMATCHES` inconsistent outputs."""
     violations: list[str] = field(default_factory=list)
-    """The level's gates it broke (set by the run, :func:`level_violations`)."""
+    """The level's gates it broke (:func:`level_violations`; set by the run, judged again by
+    the aggregate from the record)."""
     measured_by: str = ""
     """The process that measured the level: an xdist worker (``gw0``) or ``main`` (set by the
     run)."""
@@ -443,23 +468,23 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def level_violations(data: StressLevel, check: CheckSpec) -> list[str]:
+def level_violations(data: StressLevel, thresholds: StressThresholds) -> list[str]:
     """The per-level gates (see the module docstring): the level's faults first."""
     n = data.requests
     out: list[str] = [f.text for f in data.faults]
-    if data.error_rate > check.max_error_rate:
+    if data.error_rate > thresholds.max_error_rate:
         kinds = ", ".join(f"{k} x{v}" for k, v in data.errors.items())
         failed = sum(data.errors.values())
         out.append(
             f"error rate {data.error_rate:.3f} ({failed}/{n}: {kinds}) > max_error_rate "
-            f"{check.max_error_rate}"
+            f"{thresholds.max_error_rate}"
         )
-    if data.consistency < check.min_consistency:
+    if data.consistency < thresholds.min_consistency:
         out.append(
             f"consistency {data.consistency:.3f} ({data.consistent}/{n} outputs equal "
-            f"to their reference) < min_consistency {check.min_consistency}"
+            f"to their reference) < min_consistency {thresholds.min_consistency}"
         )
-    gate = check.flips
+    gate = thresholds.flips
     if gate.max_rate is not None and n:
         upper = wilson_interval(data.flips, n, gate.confidence)[1]
         rate, how = (
@@ -544,12 +569,13 @@ def level_properties(data: StressLevel) -> list[tuple[str, Any]]:
     return [(f"infercheck_{k}", getattr(data, k)) for k in keys]
 
 
-class StressRun(TargetRun):
+class StressRun(TargetRun[StressSpec, StressThresholds]):
     """The stress check of one target x suite (see the module docstring)."""
 
     @classmethod
     def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
-        return [ItemPlan(f"c{level}", "level", str(level)) for level in check.spec.levels]
+        levels = cast(StressSpec, check.spec).levels
+        return [ItemPlan(f"c{level}", "level", str(level)) for level in levels]
 
     @cached_property
     def shared(self) -> SharedWork:
@@ -602,13 +628,13 @@ class StressRun(TargetRun):
         target = self.target
         jobs = [
             (p, self.render(p), self.params(p))
-            for p in jobs_for(self.suite.prompts, level, self.check.spec.repeats)
+            for p in jobs_for(self.suite.prompts, level, self.spec.repeats)
         ]
         send = send_batches if target.backend.batching is not None else send_burst
         with self.shared.locked(self._load_lock, exclusive=False), under_load():
             outputs = self.cache.run(send(target.backend, jobs, level))
         data = level_data(level, target.label, outputs, references, self.suite.prompts)
-        data.violations = level_violations(data, self.check)
+        data.violations = level_violations(data, self.thresholds)
         data.measured_by = os.environ.get("PYTEST_XDIST_WORKER", "main")
         return data
 
@@ -621,23 +647,29 @@ class StressRun(TargetRun):
             properties=level_properties(data),
         )
 
-    def aggregate(self) -> Outcome:
-        levels = [self.level(n) for n in self.check.spec.levels if self.in_scope(str(n))]
-        target = self.target
-        violations = level_union_violations(levels)
-        return Outcome(
-            violations=violations,
-            text="\n".join(level_table(levels)),
-            data=StressAggregate(
-                target=target.label,
-                levels=levels,
-                engines={target.label: target.backend.identity()},
-            ),
-            properties=[
-                ("infercheck_levels_failed", sum(bool(d.violations) for d in levels)),
-                ("infercheck_measured_by", ",".join(sorted({d.measured_by for d in levels}))),
-            ],
-        )
+
+def summarize(
+    items: Sequence[RecordedItem], thresholds: StressThresholds, context: TargetContext
+) -> Summary:
+    """The aggregate of the levels' records, by level: each level judged again by
+    :func:`level_violations` (its record's ``violations`` are those), every broken gate named
+    by level, and the levels that errored (no record) named."""
+    levels = sorted(
+        (
+            dataclasses.replace(d, violations=level_violations(d, thresholds))
+            for d in records_of(items, "level")
+        ),
+        key=lambda d: d.level,
+    )
+    return Summary(
+        record=StressAggregate(target=context.target, levels=levels, engines=context.engines),
+        violations=errored_items(items) + level_union_violations(levels),
+        text="\n".join(level_table(levels)),
+        properties=[
+            ("infercheck_levels_failed", sum(bool(d.violations) for d in levels)),
+            ("infercheck_measured_by", ",".join(sorted({d.measured_by for d in levels}))),
+        ],
+    )
 
 
 def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
@@ -728,31 +760,15 @@ def level_union_violations(levels: Sequence[StressLevel]) -> list[str]:
     return [f"c{d.level}: {v}" for d in levels for v in d.violations]
 
 
-def merge_stress(nodeid: str, shards: Shards, items: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The aggregate of the union of the shards' levels (each level an item of one shard);
-    None when a record cannot be read."""
-    try:
-        aggregates = shard_records(shards, StressAggregate)
-        levels = [load_record(StressLevel, i.data) for i in suite_items(nodeid, items, "level")]
-    except ValueError:
-        return None
-    levels.sort(key=lambda d: d.level)
-    record = StressAggregate(
-        target=aggregates[0].target,
-        levels=levels,
-        engines=merged_engines([a.engines for a in aggregates]),
-    )
-    return merged_aggregate(shards, level_union_violations(levels), record)
-
-
 def flip_rate_gates(check: CheckSpec, suite: Suite) -> list[RateGate]:
     """``flips.max_rate`` on the upper Wilson bound of each level's flip rate, counted over
     the level's requests: the smallest level sends the fewest."""
-    gate = check.flips
+    gate = cast(StressThresholds, check.kind_thresholds()).flips
     if gate.max_rate is None or gate.gate != "upper":
         return []
-    level = min(check.spec.levels)
-    n = len(jobs_for(suite.prompts, level, check.spec.repeats))
+    spec = cast(StressSpec, check.spec)
+    level = min(spec.levels)
+    n = len(jobs_for(suite.prompts, level, spec.repeats))
     copies = n // max(len(suite.prompts), 1)
     return [
         RateGate(
@@ -770,6 +786,9 @@ STRESS = target_kind(
     "stress",
     StressSpec,
     StressRun,
+    thresholds=StressThresholds,
+    context=TargetContext,
+    summarize=summarize,
     summary_lines=summary_lines,
     records={"level": StressLevel, "aggregate": StressAggregate},
     views={"level": stress_level},
@@ -789,6 +808,5 @@ STRESS = target_kind(
     columns=level_columns,
     charts=level_charts,
     spread_over_workers=True,
-    merge=merge_stress,
     rate_gates=flip_rate_gates,
 )

@@ -23,8 +23,11 @@ differing position, both ids and their texts, and the cause. Differences that ar
 of the tokenizers (``normalization``: one side normalizes the text to NFC;
 ``control-tokens``: text spelling a token one engine treats as a control token) fail too,
 unless the check lists them in ``allow``; an allowed difference passes and its item still
-says it. An empty tokenization always fails. The aggregate counts the prompts identical,
-count-only and differing (by cause) and fails when any item failed or errored.
+says it. An empty tokenization always fails. The aggregate (:func:`summarize`, a pure
+function of the items' records, which the live run and ``pytest-infercheck report`` over
+shards call alike) judges each item's record again (:func:`item_violations`), counts the
+prompts identical, count-only and differing (by cause) and fails when any item failed or
+errored. The check has no thresholds.
 """
 
 from __future__ import annotations
@@ -32,11 +35,11 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import Field
 
-from ..backends import Backend, BackendError
+from ..backends import Backend
 from ..metrics.text import first_divergence
 from ..metrics.tokenization import (
     LEADING,
@@ -55,8 +58,18 @@ from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
 from ..render.text import safe_text
 from ..render.views import engines, side_by_side
-from ..specs import KindSpec, Loc, Side
-from .protocol import Aggregates, CheckKind, CheckRun, ItemPlan, Outcome, memoised
+from ..specs import KindSpec, KindThresholds, Loc, Side
+from .protocol import (
+    Aggregates,
+    CheckKind,
+    CheckRun,
+    ItemPlan,
+    Outcome,
+    RecordedItem,
+    Summary,
+    TargetContext,
+    memoised,
+)
 
 if TYPE_CHECKING:
     from ..config import CheckSpec, LoadedMatrix
@@ -238,22 +251,30 @@ async def details(backend: Backend, ids: Sequence[int], positions: Sequence[int]
 
 @dataclass(frozen=True)
 class TokenItem:
+    """An item's record and its violations (:func:`item_violations`)."""
+
     record: TokenizationPrompt
     outcome: Outcome
 
 
+def item_violations(record: TokenizationPrompt) -> list[str]:
+    """Why an item fails, from its record: tokenizations that differ, unless by an allowed
+    tokenizer property."""
+    if record.status == Status.DIFFERS.value and not record.allowed:
+        return [f"{record.other.target} vs {record.reference.target}: {record.explanation}"]
+    return []
+
+
 @dataclass
-class TokenizationRun(CheckRun):
+class TokenizationRun(CheckRun[TokenizationSpec, KindThresholds]):
     """Each prompt tokenized by every target; one item per prompt and other target."""
 
     _measured: dict[tuple[str, str], Measured] = field(default_factory=dict, init=False)
     """By (target label, prompt id): its tokenization."""
-    _items: dict[str, TokenItem] = field(default_factory=dict, init=False)
-    """By item name (``p01[llama]``)."""
 
     @classmethod
     def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
-        sides = check.spec.test_sides(())
+        sides = cast(TokenizationSpec, check.spec).test_sides(())
         return [
             ItemPlan(p.id, "prompt", p.id, param=side.label)
             for p in suite.prompts
@@ -262,7 +283,7 @@ class TokenizationRun(CheckRun):
 
     @property
     def _allowed(self) -> frozenset[str]:
-        return frozenset(self.check.spec.allow)
+        return frozenset(self.spec.allow)
 
     def _side(self, label: str | None) -> ResolvedTarget:
         if label is None:
@@ -323,8 +344,9 @@ class TokenizationRun(CheckRun):
         ids = self.cache.call(target, target.backend.tokenize(nfc))
         return TokenSide(side.text, side.ids, side.count, side.pieces, side.special, ids)
 
-    def _run(self, prompt_id: str, label: str) -> TokenItem:
-        prompt = self.prompt(prompt_id)
+    def run_item(self, plan: ItemPlan) -> Outcome:
+        prompt = self.prompt(plan.key)
+        label = plan.param or ""
         ref_target, other_target = self._side(None), self._side(label)
         ref = (ref_target, self._measure(ref_target, prompt))
         other = (other_target, self._measure(other_target, prompt))
@@ -346,42 +368,36 @@ class TokenizationRun(CheckRun):
             explanation=verdict.explanation,
             window=window(ref_side, other_side, verdict.first_difference),
         )
-        violations = []
-        if verdict.status is Status.DIFFERS and not allowed:
-            violations.append(f"{other_target.label} vs {ref_target.label}: {verdict.explanation}")
-        return TokenItem(
+        return Outcome(
+            item_violations(record),
+            item_text(prompt, record),
             record,
-            Outcome(
-                violations,
-                item_text(prompt, record),
-                record,
-                [
-                    ("infercheck_status", record.status),
-                    ("infercheck_cause", str(record.cause)),
-                    ("infercheck_first_difference", str(record.first_difference)),
-                ],
-            ),
+            [
+                ("infercheck_status", record.status),
+                ("infercheck_cause", str(record.cause)),
+                ("infercheck_first_difference", str(record.first_difference)),
+            ],
         )
 
-    def _memoised(self, plan: ItemPlan) -> TokenItem:
-        label = plan.param or ""
-        return memoised(self._items, plan.full_name, lambda: self._run(plan.key, label))
-
-    def run_item(self, plan: ItemPlan) -> Outcome:
-        return self._memoised(plan).outcome
-
-    def aggregate(self) -> Outcome:
-        items: dict[str, TokenItem | str] = {}
-        for plan in self.plan(self.check, self.suite):
-            if self.selected and plan.key not in self.selected:
-                continue
-            try:
-                items[plan.full_name] = self._memoised(plan)
-            except BackendError as exc:
-                items[plan.full_name] = str(exc)
+    def context(self) -> TargetContext:
+        """The reference target and every target's engine."""
         targets = [self._side(None), *(self.resolve(s) for s in self.check.test_sides(self.index))]
-        identities = {t.label: t.backend.identity() for t in targets}
-        return aggregate_outcome(count_items(targets[0].label, identities, items))
+        return TargetContext(targets[0].label, {t.label: t.backend.identity() for t in targets})
+
+
+def summarize(
+    items: Sequence[RecordedItem], thresholds: KindThresholds, context: TargetContext
+) -> Summary:
+    """The aggregate of the items' records (sorted by name: the same order for a live run
+    and for merged shards), each judged again by :func:`item_violations`; failing when any
+    item failed or errored."""
+    judged: dict[str, TokenItem | str] = {}
+    for item in sorted(items, key=lambda i: i.name):
+        if item.record is None:
+            judged[item.name] = item.error or "error"
+        else:
+            judged[item.name] = TokenItem(item.record, Outcome(item_violations(item.record)))
+    return aggregate_summary(count_items(context.target, context.engines, judged))
 
 
 def _names(
@@ -485,7 +501,7 @@ def _count(records: Any, status: Status) -> int:
     return sum(1 for r in records if r.status == status.value)
 
 
-def aggregate_outcome(record: TokenizationAggregate) -> Outcome:
+def aggregate_summary(record: TokenizationAggregate) -> Summary:
     """Failing when any item failed or errored; the text counts the items."""
     violations = []
     if record.failed:
@@ -505,7 +521,7 @@ def aggregate_outcome(record: TokenizationAggregate) -> Outcome:
         ("infercheck_differing", record.differing),
         ("infercheck_errors", record.n_errors),
     ]
-    return Outcome(violations, text, record, properties)
+    return Summary(record, violations, text, properties)
 
 
 # -- presentation ----------------------------------------------------------------------------------
@@ -610,7 +626,9 @@ TOKENIZATION = CheckKind(
     spec=TokenizationSpec,
     run=TokenizationRun,
     label=reference_model,
-    thresholds=frozenset(),
+    thresholds=KindThresholds,
+    context=TargetContext,
+    summarize=summarize,
     family="tokenization",
     summary_lines=summary_lines,
     records={"prompt": TokenizationPrompt, "aggregate": TokenizationAggregate},

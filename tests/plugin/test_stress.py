@@ -11,6 +11,11 @@ from typing import Any
 
 import pytest
 
+from pytest_infercheck.report.results import load_results
+from tests.fault_matrix import write_project
+from tests.faults import Fault, Mode, backend_name
+from tests.resummarize import aggregates, assert_same_aggregate, resummarized
+
 from .helpers import junit_properties
 
 STRESS = """\
@@ -103,3 +108,42 @@ def test_under_xdist_levels_spread_and_are_measured_once(
     result.stdout.fnmatch_lines(
         ["stress(bf16) addition on bf16@local: pass", "*c1 *", "*c2 *", "*c4 *", "*c8 *", "*c16 *"]
     )
+
+
+FAULTS = {  # a fault of the engine after its first answer -> what the aggregate names
+    Fault.NAN_LOGPROBS: "non-finite logprob in",
+    Fault.EMPTY: "empty generation in",
+    Fault.SWAPPED_TOKEN: "outputs equal to their reference) < min_consistency 1.0",
+}
+
+
+def test_the_aggregate_is_the_summary_of_the_level_records_and_names_every_fault(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path]
+) -> None:
+    """Each aggregate, recomputed by ``STRESS.summarize`` from the levels' records in the
+    results file (in either order: a merge of shards sees them by node id), is the live one:
+    verdict, violations and every number. A faithful engine passes; an engine that goes
+    wrong after its first answer (the references) fails the aggregate naming the fault at
+    each level."""
+    names = {fault: backend_name(fault, Mode.AFTER_FIRST) for fault in FAULTS}
+    sides = ["local", *names.values()]
+    backends = "".join(f"  {name}: {{kind: mlx-lm}}\n" for name in sides)
+    checks = "".join(
+        f"  - stress: {{target: adder@{name}, levels: [1, 2, 4], repeats: 1}}\n    name: {name}\n"
+        for name in sides
+    )
+    write_project(pytester, f"  adder: {{path: '{tiny_models['bf16']}'}}\n", backends, checks)
+    pytester.runpytest("-q", "-p", "no:cacheprovider", "--infercheck-results=r.json")
+    results = load_results(pytester.path / "r.json")
+    live = aggregates(results)
+    assert len(live) == len(sides)
+    for nodeid, aggregate in live.items():
+        for reverse in (False, True):
+            assert_same_aggregate(resummarized(results, nodeid, reverse=reverse), aggregate)
+    by_name = {a["check"].removeprefix("stress(").removesuffix(")"): a for a in live.values()}
+    assert by_name["local"]["outcome"] == "passed" and by_name["local"]["violations"] == []
+    for fault, words in FAULTS.items():
+        aggregate = by_name[names[fault]]
+        assert aggregate["outcome"] == "failed", fault
+        for level in ("c1", "c2", "c4"):
+            assert any(v.startswith(f"{level}: ") and words in v for v in aggregate["violations"])

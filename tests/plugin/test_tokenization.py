@@ -18,10 +18,21 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.backends import Backend, Generation, GenerationParams, PromptInput
+from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
+from pytest_infercheck.checks.tokenization import (
+    TOKENIZATION,
+    SideCounts,
+    TokenizationPrompt,
+    TokenSideRecord,
+)
 from pytest_infercheck.config import BackendSpec
+from pytest_infercheck.records import load_record, plain_data
+from pytest_infercheck.report.results import load_results
+from pytest_infercheck.specs import KindThresholds
 from tests.htmldom import parse
 from tests.plugin.helpers import junit_properties
 from tests.plugin.test_html_report import report_parts
+from tests.resummarize import aggregates, assert_same_aggregate, resummarized
 
 CONFTEST = "from tests.plugin.test_tokenization import pytest_infercheck_wrap_backend  # noqa\n"
 FAULTS = ("template", "changed", "empty")
@@ -162,6 +173,12 @@ def test_faithful_passes_and_each_fault_fails_naming_position_and_cause(
     assert props["p02[tok-changed]"]["infercheck_cause"] == "ids"
     summary = run.stdout.str().split("infercheck summary", 1)[1]
     assert "2/10" in summary and "bos 2, empty 2, ids 2, template 2" in summary
+    # The aggregate is TOKENIZATION.summarize of the items' records, in any order (a merge
+    # of shards sees them by node id): verdict, violations and every count.
+    doc = load_results(pytester.path / "r.json")
+    ((nodeid, live),) = aggregates(doc).items()
+    for reverse in (False, True):
+        assert_same_aggregate(resummarized(doc, nodeid, reverse=reverse), live)
 
     # The HTML view escapes every token text and the rendered text (p02 spells <b>).
     _, tests = report_parts(pytester.path / "r.html")
@@ -282,3 +299,54 @@ async def test_the_prompt_token_count_is_the_usage_of_a_one_token_request() -> N
     body = script.requests[0]["json"]
     assert script.requests[0]["path"] == "/v1/chat/completions"
     assert body["max_tokens"] == 1 and "logprobs" not in body
+
+
+# -- the aggregate: a summary of the items' records ------------------------------------------
+
+
+def token_record(prompt_id: str, other: str, status: str, **verdict: Any) -> TokenizationPrompt:
+    """A record of ``prompt_id`` against ``adder@<other>``: ``status`` with ``verdict``'s
+    cause, allowed and explanation."""
+    ids = [1, 52, 53]
+    return TokenizationPrompt(
+        prompt_id=prompt_id,
+        reference=TokenSideRecord("adder@local", "render", "<s>12", ids, 3),
+        other=TokenSideRecord(f"adder@{other}", "render", "<s>12", ids, 3),
+        status=status,
+        cause=verdict.get("cause"),
+        allowed=verdict.get("allowed", False),
+        first_difference=verdict.get("first_difference"),
+        text_difference=None,
+        explanation=verdict.get("explanation", "identical ids"),
+    )
+
+
+def recorded(name: str, record: TokenizationPrompt) -> RecordedItem:
+    """An item as the aggregate reads it: its record through plain data and back."""
+    return RecordedItem("prompt", name, load_record(TokenizationPrompt, plain_data(record)))
+
+
+def test_the_aggregate_judges_each_record_again_and_counts_errors() -> None:
+    differs = {"cause": "ids", "first_difference": 2, "explanation": "ids differ from 2"}
+    nfc = {"cause": "normalization", "allowed": True, "first_difference": 1}
+    items = [
+        recorded("p02[llama]", token_record("p02", "llama", "differs", **differs)),
+        recorded("p01[llama]", token_record("p01", "llama", "identical")),
+        recorded("p01[nfc]", token_record("p01", "nfc", "differs", **nfc)),
+        RecordedItem("prompt", "p02[nfc]", None, "HTTP 500 from /tokenize"),
+    ]
+    context = TargetContext("adder@local", {"adder@local": {"kind": "mlx-lm"}})
+    summary = TOKENIZATION.summarize(items, KindThresholds(), context)
+    assert summary.violations == ["2 of 4 items failed: p02[llama], p02[nfc]"]
+    record = summary.record
+    assert (record.items, record.identical, record.differing, record.allowed) == (4, 1, 2, 1)
+    assert record.by_cause == {"ids": 1, "normalization": 1}
+    assert record.errors == {"p02[nfc]": "HTTP 500 from /tokenize"} and record.n_errors == 1
+    assert list(record.sides) == ["llama", "nfc"]
+    assert record.sides["nfc"] == SideCounts(
+        items=2, identical=0, count_only=0, differing=1, errors=1
+    )
+    assert TOKENIZATION.summarize(items[::-1], KindThresholds(), context) == summary
+    # a subset: only its items are counted, and judged
+    part = TOKENIZATION.summarize(items[1:3], KindThresholds(), context)
+    assert part.violations == [] and part.record.items == 2

@@ -5,17 +5,24 @@ back instead of raising."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
+from pytest_infercheck.backends.base import Generation
 from pytest_infercheck.checks.cache_pollution import (
     CACHE_POLLUTION,
+    HOSTILE_KINDS,
     CachePollutionAggregate,
+    CachePollutionContext,
     ChangedOutput,
     HostileRecord,
+    hostile_violations,
 )
 from pytest_infercheck.checks.cache_pollution import summary_lines as pollution_lines
 from pytest_infercheck.checks.parity import (
@@ -23,19 +30,27 @@ from pytest_infercheck.checks.parity import (
     STREAM_PARITY,
     EndpointCounts,
     EndpointParityAggregate,
+    EndpointParityContext,
+    EndpointParityThresholds,
     EndpointSide,
     ParityAggregate,
     ParityItem,
     ParityPrompt,
     StreamSide,
+    compare_generations,
     count_items,
     endpoint_counts,
     endpoint_summary_lines,
+    stream_violations,
     summary_lines,
 )
-from pytest_infercheck.checks.protocol import Outcome
+from pytest_infercheck.checks.protocol import Outcome, RecordedItem, TargetContext
+from pytest_infercheck.config import check_model
+from pytest_infercheck.metrics.consistency import Fault, similarity_fault
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.report.views import item_detail
+from pytest_infercheck.specs import KindThresholds, LogprobTolerance
+from pytest_infercheck.suites import Prompt
 from tests.htmldom import parse
 
 ENGINES: dict[str, dict[str, Any]] = {"adder@llama": {"kind": "llama-server", "name": "llama"}}
@@ -231,3 +246,205 @@ def test_terminal_rows_read_the_records_and_mark_the_unreadable() -> None:
     del stream["n_flips"], endpoints["endpoints"], pollution["n_dead"]
     for summary, kind, data in rows:
         assert cells(summary([(node.format(kind), True, data)])) == ["?"] * 4 + ["PASS"]
+
+
+# -- the aggregates: summaries of the items' records -------------------------------------------
+def gen(text: str, ids: list[int] | None = None, logprobs: list[float] | None = None) -> Generation:
+    return Generation(text=text, token_ids=ids, finish_reason="stop", chosen_logprobs=logprobs)
+
+
+PROMPT = Prompt("s01", "12+34=", None, 5, "46", "number", None, "addition.jsonl:1")
+FAITHFUL = gen("46", [55, 57, 2], [-0.5, -0.25, -1.0])
+
+
+def streamed(prompt_id: str, other: Generation, ref: Generation = FAITHFUL) -> ParityPrompt:
+    """A stream-parity record of ``ref`` (not streamed) against ``other`` (streamed), compared
+    as the run compares them."""
+    result = compare_generations(PROMPT, ref, other, ("non-streamed", "streamed"))
+    return ParityPrompt(
+        prompt_id=prompt_id,
+        target="adder@llama",
+        reference=StreamSide(ref.text, ref.token_ids, "stop", "non-streamed"),
+        other=StreamSide(other.text, other.token_ids, "stop", "streamed"),
+        match=result.match,
+        first_divergence=result.first_divergence,
+        divergence_unit=result.divergence_unit,
+        similarity=result.similarity,
+        answers=result.answers,
+        flip=result.flip,
+        logprob_drift=result.logprob_drift,
+        faults=result.faults,
+    )
+
+
+def read_back(role: str, name: str, record: Any) -> RecordedItem:
+    """An item as the aggregate reads it: its record through plain data and back (the live
+    run and a results file alike: no non-finite number survives)."""
+    data = json.loads(json.dumps(plain_data(record)))
+    return RecordedItem(role, name, load_record(type(record), data))
+
+
+STREAM_CONTEXT = TargetContext("adder@llama", ENGINES)
+BROKEN_STREAMS = {  # the streamed output -> the words of the aggregate's line about it
+    "changed token": (gen("47", [55, 58, 2], [-0.5, -0.25, -1.0]), None),
+    "nan logprob": (
+        gen("46", [55, 57, 2], [-0.5, math.nan, -1.0]),
+        "non-finite logprob in 1 of 1 items: s01 (the streamed output at position 1)",
+    ),
+    "empty": (
+        gen("", [2], [-1.0]),
+        "empty generation in 1 of 1 items: s01 (the streamed output)",
+    ),
+    "-inf beside a finite logprob": (
+        gen("46", [55, 57, 2], [-0.5, -math.inf, -1.0]),
+        "non-finite logprob drift in 1 of 1 items: s01 (streamed vs non-streamed)",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", list(BROKEN_STREAMS))
+def test_every_fault_of_a_stream_fails_the_stream_parity_aggregate_from_its_record(
+    fault: str,
+) -> None:
+    other, line = BROKEN_STREAMS[fault]
+    record = streamed("s01", other)
+    live = stream_violations(record, LogprobTolerance())
+    assert live  # the item fails
+    summary = STREAM_PARITY.summarize(
+        [read_back("prompt", "s01", record)], LogprobTolerance(), STREAM_CONTEXT
+    )
+    assert summary.violations[-1] == "1 of 1 items failed: s01"
+    assert summary.violations[:-1] == ([] if line is None else [line])
+    assert summary.record.n_failed == 1
+
+
+def test_a_drift_that_is_not_finite_is_a_fault_its_record_keeps() -> None:
+    record = streamed("s01", BROKEN_STREAMS["-inf beside a finite logprob"][0])
+    assert record.logprob_drift == math.inf
+    assert stream_violations(record, LogprobTolerance()) == [
+        "non-finite logprob drift of streamed vs non-streamed (+inf)",
+        "logprob drift inf with identical tokens is not finite: fails logprob_tolerance 0.0001",
+    ]
+    back = read_back("prompt", "s01", record).record
+    assert back.logprob_drift is None  # JSON has no inf
+    assert stream_violations(back, LogprobTolerance()) == [
+        "non-finite logprob drift of streamed vs non-streamed (+inf)"
+    ]
+    # a NaN logprob explains its NaN drift: no second fault
+    nan = streamed("s01", BROKEN_STREAMS["nan logprob"][0])
+    assert [f.fault for f in nan.faults] == ["non-finite logprob"]
+
+
+def test_the_stream_parity_aggregate_counts_records_and_errors_in_any_order() -> None:
+    drifting = gen("46", [55, 57, 2], [-0.5, -0.26, -1.0])
+    items = [
+        read_back("prompt", "s03", streamed("s03", drifting)),
+        read_back("prompt", "s01", streamed("s01", FAITHFUL)),
+        RecordedItem("prompt", "s02", None, "HTTP 500 after 4 attempts"),
+    ]
+    summary = STREAM_PARITY.summarize(items, LogprobTolerance(), STREAM_CONTEXT)
+    assert summary.violations == ["2 of 3 items failed: s02, s03"]
+    record = summary.record
+    assert (record.items, record.n_match, record.n_mismatch, record.n_errors) == (3, 2, 0, 1)
+    assert record.errors == {"s02": "HTTP 500 after 4 attempts"}
+    assert summary.text == "adder@llama: 2/3 identical, 0 answer flips, 1 errors"
+    assert STREAM_PARITY.summarize(items[::-1], LogprobTolerance(), STREAM_CONTEXT) == summary
+    # judged with the thresholds given: a drift of 0.01 within a tolerance of 0.1
+    loose = STREAM_PARITY.summarize(items, LogprobTolerance(logprob_tolerance=0.1), STREAM_CONTEXT)
+    assert loose.violations == ["1 of 3 items failed: s02"]
+
+
+def endpoint_record(
+    flip: str | None, similarity: float | None, faults: list[Fault]
+) -> ParityPrompt:
+    record = parity_prompt(flip, match=similarity == 1.0, stream=False)
+    return dataclasses.replace(record, similarity=similarity, faults=faults)
+
+
+def test_the_endpoint_parity_aggregate_judges_similarity_and_flips_with_the_thresholds() -> None:
+    nan = similarity_fault("chat vs completions", math.nan)
+    assert nan is not None
+    items = [
+        read_back("prompt", "s01[chat]", endpoint_record("unchanged", 1.0, [])),
+        read_back("prompt", "s02[chat]", endpoint_record("correct_to_wrong", 0.5, [])),
+        read_back("prompt", "s03[messages]", endpoint_record(None, math.nan, [nan])),
+        read_back("prompt", "s04[messages]", endpoint_record("wrong_to_wrong", 0.9, [])),
+    ]
+    assert items[2].record.similarity is None  # NaN read back: its fault says so
+    context = EndpointParityContext("adder@llama", "completions", ENGINES)
+    strict = EndpointParityThresholds()
+    summary = ENDPOINT_PARITY.summarize(items, strict, context)
+    assert summary.violations == [
+        "non-finite similarity in 1 of 4 items: s03[messages] (chat vs completions)",
+        "3 of 4 items failed: s02[chat], s03[messages], s04[messages]",
+    ]
+    assert summary.record.reference == "completions"
+    assert summary.record.endpoints == {
+        "chat": EndpointCounts(items=2, match=1, failed=1),
+        "messages": EndpointCounts(items=2, match=0, failed=2),
+    }
+    loose = EndpointParityThresholds.model_validate(
+        {"min_similarity": 0.5, "flips": {"fail_item_on": "never"}}
+    )
+    assert ENDPOINT_PARITY.summarize(items, loose, context).violations[-1] == (
+        "1 of 4 items failed: s03[messages]"  # a similarity that is not finite never passes
+    )
+    flips = EndpointParityThresholds.model_validate({"min_similarity": 0.5})
+    assert ENDPOINT_PARITY.summarize(items, flips, context).violations[-1] == (
+        "2 of 4 items failed: s02[chat], s03[messages]"
+    )
+
+
+def test_endpoint_parity_refuses_a_flip_rate_gate_it_does_not_apply() -> None:
+    entry = check_model(frozenset({"endpoint-parity"}))
+    written = {"endpoint-parity": "adder@llama", "flips": {"max_rate": 0.1}}
+    with pytest.raises(ValidationError, match=r"endpoint-parity does not use flips\.max_rate"):
+        entry.model_validate(written).kind_thresholds()
+    fail_on = {"endpoint-parity": "adder@llama", "flips": {"fail_item_on": "any"}}
+    thresholds = entry.model_validate(fail_on).kind_thresholds()
+    assert isinstance(thresholds, EndpointParityThresholds)
+    assert thresholds.flips.fail_item_on == "any"
+
+
+def hostile(kind: Any, **found: Any) -> HostileRecord:
+    """A hostile item's record: alive, nothing changed, 3 prompts, unless ``found`` says."""
+    fields: dict[str, Any] = {"alive": True, "changed": [], "prompts": 3, **found}
+    return HostileRecord("adder@llama", kind, f"answer to {kind}", **fields)
+
+
+def test_the_cache_pollution_aggregate_judges_each_hostile_record_again() -> None:
+    changed = ChangedOutput("s01", "46", "47", 1, "token")
+    nan = Fault("non-finite logprob", "the output of s02", "non-finite logprob in ... (NaN)", [0])
+    items = [
+        read_back("hostile", "disconnect", hostile("disconnect", failure="HTTP 500")),
+        read_back("hostile", "max-tokens-0", hostile("max-tokens-0", faults=[nan])),
+        read_back("hostile", "invalid-utf8", hostile("invalid-utf8", changed=[changed])),
+        read_back("hostile", "special-tokens", hostile("special-tokens")),
+        read_back("hostile", "context-overflow", hostile("context-overflow", alive=False)),
+    ]
+    context = CachePollutionContext("adder@llama", 3, ENGINES)
+    summary = CACHE_POLLUTION.summarize(items, KindThresholds(), context)
+    assert summary.violations == [
+        "the server died after: context-overflow",
+        "reference outputs changed after: invalid-utf8",
+        "non-finite logprob in 1 of 5 hostile requests: max-tokens-0 (the output of s02 at "
+        "position 0)",
+        "reference prompts failed after: disconnect",
+    ]
+    record = summary.record
+    assert (record.n_hostile, record.n_dead, record.n_polluted, record.n_failed) == (5, 1, 1, 4)
+    assert list(record.responses) == list(HOSTILE_KINDS)  # their order, whatever the items'
+    assert CACHE_POLLUTION.summarize(items[::-1], KindThresholds(), context) == summary
+    errored = [*items[3:4], RecordedItem("hostile", "disconnect", None, "server gone")]
+    summary = CACHE_POLLUTION.summarize(errored, KindThresholds(), context)
+    assert summary.violations == ["1 of 2 items errored: disconnect (server gone)"]
+    assert (summary.record.n_hostile, summary.record.n_failed) == (2, 1)
+
+
+def test_a_failure_of_the_reference_prompts_is_in_the_record_only_when_there_is_one() -> None:
+    assert "failure" not in plain_data(hostile("disconnect"))
+    record = hostile("disconnect", failure="HTTP 500")
+    assert plain_data(record)["failure"] == "HTTP 500"
+    assert hostile_violations(record) == [
+        "the reference prompts failed after the disconnect request: HTTP 500"
+    ]

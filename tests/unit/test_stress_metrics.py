@@ -8,14 +8,18 @@ import math
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from pytest_infercheck.backends.http import HttpError
 from pytest_infercheck.backends.openai_compat import parse_choice
+from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
 from pytest_infercheck.checks.stress import (
+    STRESS,
     Mismatch,
     Output,
     Reference,
     StressLevel,
+    StressThresholds,
     batches,
     error_kind,
     jobs_for,
@@ -23,7 +27,7 @@ from pytest_infercheck.checks.stress import (
     level_violations,
     token_count,
 )
-from pytest_infercheck.config import CheckSpec
+from pytest_infercheck.config import check_model
 from pytest_infercheck.metrics.load import max_in_flight, mean_in_flight, span, tokens_per_second
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.shared_work import SharedWork
@@ -115,8 +119,12 @@ def test_all_errors() -> None:
     assert data.latency_p50_s is None and data.tokens_per_s is None
 
 
-def check(**thresholds: object) -> CheckSpec:
-    return CheckSpec.model_validate({"stress": "m", **thresholds})
+def check(**thresholds: object) -> StressThresholds:
+    """The thresholds of a stress check entry with ``thresholds`` written beside its key."""
+    entry = check_model(frozenset({"stress"})).model_validate({"stress": "m", **thresholds})
+    typed = entry.kind_thresholds()
+    assert isinstance(typed, StressThresholds)
+    return typed
 
 
 def test_gates() -> None:
@@ -271,3 +279,60 @@ def test_faults_are_in_the_json_only_when_there_are_some() -> None:
     assert plain["faults"][0]["fault"] == "empty generation"
     assert plain["mismatches"][0]["fault"].startswith("empty generation: request 0 (a)")
     assert load_record(StressLevel, json.loads(json.dumps(plain))) == broken
+
+
+# -- the aggregate: a summary of the levels' records -----------------------------------------
+def level_item(data: StressLevel) -> RecordedItem:
+    """A level as the aggregate reads it: its record through plain data and back."""
+    return RecordedItem("level", f"c{data.level}", load_record(StressLevel, plain_data(data)))
+
+
+CONTEXT = TargetContext("m@srv", {"m@srv": {"kind": "llama-server"}})
+
+
+def test_the_aggregate_judges_each_level_record_again_in_level_order() -> None:
+    clean = level_data(1, "m@srv", [Output("a", 0.0, 1.0, "46", [10, 11, 2], 3)], REFS, PROMPTS)
+    changed = level_data(4, "m@srv", [Output("a", 0.0, 1.0, "47", [10, 14, 2], 3)], REFS, PROMPTS)
+    assert clean.violations == changed.violations == []  # as recorded: never judged
+    items = [level_item(changed), level_item(clean)]
+    summary = STRESS.summarize(items, check(), CONTEXT)
+    assert summary.violations == [
+        "c4: consistency 0.000 (0/1 outputs equal to their reference) < min_consistency 1.0"
+    ]
+    assert [d.level for d in summary.record.levels] == [1, 4]
+    assert summary.record.levels[0].violations == []
+    assert summary.record.levels[1].violations == [summary.violations[0].removeprefix("c4: ")]
+    assert summary.properties[0] == ("infercheck_levels_failed", 1)
+    assert STRESS.summarize(items, check(min_consistency=0.0), CONTEXT).violations == []
+    assert STRESS.summarize(items[::-1], check(), CONTEXT) == summary
+
+
+@pytest.mark.parametrize(
+    ("outputs", "words"),
+    [
+        ([Output("a", 0.0, math.nan, "46")], "c2: non-finite latency at request 0 (NaN)"),
+        ([Output("a", 0.0, 1.0, "")], "c2: empty generation in 1 of 1 requests"),
+    ],
+    ids=["nan-latency", "empty"],
+)
+def test_a_fault_of_a_level_fails_the_aggregate_whatever_the_thresholds(
+    outputs: list[Output], words: str
+) -> None:
+    data = level_data(2, "m@srv", outputs, {"a": Reference("46", None)}, [prompt("a", "46")])
+    loose = check(max_error_rate=1.0, min_consistency=0.0)
+    violations = STRESS.summarize([level_item(data)], loose, CONTEXT).violations
+    assert len(violations) == 1 and violations[0].startswith(words), violations
+
+
+def test_a_level_that_errored_is_named_by_the_aggregate() -> None:
+    clean = level_data(1, "m@srv", [Output("a", 0.0, 1.0, "46", [10, 11, 2], 3)], REFS, PROMPTS)
+    items = [level_item(clean), RecordedItem("level", "c2", None, "server gone")]
+    summary = STRESS.summarize(items, check(), CONTEXT)
+    assert summary.violations == ["1 of 2 items errored: c2 (server gone)"]
+    assert [d.level for d in summary.record.levels] == [1]
+
+
+def test_stress_refuses_a_flip_rule_per_item_it_does_not_apply() -> None:
+    with pytest.raises(ValidationError, match=r"stress does not use flips\.fail_item_on"):
+        check(flips={"fail_item_on": "any"})
+    assert check(flips={"fail_item_on": "correct_to_wrong", "max_rate": 0.5}).flips.max_rate == 0.5
