@@ -26,14 +26,16 @@ from pytest_infercheck.checks.comparison.present import (
     MEASURES,
     cliff_lines,
     level_charts,
-    merge_aggregate,
     side_columns,
     summary_rows,
 )
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
 from pytest_infercheck.checks.comparison.run import SelfCheckRecord
+from pytest_infercheck.checks.comparison.summary import SweepContext, summarize_sweep
+from pytest_infercheck.checks.protocol import RecordedItem
 from pytest_infercheck.golden.record import GoldenRecording, PromptRecording, SuiteRecording
 from pytest_infercheck.records import load_record, plain_data
+from pytest_infercheck.report.merge import summarized
 from pytest_infercheck.report.views import item_detail
 from pytest_infercheck.specs import Thresholds
 from tests.htmldom import parse
@@ -55,12 +57,22 @@ TEXT_ONLY = dataclasses.replace(
 )
 LEVEL = aggregate([FLIPPED, UNCHANGED], Thresholds(max_kl_position=0.5))
 ENGINES = {"bf16@local": {"kind": "mlx-lm", "model": "/m/bf16"}, "q4@local": {"kind": "mlx-lm"}}
-COMPARE_AGGREGATE = ComparisonAggregateRecord("compare", "addition", [LEVEL], ENGINES)
+COMPARE_AGGREGATE = ComparisonAggregateRecord(
+    "compare", "addition", [LEVEL], ENGINES, tests=["q4@local"]
+)
 CLIFF, STEPS = sweep_cliff(
     self_check_level([], 2), [LEVEL], [[FLIPPED, UNCHANGED]], Thresholds(max_mean_kl=0.1)
 )
 SWEEP_AGGREGATE = SweepAggregateRecord(
-    "sweep", "addition", [LEVEL], ENGINES, CLIFF, cliff_alpha=0.05, cliff_steps=STEPS
+    "sweep",
+    "addition",
+    [LEVEL],
+    ENGINES,
+    CLIFF,
+    cliff_alpha=0.05,
+    cliff_steps=STEPS,
+    tests=["q4@local"],
+    self_check=True,
 )
 PROMPT_RECORDING = PromptRecording(
     golden="adder-v1",
@@ -88,8 +100,9 @@ RECORDS: list[Any] = [
     LEVEL,
     COMPARE_AGGREGATE,
     SWEEP_AGGREGATE,
-    SelfCheckRecord([]),
-    SelfCheckRecord(["s01: token ids differ from token 3"]),
+    SelfCheckRecord([], []),
+    SelfCheckRecord(["s01: token ids differ from token 3"], ["s01"]),
+    dataclasses.replace(COMPARE_AGGREGATE, ungated=True, replay=["golden:x recorded from ..."]),
     PROMPT_RECORDING,
     SUITE_RECORDING,
 ]
@@ -140,6 +153,7 @@ LEVEL_KEYS = [
     "test",
     "n_prompts",
     "n_failed",
+    "n_identical",
     "kl_n",
     "kl_mean",
     "kl_se",
@@ -200,12 +214,19 @@ def test_nan_statistics_are_null_in_json_and_nan_again_when_read() -> None:
 def test_json_keys_are_those_of_the_results_format() -> None:
     assert list(plain_data(FLIPPED)) == PROMPT_KEYS
     assert list(plain_data(LEVEL)) == LEVEL_KEYS
-    assert list(plain_data(COMPARE_AGGREGATE)) == ["check", "suite", "levels", "engines"]
+    common = ["check", "suite", "levels", "engines", "tests", "ungated"]
+    assert list(plain_data(COMPARE_AGGREGATE)) == common
     assert list(plain_data(SWEEP_AGGREGATE)) == [
-        *["check", "suite", "levels", "engines"],
-        *["cliff", "cliff_alpha", "cliff_steps"],
+        *common,
+        *["cliff", "cliff_alpha", "cliff_steps", "self_check"],
     ]
-    assert plain_data(SelfCheckRecord(["x"])) == {"problems": ["x"]}
+    # a golden baseline's replay line only where there is one
+    golden = dataclasses.replace(COMPARE_AGGREGATE, replay=["golden:x recorded from ..."])
+    assert list(plain_data(golden)) == [*common, "replay"]
+    assert plain_data(SelfCheckRecord(["s01: x"], ["s01"])) == {
+        "problems": ["s01: x"],
+        "failed": ["s01"],
+    }
     common = ["golden", "file", "target", "engines"]
     assert list(plain_data(PROMPT_RECORDING)) == [
         *common,
@@ -249,7 +270,8 @@ def test_the_kinds_register_their_records_by_role() -> None:
 def test_summary_keys_are_fields_of_the_records() -> None:
     """The HTML summary reads an aggregate's levels and the prompt records by key."""
     level_fields = {f.name for f in dataclasses.fields(SuiteAggregate)}
-    assert {key for _, keys, _ in MEASURES for key in keys} <= level_fields
+    # side_columns adds the aggregate's ``ungated`` to each level's numbers
+    assert {key for _, keys, _ in MEASURES for key in keys} <= level_fields | {"ungated"}
     assert {FLIP_BARS.value, FLIP_BARS.low, FLIP_BARS.high} <= level_fields
     prompt_fields = {f.name for f in dataclasses.fields(PromptComparison)}
     assert {KL_DISTRIBUTION.value, KL_DISTRIBUTION.group} <= prompt_fields
@@ -288,11 +310,31 @@ def test_html_views_of_the_records() -> None:
     assert "degradation cliff: q4@local" in sweep.text()
     compare = parse(item_detail(record_of("compare", "aggregate", plain_data(COMPARE_AGGREGATE))))
     assert "degradation cliff" not in compare.text() and "/m/bf16" in compare.text()
-    check = parse(item_detail(record_of("sweep", "self-check", {"problems": ["s01: differ"]})))
+    failed = {"problems": ["s01: differ"], "failed": ["s01"]}
+    check = parse(item_detail(record_of("sweep", "self-check", failed)))
     assert check.one("ul").text() == "s01: differ"
     ((title, numbers),) = side_columns(plain_data(COMPARE_AGGREGATE))
-    assert title == "q4@local" and numbers == plain_data(LEVEL)
+    assert title == "q4@local" and numbers == {**plain_data(LEVEL), "ungated": False}
     assert len(level_charts("sweep(bf16) · addition", plain_data(SWEEP_AGGREGATE))) == 2
+
+
+def test_an_ungated_aggregate_says_so_in_the_terminal_and_the_html() -> None:
+    ungated = dataclasses.replace(COMPARE_AGGREGATE, ungated=True)
+    node = "m.yaml::compare(bf16-vs-q4)::addition::aggregate"
+    passing = dataclasses.replace(ungated, levels=[dataclasses.replace(LEVEL, n_failed=0)])
+    (passed,) = summary_rows([(node, True, plain_data(passing))])
+    assert passed[-1] == "ungated"  # passed, but nothing was checked
+    (failed,) = summary_rows([(node, False, plain_data(ungated))])
+    assert failed[-1] == "FAIL"
+    (gated,) = summary_rows([(node, True, plain_data(COMPARE_AGGREGATE))])
+    assert gated[-1] == "FAIL"  # an item failed
+    html = parse(item_detail(record_of("compare", "aggregate", plain_data(ungated))))
+    assert html.one("p", "ic-ungated").text().startswith("ungated: this check writes no gate")
+    plain = parse(item_detail(record_of("compare", "aggregate", plain_data(COMPARE_AGGREGATE))))
+    assert not list(plain.iter("p", "ic-ungated"))
+    ((_, numbers),) = side_columns(plain_data(ungated))
+    gates = dict((title, show) for title, _, show in MEASURES)["gates"]
+    assert gates(numbers["ungated"]) == "<b>ungated</b>" and gates(False) == "written"
 
 
 def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -348,40 +390,71 @@ def _item(
     }
 
 
+def _recorded(name: str, role: str, record: Any) -> RecordedItem:
+    return RecordedItem(role, name, record)
+
+
+CONTEXT = SweepContext(
+    check="sweep",
+    suite="addition",
+    tests=["q4@local"],
+    engines=ENGINES,
+    cliff_alpha=0.05,
+    self_check=True,
+)
+MEAN_KL_GATE = Thresholds(max_kl_position=0.5, max_mean_kl=0.1)
+
+
+def _merged(
+    shards: list[list[RecordedItem]], thresholds: Thresholds = MEAN_KL_GATE
+) -> dict[str, Any] | None:
+    """The merge of shards holding ``shards`` (each a list of items): every shard's
+    aggregate summarized from its own items, then ``pytest-infercheck report``'s merge."""
+    extra = {} if thresholds.max_mean_kl is None else {"max_mean_kl": thresholds.max_mean_kl}
+    aggregates = [
+        (
+            i + 1,
+            _item(
+                "aggregate",
+                "aggregate",
+                plain_data(summarize_sweep(items, thresholds, CONTEXT).record),
+                **extra,
+            ),
+        )
+        for i, items in enumerate(shards)
+    ]
+    prompts = [_item(r.name, r.role, plain_data(r.record)) for items in shards for r in items]
+    return summarized(SWEEP, f"{SWEEP_SUITE}::aggregate", aggregates, prompts)
+
+
 def test_a_sweep_merges_into_one_aggregate_with_its_cliff_again() -> None:
     assert SWEEP_AGGREGATE.cliff == "q4@local"  # mean KL 0.2 crosses max_mean_kl 0.1
-    half = dataclasses.replace(
-        SWEEP_AGGREGATE, engines={"q4@local": {}}, cliff="none", cliff_steps=STEPS[:1]
-    )
-    shards = [(1, _item("aggregate", "aggregate", plain_data(half), max_mean_kl=0.1))] * 2
-    items = [_item(r.prompt_id, "prompt", plain_data(r)) for r in (FLIPPED, UNCHANGED)]
-    merged = merge_aggregate(f"{SWEEP_SUITE}::aggregate", shards, items)
-    assert merged is not None and merged["outcome"] == "failed"  # the mean-KL gate
-    record = load_record(SweepAggregateRecord, merged["data"])
-    assert record.levels == [LEVEL] and record.cliff == "q4@local"
-    assert record.cliff_steps == STEPS
+    clean = _recorded("self-check", "self-check", SelfCheckRecord([], []))
+    a, b = (_recorded(r.prompt_id, "prompt", r) for r in (FLIPPED, UNCHANGED))
+    whole = summarize_sweep([clean, a, b], MEAN_KL_GATE, CONTEXT)
+    assert whole.record == SWEEP_AGGREGATE and len(whole.violations) == 1  # the mean-KL gate
+    # the self-check with a, b alone: each shard's aggregate covers its own items
+    merged = _merged([[clean, a], [b]])
+    assert merged is not None and merged["outcome"] == "failed"
+    assert merged["violations"] == whole.violations
+    assert merged["data"] == plain_data(whole.record)
     assert list(merged["data"]) == [
-        *["check", "suite", "levels", "engines"],
-        *["cliff", "cliff_alpha", "cliff_steps"],
+        *["check", "suite", "levels", "engines", "tests", "ungated"],
+        *["cliff", "cliff_alpha", "cliff_steps", "self_check"],
     ]
 
 
-def test_a_merged_sweep_starts_from_the_union_of_the_shards_self_checks() -> None:
-    """A shard whose baseline did not reproduce prompt b: the merged self-check has b
-    failed and no mean KL, so q4's KL cannot cross from it, and q4's one failed prompt (a)
-    against the self-check's one (b) is b = c = 1, p = 1: no cliff."""
-    clean = dataclasses.replace(SWEEP_AGGREGATE, cliff_steps=STEPS[:1])
-    _, (unreproduced, *_) = sweep_cliff(
-        self_check_level(["b"], 1), [LEVEL], [[FLIPPED, UNCHANGED]], Thresholds()
-    )
-    dirty = dataclasses.replace(SWEEP_AGGREGATE, cliff_steps=[unreproduced])
-    shards = [
-        (1, _item("aggregate", "aggregate", plain_data(clean), max_mean_kl=0.1)),
-        (2, _item("aggregate", "aggregate", plain_data(dirty), max_mean_kl=0.1)),
-    ]
-    items = [_item(r.prompt_id, "prompt", plain_data(r)) for r in (FLIPPED, UNCHANGED)]
-    merged = merge_aggregate(f"{SWEEP_SUITE}::aggregate", shards, items)
+def test_a_merged_sweep_starts_from_the_self_check_items_record() -> None:
+    """The baseline did not reproduce prompt b (the self-check item, in shard 2 only): the
+    merged self-check has b failed and no mean KL, so q4's KL cannot cross from it, and
+    q4's one failed prompt (a) against the self-check's one (b) is b = c = 1, p = 1: no
+    cliff; exactly what the unsharded aggregate says."""
+    dirty = _recorded("self-check", "self-check", SelfCheckRecord(["b: differs"], ["b"]))
+    a, b = (_recorded(r.prompt_id, "prompt", r) for r in (FLIPPED, UNCHANGED))
+    merged = _merged([[a], [dirty, b]])
     assert merged is not None
+    whole = summarize_sweep([dirty, a, b], MEAN_KL_GATE, CONTEXT)
+    assert merged["data"] == plain_data(whole.record)
     record = load_record(SweepAggregateRecord, merged["data"])
     first, q4 = record.cliff_steps
     assert first.level == "self-check" and first.failed == ["b"]
@@ -391,11 +464,27 @@ def test_a_merged_sweep_starts_from_the_union_of_the_shards_self_checks() -> Non
     assert record.cliff == "none"
 
 
+def test_a_self_check_that_errored_leaves_the_first_level_unmeasured() -> None:
+    a, b = (_recorded(r.prompt_id, "prompt", r) for r in (FLIPPED, UNCHANGED))
+    errored = RecordedItem("self-check", "self-check", None, "engine down")
+    summary = summarize_sweep([errored, a, b], MEAN_KL_GATE, CONTEXT)
+    assert summary.violations[0] == "1 of 3 items errored: self-check (engine down)"
+    first = summary.record.cliff_steps[0]
+    assert (first.level, first.failed, first.kl_within) == ("self-check", [], None)
+    # no self-check: a clean baseline, KL 0
+    off = dataclasses.replace(CONTEXT, self_check=False)
+    assert summarize_sweep([a, b], MEAN_KL_GATE, off).record.cliff_steps[0].level == "baseline"
+
+
 def test_shards_whose_aggregate_or_prompts_cannot_be_read_are_not_merged() -> None:
     good = _item("aggregate", "aggregate", plain_data(SWEEP_AGGREGATE))
     errored = _item("aggregate", "aggregate", {}, outcome="error")
     items = [_item("a", "prompt", plain_data(FLIPPED))]
-    assert merge_aggregate(f"{SWEEP_SUITE}::aggregate", [(1, good), (2, errored)], items) is None
+    both = summarized(SWEEP, f"{SWEEP_SUITE}::aggregate", [(1, good), (2, errored)], items)
+    assert both is not None and both["outcome"] == "error"  # a shard's aggregate errored
     old = copy.deepcopy(items)
     del old[0]["data"]["test_finish"]
-    assert merge_aggregate(f"{SWEEP_SUITE}::aggregate", [(1, good)], old) is None
+    assert summarized(SWEEP, f"{SWEEP_SUITE}::aggregate", [(1, good)], old) is None
+    # an aggregate of an older file, without its test sides: not recomputed
+    older = _item("aggregate", "aggregate", _without(plain_data(SWEEP_AGGREGATE), "tests"))
+    assert summarized(SWEEP, f"{SWEEP_SUITE}::aggregate", [(1, older)], items) is None

@@ -86,7 +86,9 @@ def results(items: list[dict[str, Any]], shard: dict[str, int] | None = None) ->
 def shard_aggregate(*names: str) -> dict[str, Any]:
     """The aggregate a shard recorded over its own prompts ``names`` (of :data:`PROMPTS`)."""
     level = aggregate([PROMPTS[n] for n in names], Thresholds.model_validate(THRESHOLDS))
-    record = ComparisonAggregateRecord("compare", "addition", [level], {"q4@local": {}})
+    record = ComparisonAggregateRecord(
+        "compare", "addition", [level], {"q4@local": {}}, tests=["q4@local"]
+    )
     return item("aggregate", "aggregate", plain_data(record))
 
 

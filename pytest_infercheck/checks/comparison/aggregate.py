@@ -24,16 +24,30 @@ import numpy as np
 
 from ...metrics.finite import aggregate_problems
 from ...metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
-from ...records import Measured
-from ...specs import Thresholds
+from ...records import OMIT_WHEN_EMPTY, Measured
+from .gates import flip_rate_violation, item_verdict
+from .options import DEFAULT_CLIFF_ALPHA, Thresholds
 from .prompt import PromptComparison
-from .verdicts import item_problems, item_violations
+from .verdicts import item_problems
 
 SELF_CHECK = "self-check"
 """The sweep's first item (the baseline generated twice), and the cliff's level 0."""
 
-DEFAULT_CLIFF_ALPHA = 0.05
-"""The default significance level of the degradation cliff's McNemar test."""
+
+@dataclass(frozen=True)
+class SelfCheckRecord:
+    """The record of a sweep's ``self-check`` item (the baseline generated twice)."""
+
+    problems: list[str]
+    """One line per prompt whose two baseline generations differ (``r017: token ids differ
+    from token 3``, ``r017: same tokens, logprobs drift by 0.002``); empty: reproduced."""
+    failed: list[str]
+    """The ids of those prompts, in the suite's order: the failed items of the cliff's first
+    level (:func:`self_check_level`), so that the aggregate reads them from this record
+    (in a sharded run it is in one shard only)."""
+    generated: str = field(default="", metadata=OMIT_WHEN_EMPTY)
+    """How the two runs were generated (``batched, then one at a time``): the second the
+    other way when it can be, so the self-check also shows that batching changed nothing."""
 
 
 class CliffLevel(NamedTuple):
@@ -105,7 +119,12 @@ class SuiteAggregate:
     n_prompts: int
     """Prompts compared."""
     n_failed: int
-    """Prompts that broke a per-item threshold."""
+    """Prompts that broke a per-item threshold (or expected identical outputs that differ,
+    :func:`~.gates.item_verdict`)."""
+    n_identical: int | None = field(default=None, kw_only=True)
+    """Prompts whose outputs are the same (their records' sameness verdict,
+    :attr:`~.prompt.PromptComparison.identical`); None in a results file written before it
+    was counted."""
     kl_n: int
     """Positions pooled into the KL statistics."""
     kl_mean: Measured
@@ -164,6 +183,15 @@ class ComparisonAggregateRecord:
     engines: dict[str, dict[str, Any]]
     """Engine identities (backend kind, versions, model path, ...) by target label, the
     baseline's first."""
+    tests: list[str] = field(default_factory=list, kw_only=True)
+    """The test sides' target labels in the user's order (a level of :attr:`levels` each,
+    but a side none of whose items has a record)."""
+    ungated: bool = field(default=False, kw_only=True)
+    """The check writes no gate (:func:`~.gates.is_ungated`): it passes whatever its outputs
+    are; said in every report and warned about."""
+    replay: list[str] = field(default_factory=list, kw_only=True, metadata=OMIT_WHEN_EMPTY)
+    """For a golden baseline: the engine it was recorded on and the live ones, a line
+    (absent from the JSON otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +209,9 @@ class SweepAggregateRecord(ComparisonAggregateRecord):
     """The significance level of the cliff's McNemar test (the sweep's ``cliff_alpha``)."""
     cliff_steps: list[CliffStep] = field(default_factory=list)
     """The cliff's evidence: the self-check, then every level in the user's order."""
+    self_check: bool = field(default=True, kw_only=True)
+    """Whether the sweep generates its baseline twice first (its ``self_check``); its
+    ``self-check`` item's record then holds the cliff's first level."""
 
 
 def sweep_cliff(
@@ -215,7 +246,8 @@ def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteA
         baseline=results[0].baseline,
         test=results[0].test,
         n_prompts=len(results),
-        n_failed=sum(1 for r in results if item_violations(r, thresholds)),
+        n_failed=sum(1 for r in results if item_verdict(r, thresholds)),
+        n_identical=sum(1 for r in results if r.identical),
         kl_n=kl.n,
         kl_mean=kl.mean,
         kl_se=kl.se,
@@ -245,18 +277,9 @@ def aggregate_violations(agg: SuiteAggregate, thresholds: Thresholds) -> list[st
     a non-finite KL_t) is not within ``max_mean_kl``; only a suite with no compared position
     at all (text-only) has no mean KL to gate."""
     out: list[str] = list(agg.problems)
-    flips = thresholds.flips
-    if flips.max_rate is not None and agg.flip_rate is not None:
-        measured = agg.flip_rate_high if flips.gate == "upper" else agg.flip_rate
-        if measured > flips.max_rate:
-            what = (
-                f"upper {flips.confidence:.0%} Wilson bound {agg.flip_rate_high:.4f}"
-                if flips.gate == "upper"
-                else f"{agg.flip_rate:.4f}"
-            )
-            out.append(
-                f"flip rate {agg.n_flips}/{agg.n_answered}: {what} > max_rate {flips.max_rate:g}"
-            )
+    flips = flip_rate_violation(agg, thresholds)
+    if flips is not None:
+        out.append(flips)
     if thresholds.max_mean_kl is not None and agg.kl_n > 0:
         if math.isnan(agg.kl_mean):
             out.append(
@@ -282,9 +305,9 @@ def aggregate_violations(agg: SuiteAggregate, thresholds: Thresholds) -> list[st
 def comparison_level(
     agg: SuiteAggregate, results: list[PromptComparison], thresholds: Thresholds
 ) -> CliffLevel:
-    """A sweep level for the cliff: its failed prompts (:func:`~.verdicts.item_violations`,
+    """A sweep level for the cliff: its failed prompts (:func:`~.gates.item_verdict`,
     as counted in ``agg.n_failed``) and its mean KL."""
-    failed = frozenset(r.prompt_id for r in results if item_violations(r, thresholds))
+    failed = frozenset(r.prompt_id for r in results if item_verdict(r, thresholds))
     return CliffLevel(agg.test, failed, agg.n_prompts, agg.kl_mean, agg.kl_se, agg.kl_n > 0)
 
 

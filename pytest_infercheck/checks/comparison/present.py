@@ -1,51 +1,35 @@
 """How the comparison kinds show what they measured: each item's HTML detail, the terminal
-table, the rows and charts of the HTML summary, and the aggregate merged across shards."""
+table and the rows and charts of the HTML summary."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...records import load_record, plain_data
 from ...render.charts import line_chart
 from ...render.markup import clip, esc, interval, num, plain, rate, table
 from ...render.table import render_table
 from ...render.views import engines, flip_cell, side_by_side
-from ...specs import Thresholds
-from ..protocol import (
-    Aggregates,
-    BarSeries,
-    Distribution,
-    MeasureSpec,
-    RateGate,
-    Shards,
-    merged_aggregate,
-    merged_engines,
-    shard_aggregates,
-    suite_items,
-)
+from ..protocol import Aggregates, BarSeries, Distribution, MeasureSpec
 from .aggregate import (
-    SELF_CHECK,
-    CliffLevel,
     CliffStep,
     ComparisonAggregateRecord,
+    SelfCheckRecord,
     SuiteAggregate,
     SweepAggregateRecord,
-    aggregate,
-    aggregate_violations,
     cliff_evidence,
-    self_check_level,
-    sweep_cliff,
 )
 from .prompt import TOP_K_LOWER_BOUND, PromptComparison
-from .run import SelfCheckRecord
 from .verdicts import item_problems
 
-if TYPE_CHECKING:
-    from ...config import CheckSpec
-    from ...suites import Suite
+UNGATED_NOTE = (
+    "ungated: this check writes no gate (no max_kl, max_kl_position, min_similarity, "
+    "max_mean_kl, min_same_top or flips.max_rate; a diff with expect: budget): it passes "
+    "whatever the outputs"
+)
+"""What the reports say of an ungated aggregate (:func:`~.gates.is_ungated`)."""
 
 
 def aggregate_record(data: Mapping[str, Any]) -> ComparisonAggregateRecord:
@@ -157,6 +141,7 @@ COMPARISON_COLUMNS: list[tuple[str, Callable[[SuiteAggregate], str]]] = [
     ("test", lambda lv: esc(lv.test)),
     ("prompts", lambda lv: num(lv.n_prompts)),
     ("failed items", lambda lv: num(lv.n_failed)),
+    ("identical outputs", lambda lv: rate(lv.n_identical, lv.n_prompts)),
     (
         "flip rate [CI]",
         lambda lv: (
@@ -177,12 +162,14 @@ def comparison_aggregate(data: Mapping[str, Any]) -> str:
     """One row per test side with the suite statistics; a sweep's cliff; the engines
     compared."""
     record = aggregate_record(data)
-    parts = [
+    parts = [f'<p class="ic-ungated"><b>{esc(UNGATED_NOTE)}</b></p>'] if record.ungated else []
+    parts.append(
         table(
             [esc(n) for n, _ in COMPARISON_COLUMNS],
             [[f(lv) for _, f in COMPARISON_COLUMNS] for lv in record.levels],
         )
-    ]
+    )
+    parts += [f"<p>{esc(line)}</p>" for line in record.replay]
     problems = [f"{lv.test}: {line}" for lv in record.levels for line in lv.problems]
     if problems:
         items = "".join(f"<li>{esc(line)}</li>" for line in problems)
@@ -240,6 +227,7 @@ COLUMNS = (
     ("test", "<"),
     ("prompts", ">"),
     ("failed", ">"),
+    ("identical", ">"),
     ("KL mean±SE", ">"),
     ("KL p99", ">"),
     ("KL max", ">"),
@@ -258,7 +246,9 @@ def _num(value: float | None, fmt: str = ".4g") -> str:
 def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[list[str]]:
     """Rows from ``(aggregate node id, passed, aggregate data)``.
 
-    The verdict is ``FAIL`` when the suite gates failed or any of its items did.
+    ``identical`` counts the prompts whose outputs are the same. The verdict is ``FAIL``
+    when the suite gates failed or any of its items did, else ``ungated`` when the check
+    writes no gate (it passed, but checked nothing), else ``pass``.
     """
     rows: list[list[str]] = []
     for nodeid, passed, data in aggregates:
@@ -279,15 +269,22 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
                     level.test,
                     str(level.n_prompts),
                     str(level.n_failed),
+                    "-" if level.n_identical is None else f"{level.n_identical}/{level.n_prompts}",
                     f"{_num(level.kl_mean)}±{_num(level.kl_se, '.2g')}",
                     _num(level.kl_p99),
                     _num(level.kl_max),
                     _num(level.same_top_rate, ".3f"),
                     flips,
-                    "pass" if passed and level.n_failed == 0 else "FAIL",
+                    _verdict(passed and level.n_failed == 0, record.ungated),
                 ]
             )
     return rows
+
+
+def _verdict(passed: bool, ungated: bool) -> str:
+    if not passed:
+        return "FAIL"
+    return "ungated" if ungated else "pass"
 
 
 def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
@@ -315,7 +312,9 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
 # -- HTML summary -------------------------------------------------------------------------------
 MEASURES: tuple[MeasureSpec, ...] = (
     ("prompts", ("n_prompts",), num),
+    ("gates", ("ungated",), lambda ungated: "<b>ungated</b>" if ungated else "written"),
     ("failed items", ("n_failed",), num),
+    ("identical outputs", ("n_identical", "n_prompts"), rate),
     ("flips", ("n_flips", "n_answered"), rate),
     ("flip rate [CI]", ("flip_rate", "flip_rate_low", "flip_rate_high"), interval),
     ("mean KL ± SE", ("kl_mean", "kl_se"), lambda m, se: f"{num(m, '.6g')} ± {num(se, '.2g')}"),
@@ -346,18 +345,29 @@ KL_DISTRIBUTION = Distribution(
 )
 
 
-def _levels(data: Mapping[str, Any]) -> list[SuiteAggregate]:
-    """An aggregate's levels; none when its record cannot be read (it errored, or comes from
-    a file of another version: its detail view shows the data as a table)."""
+def _record(data: Mapping[str, Any]) -> ComparisonAggregateRecord | None:
+    """An aggregate's record; None when it cannot be read (it errored, or comes from a file
+    of another version: its detail view shows the data as a table)."""
     try:
-        return aggregate_record(data).levels
+        return aggregate_record(data)
     except ValueError:
-        return []
+        return None
+
+
+def _levels(data: Mapping[str, Any]) -> list[SuiteAggregate]:
+    record = _record(data)
+    return [] if record is None else record.levels
 
 
 def side_columns(data: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """A column per test side: ``q4@local`` (its numbers as JSON types, for the measures)."""
-    return [(level.test, plain_data(level)) for level in _levels(data)]
+    """A column per test side: ``q4@local`` (its numbers as JSON types, for the measures, and
+    whether the check is ``ungated``)."""
+    record = _record(data)
+    if record is None:
+        return []
+    return [
+        (level.test, {**plain_data(level), "ungated": record.ungated}) for level in record.levels
+    ]
 
 
 def level_charts(name: str, data: Mapping[str, Any]) -> list[str]:
@@ -379,75 +389,4 @@ def level_charts(name: str, data: Mapping[str, Any]) -> list[str]:
             x_labels=labels,
             y_label="KL",
         ),
-    ]
-
-
-# -- shards and gates ----------------------------------------------------------------------------
-def _merged_first_level(records: list[SweepAggregateRecord], n_prompts: int) -> CliffLevel:
-    """The cliff's first level of merged shards: the union of each shard's self-check
-    failures (each shard's aggregate checked its own prompts); a clean ``baseline`` when the
-    shards ran no self-check (or come from a file without the cliff's evidence)."""
-    firsts = [r.cliff_steps[0] for r in records if r.cliff_steps]
-    failed = {prompt for step in firsts for prompt in step.failed}
-    ran = any(step.level == SELF_CHECK for step in firsts)
-    return self_check_level(failed, n_prompts, ran)
-
-
-def merge_aggregate(
-    nodeid: str, shards: Shards, items: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The aggregate of a comparison check x suite from the union of its prompt records (the
-    check's thresholds applied to the union), or None when some shard's aggregate (it errored)
-    or prompt record cannot be read."""
-    try:
-        records = [aggregate_record(item.data) for item in shard_aggregates(shards)]
-        comparisons = [
-            load_record(PromptComparison, item.data)
-            for item in suite_items(nodeid, items, "prompt")
-        ]
-    except ValueError:
-        return None
-    thresholds = Thresholds.model_validate(shard_aggregates(shards)[0].thresholds)
-    levels, violations = [], []
-    results_by_test: dict[str, list[PromptComparison]] = {}
-    for test in [level.test for level in records[0].levels]:
-        results = [c for c in comparisons if c.test == test]
-        if not results:
-            return None
-        results_by_test[test] = results
-        agg = aggregate(results, thresholds)
-        levels.append(agg)
-        violations += [f"{agg.test}: {v}" for v in aggregate_violations(agg, thresholds)]
-    engines = merged_engines([record.engines for record in records])
-    merged = dataclasses.replace(records[0], levels=levels, engines=engines)
-    if isinstance(merged, SweepAggregateRecord):
-        sweeps = [r for r in records if isinstance(r, SweepAggregateRecord)]
-        start = _merged_first_level(sweeps, levels[0].n_prompts)
-        cliff, steps = sweep_cliff(
-            start,
-            levels,
-            [results_by_test[level.test] for level in levels],
-            thresholds,
-            merged.cliff_alpha,
-        )
-        merged = dataclasses.replace(merged, cliff=cliff, cliff_steps=steps)
-    return merged_aggregate(shards, violations, merged)
-
-
-def flip_rate_gates(check: CheckSpec, suite: Suite) -> list[RateGate]:
-    """``flips.max_rate`` on the upper Wilson bound, counted over the suite's prompts with an
-    answer kind (the same for every test side)."""
-    flips = check.flips
-    if flips.max_rate is None or flips.gate != "upper":
-        return []
-    n = sum(1 for prompt in suite.prompts if prompt.answer_kind is not None)
-    return [
-        RateGate(
-            field=("flips", "max_rate"),
-            max_rate=flips.max_rate,
-            confidence=flips.confidence,
-            n=n,
-            trials=f"{n} answered prompts",
-            unit="answered prompts",
-        )
     ]

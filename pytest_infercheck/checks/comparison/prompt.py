@@ -58,6 +58,9 @@ TEACHER_FORCED = "teacher-forced"
 TOP_K_LOWER_BOUND = "top-k-lower-bound"
 GOLDEN_TOP_K_LOWER_BOUND = "golden-top-k-lower-bound"
 TEXT_ONLY = "text"
+IDENTICAL = "identical"
+"""The sameness verdict of two outputs that are the same
+(:meth:`~pytest_infercheck.metrics.sameness.Sameness.describe`), as a record holds it."""
 
 
 def _problems_from_plain(value: Any) -> Any:
@@ -211,6 +214,13 @@ class PromptComparison:
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
+
+    @property
+    def identical(self) -> bool:
+        """Whether the two outputs are the same: the sameness verdict of the comparison
+        (:func:`outputs_verdict`, recorded in :attr:`sameness`); False for a record without
+        one (an older file)."""
+        return self.sameness == IDENTICAL
 
     def to_plain(self) -> dict[str, Any]:
         """Every field, the problems with their ``type`` (:func:`plain_data` makes the rest

@@ -1,42 +1,40 @@
 """The work of one comparison check x suite (compare, sweep, diff): per-prompt comparisons,
-the sweep's self-check, the suite aggregates, and recording a golden.
+the sweep's self-check, the context of the suite aggregate, and recording a golden.
 
 Items: one per prompt and test side (``r017``, or ``r017[q4]`` with several sides), after a
 sweep's ``self-check``. Results are memoised on the run (one per check x suite and process),
 so the aggregate item reuses what the prompt items computed (and computes what ``-k`` or
-another worker left out).
+another worker left out, all at once: :meth:`ComparisonRun.prepare`). The aggregate itself
+is :func:`.summary.summarize` (a sweep's :func:`.summary.summarize_sweep`) of the items'
+records.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
 from ...metrics.finite import strict_max
 from ...metrics.sameness import same_generation
-from ...records import OMIT_WHEN_EMPTY
+from ...specs import LogprobTolerance
 from ..protocol import CheckRun, ItemPlan, Outcome, memoised
-from .aggregate import (
-    DEFAULT_CLIFF_ALPHA,
-    SELF_CHECK,
-    ComparisonAggregateRecord,
-    SuiteAggregate,
-    SweepAggregateRecord,
-    aggregate,
-    aggregate_violations,
-    cliff_evidence,
-    cliff_table,
-    format_aggregate,
-    self_check_level,
-    sweep_cliff,
-)
+from .aggregate import SELF_CHECK, SelfCheckRecord
 from .batched import LockstepJob, batching_note, licence, run_lockstep, stepper_of
+from .gates import is_ungated, item_verdict, warn_ungated
 from .inputs import SideInputs, decide_inputs
+from .options import (
+    CompareSpec,
+    ComparisonSpec,
+    DiffSpec,
+    DiffThresholds,
+    SweepSpec,
+    Thresholds,
+)
 from .prompt import PromptComparison, compare_prompt, look_up_origins
-from .verdicts import describe, item_violations
+from .summary import ComparisonContext, SweepContext
+from .verdicts import describe
 
 if TYPE_CHECKING:
     from ...config import CheckSpec
@@ -44,28 +42,20 @@ if TYPE_CHECKING:
     from ...specs import Side
     from ...suites import Prompt, Suite
 
+CS = TypeVar("CS", bound=ComparisonSpec)
+CT = TypeVar("CT", bound=Thresholds)
+
 SELF_CHECK_FAILED = (
     "baseline self-check FAILED: the baseline is not deterministic, so no sweep level can be "
     "judged against it"
 )
 
 
-@dataclass(frozen=True)
-class SelfCheckRecord:
-    """The record of a sweep's ``self-check`` item (the baseline generated twice)."""
-
-    problems: list[str]
-    """One line per prompt whose two baseline generations differ (``r017: token ids differ
-    from token 3``, ``r017: same tokens, logprobs drift by 0.002``); empty: reproduced."""
-    generated: str = field(default="", metadata=OMIT_WHEN_EMPTY)
-    """How the two runs were generated (``batched, then one at a time``): the second the
-    other way when it can be, so the self-check also shows that batching changed nothing."""
-
-
 @dataclass
-class ComparisonRun(CheckRun):
+class ComparisonRun(CheckRun[CS, CT]):
     """The comparisons of one compare/sweep/diff check x suite, memoised on the run (shared by
-    the suite's items and its aggregate)."""
+    the suite's items and its aggregate); typed by the kind's options ``CS`` and thresholds
+    ``CT``."""
 
     _comparisons: dict[tuple[str, str], PromptComparison] = field(
         default_factory=dict, init=False, repr=False
@@ -75,10 +65,10 @@ class ComparisonRun(CheckRun):
     """By prompt id: how its two baseline generations differ (None: reproduced)."""
     _inputs: dict[tuple[str, str], SideInputs] = field(default_factory=dict, init=False, repr=False)
     """By (prompt id, test side ref): the inputs both sides receive (:mod:`.inputs`)."""
-    _prefetched: set[str] = field(default_factory=set, init=False, repr=False)
-    """Test side refs whose selected prompts were prefetched (or need no prefetch)."""
-    _stepped: bool = field(default=False, init=False, repr=False)
-    """Whether the in-process sides were stepped in lockstep (:meth:`step_in_lockstep`)."""
+    _prefetched: dict[str, set[str]] = field(default_factory=dict, init=False, repr=False)
+    """By test side ref: the prompt ids prefetched for it (or that needed no prefetch)."""
+    _stepped: set[str] = field(default_factory=set, init=False, repr=False)
+    """The prompt ids offered to the lockstep (:meth:`step_in_lockstep`), stepped or not."""
     _self_check_generated: str = field(default="", init=False, repr=False)
     """How the self-check's two baseline runs were generated (:class:`SelfCheckRecord`)."""
     _batching_note: str = field(default="", init=False, repr=False)
@@ -92,10 +82,9 @@ class ComparisonRun(CheckRun):
     @classmethod
     def plan(cls, check: CheckSpec, suite: Suite) -> list[ItemPlan]:
         """``self-check`` (a sweep that asks for it), then each prompt x test side."""
-        labels = [side.label for side in check.spec.test_sides(())]
-        plans = (
-            [ItemPlan(SELF_CHECK, SELF_CHECK, SELF_CHECK)] if check.spec.runs_self_check() else []
-        )
+        spec: ComparisonSpec = check.spec
+        labels = [side.label for side in spec.test_sides(())]
+        plans = [ItemPlan(SELF_CHECK, SELF_CHECK, SELF_CHECK)] if spec.runs_self_check() else []
         plans += [
             ItemPlan(p.id, "prompt", p.id, param=label) for p in suite.prompts for label in labels
         ]
@@ -105,10 +94,11 @@ class ComparisonRun(CheckRun):
     def run_item(self, plan: ItemPlan) -> Outcome:
         if plan.role == SELF_CHECK:
             problems = self.self_check()
+            failed = [p.id for p in self.suite.prompts if self._self_checks[p.id] is not None]
             return Outcome(
                 problems,
                 SELF_CHECK_FAILED,
-                SelfCheckRecord(problems, self._self_check_generated),
+                SelfCheckRecord(problems, failed, self._self_check_generated),
                 [("infercheck_self_check_problems", len(problems))],
             )
         if self.recording:
@@ -131,16 +121,19 @@ class ComparisonRun(CheckRun):
         return self.check.test_sides(self.index)
 
     # -- per prompt ------------------------------------------------------------------------------
-    def prefetch(self, side: Side) -> None:
-        """Generate the selected prompts of the suite on both sides at once: in-process
-        models in lockstep with every in-process test side (:meth:`step_in_lockstep`), a
-        concurrent (HTTP) backend concurrently (its renders first, then its generations,
-        then what the divergence origins of the prompts whose outputs differ ask the engines:
+    def prefetch(self, side: Side, prompts: list[Prompt] | None = None) -> None:
+        """Generate ``prompts`` (default: the selected prompts of the suite) on both sides at
+        once, but those already prefetched: in-process models in lockstep with every
+        in-process test side (:meth:`step_in_lockstep`), a concurrent (HTTP) backend
+        concurrently (its renders first, then its generations, then what the divergence
+        origins of the prompts whose outputs differ ask the engines:
         :func:`.prompt.look_up_origins`); anything else generates item by item."""
-        if side.ref in self._prefetched:
+        done = self._prefetched.setdefault(side.ref, set())
+        chosen = self.prefetch_prompts() if prompts is None else prompts
+        prompts = [p for p in chosen if p.id not in done]
+        if not prompts:
             return
-        self._prefetched.add(side.ref)
-        prompts = self.prefetch_prompts()
+        done.update(p.id for p in prompts)
         self.step_in_lockstep(prompts)
         baseline, test = self.baseline, self.resolve(side)
         if baseline.backend.concurrency <= 1 and test.backend.concurrency <= 1:
@@ -174,11 +167,13 @@ class ComparisonRun(CheckRun):
 
     def step_in_lockstep(self, prompts: list[Prompt]) -> None:
         """Step ``prompts`` through the baseline and every test side together, where all are
-        in-process models that step, greedy, on one shared prompt (:mod:`.batched`); once
-        per run. Batched when every target is licensed, else one prompt at a time."""
-        if self._stepped:
+        in-process models that step, greedy, on one shared prompt (:mod:`.batched`); each
+        prompt once per run (those offered before are left out). Batched when every target
+        is licensed, else one prompt at a time."""
+        prompts = [p for p in prompts if p.id not in self._stepped]
+        if not prompts:
             return
-        self._stepped = True
+        self._stepped.update(p.id for p in prompts)
         baseline = self.baseline
         sides = [s for s in self.tests() if stepper_of(self.resolve(s)) is not None]
         if stepper_of(baseline) is None or not sides:
@@ -200,20 +195,25 @@ class ComparisonRun(CheckRun):
 
     def _batching_allowed(self, side: Side) -> tuple[bool, str, float]:
         """Whether the settings allow batching ``side``'s target, if not why, and the
-        probe's logprob tolerance for it: the ``logprob_tolerance`` of a ``batch-invariance``
-        check of the same target in the matrix (the smallest, if several), else 0
-        (bit-identical)."""
+        probe's logprob tolerance for it: the ``logprob_tolerance`` of a batch-invariance
+        check (:class:`~pytest_infercheck.checks.batch_invariance.BatchInvarianceSpec`) of
+        the same target in the matrix (the smallest, if several), else 0 (bit-identical)."""
         if not self.settings.batching:
             return False, "batching turned off (--infercheck-no-batching)", 0.0
         target = self.loaded.target(side.ref, side.loc)
         if not self.loaded.matrix.backends[target.backend].batching:
             return False, f"backend {target.backend!r}: batching: false", 0.0
-        tolerances = [
-            float(check.logprob_tolerance)
-            for i, check in enumerate(self.loaded.matrix.checks)
-            if check.kind == "batch-invariance"
-            and self.loaded.target(check.baseline_side(i).ref, check.baseline_side(i).loc) == target
-        ]
+        from ..batch_invariance import BatchInvarianceSpec
+
+        tolerances = []
+        for i, check in enumerate(self.loaded.matrix.checks):
+            if not isinstance(check.spec, BatchInvarianceSpec):
+                continue
+            checked = check.baseline_side(i)
+            thresholds = check.kind_thresholds()
+            assert isinstance(thresholds, LogprobTolerance)
+            if self.loaded.target(checked.ref, checked.loc) == target:
+                tolerances.append(thresholds.logprob_tolerance)
         return True, "", min(tolerances, default=0.0)
 
     def _lockstep_job(self, prompt: Prompt, sides: list[Side]) -> LockstepJob | None:
@@ -246,7 +246,7 @@ class ComparisonRun(CheckRun):
         result = memoised(
             self._comparisons, (prompt_id, test_ref), lambda: self._compare(prompt_id, test_ref)
         )
-        return result, item_violations(result, self.check)
+        return result, item_verdict(result, self.thresholds)
 
     def _compare(self, prompt_id: str, test_ref: str) -> PromptComparison:
         verify_replay(self, test_ref, prompt_id)
@@ -291,50 +291,37 @@ class ComparisonRun(CheckRun):
         ]
 
     # -- suite level -------------------------------------------------------------------------------
+    def prepare(self, plans: list[ItemPlan]) -> None:
+        """Every prompt the aggregate covers, on every test side, generated at once
+        (:meth:`prefetch`: in lockstep, or concurrently) before its items are asked for."""
+        wanted = {plan.key for plan in plans if plan.role == "prompt"}
+        prompts = [p for p in self.suite.prompts if p.id in wanted]
+        for side in self.tests():
+            self.prefetch(side, prompts)
+
     def aggregate(self) -> Outcome:
-        """Suite gates over every prompt of the check x suite (and, for a sweep, every
-        model): summary text, violations, JUnit properties and report data."""
+        """The suite gates (the kind's ``summarize`` of the items' records, see
+        :meth:`CheckRun.aggregate`); an ungated check warns, naming its line
+        (:func:`.gates.warn_ungated`). Under ``--infercheck-record`` the aggregate records
+        the whole suite into the golden instead."""
         if self.recording:
             return self.record([p.id for p in self.suite.prompts])
-        texts: list[str] = []
-        violations: list[str] = []
-        aggregates: list[SuiteAggregate] = []
-        level_results = []
-        prompts = self.scope_prompts()
-        for side in self.tests():
-            results = [self.prompt_result(p.id, side.ref)[0] for p in prompts]
-            level_results.append(results)
-            agg = aggregate(results, self.check)
-            aggregates.append(agg)
-            texts.append(format_aggregate(agg))
-            violations.extend(f"{agg.test}: {v}" for v in aggregate_violations(agg, self.check))
-        texts.extend(replay_lines(self.baseline, list(map(self.resolve, self.tests()))))
-        engines = {
-            t.label: t.backend.identity() for t in [self.baseline, *map(self.resolve, self.tests())]
-        }
-        properties = aggregate_properties(aggregates)
-        properties.append(("infercheck_engines", json.dumps(engines, sort_keys=True)))
-        kind, suite = self.check.kind, self.suite.name
-        record = ComparisonAggregateRecord(kind, suite, aggregates, engines)
-        if self.check.spec.sides_are_levels:
-            alpha = getattr(self.check.spec, "cliff_alpha", DEFAULT_CLIFF_ALPHA)
-            ran = self.check.spec.runs_self_check()
-            failed = self.self_check_failures(prompts) if ran else []
-            first = self_check_level(failed, len(prompts), ran)
-            cliff, steps = sweep_cliff(first, aggregates, level_results, self.check, alpha)
-            record = SweepAggregateRecord(
-                kind, suite, aggregates, engines, cliff, cliff_alpha=alpha, cliff_steps=steps
-            )
-            texts.append(
-                "\n".join(
-                    [
-                        f"degradation cliff: {cliff_evidence(cliff, steps, alpha)}",
-                        *cliff_table(cliff, steps, alpha),
-                    ]
-                )
-            )
-            properties.append(("infercheck_cliff", cliff))
-        return Outcome(violations, "\n\n".join(texts), record, properties)
+        outcome = super().aggregate()
+        if is_ungated(self.thresholds):
+            warn_ungated(self.loaded, self.index, self.check.kind, self.thresholds)
+        return outcome
+
+    def context(self) -> ComparisonContext:
+        """The kind, the suite, the test sides' labels, the engines (the baseline's first)
+        and, for a golden baseline, its replay line."""
+        tests = [self.resolve(side) for side in self.tests()]
+        return ComparisonContext(
+            check=self.check.kind,
+            suite=self.suite.name,
+            tests=list(dict.fromkeys(t.label for t in tests)),
+            engines={t.label: t.backend.identity() for t in [self.baseline, *tests]},
+            replay=replay_lines(self.baseline, tests),
+        )
 
     def self_check(self, prompts: list[Prompt] | None = None) -> list[str]:
         """Differences between two independent baseline generations of every prompt (of
@@ -382,12 +369,6 @@ class ComparisonRun(CheckRun):
             self.cache.put_generation(baseline, r, q, g, run=1)
         return "one at a time, then batched"
 
-    def self_check_failures(self, prompts: list[Prompt]) -> list[str]:
-        """The ids of ``prompts`` whose two baseline generations differ: the failed items of
-        the cliff's first level."""
-        self.self_check(prompts)
-        return [p.id for p in prompts if self._self_checks[p.id] is not None]
-
     def _reproduce(self, prompt: Prompt) -> str | None:
         """How the baseline's second generation of ``prompt`` differs from its first (None:
         identical tokens, text and chosen logprobs)."""
@@ -410,27 +391,27 @@ class ComparisonRun(CheckRun):
         return None
 
 
-AGGREGATE_PROPERTIES = (
-    "n_prompts",
-    "n_failed",
-    "kl_mean",
-    "kl_se",
-    "kl_p99",
-    "kl_max",
-    "same_top_rate",
-    "n_flips",
-    "flip_rate",
-    "flip_rate_low",
-    "flip_rate_high",
-    "mcnemar_p",
-)
+@dataclass
+class CompareRun(ComparisonRun[CompareSpec, Thresholds]):
+    """A ``compare``: one test side against a baseline (a golden file, or a live target)."""
 
 
-def aggregate_properties(aggregates: list[SuiteAggregate]) -> list[tuple[str, Any]]:
-    """Scalar JUnit properties of a suite's aggregates: ``infercheck_kl_mean`` and so on; with
-    several test sides (a sweep) each name carries the side: ``infercheck_q4@local_kl_mean``."""
-    properties: list[tuple[str, Any]] = []
-    for agg in aggregates:
-        prefix = "infercheck_" if len(aggregates) == 1 else f"infercheck_{agg.test}_"
-        properties.extend((prefix + name, getattr(agg, name)) for name in AGGREGATE_PROPERTIES)
-    return properties
+@dataclass
+class SweepRun(ComparisonRun[SweepSpec, Thresholds]):
+    """A ``sweep``: several levels against one baseline, which first reproduces itself."""
+
+    def context(self) -> SweepContext:
+        """The comparison's context, the cliff's ``cliff_alpha`` and whether the sweep
+        checks its baseline first (its ``self-check`` item's record is the cliff's first
+        level)."""
+        return SweepContext(
+            **vars(super().context()),
+            cliff_alpha=self.spec.cliff_alpha,
+            self_check=self.spec.runs_self_check(),
+        )
+
+
+@dataclass
+class DiffRun(ComparisonRun[DiffSpec, DiffThresholds]):
+    """A ``diff``: one model across engines or configurations (``expect:`` beside its
+    thresholds)."""
