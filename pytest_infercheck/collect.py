@@ -23,7 +23,7 @@ import pytest
 from _pytest.pathlib import bestrelpath
 
 from .backends import BackendError
-from .checks.protocol import CheckRun, ItemPlan, Outcome, defer_gates
+from .checks.protocol import BACKEND_ERROR, CheckRun, ItemPlan, Outcome, defer_gates
 from .config import LoadedMatrix, check_rate_gates, load_matrix
 from .options import effective_settings
 from .records import ItemRecord, plain_data
@@ -54,7 +54,7 @@ def _plain_failure(
     if isinstance(err, InfercheckFailure):
         return str(err)
     if isinstance(excinfo.value, BackendError):
-        return f"backend error: {excinfo.value}"
+        return f"{BACKEND_ERROR}{excinfo.value}"
     return None
 
 

@@ -245,16 +245,20 @@ def _one_kind(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue
     """:meth:`.config.CheckEntry._one_kind`: exactly one kind key of the registry, not null;
     with it, only that kind's thresholds (:func:`.config.unused_thresholds`)."""
     thresholds = {key for kind in KINDS for key in kind.thresholds.model_fields}
-    schema["oneOf"] = [
-        {
+
+    def branch(kind: Any) -> JsonSchemaValue:
+        others = {k.name: {"type": "null"} for k in KINDS if k is not kind}
+        foreign = sorted(thresholds - set(kind.thresholds.model_fields))
+        return {
             "required": [kind.name],
             "properties": {
                 kind.name: {"not": {"type": "null"}},
-                **{key: False for key in sorted(thresholds - set(kind.thresholds.model_fields))},
+                **others,
+                **{key: {"not": {}} for key in foreign},
             },
         }
-        for kind in KINDS
-    ]
+
+    schema["oneOf"] = [branch(kind) for kind in KINDS]
     for kind in KINDS:
         schema["properties"][kind.name]["description"] = _cleandoc(kind.spec)
     return schema

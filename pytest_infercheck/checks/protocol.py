@@ -143,6 +143,11 @@ class RecordedItem:
     """Why the item produced no record (an engine error), else None."""
 
 
+BACKEND_ERROR = "backend error: "
+"""How an item that an engine failed (``BackendError``) begins its report; a merge reads the
+engine's message back from after it."""
+
+
 def records_of(items: Sequence[RecordedItem], role: str) -> list[Any]:
     """The records of the items with ``role`` that produced one, in order."""
     return [item.record for item in items if item.role == role and item.record is not None]
@@ -251,7 +256,7 @@ class CheckRun(Generic[S, T]):
                 items.append(RecordedItem(plan.role, plan.full_name, None, str(exc)))
                 continue
             role = outcome.role or plan.role
-            record = load_record(kind.records[role], plain_data(outcome.data))
+            record: Any = load_record(kind.records[role], plain_data(outcome.data))
             items.append(RecordedItem(role, plan.full_name, record))
         return items
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ..checks.protocol import CheckKind, RecordedItem
+from ..checks.protocol import BACKEND_ERROR, CheckKind, RecordedItem
 from ..checks.registry import kind_named
 from ..records import load_record, plain_data
 from .results import ItemModel, item_sort_key
@@ -177,7 +177,7 @@ def summarized(
     typed = [ItemModel.model_validate(item) for _, item in shards]
     suite = typed[0].suite_id
     try:
-        contexts = [load_record(kind.context, a.data) for a in typed if a.data]
+        contexts: list[Any] = [load_record(kind.context, a.data) for a in typed if a.data]
         thresholds = kind.thresholds.model_validate(typed[0].thresholds)
         recorded = [
             _recorded(kind, item)
@@ -213,7 +213,8 @@ def _recorded(kind: CheckKind, item: ItemModel) -> RecordedItem | None:
     """An item of a results file as :attr:`CheckKind.summarize` reads it: its typed record,
     or its error (an item that errored); None for one that was skipped."""
     if item.outcome == "error" and not item.data:
-        return RecordedItem(item.role, item.name, None, item.longrepr or "error")
+        error = (item.longrepr or "error").removeprefix(BACKEND_ERROR)
+        return RecordedItem(item.role, item.name, None, error)
     if not item.data:
         return None
     return RecordedItem(item.role, item.name, load_record(kind.records[item.role], item.data))

@@ -313,7 +313,6 @@ settings: {num_prompts: 5, max_tokens: 64, seed: 1, golden_dir: g, golden_top_k:
 checks:
   - compare: {baseline: bf16@local, test: q4@local}
     max_kl: 0.05
-    max_logprob_drift: 1e-6
     flips: {max_rate: 0.1, fail_item_on: any, gate: point}
     suites: [reasoning, {suite: other.yaml}]
   - compare: {baseline: "golden:base-v1", test: q4@local}
@@ -323,6 +322,7 @@ checks:
   - determinism: q4@local
   - determinism: {target: served@ollama, runs: 3}
     min_determinism: 0.9
+    max_logprob_drift: 1e-6
   - batch-invariance: {target: bf16@local, trials: 2, batch_size: 4, seed: 3}
   - stress: {target: q4@vllm, levels: [1, 4], repeats: 1}
   - stream-parity: bf16@llama

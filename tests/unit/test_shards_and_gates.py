@@ -332,7 +332,17 @@ def test_endpoint_parity_counts_each_endpoint_over_both_shards() -> None:
         ref = EndpointSide("46", None, "stop", "completions", "t")
         other = EndpointSide("46" if match else "4", None, "stop", endpoint)  # type: ignore[arg-type]
         record = ParityPrompt(
-            pid, "q4@local", ref, other, match, None, None, 1.0, [None, None], None, None
+            pid,
+            "q4@local",
+            ref,
+            other,
+            match,
+            None,
+            None,
+            1.0 if match else 0.5,
+            [None, None],
+            None,
+            None,
         )
         return entry(
             "endpoint-parity",
@@ -381,15 +391,15 @@ def test_cache_pollution_unites_the_hostile_items_of_both_shards() -> None:
     assert aggregate["violations"] == ["the server died after: invalid-utf8"]
 
 
-def level(n: int, violations: list[str]) -> StressLevel:
+def level(n: int, violations: list[str], consistent: int = 8) -> StressLevel:
     return StressLevel(
         "q4@local",
         n,
         8,
         {},
         0.0,
-        8,
-        1.0,
+        consistent,
+        consistent / 8,
         0,
         0.0,
         0.1,
@@ -406,7 +416,11 @@ def level(n: int, violations: list[str]) -> StressLevel:
 def test_stress_is_the_union_of_the_levels_measured_in_each_shard() -> None:
     levels = {
         1: level(1, []),
-        4: level(4, ["consistency 0.5 < min_consistency 1.0"]),
+        4: level(
+            4,
+            ["consistency 0.500 (4/8 outputs equal to their reference) < min_consistency 1.0"],
+            consistent=4,
+        ),
         16: level(16, []),
     }
     shard_1 = [entry("stress", "c4", "level", levels[4], violations=levels[4].violations)]
@@ -422,7 +436,9 @@ def test_stress_is_the_union_of_the_levels_measured_in_each_shard() -> None:
     assert aggregate["data"] == plain_data(
         StressAggregate("q4@local", [levels[1], levels[4], levels[16]], ENGINES)
     )
-    assert aggregate["violations"] == ["c4: consistency 0.5 < min_consistency 1.0"]
+    assert aggregate["violations"] == [
+        "c4: consistency 0.500 (4/8 outputs equal to their reference) < min_consistency 1.0"
+    ]
 
 
 def test_deferred_gates_that_cannot_be_recomputed_are_an_error_not_a_pass() -> None:
