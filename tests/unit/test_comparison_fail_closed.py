@@ -140,12 +140,13 @@ def test_a_row_that_does_not_normalise_fails() -> None:
 @pytest.mark.parametrize(
     ("base", "test", "capabilities", "method", "message"),
     [
-        (  # teacher-forced: the empty side still scores the baseline's 3 tokens
+        (  # teacher-forced: the empty side still scores the baseline's 3 tokens; counted
+            # without the EOS each side stopped on (as for the empty side: 2 tokens, not 3)
             generation("46", [1, 2, 0]),
             generation("", [0]),
             Capabilities.token_level(0, chat_template=False),
             "teacher-forced",
-            "the test (q4@local) generated no tokens while the baseline (bf16@local) generated 3",
+            "the test (q4@local) generated no tokens while the baseline (bf16@local) generated 2",
         ),
         (  # text only: counted in characters
             generation("46", None),
@@ -160,7 +161,7 @@ def test_a_row_that_does_not_normalise_fails() -> None:
             generation("46", [1, 2, 0], top_logprobs=[{1: 0.0}, {2: 0.0}, {0: 0.0}]),
             Capabilities(top_k_logprobs=1, token_ids=True),
             "top-k-lower-bound",
-            "the baseline (bf16@local) generated no tokens while the test (q4@local) generated 3",
+            "the baseline (bf16@local) generated no tokens while the test (q4@local) generated 2",
         ),
     ],
 )
@@ -180,6 +181,62 @@ def test_two_empty_generations_agree() -> None:
         FakeBackend("bf16", generation("", [0])), FakeBackend("q4", generation("", [0]))
     )
     assert item_violations(result, NEVER) == []
+
+
+@pytest.mark.parametrize(
+    ("base", "test", "expected"),
+    [
+        (
+            ("46", [1, 2, 0], "stop"),
+            ("", [0], "stop"),
+            "the test (t) generated no tokens while the baseline (b) generated 2",
+        ),
+        (
+            ("", None, "stop"),
+            ("46", None, "stop"),
+            "the baseline (b) generated no characters while the test (t) generated 2",
+        ),
+        (
+            ("", [], "length"),
+            ("4", [5], "length"),
+            "the baseline (b) generated no tokens while the test (t) generated 1",
+        ),
+        # tokens that decode to nothing are tokens: not empty, even against a side without
+        # ids (the comparison called this side empty, counting its 0 characters)
+        (("", [9, 0], "stop"), ("x", None, "stop"), None),
+        (("", [9], "length"), ("46", [1, 2, 0], "stop"), None),
+        (("", [0], "stop"), ("", None, "stop"), None),  # two empty outputs agree
+    ],
+)
+def test_a_comparison_judges_an_empty_generation_as_the_engine_checks_do(
+    base: tuple[str, list[int] | None, str],
+    test: tuple[str, list[int] | None, str],
+    expected: str | None,
+) -> None:
+    """One rule (:func:`~pytest_infercheck.metrics.consistency.is_empty`): a comparison's
+    ``empty generation`` problem is the fault an engine check finds in the same two outputs,
+    the other side counted without the EOS it stopped on."""
+    from pytest_infercheck.checks.comparison.verdicts import empty_output
+    from pytest_infercheck.metrics.consistency import empty_fault
+
+    record = dataclasses.replace(
+        unchanged("a", [0.0]),
+        baseline="b",
+        test="t",
+        base_text=base[0],
+        base_ids=base[1],
+        base_finish=base[2],
+        test_text=test[0],
+        test_ids=test[1],
+        test_finish=test[2],
+    )
+    problem = empty_output(record)
+    fault = empty_fault(base, test, a_name="the baseline (b)", b_name="the test (t)")
+    if expected is None:
+        assert problem is None and fault is None
+    else:
+        assert problem is not None and fault is not None
+        assert problem.describe() == fault.text == f"empty generation: {expected}"
 
 
 def test_a_nan_top_k_lower_bound_fails() -> None:
