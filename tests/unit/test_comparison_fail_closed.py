@@ -430,6 +430,88 @@ def test_a_self_check_that_did_not_reproduce_is_the_first_level() -> None:
     assert (steps[1].newly_failed, steps[1].recovered, steps[1].p_value) == (0, 0, 1.0)
 
 
+Run = tuple[list[float] | None, list[dict[int, float]] | None]
+"""A run's chosen logprobs and top-k maps."""
+
+
+class _TwoRuns(FakeBackend):
+    """Generates ``46`` (ids 1, 2, 0) twice, with the logprobs of ``runs`` in turn."""
+
+    def __init__(self, runs: list[Run]) -> None:
+        super().__init__("bf16", generation("46", [1, 2, 0]))
+        self.runs = list(runs)
+
+    async def generate(self, prompt, params):  # type: ignore[no-untyped-def]
+        chosen, top = self.runs.pop(0)
+        return generation("46", [1, 2, 0], chosen_logprobs=chosen, top_logprobs=top)
+
+
+def _reproduce(first: Run, second: Run) -> str | None:
+    """The sweep self-check (:meth:`ComparisonRun._reproduce`) of a baseline whose two runs
+    agree on their tokens and carry the logprobs of ``first`` and ``second``."""
+    from types import SimpleNamespace
+
+    from pytest_infercheck.backends import GenerationParams
+    from pytest_infercheck.checks.comparison.run import ComparisonRun
+    from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
+    from tests.unit.factories import suite_prompt
+
+    cache = GenerationCache()
+    try:
+        run = SimpleNamespace(
+            baseline=ResolvedTarget("bf16@local", ("bf16",), _TwoRuns([first, second])),
+            cache=cache,
+            settings=SimpleNamespace(thinking=False),
+            params=lambda prompt: GenerationParams(max_tokens=8),
+        )
+        return ComparisonRun._reproduce(run, suite_prompt("p1", "12+34="))  # type: ignore[arg-type]
+    finally:
+        cache.close()
+
+
+TOP = [{1: -0.5}, {2: -0.25}, {0: -1.0}]
+UNREPORTED = [{1: -0.5}, {}, {0: -1.0}]
+"""llama-server's maps when token 1 ends inside a UTF-8 character: no entry, so its chosen
+logprob is NaN with an empty map (not reported, :func:`~pytest_infercheck.metrics.consistency.
+reported_logprobs`)."""
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "drift"),
+    [
+        ([-0.5, -0.25, -1.0], [-0.5, -0.25, -1.0], None),
+        ([-0.5, -0.25, -1.0], [-0.5, -0.75, -1.0], "0.5"),
+        ([-INF, -0.25, -1.0], [-INF, -0.75, -1.0], "0.5"),  # equal -inf: no drift there
+        ([-0.5, -0.25, -1.0], [-INF, -0.25, -1.0], "inf"),
+        # fail closed: a NaN (in one run, or in both, even the same float object), runs of
+        # different lengths, one run without logprobs are each a difference
+        ([-0.5, NAN, -1.0], [-0.5, -0.25, -1.0], "nan"),
+        ([-0.5, NAN, -1.0], [-0.5, NAN, -1.0], "nan"),
+        ([-0.5, -0.25, -1.0], [-0.5, -0.25], "nan"),
+        ([-0.5, -0.25, -1.0], None, "nan"),
+        (None, [-0.5, -0.25, -1.0], "nan"),
+        (None, None, None),
+    ],
+)
+def test_the_sweep_self_check_names_the_logprob_drift_of_two_runs_of_the_same_tokens(
+    first: list[float] | None, second: list[float] | None, drift: str | None
+) -> None:
+    expected = None if drift is None else f"same tokens, logprobs drift by {drift}"
+    assert _reproduce((first, None), (second, None)) == expected
+
+
+def test_the_sweep_self_check_leaves_out_positions_neither_run_reported() -> None:
+    """Position 1 unreported in both runs: reproduced, or the drift of the others; reported
+    in one run only, or NaN beside a non-empty map (a NaN value): a difference."""
+    unreported = [-0.5, NAN, -1.0]
+    assert _reproduce((unreported, UNREPORTED), (unreported, UNREPORTED)) is None
+    drifted = ([-0.5, NAN, -1.5], UNREPORTED)
+    assert _reproduce((unreported, UNREPORTED), drifted) == "same tokens, logprobs drift by 0.5"
+    reported = ([-0.5, -0.25, -1.0], TOP)
+    assert _reproduce((unreported, UNREPORTED), reported) == "same tokens, logprobs drift by nan"
+    assert _reproduce((unreported, TOP), (unreported, TOP)) == "same tokens, logprobs drift by nan"
+
+
 # -- what the reports show ------------------------------------------------------------------------
 def _detail(kind: str, role: str, data: dict[str, object]) -> Node:
     return parse(
