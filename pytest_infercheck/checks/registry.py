@@ -33,22 +33,23 @@ order the terminal summary shows their families."""
 
 KIND_NAMES = tuple(name for name, _, _ in _MODULES)
 _WHERE = {name: (module, attr) for name, module, attr in _MODULES}
-_LOADED: dict[str, CheckKind] = {}
 
 
 def kind_named(name: object) -> CheckKind | None:
     """The kind whose YAML key is ``name``, its module imported on first use (None for an
     unknown one, e.g. from a results file of a newer version). Raises if the module's kind
-    carries another name than its line here."""
+    carries another name than its line here.
+
+    The kind is always that of the module ``sys.modules`` holds now (no cache of its own): a
+    kind kept after its module was dropped from ``sys.modules`` (pytester's in-process runs
+    drop the modules they imported) has records whose annotations no longer resolve
+    (pydantic looks their names up in ``sys.modules``)."""
     if not isinstance(name, str) or name not in _WHERE:
         return None
-    kind = _LOADED.get(name)
-    if kind is None:
-        module, attr = _WHERE[name]
-        kind = getattr(importlib.import_module(module, __package__), attr)
-        if kind.name != name:
-            raise RuntimeError(f"registry line {name!r} names {module}.{attr}, kind {kind.name!r}")
-        _LOADED[name] = kind
+    module, attr = _WHERE[name]
+    kind: CheckKind = getattr(importlib.import_module(module, __package__), attr)
+    if kind.name != name:
+        raise RuntimeError(f"registry line {name!r} names {module}.{attr}, kind {kind.name!r}")
     return kind
 
 

@@ -32,7 +32,8 @@ own here, and every fault found is a :class:`Fault`, a violation of its own, nam
   tokens share.
 * **empty generation**: one output generated nothing while the one it is compared with did
   (:func:`empty_fault`; two empty outputs agree). Empty means no text and no token besides
-  the end-of-sequence token a generation stopped on (:func:`is_empty`).
+  the end-of-sequence token a generation stopped on (:func:`is_empty`, the one rule; the
+  comparison kinds apply it too, through :func:`one_side_empty`).
 * **non-finite latency** (stress) and **non-finite similarity** (endpoint-parity): NaN or
   ``inf`` where a number must be measured.
 
@@ -86,6 +87,7 @@ __all__ = [
     "latency_fault",
     "logprob_faults",
     "mismatched_positions",
+    "one_side_empty",
     "reported_logprobs",
     "similarity_fault",
 ]
@@ -278,6 +280,10 @@ def generation_faults(where: str, generation: Generation, *, tol: float = MATCH_
 # ------------------------------------------------------------------ empty generations
 
 
+Output = tuple[str, Sequence[int] | None, str | None]
+"""An output as the empty-generation rule reads it: ``(text, token_ids, finish_reason)``."""
+
+
 def content_size(text: str, token_ids: Sequence[int] | None, finish_reason: str | None) -> int:
     """Tokens generated before the end-of-sequence token (token ids known: a generation that
     stopped, ``finish_reason == "stop"``, carries it last), else characters of the text."""
@@ -287,31 +293,37 @@ def content_size(text: str, token_ids: Sequence[int] | None, finish_reason: str 
 
 
 def is_empty(text: str, token_ids: Sequence[int] | None, finish_reason: str | None) -> bool:
-    """No text and no token besides the end-of-sequence token it stopped on."""
+    """Whether a generation is empty: the one rule of every check (the engine kinds' faults
+    and a comparison's problem alike).
+
+    Empty means no text **and** no token besides the end-of-sequence token it stopped on
+    (``finish_reason == "stop"``: its last id is that token, whatever its id). So ``("",
+    [eos], "stop")``, ``("", [], ...)`` and ``("", None, ...)`` (no ids known) are empty;
+    a token that decodes to nothing is still a token (``("", [9], "length")`` and ``("",
+    [9, eos], "stop")`` are not empty), and any text is something (``("x", [], ...)``)."""
     return text == "" and (token_ids is None or content_size(text, token_ids, finish_reason) == 0)
 
 
-def empty_fault(
-    a: tuple[str, Sequence[int] | None, str | None],
-    b: tuple[str, Sequence[int] | None, str | None],
-    *,
-    a_name: str,
-    b_name: str,
-) -> Fault | None:
-    """An ``empty generation`` fault when exactly one of ``a`` and ``b`` (each ``(text,
-    token_ids, finish_reason)``) is empty (:func:`is_empty`); the other's size is in tokens
-    when both carry token ids, else in characters."""
+def one_side_empty(a: Output, b: Output, *, a_name: str, b_name: str) -> EmptyGeneration | None:
+    """:class:`~.finite.EmptyGeneration` when exactly one of ``a`` and ``b`` is empty
+    (:func:`is_empty`; two empty outputs agree). The other's size is counted by
+    :func:`content_size`, without the end-of-sequence token: in tokens when both carry token
+    ids, else in characters (at least 1: a non-empty output of tokens without text)."""
     unit = "tokens" if a[1] is not None and b[1] is not None else "characters"
 
-    def count(out: tuple[str, Sequence[int] | None, str | None]) -> int:
+    def count(out: Output) -> int:
         if is_empty(*out):
             return 0
         ids = out[1] if unit == "tokens" else None
         return max(content_size(out[0], ids, out[2]), 1)
 
-    found: EmptyGeneration | None = empty_generation(
-        count(a), count(b), base=a_name, test=b_name, unit=unit
-    )
+    return empty_generation(count(a), count(b), base=a_name, test=b_name, unit=unit)
+
+
+def empty_fault(a: Output, b: Output, *, a_name: str, b_name: str) -> Fault | None:
+    """An ``empty generation`` fault when exactly one of ``a`` and ``b`` is empty
+    (:func:`one_side_empty`)."""
+    found = one_side_empty(a, b, a_name=a_name, b_name=b_name)
     if found is None:
         return None
     return Fault(EMPTY_GENERATION, found.empty, found.describe(), [], "position")

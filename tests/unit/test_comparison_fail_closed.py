@@ -140,12 +140,13 @@ def test_a_row_that_does_not_normalise_fails() -> None:
 @pytest.mark.parametrize(
     ("base", "test", "capabilities", "method", "message"),
     [
-        (  # teacher-forced: the empty side still scores the baseline's 3 tokens
+        (  # teacher-forced: the empty side still scores the baseline's 3 tokens; counted
+            # without the EOS each side stopped on (as for the empty side: 2 tokens, not 3)
             generation("46", [1, 2, 0]),
             generation("", [0]),
             Capabilities.token_level(0, chat_template=False),
             "teacher-forced",
-            "the test (q4@local) generated no tokens while the baseline (bf16@local) generated 3",
+            "the test (q4@local) generated no tokens while the baseline (bf16@local) generated 2",
         ),
         (  # text only: counted in characters
             generation("46", None),
@@ -160,7 +161,7 @@ def test_a_row_that_does_not_normalise_fails() -> None:
             generation("46", [1, 2, 0], top_logprobs=[{1: 0.0}, {2: 0.0}, {0: 0.0}]),
             Capabilities(top_k_logprobs=1, token_ids=True),
             "top-k-lower-bound",
-            "the baseline (bf16@local) generated no tokens while the test (q4@local) generated 3",
+            "the baseline (bf16@local) generated no tokens while the test (q4@local) generated 2",
         ),
     ],
 )
@@ -180,6 +181,62 @@ def test_two_empty_generations_agree() -> None:
         FakeBackend("bf16", generation("", [0])), FakeBackend("q4", generation("", [0]))
     )
     assert item_violations(result, NEVER) == []
+
+
+@pytest.mark.parametrize(
+    ("base", "test", "expected"),
+    [
+        (
+            ("46", [1, 2, 0], "stop"),
+            ("", [0], "stop"),
+            "the test (t) generated no tokens while the baseline (b) generated 2",
+        ),
+        (
+            ("", None, "stop"),
+            ("46", None, "stop"),
+            "the baseline (b) generated no characters while the test (t) generated 2",
+        ),
+        (
+            ("", [], "length"),
+            ("4", [5], "length"),
+            "the baseline (b) generated no tokens while the test (t) generated 1",
+        ),
+        # tokens that decode to nothing are tokens: not empty, even against a side without
+        # ids (the comparison called this side empty, counting its 0 characters)
+        (("", [9, 0], "stop"), ("x", None, "stop"), None),
+        (("", [9], "length"), ("46", [1, 2, 0], "stop"), None),
+        (("", [0], "stop"), ("", None, "stop"), None),  # two empty outputs agree
+    ],
+)
+def test_a_comparison_judges_an_empty_generation_as_the_engine_checks_do(
+    base: tuple[str, list[int] | None, str],
+    test: tuple[str, list[int] | None, str],
+    expected: str | None,
+) -> None:
+    """One rule (:func:`~pytest_infercheck.metrics.consistency.is_empty`): a comparison's
+    ``empty generation`` problem is the fault an engine check finds in the same two outputs,
+    the other side counted without the EOS it stopped on."""
+    from pytest_infercheck.checks.comparison.verdicts import empty_output
+    from pytest_infercheck.metrics.consistency import empty_fault
+
+    record = dataclasses.replace(
+        unchanged("a", [0.0]),
+        baseline="b",
+        test="t",
+        base_text=base[0],
+        base_ids=base[1],
+        base_finish=base[2],
+        test_text=test[0],
+        test_ids=test[1],
+        test_finish=test[2],
+    )
+    problem = empty_output(record)
+    fault = empty_fault(base, test, a_name="the baseline (b)", b_name="the test (t)")
+    if expected is None:
+        assert problem is None and fault is None
+    else:
+        assert problem is not None and fault is not None
+        assert problem.describe() == fault.text == f"empty generation: {expected}"
 
 
 def test_a_nan_top_k_lower_bound_fails() -> None:
@@ -371,6 +428,88 @@ def test_a_self_check_that_did_not_reproduce_is_the_first_level() -> None:
     assert steps[0].failed == sorted(same) and math.isnan(steps[0].kl_mean)
     assert steps[0].kl_within is None and steps[1].kl_within is False
     assert (steps[1].newly_failed, steps[1].recovered, steps[1].p_value) == (0, 0, 1.0)
+
+
+Run = tuple[list[float] | None, list[dict[int, float]] | None]
+"""A run's chosen logprobs and top-k maps."""
+
+
+class _TwoRuns(FakeBackend):
+    """Generates ``46`` (ids 1, 2, 0) twice, with the logprobs of ``runs`` in turn."""
+
+    def __init__(self, runs: list[Run]) -> None:
+        super().__init__("bf16", generation("46", [1, 2, 0]))
+        self.runs = list(runs)
+
+    async def generate(self, prompt, params):  # type: ignore[no-untyped-def]
+        chosen, top = self.runs.pop(0)
+        return generation("46", [1, 2, 0], chosen_logprobs=chosen, top_logprobs=top)
+
+
+def _reproduce(first: Run, second: Run) -> str | None:
+    """The sweep self-check (:meth:`ComparisonRun._reproduce`) of a baseline whose two runs
+    agree on their tokens and carry the logprobs of ``first`` and ``second``."""
+    from types import SimpleNamespace
+
+    from pytest_infercheck.backends import GenerationParams
+    from pytest_infercheck.checks.comparison.run import ComparisonRun
+    from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
+    from tests.unit.factories import suite_prompt
+
+    cache = GenerationCache()
+    try:
+        run = SimpleNamespace(
+            baseline=ResolvedTarget("bf16@local", ("bf16",), _TwoRuns([first, second])),
+            cache=cache,
+            settings=SimpleNamespace(thinking=False),
+            params=lambda prompt: GenerationParams(max_tokens=8),
+        )
+        return ComparisonRun._reproduce(run, suite_prompt("p1", "12+34="))  # type: ignore[arg-type]
+    finally:
+        cache.close()
+
+
+TOP = [{1: -0.5}, {2: -0.25}, {0: -1.0}]
+UNREPORTED = [{1: -0.5}, {}, {0: -1.0}]
+"""llama-server's maps when token 1 ends inside a UTF-8 character: no entry, so its chosen
+logprob is NaN with an empty map (not reported, :func:`~pytest_infercheck.metrics.consistency.
+reported_logprobs`)."""
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "drift"),
+    [
+        ([-0.5, -0.25, -1.0], [-0.5, -0.25, -1.0], None),
+        ([-0.5, -0.25, -1.0], [-0.5, -0.75, -1.0], "0.5"),
+        ([-INF, -0.25, -1.0], [-INF, -0.75, -1.0], "0.5"),  # equal -inf: no drift there
+        ([-0.5, -0.25, -1.0], [-INF, -0.25, -1.0], "inf"),
+        # fail closed: a NaN (in one run, or in both, even the same float object), runs of
+        # different lengths, one run without logprobs are each a difference
+        ([-0.5, NAN, -1.0], [-0.5, -0.25, -1.0], "nan"),
+        ([-0.5, NAN, -1.0], [-0.5, NAN, -1.0], "nan"),
+        ([-0.5, -0.25, -1.0], [-0.5, -0.25], "nan"),
+        ([-0.5, -0.25, -1.0], None, "nan"),
+        (None, [-0.5, -0.25, -1.0], "nan"),
+        (None, None, None),
+    ],
+)
+def test_the_sweep_self_check_names_the_logprob_drift_of_two_runs_of_the_same_tokens(
+    first: list[float] | None, second: list[float] | None, drift: str | None
+) -> None:
+    expected = None if drift is None else f"same tokens, logprobs drift by {drift}"
+    assert _reproduce((first, None), (second, None)) == expected
+
+
+def test_the_sweep_self_check_leaves_out_positions_neither_run_reported() -> None:
+    """Position 1 unreported in both runs: reproduced, or the drift of the others; reported
+    in one run only, or NaN beside a non-empty map (a NaN value): a difference."""
+    unreported = [-0.5, NAN, -1.0]
+    assert _reproduce((unreported, UNREPORTED), (unreported, UNREPORTED)) is None
+    drifted = ([-0.5, NAN, -1.5], UNREPORTED)
+    assert _reproduce((unreported, UNREPORTED), drifted) == "same tokens, logprobs drift by 0.5"
+    reported = ([-0.5, -0.25, -1.0], TOP)
+    assert _reproduce((unreported, UNREPORTED), reported) == "same tokens, logprobs drift by nan"
+    assert _reproduce((unreported, TOP), (unreported, TOP)) == "same tokens, logprobs drift by nan"
 
 
 # -- what the reports show ------------------------------------------------------------------------

@@ -147,3 +147,96 @@ def test_origin_probes_texts_equal_only_after_nfc() -> None:
         "Unicode normalization (a tokenizer property): the text is not NFC; baseline "
         "normalizes it to NFC, test does not"
     )
+
+
+# -- sides without a tokenizer fingerprint -----------------------------------------------------
+# A golden recorded with "tokenizer": null renders the recorded prompt ids without a
+# fingerprint; Ollama, and any engine that exposes no tokenizer, has none either. None is
+# "unknown", never a vocabulary: two sides without one share nothing by their fingerprints.
+
+
+class NoFingerprint(FakeBackend):
+    """A backend that takes and returns token ids but has no tokenizer fingerprint and
+    exposes no tokenizer (``tokenize``/``detokenize`` answer None, the default); it renders
+    any prompt to ``ids`` and records the prompts it generates from."""
+
+    def __init__(self, name: str, text: str, out: list[int], ids: tuple[int, ...]) -> None:
+        super().__init__(name, generation(text, out))
+        self.ids = ids
+        self.received: list[PromptInput] = []
+
+    def tokenizer_fingerprint(self) -> str | None:
+        return None
+
+    async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        return PromptInput(user_text, self.ids, templated=False, tokenizer_fingerprint=None)
+
+    async def generate(self, prompt, params):  # type: ignore[no-untyped-def]
+        self.received.append(prompt)
+        return self.generation
+
+
+def test_ids_without_a_fingerprint_are_not_shared_with_a_side_without_one() -> None:
+    base = NoFingerprint("base", "46", [0, 1, 3], PROMPT_IDS)
+    test = NoFingerprint("test", "46", [0, 1, 3], (7, 8))
+    result = compare(base, test)
+    assert test.received[0].token_ids == (7, 8)  # its own render, not the baseline's ids
+    inputs = result.prompt_inputs
+    assert inputs is not None and inputs.sharing == "own render"
+    assert inputs.reason == (
+        "its tokenizer gives other ids and the vocabularies disagree on the baseline's"
+    )
+    assert (inputs.base_ids, inputs.test_ids) == (list(PROMPT_IDS), [7, 8])
+
+
+def test_ollama_is_not_sent_the_rendered_text_of_ids_without_a_fingerprint() -> None:
+    """Ollama (raw mode) has no fingerprint: the base :meth:`Backend.accepts_token_ids` must
+    not take a prompt without one as the rendered string of its ids."""
+    from pytest_infercheck.backends.http import HttpSettings
+    from pytest_infercheck.backends.ollama import OllamaBackend
+    from pytest_infercheck.checks.comparison.inputs import decide_inputs
+    from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
+    from pytest_infercheck.suites import Prompt
+
+    ollama = OllamaBackend("ol", HttpSettings(base_url="http://127.0.0.1:9"), model="m", chat=False)
+    cache = GenerationCache()
+    try:
+        prompt = Prompt("p1", "12+34=", None, 8, None, None, None, "<test>")
+        inputs = decide_inputs(
+            cache,
+            ResolvedTarget("golden:g", ("g",), NoFingerprint("base", "46", [0], PROMPT_IDS)),
+            ResolvedTarget("m@ol", ("m",), ollama),
+            prompt,
+            thinking=False,
+        )
+    finally:
+        cache.close()
+    assert inputs.record.sharing == "own render"
+    assert inputs.test.token_ids is None and inputs.test.text == "12+34="
+
+
+class AcceptsByItsOwnTokenizer(NoFingerprint):
+    """Without a fingerprint, but its own tokenization of the rendered text gives the
+    baseline's ids (what llama-server checks)."""
+
+    async def accepts_token_ids(self, prompt: PromptInput) -> bool:
+        return True
+
+
+def test_ids_accepted_without_fingerprints_are_not_said_to_share_a_tokenizer() -> None:
+    base = NoFingerprint("base", "46", [0, 1, 3], PROMPT_IDS)
+    test = AcceptsByItsOwnTokenizer("test", "46", [0, 1, 3], (7, 8))
+    inputs = compare(base, test).prompt_inputs
+    assert inputs is not None and inputs.sharing == "shared ids"
+    assert inputs.reason == "its own tokenizer gives the same ids for the rendered text"
+
+
+def test_generated_ids_of_two_sides_without_fingerprints_are_not_compared() -> None:
+    """Each side rendered its own prompt and neither has a fingerprint: their generated ids
+    may be of two vocabularies, so the origin never says the generated tokens differ."""
+    base = NoFingerprint("base", "46", [0, 1, 3], PROMPT_IDS)
+    result = compare(base, NoFingerprint("test", "47", [0, 2, 3], PROMPT_IDS))
+    assert result.prompt_inputs is not None and result.prompt_inputs.sharing == "own render"
+    assert result.divergence_origin == "undetermined", result.origin_detail
+    assert "generated tokens differ" not in result.origin_detail
+    assert result.first_divergence is None  # by text: no token divergence to name

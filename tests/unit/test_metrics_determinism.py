@@ -176,6 +176,41 @@ def test_needle_compared_to_alone() -> None:
     assert failed["text"] is None and failed["first_divergence"] is None
 
 
+@pytest.mark.parametrize(
+    ("batched_ids", "at"),
+    [
+        pytest.param([55, 57], 2, id="batched-output-lacks-its-eos-id"),
+        pytest.param([60, 2], 0, id="same-text-tokenized-otherwise"),
+    ],
+)
+def test_a_needle_with_the_same_text_but_other_token_ids_is_not_invariant(
+    batched_ids: list[int], at: int
+) -> None:
+    """The batched output's text equals the alone one's, its token ids do not (an engine that
+    drops the EOS id in a batch, or emits "46" as one token where it emitted "4", "6" alone):
+    the trial is no match, a violation at the first differing token, however near the
+    logprobs of the shared positions are."""
+    from pytest_infercheck.checks.batch_invariance import (
+        AloneOutput,
+        BatchInvariancePrompt,
+        compare_to_alone,
+        trial_violations,
+    )
+
+    alone = Generation("46", [55, 57, 2], "stop", [-0.25, -0.5, -1.0])
+    batched = Generation("46", batched_ids, "stop", [-0.25, -0.5, -1.0][: len(batched_ids)])
+    trial = compare_to_alone(alone, batched, trial=0, position=1, batch=["x", "needle"])
+    assert (trial.match, trial.first_divergence, trial.divergence_unit) == (False, at, "token")
+    record = BatchInvariancePrompt(
+        "needle", "q4@local", 0, AloneOutput("46", [55, 57, 2]), [trial], "burst"
+    )
+    spec = CheckSpec.model_validate({"batch-invariance": "m"})
+    assert trial_violations(record, spec) == [
+        f"trial 0 (position 1 of 2): output differs from the prompt alone at {at}: "
+        "'46' alone vs '46' batched"
+    ]
+
+
 # -- failing closed --------------------------------------------------------------------------
 NAN, INF = math.nan, math.inf
 

@@ -66,3 +66,26 @@ def test_the_server_pool_imports_httpx_only_to_poll_a_starting_server() -> None:
     code = "import sys, pytest_infercheck.servers\nprint('httpx' in sys.modules)\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_kind_outlives_no_module_dropped_from_sys_modules() -> None:
+    """pytester's in-process runs drop from ``sys.modules`` the modules they imported: a kind
+    first asked for inside one must not be kept afterwards, its records' annotations no
+    longer resolve (``TypeAdapter[PromptComparison] is not fully defined`` when the HTML
+    report of a results file was rendered after such a run, in a test file run alone)."""
+    code = (
+        "import sys\n"
+        "from pytest_infercheck.checks.registry import kind_named\n"
+        "from pytest_infercheck.records import plain_data\n"
+        "from tests.unit.factories import prompt_comparison\n"
+        "data = plain_data(prompt_comparison('a', [0.0, 0.1]))\n"
+        "kind_named('compare')\n"
+        "for name in [m for m in sys.modules if m.startswith('pytest_infercheck.checks.comp')]:\n"
+        "    del sys.modules[name]\n"
+        "kind = kind_named('compare')\n"
+        "assert kind is sys.modules['pytest_infercheck.checks.comparison'].COMPARE\n"
+        "print('<table' in kind.views['prompt'](data))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
-from ...metrics.finite import strict_max
+from ...metrics.consistency import reported_logprobs
+from ...metrics.determinism import logprob_diff
 from ...metrics.sameness import same_generation
 from ...specs import LogprobTolerance
 from ..protocol import CheckRun, ItemPlan, Outcome, memoised
@@ -380,15 +381,21 @@ class ComparisonRun(CheckRun[CS, CT]):
         verdict = same_generation(first, second)
         if not verdict.same:
             return verdict.describe()
-        if first.chosen_logprobs != second.chosen_logprobs:
-            a, b = first.chosen_logprobs or [], second.chosen_logprobs or []
-            # NaN when a NaN logprob is involved (a NaN never equals itself, so it is a
-            # difference) or when only one run has logprobs
-            drift = strict_max([abs(x - y) for x, y in zip(a, b, strict=False)]) or math.nan
-            if len(a) != len(b):
-                drift = math.nan
-            return f"same tokens, logprobs drift by {drift:.3g}"
-        return None
+        a = reported_logprobs(first.chosen_logprobs, first.top_logprobs)
+        b = reported_logprobs(second.chosen_logprobs, second.top_logprobs)
+        if a is None and b is None:
+            return None
+        # Fail closed: a NaN logprob is a difference (logprob_diff: NaN); so, of unknown size,
+        # are logprobs in one run only, runs of different lengths and a position reported in
+        # one run only. Positions neither run reported (llama-server: a token that ends inside
+        # a UTF-8 character) are left out, as every check leaves them.
+        aligned = (
+            a is not None and b is not None and [x is None for x in a] == [y is None for y in b]
+        )
+        drift = logprob_diff(a, b, None) if aligned else math.nan
+        if drift is None or drift == 0.0:
+            return None
+        return f"same tokens, logprobs drift by {drift:.3g}"
 
 
 @dataclass

@@ -8,46 +8,25 @@ The one place an item's verdict is decided (the suite aggregate counts failed it
 from __future__ import annotations
 
 from ...metrics.answers import fails_item
-from ...metrics.finite import (
-    NonFinite,
-    Problem,
-    check_scalar,
-    check_values,
-    empty_generation,
-)
+from ...metrics.consistency import one_side_empty
+from ...metrics.finite import NonFinite, Problem, check_scalar, check_values
 from ...render.text import mark_divergence, safe_text
 from ...specs import Thresholds
 from .prompt import TEACHER_FORCED, TEXT_ONLY, PromptComparison
 
 
-def _generated(text: str, ids: list[int] | None, finish: str) -> bool:
-    """Whether a side generated anything: some text, or token ids beyond the one
-    end-of-sequence token a generation that stopped at once carries."""
-    if text:
-        return True
-    if ids is None:
-        return False
-    return len(ids) > (1 if finish == "stop" else 0)
-
-
 def empty_output(result: PromptComparison) -> Problem | None:
     """:class:`~pytest_infercheck.metrics.finite.EmptyGeneration` when exactly one side
-    generated nothing (no text, and no token but the end-of-sequence it stopped on); counted
-    in tokens when both sides have token ids, else in characters. Whatever the method: a
-    text-only or top-k comparison of an empty output is a divergence, never a pass."""
-    both_ids = result.base_ids is not None and result.test_ids is not None
-
-    def count(text: str, ids: list[int] | None, finish: str) -> int:
-        if not _generated(text, ids, finish):
-            return 0
-        return len(ids) if both_ids and ids is not None else len(text)
-
-    return empty_generation(
-        count(result.base_text, result.base_ids, result.base_finish),
-        count(result.test_text, result.test_ids, result.test_finish),
-        base=f"the baseline ({result.baseline})",
-        test=f"the test ({result.test})",
-        unit="tokens" if both_ids else "characters",
+    generated nothing (:func:`~pytest_infercheck.metrics.consistency.is_empty`: no text, and
+    no token but the end-of-sequence it stopped on; :func:`~pytest_infercheck.metrics.
+    consistency.one_side_empty`), the other's size in tokens before its end-of-sequence when
+    both sides have token ids, else in characters. Whatever the method: a text-only or top-k
+    comparison of an empty output is a divergence, never a pass."""
+    return one_side_empty(
+        (result.base_text, result.base_ids, result.base_finish),
+        (result.test_text, result.test_ids, result.test_finish),
+        a_name=f"the baseline ({result.baseline})",
+        b_name=f"the test ({result.test})",
     )
 
 
