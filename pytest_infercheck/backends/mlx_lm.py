@@ -30,6 +30,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from ..config import BackendSpec
     from .mlx_lockstep import Stepper
 
 
@@ -357,6 +358,14 @@ class MlxLmBackend(Backend):
         added = getattr(tokenizer, "added_tokens_decoder", {})
         special |= {int(i) for i, token in added.items() if getattr(token, "special", False)}
         return {i for i in ids if i in special}
+
+
+def create(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+) -> MlxLmBackend:
+    """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    model = MlxModelSpec(source, revision, spec.dtype)
+    return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos)
 
 
 def token_piece(decoded: str, symbol: str) -> str:

@@ -12,12 +12,15 @@ the backend's own endpoint is offered: :meth:`generate_via` is not supported.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages
+
+if TYPE_CHECKING:
+    from ..config import BackendSpec
 
 
 class OllamaBackend(Backend):
@@ -148,3 +151,13 @@ class OllamaBackend(Backend):
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+def create(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+) -> OllamaBackend:
+    """The ``ollama`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    chat = True if spec.chat is None else spec.chat
+    return OllamaBackend(
+        name, HttpSettings.of(spec, url), model=spec.model_name or source, chat=chat
+    )

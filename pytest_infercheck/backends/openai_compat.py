@@ -26,11 +26,14 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpError, HttpSettings
+
+if TYPE_CHECKING:
+    from ..config import BackendSpec
 
 TOP_K = 5
 THINK_BLOCK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
@@ -263,6 +266,16 @@ class OpenAICompatBackend(Backend):
         usage = answer.get("usage") if isinstance(answer, dict) else None
         count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def create(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+) -> OpenAICompatBackend:
+    """The ``openai`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    chat = True if spec.chat is None else spec.chat
+    return OpenAICompatBackend(
+        name, HttpSettings.of(spec, url), model=spec.model_name or source, chat=chat
+    )
 
 
 def chat_path(chat: bool) -> str:

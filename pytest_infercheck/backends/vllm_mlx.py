@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive
-from .http import HttpClient
+from .http import HttpClient, HttpSettings
 from .openai_compat import OpenAICompatBackend, messages_payload, parse_message
+
+if TYPE_CHECKING:
+    from ..config import BackendSpec
 
 
 class VllmMlxBackend(OpenAICompatBackend):
@@ -69,3 +72,13 @@ class VllmMlxBackend(OpenAICompatBackend):
             "/health",
             lambda doc: isinstance(doc, dict) and bool(doc.get("model_loaded")),
         )
+
+
+def create(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+) -> VllmMlxBackend:
+    """The ``vllm-mlx`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    chat = True if spec.chat is None else spec.chat
+    return VllmMlxBackend(
+        name, HttpSettings.of(spec, url), model=spec.model_name or source, chat=chat
+    )
