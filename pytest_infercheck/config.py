@@ -72,13 +72,13 @@ def parse_model_shorthand(spec: str) -> dict[str, str]:
     """``gguf:./m.gguf`` -> ``{"gguf": "./m.gguf"}`` and so on (see :class:`ModelSpec`; the
     prefixes are the backend registry's shorthands)."""
     prefix, sep, rest = spec.partition(":")
-    shorthand = SHORTHANDS.get(prefix) if sep else None
-    if shorthand is not None and shorthand.field == "path":
+    field = SHORTHANDS[prefix].shorthand_field if sep and prefix in SHORTHANDS else None
+    if field == "path":
         return (
             parse_model_shorthand(rest) if "/" in rest and not _is_local(rest) else {"path": rest}
         )
-    if shorthand is not None:
-        return {shorthand.field: rest}
+    if field is not None:
+        return {field: rest}
     if spec.endswith(".gguf"):
         return {"gguf": spec}
     if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not _is_local(spec):

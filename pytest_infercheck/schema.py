@@ -174,7 +174,7 @@ def _model_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSche
             "pattern": MODEL_SHORTHAND,
             "description": (
                 "infer-check shorthand: "
-                + ", ".join(f"{s.prefix}:{s.value}" for s in SHORTHANDS.values())
+                + ", ".join(str(kind.shorthand) for kind in SHORTHANDS.values())
                 + ", or a bare value: a .gguf file, an org/name hub repo, an Ollama name:tag, "
                 "else a folder"
             ),

@@ -1,7 +1,7 @@
 """The one list of backend kinds. Adding a backend: its module (a :class:`~.base.Backend`
-subclass and a ``create`` factory) and one entry here (see :class:`~.kind.BackendKind`).
+subclass and a ``create`` factory) and one line here (see :class:`~.kind.BackendKind`).
 
-Each entry holds the kind's YAML name, its module and the facts the matrix reads (server or
+Each line holds the kind's YAML name, its module and the facts the matrix reads (server or
 in-process, the model field it loads, its model shorthand). Reading them imports nothing
 heavy; a kind's module (httpx, mlx, numpy) is imported when a backend of the kind is first
 created (:meth:`~.kind.BackendKind.create`). The YAML ``kind:`` values, the check that a
@@ -11,40 +11,14 @@ and the JSON Schema of the matrix all follow from this list.
 
 from __future__ import annotations
 
-from .kind import BackendKind, Shorthand
+from .kind import BackendKind
 
 BACKENDS: tuple[BackendKind, ...] = (
-    BackendKind(
-        "mlx-lm",
-        ".mlx_lm",
-        server=False,
-        shorthand=Shorthand("mlx", "path", "DIR"),
-    ),
-    BackendKind(
-        "openai",
-        ".openai_compat",
-        server=True,
-        shorthand=Shorthand("openai", "served_name", "NAME"),
-    ),
-    BackendKind(
-        "vllm-mlx",
-        ".vllm_mlx",
-        server=True,
-        shorthand=Shorthand("vllm-mlx", "path", "DIR"),
-    ),
-    BackendKind(
-        "llama-server",
-        ".llama_server",
-        server=True,
-        loads="gguf",
-        shorthand=Shorthand("gguf", "gguf", "FILE"),
-    ),
-    BackendKind(
-        "ollama",
-        ".ollama",
-        server=True,
-        shorthand=Shorthand("ollama", "served_name", "NAME:TAG"),
-    ),
+    BackendKind("mlx-lm", ".mlx_lm", server=False, shorthand="mlx:DIR"),
+    BackendKind("openai", ".openai_compat", server=True, shorthand="openai:NAME", by_name=True),
+    BackendKind("vllm-mlx", ".vllm_mlx", server=True, shorthand="vllm-mlx:DIR"),
+    BackendKind("llama-server", ".llama_server", server=True, loads="gguf", shorthand="gguf:FILE"),
+    BackendKind("ollama", ".ollama", server=True, shorthand="ollama:NAME:TAG", by_name=True),
 )
 """Every backend kind, in the order error messages and the JSON Schema list them."""
 
@@ -52,8 +26,8 @@ BACKEND_NAMES = tuple(kind.name for kind in BACKENDS)
 SERVER_KINDS = tuple(kind.name for kind in BACKENDS if kind.server)
 """Backend kinds served over HTTP (the others run in-process)."""
 IN_PROCESS_KINDS = tuple(kind.name for kind in BACKENDS if not kind.server)
-SHORTHANDS = {kind.shorthand.prefix: kind.shorthand for kind in BACKENDS if kind.shorthand}
-"""The model shorthands by prefix (``gguf`` -> ``gguf:FILE``)."""
+SHORTHANDS = {kind.prefix: kind for kind in BACKENDS if kind.prefix is not None}
+"""The kinds with a model shorthand, by its prefix (``gguf`` -> llama-server)."""
 _BY_NAME = {kind.name: kind for kind in BACKENDS}
 
 
