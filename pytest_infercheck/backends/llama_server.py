@@ -203,7 +203,7 @@ class LlamaServerBackend(Backend):
             generation = parse_choice(
                 await self.http.request("POST", "/v1/completions", body), chat=False
             )
-            generation.extra["prompt_text"] = text
+            generation.prompt_text = text
         elif endpoint == "chat":
             body = {
                 "messages": chat_messages(prompt),

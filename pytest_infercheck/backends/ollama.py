@@ -106,9 +106,6 @@ class OllamaBackend(Backend):
             done = answer.get("done_reason") or done
         if not entries:
             self.observed["logprobs"] = False
-        extra: dict[str, Any] = {"reasoning": "".join(reasoning)} if any(reasoning) else {}
-        if entries:
-            extra["tokens"] = [str(e.get("token", "")) for e in entries]
         return Generation(
             text="".join(text),
             token_ids=None,
@@ -121,7 +118,8 @@ class OllamaBackend(Backend):
             if entries
             else None,
             top_keys="text",
-            extra=extra,
+            token_texts=[str(e.get("token", "")) for e in entries] if entries else None,
+            reasoning="".join(reasoning) or None,
         )
 
     async def send_hostile(self, kind: str) -> str:

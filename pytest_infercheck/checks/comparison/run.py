@@ -369,7 +369,7 @@ class ComparisonRun(CheckRun):
         firsts = [
             self.cache.generate(baseline, r, q) for r, q in zip(rendered, params, strict=True)
         ]
-        sizes = [int(g.extra.get("batched", 1)) for g in firsts]
+        sizes = [g.batched for g in firsts]
         if max(sizes) > 1:
             return "batched, then one at a time"
         stepper = stepper_of(baseline)
