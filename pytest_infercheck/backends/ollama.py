@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
-from .openai_compat import TOP_K, chat_messages
+from .openai_compat import TOP_K, chat_messages, create_served
 
 if TYPE_CHECKING:
     from ..config import BackendSpec
@@ -155,7 +155,4 @@ def create(
     name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
 ) -> OllamaBackend:
     """The ``ollama`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
-    chat = True if spec.chat is None else spec.chat
-    return OllamaBackend(
-        name, HttpSettings.of(spec, url), model=spec.model_name or source, chat=chat
-    )
+    return create_served(OllamaBackend, name, spec, source, url)

@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive, send_hostile
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from ..config import BackendSpec
 
 TOP_K = 5
+B = TypeVar("B", bound=Backend)
 THINK_BLOCK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
 
 
@@ -272,10 +274,17 @@ def create(
     name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
 ) -> OpenAICompatBackend:
     """The ``openai`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    return create_served(OpenAICompatBackend, name, spec, source, url)
+
+
+def create_served(
+    cls: Callable[..., B], name: str, spec: BackendSpec, source: str, url: str | None
+) -> B:
+    """A server backend of class ``cls`` for a ``backends:`` entry: it asks for the model
+    ``model_name`` (default: the model's source) through the chat endpoints (unless
+    ``chat: false``)."""
     chat = True if spec.chat is None else spec.chat
-    return OpenAICompatBackend(
-        name, HttpSettings.of(spec, url), model=spec.model_name or source, chat=chat
-    )
+    return cls(name, HttpSettings.of(spec, url), model=spec.model_name or source, chat=chat)
 
 
 def chat_path(chat: bool) -> str:

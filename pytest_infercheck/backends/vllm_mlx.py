@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from .base import BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive
-from .http import HttpClient, HttpSettings
-from .openai_compat import OpenAICompatBackend, messages_payload, parse_message
+from .http import HttpClient
+from .openai_compat import OpenAICompatBackend, create_served, messages_payload, parse_message
 
 if TYPE_CHECKING:
     from ..config import BackendSpec
@@ -78,7 +78,4 @@ def create(
     name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
 ) -> VllmMlxBackend:
     """The ``vllm-mlx`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
-    chat = True if spec.chat is None else spec.chat
-    return VllmMlxBackend(
-        name, HttpSettings.of(spec, url), model=spec.model_name or source, chat=chat
-    )
+    return create_served(VllmMlxBackend, name, spec, source, url)

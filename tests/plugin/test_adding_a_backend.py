@@ -15,7 +15,6 @@ import difflib
 import filecmp
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -236,15 +235,10 @@ def test_the_new_kind_is_validated_like_the_others(
     result.stdout.fnmatch_lines(["*infercheck.yaml:5: backends.relay: *remove 'url'/'serve'*"])
 
 
-def test_the_new_kind_is_in_the_matrix_schema(project: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest_infercheck.cli", "schema"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    defs = json.loads(done.stdout)["$defs"]
+def test_the_new_kind_is_in_the_matrix_schema(pytester: pytest.Pytester, project: Path) -> None:
+    result = pytester.run(sys.executable, "-m", "pytest_infercheck.cli", "schema")
+    assert result.ret == 0, result.stderr.str()
+    defs = json.loads(result.stdout.str())["$defs"]
     assert "mlx-relay" in defs["BackendSpec"]["properties"]["kind"]["enum"]
     shorthand = defs["ModelSpec"]["anyOf"][0]
     assert "relay:DIR" in shorthand["description"] and "|relay):" in shorthand["pattern"]
