@@ -22,14 +22,16 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from .backends.registry import BACKEND_NAMES, SHORTHANDS, backend_kind
 from .checks.protocol import CheckKind, RateGate
 from .checks.registry import KIND_NAMES, kind_named
 from .golden import GOLDEN_NAME, GOLDEN_PLACE
 from .metrics.stats import wilson_interval, wilson_min_trials
-from .specs import SERVER_KINDS, KindThresholds, Side, _Strict
+from .specs import KindThresholds, Side, _Strict
 from .yamlpos import PositionedYaml, SourceError, format_loc, load_positioned
 
 if TYPE_CHECKING:
+    from .backends.kind import BackendKind
     from .suites import Suite
 
 
@@ -67,16 +69,16 @@ class ModelSpec(_Strict):
 
 
 def parse_model_shorthand(spec: str) -> dict[str, str]:
-    """``gguf:./m.gguf`` -> ``{"gguf": "./m.gguf"}`` and so on (see :class:`ModelSpec`)."""
+    """``gguf:./m.gguf`` -> ``{"gguf": "./m.gguf"}`` and so on (see :class:`ModelSpec`; the
+    prefixes are the backend registry's shorthands)."""
     prefix, sep, rest = spec.partition(":")
-    if sep and prefix in ("mlx", "vllm-mlx"):
+    field = SHORTHANDS[prefix].shorthand_field if sep and prefix in SHORTHANDS else None
+    if field == "path":
         return (
             parse_model_shorthand(rest) if "/" in rest and not _is_local(rest) else {"path": rest}
         )
-    if sep and prefix == "gguf":
-        return {"gguf": rest}
-    if sep and prefix in ("ollama", "openai"):
-        return {"served_name": rest}
+    if field is not None:
+        return {field: rest}
     if spec.endswith(".gguf"):
         return {"gguf": spec}
     if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not _is_local(spec):
@@ -102,7 +104,7 @@ class BackendSpec(_Strict):
     ``health_path`` up to ``startup_timeout`` seconds, stop it at the end of the run.
     """
 
-    kind: Literal["mlx-lm", "openai", "vllm-mlx", "llama-server", "ollama"]
+    kind: str
     chat: bool | None = None
     add_bos: bool = True
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
@@ -120,18 +122,35 @@ class BackendSpec(_Strict):
     """Whether the comparisons may batch this backend's in-process generations (after a
     probe shows batching changes nothing); false: one prompt at a time."""
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if backend_kind(value) is None:
+            raise ValueError(
+                f"unknown backend kind {value!r} (known kinds: {', '.join(BACKEND_NAMES)})"
+            )
+        return value
+
     @model_validator(mode="after")
     def _server_needs_url(self) -> BackendSpec:
-        if self.kind in SERVER_KINDS and (self.url is None) == (self.serve is None):
+        server = self.backend_kind.server
+        if server and (self.url is None) == (self.serve is None):
             raise ValueError(
                 f"a {self.kind} backend needs exactly one of 'url' (attach to a running "
                 "server) or 'serve' (a command with {model} and {port} to start one)"
             )
-        if self.kind == "mlx-lm" and (self.url is not None or self.serve is not None):
-            raise ValueError("an mlx-lm backend runs in-process: remove 'url'/'serve'")
+        if not server and (self.url is not None or self.serve is not None):
+            raise ValueError(f"backend kind {self.kind!r} runs in-process: remove 'url'/'serve'")
         if self.serve is not None and "{port}" not in self.serve:
             raise ValueError("'serve' must contain {port} (and usually {model})")
         return self
+
+    @property
+    def backend_kind(self) -> BackendKind:
+        """This entry's kind, from the backend registry."""
+        kind = backend_kind(self.kind)
+        assert kind is not None  # validated
+        return kind
 
 
 class SuiteRef(_Strict):
@@ -408,15 +427,16 @@ class LoadedMatrix:
 
     def model_source(self, name: str, kind: str = "mlx-lm") -> tuple[str, str | None]:
         """What a backend of ``kind`` is given for model ``name`` (local paths resolved
-        against the YAML's folder), and the hub revision if any."""
+        against the YAML's folder), and the hub revision if any: its ``gguf`` for a kind that
+        loads one, else a server's ``served_name`` if given, else ``path`` or ``repo``."""
         spec = self.matrix.models[name]
-        if kind == "llama-server":
+        facts = backend_kind(kind)
+        assert facts is not None  # validated
+        if facts.loads == "gguf":
             if spec.gguf is None:
-                raise self.source.error(
-                    ("models", name), f"a llama-server needs 'gguf' for {name!r}"
-                )
+                raise self.source.error(("models", name), f"a {kind} needs 'gguf' for {name!r}")
             return self._local(spec.gguf), None
-        if kind != "mlx-lm" and spec.served_name is not None:
+        if facts.server and spec.served_name is not None:
             return spec.served_name, None
         if spec.path is not None:
             return self._local(spec.path), None
@@ -439,12 +459,11 @@ class LoadedMatrix:
                     self._check_local(target.model, self.matrix.backends[target.backend])
 
     def _check_local(self, name: str, backend: BackendSpec) -> None:
-        if backend.kind != "mlx-lm" and backend.serve is None:
+        if backend.backend_kind.server and backend.serve is None:
             return  # a running server holds the model
         spec = self.matrix.models[name]
-        field, value = (
-            ("gguf", spec.gguf) if backend.kind == "llama-server" else ("path", spec.path)
-        )
+        field = backend.backend_kind.loads
+        value = spec.gguf if field == "gguf" else spec.path
         if value is None or Path(self._local(value)).exists():
             return
         what = "file" if field == "gguf" else "folder"

@@ -29,14 +29,14 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
+from .backends.registry import BACKEND_NAMES, IN_PROCESS_KINDS, SERVER_KINDS, SHORTHANDS
 from .checks.registry import KINDS
 from .config import Matrix
-from .specs import SERVER_KINDS
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
-MODEL_PREFIXES = ("mlx", "vllm-mlx", "gguf", "ollama", "openai")
-"""The prefixes of :func:`.config.parse_model_shorthand`."""
+MODEL_PREFIXES = tuple(SHORTHANDS)
+"""The prefixes of :func:`.config.parse_model_shorthand` (the backend registry's)."""
 
 _PREFIX = f"(?:{'|'.join(MODEL_PREFIXES)}):"
 MODEL_SHORTHAND = rf"^(?:{_PREFIX}[\s\S]|(?!{_PREFIX})[\s\S])"
@@ -173,9 +173,10 @@ def _model_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSche
             "type": "string",
             "pattern": MODEL_SHORTHAND,
             "description": (
-                "infer-check shorthand: mlx:DIR, gguf:FILE, ollama:NAME:TAG, vllm-mlx:DIR, "
-                "openai:NAME, or a bare value: a .gguf file, an org/name hub repo, an Ollama "
-                "name:tag, else a folder"
+                "infer-check shorthand: "
+                + ", ".join(str(kind.shorthand) for kind in SHORTHANDS.values())
+                + ", or a bare value: a .gguf file, an org/name hub repo, an Ollama name:tag, "
+                "else a folder"
             ),
             "examples": ["mlx:./models/q4", "gguf:./models/q4.gguf", "ollama:qwen3:4b"],
         },
@@ -194,9 +195,16 @@ def _model_source(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaV
     return schema
 
 
+def _known_backend_kind(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
+    """:meth:`.config.BackendSpec._known_kind`: a kind of the backend registry."""
+    for key in keys:
+        schema["properties"][key] = {"enum": list(BACKEND_NAMES), **schema["properties"][key]}
+    return schema
+
+
 def _url_or_serve(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
-    """:meth:`.config.BackendSpec._server_needs_url`: a server has one of ``url`` and
-    ``serve``, mlx-lm neither; ``serve`` has ``{port}``."""
+    """:meth:`.config.BackendSpec._server_needs_url`: a server kind has one of ``url`` and
+    ``serve``, an in-process kind (mlx-lm) neither; ``serve`` has ``{port}``."""
     for branch in _branches(schema["properties"]["serve"]):
         if branch.get("type") == "string":
             branch["pattern"] = r"\{port\}"
@@ -208,7 +216,7 @@ def _url_or_serve(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaV
         [
             {"if": kind_is(*SERVER_KINDS), "then": {"oneOf": [_given("url"), _given("serve")]}},
             {
-                "if": kind_is("mlx-lm"),
+                "if": kind_is(*IN_PROCESS_KINDS),
                 "then": {"properties": {"url": {"type": "null"}, "serve": {"type": "null"}}},
             },
         ]
@@ -274,6 +282,7 @@ def _target_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSch
 COUNTERPARTS: dict[str, Counterpart] = {
     "ModelSpec._shorthand": _model_shorthand,
     "ModelSpec._some_source": _model_source,
+    "BackendSpec._known_kind": _known_backend_kind,
     "BackendSpec._server_needs_url": _url_or_serve,
     "Settings._record_is_an_option": _record_off_file,
     "MatrixFields._suite_shorthand": _suite_shorthand,

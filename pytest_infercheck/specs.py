@@ -12,8 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SERVER_KINDS = ("openai", "vllm-mlx", "llama-server", "ollama")
-"""Backend kinds served over HTTP (the others run in-process)."""
+from .backends.registry import SERVER_KINDS as SERVER_KINDS  # from the backend registry
 
 
 class _Strict(BaseModel):

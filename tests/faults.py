@@ -339,10 +339,8 @@ class FaultyBackend(Backend):
                 if generation.top_logprobs is None
                 else [dict(row) for row in generation.top_logprobs]
             ),
-            extra=dict(generation.extra),
+            token_texts=None if generation.token_texts is None else list(generation.token_texts),
         )
-        if isinstance(g.extra.get("tokens"), list):
-            g.extra["tokens"] = list(g.extra["tokens"])
         seed = f"{self.seed}:{prompt.key()}"
         apply = {
             Fault.NAN_LOGPROBS: self._non_finite,
@@ -377,8 +375,8 @@ class FaultyBackend(Backend):
         for name in ("token_ids", "chosen_logprobs", "top_logprobs"):
             if getattr(g, name) is not None:
                 setattr(g, name, [])
-        if "tokens" in g.extra:
-            g.extra["tokens"] = []
+        if g.token_texts is not None:
+            g.token_texts = []
 
     async def _truncated(self, g: Generation, seed: str) -> None:
         if g.token_ids:
@@ -391,8 +389,8 @@ class FaultyBackend(Backend):
                 g.chosen_logprobs = g.chosen_logprobs[:keep]
             if g.top_logprobs is not None:
                 g.top_logprobs = g.top_logprobs[:keep]
-            if isinstance(g.extra.get("tokens"), list):
-                g.extra["tokens"] = g.extra["tokens"][:keep]
+            if g.token_texts is not None:
+                g.token_texts = g.token_texts[:keep]
         else:
             g.text = g.text[: len(g.text) // 2]
 
@@ -418,8 +416,8 @@ class FaultyBackend(Backend):
         elif g.text:
             i = min(len(g.text) - 1, len(head or ""))
             g.text = g.text[:i] + _other_char(g.text[i]) + g.text[i + 1 :]
-        tokens = g.extra.get("tokens")
-        if isinstance(tokens, list) and t < len(tokens):
+        tokens = g.token_texts
+        if tokens is not None and t < len(tokens):
             tokens[t] = piece if piece is not None else _other_char(str(tokens[t])[:1] or "x")
 
     async def _mismatched(self, g: Generation, seed: str) -> None:

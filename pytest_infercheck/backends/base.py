@@ -88,7 +88,25 @@ class Generation:
     top_logprobs: list[dict[Any, float]] | None = None
     top_keys: str = "id"
     elapsed_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    token_texts: list[str] | None = None
+    """Each generated token's text, from a server that returns texts, not ids (the keys of
+    ``top_logprobs`` when ``top_keys == "text"``); None when it sent none."""
+    reasoning: str | None = None
+    """A reasoning chain returned apart from the answer (a server's ``reasoning_content``,
+    Ollama's ``thinking``, a leading ``<think>`` block); never part of ``text``."""
+    batched: int = 1
+    """How many prompts shared this generation's forward passes (an in-process engine's own
+    batching); 1: generated alone, or by an engine that does not batch itself."""
+    prompt_text: str | None = None
+    """The text sent as the prompt when it was rendered for the request (a chat template
+    applied for ``/v1/completions`` by :meth:`Backend.generate_via`); None otherwise."""
+    prompt_tokens: int | None = None
+    """The number of prompt tokens the engine generated from (in-process engines)."""
+    completion_tokens: int | None = None
+    """The server's count of generated tokens (``usage.completion_tokens``), where given."""
+    full_logprobs: np.ndarray | None = field(default=None, compare=False, repr=False)
+    """The float32 full-vocabulary log-probabilities of each step, shape (T, V), only where
+    asked for (mlx-lm's ``generate_sync(..., full_logprobs=True)``)."""
 
 
 class BackendError(RuntimeError):

@@ -22,11 +22,14 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from .base import BackendError
+
+if TYPE_CHECKING:
+    from ..config import BackendSpec
 
 RETRY_STATUS = frozenset({429, 503})
 T = TypeVar("T")
@@ -58,6 +61,20 @@ class HttpSettings:
     retries: int = 4
     backoff_s: float = 0.5
     api_key_env: str | None = None
+
+    @classmethod
+    def of(cls, spec: BackendSpec, url: str | None) -> HttpSettings:
+        """The settings of a server backend's entry: at ``url`` (where a managed server was
+        started), else at the entry's ``url``."""
+        base_url = url or spec.url
+        assert base_url is not None
+        return cls(
+            base_url=base_url.rstrip("/"),
+            timeout_s=spec.timeout,
+            max_concurrency=spec.max_concurrency,
+            retries=spec.retries,
+            api_key_env=spec.api_key_env,
+        )
 
 
 class _ErrorStatus(Exception):

@@ -25,7 +25,7 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from .base import Backend, BackendError, Capabilities, Generation, GenerationPar
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import chat_messages, messages_payload, parse_choice, parse_message
+
+if TYPE_CHECKING:
+    from ..config import BackendSpec
 
 TOP_K = 8
 FULL_VOCAB_SCORING_LIMIT = 32_768
@@ -200,7 +203,7 @@ class LlamaServerBackend(Backend):
             generation = parse_choice(
                 await self.http.request("POST", "/v1/completions", body), chat=False
             )
-            generation.extra["prompt_text"] = text
+            generation.prompt_text = text
         elif endpoint == "chat":
             body = {
                 "messages": chat_messages(prompt),
@@ -293,6 +296,14 @@ class LlamaServerBackend(Backend):
             for i, piece, back in zip(distinct, pieces, literals, strict=True)
             if back != [i] and "\ufffd" not in piece  # a byte of a character is no control
         }
+
+
+def create(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+) -> LlamaServerBackend:
+    """The ``llama-server`` backend of a ``backends:`` entry (see :mod:`.registry`); the
+    server was given the model (``source``, its gguf) by its own command line."""
+    return LlamaServerBackend(name, HttpSettings.of(spec, url), chat=bool(spec.chat))
 
 
 def native_generation(

@@ -30,6 +30,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from ..config import BackendSpec
     from .mlx_lockstep import Stepper
 
 
@@ -180,7 +181,7 @@ class MlxLmBackend(Backend):
         """Greedy generation. Each step's chosen-token logprob is gathered inside mlx (cheap
         whatever the vocabulary; comparisons use teacher-forced full-vocabulary scores, so no
         per-step top-k is kept); with ``full_logprobs`` the float32 per-step full-vocabulary
-        logprobs are also returned, in ``extra["logprobs"]`` (T, V)."""
+        logprobs are also returned, in ``full_logprobs`` (T, V)."""
         import mlx.core as mx
         from mlx_lm.generate import generate_step
         from mlx_lm.sample_utils import make_sampler
@@ -209,9 +210,9 @@ class MlxLmBackend(Backend):
                 if token in eos_ids:
                     finish = "stop"
                     break
-        extra: dict[str, Any] = {"prompt_tokens": len(prompt_ids)}
+        full = None
         if full_logprobs:
-            extra["logprobs"] = (
+            full = (
                 np.array(mx.stack(steps).astype(mx.float32))
                 if steps
                 else np.zeros((0, 0), dtype=np.float32)
@@ -224,7 +225,8 @@ class MlxLmBackend(Backend):
             finish_reason=finish,
             chosen_logprobs=chosen_values,
             elapsed_s=time.perf_counter() - started,
-            extra=extra,
+            prompt_tokens=len(prompt_ids),
+            full_logprobs=full,
         )
 
     async def generate_batch(
@@ -251,7 +253,7 @@ class MlxLmBackend(Backend):
         batch: list[tuple[int, list[int]]] = []
         for i, prompt in enumerate(prompts):
             ids = self._prompt_ids(prompt)
-            results.append(Generation("", [], "length", [], extra={"prompt_tokens": len(ids)}))
+            results.append(Generation("", [], "length", [], prompt_tokens=len(ids)))
             if not ids:
                 results[i] = BackendError(
                     f"backend {self.name!r}: the prompt encodes to zero tokens"
@@ -299,7 +301,8 @@ class MlxLmBackend(Backend):
                     np.array(mx.stack(values).astype(mx.float32)).tolist() if values else []
                 ),
                 elapsed_s=elapsed,
-                extra={"prompt_tokens": len(ids), "batched": len(batch)},
+                prompt_tokens=len(ids),
+                batched=len(batch),
             )
         return results
 
@@ -357,6 +360,14 @@ class MlxLmBackend(Backend):
         added = getattr(tokenizer, "added_tokens_decoder", {})
         special |= {int(i) for i, token in added.items() if getattr(token, "special", False)}
         return {i for i in ids if i in special}
+
+
+def create(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+) -> MlxLmBackend:
+    """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    model = MlxModelSpec(source, revision, spec.dtype)
+    return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos)
 
 
 def token_piece(decoded: str, symbol: str) -> str:

@@ -259,7 +259,8 @@ def _generation(stepper: Stepper, seq: _Sequence, prompt_tokens: int, batch: int
         token_ids=list(seq.tokens),
         finish_reason=finish,
         chosen_logprobs=list(seq.chosen),
-        extra={"prompt_tokens": prompt_tokens, "batched": batch},
+        prompt_tokens=prompt_tokens,
+        batched=batch,
     )
 
 

@@ -12,12 +12,15 @@ the backend's own endpoint is offered: :meth:`generate_via` is not supported.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
-from .openai_compat import TOP_K, chat_messages
+from .openai_compat import TOP_K, chat_messages, create_served
+
+if TYPE_CHECKING:
+    from ..config import BackendSpec
 
 
 class OllamaBackend(Backend):
@@ -103,9 +106,6 @@ class OllamaBackend(Backend):
             done = answer.get("done_reason") or done
         if not entries:
             self.observed["logprobs"] = False
-        extra: dict[str, Any] = {"reasoning": "".join(reasoning)} if any(reasoning) else {}
-        if entries:
-            extra["tokens"] = [str(e.get("token", "")) for e in entries]
         return Generation(
             text="".join(text),
             token_ids=None,
@@ -118,7 +118,8 @@ class OllamaBackend(Backend):
             if entries
             else None,
             top_keys="text",
-            extra=extra,
+            token_texts=[str(e.get("token", "")) for e in entries] if entries else None,
+            reasoning="".join(reasoning) or None,
         )
 
     async def send_hostile(self, kind: str) -> str:
@@ -148,3 +149,10 @@ class OllamaBackend(Backend):
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+def create(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+) -> OllamaBackend:
+    """The ``ollama`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    return create_served(OllamaBackend, name, spec, source, url)

@@ -10,7 +10,7 @@ Both logprob shapes are parsed: the chat/new shape ``logprobs.content[{token, lo
 top_logprobs}]`` and the legacy completions shape ``logprobs.{tokens, token_logprobs,
 top_logprobs}``. Thinking is suppressed with ``chat_template_kwargs.enable_thinking`` and a
 returned reasoning chain (``reasoning_content``/``reasoning`` or a ``<think>`` block) is split
-from the answer and kept in ``extra["reasoning"]``.
+from the answer and kept in ``Generation.reasoning``.
 
 Streaming (``stream: true``) is assembled from the SSE chunks' ``text`` / ``delta.content``
 and their logprobs (servers that stream none give none). :meth:`generate_via` reaches
@@ -25,14 +25,19 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpError, HttpSettings
 
+if TYPE_CHECKING:
+    from ..config import BackendSpec
+
 TOP_K = 5
+B = TypeVar("B", bound=Backend)
 THINK_BLOCK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
 
 
@@ -147,7 +152,7 @@ class OpenAICompatBackend(Backend):
             text = await self.templated_text(prompt)
             raw = PromptInput(text, None, templated=True, thinking=prompt.thinking)
             generation = await self._generate(raw, params, chat=False)
-            generation.extra["prompt_text"] = text
+            generation.prompt_text = text
             return generation
         return await super().generate_via(endpoint, prompt, params)
 
@@ -265,6 +270,23 @@ class OpenAICompatBackend(Backend):
         return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
+def create(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+) -> OpenAICompatBackend:
+    """The ``openai`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    return create_served(OpenAICompatBackend, name, spec, source, url)
+
+
+def create_served(
+    cls: Callable[..., B], name: str, spec: BackendSpec, source: str, url: str | None
+) -> B:
+    """A server backend of class ``cls`` for a ``backends:`` entry: it asks for the model
+    ``model_name`` (default: the model's source) through the chat endpoints (unless
+    ``chat: false``)."""
+    chat = True if spec.chat is None else spec.chat
+    return cls(name, HttpSettings.of(spec, url), model=spec.model_name or source, chat=chat)
+
+
 def chat_path(chat: bool) -> str:
     return "/v1/chat/completions" if chat else "/v1/completions"
 
@@ -290,7 +312,7 @@ def parse_choice(answer: Any, *, chat: bool) -> Generation:
     )
     usage = answer.get("usage") if isinstance(answer, dict) else None
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-        generation.extra["completion_tokens"] = usage["completion_tokens"]
+        generation.completion_tokens = usage["completion_tokens"]
     return generation
 
 
@@ -329,14 +351,11 @@ def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
 
 def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any) -> Generation:
     """A text-only :class:`Generation`: a leading ``<think>`` block moved to ``reasoning``,
-    logprobs of either shape parsed, token texts in ``extra["tokens"]``."""
+    logprobs of either shape parsed, token texts in ``token_texts``."""
     match = THINK_BLOCK.match(text)
     if match:
         reasoning, text = match.group(1), text[match.end() :]
     chosen, top, tokens = parse_logprobs(logprobs)
-    extra: dict[str, Any] = {"reasoning": reasoning} if reasoning else {}
-    if tokens is not None:
-        extra["tokens"] = tokens
     return Generation(
         text=text,
         token_ids=None,
@@ -344,7 +363,8 @@ def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any
         chosen_logprobs=chosen,
         top_logprobs=top,
         top_keys="text",
-        extra=extra,
+        token_texts=tokens,
+        reasoning=reasoning or None,
     )
 
 

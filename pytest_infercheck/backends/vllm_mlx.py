@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive
 from .http import HttpClient
-from .openai_compat import OpenAICompatBackend, messages_payload, parse_message
+from .openai_compat import OpenAICompatBackend, create_served, messages_payload, parse_message
+
+if TYPE_CHECKING:
+    from ..config import BackendSpec
 
 
 class VllmMlxBackend(OpenAICompatBackend):
@@ -69,3 +72,10 @@ class VllmMlxBackend(OpenAICompatBackend):
             "/health",
             lambda doc: isinstance(doc, dict) and bool(doc.get("model_loaded")),
         )
+
+
+def create(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+) -> VllmMlxBackend:
+    """The ``vllm-mlx`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    return create_served(VllmMlxBackend, name, spec, source, url)

@@ -362,13 +362,12 @@ def stream_side(mode: StreamMode, generation: Generation) -> StreamSide:
 def endpoint_side(endpoint: Endpoint, generation: Generation) -> EndpointSide:
     """``generation`` as a side of an endpoint-parity item (with the templated text sent to
     ``completions``)."""
-    prompt_text = generation.extra.get("prompt_text")
     return EndpointSide(
         generation.text,
         generation.token_ids,
         generation.finish_reason,
         endpoint,
-        prompt_text if isinstance(prompt_text, str) else None,
+        generation.prompt_text,
     )
 
 

@@ -275,11 +275,9 @@ def token_count(generation: Generation) -> int | None:
     server's ``usage.completion_tokens``, else unknown."""
     if generation.token_ids is not None:
         return len(generation.token_ids)
-    tokens = generation.extra.get("tokens")
-    if tokens is not None:
-        return len(tokens)
-    counted = generation.extra.get("completion_tokens")
-    return counted if isinstance(counted, int) else None
+    if generation.token_texts is not None:
+        return len(generation.token_texts)
+    return generation.completion_tokens
 
 
 def reference_of(generation: Generation) -> Reference:

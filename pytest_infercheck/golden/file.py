@@ -276,7 +276,6 @@ class GoldenFile:
             chosen_logprobs=out["chosen_logprobs"],
             top_logprobs=None if top is None else [{k: lp for k, lp in row} for row in top],
             top_keys=keys,
-            extra={"golden": self.name},
         )
 
     def asked(self, user_text: str, system: str | None, thinking: bool) -> bool:

@@ -90,7 +90,7 @@ def strip_reasoning(text: str) -> str:
     This covers ``<think>...</think>answer``, Qwen3's form whose template already opened the
     block (``...</think>answer``), and a reply still thinking when it ended (``<think>...``:
     no answer part at all). A reasoning chain returned apart (a server's
-    ``reasoning_content``, kept in ``Generation.extra["reasoning"]``) must not be passed in.
+    ``reasoning_content``, kept in ``Generation.reasoning``) must not be passed in.
     """
     closes = list(_THINK_CLOSE_RE.finditer(text))
     if closes:

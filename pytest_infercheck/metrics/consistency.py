@@ -264,9 +264,9 @@ def logprob_faults(
 
 def generation_faults(where: str, generation: Generation, *, tol: float = MATCH_TOL) -> list[Fault]:
     """:func:`logprob_faults` of a generation: its chosen logprobs and top-k maps, the keys
-    being its token ids (maps keyed by id) or its token texts (``extra["tokens"]``)."""
+    being its token ids (maps keyed by id) or its token texts (``token_texts``)."""
     keyed_by = generation.top_keys
-    keys = generation.token_ids if keyed_by == "id" else generation.extra.get("tokens")
+    keys = generation.token_ids if keyed_by == "id" else generation.token_texts
     return logprob_faults(
         where,
         generation.chosen_logprobs,

@@ -150,7 +150,5 @@ def compare_outputs(
 
 def same_generation(a: Generation, b: Generation) -> Sameness:
     """:func:`compare_outputs` of two generations: their ``text``, ``token_ids`` and token
-    texts (``extra["tokens"]``)."""
-    return compare_outputs(
-        a.text, a.token_ids, b.text, b.token_ids, a.extra.get("tokens"), b.extra.get("tokens")
-    )
+    texts (``token_texts``)."""
+    return compare_outputs(a.text, a.token_ids, b.text, b.token_ids, a.token_texts, b.token_texts)

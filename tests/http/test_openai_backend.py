@@ -31,7 +31,7 @@ async def test_chat_generation_with_logprobs_and_thinking_off() -> None:
         await b.aclose()
     assert gen.text == "46" and gen.finish_reason == "stop"
     assert gen.chosen_logprobs == [-0.1, -0.2] and gen.top_keys == "text"
-    assert gen.extra["tokens"] == ["4", "6"]
+    assert gen.token_texts == ["4", "6"]
     sent = script.requests[0]
     assert sent["path"] == "/v1/chat/completions"
     assert sent["json"]["temperature"] == 0.0 and sent["json"]["model"] == "m"
@@ -190,7 +190,7 @@ def test_reasoning_is_split_from_the_answer() -> None:
     inline = {"choices": [{"message": {"content": "<think>2+2</think>\n4"}}]}
     for answer in (separate, inline):
         gen = parse_choice(answer, chat=True)
-        assert gen.text == "4" and gen.extra["reasoning"] == "2+2"
+        assert gen.text == "4" and gen.reasoning == "2+2"
 
 
 def test_response_without_choices_is_an_error() -> None:
@@ -233,8 +233,8 @@ async def test_ollama_native_chat_with_think_off() -> None:
     sent = script.requests[1]
     assert sent["path"] == "/api/chat" and sent["json"]["think"] is False
     assert sent["json"]["options"] == {"temperature": 0.0, "num_predict": 8, "seed": 1}
-    assert gen.text == "46" and gen.extra["reasoning"] == "12 plus 34"
-    assert gen.chosen_logprobs == [-0.1, -0.3] and gen.extra["tokens"] == ["4", "6"]
+    assert gen.text == "46" and gen.reasoning == "12 plus 34"
+    assert gen.chosen_logprobs == [-0.1, -0.3] and gen.token_texts == ["4", "6"]
 
 
 @pytest.mark.asyncio

@@ -59,7 +59,8 @@ def test_generation_logprobs_are_float32_full_vocab(tiny_models: dict[str, Path]
     gen = b.generate_sync(
         b.render_sync("50+25=", None, False), GenerationParams(max_tokens=8), full_logprobs=True
     )
-    full = gen.extra["logprobs"]
+    full = gen.full_logprobs
+    assert full is not None
     assert full.dtype == np.float32 and full.shape[0] == len(gen.token_ids or [])
     # Each row is a full log-softmax: probabilities sum to 1.
     np.testing.assert_allclose(np.exp(full.astype(np.float64)).sum(axis=1), 1.0, atol=1e-3)
@@ -73,11 +74,12 @@ def test_teacher_forced_scoring_matches_generation(tiny_models: dict[str, Path])
     rendered = b.render_sync("63+29=", None, False)
     gen = b.generate_sync(rendered, GenerationParams(max_tokens=8), full_logprobs=True)
     scored = b.score_sync(list(rendered.token_ids or ()), gen.token_ids or [])
-    assert scored.shape == gen.extra["logprobs"].shape and scored.dtype == np.float32
+    assert gen.full_logprobs is not None
+    assert scored.shape == gen.full_logprobs.shape and scored.dtype == np.float32
     # Same model, same prefix: one forward pass equals the incremental KV-cache steps. The
     # generation's logprobs are mlx-lm's own, log-softmaxed in the model's dtype (bf16: about
     # three significant digits); scoring log-softmaxes in float32. Hence a relative tolerance.
-    np.testing.assert_allclose(scored, gen.extra["logprobs"], rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(scored, gen.full_logprobs, rtol=1e-2, atol=1e-2)
     assert list(scored.argmax(axis=1)) == gen.token_ids
 
 

@@ -178,7 +178,7 @@ def test_mlx_lm_batch_follows_the_generation_convention(
             assert got.chosen_logprobs == alone.chosen_logprobs
             assert got.token_ids is not None and got.chosen_logprobs is not None
             assert len(got.chosen_logprobs) == len(got.token_ids)
-            assert got.extra["batched"] == 3
+            assert got.batched == 3
     adder = MlxLmBackend("t", MlxModelSpec(str(tiny_models["bf16"])))
     first = adder.generate_batch_sync([adder.render_sync("7+8=", None, False)], params)[0]
     assert not isinstance(first, BaseException) and first.finish_reason == "stop"

@@ -119,7 +119,7 @@ def test_assemble_completion_chunks_with_logprobs() -> None:
     ]
     generation = assemble_chunks(chunks, chat=False)
     assert (generation.text, generation.finish_reason) == ("46", "length")
-    assert generation.chosen_logprobs == [-0.5] and generation.extra["tokens"] == ["4"]
+    assert generation.chosen_logprobs == [-0.5] and generation.token_texts == ["4"]
 
 
 def test_parse_anthropic_message() -> None:
@@ -130,7 +130,7 @@ def test_parse_anthropic_message() -> None:
     }
     generation = parse_message(answer)
     assert (generation.text, generation.finish_reason) == ("46", "stop")
-    assert generation.extra["reasoning"] == "hm"
+    assert generation.reasoning == "hm"
     with pytest.raises(HttpError):
         parse_message({"error": "x"})
 

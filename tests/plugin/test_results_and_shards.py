@@ -336,9 +336,7 @@ def test_every_in_process_kind_merges_to_the_unsharded_aggregates(
     assert status == (1 if failed else 0)
     # each stress level was measured once, in its own shard
     shards = [load_results(path) for path in paths]
-    levels = [
-        i["name"] for shard in shards for i in shard["items"] if i["kind"] == "stress"
-    ]
+    levels = [i["name"] for shard in shards for i in shard["items"] if i["kind"] == "stress"]
     assert sorted(n for n in levels if n != "aggregate") == sorted(["c1", "c2", "c4"])
 
 

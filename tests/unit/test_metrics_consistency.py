@@ -123,7 +123,7 @@ def test_generation_faults_read_ids_or_token_texts() -> None:
     by_text = Generation(
         "46", None, "stop", [-0.1, -0.7], [{"4": -0.1}, {"6": -0.2, "7": -2.0}], top_keys="text"
     )
-    by_text.extra["tokens"] = ["4", "6"]  # e^-0.2 + e^-2 = 0.954 <= 1: a normalised map
+    by_text.token_texts = ["4", "6"]  # e^-0.2 + e^-2 = 0.954 <= 1: a normalised map
     assert texts(generation_faults("the chat output", by_text)) == [
         "logprob does not match its token in the chat output at position 1 (position 1: "
         "chosen -0.7, its top-k entry -0.2)"

@@ -76,7 +76,7 @@ def test_logprob_and_generation_faults_pass_tol_and_key_kind_down() -> None:
     # a text key several tokens share is not looked up (keyed_by must reach the matcher)
     assert logprob_faults("r", [-0.9], [{"\ufffd": -0.2}], ["\ufffd"], keyed_by="text") == []
     gen = Generation("x", None, "stop", [-0.9], [{"\ufffd": -0.2}], top_keys="text")
-    gen.extra["tokens"] = ["\ufffd"]
+    gen.token_texts = ["\ufffd"]
     assert generation_faults("run 0", gen) == []
     by_id = Generation("x", [5], "stop", [-1.5], [{5: -1.0}])
     assert generation_faults("run 0", by_id, tol=0.5) == []

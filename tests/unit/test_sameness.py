@@ -14,8 +14,7 @@ from pytest_infercheck.metrics.sameness import Basis, Sameness, compare_outputs,
 
 
 def _gen(text: str, ids: list[int] | None = None, tokens: list[str] | None = None) -> Generation:
-    extra: dict[str, Any] = {} if tokens is None else {"tokens": tokens}
-    return Generation(text=text, token_ids=ids, finish_reason="stop", extra=extra)
+    return Generation(text=text, token_ids=ids, finish_reason="stop", token_texts=tokens)
 
 
 def test_equal_ids_and_equal_text_are_the_same() -> None:

@@ -27,6 +27,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...backends.capabilities import Stepping
 from ...generation_cache import BatchingLicence
 
 if TYPE_CHECKING:
@@ -61,8 +62,7 @@ class LockstepJob:
 
 def stepper_of(target: ResolvedTarget) -> Stepper | None:
     """The target's model for lockstep stepping, if it is an in-process model that steps."""
-    make = getattr(target.backend, "stepper", None)
-    return make() if callable(make) else None
+    return target.backend.stepper() if isinstance(target.backend, Stepping) else None
 
 
 def licence(

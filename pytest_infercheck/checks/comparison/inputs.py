@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...backends import BackendError, PromptInput
+from ...backends.capabilities import TemplatedText
 from ...metrics.text import first_divergence
 
 if TYPE_CHECKING:
@@ -164,12 +165,11 @@ def _rendered_text(
     (what such a server renders); None when unknown."""
     if rendered.token_ids is not None or not rendered.templated:
         return rendered.text
-    templated_text = getattr(target.backend, "templated_text", None)
-    folder = getattr(target.backend, "model_folder", None)
-    if templated_text is None or folder is None or folder() is None:
+    backend = target.backend
+    if not isinstance(backend, TemplatedText) or backend.model_folder() is None:
         return None
     try:
-        text: str = cache.call(target, templated_text(rendered))
+        text: str = cache.call(target, backend.templated_text(rendered))
     except BackendError:
         return None
     return text

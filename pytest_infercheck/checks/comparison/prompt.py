@@ -310,8 +310,8 @@ def compare_prompt(
         flip=answers.flip,
         sameness=verdict.describe(),
         templated=rendered.templated,
-        base_reasoning_chars=len(base.extra.get("reasoning") or ""),
-        test_reasoning_chars=len(other.extra.get("reasoning") or ""),
+        base_reasoning_chars=len(base.reasoning or ""),
+        test_reasoning_chars=len(other.reasoning or ""),
         problems=list(dists.problems),
         faults=[
             f.text
@@ -338,17 +338,17 @@ def outputs_verdict(inputs: SideInputs, base: Generation, other: Generation) -> 
         base.token_ids if shared_ids else None,
         other.text,
         other.token_ids if shared_ids else None,
-        base.extra.get("tokens"),
-        other.extra.get("tokens"),
+        base.token_texts,
+        other.token_texts,
     )
 
 
 def _batch_size(target: ResolvedTarget, generation: Generation) -> int | None:
-    """How many prompts shared the generation's forward passes (``extra["batched"]``; an
-    in-process engine without it generated alone); None for a concurrent (HTTP) engine."""
-    batched = generation.extra.get("batched")
-    if batched is not None:
-        return int(batched)
+    """How many prompts shared the generation's forward passes (``batched``, when the engine
+    batched it; else an in-process engine generated it alone); None for a concurrent (HTTP)
+    engine."""
+    if generation.batched > 1:
+        return generation.batched
     return 1 if target.backend.concurrency <= 1 else None
 
 

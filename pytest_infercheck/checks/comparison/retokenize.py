@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...backends import BackendError, Generation
+from ...backends.capabilities import ModelFolder
 from ...metrics.origin import TextSideTokens, text_side_tokens
 
 if TYPE_CHECKING:
@@ -61,8 +62,7 @@ def _judged(
 def _tokenizer_of(test: ResolvedTarget) -> Any:
     """The tokenizer of the model folder ``test`` serves; None when it serves none, or it
     does not load."""
-    folder_of = getattr(test.backend, "model_folder", None)
-    folder = folder_of() if folder_of is not None else None
+    folder = test.backend.model_folder() if isinstance(test.backend, ModelFolder) else None
     if folder is None:
         return None
     try:

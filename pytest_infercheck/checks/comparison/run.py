@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ...backends.capabilities import Stepping
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
 from ...metrics.consistency import reported_logprobs
 from ...metrics.determinism import logprob_diff
@@ -226,9 +227,13 @@ class ComparisonRun(CheckRun[CS, CT]):
         if not all(i.record.shared for i in inputs):
             return None
         base_input = inputs[0].base
-        ids = self.baseline.backend.lockstep_ids(base_input)  # type: ignore[attr-defined]
+        baseline = self.baseline.backend
+        if not isinstance(baseline, Stepping):
+            return None
+        ids = baseline.lockstep_ids(base_input)
         for side, i in zip(sides, inputs, strict=True):
-            if not ids or self.resolve(side).backend.lockstep_ids(i.test) != ids:  # type: ignore[attr-defined]
+            test = self.resolve(side).backend
+            if not ids or not isinstance(test, Stepping) or test.lockstep_ids(i.test) != ids:
                 return None
         return LockstepJob(prompt, base_input, ids, params, tuple(i.test for i in inputs))
 
@@ -352,14 +357,15 @@ class ComparisonRun(CheckRun[CS, CT]):
         firsts = [
             self.cache.generate(baseline, r, q) for r, q in zip(rendered, params, strict=True)
         ]
-        sizes = [int(g.extra.get("batched", 1)) for g in firsts]
+        sizes = [g.batched for g in firsts]
         if max(sizes) > 1:
             return "batched, then one at a time"
         stepper = stepper_of(baseline)
         side = self.check.baseline_side(self.index)
         if stepper is None or any(q.temperature != 0 or q.max_tokens < 1 for q in params):
             return "one at a time, twice"
-        ids = [baseline.backend.lockstep_ids(r) for r in rendered]  # type: ignore[attr-defined]
+        assert isinstance(baseline.backend, Stepping)  # it has a stepper
+        ids = [baseline.backend.lockstep_ids(r) for r in rendered]
         allowed = licence(self.cache, baseline, *self._batching_allowed(side), ids)
         if not allowed.batched or len(prompts) < 2 or not all(ids):
             return "one at a time, twice" + (f" ({allowed.note})" if allowed.note else "")

@@ -1,0 +1,52 @@
+"""Optional capabilities of a backend, beyond :class:`~.base.Backend`: what some checks use
+where a backend offers it. A check tests ``isinstance(backend, Stepping)`` and takes another
+way when the backend does not offer it.
+
+A backend offers a capability by defining its methods (no registration, no base class).
+The test is on the methods' presence only, not their signatures, and on Python 3.12 and
+later it looks at the class, not at ``__getattr__``: a wrapper that delegates to the backend
+it wraps offers a capability only by defining its methods.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from .base import PromptInput
+    from .mlx_lockstep import Stepper
+
+
+@runtime_checkable
+class Stepping(Protocol):
+    """An in-process model that the comparisons step in lockstep (:mod:`.mlx_lockstep`):
+    the baseline and test models fed the same tokens, batched when licensed."""
+
+    def stepper(self) -> Stepper:
+        """The model, its end-of-sequence ids and its decoder, for :mod:`.mlx_lockstep`."""
+        ...
+
+    def lockstep_ids(self, prompt: PromptInput) -> list[int]:
+        """The token ids the backend generates from for ``prompt`` (as its ``generate``)."""
+        ...
+
+
+@runtime_checkable
+class ModelFolder(Protocol):
+    """A backend whose model may be a folder on this machine (a server started on it): its
+    tokenizer judges a text-only output against the baseline's token ids."""
+
+    def model_folder(self) -> Path | None:
+        """The served model's local folder, None when the model is not one."""
+        ...
+
+
+@runtime_checkable
+class TemplatedText(ModelFolder, Protocol):
+    """A server that applies the chat template of its model folder itself: the text its
+    engine tokenizes can be rendered here, from that folder."""
+
+    async def templated_text(self, prompt: PromptInput) -> str:
+        """``prompt``'s messages rendered by the chat template of :meth:`model_folder`."""
+        ...

@@ -1,0 +1,67 @@
+"""What a backend kind declares: its YAML ``kind`` name, the module that builds it, and the
+static facts the matrix reads (served over HTTP or in-process, which model field it loads,
+its model shorthand).
+
+The facts are plain data on the kind's line in :mod:`.registry`, so the matrix, its JSON
+Schema and the shorthand parser read them without importing the backend's module (which
+brings httpx, or mlx and numpy); :meth:`BackendKind.create` imports the module, when a target
+first runs on the backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ..config import BackendSpec
+    from .base import Backend
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """One kind of backend: its line in :mod:`.registry`."""
+
+    name: str
+    """The YAML ``kind:`` of a ``backends:`` entry; the backend's ``kind`` attribute."""
+    module: str
+    """The module (relative to :mod:`pytest_infercheck.backends`, or absolute) whose
+    ``create(name, spec, source, revision, url)`` builds the backend."""
+    server: bool
+    """Served over HTTP: the entry needs ``url`` (attach) or ``serve`` (start it); a model
+    may be given by ``served_name``. Else in-process: neither ``url`` nor ``serve``."""
+    loads: Literal["path", "gguf"] = "path"
+    """The model field the engine loads: ``path`` (a folder, or ``repo``) or ``gguf``."""
+    shorthand: str | None = None
+    """The kind's model shorthand as help texts show it, ``PREFIX:VALUE`` (``gguf:FILE``): a
+    model written ``gguf:./m.gguf`` in ``models:`` is ``{gguf: ./m.gguf}``."""
+    by_name: bool = False
+    """The shorthand gives the model by name: its value is the name the server knows the
+    model by (``served_name``), not a file or folder it loads."""
+
+    @property
+    def prefix(self) -> str | None:
+        """The shorthand's prefix (``gguf``), None when the kind has no shorthand."""
+        return None if self.shorthand is None else self.shorthand.partition(":")[0]
+
+    @property
+    def shorthand_field(self) -> Literal["path", "gguf", "served_name"]:
+        """The model field a shorthand's value fills: ``served_name``, ``gguf``, or ``path``
+        (a folder, or a hub ``repo`` when the value is ``org/name`` and not a local path)."""
+        return "served_name" if self.by_name else self.loads
+
+    def create(
+        self, name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    ) -> Backend:
+        """The backend ``name`` serving the model at ``source`` (``url``: where a managed
+        server was started, else ``spec.url``), built by the kind's module (imported now).
+        Raises if the backend built carries another kind than this line's."""
+        module = importlib.import_module(self.module, __package__)
+        backend: Backend = module.create(name, spec, source, revision, url)
+        if backend.kind != self.name:
+            raise RuntimeError(
+                f"backend registry line {self.name!r} names {self.module}, which created a "
+                f"backend of kind {backend.kind!r}"
+            )
+        return backend
