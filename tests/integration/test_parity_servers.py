@@ -10,25 +10,37 @@
 - A proxy that drops the 2nd content chunk of every stream fails stream-parity; one that
   alters every 2nd generation response (the other endpoint's, given the order of requests:
   reference then other, prompt by prompt) fails endpoint-parity.
+- Sharded: both kinds' aggregates merged from shards 1/2 and 2/2 (``merge_results``) are the
+  unsharded run's, verdict and numbers, as is ``summarize`` of the unsharded run's records.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pytest_infercheck.report.merge import merge_results
+from pytest_infercheck.report.results import load_results
 from tests.faulty_proxy import Fault, FaultyProxy
 from tests.integration.served import chat_model, llama_at, mlx_lm_backend, vllm_backends
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import ADDITION, junit_properties, suite_jsonl
+from tests.resummarize import aggregates, assert_same_aggregate, resummarized
 
 PROMPTS = ADDITION[:4]
 
 
-def write_project(pytester: pytest.Pytester, backends: str, checks: str, model: str) -> None:
+def write_project(
+    pytester: pytest.Pytester,
+    backends: str,
+    checks: str,
+    model: str,
+    prompts: list[tuple[str, str, str]] = PROMPTS,
+) -> None:
     pytester.makefile(".ini", pytest=INI)
-    pytester.makefile(".jsonl", addition=suite_jsonl(PROMPTS))
+    pytester.makefile(".jsonl", addition=suite_jsonl(prompts))
     pytester.makefile(
         ".yaml",
         infercheck=f"models:\n  adder: {model}\nbackends:\n{backends}\n"
@@ -102,3 +114,59 @@ def test_parity_passes_on_vllm_mlx_and_mlx_lm_server(
     assert result.parseoutcomes() == {"passed": 3 * (4 + 1) + 8 + 1 + 5 + 1}, result.stdout.str()
     assert props["s01[messages]"]["infercheck_similarity"] == "1.0"
     assert props["max-tokens-0"]["infercheck_alive"] == "True"
+
+
+def run_sharded(pytester: pytest.Pytester) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The project run whole, then as shards 1/2 and 2/2 of one run id: ``(the unsharded
+    results, the shards' merge by pytest_infercheck.report.merge.merge_results)``."""
+    args = ("-q", "-p", "no:cacheprovider")
+    pytester.runpytest_subprocess(*args, "--infercheck-results=whole.json")
+    shards = []
+    for index in (1, 2):
+        run = pytester.runpytest_subprocess(
+            *args,
+            f"--infercheck-shard={index}/2",
+            "--infercheck-run-id=parity-shards",
+            f"--infercheck-results=s{index}.json",
+        )
+        run.stdout.fnmatch_lines([f"*suite gates deferred*(shard {index}/2)*"])
+        shards.append((f"s{index}.json", load_results(pytester.path / f"s{index}.json")))
+    (merged,), warnings = merge_results(shards)
+    assert warnings == []
+    return load_results(pytester.path / "whole.json"), merged
+
+
+@pytest.mark.parametrize("fault", ["none", "dropped chunk"])
+def test_parity_aggregates_merged_from_two_shards_are_the_unsharded_ones(
+    pytester: pytest.Pytester, llama_url: str, adder: str, fault: str
+) -> None:
+    """Each aggregate (stream- and endpoint-parity, three endpoints) is ``summarize`` of its
+    items' records: live, from the unsharded results file's records in either order, and
+    from the union of two shards' records, with one verdict, the same violations and the
+    same numbers; on a faithful server (passing) and behind a proxy that drops a chunk of
+    every stream (stream-parity failing on every prompt). The 8 prompts of the suite: each
+    check has items in both shards."""
+    proxy = FaultyProxy(llama_url, Fault(drop_stream_chunk=fault == "dropped chunk"))
+    with proxy:
+        write_project(pytester, llama_at(proxy.url), LLAMA_CHECKS, adder, ADDITION)
+        whole, merged = run_sharded(pytester)
+    live, from_shards = aggregates(whole), aggregates(merged)
+    assert set(live) == set(from_shards) and len(live) == 2
+    for nodeid, aggregate in live.items():
+        for reverse in (False, True):
+            assert_same_aggregate(resummarized(whole, nodeid, reverse=reverse), aggregate)
+        assert_same_aggregate(from_shards[nodeid], aggregate)
+        assert from_shards[nodeid].get("gates_deferred_to") is None
+    by_kind = {a["kind"]: a for a in live.values()}
+    assert by_kind["endpoint-parity"]["outcome"] == "passed"
+    assert by_kind["endpoint-parity"]["data"]["items"] == 16
+    stream = by_kind["stream-parity"]
+    if fault == "none":
+        assert stream["outcome"] == "passed" and stream["data"]["n_match"] == 8
+    else:
+        assert stream["outcome"] == "failed" and stream["data"]["n_failed"] == 8
+        failed = ", ".join(i for i, _, _ in ADDITION)
+        assert stream["violations"] == [f"8 of 8 items failed: {failed}"]
+    # the merge covers every item of the unsharded run, each in one shard
+    items = {i["nodeid"] for i in merged["items"] if i["role"] != "aggregate"}
+    assert items == {i["nodeid"] for i in whole["items"] if i["role"] != "aggregate"}

@@ -156,6 +156,7 @@ def test_quickstart_same_numbers_batched_and_one_at_a_time(
     (check_a,) = [i["data"] for i in alone.values() if i["role"] == "self-check"]
     assert check_b == {
         "problems": [],
+        "failed": [],
         "generated": "batched, then one at a time",
     }
     assert check_a["problems"] == []

@@ -1,8 +1,10 @@
 """Real runs through pytester on the tiny models: thresholds that must pass and must fail,
---lf, -x, -n 2, the sweep self-check and cliff, JUnit properties."""
+--lf, -x, -n 2, the sweep self-check and cliff, JUnit properties, a diff's ``expect:`` and
+ungated checks."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +129,21 @@ def pytest_unconfigure(config):
     MlxLmBackend.generate_sync = original
 """
     )
-    result = pytester.runpytest("-q", "-k", "self-check")
+    result = pytester.runpytest("-q", "-k", "self-check", "--infercheck-results=r.json")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*baseline self-check FAILED*", "*s0*: token ids differ*"])
+    # the record names the prompts that did not reproduce: the cliff's first level
+    items = json.loads((pytester.path / "r.json").read_text())["items"]
+    (check,) = [i["data"] for i in items if i["role"] == "self-check"]
+    assert check["failed"] and check["failed"] == [p.split(":")[0] for p in check["problems"]]
+    again = pytester.runpytest("-q", "-k", "self-check or aggregate", "--infercheck-results=r.json")
+    again.assert_outcomes(failed=1, passed=1)  # no gate written: the aggregate passes
+    items = json.loads((pytester.path / "r.json").read_text())["items"]
+    (aggregate,) = [i["data"] for i in items if i["role"] == "aggregate"]
+    (check,) = [i["data"] for i in items if i["role"] == "self-check"]
+    first = aggregate["cliff_steps"][0]
+    assert first["level"] == "self-check" and first["failed"] == sorted(check["failed"])
+    assert first["kl_mean"] is None  # the baseline did not reproduce: no mean KL
 
 
 def test_item_failure_shows_both_outputs_and_answers(
@@ -184,3 +198,135 @@ def test_diff_passes_on_identical_engines_and_fails_on_different_arithmetic(
     assert outcomes["passed"] >= 9  # the whole diff(same) suite: KL exactly 0
     assert outcomes["failed"] >= 1
     result.stdout.no_fnmatch_line("*diff(same)*FAILED*")
+
+
+# -- expect: and ungated ---------------------------------------------------------------------
+# The tiny adder's bf16 weights answer "1+0=" with 1 in bf16 arithmetic and with 2 in float32
+# (the one prompt of the quickstart's suite where they differ); "12+34=" gives the same
+# tokens in both. No reference answers: no answer flip can fail an item.
+PAIR = (
+    '{"id": "one", "prompt": "1+0=", "max_tokens": 5}\n'
+    '{"id": "add", "prompt": "12+34=", "max_tokens": 5}\n'
+)
+
+
+def _pair_matrix(pytester: pytest.Pytester, models: dict[str, Path], checks: str) -> int:
+    """Write the pair suite and a matrix with two mlx-lm backends (bf16 and float32
+    arithmetic) and ``checks``; returns the line of the first check entry."""
+    pytester.makefile(".jsonl", pair=PAIR)
+    lines = [
+        "models:",
+        f"  bf16: {{path: '{models['bf16']}'}}",
+        f"  q4: {{path: '{models['q4']}'}}",
+        "backends:",
+        "  local: {kind: mlx-lm}",
+        "  f32: {kind: mlx-lm, dtype: float32}",
+        "suites: [pair.jsonl]",
+        "checks:",
+    ]
+    pytester.makefile(".yaml", infercheck="\n".join(lines) + "\n" + checks)
+    return len(lines) + 1
+
+
+def _results(pytester: pytest.Pytester) -> dict[str, dict[str, object]]:
+    items = json.loads((pytester.path / "r.json").read_text())["items"]
+    return {item["name"]: item for item in items}
+
+
+DIFF = "  - diff: {model: bf16, backends: [local, f32]}\n"
+NOT_IDENTICAL = "outputs not identical: token ids differ from token 0 (expect: identical)"
+
+
+def test_a_diff_without_thresholds_fails_the_items_whose_outputs_differ(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path]
+) -> None:
+    _pair_matrix(pytester, tiny_models, DIFF)
+    result = pytester.runpytest("-q", "--infercheck-results=r.json", "--junitxml=out.xml")
+    result.assert_outcomes(passed=2, failed=1)
+    items = _results(pytester)
+    assert items["one[f32]"]["outcome"] == "failed"
+    assert items["one[f32]"]["violations"] == [NOT_IDENTICAL]
+    assert items["add[f32]"]["outcome"] == "passed"
+    assert items["aggregate"]["thresholds"] == {
+        "flips": {"fail_item_on": "correct_to_wrong", "confidence": 0.95, "gate": "upper"},
+        "expect": "identical",
+    }
+    aggregate = items["aggregate"]["data"]
+    assert isinstance(aggregate, dict) and aggregate["ungated"] is False
+    assert [(lv["n_identical"], lv["n_failed"]) for lv in aggregate["levels"]] == [(1, 1)]
+    result.stdout.fnmatch_lines(
+        [
+            "*baseline bf16@local: *1",
+            "*test     bf16@f32: *2",
+            f"*{NOT_IDENTICAL}*",
+            "*check*failed*identical*verdict*",
+            "*diff(bf16)*pair*bf16@f32*2*1*1/2*FAIL*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*UngatedCheckWarning*")
+    assert junit_properties(pytester.path / "out.xml")["aggregate"]["infercheck_ungated"] == (
+        "False"
+    )
+
+
+def test_expect_identical_fails_a_changed_token_within_a_loose_budget(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path]
+) -> None:
+    _pair_matrix(pytester, tiny_models, DIFF + "    expect: identical\n    max_kl: 10.0\n")
+    result = pytester.runpytest("-q", "--infercheck-results=r.json")
+    result.assert_outcomes(passed=2, failed=1)
+    assert _results(pytester)["one[f32]"]["violations"] == [NOT_IDENTICAL]
+
+
+def test_a_diff_on_a_budget_passes_within_a_loose_max_kl(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path]
+) -> None:
+    _pair_matrix(pytester, tiny_models, DIFF + "    expect: budget\n    max_kl: 10.0\n")
+    result = pytester.runpytest("-q", "--infercheck-results=r.json")
+    result.assert_outcomes(passed=3)
+    aggregate = _results(pytester)["aggregate"]["data"]
+    assert isinstance(aggregate, dict) and aggregate["ungated"] is False
+    result.stdout.fnmatch_lines(["*diff(bf16)*pair*bf16@f32*2*0*1/2*pass*"])
+    result.stdout.no_fnmatch_line("*UngatedCheckWarning*")
+    # and the same budget too tight for the changed token fails it on KL alone
+    _pair_matrix(pytester, tiny_models, DIFF + "    expect: budget\n    max_kl: 1.0e-9\n")
+    tight = pytester.runpytest("-q", "--infercheck-results=r.json")
+    violations = _results(pytester)["one[f32]"]["violations"]
+    assert isinstance(violations, list) and len(violations) == 1
+    assert violations[0].startswith("mean KL ") and violations[0].endswith("> max_kl 1e-09")
+    assert tight.parseoutcomes()["failed"] >= 1
+
+
+def test_an_ungated_compare_is_marked_and_warned_about_at_its_line(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path]
+) -> None:
+    """The issue: a compare with no thresholds passed whatever its outputs. It still passes,
+    but every report says that nothing was checked, and the run warns at its line."""
+    line = _pair_matrix(
+        pytester,
+        tiny_models,
+        "  - compare: {baseline: bf16@local, test: bf16@f32}\n"
+        "  - diff: {model: bf16, backends: [local, f32]}\n    expect: budget\n",
+    )
+    result = pytester.runpytest("-q", "--infercheck-results=r.json", "--junitxml=out.xml")
+    result.assert_outcomes(passed=6)  # both outputs of "1+0=" differ, and nothing fails
+    items = json.loads((pytester.path / "r.json").read_text())["items"]
+    aggregates = [i for i in items if i["role"] == "aggregate"]
+    assert [(i["kind"], i["data"]["ungated"]) for i in aggregates] == [
+        ("compare", True),
+        ("diff", True),
+    ]
+    result.stdout.fnmatch_lines(  # fnmatch: [[] is a literal [
+        [
+            f"*UngatedCheckWarning: infercheck.yaml:{line}: checks[[]0] (compare) is ungated: no "
+            "gate written (none of max_kl, max_kl_position, min_similarity, max_mean_kl, "
+            "min_same_top, flips.max_rate): it passes whatever the outputs*",
+            f"*UngatedCheckWarning: infercheck.yaml:{line + 1}: checks[[]1] (diff) is ungated: *"
+            "(expect: budget)*",
+            "*infercheck summary*",
+            "*compare(bf16.local-vs-bf16.f32)*pair*bf16@f32*2*0*1/2*ungated",
+            "*diff(bf16)*pair*bf16@f32*2*0*1/2*ungated",
+        ]
+    )
+    props = junit_properties(pytester.path / "out.xml")
+    assert props["aggregate"]["infercheck_ungated"] == "True"

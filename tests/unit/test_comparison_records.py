@@ -27,6 +27,7 @@ from pytest_infercheck.checks.comparison.present import (
     cliff_lines,
     level_charts,
     side_columns,
+    summary_lines,
     summary_rows,
 )
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
@@ -335,6 +336,17 @@ def test_an_ungated_aggregate_says_so_in_the_terminal_and_the_html() -> None:
     ((_, numbers),) = side_columns(plain_data(ungated))
     gates = dict((title, show) for title, _, show in MEASURES)["gates"]
     assert gates(numbers["ungated"]) == "<b>ungated</b>" and gates(False) == "written"
+
+
+def test_a_side_whose_items_all_errored_is_a_failed_row_of_dashes() -> None:
+    node = "m.yaml::sweep(bf16)::addition::aggregate"
+    errored = dataclasses.replace(SWEEP_AGGREGATE, tests=["q8@local", "q4@local"])
+    q8, q4 = summary_rows([(node, False, plain_data(errored))])
+    assert q8 == ["sweep(bf16)", "addition", "q8@local", "0", *["-"] * 7, "FAIL"]
+    assert q4[2] == "q4@local" and len(q4) == len(q8)
+    assert summary_lines([]) == []
+    nothing = dataclasses.replace(COMPARE_AGGREGATE, levels=[], tests=[])
+    assert summary_lines([(node.replace("sweep", "compare"), False, plain_data(nothing))]) == []
 
 
 def _without(data: dict[str, Any], key: str) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from pytest_infercheck.checks.parity import (
     count_items,
     endpoint_counts,
     endpoint_summary_lines,
+    endpoint_violations,
     stream_violations,
     summary_lines,
 )
@@ -48,6 +49,7 @@ from pytest_infercheck.checks.protocol import Outcome, RecordedItem, TargetConte
 from pytest_infercheck.config import check_model
 from pytest_infercheck.metrics.consistency import Fault, similarity_fault
 from pytest_infercheck.records import load_record, plain_data
+from pytest_infercheck.report.merge import merge_results
 from pytest_infercheck.report.views import item_detail
 from pytest_infercheck.specs import KindThresholds, LogprobTolerance
 from pytest_infercheck.suites import Prompt
@@ -389,6 +391,12 @@ def test_the_endpoint_parity_aggregate_judges_similarity_and_flips_with_the_thre
     assert ENDPOINT_PARITY.summarize(items, loose, context).violations[-1] == (
         "1 of 4 items failed: s03[messages]"  # a similarity that is not finite never passes
     )
+    # fail closed on a record alone: no similarity is no pass, even without its fault
+    unknown = endpoint_record("unchanged", None, [])
+    assert endpoint_violations(unknown, loose) == [
+        "chat vs completions: similarity not finite < min_similarity 0.5 (first divergence "
+        "at char 1)"
+    ]
     flips = EndpointParityThresholds.model_validate({"min_similarity": 0.5})
     assert ENDPOINT_PARITY.summarize(items, flips, context).violations[-1] == (
         "2 of 4 items failed: s02[chat], s03[messages]"
@@ -448,3 +456,75 @@ def test_a_failure_of_the_reference_prompts_is_in_the_record_only_when_there_is_
     assert hostile_violations(record) == [
         "the reference prompts failed after the disconnect request: HTTP 500"
     ]
+
+
+def shard_results(index: int, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Shard ``index``/2 of a stream-parity run holding ``items`` and its deferred aggregate."""
+    node = "infercheck.yaml::stream-parity(adder)::addition::"
+    aggregate = plain_data(ParityAggregate("adder@llama", 1, 1, 0, 0, 0, 0, {}, [], ENGINES))
+    identity = {"check": "stream-parity(adder)", "kind": "stream-parity", "suite": "addition"}
+    rows = [
+        *items,
+        {"role": "aggregate", "name": "aggregate", "outcome": "passed", "data": aggregate},
+    ]
+    return {
+        "schema": "pytest-infercheck-results",
+        "version": 2,
+        "run": {
+            "run_id": "r1",
+            "started": "2026-01-01T00:00:00+00:00",
+            "finished": "2026-01-01T00:00:01+00:00",
+            "duration_s": 1.0,
+            "argv": [],
+            "shard": {"index": index, "count": 2},
+            "plugin_version": "0",
+            "python": "3.11",
+            "platform": "linux",
+            "hostname": "h",
+            "exitstatus": 1 if any(i["outcome"] == "failed" for i in items) else 0,
+        },
+        "matrices": {},
+        "engines": ENGINES,
+        "items": [
+            {
+                "nodeid": node + row["name"],
+                "duration_s": 0.1,
+                "worker": None,
+                "longrepr": None,
+                "thresholds": {"logprob_tolerance": 1e-4},
+                "violations": [],
+                **identity,
+                **row,
+                **({"gates_deferred_to": f"{index}/2"} if row["role"] == "aggregate" else {}),
+            }
+            for row in rows
+        ],
+    }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="report.merge._recorded reads an item that raised in its call phase (outcome "
+    "'failed', no data: a BackendError) as skipped, so the merged aggregate passes without it; "
+    "it must be RecordedItem(role, name, None, longrepr) like an 'error' item",
+)
+def test_an_item_whose_engine_failed_in_a_shard_fails_the_merged_aggregate() -> None:
+    passed = {
+        "role": "prompt",
+        "name": "s01",
+        "outcome": "passed",
+        "data": plain_data(parity_prompt()),
+    }
+    raised = {
+        "role": "prompt",
+        "name": "s02",
+        "outcome": "failed",
+        "data": {},
+        "longrepr": "backend error: HTTP 500 after 4 attempts",
+    }
+    (run,), _ = merge_results(
+        [("s1.json", shard_results(1, [passed])), ("s2.json", shard_results(2, [raised]))]
+    )
+    (aggregate,) = [i for i in run["items"] if i["role"] == "aggregate"]
+    assert aggregate["data"]["n_errors"] == 1 and aggregate["data"]["items"] == 2
+    assert aggregate["outcome"] == "failed"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -88,6 +89,14 @@ def ungated_reason(thresholds: Thresholds) -> str:
     return f"no gate written (none of {GATES}){budget}: it passes whatever the outputs"
 
 
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it, else as it is."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 _WARNED: weakref.WeakKeyDictionary[LoadedMatrix, set[int]] = weakref.WeakKeyDictionary()
 """By matrix: the indexes of the checks already warned about in this process."""
 
@@ -100,7 +109,7 @@ def warn_ungated(loaded: LoadedMatrix, index: int, kind: str, thresholds: Thresh
         return
     warned.add(index)
     line = loaded.source.line_of(("checks", index))
-    where = f"{loaded.path}:{line}" if line is not None else str(loaded.path)
+    where = shown(loaded.path) + (f":{line}" if line is not None else "")
     message = (
         f"{where}: checks[{index}] ({kind}) is ungated: {ungated_reason(thresholds)}; "
         "write a threshold to check something"

@@ -248,14 +248,21 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
 
     ``identical`` counts the prompts whose outputs are the same. The verdict is ``FAIL``
     when the suite gates failed or any of its items did, else ``ungated`` when the check
-    writes no gate (it passed, but checked nothing), else ``pass``.
+    writes no gate (it passed, but checked nothing), else ``pass``. A test side none of whose
+    items has a record (they errored) is a row of dashes.
     """
     rows: list[list[str]] = []
     for nodeid, passed, data in aggregates:
         record = aggregate_record(data)
         parts = nodeid.split("::")
         check = parts[-3] if len(parts) >= 3 else record.check
-        for level in record.levels:
+        levels: dict[str, SuiteAggregate | None] = dict.fromkeys(record.tests)
+        levels.update((level.test, level) for level in record.levels)
+        for test, level in levels.items():
+            if level is None:  # every item of this side errored
+                dashes = ["-"] * (len(COLUMNS) - 5)
+                rows.append([check, record.suite, test, "0", *dashes, "FAIL"])
+                continue
             flips = (
                 "-"
                 if level.flip_rate is None
@@ -306,7 +313,8 @@ def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]
 def summary_lines(aggregates: Aggregates) -> list[str]:
     """One table for every comparison aggregate (a row per test side), then each sweep's
     degradation cliff."""
-    return render_table(summary_rows(aggregates), COLUMNS) + cliff_lines(aggregates)
+    rows = summary_rows(aggregates)
+    return (render_table(rows, COLUMNS) if rows else []) + cliff_lines(aggregates)
 
 
 # -- HTML summary -------------------------------------------------------------------------------
