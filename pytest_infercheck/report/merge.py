@@ -211,13 +211,14 @@ def summarized(
 
 def _recorded(kind: CheckKind, item: ItemModel) -> RecordedItem | None:
     """An item of a results file as :attr:`CheckKind.summarize` reads it: its typed record,
-    or its error (an item that errored); None for one that was skipped."""
-    if item.outcome == "error" and not item.data:
-        error = (item.longrepr or "error").removeprefix(BACKEND_ERROR)
+    or, for an item that failed or errored with no record (its engine failed, in its setup
+    or its call), its error; None for one that was skipped."""
+    if item.data:
+        return RecordedItem(item.role, item.name, load_record(kind.records[item.role], item.data))
+    if item.outcome in FAILING:
+        error = (item.longrepr or item.outcome).removeprefix(BACKEND_ERROR)
         return RecordedItem(item.role, item.name, None, error)
-    if not item.data:
-        return None
-    return RecordedItem(item.role, item.name, load_record(kind.records[item.role], item.data))
+    return None
 
 
 def _kept_per_shard(

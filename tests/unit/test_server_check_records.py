@@ -502,12 +502,6 @@ def shard_results(index: int, items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="report.merge._recorded reads an item that raised in its call phase (outcome "
-    "'failed', no data: a BackendError) as skipped, so the merged aggregate passes without it; "
-    "it must be RecordedItem(role, name, None, longrepr) like an 'error' item",
-)
 def test_an_item_whose_engine_failed_in_a_shard_fails_the_merged_aggregate() -> None:
     passed = {
         "role": "prompt",
