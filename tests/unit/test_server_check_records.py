@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,13 +47,14 @@ from pytest_infercheck.checks.parity import (
     summary_lines,
 )
 from pytest_infercheck.checks.protocol import Outcome, RecordedItem, TargetContext
-from pytest_infercheck.config import check_model
+from pytest_infercheck.config import check_model, load_matrix
 from pytest_infercheck.metrics.consistency import Fault, similarity_fault
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.report.merge import merge_results
 from pytest_infercheck.report.views import item_detail
 from pytest_infercheck.specs import KindThresholds, LogprobTolerance
 from pytest_infercheck.suites import Prompt
+from pytest_infercheck.yamlpos import SourceError
 from tests.htmldom import parse
 
 ENGINES: dict[str, dict[str, Any]] = {"adder@llama": {"kind": "llama-server", "name": "llama"}}
@@ -522,3 +524,36 @@ def test_an_item_whose_engine_failed_in_a_shard_fails_the_merged_aggregate() -> 
     (aggregate,) = [i for i in run["items"] if i["role"] == "aggregate"]
     assert aggregate["data"]["n_errors"] == 1 and aggregate["data"]["items"] == 2
     assert aggregate["outcome"] == "failed"
+
+
+MATRIX_WITH = """\
+models: {{adder: {{gguf: x.gguf}}}}
+backends: {{llama: {{kind: llama-server, url: 'http://127.0.0.1:9'}}}}
+suites: [addition]
+checks:
+  - {kind}: adder@llama
+    flips: {flips}
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="config.load_matrix does not validate each check's kind_thresholds(): a flip rule "
+    "the kind refuses (its thresholds model's validator) is an error only when the run first "
+    "asks for the thresholds (an INTERNALERROR), not a config error at its line",
+)
+@pytest.mark.parametrize(
+    ("kind", "flips", "words"),
+    [
+        ("endpoint-parity", "{max_rate: 0.1}", "endpoint-parity does not use flips.max_rate"),
+        ("stress", "{fail_item_on: any}", "stress does not use flips.fail_item_on"),
+    ],
+)
+def test_a_flip_rule_a_kind_does_not_apply_is_a_config_error_at_its_line(
+    tmp_path: Path, kind: str, flips: str, words: str
+) -> None:
+    path = tmp_path / "infercheck.yaml"
+    path.write_text(MATRIX_WITH.format(kind=kind, flips=flips))
+    with pytest.raises(SourceError) as caught:
+        load_matrix(path)
+    assert caught.value.line == 6 and words in caught.value.reason
