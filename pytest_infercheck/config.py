@@ -507,6 +507,12 @@ def load_matrix(path: Path) -> LoadedMatrix:
         errors += [
             source.error(("checks", i, key), why) for key, why in unused_thresholds(check, raw)
         ]
+        try:
+            check.kind_thresholds()
+        except ValidationError as exc:  # a value the kind's own model refuses
+            errors += [
+                source.error(*_error_message(source.data, e, ("checks", i))) for e in exc.errors()
+            ]
         baseline = check.baseline_side(i)
         for side in [baseline, *check.test_sides(i)]:
             try:
@@ -523,10 +529,13 @@ def load_matrix(path: Path) -> LoadedMatrix:
     return loaded
 
 
-def _error_message(data: Any, error: Any) -> tuple[tuple[str | int, ...], str]:
-    """Where a pydantic error is in the YAML and what to tell the user: an unknown key with
-    the nearest known one, a threshold of another kind with the kinds that use it."""
-    loc = _yaml_loc(tuple(p for p in error["loc"] if isinstance(p, str | int)))
+def _error_message(
+    data: Any, error: Any, within: tuple[str | int, ...] = ()
+) -> tuple[tuple[str | int, ...], str]:
+    """Where a pydantic error is in the YAML (its location under ``within``) and what to tell
+    the user: an unknown key with the nearest known one, a threshold of another kind with the
+    kinds that use it."""
+    loc = (*within, *_yaml_loc(tuple(p for p in error["loc"] if isinstance(p, str | int))))
     if error["type"] != "extra_forbidden" or not loc or not isinstance(loc[-1], str):
         return loc, str(error["msg"])
     if len(loc) == 3 and loc[0] == "checks" and isinstance(loc[1], int):

@@ -536,12 +536,6 @@ checks:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config.load_matrix does not validate each check's kind_thresholds(): a flip rule "
-    "the kind refuses (its thresholds model's validator) is an error only when the run first "
-    "asks for the thresholds (an INTERNALERROR), not a config error at its line",
-)
 @pytest.mark.parametrize(
     ("kind", "flips", "words"),
     [
