@@ -11,7 +11,7 @@ Batching is licensed per target (:func:`licence`): the run's ``batching`` settin
 (``--infercheck-no-batching``), the backend's ``batching:`` option, and a probe run once per
 process: :data:`PROBE_PROMPTS` prompts of the suite generated alone and in one batch must
 give identical tokens and bit-identical chosen logprobs (or within the ``logprob_tolerance``
-of the matrix's ``batch-invariance`` check of that target). A group of prompts is batched
+of the matrix's batch invariance check of that target). A group of prompts is batched
 only when every one of its targets is licensed; otherwise each prompt is stepped alone (the
 same code at batch size 1), the comparison records carry why (:func:`batching_note`), and a
 failed probe is a :class:`BatchingProbeWarning` in pytest's warnings summary.

@@ -197,7 +197,7 @@ class ComparisonRun(CheckRun[CS, CT]):
 
     def _batching_allowed(self, side: Side) -> tuple[bool, str, float]:
         """Whether the settings allow batching ``side``'s target, if not why, and the
-        probe's logprob tolerance for it: the ``logprob_tolerance`` of a batch-invariance
+        probe's logprob tolerance for it: the ``logprob_tolerance`` of a batch invariance
         check (:class:`~pytest_infercheck.checks.batch_invariance.BatchInvarianceSpec`) of
         the same target in the matrix (the smallest, if several), else 0 (bit-identical)."""
         if not self.settings.batching:
