@@ -7,18 +7,21 @@ in :mod:`.registry`. Everything else asks the registry and never names a kind:
 - config: the kind's YAML key and its options model (``spec``), and the thresholds it honours;
 - collection: ``run.plan(check, suite)`` names the items of one check x suite at collection
   time (no generation cache, no model), and ``label`` names the check in node ids;
-- running: ``run.run_item(plan)`` and ``run.aggregate()`` return one :class:`Outcome` each,
-  which becomes the item's verdict, its JUnit properties and its record in every report;
+- running: ``run.run_item(plan)`` returns one :class:`Outcome` per item (its verdict, JUnit
+  properties and typed record); the aggregate is ``summarize(items, thresholds, context)``, a
+  pure function of the items' records (:class:`RecordedItem`), the kind's thresholds model
+  and its ``context``: the live run and ``pytest-infercheck report`` (the union of a sharded
+  run's records) call the same function;
 - xdist and sharding: ``spread_over_workers`` (every item its own scope);
 - reports: ``summary_lines`` (terminal), ``views`` (an item's HTML detail by role),
-  ``measures``/``columns``/``charts`` (the HTML summary), ``merge`` (an aggregate recomputed
-  from the union of the shards' item records, its suite gates judged there);
-- config: ``rate_gates`` (gates on a Wilson upper bound, checked at collection time: a gate
-  that fails even with zero events at the whole selection's size is a configuration error).
+  ``measures``/``columns``/``charts`` (the HTML summary);
+- config: ``thresholds`` (the only threshold keys the kind's entry may hold) and
+  ``rate_gates`` (gates on a Wilson upper bound, checked at collection time: a gate that
+  fails even with zero events at the whole selection's size is a configuration error).
 
-Under ``--infercheck-shard`` the aggregate of a kind that can merge covers its shard's items
-and defers its suite gates to the merge (:func:`defer_gates`); per-item thresholds still fail
-their items in the shard.
+Under ``--infercheck-shard`` an aggregate covers its shard's items and defers its suite
+gates to the merge (:func:`defer_gates`); per-item thresholds still fail their items in the
+shard.
 
 Two item classes serve every kind (:mod:`..collect`): an item per :class:`ItemPlan` and one
 ``aggregate`` item per check x suite.
