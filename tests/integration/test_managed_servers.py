@@ -62,6 +62,7 @@ suites: [addition.jsonl]
 checks:
   - compare: {{baseline: bf16@local, test: bf16@srv}}
     name: local-vs-server
+    min_similarity: 1.0
 {extra_checks}""",
         )
 
