@@ -284,11 +284,6 @@ class CheckRun(Generic[S, T]):
         tokens = tokens or s.default_max_tokens
         return GenerationParams(max_tokens=tokens, temperature=0.0, seed=s.seed)
 
-    def scope_prompts(self) -> list[Prompt]:
-        """The prompts an aggregate covers: the whole suite, or under ``--infercheck-shard``
-        the shard's selected ones (the other shards cover the rest)."""
-        return [p for p in self.suite.prompts if self.in_scope(p.id)]
-
     def in_scope(self, key: str) -> bool:
         """Whether the aggregate covers the item planned under ``key``: every item, or under
         ``--infercheck-shard`` the shard's selected ones."""
