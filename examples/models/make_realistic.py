@@ -98,7 +98,7 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "realistic"
 CACHE = Path(os.environ.get("INFERCHECK_CACHE") or Path.home() / ".cache" / "pytest-infercheck")
 SDIST_VERSION = os.environ.get("INFERCHECK_LLAMA_CPP_PYTHON_VERSION", "0.3.36")
-MAKER_VERSION = 1
+MAKER_VERSION = 2
 GGUF_NAME = "gguf/model-f32.gguf"
 
 
@@ -193,9 +193,11 @@ VOCABS: dict[str, VocabSpec] = {
 
 HIDDEN = 64
 LAYERS = 2
-HEADS = 4
-KV_HEADS = 2
+HEADS = 2
+KV_HEADS = 1
 HEAD_DIM = HIDDEN // HEADS
+"""32: the smallest head size vLLM's CPU attention supports (16 passes ``/health`` and kills
+the engine on the first request), so that every engine serves the same models."""
 INTERMEDIATE = 128
 CONTEXT = 4096
 HEAD_STD = 0.5
@@ -428,7 +430,7 @@ def _gguf_vocab(vocab: str) -> Vocab:
 
 
 def model_config(vocab: str, vocab_size: int, bos_id: int | None, eos_id: int) -> dict[str, Any]:
-    """``config.json`` of the tiny model: hidden 64, 2 layers, 4 heads (2 KV), float32."""
+    """``config.json`` of the tiny model: hidden 64, 2 layers, 2 heads of 32 (1 KV), float32."""
     spec = VOCABS[vocab]
     arch_name = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
     config: dict[str, Any] = {
