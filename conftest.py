@@ -68,6 +68,16 @@ def realistic_qwen() -> Any:
 
 
 @pytest.fixture(scope="session")
+def realistic_qwen2() -> Any:
+    """A tiny random Qwen2 (``make_realistic.Realistic``): the qwen2 vocabulary (151,643 ids
+    and Qwen 2.5's added tokens), the Qwen2.5 chat template, HF folder and f32 GGUF; head size
+    32, so vLLM's CPU build serves it."""
+    return load_example("make_realistic").make_realistic(
+        MODELS_CACHE / "realistic" / "qwen2-s0", "qwen2", seed=0
+    )
+
+
+@pytest.fixture(scope="session")
 def realistic_llama3() -> Any:
     """A tiny random Llama 3 (``make_realistic.Realistic``): the llama-bpe vocabulary (128,256
     ids, BOS added by the tokenizer) and the Llama 3.1 chat template, HF folder and f32 GGUF."""

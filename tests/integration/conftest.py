@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from conftest import MODELS_CACHE, REPO
-from tests.integration.served import llama_flags, llama_server, running
+from tests.integration.served import (
+    VLLM_ENV,
+    VLLM_HEALTH_TIMEOUT_S,
+    llama_flags,
+    llama_server,
+    running,
+    vllm_cpu_command,
+)
 
 
 def _script_output(script: str) -> Path:
@@ -35,6 +42,29 @@ def llama_server_bin() -> Path:
 @pytest.fixture(scope="session")
 def vllm_mlx_bin() -> Path:
     return _script_output("install_vllm_mlx.sh")
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """The python of vLLM's CPU build (``scripts/install_vllm.sh``, cached venv)."""
+    return _script_output("install_vllm.sh")
+
+
+@pytest.fixture(scope="session")
+def vllm_qwen2(
+    vllm_python: Path, realistic_qwen2: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """THE shared vLLM server: float32 on the realistic Qwen2 (head size 32), started once per
+    session (about 30 s and 3.8 GB) for every test that can share it; its ``model`` name is the
+    folder's path. Tests needing other flags start their own (``serve:``)."""
+    workdir = tmp_path_factory.mktemp("vllm")
+    model = str(realistic_qwen2.path)
+
+    def command(port: int) -> list[str]:
+        return vllm_cpu_command(vllm_python).format(model=model, port=port).split()
+
+    with _running_with_env("vllm", command, workdir, VLLM_ENV, VLLM_HEALTH_TIMEOUT_S) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -150,11 +180,14 @@ def realistic_qwen_mlx_server(
 
 
 @contextlib.contextmanager
-def _running_with_env(name: str, command: Any, workdir: Path, env: dict[str, str]) -> Iterator[str]:
+def _running_with_env(
+    name: str, command: Any, workdir: Path, env: dict[str, str], timeout_s: float | None = None
+) -> Iterator[str]:
     """:func:`running` with ``env`` set for the server only (it inherits it at start)."""
     with contextlib.ExitStack() as stack:
         with pytest.MonkeyPatch.context() as patch:
             for key, value in env.items():
                 patch.setenv(key, value)
-            url = stack.enter_context(running(name, command, workdir))
+            timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
+            url = stack.enter_context(running(name, command, workdir, **timeout))
         yield url

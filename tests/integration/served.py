@@ -81,10 +81,15 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def running(name: str, command: Callable[[int], list[str]], log_dir: Path) -> Iterator[str]:
+def running(
+    name: str,
+    command: Callable[[int], list[str]],
+    log_dir: Path,
+    timeout_s: float = HEALTH_TIMEOUT_S,
+) -> Iterator[str]:
     """Run ``command(port)`` on a free port in its own process group, logging to
     ``log_dir``; yield its URL once ``/health`` answers 200. Fails the test if it exits or
-    is not healthy within :data:`HEALTH_TIMEOUT_S`; stops the group on exit."""
+    is not healthy within ``timeout_s``; stops the group on exit."""
     port = free_port()
     log = log_dir / f"{name}-{port}.log"
     with log.open("wb") as out:
@@ -97,14 +102,12 @@ def running(name: str, command: Callable[[int], list[str]], log_dir: Path) -> It
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while not _healthy(url):
             if process.poll() is not None:
                 pytest.fail(f"{name} exited ({process.returncode}):\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
-                pytest.fail(
-                    f"{name} not healthy in {HEALTH_TIMEOUT_S} s:\n{log.read_text()[-3000:]}"
-                )
+                pytest.fail(f"{name} not healthy in {timeout_s} s:\n{log.read_text()[-3000:]}")
             time.sleep(0.1)
         yield url
     finally:
@@ -129,6 +132,24 @@ def llama_server(
 
     with running("llama-server", command, workdir) as url:
         yield url
+
+
+VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+"""vLLM's CPU build: 1 GiB of KV cache, no hub."""
+VLLM_FLAGS = "--dtype float32 --max-model-len 1024 --enforce-eager"
+"""vLLM flags for exact float32 results on CPU (no graph capture: starts in about 25 s)."""
+VLLM_HEALTH_TIMEOUT_S = 240
+"""vLLM's CPU build is healthy in 21-32 s alone, longer beside other work on 2 cores."""
+
+
+def vllm_cpu_command(python: Path, flags: str = VLLM_FLAGS) -> str:
+    """The command line of vLLM's OpenAI server from the venv of ``scripts/install_vllm.sh``
+    (``vllm serve`` does not run from the ``vllm-cpu`` distribution), with ``{model}`` and
+    ``{port}`` placeholders (a ``serve:`` command) and ``flags``."""
+    return (
+        f"{python} -m vllm.entrypoints.openai.api_server --model {{model}} "
+        f"--host 127.0.0.1 --port {{port}} {flags}"
+    )
 
 
 def llama_serve(binary: Path, flags: str) -> str:
