@@ -160,8 +160,10 @@ def serve(
     work: Path,
     ready: Callable[[Any], bool],
     env: Mapping[str, str] | None = None,
+    health: str = "/health",
 ) -> Iterator[Server]:
-    """Start ``cmd`` in its own process group, wait until ``ready(GET /health)``, stop it."""
+    """Start ``cmd`` in its own process group, wait until ``ready(GET <health>)`` (a JSON
+    document), stop it."""
     log = work / f"{name}.log"
     full_env = {**os.environ, **(env or {})}
     with log.open("wb") as log_file:
@@ -183,7 +185,7 @@ def serve(
                     + server.tail()
                 )
             with contextlib.suppress(OSError, ValueError, RuntimeError):
-                if ready(http_json(server.url + "/health", timeout=5.0)):
+                if ready(http_json(server.url + health, timeout=5.0)):
                     break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name} not ready after {STARTUP_TIMEOUT_S:.0f} s; log {log}")
