@@ -307,3 +307,77 @@ async def test_server_errors_name_the_backend(tmp_path: Path) -> None:
         assert not await dead.alive()
         with pytest.raises(BackendError, match=r"'sg' \(sglang\): /health did not answer 200"):
             await dead.ensure_ready()
+
+
+# -- a diff through the plugin, against two fake servers --------------------------------------
+
+DIFF = """\
+models:
+  fake: {{path: '{folder}'}}
+backends:
+  a: {{kind: sglang, url: '{a}', retries: 0}}
+  b: {{kind: sglang, url: '{b}', retries: 0}}
+suites: [addition.jsonl]
+checks:
+  - diff: {{model: fake, backends: [a, b]}}
+    expect: budget
+    max_kl: 0.001
+"""
+
+
+def kl(p: list[float], q: list[float]) -> float:
+    """KL(p || q) in float64 from float32-rounded logprobs, as the plugin computes it."""
+    p32, q32 = np.array(p, dtype=np.float32), np.array(q, dtype=np.float32)
+    return float(np.sum(np.exp(p32.astype(np.float64)) * (p32.astype(np.float64) - q32)))
+
+
+@pytest.mark.parametrize("perturb", [0.0, 0.05])
+def test_a_diff_of_two_servers_is_teacher_forced(
+    pytester: pytest.Pytester, tmp_path: Path, perturb: float
+) -> None:
+    import json
+
+    from tests.plugin.helpers import ADDITION, suite_jsonl
+
+    from .fake_sglang import tokenize
+
+    folder = model_folder(tmp_path / "fake")
+    base, other = FakeSglang(folder), FakeSglang(folder, perturb=perturb)
+    pytester.makefile(".ini", pytest="[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makefile(".jsonl", addition=suite_jsonl())
+    with fake_sglang(base) as a, fake_sglang(other) as b:
+        pytester.makefile(".yaml", infercheck=DIFF.format(folder=folder, a=a, b=b))
+        run = pytester.runpytest("-q", "-p", "no:cacheprovider", "--infercheck-results=r.json")
+    items = json.loads((pytester.path / "r.json").read_text())["items"]
+    compared = {i["data"]["prompt_id"]: i for i in items if i["role"] == "prompt"}
+    assert sorted(compared) == sorted(pid for pid, _, _ in ADDITION)
+    worst = 0.0
+    for pid, text, _ in ADDITION:
+        data = compared[pid]["data"]
+        prompt = tokenize(text, True, False)
+        expected = greedy(Model(), prompt, 5)
+        assert data["base_ids"] == data["test_ids"] == expected, pid  # same argmax
+        assert (data["method"], data["scoring"]) == ("teacher-forced", "separate"), pid
+        # Each position's KL between the two models, by hand, after the baseline's tokens.
+        kls = [
+            kl(Model().logprobs([*prompt, *expected[:t]]), Model(perturb).logprobs(
+                [*prompt, *expected[:t]]))
+            for t in range(len(expected))
+        ]  # fmt: skip
+        assert data["kl_max"] == pytest.approx(max(kls), rel=1e-4, abs=1e-9), pid
+        assert data["kl_mean"] == pytest.approx(sum(kls) / len(kls), rel=1e-4, abs=1e-9), pid
+        worst = max(worst, data["kl_mean"])
+    if perturb == 0.0:
+        assert worst == 0.0
+        run.assert_outcomes(passed=len(ADDITION) + 1)
+    else:
+        assert worst > 0.001
+        assert run.ret == 1
+        failed = {pid for pid, o in compared.items() if o["outcome"] == "failed"}
+        assert failed == {pid for pid, o in compared.items() if o["data"]["kl_mean"] > 0.001}
+        assert len(failed) == len(ADDITION)  # mean KL 0.0011-0.0014 on every prompt
+    # Teacher forcing: one scoring request per side and prompt, each the baseline's ids.
+    for fake in (base, other):
+        scoring = [body for path, body in fake.requests if path == "/generate" and
+                   body["top_logprobs_num"] == len(ALPHABET)]  # fmt: skip
+        assert len(scoring) == len(ADDITION)
