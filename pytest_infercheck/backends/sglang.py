@@ -30,7 +30,8 @@ len(input_token_logprobs)``; older servers returned one entry fewer).
   vocabulary (its ``config.json``, up to :data:`FULL_VOCAB_SCORING_LIMIT`) the rows are the full
   distributions: :meth:`SglangBackend.score`; otherwise :meth:`SglangBackend.score_top_k`.
 - ``/flush_cache`` empties the radix cache; it is called once at readiness, so a session
-  starts cold (it answers 400 while requests run).
+  starts cold. SGLang refuses (400) while other requests run: recorded in ``observed``
+  (``cache_flushed``), not fatal, as a server shared with other clients would be.
 - ``/tokenize`` (``prompt``, ``add_special_tokens``) and ``/detokenize`` (``tokens``,
   ``skip_special_tokens``) are the server's own tokenizer; ``/health`` answers 200 with an
   empty body; ``/get_model_info`` (``model_path``, ``tokenizer_path``) and
@@ -107,7 +108,13 @@ class SglangBackend(OpenAICompatBackend):
         self.model_info = await self._get_json("/get_model_info")
         self.server_info = await self._get_json("/get_server_info")
         self.n_vocab = _vocab_size(self.model_folder())
-        await self.flush_cache()
+        try:
+            await self.flush_cache()
+            self.observed["cache_flushed"] = True
+        except HttpError as exc:
+            if exc.status != 400:
+                raise
+            self.observed["cache_flushed"] = f"refused: {exc.body.strip()[:120]}"
         special, plain = await self._tokenize("0", True), await self._tokenize("0", False)
         if len(special) == len(plain) + 1 and special[1:] == plain:
             self._bos = (special[0], await self.detokenize(special[:1]))

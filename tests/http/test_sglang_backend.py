@@ -244,9 +244,13 @@ async def test_the_cache_is_flushed_at_readiness_and_cached_tokens_are_counted(
         assert b.observed["cached_tokens"] == 0
         await b.generate(prompt, GenerationParams(2))
         assert b.observed["cached_tokens"] == 6  # the whole prompt, the second time
+        assert b.identity()["observed"]["cache_flushed"] is True
         fake.busy = True
         with pytest.raises(BackendError, match=r"'sg' \(sglang\): POST /flush_cache -> HTTP 400"):
             await b.flush_cache()
+        # A server busy with other clients' requests at readiness: said, not fatal.
+        await b.ensure_ready()
+        assert b.observed["cache_flushed"] == "refused: Cache not flushed: requests are running."
         await b.aclose()
 
 
