@@ -4,13 +4,13 @@ strict mode). Real servers are exercised in tests/integration."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from pytest_infercheck.backends import GenerationParams
-from pytest_infercheck.backends.base import BackendError
+from pytest_infercheck.backends.base import BackendError, PromptInput
 from pytest_infercheck.backends.http import HttpClient, HttpError, HttpSettings
-from pytest_infercheck.backends.base import PromptInput
 from pytest_infercheck.backends.openai_compat import (
     LogprobNegotiation,
     OpenAICompatBackend,
@@ -373,3 +373,46 @@ async def test_vllm_mlx_simple_engine_gets_one_request_at_a_time() -> None:
         b = VllmMlxBackend("v", HttpSettings(base_url=url, max_concurrency=4), model="m")
         await b.ensure_ready()
     assert b.concurrency == 4
+
+
+def test_model_name_names_the_served_model_and_the_source_stays_the_folder(
+    tmp_path: Path,
+) -> None:
+    from pytest_infercheck.backends.openai_compat import create
+    from pytest_infercheck.config import BackendSpec
+
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"max_position_embeddings": 512}')
+    spec = BackendSpec(kind="openai", url="http://127.0.0.1:9", model_name="served")
+    b = create("srv", spec, str(folder), None, None)
+    assert b.model == "served" and b.model_folder() == folder and b.context_size() == 512
+    assert b.identity()["model"] == "served" and b.identity()["source"] == str(folder)
+    plain = create(
+        "srv", BackendSpec(kind="openai", url="http://127.0.0.1:9"), str(folder), None, None
+    )
+    assert plain.model == str(folder) and "source" not in plain.identity()
+
+
+@pytest.mark.asyncio
+async def test_completions_with_a_model_name_render_the_source_folders_template(
+    tmp_path: Path, tiny_models: dict[str, Path]
+) -> None:
+    """endpoint-parity's completions path: the chat template of the source folder rendered,
+    the request naming the served model (before: "cannot render the chat template ... the
+    model 'served' is not a local folder")."""
+    from pytest_infercheck.backends.openai_compat import create
+    from pytest_infercheck.config import BackendSpec
+    from tests.integration.served import chat_model
+
+    folder = chat_model(tiny_models["bf16"], tmp_path / "chat")
+    script = Script([Reply(body=LEGACY)])
+    with fake_server(script) as url:
+        spec = BackendSpec(kind="openai", url=url, model_name="served", retries=0)
+        b = create("srv", spec, str(folder), None, None)
+        prompt = await b.render("12+34=", None, False)
+        gen = await b.generate_via("completions", prompt, GenerationParams(2))
+        await b.aclose()
+    assert gen.prompt_text == "<s>12+34="
+    sent = script.requests[-1]["json"]
+    assert sent["prompt"] == "<s>12+34=" and sent["model"] == "served"
