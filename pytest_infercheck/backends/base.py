@@ -209,6 +209,12 @@ class Backend(abc.ABC):
         """A hash of the vocabulary, so that two sides can share token ids safely."""
         return None
 
+    def logprob_unavailable_reason(self) -> str | None:
+        """Why this backend's generations carry no logprobs (a server's negotiation, in a
+        sentence), for a comparison that falls back to text to say; None: it gives them, or
+        nothing is known."""
+        return None
+
     def identity(self) -> dict[str, Any]:
         """Engine identity for the results: package versions, model path, build info."""
         return {"kind": self.kind, "name": self.name}

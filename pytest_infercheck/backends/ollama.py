@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
-from .openai_compat import TOP_K, chat_messages, create_served
+from .openai_compat import TOP_K, chat_messages
 
 if TYPE_CHECKING:
     from ..config import BackendSpec
@@ -38,6 +38,11 @@ class OllamaBackend(Backend):
     def capabilities(self) -> Capabilities:  # type: ignore[override]
         logprobs = self.observed.get("logprobs", True)
         return Capabilities(top_k_logprobs=TOP_K if logprobs else 0, chat_template=self.chat)
+
+    def logprob_unavailable_reason(self) -> str | None:
+        if self.observed.get("logprobs") is False:
+            return "Ollama answered without logprobs (logprobs: true, top_logprobs asked)"
+        return None
 
     async def ensure_ready(self) -> None:
         tags = await self.http.request("GET", "/api/tags")
@@ -154,5 +159,10 @@ class OllamaBackend(Backend):
 def create(
     name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
 ) -> OllamaBackend:
-    """The ``ollama`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
-    return create_served(OllamaBackend, name, spec, source, url)
+    """The ``ollama`` backend of a ``backends:`` entry (see :mod:`.registry`): the model
+    ``model_name`` (default: the source, the name Ollama knows it by), chat unless
+    ``chat: false``."""
+    chat = True if spec.chat is None else spec.chat
+    return OllamaBackend(
+        name, HttpSettings.of(spec, url), model=spec.model_name or source, chat=chat
+    )

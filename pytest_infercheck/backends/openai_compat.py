@@ -2,15 +2,31 @@
 
 ``/v1/chat/completions`` by default (the server applies its chat template), or
 ``/v1/completions`` with ``chat: false`` (the prompt is sent as raw text). Greedy
-(``temperature: 0``), with ``logprobs``/``top_logprobs`` requested; a server that rejects
-them is asked again without and the capability is recorded; a server that silently ignores
-them is detected from its answer and recorded too, never reported as a silent None.
+(``temperature: 0``).
+
+Logprobs are negotiated once per server and endpoint (:meth:`OpenAICompatBackend.
+negotiate_logprobs`, at readiness for the backend's own endpoint): the documented request
+shapes are tried in order with a one-token probe, integer ``logprobs: k`` (completions only)
+then ``logprobs: true`` with ``top_logprobs: k``; the first whose answer carries logprobs is
+used for every request (mlx_lm.server answers the integer with HTTP 400 "logprobs must be of
+type bool" and gives top-k for the second). The outcome, and why no shape worked (the
+server's status and message per shape), is a :class:`LogprobNegotiation` in ``observed``
+(the identity) and :meth:`OpenAICompatBackend.logprob_unavailable_reason`. A server that
+later answers without logprobs is recorded too, never reported as a silent None. What comes
+back is checked by :func:`~pytest_infercheck.metrics.consistency.generation_faults`.
 
 Both logprob shapes are parsed: the chat/new shape ``logprobs.content[{token, logprob,
 top_logprobs}]`` and the legacy completions shape ``logprobs.{tokens, token_logprobs,
-top_logprobs}``. Thinking is suppressed with ``chat_template_kwargs.enable_thinking`` and a
-returned reasoning chain (``reasoning_content``/``reasoning`` or a ``<think>`` block) is split
-from the answer and kept in ``Generation.reasoning``.
+top_logprobs}``. When every entry and every top-k entry carries an integer ``id``
+(mlx_lm.server, llama-server's ``/v1``), those are the generation's token ids (the server's
+own) and the top-k maps are keyed by them; else by token text.
+
+``model`` is the name sent in requests (``model_name``, default the model's source);
+``source`` is the model's folder, read for the chat template and ``config.json``.
+
+Thinking is suppressed with ``chat_template_kwargs.enable_thinking`` and a returned
+reasoning chain (``reasoning_content``/``reasoning`` or a ``<think>`` block) is split from
+the answer and kept in ``Generation.reasoning``.
 
 Streaming (``stream: true``) is assembled from the SSE chunks' ``text`` / ``delta.content``
 and their logprobs (servers that stream none give none). :meth:`generate_via` reaches
@@ -26,6 +42,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,10 +58,71 @@ B = TypeVar("B", bound=Backend)
 THINK_BLOCK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
 
 
+INTEGER = "integer"
+"""``logprobs: k``: the legacy completions shape."""
+BOOL_TOP = "bool+top_logprobs"
+"""``logprobs: true, top_logprobs: k``: the chat shape, which some servers take on
+``/v1/completions`` too."""
+SHAPES = {False: (INTEGER, BOOL_TOP), True: (BOOL_TOP,)}
+"""The logprob request shapes tried, in order, by endpoint (``chat``)."""
+PROBE_PROMPT = "1"
+
+
+@dataclass(frozen=True)
+class ShapeTried:
+    """One logprob request shape tried at negotiation, and what the server did."""
+
+    shape: str
+    outcome: str
+    """``logprobs`` (it worked), ``HTTP 400: logprobs must be of type bool``, or ``answered
+    without logprobs``."""
+
+
+@dataclass(frozen=True)
+class LogprobNegotiation:
+    """Which logprob request shape a server's endpoint answers (:data:`INTEGER`,
+    :data:`BOOL_TOP`), None when none; the shapes tried, in order."""
+
+    endpoint: str
+    shape: str | None
+    tried: tuple[ShapeTried, ...] = ()
+    declared: str = ""
+    """Why nothing was tried: the backend kind is known to return no logprobs."""
+
+    def reason(self) -> str | None:
+        """Why there are no logprobs, in a sentence; None when a shape worked."""
+        if self.shape is not None:
+            return None
+        if self.declared:
+            return f"no logprobs from /v1/{self.endpoint} ({self.declared})"
+        said = "; ".join(f"{t.shape}: {t.outcome}" for t in self.tried) or "not asked"
+        return f"no logprobs from /v1/{self.endpoint} ({said})"
+
+    def to_plain(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "shape": self.shape,
+            "tried": [{"shape": t.shape, "outcome": t.outcome} for t in self.tried],
+            **({"declared": self.declared} if self.declared else {}),
+        }
+
+
+def logprob_fields(shape: str | None, top_k: int) -> dict[str, Any]:
+    """The request fields of a logprob ``shape`` (none for None)."""
+    if shape == INTEGER:
+        return {"logprobs": top_k}
+    if shape == BOOL_TOP:
+        return {"logprobs": True, "top_logprobs": top_k}
+    return {}
+
+
 class OpenAICompatBackend(Backend):
     """A server speaking the OpenAI API."""
 
     kind = "openai"
+    no_logprobs: str = ""
+    """Set by a kind whose servers are known to return no logprobs: why (then none are
+    asked for, nor negotiated)."""
 
     def __init__(
         self,
@@ -54,15 +132,23 @@ class OpenAICompatBackend(Backend):
         model: str | None,
         chat: bool = True,
         top_k: int = TOP_K,
+        source: str | None = None,
     ) -> None:
         super().__init__(name)
         self.http = HttpClient(name, settings)
         self.concurrency = settings.max_concurrency
         self.model = model
+        """The ``model`` sent in requests (the served model's name)."""
+        self.source = source
+        """The model's source (a folder on this machine, or a hub name), when it differs
+        from :attr:`model`: read for the chat template and ``config.json``."""
         self.chat = chat
         self.top_k = top_k
         self.observed: dict[str, Any] = {}
-        """Capabilities learned from the server's answers (e.g. ``logprobs: False``)."""
+        """Capabilities learned from the server's answers (e.g. ``logprobs: False``,
+        ``logprobs_shape``)."""
+        self.negotiated: dict[bool, LogprobNegotiation] = {}
+        """The logprob negotiation of each endpoint used so far (by ``chat``)."""
         self._templated: dict[str, str] = {}
 
     @property
@@ -72,6 +158,67 @@ class OpenAICompatBackend(Backend):
             top_k_logprobs=self.top_k if logprobs else 0,
             chat_template=self.chat,
         )
+
+    async def ensure_ready(self) -> None:
+        """Negotiate the logprobs of the backend's own endpoint."""
+        await self.negotiate_logprobs(self.chat)
+
+    async def negotiate_logprobs(self, chat: bool) -> LogprobNegotiation:
+        """Try the logprob shapes of the endpoint (:data:`SHAPES`) with a one-token greedy
+        probe, in order, until one answers with logprobs; record the outcome (in
+        ``observed`` for the backend's own endpoint) and return it. A shape answered with an
+        HTTP 4xx is recorded with the server's message and the next is tried; any other
+        failure is the server's and raised."""
+        if self.no_logprobs:
+            return self._record(
+                LogprobNegotiation(chat_endpoint(chat), None, declared=self.no_logprobs)
+            )
+        tried: list[ShapeTried] = []
+        prompt = PromptInput(PROBE_PROMPT, None, templated=chat)
+        for shape in SHAPES[chat]:
+            body = {**self._payload(prompt, GenerationParams(1), chat, shape=None)}
+            body.update(logprob_fields(shape, self.top_k))
+            try:
+                answer = await self.http.request("POST", chat_path(chat), body)
+            except HttpError as exc:
+                if exc.status is None or not 400 <= exc.status < 500:
+                    raise
+                tried.append(ShapeTried(shape, f"HTTP {exc.status}: {_message(exc.body)}"))
+                continue
+            if parse_choice(answer, chat=chat).chosen_logprobs is None:
+                tried.append(ShapeTried(shape, "answered without logprobs"))
+                continue
+            tried.append(ShapeTried(shape, "logprobs"))
+            return self._record(LogprobNegotiation(chat_endpoint(chat), shape, tuple(tried)))
+        return self._record(LogprobNegotiation(chat_endpoint(chat), None, tuple(tried)))
+
+    def _record(self, negotiation: LogprobNegotiation) -> LogprobNegotiation:
+        chat = negotiation.endpoint == "chat"
+        self.negotiated[chat] = negotiation
+        if chat == self.chat:
+            self.observed["logprobs"] = negotiation.shape is not None
+            self.observed["logprobs_shape"] = negotiation.shape
+            reason = negotiation.reason()
+            if reason is not None:
+                self.observed["logprobs_note"] = reason
+            else:
+                self.observed.pop("logprobs_note", None)
+        return negotiation
+
+    def logprob_unavailable_reason(self) -> str | None:
+        """Why the backend's own endpoint gives no logprobs (the negotiation's outcome, or a
+        later answer without them); None when it gives them or nothing was asked yet."""
+        note = self.observed.get("logprobs_note")
+        if note is not None:
+            return str(note)
+        return "logprobs not returned" if self.observed.get("logprobs") is False else None
+
+    async def _shape(self, chat: bool) -> str | None:
+        """The negotiated logprob shape of an endpoint (negotiated now on first use)."""
+        negotiation = self.negotiated.get(chat)
+        if negotiation is None:
+            negotiation = await self.negotiate_logprobs(chat)
+        return negotiation.shape
 
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         return PromptInput(user_text, None, templated=self.chat, system=system, thinking=thinking)
@@ -83,8 +230,15 @@ class OpenAICompatBackend(Backend):
         return not self.chat and prompt.token_ids is not None
 
     def _payload(
-        self, prompt: PromptInput, params: GenerationParams, chat: bool | None = None
+        self,
+        prompt: PromptInput,
+        params: GenerationParams,
+        chat: bool | None = None,
+        *,
+        shape: str | None = None,
     ) -> Any:
+        """The request body of a greedy generation; ``shape``: the logprob fields asked
+        (:func:`logprob_fields`; None: none)."""
         chat = self.chat if chat is None else chat
         body: dict[str, Any] = {
             "max_tokens": params.max_tokens,
@@ -98,13 +252,9 @@ class OpenAICompatBackend(Backend):
         if chat:
             body["messages"] = chat_messages(prompt)
             body["chat_template_kwargs"] = {"enable_thinking": prompt.thinking}
-            if self.observed.get("logprobs", True):
-                body["logprobs"] = True
-                body["top_logprobs"] = self.top_k
         else:
             body["prompt"] = prompt.text
-            if self.observed.get("logprobs", True):
-                body["logprobs"] = self.top_k
+        body.update(logprob_fields(shape, self.top_k))
         return body
 
     @property
@@ -117,25 +267,22 @@ class OpenAICompatBackend(Backend):
     async def _generate(
         self, prompt: PromptInput, params: GenerationParams, chat: bool
     ) -> Generation:
+        shape = await self._shape(chat)
         started = time.perf_counter()
-        body = self._payload(prompt, params, chat)
-        try:
-            answer = await self.http.request("POST", chat_path(chat), body)
-        except HttpError as exc:
-            if exc.status != 400 or "logprob" not in exc.body.lower():
-                raise
-            self.observed["logprobs"] = False  # rejected: ask again without
-            body = self._payload(prompt, params, chat)
-            answer = await self.http.request("POST", chat_path(chat), body)
+        body = self._payload(prompt, params, chat, shape=shape)
+        answer = await self.http.request("POST", chat_path(chat), body)
         generation = parse_choice(answer, chat=chat)
-        if "logprobs" in body and generation.chosen_logprobs is None:
-            self.observed["logprobs"] = False  # silently ignored
+        if shape is not None and generation.chosen_logprobs is None:
+            # Negotiated, then answered without: recorded, asked no more.
+            tried = (*self.negotiated[chat].tried, ShapeTried(shape, "a generation without"))
+            self._record(LogprobNegotiation(chat_endpoint(chat), None, tried))
         generation.elapsed_s = time.perf_counter() - started
         return generation
 
     async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        shape = await self._shape(self.chat)
         started = time.perf_counter()
-        body = {**self._payload(prompt, params), "stream": True}
+        body = {**self._payload(prompt, params, shape=shape), "stream": True}
         chunks = [event async for event in self.http.stream(self._path, body)]
         generation = assemble_chunks(chunks, chat=self.chat)
         generation.elapsed_s = time.perf_counter() - started
@@ -165,7 +312,8 @@ class OpenAICompatBackend(Backend):
             if folder is None:
                 raise BackendError(
                     f"backend {self.name!r} ({self.kind}): cannot render the chat template "
-                    f"for /v1/completions: the model {self.model!r} is not a local folder"
+                    f"for /v1/completions: the model {self.source or self.model!r} is not a "
+                    "local folder"
                 )
             try:
                 from transformers import AutoTokenizer
@@ -190,8 +338,10 @@ class OpenAICompatBackend(Backend):
         return self._templated[key]
 
     def model_folder(self) -> Path | None:
-        """The served model's local folder, when ``model`` names one."""
-        folder = Path(self.model).expanduser() if self.model else None
+        """The served model's local folder: :attr:`source` (else :attr:`model`), when it
+        names one; never looked up by the served name alone when a source is known."""
+        where = self.source or self.model
+        folder = Path(where).expanduser() if where else None
         return folder if folder is not None and folder.is_dir() else None
 
     def context_size(self) -> int | None:
@@ -208,8 +358,6 @@ class OpenAICompatBackend(Backend):
         def body(text: str, max_tokens: int) -> dict[str, Any]:
             prompt = PromptInput(text, None, templated=self.chat)
             payload: dict[str, Any] = self._payload(prompt, GenerationParams(max_tokens))
-            payload.pop("logprobs", None)
-            payload.pop("top_logprobs", None)
             return payload
 
         return await send_hostile(self.http, kind, self._path, body, n_ctx=self.context_size())
@@ -223,6 +371,7 @@ class OpenAICompatBackend(Backend):
             "name": self.name,
             "url": self.http.settings.base_url,
             "model": self.model,
+            **({"source": self.source} if self.source not in (None, self.model) else {}),
             "observed": dict(self.observed),
         }
 
@@ -262,8 +411,6 @@ class OpenAICompatBackend(Backend):
         """``usage.prompt_tokens`` of a one-token greedy generation of ``prompt`` through the
         backend's own endpoint (no logprobs asked); None when the answer has no usage."""
         body = self._payload(prompt, GenerationParams(max_tokens=1))
-        body.pop("logprobs", None)
-        body.pop("top_logprobs", None)
         answer = await self.http.request("POST", self._path, body)
         usage = answer.get("usage") if isinstance(answer, dict) else None
         count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
@@ -280,15 +427,42 @@ def create(
 def create_served(
     cls: Callable[..., B], name: str, spec: BackendSpec, source: str, url: str | None
 ) -> B:
-    """A server backend of class ``cls`` for a ``backends:`` entry: it asks for the model
-    ``model_name`` (default: the model's source) through the chat endpoints (unless
-    ``chat: false``)."""
+    """A server backend of class ``cls`` (an :class:`OpenAICompatBackend`) for a
+    ``backends:`` entry: it asks for the model ``model_name`` (default: the model's source)
+    through the chat endpoints (unless ``chat: false``); the source stays its model folder."""
     chat = True if spec.chat is None else spec.chat
-    return cls(name, HttpSettings.of(spec, url), model=spec.model_name or source, chat=chat)
+    return cls(
+        name,
+        HttpSettings.of(spec, url),
+        model=spec.model_name or source,
+        chat=chat,
+        source=source,
+    )
 
 
 def chat_path(chat: bool) -> str:
     return "/v1/chat/completions" if chat else "/v1/completions"
+
+
+def chat_endpoint(chat: bool) -> str:
+    """The endpoint's name: ``chat`` or ``completions``."""
+    return "chat" if chat else "completions"
+
+
+def _message(body: str) -> str:
+    """A server's error message from its error body (OpenAI ``{"error": {"message"}}``,
+    ``{"error": "..."}``, ``{"detail": ...}``), else the body; at most 200 characters."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        error = doc.get("error", doc.get("detail", doc.get("message")))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if error is not None:
+            body = str(error)
+    return body.strip()[:200]
 
 
 def chat_messages(prompt: PromptInput) -> list[dict[str, str]]:
@@ -356,16 +530,36 @@ def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any
     if match:
         reasoning, text = match.group(1), text[match.end() :]
     chosen, top, tokens = parse_logprobs(logprobs)
+    ids = _entry_ids(logprobs)
     return Generation(
         text=text,
-        token_ids=None,
+        token_ids=None if ids is None else ids[0],
         finish_reason=str(finish or "unknown"),
         chosen_logprobs=chosen,
-        top_logprobs=top,
-        top_keys="text",
+        top_logprobs=top if ids is None else ids[1],
+        top_keys="text" if ids is None else "id",
         token_texts=tokens,
         reasoning=reasoning or None,
     )
+
+
+def _int_id(entry: Any) -> int | None:
+    value = entry.get("id") if isinstance(entry, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _entry_ids(logprobs: Any) -> tuple[list[int], list[dict[Any, float]]] | None:
+    """The token ids and the id-keyed top-k maps of a ``content`` logprobs list whose every
+    entry and top-k entry carries an integer ``id`` (the server's own ids); else None."""
+    entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(entries, list) or not entries:
+        return None
+    ids = [_int_id(e) for e in entries]
+    tops = [e.get("top_logprobs") or [] for e in entries]
+    if any(i is None for i in ids) or any(_int_id(t) is None for row in tops for t in row):
+        return None
+    maps: list[dict[Any, float]] = [{t["id"]: float(t["logprob"]) for t in row} for row in tops]
+    return [int(i) for i in ids if i is not None], maps
 
 
 def messages_payload(prompt: PromptInput, params: GenerationParams, model: str | None) -> Any:

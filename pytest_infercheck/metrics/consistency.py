@@ -30,6 +30,24 @@ own here, and every fault found is a :class:`Fault`, a violation of its own, nam
   cannot identify one token are not looked up (rule 1 still applies): the empty text and any
   text holding U+FFFD or starting ``bytes:`` (partial UTF-8 characters), which different
   tokens share.
+* **what a server's logprobs must be** (:func:`shape_faults`), wherever a generation carries
+  them, each fault named:
+
+  - **logprob count does not match the tokens**: one chosen logprob per generated token; the
+    count differs from the number of top-k maps (both given) or from the server's
+    ``usage.completion_tokens`` (:attr:`Generation.completion_tokens`, where given);
+  - **top-k logprobs not sorted**: a top-k list, in the order the server sent it, is not
+    non-increasing (ties allowed, no tolerance: rounding keeps the order). The OpenAI
+    ``top_logprobs`` are the most likely tokens, most likely first; the chosen entry of a
+    greedy generation is then the first one. Measured: mlx_lm.server 0.32.2 sends its
+    ``argpartition`` order, unsorted, and copies the chosen ``id/token/logprob`` from that
+    list's first entry instead of the generated token (``"46"`` generated, chosen tokens
+    ``5, 7, 3`` reported): this rule is what names it. Entries under text keys that cannot
+    identify one token (see below) are left out of the order;
+  - **logprob above 0**: a chosen or top-k logprob above :data:`ABOVE_ZERO_TOL` (1e-6): a
+    probability above 1. A float32 log-softmax of a token of probability ~1 rounds to at
+    most half an ulp of 1 (6e-8) above 0; a bfloat16 one computed as ``x - logsumexp`` is
+    never above 0 (the rounded logsumexp is not below the largest logit).
 * **empty generation**: one output generated nothing while the one it is compared with did
   (:func:`empty_fault`; two empty outputs agree). Empty means no text and no token besides
   the end-of-sequence token a generation stopped on (:func:`is_empty`, the one rule; the
@@ -70,7 +88,10 @@ if TYPE_CHECKING:
     from ..backends.base import Generation
 
 __all__ = [
+    "ABOVE_ZERO_TOL",
     "EMPTY_GENERATION",
+    "LOGPROB_ABOVE_ZERO",
+    "LOGPROB_COUNT",
     "LOGPROB_MISMATCH",
     "MATCH_TOL",
     "NON_FINITE_LATENCY",
@@ -78,6 +99,7 @@ __all__ = [
     "NON_FINITE_SIMILARITY",
     "TOPK_MASS_TOL",
     "TOPK_NOT_NORMALISED",
+    "TOPK_NOT_SORTED",
     "Fault",
     "aggregate_faults",
     "content_size",
@@ -89,7 +111,9 @@ __all__ = [
     "mismatched_positions",
     "one_side_empty",
     "reported_logprobs",
+    "shape_faults",
     "similarity_fault",
+    "unsorted_positions",
 ]
 
 MATCH_TOL = 1e-4
@@ -100,9 +124,15 @@ which precision it computed its logprobs, so the bfloat16 row tolerance of :mod:
 (0.5) applies. Measured: mlx_lm.server on the tiny adder in bf16 sends top-5 maps whose
 logsumexp is up to +0.032 (float32 servers: below 0.02)."""
 
+ABOVE_ZERO_TOL = 1e-6
+"""How far above 0 a logprob may be (see the module docstring)."""
+
 NON_FINITE_LOGPROB = "non-finite logprob"
 TOPK_NOT_NORMALISED = "top-k logprobs not normalised"
 LOGPROB_MISMATCH = "logprob does not match its token"
+LOGPROB_COUNT = "logprob count does not match the tokens"
+TOPK_NOT_SORTED = "top-k logprobs not sorted"
+LOGPROB_ABOVE_ZERO = "logprob above 0"
 EMPTY_GENERATION = "empty generation"
 NON_FINITE_LATENCY = "non-finite latency"
 NON_FINITE_SIMILARITY = "non-finite similarity"
@@ -231,6 +261,113 @@ def _mismatch_fault(where: str, found: list[tuple[int, float, float, str]]) -> F
     )
 
 
+def unsorted_positions(
+    top: Sequence[Mapping[Any, float]], *, keyed_by: str = "id"
+) -> list[tuple[int, int, float, float]]:
+    """The top-k lists that are not most likely first: ``(position, index, value, the value
+    before it)`` at the first rise of each list, where ``value > before`` (ties allowed).
+    Entries whose key cannot identify one token (text keys, module docstring) and NaN values
+    (a non-finite fault of their own) are left out of the order."""
+    out: list[tuple[int, int, float, float]] = []
+    for t, row in enumerate(top):
+        values = [
+            float(v)
+            for k, v in row.items()
+            if _usable_key(k, keyed_by) and not math.isnan(float(v))
+        ]
+        for i in range(1, len(values)):
+            if values[i] > values[i - 1]:
+                out.append((t, i, values[i], values[i - 1]))
+                break
+    return out
+
+
+def _above_zero(
+    chosen: Sequence[float] | None, top: Sequence[Mapping[Any, float]] | None, tol: float
+) -> list[tuple[int, float]]:
+    """``(position, largest value)`` where a chosen or top-k logprob exceeds ``tol``."""
+    rows: Sequence[Mapping[Any, float]] = top or ()
+    n = max(len(chosen or ()), len(rows))
+    out: list[tuple[int, float]] = []
+    for t in range(n):
+        values = [float(v) for v in rows[t].values()] if t < len(rows) else []
+        if chosen is not None and t < len(chosen):
+            values.append(float(chosen[t]))
+        finite = [v for v in values if math.isfinite(v)]
+        if finite and max(finite) > tol:
+            out.append((t, max(finite)))
+    return out
+
+
+def _count_fault(
+    where: str,
+    chosen: Sequence[float] | None,
+    top: Sequence[Mapping[Any, float]] | None,
+    completion_tokens: int | None,
+) -> Fault | None:
+    """A ``logprob count does not match the tokens`` fault, or None (module docstring)."""
+    if chosen is None:
+        return None
+    n = len(chosen)
+    if top is not None and len(top) != n:
+        why = f"{n} chosen logprobs, {len(top)} top-k lists"
+    elif completion_tokens is not None and completion_tokens != n:
+        why = f"{n} logprobs for {completion_tokens} generated tokens (usage.completion_tokens)"
+    else:
+        return None
+    return Fault(LOGPROB_COUNT, where, f"{LOGPROB_COUNT} in {where}: {why}")
+
+
+def shape_faults(
+    where: str,
+    chosen: Sequence[float] | None,
+    top: Sequence[Mapping[Any, float]] | None,
+    *,
+    keyed_by: str = "id",
+    completion_tokens: int | None = None,
+    tol: float = ABOVE_ZERO_TOL,
+) -> list[Fault]:
+    """What a server's logprobs must be (module docstring): one per generated token, top-k
+    lists most likely first, none above ``tol``; a fault per rule broken, its positions and
+    up to three examples quoted."""
+    faults: list[Fault] = []
+    count = _count_fault(where, chosen, top, completion_tokens)
+    if count is not None:
+        faults.append(count)
+    unsorted = unsorted_positions(top or (), keyed_by=keyed_by)
+    if unsorted:
+        positions = [t for t, _, _, _ in unsorted]
+        examples = "; ".join(
+            f"position {t}: entry {i} {v:.6g} after {before:.6g}"
+            for t, i, v, before in unsorted[:_EXAMPLES]
+        )
+        more = f"; ... ({len(unsorted)} in all)" if len(unsorted) > _EXAMPLES else ""
+        faults.append(
+            Fault(
+                TOPK_NOT_SORTED,
+                where,
+                f"{TOPK_NOT_SORTED} in {where} at {positions_text('position', positions)} "
+                f"({examples}{more})",
+                positions,
+            )
+        )
+    above = _above_zero(chosen, top, tol)
+    if above:
+        positions = [t for t, _ in above]
+        examples = "; ".join(f"position {t}: {v:.6g}" for t, v in above[:_EXAMPLES])
+        more = f"; ... ({len(above)} in all)" if len(above) > _EXAMPLES else ""
+        faults.append(
+            Fault(
+                LOGPROB_ABOVE_ZERO,
+                where,
+                f"{LOGPROB_ABOVE_ZERO} in {where} at {positions_text('position', positions)} "
+                f"({examples}{more})",
+                positions,
+            )
+        )
+    return faults
+
+
 def logprob_faults(
     where: str,
     chosen: Sequence[float] | None,
@@ -239,12 +376,17 @@ def logprob_faults(
     *,
     keyed_by: str = "id",
     tol: float = MATCH_TOL,
+    completion_tokens: int | None = None,
 ) -> list[Fault]:
     """The faults of one output's logprobs: non-finite chosen logprobs (unreported positions
     left out), non-finite or not normalised top-k maps, chosen logprobs that do not match
-    their token (see the module docstring). ``where`` names the output in the texts
-    (``run 3``: ``non-finite logprob in run 3 at positions 2, 5 (NaN)``)."""
-    faults: list[Fault] = []
+    their token, and what a server's logprobs must be (:func:`shape_faults`;
+    ``completion_tokens``: the server's count of generated tokens, where given). See the
+    module docstring. ``where`` names the output in the texts (``run 3``: ``non-finite
+    logprob in run 3 at positions 2, 5 (NaN)``)."""
+    faults: list[Fault] = shape_faults(
+        where, chosen, top, keyed_by=keyed_by, completion_tokens=completion_tokens
+    )
     reported = reported_logprobs(chosen, top)
     if reported is not None:
         values = [0.0 if v is None else v for v in reported]
@@ -264,7 +406,8 @@ def logprob_faults(
 
 def generation_faults(where: str, generation: Generation, *, tol: float = MATCH_TOL) -> list[Fault]:
     """:func:`logprob_faults` of a generation: its chosen logprobs and top-k maps, the keys
-    being its token ids (maps keyed by id) or its token texts (``token_texts``)."""
+    being its token ids (maps keyed by id) or its token texts (``token_texts``), counted
+    against the server's ``completion_tokens``."""
     keyed_by = generation.top_keys
     keys = generation.token_ids if keyed_by == "id" else generation.token_texts
     return logprob_faults(
@@ -274,6 +417,7 @@ def generation_faults(where: str, generation: Generation, *, tol: float = MATCH_
         keys,
         keyed_by=keyed_by,
         tol=tol,
+        completion_tokens=generation.completion_tokens,
     )
 
 

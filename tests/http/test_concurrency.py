@@ -42,7 +42,9 @@ def test_server_side_runs_at_the_requested_concurrency(
         write(pytester, tiny_models["bf16"], url, concurrency)
         result = pytester.runpytest_subprocess("-q")
     assert result.parseoutcomes()["passed"] >= 1
-    assert len(script.requests) == 8  # each prompt once: prefetched, then reused by its item
+    # Each prompt once (prefetched, then reused by its item), after the one logprob probe of
+    # readiness (the fake answers without logprobs, so only the one shape chat has is tried).
+    assert len(script.requests) == 1 + 8
     assert script.max_in_flight == concurrency
 
 
@@ -53,4 +55,4 @@ def test_prefetch_only_for_selected_prompts(
     with fake_server(script) as url:
         write(pytester, tiny_models["bf16"], url, 4)
         pytester.runpytest_subprocess("-q", "-k", "s01 or s02")
-    assert len(script.requests) == 2
+    assert len(script.requests) == 1 + 2  # the logprob probe, then the two prompts

@@ -4,13 +4,19 @@ strict mode). Real servers are exercised in tests/integration."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
 from pytest_infercheck.backends import GenerationParams
-from pytest_infercheck.backends.base import BackendError
+from pytest_infercheck.backends.base import BackendError, PromptInput
 from pytest_infercheck.backends.http import HttpClient, HttpError, HttpSettings
-from pytest_infercheck.backends.openai_compat import OpenAICompatBackend, parse_choice
+from pytest_infercheck.backends.openai_compat import (
+    LogprobNegotiation,
+    OpenAICompatBackend,
+    ShapeTried,
+    parse_choice,
+)
 
 from .fake_server import Reply, Script, chat_answer, fake_server
 
@@ -24,70 +30,167 @@ def backend(url: str, **kwargs: object) -> OpenAICompatBackend:
 
 @pytest.mark.asyncio
 async def test_chat_generation_with_logprobs_and_thinking_off() -> None:
+    # The readiness probe (one token, the chat shape) then the generation, same answer.
     script = Script([Reply(body=chat_answer("46", [("4", -0.1), ("6", -0.2)]))])
     with fake_server(script) as url:
         b = backend(url)
+        await b.ensure_ready()
         gen = await b.generate(await b.render("12+34=", "sys", False), GenerationParams(8))
         await b.aclose()
     assert gen.text == "46" and gen.finish_reason == "stop"
     assert gen.chosen_logprobs == [-0.1, -0.2] and gen.top_keys == "text"
     assert gen.token_texts == ["4", "6"]
-    sent = script.requests[0]
+    probe, sent = script.requests
+    assert probe["json"]["max_tokens"] == 1 and probe["json"]["logprobs"] is True
+    assert probe["json"]["top_logprobs"] == 5
     assert sent["path"] == "/v1/chat/completions"
     assert sent["json"]["temperature"] == 0.0 and sent["json"]["model"] == "m"
     assert sent["json"]["messages"][0] == {"role": "system", "content": "sys"}
     assert sent["json"]["chat_template_kwargs"] == {"enable_thinking": False}
     assert sent["json"]["logprobs"] is True and sent["json"]["top_logprobs"] == 5
+    assert b.observed == {"logprobs": True, "logprobs_shape": "bool+top_logprobs"}
+    assert b.logprob_unavailable_reason() is None
+
+
+LEGACY = {
+    "choices": [
+        {
+            "text": "46",
+            "finish_reason": "length",
+            "logprobs": {
+                "tokens": ["4", "6"],
+                "token_logprobs": [-0.5, -0.25],
+                "top_logprobs": [{"4": -0.5, "5": -1.0}, {"6": -0.25}],
+            },
+        }
+    ]
+}
 
 
 @pytest.mark.asyncio
 async def test_raw_completion_and_legacy_logprobs_shape() -> None:
-    legacy = {
-        "choices": [
-            {
-                "text": "46",
-                "finish_reason": "length",
-                "logprobs": {
-                    "tokens": ["4", "6"],
-                    "token_logprobs": [-0.5, -0.25],
-                    "top_logprobs": [{"4": -0.5, "5": -1.0}, {"6": -0.25}],
-                },
-            }
-        ]
-    }
-    script = Script([Reply(body=legacy)])
+    script = Script([Reply(body=LEGACY)])
     with fake_server(script) as url:
         b = backend(url, chat=False)
+        await b.ensure_ready()
         gen = await b.generate(await b.render("12+34=", None, False), GenerationParams(2))
-    assert script.requests[0]["path"] == "/v1/completions"
-    assert (
-        script.requests[0]["json"]["prompt"] == "12+34="
-        and "messages" not in script.requests[0]["json"]
-    )
+    sent = script.requests[1]
+    assert sent["path"] == "/v1/completions" and sent["json"]["logprobs"] == 5
+    assert sent["json"]["prompt"] == "12+34=" and "messages" not in sent["json"]
+    assert "top_logprobs" not in sent["json"]
     assert gen.top_logprobs == [{"4": -0.5, "5": -1.0}, {"6": -0.25}]
     assert gen.finish_reason == "length"
+    assert b.observed["logprobs_shape"] == "integer"
+
+
+MLX_BOOL = "logprobs must be of type bool"
 
 
 @pytest.mark.asyncio
-async def test_rejected_logprobs_fall_back_and_are_recorded() -> None:
+async def test_an_integer_rejected_is_asked_as_bool_with_top_logprobs() -> None:
+    """mlx_lm.server: ``logprobs: 5`` -> HTTP 400; ``logprobs: true, top_logprobs: 5`` works,
+    and is what every generation then asks."""
+    script = Script([Reply(400, {"error": MLX_BOOL}), Reply(body=LEGACY)])
+    with fake_server(script) as url:
+        b = backend(url, chat=False)
+        await b.ensure_ready()
+        await b.generate(await b.render("x", None, False), GenerationParams(4))
+    integer, boolean, sent = (r["json"] for r in script.requests)
+    assert integer["logprobs"] == 5 and "top_logprobs" not in integer
+    assert boolean["logprobs"] is True and boolean["top_logprobs"] == 5
+    assert sent["logprobs"] is True and sent["top_logprobs"] == 5
+    assert b.negotiated[False] == LogprobNegotiation(
+        "completions",
+        "bool+top_logprobs",
+        (
+            ShapeTried("integer", f"HTTP 400: {MLX_BOOL}"),
+            ShapeTried("bool+top_logprobs", "logprobs"),
+        ),
+    )
+    assert b.identity()["observed"] == {"logprobs": True, "logprobs_shape": "bool+top_logprobs"}
+
+
+@pytest.mark.asyncio
+async def test_no_shape_working_says_why_and_asks_no_more() -> None:
     script = Script(
-        [Reply(400, {"error": "logprobs are not supported"}), Reply(body=chat_answer("46"))]
+        [
+            Reply(400, {"error": {"message": "logprobs are not supported"}}),
+            Reply(422, {"detail": "top_logprobs: extra fields not permitted"}),
+            Reply(body={"choices": [{"text": "46", "finish_reason": "stop"}]}),
+        ]
     )
     with fake_server(script) as url:
-        b = backend(url)
+        b = backend(url, chat=False)
+        await b.ensure_ready()
         gen = await b.generate(await b.render("x", None, False), GenerationParams(4))
     assert gen.text == "46" and gen.chosen_logprobs is None
-    assert "logprobs" not in script.requests[1]["json"]
-    assert b.observed == {"logprobs": False} and b.capabilities.top_k_logprobs == 0
+    assert "logprobs" not in script.requests[2]["json"]
+    reason = (
+        "no logprobs from /v1/completions (integer: HTTP 400: logprobs are not supported; "
+        "bool+top_logprobs: HTTP 422: top_logprobs: extra fields not permitted)"
+    )
+    assert b.logprob_unavailable_reason() == reason
+    assert b.observed == {"logprobs": False, "logprobs_shape": None, "logprobs_note": reason}
+    assert b.capabilities.top_k_logprobs == 0
 
 
 @pytest.mark.asyncio
 async def test_silently_ignored_logprobs_are_detected() -> None:
     with fake_server(Script([Reply(body=chat_answer("46"))])) as url:
         b = backend(url)
+        await b.ensure_ready()
         await b.generate(await b.render("x", None, False), GenerationParams(4))
-    assert b.observed["logprobs"] is False
-    assert b.identity()["observed"] == {"logprobs": False}
+    reason = "no logprobs from /v1/chat (bool+top_logprobs: answered without logprobs)"
+    assert b.identity()["observed"] == {
+        "logprobs": False,
+        "logprobs_shape": None,
+        "logprobs_note": reason,
+    }
+
+
+@pytest.mark.asyncio
+async def test_a_generation_without_logprobs_after_the_probe_is_recorded() -> None:
+    script = Script([Reply(body=chat_answer("4", [("4", -0.1)])), Reply(body=chat_answer("46"))])
+    with fake_server(script) as url:
+        b = backend(url)
+        await b.ensure_ready()
+        await b.generate(await b.render("x", None, False), GenerationParams(4))
+    assert b.logprob_unavailable_reason() == (
+        "no logprobs from /v1/chat (bool+top_logprobs: logprobs; "
+        "bool+top_logprobs: a generation without)"
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_server_error_at_the_probe_is_raised_not_taken_for_no_logprobs() -> None:
+    with fake_server(Script([Reply(500, {"error": "engine dead"})])) as url:
+        b = backend(url)
+        with pytest.raises(HttpError, match="HTTP 500"):
+            await b.ensure_ready()
+    assert b.negotiated == {}
+
+
+@pytest.mark.asyncio
+async def test_the_other_endpoint_is_negotiated_on_first_use() -> None:
+    """A chat backend sending a rendered prompt to /v1/completions (endpoint-parity) asks
+    that endpoint's shapes before its first request there."""
+    script = Script(
+        [
+            Reply(body=chat_answer("4", [("4", -0.1)])),
+            Reply(400, {"error": MLX_BOOL}),
+            Reply(body=LEGACY),
+        ]
+    )
+    with fake_server(script) as url:
+        b = backend(url)
+        await b.ensure_ready()
+        raw = PromptInput("<s>12+34=", None, templated=True)
+        await b._generate(raw, GenerationParams(2), chat=False)
+    paths = [r["path"] for r in script.requests]
+    assert paths == ["/v1/chat/completions", *["/v1/completions"] * 3]
+    assert script.requests[3]["json"]["top_logprobs"] == 5
+    assert b.negotiated[False].shape == "bool+top_logprobs"
+    assert b.observed["logprobs_shape"] == "bool+top_logprobs"  # the chat endpoint's
 
 
 @pytest.mark.asyncio
@@ -270,3 +373,46 @@ async def test_vllm_mlx_simple_engine_gets_one_request_at_a_time() -> None:
         b = VllmMlxBackend("v", HttpSettings(base_url=url, max_concurrency=4), model="m")
         await b.ensure_ready()
     assert b.concurrency == 4
+
+
+def test_model_name_names_the_served_model_and_the_source_stays_the_folder(
+    tmp_path: Path,
+) -> None:
+    from pytest_infercheck.backends.openai_compat import create
+    from pytest_infercheck.config import BackendSpec
+
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"max_position_embeddings": 512}')
+    spec = BackendSpec(kind="openai", url="http://127.0.0.1:9", model_name="served")
+    b = create("srv", spec, str(folder), None, None)
+    assert b.model == "served" and b.model_folder() == folder and b.context_size() == 512
+    assert b.identity()["model"] == "served" and b.identity()["source"] == str(folder)
+    plain = create(
+        "srv", BackendSpec(kind="openai", url="http://127.0.0.1:9"), str(folder), None, None
+    )
+    assert plain.model == str(folder) and "source" not in plain.identity()
+
+
+@pytest.mark.asyncio
+async def test_completions_with_a_model_name_render_the_source_folders_template(
+    tmp_path: Path, tiny_models: dict[str, Path]
+) -> None:
+    """endpoint-parity's completions path: the chat template of the source folder rendered,
+    the request naming the served model (before: "cannot render the chat template ... the
+    model 'served' is not a local folder")."""
+    from pytest_infercheck.backends.openai_compat import create
+    from pytest_infercheck.config import BackendSpec
+    from tests.integration.served import chat_model
+
+    folder = chat_model(tiny_models["bf16"], tmp_path / "chat")
+    script = Script([Reply(body=LEGACY)])
+    with fake_server(script) as url:
+        spec = BackendSpec(kind="openai", url=url, model_name="served", retries=0)
+        b = create("srv", spec, str(folder), None, None)
+        prompt = await b.render("12+34=", None, False)
+        gen = await b.generate_via("completions", prompt, GenerationParams(2))
+        await b.aclose()
+    assert gen.prompt_text == "<s>12+34="
+    sent = script.requests[-1]["json"]
+    assert sent["prompt"] == "<s>12+34=" and sent["model"] == "served"

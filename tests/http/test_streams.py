@@ -13,7 +13,7 @@ import pytest
 from pytest_infercheck.backends import GenerationParams
 from pytest_infercheck.backends.base import PromptInput
 from pytest_infercheck.backends.http import HttpError, HttpSettings
-from pytest_infercheck.backends.openai_compat import OpenAICompatBackend
+from pytest_infercheck.backends.openai_compat import LogprobNegotiation, OpenAICompatBackend
 
 from .fake_server import Reply, Script, fake_server
 
@@ -27,8 +27,12 @@ def sse(*texts: str) -> bytes:
 
 
 def backend(url: str) -> OpenAICompatBackend:
+    """A raw-completions backend whose logprobs are already negotiated (none), so the fakes
+    script the stream alone."""
     settings = HttpSettings(base_url=url, **FAST)  # type: ignore[arg-type]
-    return OpenAICompatBackend("fake", settings, model="m", chat=False)
+    b = OpenAICompatBackend("fake", settings, model="m", chat=False)
+    b.negotiated[False] = LogprobNegotiation("completions", None)
+    return b
 
 
 @pytest.mark.asyncio

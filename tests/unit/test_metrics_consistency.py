@@ -71,13 +71,15 @@ def test_a_top_k_map_holding_more_than_all_the_mass_is_not_normalised() -> None:
     # log(e^0.1 + e^-0.2) = log(1.105171 + 0.818731) = log(1.923902) = 0.654356 > 0.5
     faults = logprob_faults("run 0", [0.1], [{1: 0.1, 2: -0.2}], [1])
     assert texts(faults) == [
-        "top-k logprobs in run 0 do not normalise at position 0 (logsumexp +0.654; tolerance 0.5)"
+        "logprob above 0 in run 0 at position 0 (position 0: 0.1)",
+        "top-k logprobs in run 0 do not normalise at position 0 (logsumexp +0.654; tolerance 0.5)",
     ]
-    assert faults[0].fault == "top-k logprobs not normalised"
-    # bf16 rounding, as mlx_lm.server sends it for the tiny adder in bf16 ("99+9=", top-5):
-    # log(e^-4.375 + e^-0.8125 + e^-0.5625 + e^-7.1875 + e^-9.1875) = +0.0266: not a fault
-    bf16 = [{"6": -4.375, "4": -0.8125, "5": -0.5625, "3": -7.1875, "7": -9.1875}]
-    assert logprob_faults("run 0", [-4.375], bf16, ["6"], keyed_by="text") == []
+    assert [f.fault for f in faults] == ["logprob above 0", "top-k logprobs not normalised"]
+    # bf16 rounding, as mlx_lm.server sends it for the tiny adder in bf16 ("99+9=", top-5),
+    # sorted: log(e^-0.5625 + e^-0.8125 + e^-4.375 + e^-7.1875 + e^-9.1875) = +0.0266: not a
+    # fault (mlx_lm.server itself sends this list unsorted, "6" first: a fault of its own)
+    bf16 = [{"5": -0.5625, "4": -0.8125, "6": -4.375, "3": -7.1875, "7": -9.1875}]
+    assert logprob_faults("run 0", [-0.5625], bf16, ["5"], keyed_by="text") == []
 
 
 # -- logprobs against their tokens ---------------------------------------------------------------
