@@ -238,7 +238,10 @@ def test_realistic_qwen_generates_in_every_engine(
     ).json()
     assert answer["usage"]["prompt_tokens"] == len(rendered.token_ids or ())
     assert answer["usage"]["completion_tokens"] == 8
-    assert answer["choices"][0]["text"] == ours.text
+    # vllm-mlx strips the answer's surrounding whitespace (``api/utils.clean_output_text``):
+    # this model's first token starts with a space, which the tokens agree on.
+    assert answer["choices"][0]["text"] == ours.text.strip()
+    assert ours.text != ours.text.strip()  # the stripping is exercised, not assumed
 
 
 # --------------------------------------------------------------------------- thinking
