@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..metrics.consistency import unsorted_positions
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpError, HttpSettings
@@ -531,6 +532,12 @@ def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any
         reasoning, text = match.group(1), text[match.end() :]
     chosen, top, tokens = parse_logprobs(logprobs)
     ids = _entry_ids(logprobs)
+    if ids is not None and unsorted_positions(ids[1], keyed_by="id"):
+        # A server whose top-k lists are not most likely first need not report the ids it
+        # generated: mlx_lm.server 0.32.2 copies each chosen id from the first entry of its
+        # unsorted list ("46" generated, ids of "5", "7", "3" reported). Its text is what is
+        # compared; the unsorted lists stay a fault of the item (text-keyed).
+        ids = None
     return Generation(
         text=text,
         token_ids=None if ids is None else ids[0],

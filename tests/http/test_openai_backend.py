@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,9 @@ from pytest_infercheck.backends.openai_compat import (
     OpenAICompatBackend,
     ShapeTried,
     parse_choice,
+    text_generation,
 )
+from pytest_infercheck.metrics.consistency import generation_faults
 
 from .fake_server import Reply, Script, chat_answer, fake_server
 
@@ -416,3 +419,35 @@ async def test_completions_with_a_model_name_render_the_source_folders_template(
     assert gen.prompt_text == "<s>12+34="
     sent = script.requests[-1]["json"]
     assert sent["prompt"] == "<s>12+34=" and sent["model"] == "served"
+
+
+def _entry(token: str, token_id: int, logprob: float, top: list[tuple[str, int, float]]) -> Any:
+    return {
+        "token": token,
+        "id": token_id,
+        "logprob": logprob,
+        "top_logprobs": [{"token": t, "id": i, "logprob": v} for t, i, v in top],
+    }
+
+
+def test_a_servers_ids_are_used_only_when_its_top_k_lists_are_sorted() -> None:
+    """mlx_lm.server 0.32.2's shape, measured: "46" generated, each top-k list unsorted and
+    the chosen entry copied from its first element ("5"). Its ids are not the generated
+    tokens, so the generation keeps none and stays text-keyed (the unsorted lists remain a
+    fault); the same answer with sorted lists keeps the server's ids."""
+    top = [("5", 56, -9.94), ("4", 55, -0.01), ("3", 54, -12.0)]
+    unsorted = {"content": [_entry("5", 56, -9.94, top)]}
+    generation = text_generation("4", None, "length", unsorted)
+    assert generation.token_ids is None
+    assert generation.top_keys == "text"
+    assert generation.top_logprobs == [{"5": -9.94, "4": -0.01, "3": -12.0}]
+    faults = [f.fault for f in generation_faults("run 0", generation)]
+    assert faults == ["top-k logprobs not sorted"]
+
+    ordered = sorted(top, key=lambda t: -t[2])
+    sorted_answer = {"content": [_entry("4", 55, -0.01, ordered)]}
+    kept = text_generation("4", None, "length", sorted_answer)
+    assert kept.token_ids == [55]
+    assert kept.top_keys == "id"
+    assert kept.top_logprobs == [{55: -0.01, 56: -9.94, 54: -12.0}]
+    assert generation_faults("run 0", kept) == []
