@@ -226,7 +226,7 @@ def test_the_new_kind_is_validated_like_the_others(
     result.stdout.fnmatch_lines(
         ["*infercheck.yaml:5: backends.relay.kind: *unknown backend kind 'mlx-rel' (known kinds:*"]
     )
-    known = "mlx-lm, openai, vllm-mlx, sglang, llama-server, ollama, mlx-relay)"
+    known = "mlx-lm, openai, vllm, vllm-mlx, sglang, llama-server, ollama, mlx-relay)"
     assert known in result.stdout.str()
     # An in-process kind takes no url, as mlx-lm.
     matrix.write_text(
