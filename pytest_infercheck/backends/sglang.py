@@ -45,13 +45,19 @@ import json
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .base import BackendError, Capabilities, Generation, GenerationParams, PromptInput
+from .base import (
+    BackendError,
+    Capabilities,
+    Generation,
+    GenerationParams,
+    PromptInput,
+    TopKRow,
+)
 from .hostile import send_hostile
 from .http import HttpError, HttpSettings
 from .llama_server import FULL_VOCAB_SCORING_LIMIT
@@ -61,15 +67,6 @@ if TYPE_CHECKING:
     from ..config import BackendSpec
 
 TOP_K = 8
-
-
-@dataclass(frozen=True)
-class TopKRow:
-    """One teacher-forced position: the logprob of the given token (``chosen``) and the
-    top k of the distribution it was drawn from, by token id (``top``)."""
-
-    chosen: float
-    top: dict[int, float]
 
 
 class SglangBackend(OpenAICompatBackend):
@@ -100,7 +97,9 @@ class SglangBackend(OpenAICompatBackend):
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
         scores = self.n_vocab is not None and self.n_vocab <= FULL_VOCAB_SCORING_LIMIT
-        return Capabilities(scores, self.top_k, True, scores, self.chat)
+        return Capabilities(
+            scores, self.top_k, True, scores, self.chat, teacher_forcing_top_k=self.top_k
+        )
 
     async def ensure_ready(self) -> None:
         if not await self.alive():

@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 
 from pytest_infercheck.backends import GenerationParams
-from pytest_infercheck.backends.base import BackendError
+from pytest_infercheck.backends.base import BackendError, TopKRow
 from pytest_infercheck.backends.http import HttpSettings
 from pytest_infercheck.backends.sglang import (
     SglangBackend,
-    TopKRow,
     assemble_events,
     input_rows,
     native_generation,
