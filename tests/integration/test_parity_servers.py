@@ -93,7 +93,7 @@ def test_endpoint_parity_fails_when_one_endpoint_is_altered(
     assert props["s01[chat]"]["infercheck_match"] == "False"
 
 
-def test_parity_passes_on_vllm_mlx_and_mlx_lm_server(
+def test_parity_passes_on_vllm_mlx_and_names_mlx_lm_servers_logprobs(
     pytester: pytest.Pytester,
     tiny_models: dict[str, Path],
     vllm_mlx_bin: Path,
@@ -111,7 +111,12 @@ def test_parity_passes_on_vllm_mlx_and_mlx_lm_server(
   - cache-pollution: adder@vllm"""
     write_project(pytester, backends, checks, f"{{path: '{folder}'}}")
     result, props = run(pytester)
-    assert result.parseoutcomes() == {"passed": 3 * (4 + 1) + 8 + 1 + 5 + 1}, result.stdout.str()
+    # mlx_lm.server's streams equal its answers, but its negotiated top-k lists are unsorted
+    # and their chosen entry is not the generated token
+    # (tests/integration/test_mlx_server_logprobs.py): its 4 items and aggregate fail on it.
+    outcomes = {"passed": 2 * (4 + 1) + 8 + 1 + 5 + 1, "failed": 4 + 1}
+    assert result.parseoutcomes() == outcomes, result.stdout.str()
+    assert "top-k logprobs not sorted in the non-streamed output" in result.stdout.str()
     assert props["s01[messages]"]["infercheck_similarity"] == "1.0"
     assert props["max-tokens-0"]["infercheck_alive"] == "True"
 

@@ -165,3 +165,19 @@ def test_a_side_without_logprobs_is_named() -> None:
             FakeBackend("b", generation("a", [1])), FakeBackend("t", generation("a", [1]))
         ).to_plain()
     )
+
+
+def test_a_text_only_comparison_says_why_the_backend_gave_no_logprobs() -> None:
+    """The backend's own reason (a server's logprob negotiation) is part of the note."""
+    from pytest_infercheck.checks.comparison.prompt import _text_only_reason
+
+    with_top = Generation("a", None, "stop", [-0.1], [{"a": -0.1}], top_keys="text")
+    without = Generation("a", None, "stop")
+    why = "completions: logprobs: 5 -> HTTP 400 'logprobs must be of type bool'"
+    assert _text_only_reason((with_top, None), (without, why), False) == (
+        f"the test side returned no top-k logprobs ({why})"
+    )
+    assert _text_only_reason((without, None), (with_top, None), False) == (
+        "the baseline returned no top-k logprobs"
+    )
+    assert _text_only_reason((with_top, None), (with_top, None), False) == ""

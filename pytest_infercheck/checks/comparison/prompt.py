@@ -617,7 +617,7 @@ def _distributions(
                 base.token_ids,
             )
         return _from_stats(GOLDEN_TOP_K_LOWER_BOUND, stats)
-    return _free_running_top_k(test, base, other, shared_ids, verdict)
+    return _free_running_top_k(baseline, test, base, other, shared_ids, verdict)
 
 
 def _scores(caps: Capabilities) -> bool:
@@ -669,6 +669,7 @@ def _top_k_forced(
 
 
 def _free_running_top_k(
+    baseline: ResolvedTarget,
     test: ResolvedTarget,
     base: Generation,
     other: Generation,
@@ -679,7 +680,11 @@ def _free_running_top_k(
     later positions condition on different prefixes), never past it: ``text`` with the
     reason (:func:`_text_only_reason`) when the logprobs cannot be compared or the first
     divergent token cannot be located (:func:`token_divergence`)."""
-    reason = _text_only_reason(base, other, shared_ids)
+    reason = _text_only_reason(
+        (base, baseline.backend.logprob_unavailable_reason()),
+        (other, test.backend.logprob_unavailable_reason()),
+        shared_ids,
+    )
     if reason:
         return _Distributions(TEXT_ONLY, [], [], [], note=reason)
     assert base.top_logprobs and other.top_logprobs
@@ -713,11 +718,16 @@ def _free_running_top_k(
     return _Distributions(TOP_K_LOWER_BOUND, kl.tolist(), [], [], tuple(problems), note=note)
 
 
-def _text_only_reason(base: Generation, other: Generation, shared_ids: bool) -> str:
-    """Why the two sides' own top-k logprobs cannot be compared ("" when they can)."""
-    for side, generation in (("the baseline", base), ("the test side", other)):
+def _text_only_reason(
+    baseline: tuple[Generation, str | None], test: tuple[Generation, str | None], shared_ids: bool
+) -> str:
+    """Why the two sides' own top-k logprobs cannot be compared ("" when they can); each side
+    is its generation and its backend's reason for giving no logprobs, if it knows one
+    (:meth:`~pytest_infercheck.backends.base.Backend.logprob_unavailable_reason`)."""
+    (base, _), (other, _) = baseline, test
+    for side, (generation, why) in (("the baseline", baseline), ("the test side", test)):
         if not generation.top_logprobs:
-            return f"{side} returned no top-k logprobs"
+            return f"{side} returned no top-k logprobs" + (f" ({why})" if why else "")
     if base.top_keys != other.top_keys:
         return (
             f"the baseline keys its top-k logprobs by token {base.top_keys}, the test side by "
