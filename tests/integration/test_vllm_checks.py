@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tokenizers import Tokenizer
 
+from conftest import REPO
 from tests.fault_matrix import (
     CONFTEST,
     Verdict,
@@ -135,11 +137,10 @@ RUNS: dict[str, Found] = {}
 """Each kind's run (its verdicts by check name, its items), made by its first test."""
 
 
-def attached(name: str, url: str, kind: str = KIND, **options: object) -> str:
-    """A ``backends:`` entry attached to the server at ``url`` (raw completions)."""
-    fields = [f"kind: {kind}", f"url: '{url}'", "chat: false"]
-    fields += [f"{key}: {json.dumps(value)}" for key, value in options.items()]
-    return f"  {name}: {{{', '.join(fields)}}}\n"
+def attached(name: str, url: str, chat: bool = False) -> str:
+    """A ``backends:`` entry attached to the server at ``url`` (raw completions unless
+    ``chat``)."""
+    return f"  {name}: {{kind: {KIND}, url: '{url}', chat: {json.dumps(chat)}}}\n"
 
 
 def started(name: str, python: Path, flags: str, env: dict[str, str]) -> str:
@@ -326,3 +327,81 @@ def test_cache_pollution_hostile_answers_and_an_unchanged_server(
     for name, item in found.items():
         assert (item["data"]["alive"], item["data"]["changed"]) == (True, []), name
         assert item["data"]["prompts"] == len(PROMPTS), name
+
+
+def without_merge(source: Path, dest: Path, merged: str = "\u0120the") -> Path:
+    """A copy of the model folder ``source`` (weights linked) whose tokenizer lacks the BPE
+    merge that makes ``merged`` (" the"): a faulty tokenizer."""
+    dest.mkdir()
+    for path in source.iterdir():
+        if path.is_file() and path.name != "tokenizer.json":
+            (dest / path.name).symlink_to(path)
+    tokenizer = json.loads((source / "tokenizer.json").read_text())
+    merges = tokenizer["model"]["merges"]
+    tokenizer["model"]["merges"] = [m for m in merges if "".join(m) != merged]
+    assert len(tokenizer["model"]["merges"]) == len(merges) - 1
+    (dest / "tokenizer.json").write_text(json.dumps(tokenizer))
+    return dest
+
+
+EDGE_PROMPTS = 66
+
+
+def test_tokenization_through_tokenize_equals_mlx_lm(
+    pytester: pytest.Pytester, realistic_qwen2: Any, vllm_qwen2: str
+) -> None:
+    """vLLM's ``/tokenize`` (raw text; chat messages with the generation prompt) gives
+    mlx-lm's ids on all 66 ``tokenizer-edge`` prompts; against mlx-lm with a tokenizer that
+    lacks the merge of " the", exactly the prompts whose ids that changes fail, at the first
+    differing position (both computed here with ``tokenizers``)."""
+    faulty = without_merge(realistic_qwen2.path, pytester.path / "qwen2-faulty")
+    backends = "  raw: {kind: mlx-lm, chat: false}\n  chat: {kind: mlx-lm, chat: true}\n"
+    backends += attached("vllm", vllm_qwen2) + attached("vllmchat", vllm_qwen2, chat=True)
+    checks = f"""\
+  - tokenization: {{targets: [{MODEL}@raw, {MODEL}@vllm]}}
+    name: raw
+  - tokenization: {{targets: [{MODEL}@chat, {MODEL}@vllmchat]}}
+    name: chat
+  - tokenization: {{targets: [faulty@raw, {MODEL}@vllm]}}
+    name: faulty
+"""
+    write_project(pytester, realistic_qwen2.path, backends, checks)
+    matrix_path = pytester.path / "infercheck.yaml"
+    text = matrix_path.read_text().replace("[prompts.jsonl]", "[tokenizer-edge]")
+    matrix_path.write_text(text.replace("models:\n", f"models:\n  faulty: {{path: '{faulty}'}}\n"))
+    good, bad = (
+        Tokenizer.from_file(str(p / "tokenizer.json")) for p in (realistic_qwen2.path, faulty)
+    )
+    first_difference = {}
+    for line in (REPO / "suites" / "tokenizer-edge.jsonl").read_text().splitlines():
+        prompt = json.loads(line)
+        ids = [good.encode(prompt["prompt"]).ids, bad.encode(prompt["prompt"]).ids]
+        if ids[0] != ids[1]:
+            first_difference[prompt["id"]] = next(
+                i for i, (a, b) in enumerate(zip(*ids, strict=False)) if a != b
+            )
+    assert 0 < len(first_difference) < EDGE_PROMPTS
+
+    result, items = run(pytester)
+    outcomes = result.parseoutcomes()
+    changed = len(first_difference)
+    assert outcomes == {"passed": 3 * EDGE_PROMPTS + 2 - changed, "failed": changed + 1}, outcomes
+    for name in ("raw", "chat"):
+        prefix = f"tokenization({name})::tokenizer-edge::"
+        found = {k.removeprefix(prefix): v["data"] for k, v in items.items() if prefix in k}
+        aggregate = found.pop("aggregate")
+        assert len(found) == EDGE_PROMPTS, aggregate
+        for key, data in found.items():
+            assert data["status"] == "identical", (key, data)
+            assert data["other"]["count"] == data["reference"]["count"] > 0, key
+        engine = next(e for e in aggregate["engines"].values() if e["name"].startswith("vllm"))
+        assert engine["observed"]["tokenize"] is True, engine
+    prefix = "tokenization(faulty)::tokenizer-edge::"
+    failed = {
+        k.removeprefix(prefix): v["data"] for k, v in items.items() if v["outcome"] == "failed"
+    }
+    assert failed.pop("aggregate")
+    assert sorted(failed) == sorted(f"{p}[{MODEL}.vllm]" for p in first_difference), failed
+    for prompt_id, position in first_difference.items():
+        data = failed[f"{prompt_id}[{MODEL}.vllm]"]
+        assert (data["cause"], data["first_difference"]) == ("ids", position), data
