@@ -58,7 +58,7 @@ from tests.faults import (
 )
 from tests.faulty_proxy import Fault as ProxyFault
 from tests.faulty_proxy import FaultyProxy
-from tests.integration.served import VLLM_ENV, vllm_cpu_command
+from tests.integration.served import VLLM_ENV, VLLM_FLAGS, vllm_cpu_command
 from tests.plugin.conftest import INI
 
 pytestmark = pytest.mark.xdist_group("vllm")
@@ -405,3 +405,35 @@ def test_tokenization_through_tokenize_equals_mlx_lm(
     for prompt_id, position in first_difference.items():
         data = failed[f"{prompt_id}[{MODEL}.vllm]"]
         assert (data["cause"], data["first_difference"]) == ("ids", position), data
+
+
+def test_a_server_that_dies_on_its_first_request_fails_its_items_only(
+    pytester: pytest.Pytester, realistic_qwen2: Any, vllm_python: Path, vllm_qwen2: str
+) -> None:
+    """vLLM with ``VLLM_BATCH_INVARIANT=1`` (started by the plugin) is healthy, answers its
+    first request with HTTP 500 and exits: every item on it fails naming the dead server with
+    its last log lines (the engine's error), stress without retrying a dead port; the items
+    on the shared server pass."""
+    backends = attached("vllm", vllm_qwen2) + started(
+        "invariant", vllm_python, VLLM_FLAGS, {"VLLM_BATCH_INVARIANT": "1"}
+    )
+    checks = f"""\
+  - determinism: {{target: {MODEL}@invariant, runs: 2}}
+    name: dies
+  - stress: {{target: {MODEL}@invariant, levels: [1, 4], repeats: 1}}
+    name: dies
+  - determinism: {{target: {MODEL}@vllm, runs: 2}}
+    name: lives
+"""
+    write_project(pytester, realistic_qwen2.path, backends, checks)
+    result, items = run(pytester)
+    outcomes = result.parseoutcomes()
+    assert outcomes == {"passed": len(PROMPTS) + 1, "failed": len(PROMPTS) + 1 + 2 + 1}, outcomes
+    for key, item in items.items():
+        if "(lives)" in key:
+            assert item["outcome"] == "passed", (key, item)
+            continue
+        assert item["outcome"] == "failed", (key, item)
+        text = "\n".join([*item.get("violations", []), item.get("longrepr") or ""])
+        assert "invariant" in text and ("died" in text or "exited" in text), (key, text)
+        assert "object is not subscriptable" in text, (key, text[-3000:])
