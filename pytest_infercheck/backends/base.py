@@ -30,6 +30,9 @@ class Capabilities:
     token_ids: bool = False
     teacher_forcing: bool = False
     chat_template: bool = False
+    teacher_forcing_top_k: int = 0
+    """The ``k`` of :meth:`Backend.score_top_k` (teacher-forced top-k rows, e.g. vLLM's
+    ``prompt_logprobs``); 0: the backend scores no top-k rows."""
 
     @classmethod
     def token_level(cls, top_k: int, chat_template: bool) -> Capabilities:
@@ -109,6 +112,16 @@ class Generation:
     asked for (mlx-lm's ``generate_sync(..., full_logprobs=True)``)."""
 
 
+@dataclass(frozen=True)
+class TopKRow:
+    """One teacher-forced position scored by its top k only (:meth:`Backend.score_top_k`):
+    the log-probability of the given token, and the top ``k`` tokens' (by id), which may or
+    may not include the given token."""
+
+    chosen: float
+    top: dict[int, float]
+
+
 class BackendError(RuntimeError):
     """A backend failed to produce a result; the message names the backend and the cause."""
 
@@ -151,6 +164,15 @@ class Backend(abc.ABC):
         ``continuation_ids[:i]``. Only backends with ``capabilities.teacher_forcing``.
         """
         raise BackendError(f"backend {self.name!r} ({self.kind}) cannot score teacher-forced")
+
+    async def score_top_k(
+        self, prompt_ids: list[int], continuation_ids: list[int]
+    ) -> list[TopKRow]:
+        """Teacher-forced top-k: row i holds the log-probability of ``continuation_ids[i]``
+        given the prompt and ``continuation_ids[:i]``, and the top
+        ``capabilities.teacher_forcing_top_k`` of that distribution. Only backends with
+        ``capabilities.teacher_forcing_top_k``."""
+        raise BackendError(f"backend {self.name!r} ({self.kind}) cannot score top-k teacher-forced")
 
     async def generate_batch(
         self, prompts: list[PromptInput], params: GenerationParams

@@ -2,11 +2,12 @@
 ``--infercheck-record``, and checking that a golden may be replayed as its baseline.
 
 Recording a prompt: the test side renders and generates it as usual; when it can score
-teacher-forced, its continuation is scored once more and each position's top-k (at most
-``golden_top_k``) and chosen logprobs are taken from those scores (the very distributions a
-later replay compares with); otherwise the generation's own top-k logprobs are kept, if any.
-Items do not write the file: they hand their entries to their test report (see
-:mod:`.writer`), and the controller writes each golden once, at the end of the run.
+teacher-forced (full rows, or its top k: vLLM), its continuation is scored once more and each
+position's top-k (at most ``golden_top_k``) and chosen logprobs are taken from those scores
+(the very distributions a later replay compares with); otherwise the generation's own top-k
+logprobs are kept, if any. Items do not write the file: they hand their entries to their test
+report (see :mod:`.writer`), and the controller writes each golden once, at the end of the
+run.
 """
 
 from __future__ import annotations
@@ -145,12 +146,18 @@ def _record_one(run: CheckRun, side: Side, test: ResolvedTarget, prompt: Prompt)
     generation = cache.generate(test, rendered, params)
     k = settings.golden_top_k
     top, keys = None, generation.top_keys
-    if test.backend.capabilities.teacher_forcing and rendered.token_ids and generation.token_ids:
+    caps = test.backend.capabilities
+    if caps.teacher_forcing and rendered.token_ids and generation.token_ids:
         ids = generation.token_ids
         scores = cache.score(test, list(rendered.token_ids), ids)
         top, keys = top_k_rows(scores, k), "id"
         chosen = [float(scores[t, i]) for t, i in enumerate(ids)]
         generation = dataclasses.replace(generation, chosen_logprobs=chosen)
+    elif caps.teacher_forcing_top_k and rendered.token_ids and generation.token_ids:
+        ids = generation.token_ids
+        rows = cache.call(test, test.backend.score_top_k(list(rendered.token_ids), ids))
+        top, keys = top_k_maps([r.top for r in rows], k), "id"
+        generation = dataclasses.replace(generation, chosen_logprobs=[r.chosen for r in rows])
     elif generation.top_logprobs:
         top = top_k_maps(generation.top_logprobs, k)
     model = run.loaded.target(side.ref, side.loc).model

@@ -4,7 +4,7 @@ recorded it; and whether a comparison can score the test side against it.
 It renders a prompt as the recorded input, "generates" the recorded output (token ids, text,
 finish reason, chosen and top-k logprobs) and names the recording engine as its identity. It
 has no live model, so it cannot score teacher-forced: a comparison against it scores the
-golden continuation on the test side instead (``golden-top-k-lower-bound``).
+golden continuation on the test side instead, full rows or top-k (``golden-top-k-lower-bound``).
 """
 
 from __future__ import annotations
@@ -61,13 +61,15 @@ def golden_scorable(
     base: Generation,
 ) -> bool:
     """A golden baseline with id-keyed top-k and chosen logprobs at every position of its
-    continuation, and a test side that shares its token ids and can score teacher-forced."""
+    continuation, and a test side that shares its token ids and can score teacher-forced
+    (full rows, or its top k: ``teacher_forcing_top_k``)."""
     n = len(base.token_ids or [])
+    caps = test.backend.capabilities
     return (
         baseline.backend.kind == GOLDEN_KIND
         and shared_ids
         and prompt_ids is not None
-        and test.backend.capabilities.teacher_forcing
+        and (caps.teacher_forcing or caps.teacher_forcing_top_k > 0)
         and n > 0
         and base.top_keys == "id"
         and len(base.top_logprobs or []) == n

@@ -19,7 +19,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .finite import (
+    TOPK_LOGSUMEXP_TOL,
     Problem,
+    check_topk_rows,
     check_values,
     chunk_logsumexp,
     logsumexp_tolerance,
@@ -32,6 +34,7 @@ __all__ = [
     "position_stats",
     "topk_kl_lower_bound",
     "topk_kl_lower_bound_positions",
+    "topk_pair_stats",
 ]
 
 
@@ -315,3 +318,75 @@ def topk_kl_lower_bound_positions(
         [topk_kl_lower_bound(b, t, tail_tol=tail_tol) for b, t in zip(base, test, strict=True)],
         dtype=np.float64,
     )
+
+
+def top_one(top: Mapping[int, float]) -> int:
+    """The most likely id of a top-k map (ties: the lower id)."""
+    return max(top, key=lambda v: (top[v], -v))
+
+
+def topk_pair_stats(
+    base_top: Sequence[Mapping[int, float]],
+    base_chosen: Sequence[float],
+    test_top: Sequence[Mapping[int, float]],
+    test_chosen: Sequence[float],
+    chosen_ids: Sequence[int],
+    *,
+    tail_tol: float = 1e-6,
+    topk_tol: float = TOPK_LOGSUMEXP_TOL,
+    base_name: str = "baseline",
+    test_name: str = "test",
+) -> PositionStats:
+    """Two sides known only by their top-k, both teacher-forced on the baseline's
+    continuation C (each side's distribution at ``t`` conditioned on the prompt and
+    ``C[:t]``; e.g. vLLM against vLLM with an fp8 KV cache, or a golden's recorded top-k
+    against vLLM's ``prompt_logprobs``). At each position ``t``, each side's known tokens are
+    its top-k plus the given token ``c = C[t]`` (whose logprob both sides report)::
+
+        B_t = base_top[t] + {c: base_chosen[t]},   T_t = test_top[t] + {c: test_chosen[t]}
+        KL_t     = topk_kl_lower_bound(B_t, T_t)
+                 = sum_{v in S} p(v) log(p(v) / q(v)) + P log(P / Q),  S = ids(B_t) & ids(T_t)
+                   with P = max(1 - sum_{v in S} p(v), tail_tol), Q likewise from q
+        same_top = argmax(base_top[t]) == argmax(test_top[t])     (ties: the lower id)
+        delta_p  = exp(test_chosen[t]) - exp(base_chosen[t])
+
+    ``KL_t`` buckets every token outside the ids both sides know (``S``, which holds at
+    least ``c``) into one tail, nothing renormalised: a lower bound of the full-vocabulary
+    KL by the data-processing inequality (see :func:`topk_kl_lower_bound`). ``same_top``
+    and ``delta_p`` are exact: each top-k holds its side's most likely token, and both sides
+    report the given token's logprob.
+
+    ``problems`` (fail closed, :mod:`.finite`), in this order: the baseline's known tokens
+    (NaN / ``+inf``, or a mass above 1 beyond ``topk_tol``), then the test side's, then the
+    non-finite ``KL_t`` values.
+
+    Raises:
+        ValueError: if the lengths disagree or a position has an empty top-k.
+    """
+    n = len(chosen_ids)
+    lengths = (len(base_top), len(base_chosen), len(test_top), len(test_chosen))
+    if any(length != n for length in lengths):
+        raise ValueError(
+            f"need one top-k map and chosen logprob per side and position: {lengths} for {n} tokens"
+        )
+    kl = np.empty(n, dtype=np.float64)
+    same_top = np.empty(n, dtype=np.bool_)
+    delta_p = np.empty(n, dtype=np.float64)
+    base_known: list[dict[int, float]] = []
+    test_known: list[dict[int, float]] = []
+    for t, token in enumerate(chosen_ids):
+        if not base_top[t] or not test_top[t]:
+            raise ValueError(f"position {t}: a top-k is empty")
+        base_known.append({**base_top[t], int(token): float(base_chosen[t])})
+        test_known.append({**test_top[t], int(token): float(test_chosen[t])})
+        kl[t] = topk_kl_lower_bound(base_known[t], test_known[t], tail_tol=tail_tol)
+        same_top[t] = top_one(base_top[t]) == top_one(test_top[t])
+        delta_p[t] = math.exp(float(test_chosen[t])) - math.exp(float(base_chosen[t]))
+    problems: list[Problem] = [
+        *check_topk_rows(f"{base_name} top-k logprobs", base_known, tol=topk_tol),
+        *check_topk_rows(f"{test_name} top-k logprobs", test_known, tol=topk_tol),
+    ]
+    kl_problem = check_values("KL", kl)
+    if kl_problem is not None:
+        problems.append(kl_problem)
+    return PositionStats(kl=kl, same_top=same_top, delta_p=delta_p, problems=tuple(problems))

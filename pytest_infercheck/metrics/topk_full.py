@@ -1,5 +1,7 @@
-"""A baseline known only by its top-k logprobs against a test side's full distributions,
-scored teacher-forced on the baseline's own continuation (a golden baseline vs a live engine).
+"""One side known only by its top-k logprobs, the other by its full distributions, both
+teacher-forced on the baseline's own continuation: a golden baseline (or a vLLM one) against
+a live engine's full rows (:func:`topk_vs_full_stats`), or a baseline's full rows against a
+test side that scores only its top-k (:func:`full_vs_topk_stats`, mlx-lm against vLLM).
 
 Pure functions: log-probabilities in, numbers out.
 """
@@ -20,7 +22,7 @@ from .finite import (
     row_logsumexp,
     row_problems,
 )
-from .kl import PositionStats, topk_kl_lower_bound
+from .kl import PositionStats, top_one, topk_kl_lower_bound
 
 
 def topk_vs_full_stats(
@@ -95,6 +97,78 @@ def topk_vs_full_stats(
     if chosen_problem is not None:
         problems.append(chosen_problem)
     problems += row_problems(f"{test_name} logprobs", row_logsumexp(test), row_tol)
+    kl_problem = check_values("KL", kl)
+    if kl_problem is not None:
+        problems.append(kl_problem)
+    return PositionStats(kl=kl, same_top=same_top, delta_p=delta_p, problems=tuple(problems))
+
+
+def full_vs_topk_stats(
+    base_logprobs: ArrayLike,
+    test_top: Sequence[Mapping[int, float]],
+    test_chosen: Sequence[float],
+    chosen_ids: Sequence[int],
+    *,
+    tail_tol: float = 1e-6,
+    row_tol: float | None = None,
+    topk_tol: float = TOPK_LOGSUMEXP_TOL,
+    base_name: str = "baseline",
+    test_name: str = "test",
+) -> PositionStats:
+    """Per position ``t`` of the baseline's continuation C, with ``p = exp(base_logprobs[t])``
+    the baseline's full distribution and the test side known by its top-k ``test_top[t]``
+    and its logprob ``test_chosen[t]`` of ``c = C[t]`` (both given the prompt and ``C[:t]``,
+    e.g. vLLM's ``prompt_logprobs``)::
+
+        K_t      = ids(test_top[t]) + {c}
+        KL_t     = sum_{v in K_t} p(v) log(p(v) / q(v)) + P log(P / Q)
+                   with P = max(1 - sum_{v in K_t} p(v), tail_tol),
+                        Q = max(1 - sum_{v in K_t} q(v), tail_tol)
+        same_top = argmax_v p(v) == argmax(test_top[t])    (ties: the lower id)
+        delta_p  = exp(test_chosen[t]) - p(c)
+
+    ``KL_t`` is :func:`~.kl.topk_kl_lower_bound` with the baseline's full row read at the
+    test side's known ids: every other token in one tail bucket on both sides, nothing
+    renormalised, so a lower bound of the full-vocabulary KL. ``same_top`` and ``delta_p``
+    are exact (the test's top-k holds its most likely token; both sides know ``c``).
+
+    ``problems`` (fail closed, :mod:`.finite`), in this order: the baseline's full rows
+    (NaN / ``+inf``, or a logsumexp not within ``row_tol`` of 0; None means
+    :func:`~.finite.logsumexp_tolerance` ``(V)``), the test side's known tokens (NaN /
+    ``+inf``, or a mass above 1 beyond ``topk_tol``), then the non-finite ``KL_t`` values.
+
+    Raises:
+        ValueError: if the lengths disagree, ``base_logprobs`` is not ``(len(C), V)``, or a
+            position has an empty top-k.
+    """
+    base = np.asarray(base_logprobs, dtype=np.float64)
+    n = len(chosen_ids)
+    if base.ndim != 2 or base.shape[0] != n or len(test_top) != n or len(test_chosen) != n:
+        raise ValueError(
+            f"need one baseline row, test top-k map and chosen logprob per position: base "
+            f"shape {base.shape}, {len(test_top)} top-k maps, {len(test_chosen)} chosen "
+            f"logprobs, {n} tokens"
+        )
+    kl = np.empty(n, dtype=np.float64)
+    same_top = np.empty(n, dtype=np.bool_)
+    delta_p = np.empty(n, dtype=np.float64)
+    known: list[dict[int, float]] = []
+    for t, token in enumerate(chosen_ids):
+        if not test_top[t]:
+            raise ValueError(f"position {t}: the test side's top-k is empty")
+        row = base[t]
+        known.append({**test_top[t], int(token): float(test_chosen[t])})
+        kl[t] = topk_kl_lower_bound(
+            {v: float(row[v]) for v in known[t]}, known[t], tail_tol=tail_tol
+        )
+        same_top[t] = int(np.argmax(row)) == top_one(test_top[t])
+        delta_p[t] = float(np.exp(test_chosen[t]) - np.exp(row[int(token)]))
+    if row_tol is None:
+        row_tol = logsumexp_tolerance(int(base.shape[1]))
+    problems: list[Problem] = [
+        *row_problems(f"{base_name} logprobs", row_logsumexp(base), row_tol),
+        *check_topk_rows(f"{test_name} top-k logprobs", known, tol=topk_tol),
+    ]
     kl_problem = check_values("KL", kl)
     if kl_problem is not None:
         problems.append(kl_problem)

@@ -226,7 +226,7 @@ def test_the_new_kind_is_validated_like_the_others(
     result.stdout.fnmatch_lines(
         ["*infercheck.yaml:5: backends.relay.kind: *unknown backend kind 'mlx-rel' (known kinds:*"]
     )
-    assert "mlx-lm, openai, vllm-mlx, llama-server, ollama, mlx-relay)" in result.stdout.str()
+    assert "mlx-lm, openai, vllm, vllm-mlx, llama-server, ollama, mlx-relay)" in result.stdout.str()
     # An in-process kind takes no url, as mlx-lm.
     matrix.write_text(
         matrix.read_text().replace("{kind: mlx-rel}", "{kind: mlx-relay, url: 'http://x'}")

@@ -148,7 +148,7 @@ def test_in_process_target_is_an_error_naming_server_backends(
     assert result.parseoutcomes() == {"failed": 9 + 9 + 2}, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
-            "*stream-parity needs a server backend (openai, vllm-mlx, llama-server, ollama): "
+            "*stream-parity needs a server backend (openai, vllm, vllm-mlx, llama-server, ollama): "
             "bf16@local runs in-process (mlx-lm)*",
             "*cache-pollution needs a server backend*",
         ]

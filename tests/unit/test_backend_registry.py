@@ -39,7 +39,7 @@ def test_a_kind_not_in_the_registry_is_an_error_at_its_line(tmp_path: Path) -> N
         f"{path}:4: backends.b.kind: Value error, unknown backend kind 'tensorrt' "
         f"(known kinds: {known})"
     )
-    assert known == "mlx-lm, openai, vllm-mlx, llama-server, ollama"
+    assert known == "mlx-lm, openai, vllm, vllm-mlx, llama-server, ollama"
 
 
 @pytest.mark.parametrize("kind", BACKENDS, ids=lambda k: k.name)

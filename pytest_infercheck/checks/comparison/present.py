@@ -21,7 +21,7 @@ from .aggregate import (
     SweepAggregateRecord,
     cliff_evidence,
 )
-from .prompt import TOP_K_LOWER_BOUND, PromptComparison
+from .prompt import LOWER_BOUND_METHODS, PromptComparison
 from .verdicts import item_problems
 
 UNGATED_NOTE = (
@@ -57,7 +57,10 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
     r = load_record(PromptComparison, data)
     facts = [
         ("prompt", r.prompt_id),
-        ("method", r.method),
+        (
+            "method",
+            f"{r.method} (KL a lower bound)" if r.method in LOWER_BOUND_METHODS else r.method,
+        ),
         ("similarity", _measured(r.similarity)),
         ("severity", r.severity),
         ("KL mean", _measured(r.kl_mean, ".6g")),
@@ -68,6 +71,7 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
     ]
     parts = [
         table([esc(k) for k, _ in facts], [[esc(v) for _, v in facts]]),
+        *([f'<p class="ic-method-note">{esc(r.method_note)}</p>'] if r.method_note else []),
         *_origin_html(r),
         "<h4>prompt</h4>",
         f'<pre class="ic-text">{esc(clip(r.prompt_text))}</pre>',
@@ -99,7 +103,7 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
             )
         )
     if r.kl_per_position:
-        label = "lower bound, top-k" if r.method == TOP_K_LOWER_BOUND else r.method
+        label = f"{r.method}: a lower bound" if r.method in LOWER_BOUND_METHODS else r.method
         parts.append(
             line_chart(
                 [("KL_t", r.kl_per_position)],

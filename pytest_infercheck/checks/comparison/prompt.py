@@ -4,12 +4,24 @@ The comparison method is the strongest both sides allow, and is recorded:
 
 - ``teacher-forced``: the baseline's continuation C (including its EOS) is scored by both
   targets on the same prompt ids; KL_t over the full vocabulary at every position of C.
+- ``teacher-forced-top-k``: as ``teacher-forced``, at every position of C, but one side (or
+  both) scores only its top k (vLLM's ``prompt_logprobs``,
+  :meth:`~pytest_infercheck.backends.base.Backend.score_top_k`): KL_t is the lower bound of
+  the tokens both sides know plus one tail bucket (:func:`~pytest_infercheck.metrics.kl.
+  topk_pair_stats`, :func:`~pytest_infercheck.metrics.topk_full.full_vs_topk_stats`);
+  same-top and delta-p are exact.
 - ``top-k-lower-bound``: free-running top-k logprobs of both generations, only up to the
   first divergent token (later positions condition on different prefixes); a lower bound.
+  The first divergence is found by token id, else by token text (a side's own, or each
+  step's token read from its top-k: the entry whose logprob is the chosen one, checked
+  against the text), else by re-tokenising both outputs with the served folder's
+  tokenizer; when none of these can locate it, the comparison is ``text`` and says why.
 - ``golden-top-k-lower-bound``: the baseline is a golden file (no live model, so it cannot
-  score): its continuation is scored teacher-forced on the test side and compared at every
-  position with the golden's recorded top-k (tail bucket, a lower bound).
-- ``text``: no usable logprobs; text similarity, first divergence and answers only.
+  score): its continuation is scored teacher-forced on the test side (full rows, or its top
+  k) and compared at every position with the golden's recorded top-k (tail bucket, a lower
+  bound).
+- ``text``: no usable logprobs; text similarity, first divergence and answers only; the
+  record's :attr:`~PromptComparison.method_note` says why.
 
 Fail closed: the scoring's own findings (a logprob row with a NaN or ``+inf``, a full row
 that does not normalise, a top-k list whose mass exceeds 1, a NaN or infinite ``KL_t``) are
@@ -26,7 +38,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 from pydantic import BeforeValidator
 
-from ...backends import Generation
+from ...backends import Capabilities, Generation
 from ...golden import golden_scorable
 from ...metrics.answers import FlipKind, judge_answers
 from ...metrics.consistency import generation_faults
@@ -39,15 +51,20 @@ from ...metrics.finite import (
     strict_max,
     strict_mean,
 )
-from ...metrics.kl import position_stats, topk_kl_lower_bound_positions
+from ...metrics.kl import (
+    PositionStats,
+    position_stats,
+    topk_kl_lower_bound_positions,
+    topk_pair_stats,
+)
 from ...metrics.origin import Origin, PromptSide, Stage, locate_origin, nfc_probe_texts
 from ...metrics.sameness import Sameness, compare_outputs
 from ...metrics.text import first_divergence, severity, similarity
 from ...metrics.tokenization import LEADING, WINDOW
-from ...metrics.topk_full import topk_vs_full_stats
+from ...metrics.topk_full import full_vs_topk_stats, topk_vs_full_stats
 from ...records import OMIT_WHEN_EMPTY, Measured
 from .inputs import PromptInputs, SideInputs, decide_inputs
-from .retokenize import judged_ids, text_side_verdict
+from .retokenize import judged_ids, retokenized_divergence, text_side_verdict
 
 if TYPE_CHECKING:
     from ...backends import GenerationParams
@@ -55,9 +72,12 @@ if TYPE_CHECKING:
     from ...suites import Prompt
 
 TEACHER_FORCED = "teacher-forced"
+TEACHER_FORCED_TOP_K = "teacher-forced-top-k"
 TOP_K_LOWER_BOUND = "top-k-lower-bound"
 GOLDEN_TOP_K_LOWER_BOUND = "golden-top-k-lower-bound"
 TEXT_ONLY = "text"
+LOWER_BOUND_METHODS = frozenset({TEACHER_FORCED_TOP_K, TOP_K_LOWER_BOUND, GOLDEN_TOP_K_LOWER_BOUND})
+"""The methods whose KL is a lower bound of the full-vocabulary KL (top-k and a tail)."""
 IDENTICAL = "identical"
 """The sameness verdict of two outputs that are the same
 (:meth:`~pytest_infercheck.metrics.sameness.Sameness.describe`), as a record holds it."""
@@ -106,8 +126,9 @@ class PromptComparison:
     test: str
     """The test side's target label (``q4@local``)."""
     method: str
-    """How the distributions were compared: ``teacher-forced``, ``top-k-lower-bound``,
-    ``golden-top-k-lower-bound`` or ``text`` (see the module docstring)."""
+    """How the distributions were compared: ``teacher-forced``, ``teacher-forced-top-k``,
+    ``top-k-lower-bound``, ``golden-top-k-lower-bound`` or ``text`` (see the module
+    docstring)."""
     base_text: str
     """The baseline's output (its answer, without a reasoning chain returned apart)."""
     test_text: str
@@ -189,6 +210,11 @@ class PromptComparison:
     was fed the baseline's tokens as they came, :mod:`~pytest_infercheck.backends.
     mlx_lockstep`) or ``separate`` (both sides scored on the baseline's continuation
     afterwards); empty for the other methods."""
+    method_note: str = field(default="", metadata=OMIT_WHEN_EMPTY)
+    """Why the method is weaker than teacher forcing where it is (``text``: which side has
+    no logprobs, keys them otherwise, or why the first divergent token cannot be located;
+    ``top-k-lower-bound``: how the first divergence was found); absent from the JSON when
+    empty."""
     batching_note: str = field(default="", metadata=OMIT_WHEN_EMPTY)
     """Why the sides were generated one at a time although they could be batched
     (``batching: false``, ``--infercheck-no-batching``, a failed batching probe); absent
@@ -227,7 +253,7 @@ class PromptComparison:
         plain)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["problems"] = [p.to_dict() for p in self.problems]
-        for name in ("faults", "batching_note"):
+        for name in ("faults", "method_note", "batching_note"):
             if not data[name]:
                 del data[name]  # OMIT_WHEN_EMPTY, as for a record without a to_plain
         return data
@@ -242,6 +268,7 @@ class _Distributions(NamedTuple):
     delta_p: list[float]
     problems: tuple[Problem, ...] = ()
     scoring: str = ""
+    note: str = ""
 
 
 class _Answers(NamedTuple):
@@ -281,7 +308,7 @@ def compare_prompt(
     divergence = verdict.first_divergence if verdict.divergence_unit == "token" else None
     sim = similarity(base.text, other.text)
     dists = _distributions(
-        cache, baseline, test, rendered.token_ids, base, other, shared_ids, divergence
+        cache, baseline, test, rendered.token_ids, base, other, shared_ids, verdict
     )
     answers = _answers(prompt, base.text, other.text)
     origin = _origin(cache, baseline, test, inputs, base, other, verdict)
@@ -324,6 +351,7 @@ def compare_prompt(
         base_batch=_batch_size(baseline, base),
         test_batch=_batch_size(test, other),
         scoring=dists.scoring,
+        method_note=dists.note,
         batching_note=batching_note,
     )
 
@@ -527,17 +555,13 @@ def _distributions(
     base: Generation,
     other: Generation,
     shared_ids: bool,
-    first_divergence: int | None,
+    verdict: Sameness,
 ) -> _Distributions:
     """The strongest comparison of the two sides' distributions that both allow."""
     caps_b, caps_t = baseline.backend.capabilities, test.backend.capabilities
-    if (
-        shared_ids
-        and prompt_ids is not None
-        and caps_b.teacher_forcing
-        and caps_t.teacher_forcing
-        and base.token_ids
-    ):
+    forced = shared_ids and prompt_ids is not None and bool(base.token_ids)
+    if forced and caps_b.teacher_forcing and caps_t.teacher_forcing:
+        assert prompt_ids is not None and base.token_ids
         # Both sides score the baseline's continuation (with its EOS) after the same prompt
         # ids: the test side's own continuation would condition on other prefixes. A
         # lockstep run has accumulated the same statistics while generating.
@@ -548,29 +572,24 @@ def _distributions(
             test_lp = cache.score(test, list(prompt_ids), base.token_ids)
             stats = position_stats(base_lp, test_lp, base.token_ids)
             scoring = "separate"
-        return _Distributions(
-            TEACHER_FORCED,
-            stats.kl.tolist(),
-            stats.same_top.tolist(),
-            stats.delta_p.tolist(),
-            stats.problems,
-            scoring,
+        return _from_stats(TEACHER_FORCED, stats, scoring)
+    if forced and _scores(caps_b) and _scores(caps_t):
+        assert prompt_ids is not None and base.token_ids
+        return _from_stats(
+            TEACHER_FORCED_TOP_K,
+            _top_k_forced(cache, baseline, test, list(prompt_ids), base.token_ids),
+            "separate",
         )
-    if (
-        shared_ids
-        and prompt_ids is not None
-        and caps_b.teacher_forcing
-        and base.token_ids
-        and other.top_logprobs
-        and other.top_keys == "id"
-    ):
+    if forced and caps_b.teacher_forcing and other.top_logprobs and other.top_keys == "id":
+        assert prompt_ids is not None and base.token_ids
         # The test side reports only its top-k (llama-server at a vocabulary it does not score
         # in full): the baseline's teacher-forced rows restricted to the test's top-k ids give
         # the tightest lower bound of KL(base || test) those allow, at the positions where
         # both sides had the same prefix (up to and including the first divergence).
         base_lp = cache.score(baseline, list(prompt_ids), base.token_ids)
         n = min(len(other.top_logprobs), len(base.token_ids))
-        n = n if first_divergence is None else min(n, first_divergence + 1)
+        at = verdict.first_divergence if verdict.divergence_unit == "token" else None
+        n = n if at is None else min(n, at + 1)
         test_top = other.top_logprobs[:n]
         base_top = [{v: float(base_lp[t, v]) for v in row} for t, row in enumerate(test_top)]
         kl = topk_kl_lower_bound_positions(base_top, test_top)
@@ -584,36 +603,175 @@ def _distributions(
         return _Distributions(TOP_K_LOWER_BOUND, kl.tolist(), [], [], tuple(problems))
     if golden_scorable(baseline, test, shared_ids, prompt_ids, base):
         assert prompt_ids is not None and base.token_ids and base.top_logprobs
-        test_lp = cache.score(test, list(prompt_ids), base.token_ids)
-        stats = topk_vs_full_stats(
-            base.top_logprobs, base.chosen_logprobs or [], test_lp, base.token_ids
+        chosen = base.chosen_logprobs or []
+        if caps_t.teacher_forcing:
+            test_lp = cache.score(test, list(prompt_ids), base.token_ids)
+            stats = topk_vs_full_stats(base.top_logprobs, chosen, test_lp, base.token_ids)
+        else:
+            rows = cache.call(test, test.backend.score_top_k(list(prompt_ids), base.token_ids))
+            stats = topk_pair_stats(
+                base.top_logprobs,
+                chosen,
+                [r.top for r in rows],
+                [r.chosen for r in rows],
+                base.token_ids,
+            )
+        return _from_stats(GOLDEN_TOP_K_LOWER_BOUND, stats)
+    return _free_running_top_k(test, base, other, shared_ids, verdict)
+
+
+def _scores(caps: Capabilities) -> bool:
+    """Whether a side scores a given continuation teacher-forced (full rows or top-k)."""
+    return caps.teacher_forcing or caps.teacher_forcing_top_k > 0
+
+
+def _from_stats(method: str, stats: PositionStats, scoring: str = "") -> _Distributions:
+    return _Distributions(
+        method,
+        stats.kl.tolist(),
+        stats.same_top.tolist(),
+        stats.delta_p.tolist(),
+        stats.problems,
+        scoring,
+    )
+
+
+def _top_k_forced(
+    cache: GenerationCache,
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    prompt_ids: list[int],
+    continuation: list[int],
+) -> PositionStats:
+    """Both sides scored on the baseline's continuation, at least one by its top k only:
+    full rows against top-k rows (:func:`~pytest_infercheck.metrics.topk_full.
+    full_vs_topk_stats`, or :func:`~pytest_infercheck.metrics.topk_full.topk_vs_full_stats`
+    with the sides the other way round), or top-k against top-k
+    (:func:`~pytest_infercheck.metrics.kl.topk_pair_stats`)."""
+    full_b = baseline.backend.capabilities.teacher_forcing
+    full_t = test.backend.capabilities.teacher_forcing
+    if full_b:
+        base_lp = cache.score(baseline, prompt_ids, continuation)
+        rows = cache.call(test, test.backend.score_top_k(prompt_ids, continuation))
+        return full_vs_topk_stats(
+            base_lp, [r.top for r in rows], [r.chosen for r in rows], continuation
         )
-        return _Distributions(
-            GOLDEN_TOP_K_LOWER_BOUND,
-            stats.kl.tolist(),
-            stats.same_top.tolist(),
-            stats.delta_p.tolist(),
-            stats.problems,
+    base_rows = cache.call(baseline, baseline.backend.score_top_k(prompt_ids, continuation))
+    base_top = [{**r.top, c: r.chosen} for r, c in zip(base_rows, continuation, strict=True)]
+    base_chosen = [r.chosen for r in base_rows]
+    if full_t:
+        test_lp = cache.score(test, prompt_ids, continuation)
+        return topk_vs_full_stats(base_top, base_chosen, test_lp, continuation)
+    rows = cache.call(test, test.backend.score_top_k(prompt_ids, continuation))
+    return topk_pair_stats(
+        base_top, base_chosen, [r.top for r in rows], [r.chosen for r in rows], continuation
+    )
+
+
+def _free_running_top_k(
+    test: ResolvedTarget,
+    base: Generation,
+    other: Generation,
+    shared_ids: bool,
+    verdict: Sameness,
+) -> _Distributions:
+    """Each side's own top-k, compared up to and including the first divergent token (the
+    later positions condition on different prefixes), never past it: ``text`` with the
+    reason (:func:`_text_only_reason`) when the logprobs cannot be compared or the first
+    divergent token cannot be located (:func:`token_divergence`)."""
+    reason = _text_only_reason(base, other, shared_ids)
+    if reason:
+        return _Distributions(TEXT_ONLY, [], [], [], note=reason)
+    assert base.top_logprobs and other.top_logprobs
+    n = min(len(base.top_logprobs), len(other.top_logprobs))
+    note = ""
+    if not verdict.same:
+        at, how = token_divergence(test, base, other, verdict)
+        if at is None:
+            return _Distributions(
+                TEXT_ONLY,
+                [],
+                [],
+                [],
+                note=(
+                    f"the outputs differ ({verdict.describe()}) and the first differing token "
+                    "cannot be located (no shared ids, no token texts, no tokenizer to "
+                    "re-tokenise with): positions after it would compare different prefixes"
+                ),
+            )
+        n = min(n, at + 1)
+        note = f"compared up to the first differing token {at}, found {how}"
+    base_top, test_top = base.top_logprobs[:n], other.top_logprobs[:n]
+    kl = topk_kl_lower_bound_positions(base_top, test_top)
+    problems: list[Problem] = [
+        *check_topk_rows("baseline top-k logprobs", base_top),
+        *check_topk_rows("test top-k logprobs", test_top),
+    ]
+    kl_problem = check_values("KL", kl)
+    if kl_problem is not None:
+        problems.append(kl_problem)
+    return _Distributions(TOP_K_LOWER_BOUND, kl.tolist(), [], [], tuple(problems), note=note)
+
+
+def _text_only_reason(base: Generation, other: Generation, shared_ids: bool) -> str:
+    """Why the two sides' own top-k logprobs cannot be compared ("" when they can)."""
+    for side, generation in (("the baseline", base), ("the test side", other)):
+        if not generation.top_logprobs:
+            return f"{side} returned no top-k logprobs"
+    if base.top_keys != other.top_keys:
+        return (
+            f"the baseline keys its top-k logprobs by token {base.top_keys}, the test side by "
+            f"token {other.top_keys}: the two are not compared"
         )
-    if (
-        base.top_logprobs
-        and other.top_logprobs
-        and base.top_keys == other.top_keys
-        and (shared_ids or base.top_keys == "text")
-    ):
-        n = min(len(base.top_logprobs), len(other.top_logprobs))
-        n = n if first_divergence is None else min(n, first_divergence + 1)
-        base_top, test_top = base.top_logprobs[:n], other.top_logprobs[:n]
-        kl = topk_kl_lower_bound_positions(base_top, test_top)
-        problems = [
-            *check_topk_rows("baseline top-k logprobs", base_top),
-            *check_topk_rows("test top-k logprobs", test_top),
-        ]
-        kl_problem = check_values("KL", kl)
-        if kl_problem is not None:
-            problems.append(kl_problem)
-        return _Distributions(TOP_K_LOWER_BOUND, kl.tolist(), [], [], tuple(problems))
-    return _Distributions(TEXT_ONLY, [], [], [])
+    if base.top_keys == "id" and not shared_ids:
+        return (
+            "the sides rendered the prompt each their own way, so their token ids are not "
+            "known to mean the same"
+        )
+    return ""
+
+
+def token_divergence(
+    test: ResolvedTarget, base: Generation, other: Generation, verdict: Sameness
+) -> tuple[int | None, str]:
+    """The first differing token of two outputs that differ, and how it was found: by id or
+    by token text (the verdict's), by the token texts :func:`step_texts` reads from each
+    side's top-k, or by re-tokenising both texts with the test side's served folder
+    (:func:`.retokenize.retokenized_divergence`); ``(None, "")`` when none can tell."""
+    if verdict.divergence_unit == "token" and verdict.first_divergence is not None:
+        return (
+            verdict.first_divergence,
+            f"by token {'id' if verdict.ids_equal is False else 'text'}",
+        )
+    base_texts, test_texts = step_texts(base), step_texts(other)
+    at = None
+    if base_texts is not None and test_texts is not None:
+        at = first_divergence(base_texts, test_texts)
+    if at is not None:
+        return at, "by token text (each step's token read from its top-k)"
+    at = retokenized_divergence(test, base.text, other.text)
+    if at is not None:
+        return at, "by re-tokenising both outputs with the served model folder's tokenizer"
+    return None, ""
+
+
+def step_texts(generation: Generation) -> list[str] | None:
+    """Each generated token's text: the generation's own (``token_texts``), else, for top-k
+    logprobs keyed by text, each step's entry whose logprob equals the chosen token's (it
+    must be the only one), kept only when they join into the generation's text exactly;
+    None otherwise."""
+    if generation.token_texts is not None:
+        return list(generation.token_texts)
+    top, chosen = generation.top_logprobs, generation.chosen_logprobs
+    if generation.top_keys != "text" or not top or not chosen or len(top) != len(chosen):
+        return None
+    texts = []
+    for step, value in zip(top, chosen, strict=True):
+        matches = [key for key, lp in step.items() if lp == value]
+        if len(matches) != 1:
+            return None
+        texts.append(str(matches[0]))
+    return texts if "".join(texts) == generation.text else None
 
 
 def _answers(prompt: Prompt, base_text: str, test_text: str) -> _Answers:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ...backends import BackendError, Generation
 from ...backends.capabilities import ModelFolder
 from ...metrics.origin import TextSideTokens, text_side_tokens
+from ...metrics.text import first_divergence
 
 if TYPE_CHECKING:
     from ...generation_cache import GenerationCache, ResolvedTarget
@@ -100,3 +101,15 @@ def text_side_verdict(
         list(tokenizer.encode(other.text, add_special_tokens=False).ids),
         base.text,
     )
+
+
+def retokenized_divergence(test: ResolvedTarget, a_text: str, b_text: str) -> int | None:
+    """The first index where the ids of ``a_text`` and ``b_text`` differ, both tokenized by
+    the tokenizer of the model folder ``test`` serves (no special tokens added); None when
+    it serves none, or the two tokenize alike."""
+    tokenizer = _tokenizer_of(test)
+    if tokenizer is None:
+        return None
+    a = list(tokenizer.encode(a_text, add_special_tokens=False).ids)
+    b = list(tokenizer.encode(b_text, add_special_tokens=False).ids)
+    return first_divergence(a, b)

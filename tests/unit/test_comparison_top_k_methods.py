@@ -1,0 +1,167 @@
+"""The comparison methods of sides known by their top-k, through ``compare_prompt`` on fake
+backends: ``teacher-forced-top-k`` (a side that scores only its top k, as vLLM's
+``prompt_logprobs``), and free-running top-k of text-keyed sides, which never averages past
+the first divergent token (issue 18, "A wrong verdict") and says why when it falls back to
+text. Expected values are worked by hand in the comments."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pytest_infercheck.backends import Generation
+from pytest_infercheck.backends.base import Capabilities, TopKRow
+from pytest_infercheck.checks.comparison.prompt import (
+    TEACHER_FORCED_TOP_K,
+    TEXT_ONLY,
+    TOP_K_LOWER_BOUND,
+)
+from pytest_infercheck.checks.comparison.verdicts import describe, item_violations
+from pytest_infercheck.specs import Thresholds
+
+from .comparison_fakes import (
+    KL_UNIFORM_SKEWED,
+    PROMPT_IDS,
+    SKEWED,
+    UNIFORM,
+    FakeBackend,
+    compare,
+    generation,
+    rows_of,
+)
+
+ln = math.log
+
+
+class TopKFake(FakeBackend):
+    """Scores only its top ``k`` (``score_top_k``), from the full rows it is given."""
+
+    def __init__(self, name: str, gen: Generation, row: list[float], k: int = 1) -> None:
+        caps = Capabilities(top_k_logprobs=k, token_ids=True, teacher_forcing_top_k=k)
+        super().__init__(name, gen, rows_of(row), caps)
+        self.k = k
+
+    async def score_top_k(
+        self, prompt_ids: list[int], continuation_ids: list[int]
+    ) -> list[TopKRow]:
+        rows = await self.score(prompt_ids, continuation_ids)
+        out = []
+        for row, c in zip(rows, continuation_ids, strict=True):
+            top = [int(v) for v in np.argsort(-row, kind="stable")[: self.k]]
+            out.append(TopKRow(float(row[c]), {v: float(row[v]) for v in top}))
+        return out
+
+
+def test_full_rows_against_a_top_k_scorer_are_teacher_forced_top_k() -> None:
+    # Baseline p = 1/4 each (full rows); the test side knows its top-1 (id 0: 1/2) and the
+    # given token (1/6). At every position K = {0, c}: P = 1/2, Q = 2/3 tail... by hand:
+    #   .25 ln(.25/.5) + .25 ln(.25/(1/6)) + .5 ln(.5/(1/3)) = 0.130812 (= the full KL: the
+    #   tail tokens all have the ratio 3/2, so bucketing loses nothing here)
+    gen = generation("ab", [1, 3])
+    base = FakeBackend("base", gen)
+    test = TopKFake("test", gen, SKEWED)
+    result = compare(base, test)
+    assert result.method == TEACHER_FORCED_TOP_K
+    assert np.allclose(result.kl_per_position, [KL_UNIFORM_SKEWED] * 2, atol=1e-7)
+    assert result.same_top == [True, True]  # argmax of a uniform row: id 0; test top-1: 0
+    assert np.allclose(result.delta_p, [1 / 6 - 1 / 4] * 2, atol=1e-7)
+    assert test.scored == [(PROMPT_IDS, (1, 3))]
+    assert "mean KL (lower bound)" in item_violations(result, Thresholds(max_kl=0.1))[0]
+    assert "teacher-forced-top-k over 2 positions, KL a lower bound" in describe(result)
+
+
+def test_two_top_k_scorers_are_teacher_forced_top_k_at_every_position() -> None:
+    # B = {0: .25, c: .25}, T = {0: .5, c: 1/6}: the same 0.130812 as above.
+    gen = generation("abc", [1, 2, 3])
+    result = compare(TopKFake("base", gen, UNIFORM), TopKFake("test", gen, SKEWED))
+    assert result.method == TEACHER_FORCED_TOP_K
+    assert np.allclose(result.kl_per_position, [KL_UNIFORM_SKEWED] * 3, atol=1e-7)
+    assert np.allclose(result.delta_p, [1 / 6 - 1 / 4] * 3, atol=1e-7)
+
+
+TEXT_SIDE = Capabilities(top_k_logprobs=2)
+
+
+def _text_generation(tokens: list[str], tops: list[dict[str, float]], **kw: object) -> Generation:
+    chosen = [top[t] for t, top in zip(tokens, tops, strict=True)]
+    return Generation(
+        text="".join(tokens),
+        token_ids=None,
+        finish_reason="length",
+        chosen_logprobs=chosen,  # type: ignore[arg-type]
+        top_logprobs=tops,  # type: ignore[arg-type]
+        top_keys="text",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+BASE_TOPS: list[dict[str, float]] = [
+    {"x": ln(0.9), "q": ln(0.05)},
+    {"y": ln(0.8), "w": ln(0.1)},
+    {"z": ln(0.7)},
+]
+TEST_TOPS: list[dict[str, float]] = [
+    {"x": ln(0.5), "q": ln(0.4)},
+    {"w": ln(0.6), "y": ln(0.3)},
+    {"v": ln(0.7)},
+]
+
+
+def test_text_keyed_top_k_stops_at_the_first_divergent_token() -> None:
+    # "x y z" against "x w v": the tokens differ from token 1 (read from each top-k: the entry
+    # whose logprob is the chosen one). Positions 0 and 1 only; position 2 (different
+    # prefixes, disjoint top-k: a tail-bucket KL of exactly 0) was averaged in before.
+    #   KL_0: S={x,q}: .9 ln(.9/.5) + .05 ln(.05/.4) + tail .05 ln(.05/.1) = 0.3903786
+    #   KL_1: S={y,w}: .8 ln(.8/.3) + .1 ln(.1/.6) + tail .1 ln(.1/.1) = 0.6054875
+    base = FakeBackend("base", _text_generation(["x", "y", "z"], BASE_TOPS), capabilities=TEXT_SIDE)
+    test = FakeBackend("test", _text_generation(["x", "w", "v"], TEST_TOPS), capabilities=TEXT_SIDE)
+    result = compare(base, test)
+    assert result.method == TOP_K_LOWER_BOUND
+    assert np.allclose(result.kl_per_position, [0.3903786, 0.6054875], atol=1e-7)
+    assert "first differing token 1" in result.method_note
+    assert result.kl_mean is not None and result.kl_mean > 0.001
+    assert item_violations(result, Thresholds(max_kl=0.001))
+
+
+def test_a_divergence_that_cannot_be_located_is_text_only_and_says_why() -> None:
+    # No chosen logprobs: no token texts to read, no tokenizer: nothing is averaged.
+    base_gen = _text_generation(["x", "y", "z"], BASE_TOPS)
+    base_gen.chosen_logprobs = None
+    base = FakeBackend("base", base_gen, capabilities=TEXT_SIDE)
+    test = FakeBackend("test", _text_generation(["x", "w", "v"], TEST_TOPS), capabilities=TEXT_SIDE)
+    result = compare(base, test)
+    assert result.method == TEXT_ONLY
+    assert result.kl_per_position == []
+    assert "first differing token cannot be located" in result.method_note
+    assert "first differing token cannot be located" in describe(result)
+    assert "method_note" in result.to_plain()
+
+
+def test_top_k_keyed_otherwise_is_text_only_and_says_why() -> None:
+    ids_gen = generation("xyz", [1, 2, 3], top_logprobs=[{1: -0.1}] * 3, chosen_logprobs=[-0.1] * 3)
+    base = FakeBackend("base", ids_gen, capabilities=Capabilities(top_k_logprobs=1, token_ids=True))
+    test = FakeBackend("test", _text_generation(["x", "y", "z"], BASE_TOPS), capabilities=TEXT_SIDE)
+    result = compare(base, test)
+    assert result.method == TEXT_ONLY
+    assert result.method_note == (
+        "the baseline keys its top-k logprobs by token id, the test side by token text: the "
+        "two are not compared"
+    )
+
+
+def test_a_side_without_logprobs_is_named() -> None:
+    gen = _text_generation(["x"], [{"x": -0.1}])
+    bare = Generation(text="x", token_ids=None, finish_reason="length")
+    result = compare(
+        FakeBackend("base", gen, capabilities=TEXT_SIDE),
+        FakeBackend("test", bare, capabilities=Capabilities()),
+    )
+    assert result.method == TEXT_ONLY
+    assert result.method_note == "the test side returned no top-k logprobs"
+    assert (
+        "method_note"
+        not in compare(
+            FakeBackend("b", generation("a", [1])), FakeBackend("t", generation("a", [1]))
+        ).to_plain()
+    )
