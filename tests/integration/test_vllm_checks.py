@@ -44,7 +44,6 @@ from tests.fault_matrix import (
     Verdict,
     assert_expected,
     check_entry,
-    fault_cases,
     verdicts,
 )
 from tests.faults import (
@@ -63,7 +62,7 @@ from tests.plugin.conftest import INI
 
 pytestmark = pytest.mark.xdist_group("vllm")
 
-KIND = "openai"
+KIND = "vllm"
 """The backend kind the tests attach to vLLM with."""
 MODEL = "qwen2"
 PROMPTS = [
@@ -103,7 +102,7 @@ CONTROLS = {
     name: none
 """,
     "endpoint-parity": f"""\
-  - endpoint-parity: {{target: {MODEL}@vllm, endpoints: [completions, chat]}}
+  - endpoint-parity: {{target: {MODEL}@vllm, endpoints: [completions, chat, messages]}}
     name: none
     min_similarity: 1.0
 """,
@@ -123,14 +122,6 @@ SEEN_ON_VLLM: dict[tuple[str, Fault], tuple[str, ...]] = {
 }
 """Faults :data:`tests.faults.EXPECTED` lets pass that vLLM's answers make visible: its chat
 endpoint returns the logprobs the backend asks for, and endpoint-parity checks them."""
-PENDING: dict[tuple[str, Fault], str] = {
-    ("stream-parity", fault): (
-        "a raw-completions stream's logprobs come in the legacy shape (token_logprobs), which "
-        "openai_compat.assemble_chunks does not read: the streamed side has no logprobs"
-    )
-    for fault in (Fault.NAN_LOGPROBS, Fault.INF_LOGPROBS, Fault.MISMATCHED_LOGPROBS)
-}
-"""(kind, fault) pairs that pass silently on vLLM until their fix lands: strict xfails."""
 
 Found = tuple[dict[str, Verdict], dict[str, dict[str, Any]]]
 RUNS: dict[str, Found] = {}
@@ -212,7 +203,7 @@ def control(items: dict[str, dict[str, Any]], kind: str) -> dict[str, dict[str, 
     return {k.removeprefix(prefix): v for k, v in items.items() if k.startswith(prefix)}
 
 
-@pytest.mark.parametrize(("kind", "fault"), fault_cases(KINDS, FAULTS, PENDING))
+@pytest.mark.parametrize(("kind", "fault"), [(k, f) for k in KINDS for f in FAULTS])
 def test_fault_fails_naming_it(
     pytester: pytest.Pytester,
     realistic_qwen2: Any,
@@ -246,7 +237,7 @@ def test_determinism_is_bit_identical_and_fails_on_a_changed_token(
         assert (data["runs"], data["distinct"], data["modal_share"]) == (5, 1, 1.0), name
         assert data["first_divergences"] == [None] * 5, name
         assert data["max_logprob_drift"] == 0.0, name
-        assert data["outputs"][0]["text"], name
+        assert len(data["outputs"][0]["token_ids"]) == MAX_TOKENS, name
     prefix = "determinism(swapped)::prompts::"
     for prompt_id, _ in PROMPTS[:FAULT_PROMPTS]:
         data = items[prefix + prompt_id]["data"]
@@ -297,16 +288,22 @@ def test_stream_and_endpoint_parity(
     assert found.pop("aggregate")["data"]["n_match"] == len(PROMPTS)
     for name, item in found.items():
         data = item["data"]
-        assert (data["match"], data["similarity"]) == (True, 1.0), name
-        assert data["reference"]["text"] == data["other"]["text"] != "", name
+        assert (data["match"], data["logprob_drift"]) == (True, 0.0), name
+        ids = data["reference"]["token_ids"]
+        assert data["other"]["token_ids"] == ids and len(ids) == MAX_TOKENS, name
     _, items = matrix(pytester, realistic_qwen2.path, vllm_qwen2, empty_body_url, "endpoint-parity")
     found = control(items, "endpoint-parity")
     aggregate = found.pop("aggregate")["data"]
-    assert (aggregate["items"], aggregate["n_match"], aggregate["n_errors"]) == (8, 8, 0)
+    assert (aggregate["items"], aggregate["n_match"], aggregate["n_errors"]) == (16, 16, 0)
     for name, item in found.items():
         data = item["data"]
-        assert (data["match"], data["similarity"], data["logprob_drift"]) == (True, 1.0, 0.0), name
+        assert (data["match"], data["similarity"]) == (True, 1.0), name
         assert data["reference"]["prompt_text"].startswith("<|im_start|>system\n"), name
+        if name.endswith("[chat]"):  # ids and logprobs: the same as the completions endpoint
+            assert data["other"]["token_ids"] == data["reference"]["token_ids"], name
+            assert data["logprob_drift"] == 0.0, name
+        else:  # /v1/messages: text only
+            assert (data["other"]["token_ids"], data["logprob_drift"]) == (None, None), name
 
 
 def test_cache_pollution_hostile_answers_and_an_unchanged_server(
@@ -394,8 +391,8 @@ def test_tokenization_through_tokenize_equals_mlx_lm(
         for key, data in found.items():
             assert data["status"] == "identical", (key, data)
             assert data["other"]["count"] == data["reference"]["count"] > 0, key
-        engine = next(e for e in aggregate["engines"].values() if e["name"].startswith("vllm"))
-        assert engine["observed"]["tokenize"] is True, engine
+        engine = next(e for e in aggregate["engines"].values() if e["kind"] == "vllm")
+        assert engine["version"] == "0.32.0", engine
     prefix = "tokenization(faulty)::tokenizer-edge::"
     failed = {
         k.removeprefix(prefix): v["data"] for k, v in items.items() if v["outcome"] == "failed"
