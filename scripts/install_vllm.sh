@@ -74,6 +74,7 @@ if command -v flock >/dev/null 2>&1; then
 fi
 
 BUILD="$(mktemp -d "$ROOT/.venv-build.XXXXXX")"
+chmod 755 "$BUILD" # mktemp's 0700 would stay on the venv after the rename
 TRASH=""
 cleanup() {
     rm -rf "$BUILD"

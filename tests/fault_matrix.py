@@ -51,15 +51,15 @@ def mode_of(kind: str) -> Mode:
     return Mode.ALWAYS if kind in COMPARISON_KINDS else Mode.AFTER_FIRST
 
 
-def check_entry(kind: str, name: str, backend: str, faithful: str) -> str:
+def check_entry(kind: str, name: str, backend: str, faithful: str, model: str = "adder") -> str:
     """One ``checks:`` entry of ``kind`` named ``name`` whose test side is ``backend`` (and
-    whose baseline, for a comparison, is ``faithful``). Small on purpose: the matrix runs in
-    every CI run."""
-    target = f"adder@{backend}"
+    whose baseline, for a comparison, is ``faithful``), on the matrix's ``model``. Small on
+    purpose: the matrix runs in every CI run."""
+    target = f"{model}@{backend}"
     body = {
-        "compare": f"compare: {{baseline: adder@{faithful}, test: {target}}}",
-        "sweep": f"sweep: {{baseline: adder@{faithful}, models: [{target}]}}",
-        "diff": f"diff: {{model: adder, backends: [{faithful}, {backend}]}}",
+        "compare": f"compare: {{baseline: {model}@{faithful}, test: {target}}}",
+        "sweep": f"sweep: {{baseline: {model}@{faithful}, models: [{target}]}}",
+        "diff": f"diff: {{model: {model}, backends: [{faithful}, {backend}]}}",
         "golden": f'compare: {{baseline: "golden:{GOLDEN}", test: {target}}}',
         # max_logprob_drift: drifting logprobs with the same tokens are a failure here.
         "determinism": f"determinism: {{target: {target}, runs: 3}}\n    max_logprob_drift: 1.0e-6",

@@ -55,8 +55,11 @@ def vllm_qwen2(
     vllm_python: Path, realistic_qwen2: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """THE shared vLLM server: float32 on the realistic Qwen2 (head size 32), started once per
-    session (about 30 s and 3.8 GB) for every test that can share it; its ``model`` name is the
-    folder's path. Tests needing other flags start their own (``serve:``)."""
+    session (30-60 s and 3.8 GB) for every test that can share it; its ``model`` name is the
+    folder's path. Tests needing other flags start their own (``serve:``). The suite runs in
+    one process (``scripts/test.sh``: no ``-n``); under ``-n N`` every worker that runs a test
+    using it would start its own, so those modules are marked ``xdist_group("vllm")``: run
+    them with ``--dist loadgroup`` and one worker starts it."""
     workdir = tmp_path_factory.mktemp("vllm")
     model = str(realistic_qwen2.path)
 
