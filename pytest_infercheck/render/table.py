@@ -9,7 +9,7 @@ from typing import Any
 def render_table(rows: list[list[str]], columns: tuple[tuple[str, str], ...]) -> list[str]:
     """Fixed-width lines for ``rows`` under ``columns`` (name, ``<`` or ``>`` alignment)."""
     headers = [name for name, _ in columns]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
         return "  ".join(

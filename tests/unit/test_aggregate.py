@@ -179,3 +179,8 @@ def test_item_thresholds_are_strict_and_a_lower_bound_says_so() -> None:
         "mean KL (lower bound) 0.2 > max_kl 0.1",
         "max KL_t (lower bound) 0.2 > max_kl_position 0.1",
     ]
+
+
+def test_a_table_without_rows_is_its_header() -> None:
+    """A stress check with no completed level has no rows: the header alone, no crash."""
+    assert render_table([], (("level", ">"), ("consistent", "<"))) == ["level  consistent"]
