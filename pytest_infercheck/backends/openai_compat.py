@@ -501,10 +501,13 @@ def _first_choice(answer: Any) -> dict[str, Any]:
 
 def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
     """A streamed (chat) completion's chunks as one :class:`Generation`: the texts and
-    logprob entries concatenated in order, the last finish reason. Chunks without choices
-    (a final usage chunk) are skipped."""
+    logprobs concatenated in order, the last finish reason. Logprobs of either shape: chat's
+    ``content`` entries, or the legacy completions lists (``tokens``, ``token_logprobs``,
+    ``top_logprobs``), joined list by list. Chunks without choices (a final usage chunk)
+    are skipped."""
     text, reasoning, finish = [], [], None
     entries: list[Any] = []
+    legacy: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
     for chunk in chunks:
         if not isinstance(chunk, dict) or not chunk.get("choices"):
             continue
@@ -518,10 +521,16 @@ def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
         logprobs = choice.get("logprobs")
         if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
             entries.extend(logprobs["content"])
+        elif isinstance(logprobs, dict) and isinstance(logprobs.get("token_logprobs"), list):
+            for key, values in legacy.items():
+                values.extend(logprobs.get(key) or [])
         finish = choice.get("finish_reason") or finish
-    return text_generation(
-        "".join(text), "".join(reasoning) or None, finish, {"content": entries} if entries else None
-    )
+    joined: dict[str, Any] | None = None
+    if entries:
+        joined = {"content": entries}
+    elif legacy["token_logprobs"]:
+        joined = {key: values for key, values in legacy.items() if values}
+    return text_generation("".join(text), "".join(reasoning) or None, finish, joined)
 
 
 def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any) -> Generation:

@@ -451,3 +451,24 @@ def test_a_servers_ids_are_used_only_when_its_top_k_lists_are_sorted() -> None:
     assert kept.top_keys == "id"
     assert kept.top_logprobs == [{55: -0.01, 56: -9.94, 54: -12.0}]
     assert generation_faults("run 0", kept) == []
+
+
+def test_a_raw_stream_keeps_its_legacy_logprobs() -> None:
+    """``/v1/completions`` streamed: each chunk's legacy lists, joined in order, are the
+    logprobs of the whole answer (they were dropped: only chat's ``content`` was read)."""
+    from pytest_infercheck.backends.openai_compat import assemble_chunks
+
+    def chunk(token: str, logprob: float, top: dict[str, float], finish: Any = None) -> Any:
+        logprobs = {"tokens": [token], "token_logprobs": [logprob], "top_logprobs": [top]}
+        return {"choices": [{"text": token, "logprobs": logprobs, "finish_reason": finish}]}
+
+    chunks = [
+        chunk("4", -0.25, {"4": -0.25, "5": -1.5}),
+        chunk("6", -0.5, {"6": -0.5, "7": -1.0}, "length"),
+        {"choices": [], "usage": {"completion_tokens": 2}},
+    ]
+    generation = assemble_chunks(chunks, chat=False)
+    assert generation.text == "46" and generation.finish_reason == "length"
+    assert generation.chosen_logprobs == [-0.25, -0.5]
+    assert generation.top_logprobs == [{"4": -0.25, "5": -1.5}, {"6": -0.5, "7": -1.0}]
+    assert generation.token_texts == ["4", "6"]
