@@ -29,7 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
+from .base import (
+    Backend,
+    BackendError,
+    Capabilities,
+    Generation,
+    GenerationParams,
+    PromptInput,
+    TopKRow,
+)
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import chat_messages, messages_payload, parse_choice, parse_message
@@ -65,7 +73,7 @@ class LlamaServerBackend(Backend):
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
         scores = self.n_vocab <= FULL_VOCAB_SCORING_LIMIT
-        return Capabilities(scores, TOP_K, True, scores, self.chat)
+        return Capabilities(scores, TOP_K, True, scores, self.chat, teacher_forcing_top_k=TOP_K)
 
     async def ensure_ready(self) -> None:
         await self.http.request("GET", "/health")
@@ -240,29 +248,65 @@ class LlamaServerBackend(Backend):
 
     async def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
         """One request per position (concurrent, bounded); rows are full-vocab logprobs."""
+        if not continuation_ids:
+            return np.zeros((0, self.n_vocab), dtype=np.float32)
+        prefixes = [[*prompt_ids, *continuation_ids[:i]] for i in range(len(continuation_ids))]
+        rows = await asyncio.gather(*(self._full_row(p) for p in prefixes))
+        return np.stack(rows)
 
-        async def position(i: int) -> np.ndarray:
+    async def _full_row(self, prefix: list[int]) -> np.ndarray:
+        """The full-vocabulary logprobs of the token after ``prefix``: ``n_predict: 1``,
+        ``n_probs`` = V and an ASCII token forced (no UTF-8 gap loses the entry; the
+        distribution is reported before the bias)."""
+        body: dict[str, Any] = {
+            "prompt": prefix,
+            "n_predict": 1,
+            "temperature": 0,
+            "n_probs": self.n_vocab,
+            "cache_prompt": False,
+            "logit_bias": [[self._forced_token, 100.0]] if self._forced_token else [],
+        }
+        answer = await self.http.request("POST", "/completion", body)
+        row = np.full(self.n_vocab, -np.inf, dtype=np.float32)
+        entries = answer.get("completion_probabilities") or []
+        if not entries:
+            raise BackendError(
+                f"backend {self.name!r}: no probabilities after a prefix of {len(prefix)} ids"
+            )
+        for item in entries[0].get("top_logprobs") or []:
+            row[int(item["id"])] = float(item["logprob"])
+        return row
+
+    async def score_top_k(
+        self, prompt_ids: list[int], continuation_ids: list[int]
+    ) -> list[TopKRow]:
+        """At every position of ``continuation_ids``, the logprob of its token and the top
+        :data:`TOP_K`, at any vocabulary size: one request per position (concurrent), the
+        prefix as ids, ``n_predict: 1`` and a ``logit_bias`` forcing the continuation's token,
+        whose entry then carries its logprob and the top k of the distribution before the
+        bias. A token that ends inside a UTF-8 character gets no entry; that position is
+        asked again with an ASCII token forced and the full row (``n_probs`` = V), rare."""
+
+        async def position(i: int) -> TopKRow:
+            token = continuation_ids[i]
             body: dict[str, Any] = {
                 "prompt": [*prompt_ids, *continuation_ids[:i]],
                 "n_predict": 1,
                 "temperature": 0,
-                "n_probs": self.n_vocab,
+                "n_probs": TOP_K,
                 "cache_prompt": False,
-                "logit_bias": [[self._forced_token, 100.0]] if self._forced_token else [],
+                "logit_bias": [[token, 100.0]],
             }
             answer = await self.http.request("POST", "/completion", body)
-            row = np.full(self.n_vocab, -np.inf, dtype=np.float32)
             entries = answer.get("completion_probabilities") or []
-            if not entries:
-                raise BackendError(f"backend {self.name!r}: no probabilities at position {i}")
-            for item in entries[0].get("top_logprobs") or []:
-                row[int(item["id"])] = float(item["logprob"])
-            return row
+            if entries and int(entries[0].get("id", -1)) == token:
+                top = {int(t["id"]): float(t["logprob"]) for t in entries[0]["top_logprobs"]}
+                return TopKRow(float(entries[0]["logprob"]), top)
+            row = await self._full_row([*prompt_ids, *continuation_ids[:i]])
+            best = np.argsort(-row, kind="stable")[:TOP_K]
+            return TopKRow(float(row[token]), {int(v): float(row[v]) for v in best})
 
-        if not continuation_ids:
-            return np.zeros((0, self.n_vocab), dtype=np.float32)
-        rows = await asyncio.gather(*(position(i) for i in range(len(continuation_ids))))
-        return np.stack(rows)
+        return list(await asyncio.gather(*(position(i) for i in range(len(continuation_ids)))))
 
     def identity(self) -> dict[str, Any]:
         return {

@@ -76,17 +76,20 @@ checks:
 
 
 def assert_diff_shared_ids_and_identical(items: list[dict[str, Any]]) -> None:
-    """llama-server got mlx-lm's ids and generated the same tokens; its top-8 against
-    mlx-lm's full rows bound the KL (float32 engines: below 1e-3)."""
+    """llama-server got mlx-lm's ids and generated the same tokens; scored teacher-forced on
+    mlx-lm's continuation by its top 8 (its vocabulary is too large for full rows over HTTP),
+    against mlx-lm's full rows, it bounds the KL at every position (float32: below 1e-3)."""
     assert len(items) == SUITE_SIZE
     for item in items:
         name, data = item["nodeid"], item["data"]
         assert data["sameness"] == "identical", (name, data["sameness"], data["origin_detail"])
         assert data["divergence_origin"] is None, name
         assert data["prompt_inputs"]["sharing"] == "shared ids", (name, data["prompt_inputs"])
-        assert data["method"] == "top-k-lower-bound", name
+        assert data["method"] == "teacher-forced-top-k", name
         kl = data["kl_per_position"]
-        assert kl and all(0.0 <= v < 1e-3 for v in kl), (name, kl)
+        assert len(kl) == len(data["base_ids"]), name  # every position, not a prefix
+        assert all(0.0 <= v < 1e-3 for v in kl), (name, kl)
+        assert all(data["same_top"]), name
         assert not data["problems"], (name, data["problems"])
 
 

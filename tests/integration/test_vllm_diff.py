@@ -22,7 +22,14 @@ from typing import Any
 
 import pytest
 
-from tests.integration.served import VLLM_ENV, backend, vllm_cpu_command
+from tests.integration.conftest import REALISTIC_CONTEXT
+from tests.integration.served import (
+    VLLM_ENV,
+    backend,
+    llama_flags,
+    llama_serve,
+    vllm_cpu_command,
+)
 from tests.plugin.conftest import INI
 
 PROMPTS = [
@@ -47,21 +54,27 @@ def _items(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def test_mlx_lm_against_a_plugin_started_vllm_is_teacher_forced_top_k(
-    pytester: pytest.Pytester, vllm_python: Path, realistic_qwen2: Any
+    pytester: pytest.Pytester, vllm_python: Path, realistic_qwen2: Any, llama_server_bin: Path
 ) -> None:
+    """mlx-lm (float32), vLLM (float32) and llama-server (f32, exact flags) on one model:
+    every item teacher-forced at every position of mlx-lm's continuation (vLLM by
+    ``prompt_logprobs``, llama-server one forced request per position), identical tokens."""
     pytester.makefile(".ini", pytest=INI)
     pytester.makefile(".jsonl", prompts=_suite())
     serve = backend("vllm", "vllm", vllm_cpu_command(vllm_python), VLLM_ENV)
+    serve += backend(
+        "llama", "llama-server", llama_serve(llama_server_bin, llama_flags(1, REALISTIC_CONTEXT))
+    )
     pytester.makefile(
         ".yaml",
         infercheck=f"""\
 models:
-  qwen: {{path: '{realistic_qwen2.path}'}}
+  qwen: {{path: '{realistic_qwen2.path}', gguf: '{realistic_qwen2.gguf}'}}
 backends:
   local32: {{kind: mlx-lm, dtype: float32}}
 {serve}suites: [prompts.jsonl]
 checks:
-  - diff: {{model: qwen, backends: [local32, vllm]}}
+  - diff: {{model: qwen, backends: [local32, vllm, llama]}}
     max_kl: 1.0e-4
     max_kl_position: 1.0e-4
     min_similarity: 1.0
@@ -70,9 +83,9 @@ checks:
     result = pytester.runpytest_subprocess(
         "-q", "--infercheck-results=r.json", "-p", "no:cacheprovider"
     )
-    assert result.parseoutcomes() == {"passed": len(PROMPTS) + 1}, result.stdout.str()
+    assert result.parseoutcomes() == {"passed": 2 * len(PROMPTS) + 1}, result.stdout.str()
     items = _items(pytester.path / "r.json")
-    assert sorted(items) == [f"{i}[vllm]" for i, _ in PROMPTS]
+    assert sorted(items) == sorted(f"{i}[{s}]" for i, _ in PROMPTS for s in ("vllm", "llama"))
     for name, data in items.items():
         assert data["method"] == "teacher-forced-top-k", (name, data.get("method_note"))
         assert data["prompt_inputs"]["sharing"] == "shared ids", name
