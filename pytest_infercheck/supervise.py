@@ -1,10 +1,12 @@
 """A watchdog that runs one server and guarantees it does not outlive pytest.
 
-``python -m pytest_infercheck.supervise --watch PID --log FILE -- COMMAND...`` starts COMMAND
-in its own process group (output to FILE) and then waits. It stops the whole group
-(SIGTERM, a grace period, SIGKILL) when the watched pytest process disappears (a normal end
-that forgot, Ctrl-C, a SIGKILLed controller or worker) or when it is itself terminated. It
-exits with the server's exit code when the server dies on its own.
+``python -m pytest_infercheck.supervise --watch PID --log FILE [--exit-file EXIT] -- COMMAND...``
+starts COMMAND in its own process group (output to FILE) and then waits. It stops the whole
+group (SIGTERM, a grace period, SIGKILL) when the watched pytest process disappears (a normal
+end that forgot, Ctrl-C, a SIGKILLed controller or worker) or when it is itself terminated.
+When the server dies on its own, it writes the server's exit code to EXIT at once (negative:
+the signal that killed it), so any process of the run can tell the server died and how, and
+exits with that code.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pytest_infercheck.supervise")
     parser.add_argument("--watch", type=int, required=True, help="stop when this pid is gone")
     parser.add_argument("--log", required=True, help="the server's output goes here")
+    parser.add_argument("--exit-file", help="the server's exit code, if it dies on its own")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -93,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         code = server.poll()
         if code is not None:
+            if args.exit_file:
+                with open(args.exit_file + ".tmp", "w", encoding="ascii") as out:
+                    out.write(str(code))
+                os.replace(args.exit_file + ".tmp", args.exit_file)
             stop_group(server.pid, grace_s=1.0)  # children the server may have left
             return code
         if stopping or not alive(args.watch):
