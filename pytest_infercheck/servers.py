@@ -52,6 +52,8 @@ LOG_TAIL_LINES = 30
 HEALTH_POLL_FIRST_S = 0.01
 HEALTH_POLL_MAX_S = 0.25
 STOP_WAIT_S = 15.0
+EXIT_CODE_WAIT_S = 1.0
+"""How long a dead server's exit code is waited for (its watchdog polls it every 0.05 s)."""
 """How long a stop waits for a watchdog (which gives its server 10 s after SIGTERM)."""
 ANY = "*"
 """In the counts of finished items: an item that may have used any server."""
@@ -141,11 +143,21 @@ class ServerState:
     command: list[str]
     startup_s: float
     """From the start of the command to its first healthy answer."""
+    server_pid: int | None = None
+    """The server's own pid (its process group), written by the watchdog."""
 
     @property
     def exit_file(self) -> Path:
         """Where the watchdog writes the server's exit code when it dies on its own."""
         return exit_file_of(Path(self.log))
+
+    def dead(self) -> bool:
+        """The server died: its exit code is written, or it or its watchdog is gone."""
+        return (
+            self.exit_file.exists()
+            or not alive(self.supervisor_pid)
+            or (self.server_pid is not None and not alive(self.server_pid))
+        )
 
 
 @dataclass(frozen=True)
@@ -189,13 +201,13 @@ def log_tail(path: Path | str, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def exit_description(code: int | None) -> str:
-    """``exit code 3``, ``exit code -9, killed by SIGKILL``, or ``exit code unknown``."""
+    """``code 3``, ``code -9, killed by SIGKILL``, or ``code unknown``."""
     if code is None:
-        return "exit code unknown"
+        return "code unknown"
     if code < 0:
         with suppress(ValueError):
-            return f"exit code {code}, killed by {signal.Signals(-code).name}"
-    return f"exit code {code}"
+            return f"code {code}, killed by {signal.Signals(-code).name}"
+    return f"code {code}"
 
 
 @contextmanager
@@ -294,14 +306,13 @@ class ServerPool:
         return liveness_check(lambda: self.check_alive_for(target_key))
 
     def _raise_if_dead(self, state: ServerState) -> None:
-        """A server is dead once its watchdog wrote its exit code, or the watchdog is gone."""
-        exit_file = state.exit_file
-        if exit_file.exists() or not alive(state.supervisor_pid):
-            code: int | None = None
-            with suppress(OSError, ValueError):
-                code = int(exit_file.read_text())
+        """Raise its death if the server is dead (:meth:`ServerState.dead`), with its exit
+        code (waiting up to :data:`EXIT_CODE_WAIT_S` for its watchdog, which polls it, to
+        write it)."""
+        if state.dead():
+            code = _read_int(state.exit_file, wait_s=EXIT_CODE_WAIT_S)
             raise ServerError(
-                f"server {state.name!r} died ({exit_description(code)}); last log lines of "
+                f"server {state.name!r} died (exit {exit_description(code)}); last log lines of "
                 f"{state.log}:\n{log_tail(state.log)}"
             )
 
@@ -376,7 +387,10 @@ class ServerPool:
                     raise
                 continue  # the port was taken before the server bound it: another port
             startup_s = time.monotonic() - started
-            return ServerState(name, url, port, supervisor.pid, str(log), command, startup_s)
+            server_pid = _read_int(Path(f"{exit_file_of(log)}.pid"))
+            return ServerState(
+                name, url, port, supervisor.pid, str(log), command, startup_s, server_pid
+            )
         raise ServerError(last_error)
 
     def _wait_healthy(
@@ -388,9 +402,7 @@ class ServerPool:
         delays = health_poll_delays()
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                code: int | None = None
-                with suppress(OSError, ValueError):
-                    code = int(exit_file_of(log).read_text())
+                code = _read_int(exit_file_of(log))
                 raise ServerError(
                     f"server {name!r} exited with {exit_description(code)} before it was "
                     f"healthy; last log lines of {log}:\n{log_tail(log)}"
@@ -441,6 +453,18 @@ class ServerPool:
             time.sleep(0.02)
         for pid in pids:
             _reap(pid)
+
+
+def _read_int(path: Path, wait_s: float = 0.0) -> int | None:
+    """The integer in ``path``, waiting up to ``wait_s`` for the file to appear; None if it
+    does not."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with suppress(OSError, ValueError):
+            return int(path.read_text())
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
 
 
 def _reap(pid: int) -> None:
