@@ -182,9 +182,10 @@ def pytest_runtest_call(item):
 def test_under_xdist_a_shared_server_stops_only_when_every_worker_is_done(
     pytester: pytest.Pytester, llama_server_bin: Path, adder: str, tmp_path: Path
 ) -> None:
-    """Two checks on one server, one per worker, and a third on another server: the shared
-    server is started once and serves both checks to their end (a worker that stopped it
-    when its own items were done would fail the other's with "was stopped")."""
+    """A stress check (its levels spread over both workers, each needing the server when it
+    runs) and a determinism check on one server, a third check on another server: the
+    shared server is started once and serves every item to the end (a worker that stopped
+    it when its own items were done would fail the other's levels with "was stopped")."""
     starts = tmp_path / "starts"
     serve = llama_serve(llama_server_bin, FLAGS)
     counted = f"sh -c 'echo started >> {starts}; exec {serve}'"
@@ -192,11 +193,11 @@ def test_under_xdist_a_shared_server_stops_only_when_every_worker_is_done(
         "other", "llama-server", llama_serve(llama_server_bin, llama_flags(2, 128))
     )
     checks = (
-        "  - determinism: {target: adder@srv, runs: 3}\n    name: one\n"
+        "  - stress: {target: adder@srv, levels: [1, 2, 3, 4, 5, 6], repeats: 1}\n"
         "  - determinism: {target: adder@srv, runs: 2}\n    name: two\n"
         "  - determinism: {target: adder@other, runs: 2}\n    name: three\n"
     )
     write_project(pytester, adder, backends, checks)
     result = pytester.runpytest_subprocess("-q", "-n", "2")
-    assert result.parseoutcomes() == {"passed": 12}, result.stdout.str()
+    assert result.parseoutcomes() == {"passed": 15}, result.stdout.str()
     assert starts.read_text().splitlines() == ["started"]
