@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -61,10 +62,7 @@ def test_which_items_keep_a_managed_server(
     """A server is needed by its checks' items (aggregate included) and, since their use is
     unknown, by every Python test that uses the plugin's engine (counted as ANY); a test
     that does not use it keeps no server."""
-    # imported out here: pytester's in-process run unloads the modules it imported itself
-    import pytest_infercheck.collect  # noqa: F401
     from pytest_infercheck.config import load_matrix
-    from pytest_infercheck.server_lifecycle import needed_counts
     from pytest_infercheck.servers import ANY, server_spec
 
     pytester.makefile(".jsonl", addition=suite_jsonl())
@@ -95,8 +93,21 @@ def test_uses_nothing():
     pass
 """
     )
-    items, _ = pytester.inline_genitems()
+    # counted in a subprocess: an in-process run unloads the modules it imported (httpx
+    # among them), which breaks the exception classes of later tests' HTTP clients
+    pytester.makeconftest(
+        """
+import json
+from pytest_infercheck.server_lifecycle import needed_counts
+
+def pytest_collection_finish(session):
+    with open("needed.json", "w") as out:
+        json.dump(needed_counts(session.items), out)
+"""
+    )
+    pytester.runpytest_subprocess("--collect-only", "-q")
     loaded = load_matrix(matrix)
     spec = loaded.matrix.backends["srv"]
     key = server_spec(spec, loaded.model_source("bf16", "openai")[0]).key
-    assert needed_counts(items) == {key: 9, ANY: 1}  # 8 prompts + aggregate; one user test
+    needed = json.loads((pytester.path / "needed.json").read_text())
+    assert needed == {key: 9, ANY: 1}  # 8 prompts + aggregate; one user test

@@ -9,6 +9,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,13 @@ from pytest_infercheck.servers import ANY, ServerError, ServerPool, ServerSpec
 from pytest_infercheck.supervise import alive
 
 HTTP_SERVER = f"{sys.executable} -m http.server --bind 127.0.0.1 {{port}}"
+
+
+def kill(pid: int) -> None:
+    """SIGKILL ``pid`` and wait until it is gone (a kill is delivered, not done, on return)."""
+    os.kill(pid, signal.SIGKILL)
+    while alive(pid):
+        time.sleep(0.005)
 
 
 def spec(command: str = HTTP_SERVER, model: str = "m") -> ServerSpec:
@@ -55,7 +63,7 @@ def test_a_killed_server_is_named_dead_with_its_exit_code(pool: ServerPool) -> N
     pool.check_alive_for(("t",))  # alive: nothing raised
     (state,) = pool.states()
     assert state.server_pid is not None and state.startup_s > 0
-    os.kill(state.server_pid, signal.SIGKILL)
+    kill(state.server_pid)
     with pytest.raises(ServerError, match=r"server 'srv' died \(exit code -9, killed by SIGKILL\)"):
         pool.check_alive_for(("t",))
     assert Path(state.log).with_suffix(".exit").read_text() == "-9"
@@ -68,7 +76,7 @@ def test_a_request_to_a_dead_server_is_not_retried(pool: ServerPool) -> None:
     url = pool.url_for(("t",), "srv", spec())
     (state,) = pool.states()
     assert state.server_pid is not None
-    os.kill(state.server_pid, signal.SIGKILL)
+    kill(state.server_pid)
     client = HttpClient("srv", HttpSettings(url, retries=4, backoff_s=0.001))
     checks: list[int] = []
 
