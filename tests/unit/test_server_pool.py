@@ -13,12 +13,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio  # noqa: F401
+import httpcore  # noqa: F401
 import pytest
 
 from pytest_infercheck.backends.http import HttpClient, HttpError, HttpSettings, liveness_check
 from pytest_infercheck.servers import ANY, ServerError, ServerPool, ServerSpec
 from pytest_infercheck.supervise import alive
 
+# httpx imports httpcore (and anyio) on first use; imported here, at collection, so that a
+# pytester test that runs first cannot unload them (pytester removes the modules first
+# imported during its test; httpx then meets a second copy's exception classes).
 HTTP_SERVER = f"{sys.executable} -m http.server --bind 127.0.0.1 {{port}}"
 
 
