@@ -27,6 +27,7 @@ from .checks.protocol import CheckKind, RateGate
 from .checks.registry import KIND_NAMES, kind_named
 from .golden import GOLDEN_NAME, GOLDEN_PLACE
 from .metrics.stats import wilson_interval, wilson_min_trials
+from .servers import serve_problems
 from .specs import KindThresholds, Side, _Strict
 from .yamlpos import PositionedYaml, SourceError, format_loc, load_positioned
 
@@ -100,8 +101,9 @@ class BackendSpec(_Strict):
     ``/v1/chat/completions``, or ``/v1/completions`` with ``chat: false``). ``model_name``: the
     ``model`` field sent to a server (default: the model's path or repo). ``api_key_env``: the
     environment variable holding the API key (never the key itself). ``serve``: start the
-    server with this command (``{model}``, ``{port}`` filled in; ``env`` added), wait for
-    ``health_path`` up to ``startup_timeout`` seconds, stop it at the end of the run.
+    server with this command (``{model}``, ``{port}`` filled in, other braces kept; ``env``
+    added), wait for ``health_path`` up to ``startup_timeout`` seconds, stop it once no
+    remaining item needs it.
     """
 
     kind: str
@@ -131,6 +133,14 @@ class BackendSpec(_Strict):
             )
         return value
 
+    @field_validator("serve")
+    @classmethod
+    def _serve_command(cls, value: str | None) -> str | None:
+        problems = [] if value is None else serve_problems(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
     @model_validator(mode="after")
     def _server_needs_url(self) -> BackendSpec:
         server = self.backend_kind.server
@@ -141,8 +151,6 @@ class BackendSpec(_Strict):
             )
         if not server and (self.url is not None or self.serve is not None):
             raise ValueError(f"backend kind {self.kind!r} runs in-process: remove 'url'/'serve'")
-        if self.serve is not None and "{port}" not in self.serve:
-            raise ValueError("'serve' must contain {port} (and usually {model})")
         return self
 
     @property

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -174,13 +175,26 @@ class GenerationCache:
 
     def call(self, target: ResolvedTarget, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` for ``target``; a failure of a managed server that has died is
-        reported as its death, with the server's last log lines."""
+        reported as its death, with the server's last log lines (a dead server is not
+        retried, see :meth:`~.servers.ServerPool.watching`)."""
         try:
-            return self.run(coro)
+            with self.watching(target):
+                return self.run(coro)
         except BackendError:
-            if self.servers is not None:
-                self.servers.check_alive_for(self._wrapped.get(target.key, target.key))
+            self.check_alive(target)
             raise
+
+    def watching(self, target: ResolvedTarget) -> AbstractContextManager[None]:
+        """A context in which ``target``'s requests are not retried once its managed server
+        has died (nothing for a target without one)."""
+        if self.servers is None:
+            return nullcontext()
+        return self.servers.watching(self._wrapped.get(target.key, target.key))
+
+    def check_alive(self, target: ResolvedTarget) -> None:
+        """Raise :class:`~.servers.ServerError` if ``target``'s managed server has died."""
+        if self.servers is not None:
+            self.servers.check_alive_for(self._wrapped.get(target.key, target.key))
 
     # -- cached operations ---------------------------------------------------------------------
     def render(self, target: ResolvedTarget, prompt: Prompt, thinking: bool) -> PromptInput:
@@ -336,7 +350,10 @@ class GenerationCache:
             if (target.key, prompt.key(), params.key(), run) not in self._generations
         ]
 
-        results = self._settled([target.backend.generate(p, params) for p, params, _ in missing])
+        with self.watching(target):
+            results = self._settled(
+                [target.backend.generate(p, params) for p, params, _ in missing]
+            )
         failures: dict[tuple[str, tuple[Any, ...], int], BackendError] = {}
         for (prompt, params, run), result in zip(missing, results, strict=True):
             if isinstance(result, Generation):

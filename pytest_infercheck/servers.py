@@ -1,14 +1,24 @@
 """Managed server processes: free port, start, health, logs, teardown; one per session.
 
-A server is started by ``serve:`` (a command template with ``{model}`` and ``{port}``) under a
-:mod:`.supervise` watchdog that watches the pytest controller, so no server outlives the run
-however it ends. State lives in a folder shared by the controller and its xdist workers:
-the first process that needs a server starts it behind a file lock and records it; others
-attach to the recorded URL; the controller stops every recorded server once, at the end.
+A server is started by ``serve:`` (a command template: ``{model}`` and ``{port}`` are filled
+in, every other brace is passed as it is, see :func:`fill_command`) under a :mod:`.supervise`
+watchdog that watches the pytest controller, so no server outlives the run however it ends.
+State lives in a folder shared by the controller and its xdist workers, per server (its
+:attr:`ServerSpec.key`) under a file lock:
 
+- ``KEY.json``: the running server (:class:`ServerState`), written by the process that
+  started it; others attach to the recorded URL;
+- ``KEY.failed``: why it failed to start: it is not started again in this run, and every
+  item that needs it fails with that first failure (its last log lines);
+- ``KEY.stopped``: stopped because no remaining item needed it (:meth:`ServerPool.stop`);
+- ``NAME-KEY-ATTEMPT.log`` and ``.exit``: its output, and its exit code, written by the
+  watchdog when the server dies on its own.
+
+The controller stops every recorded server once, at the end (:meth:`ServerPool.stop_all`).
 Each process's :class:`ServerPool` also remembers which server stands behind each target it
-resolved (:meth:`ServerPool.url_for`), so that a failed request to a target can be reported as
-its server's death, with the server's last log lines (:meth:`ServerPool.check_alive_for`).
+resolved (:meth:`ServerPool.url_for`), so that a failed request to a target is reported as
+its server's death, with its exit code and last log lines (:meth:`ServerPool.check_alive_for`),
+and a connection error is not retried against a dead server (:meth:`ServerPool.watching`).
 """
 
 from __future__ import annotations
@@ -17,13 +27,15 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shlex
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,10 +51,49 @@ PORT_ATTEMPTS = 3
 LOG_TAIL_LINES = 30
 HEALTH_POLL_FIRST_S = 0.01
 HEALTH_POLL_MAX_S = 0.25
+STOP_WAIT_S = 15.0
+EXIT_CODE_WAIT_S = 1.0
+"""How long a dead server's exit code is waited for (its watchdog polls it every 0.05 s)."""
+"""How long a stop waits for a watchdog (which gives its server 10 s after SIGTERM)."""
+ANY = "*"
+"""In the counts of finished items: an item that may have used any server."""
+PLACEHOLDERS = ("model", "port")
+_PLACEHOLDER = re.compile(r"\{(model|port)\}")
+_WORD_IN_BRACES = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""``{word}`` not preceded by ``$`` (``${HOME}`` is the shell's): a placeholder or a typo."""
 
 
 class ServerError(BackendError):
     """A managed server failed to start or died; the message carries its last log lines."""
+
+
+def serve_problems(template: str) -> list[str]:
+    """What is certainly wrong with a ``serve:`` command: it cannot be split into arguments
+    (an unclosed quote), it has no ``{port}`` (the plugin picks the port and waits on it), or
+    it has a ``{word}`` other than ``{model}`` and ``{port}`` (a misspelt placeholder: it
+    would be passed as it is). Other braces (JSON, ``${VAR}``) are fine."""
+    problems = []
+    try:
+        shlex.split(template)
+    except ValueError as exc:
+        problems.append(f"cannot split it into arguments: {exc}")
+    unknown = [w for w in dict.fromkeys(_WORD_IN_BRACES.findall(template)) if w not in PLACEHOLDERS]
+    for word in unknown:
+        problems.append(
+            f"unknown placeholder {{{word}}}: only {{model}} and {{port}} are filled in "
+            "(other braces, such as JSON, are passed as they are)"
+        )
+    if "{port}" not in template:
+        problems.append("it must contain {port} (the plugin picks a free port and waits on it)")
+    return problems
+
+
+def fill_command(template: str, model: str, port: int) -> list[str]:
+    """The arguments of a ``serve:`` command: split as a shell would (no shell runs it),
+    then ``{model}`` and ``{port}`` replaced in each argument; every other brace is kept
+    (``--speculative-config '{"method": "ngram"}'`` reaches the server as written)."""
+    values = {"model": model, "port": str(port)}
+    return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in shlex.split(template)]
 
 
 @dataclass(frozen=True)
@@ -84,11 +135,42 @@ class ManagedServer:
 class ServerState:
     """What is recorded for a started server (JSON in the shared folder)."""
 
+    name: str
     url: str
     port: int
     supervisor_pid: int
     log: str
     command: list[str]
+    startup_s: float
+    """From the start of the command to its first healthy answer."""
+    server_pid: int | None = None
+    """The server's own pid (its process group), written by the watchdog."""
+
+    @property
+    def exit_file(self) -> Path:
+        """Where the watchdog writes the server's exit code when it dies on its own."""
+        return exit_file_of(Path(self.log))
+
+    def dead(self) -> bool:
+        """The server died: its exit code is written, or it or its watchdog is gone."""
+        return (
+            self.exit_file.exists()
+            or not alive(self.supervisor_pid)
+            or (self.server_pid is not None and not alive(self.server_pid))
+        )
+
+
+@dataclass(frozen=True)
+class Started:
+    """A server this process started: shown on the item that needed it first."""
+
+    name: str
+    startup_s: float
+    log: str
+
+
+def exit_file_of(log: Path) -> Path:
+    return log.with_suffix(".exit")
 
 
 def health_poll_delays(
@@ -118,6 +200,16 @@ def log_tail(path: Path | str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
 
+def exit_description(code: int | None) -> str:
+    """``code 3``, ``code -9, killed by SIGKILL``, or ``code unknown``."""
+    if code is None:
+        return "code unknown"
+    if code < 0:
+        with suppress(ValueError):
+            return f"code {code}, killed by {signal.Signals(-code).name}"
+    return f"code {code}"
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     with open(path, "a") as handle:
@@ -138,44 +230,134 @@ class ServerPool:
         state_dir.mkdir(parents=True, exist_ok=True)
         self._managed: dict[tuple[Any, ...], ManagedServer] = {}
         """The managed server behind each target key this process resolved."""
+        self._started: list[Started] = []
+        """Servers this process started since :meth:`take_started` was last called."""
+
+    def _path(self, key: str, suffix: str) -> Path:
+        return self.state_dir / f"{key}{suffix}"
+
+    def _state(self, key: str) -> ServerState | None:
+        path = self._path(key, ".json")
+        if not path.exists():
+            return None
+        return ServerState(**json.loads(path.read_text()))
 
     def url_for(self, target_key: tuple[Any, ...], name: str, spec: ServerSpec) -> str:
         """The running server for ``spec`` (started on first request), remembered as the
         server of ``target_key`` (a :class:`~.generation_cache.ResolvedTarget` key) for
-        :meth:`check_alive_for`; raises ServerError."""
-        state_file = self.state_dir / f"{spec.key}.json"
-        with _locked(self.state_dir / f"{spec.key}.lock"):
-            if state_file.exists():
-                state = ServerState(**json.loads(state_file.read_text()))
-                if not alive(state.supervisor_pid):
-                    raise _died(name, state)
+        :meth:`check_alive_for`; raises ServerError, and again with the same message for
+        every later request of the run if it failed to start (it is started once)."""
+        key = spec.key
+        with _locked(self._path(key, ".lock")):
+            failed = self._path(key, ".failed")
+            if failed.exists():
+                raise ServerError(
+                    failed.read_text(encoding="utf-8") + "\n(failed to start earlier in "
+                    "this run: not started again)"
+                )
+            state = self._state(key)
+            stopped = self._path(key, ".stopped")
+            if state is not None and not stopped.exists():
+                self._raise_if_dead(state)
             else:
-                state = self._start(name, spec)
-                tmp = state_file.with_suffix(".tmp")
+                try:
+                    state = self._start(name, spec)
+                except ServerError as exc:
+                    failed.write_text(str(exc), encoding="utf-8")
+                    raise
+                self._started.append(Started(name, state.startup_s, state.log))
+                tmp = self._path(key, ".tmp")
                 tmp.write_text(json.dumps(asdict(state)))
-                tmp.replace(state_file)
+                tmp.replace(self._path(key, ".json"))
+                stopped.unlink(missing_ok=True)
         self._managed[target_key] = ManagedServer(name, spec)
         return state.url
 
+    def take_started(self) -> list[Started]:
+        """The servers this process started since the last call (the item that was running
+        shows how long each took)."""
+        started, self._started = self._started, []
+        return started
+
     def check_alive_for(self, target_key: tuple[Any, ...]) -> None:
-        """Raise ServerError with the log tail if the managed server behind ``target_key``
-        has died (a target without one: nothing to check)."""
+        """Raise ServerError with the exit code and log tail if the managed server behind
+        ``target_key`` has died (a target without one: nothing to check)."""
         managed = self._managed.get(target_key)
         if managed is None:
             return
-        state_file = self.state_dir / f"{managed.spec.key}.json"
-        if state_file.exists():
-            state = ServerState(**json.loads(state_file.read_text()))
-            if not alive(state.supervisor_pid):
-                raise _died(managed.name, state)
+        state = self._state(managed.spec.key)
+        if state is None:
+            return
+        if self._path(managed.spec.key, ".stopped").exists():
+            raise ServerError(
+                f"server {state.name!r} was stopped: no remaining item of this run was "
+                "expected to need it"
+            )
+        self._raise_if_dead(state)
+
+    def watching(self, target_key: tuple[Any, ...]) -> AbstractContextManager[None]:
+        """A context in which an HTTP request that cannot connect first asks whether the
+        server behind ``target_key`` is alive, and fails at once with its death instead of
+        being retried (see :func:`~.backends.http.liveness_check`)."""
+        if target_key not in self._managed:
+            return nullcontext()
+        from .backends.http import liveness_check  # httpx: only runs with servers load it
+
+        return liveness_check(lambda: self.check_alive_for(target_key))
+
+    def _raise_if_dead(self, state: ServerState) -> None:
+        """Raise its death if the server is dead (:meth:`ServerState.dead`), with its exit
+        code (waiting up to :data:`EXIT_CODE_WAIT_S` for its watchdog, which polls it, to
+        write it)."""
+        if state.dead():
+            code = _read_int(state.exit_file, wait_s=EXIT_CODE_WAIT_S)
+            raise ServerError(
+                f"server {state.name!r} died (exit {exit_description(code)}); last log lines of "
+                f"{state.log}:\n{log_tail(state.log)}"
+            )
+
+    def stop(self, key: str) -> bool:
+        """Stop the server of ``key`` now (no remaining item needs it), waiting until it is
+        gone so its memory is free for the next one; True if it was running."""
+        with _locked(self._path(key, ".lock")):
+            state = self._state(key)
+            stopped = self._path(key, ".stopped")
+            if state is None or stopped.exists():
+                return False
+            stopped.write_text(str(os.getpid()))
+            running = alive(state.supervisor_pid)
+            if running:
+                self._stop_and_wait([state.supervisor_pid])
+            return running
+
+    def finished_item(self, keys: Sequence[str], needed: Mapping[str, int]) -> list[str]:
+        """Count one more finished item for each of ``keys`` (the servers an item may have
+        used, or ``"*"`` for an item that may have used any), in the run's counts shared by
+        every process; then stop each server of ``keys`` (every server, after a ``"*"``
+        item) whose ``needed`` items are all finished, as are all ``"*"`` items. Returns the
+        keys of the servers stopped."""
+        with _locked(self.state_dir / "finished.lock"):
+            path = self.state_dir / "finished.counts"
+            done: dict[str, int] = json.loads(path.read_text()) if path.exists() else {}
+            for key in keys:
+                done[key] = done.get(key, 0) + 1
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(done))
+            tmp.replace(path)
+        if done.get(ANY, 0) < needed.get(ANY, 0):
+            return []
+        candidates = needed if ANY in keys else keys
+        finished = [k for k in candidates if k != ANY and done.get(k, 0) >= needed.get(k, 0)]
+        return [key for key in finished if self.stop(key)]
 
     def _start(self, name: str, spec: ServerSpec) -> ServerState:
         last_error = ""
         for attempt in range(PORT_ATTEMPTS):
             port = free_port()
             log = self.state_dir / f"{name}-{spec.key}-{attempt}.log"
-            command = shlex.split(spec.command.format(model=spec.model, port=port))
+            command = fill_command(spec.command, spec.model, port)
             env = {**os.environ, **dict(spec.env)}
+            started = time.monotonic()
             supervisor = subprocess.Popen(
                 [
                     sys.executable,
@@ -185,6 +367,8 @@ class ServerPool:
                     str(self.controller_pid),
                     "--log",
                     str(log),
+                    "--exit-file",
+                    str(exit_file_of(log)),
                     "--",
                     *command,
                 ],
@@ -202,7 +386,11 @@ class ServerPool:
                 if not any(m in log_tail(log).lower() for m in ADDRESS_IN_USE):
                     raise
                 continue  # the port was taken before the server bound it: another port
-            return ServerState(url, port, supervisor.pid, str(log), command)
+            startup_s = time.monotonic() - started
+            server_pid = _read_int(Path(f"{exit_file_of(log)}.pid"))
+            return ServerState(
+                name, url, port, supervisor.pid, str(log), command, startup_s, server_pid
+            )
         raise ServerError(last_error)
 
     def _wait_healthy(
@@ -213,11 +401,11 @@ class ServerPool:
         deadline = time.monotonic() + spec.startup_timeout_s
         delays = health_poll_delays()
         while time.monotonic() < deadline:
-            code = process.poll()
-            if code is not None:
+            if process.poll() is not None:
+                code = _read_int(exit_file_of(log))
                 raise ServerError(
-                    f"server {name!r} exited with code {code} before it was healthy; "
-                    f"last log lines of {log}:\n{log_tail(log)}"
+                    f"server {name!r} exited with {exit_description(code)} before it was "
+                    f"healthy; last log lines of {log}:\n{log_tail(log)}"
                 )
             try:
                 response = httpx.get(url + spec.health_path, timeout=2.0)
@@ -231,36 +419,52 @@ class ServerPool:
             f"{url}{spec.health_path}; last log lines of {log}:\n{log_tail(log)}"
         )
 
+    def states(self) -> list[ServerState]:
+        """Every server started in this run (running, stopped or dead)."""
+        files = sorted(self.state_dir.glob("*.json"))
+        return [ServerState(**json.loads(f.read_text())) for f in files]
+
+    def had_failures(self) -> bool:
+        """Whether a server failed to start or died on its own in this run."""
+        return any(self.state_dir.glob("*.failed")) or any(self.state_dir.glob("*.exit"))
+
     def stop_all(self) -> None:
         """Stop every server recorded in the folder (the controller, once, at the end): all
-        are sent SIGTERM first, then waited for together (up to 15 s), so their shut-downs
-        overlap instead of adding up."""
-        states = [
-            ServerState(**json.loads(f.read_text())) for f in sorted(self.state_dir.glob("*.json"))
-        ]
+        are sent SIGTERM first, then waited for together, so their shut-downs overlap instead
+        of adding up."""
+        self._stop_and_wait([s.supervisor_pid for s in self.states()])
+
+    @staticmethod
+    def _stop_and_wait(pids: list[int]) -> None:
+        """SIGTERM each watchdog still running, then wait (up to :data:`STOP_WAIT_S`) for
+        all of them, reaping those that are this process's children."""
         stopping = []
-        for state in states:
-            if alive(state.supervisor_pid):
+        for pid in pids:
+            if alive(pid):
                 with suppress(ProcessLookupError):
-                    os.kill(state.supervisor_pid, 15)
-                    stopping.append(state.supervisor_pid)
-        deadline = time.monotonic() + 15
+                    os.kill(pid, signal.SIGTERM)
+                    stopping.append(pid)
+        deadline = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < deadline:
             for pid in stopping:
                 _reap(pid)
             if not any(alive(pid) for pid in stopping):
                 break
             time.sleep(0.02)
-        for state in states:
-            _reap(state.supervisor_pid)
-        for f in self.state_dir.glob("*.json"):
-            f.unlink(missing_ok=True)
+        for pid in pids:
+            _reap(pid)
 
 
-def _died(name: str, state: ServerState) -> ServerError:
-    return ServerError(
-        f"server {name!r} died during the run; last log lines:\n{log_tail(state.log)}"
-    )
+def _read_int(path: Path, wait_s: float = 0.0) -> int | None:
+    """The integer in ``path``, waiting up to ``wait_s`` for the file to appear; None if it
+    does not."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with suppress(OSError, ValueError):
+            return int(path.read_text())
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
 
 
 def _reap(pid: int) -> None:

@@ -13,8 +13,6 @@ loading the plugin stays cheap.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +23,7 @@ from .fast_exit import freeze_at_exit
 from .golden import GoldenWriter
 from .options import is_worker, matrix_paths, results_path
 from .report.terminal_plugin import TerminalSummary
+from .server_lifecycle import ServerLifecycle, close_servers_dir, new_servers_dir
 
 if TYPE_CHECKING:
     from .generation_cache import GenerationCache
@@ -56,8 +55,8 @@ def configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "infercheck_target(ref): the model@backend for the infercheck_target fixture"
     )
+    _register(config, ServerLifecycle(config, not is_worker(config)), "infercheck-servers")
     if not is_worker(config):
-        config.stash[SERVERS_DIR_KEY] = Path(tempfile.mkdtemp(prefix="infercheck-servers-"))
         _register(config, TerminalSummary(), "infercheck-summary")
         if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
             from .report.pytest_html import HtmlReport  # pytest-html, and the kinds' views
@@ -106,8 +105,17 @@ def select_items(config: pytest.Config, items: list[pytest.Item]) -> None:
 def configure_node(node: Any) -> None:
     """``pytest_configure_node`` (xdist): what the controller hands each worker."""
     node.workerinput.update(
-        {WORKER_DIR: str(node.config.stash[SERVERS_DIR_KEY]), WORKER_CONTROLLER: os.getpid()}
+        {WORKER_DIR: str(servers_dir(node.config)), WORKER_CONTROLLER: os.getpid()}
     )
+
+
+def servers_dir(config: pytest.Config) -> Path:
+    """The controller's folder of managed servers, made on first use (see
+    :mod:`.server_lifecycle`: where it lives and when it is removed)."""
+    folder = config.stash.get(SERVERS_DIR_KEY, None)
+    if folder is None:
+        folder = config.stash[SERVERS_DIR_KEY] = new_servers_dir(config)
+    return folder
 
 
 def generation_cache_for(config: pytest.Config) -> GenerationCache:
@@ -122,26 +130,24 @@ def generation_cache_for(config: pytest.Config) -> GenerationCache:
         if WORKER_DIR in workerinput:
             pool = ServerPool(Path(workerinput[WORKER_DIR]), int(workerinput[WORKER_CONTROLLER]))
         else:
-            pool = ServerPool(config.stash[SERVERS_DIR_KEY], os.getpid())
+            pool = ServerPool(servers_dir(config), os.getpid())
         cache = GenerationCache(servers=pool, hook=config.hook)
         config.stash[GENERATION_CACHE_KEY] = cache
     return cache
 
 
 def finish(config: pytest.Config) -> None:
-    """``pytest_unconfigure``: close the generation cache (its backends); on the controller
-    also stop every managed server, once; unregister this process's plugin objects."""
+    """``pytest_unconfigure``: close the generation cache (its backends); on the controller,
+    if the session did not finish (its servers are stopped at session finish, see
+    :mod:`.server_lifecycle`), stop every managed server and keep their logs; unregister
+    this process's plugin objects."""
     cache = config.stash.get(GENERATION_CACHE_KEY, None)
     if cache is not None:
         cache.close()
         del config.stash[GENERATION_CACHE_KEY]
     folder = config.stash.get(SERVERS_DIR_KEY, None)
-    if folder is not None and not is_worker(config):
-        if any(folder.glob("*.json")):  # a server was started: stop it
-            from .servers import ServerPool
-
-            ServerPool(folder, os.getpid()).stop_all()
-        shutil.rmtree(folder, ignore_errors=True)
+    if folder is not None and not is_worker(config):  # the session did not finish
+        close_servers_dir(folder, failed=True)
         del config.stash[SERVERS_DIR_KEY]
     for plugin in config.stash.get(PLUGINS_KEY, []):
         config.pluginmanager.unregister(plugin)

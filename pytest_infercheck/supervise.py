@@ -1,10 +1,13 @@
 """A watchdog that runs one server and guarantees it does not outlive pytest.
 
-``python -m pytest_infercheck.supervise --watch PID --log FILE -- COMMAND...`` starts COMMAND
-in its own process group (output to FILE) and then waits. It stops the whole group
-(SIGTERM, a grace period, SIGKILL) when the watched pytest process disappears (a normal end
-that forgot, Ctrl-C, a SIGKILLed controller or worker) or when it is itself terminated. It
-exits with the server's exit code when the server dies on its own.
+``python -m pytest_infercheck.supervise --watch PID --log FILE [--exit-file EXIT] -- COMMAND...``
+starts COMMAND in its own process group (output to FILE; its pid to ``EXIT.pid``) and then
+waits. It stops the whole
+group (SIGTERM, a grace period, SIGKILL) when the watched pytest process disappears (a normal
+end that forgot, Ctrl-C, a SIGKILLed controller or worker) or when it is itself terminated.
+When the server dies on its own, it writes the server's exit code to EXIT at once (negative:
+the signal that killed it), so any process of the run can tell the server died and how, and
+exits with that code.
 """
 
 from __future__ import annotations
@@ -71,10 +74,18 @@ def _reap_group(pgid: int) -> None:
         return
 
 
+def _write(path: str, number: int) -> None:
+    """Write ``number`` to ``path`` whole (a reader never sees a partial file)."""
+    with open(path + ".tmp", "w", encoding="ascii") as out:
+        out.write(str(number))
+    os.replace(path + ".tmp", path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pytest_infercheck.supervise")
     parser.add_argument("--watch", type=int, required=True, help="stop when this pid is gone")
     parser.add_argument("--log", required=True, help="the server's output goes here")
+    parser.add_argument("--exit-file", help="the server's exit code, if it dies on its own")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -82,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         server = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
+    if args.exit_file:
+        _write(args.exit_file + ".pid", server.pid)
     stopping = False
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -93,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         code = server.poll()
         if code is not None:
+            if args.exit_file:
+                _write(args.exit_file, code)
             stop_group(server.pid, grace_s=1.0)  # children the server may have left
             return code
         if stopping or not alive(args.watch):

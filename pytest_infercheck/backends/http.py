@@ -2,9 +2,11 @@
 concurrency, timeouts, and retries with exponential backoff and jitter.
 
 Retried: connection errors, read errors and timeouts, HTTP 429 and 503 (``Retry-After`` is
-honoured). Never retried: other 4xx and 5xx, which are answers, not accidents. A stream is
-retried only until its first byte; afterwards a broken stream is an error. API keys come
-from an environment variable and are only ever put in a request header, never in a message.
+honoured), except on a managed server that has died (asked before each retry, see
+:func:`liveness_check`). Never retried: other 4xx and 5xx, which are answers, not
+accidents. A stream is retried only until its first byte; afterwards a broken stream is an
+error. API keys come from an environment variable and are only ever put in a request
+header, never in a message.
 
 Streams: :meth:`HttpClient.stream` yields the decoded JSON events of a server-sent-events
 response (``data:`` lines, ending at ``[DONE]``) or of an NDJSON one (Ollama).
@@ -37,6 +39,7 @@ DONE = object()
 """What :func:`parse_event_line` returns for the ``[DONE]`` line that ends an SSE stream."""
 
 _UNDER_LOAD: ContextVar[bool] = ContextVar("infercheck_under_load", default=False)
+_LIVENESS: ContextVar[Callable[[], None] | None] = ContextVar("infercheck_liveness", default=None)
 
 
 @contextlib.contextmanager
@@ -49,6 +52,18 @@ def under_load() -> Iterator[None]:
         yield
     finally:
         _UNDER_LOAD.reset(token)
+
+
+@contextlib.contextmanager
+def liveness_check(check: Callable[[], None]) -> Iterator[None]:
+    """Requests started inside this context call ``check()`` after a connection error or
+    timeout, before any retry: it raises (a :class:`BackendError` naming the dead server,
+    its exit code and log) when the server is gone, so a dead server is not retried."""
+    token = _LIVENESS.set(check)
+    try:
+        yield
+    finally:
+        _LIVENESS.reset(token)
 
 
 @dataclass(frozen=True)
@@ -172,6 +187,9 @@ class HttpClient:
             try:
                 return await attempt()
             except (httpx.TransportError, httpx.TimeoutException) as exc:
+                check = _LIVENESS.get()
+                if check is not None:
+                    check()
                 if tries >= retries:
                     raise HttpError(
                         f"backend {self.name!r}: {label} failed after "

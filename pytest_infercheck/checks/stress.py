@@ -18,6 +18,10 @@ prompt side by side, so a prompt is in flight with itself and at least ``L`` req
   flight (a semaphore), inside ``under_load()``: no client gate and no retries, so a 503
   busy answer is an error of the level, not a retry.
 
+A managed server that has died is not load: a level asks whether it is alive before it
+sends and, if any request failed, after; a dead one fails the level with the server's death
+(exit code, last log lines), not with an error rate.
+
 A level holds the target's load lock shared: levels on different xdist workers overlap on
 the same server (pytest-xdist is the load generator); each level's figures are its own
 requests. Each level is measured once per run: its result is published in the shared folder
@@ -629,8 +633,11 @@ class StressRun(TargetRun[StressSpec, StressThresholds]):
             for p in jobs_for(self.suite.prompts, level, self.spec.repeats)
         ]
         send = send_batches if target.backend.batching is not None else send_burst
+        self.cache.check_alive(target)
         with self.shared.locked(self._load_lock, exclusive=False), under_load():
             outputs = self.cache.run(send(target.backend, jobs, level))
+        if any(output.error is not None for output in outputs):
+            self.cache.check_alive(target)  # a dead server is its death, not a load failure
         data = level_data(level, target.label, outputs, references, self.suite.prompts)
         data.violations = level_violations(data, self.thresholds)
         data.measured_by = os.environ.get("PYTEST_XDIST_WORKER", "main")

@@ -148,7 +148,7 @@ def pytest_runtest_teardown(item):
 """
     )
     result = pytester.runpytest_subprocess("-q")
-    result.stdout.fnmatch_lines(["*server 'srv' died during the run; last log lines:*"])
+    result.stdout.fnmatch_lines(["*server 'srv' died (exit code -9, killed by SIGKILL)*"])
     result.stdout.re_match_lines([r".*compare\(after\)::more::m01 - backend error: server"])
     assert server_processes(pytester.path.name) == []
 

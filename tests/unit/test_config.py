@@ -284,3 +284,43 @@ checks:
     )
     assert "(and" not in str(err)
     assert str(err).count("infercheck.yaml:") == len(found) >= 3
+
+
+SERVE_MATRIX = """\
+models: {{a: {{path: x}}}}
+backends:
+  local: {{kind: mlx-lm}}
+  vllm:
+    kind: openai
+    serve: |-
+      {serve}
+suites: [r]
+checks: [{{compare: {{baseline: a@local, test: a@vllm}}}}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("serve", "fragment"),
+    [
+        # A misspelt placeholder would reach the server as it is.
+        ("srv --model {modle} --port {port}", "unknown placeholder {modle}"),
+        # The plugin picks the port: a command without {port} is never waited on right.
+        ("srv --model {model}", "it must contain {port}"),
+        # An unclosed quote cannot be split into arguments.
+        ("srv --port {port} --x '{model}", "cannot split it into arguments"),
+    ],
+)
+def test_a_wrong_serve_command_is_an_error_at_its_line_naming_the_backend(
+    tmp_path: Path, serve: str, fragment: str
+) -> None:
+    err = error_of(tmp_path, SERVE_MATRIX.format(serve=serve))
+    assert err.line == 6, str(err)
+    assert "backends.vllm.serve" in str(err) and fragment in str(err)
+
+
+def test_a_serve_command_holding_json_or_shell_braces_is_valid(tmp_path: Path) -> None:
+    """Only {model} and {port} are placeholders: JSON objects and ${VAR} pass as they are."""
+    serve = """srv {model} --port {port} --spec '{"method": "ngram", "n": 3}' --x ${HOME}"""
+    text = SERVE_MATRIX.format(serve=serve)
+    spec = load_matrix(write(tmp_path, text)).matrix.backends["vllm"]
+    assert spec.serve is not None and '{"method": "ngram"' in spec.serve
