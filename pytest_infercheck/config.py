@@ -103,7 +103,9 @@ class BackendSpec(_Strict):
     environment variable holding the API key (never the key itself). ``serve``: start the
     server with this command (``{model}``, ``{port}`` filled in, other braces kept; ``env``
     added), wait for ``health_path`` up to ``startup_timeout`` seconds, stop it once no
-    remaining item needs it.
+    remaining item needs it. ``logprobs: false``: an OpenAI-compatible server is not asked
+    for logprobs (one whose logprobs are known to be wrong, such as mlx_lm.server 0.32.2's
+    unsorted top-k: its text and answers are compared, and the items say why).
     """
 
     kind: str
@@ -120,6 +122,7 @@ class BackendSpec(_Strict):
     timeout: float = Field(default=120.0, gt=0)
     max_concurrency: int = Field(default=4, ge=1)
     retries: int = Field(default=4, ge=0)
+    logprobs: bool = True
     batching: bool = True
     """Whether the comparisons may batch this backend's in-process generations (after a
     probe shows batching changes nothing); false: one prompt at a time."""

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from ..config import BackendSpec
 
 TOP_K = 5
-B = TypeVar("B", bound=Backend)
+B = TypeVar("B", bound="OpenAICompatBackend")
 THINK_BLOCK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
 
 
@@ -432,13 +432,16 @@ def create_served(
     ``backends:`` entry: it asks for the model ``model_name`` (default: the model's source)
     through the chat endpoints (unless ``chat: false``); the source stays its model folder."""
     chat = True if spec.chat is None else spec.chat
-    return cls(
+    backend = cls(
         name,
         HttpSettings.of(spec, url),
         model=spec.model_name or source,
         chat=chat,
         source=source,
     )
+    if not spec.logprobs:
+        backend.no_logprobs = f"backend {name!r} has logprobs: false in the matrix: not asked"
+    return backend
 
 
 def chat_path(chat: bool) -> str:

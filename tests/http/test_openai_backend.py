@@ -472,3 +472,22 @@ def test_a_raw_stream_keeps_its_legacy_logprobs() -> None:
     assert generation.chosen_logprobs == [-0.25, -0.5]
     assert generation.top_logprobs == [{"4": -0.25, "5": -1.5}, {"6": -0.5, "7": -1.0}]
     assert generation.token_texts == ["4", "6"]
+
+
+def test_logprobs_false_asks_for_none_and_says_why() -> None:
+    """``logprobs: false`` on a backend: nothing negotiated, no logprob field in a request,
+    and a text-only comparison names the matrix setting."""
+    import asyncio
+
+    from pytest_infercheck.backends.openai_compat import create_served
+    from pytest_infercheck.config import BackendSpec
+
+    spec = BackendSpec(kind="openai", url="http://127.0.0.1:9", chat=False, logprobs=False)
+    backend = create_served(OpenAICompatBackend, "srv", spec, "/models/m", None)
+    negotiation = asyncio.run(backend.negotiate_logprobs(False))
+    assert negotiation.shape is None
+    reason = backend.logprob_unavailable_reason()
+    assert reason is not None and "logprobs: false in the matrix" in reason
+    body = backend._payload(PromptInput("1+1=", None, templated=False), GenerationParams(4))
+    assert "logprobs" not in body and "top_logprobs" not in body
+    asyncio.run(backend.aclose())

@@ -55,6 +55,7 @@ backends:
   srv:
     kind: openai
     chat: false
+    logprobs: false  # mlx_lm.server 0.32.2's top-k is unsorted (test_mlx_server_logprobs.py)
     serve: "{command}"
     env: {{HF_HUB_CACHE: '{hub}'}}
     startup_timeout: 60
