@@ -29,6 +29,7 @@ object instead (:class:`~.checks.protocol.CheckRun`).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -57,6 +58,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+DYING_GRACE_S = 10.0
+"""How long a check whose requests to a managed server failed waits for that server to exit
+(:meth:`GenerationCache.check_alive`) before judging the failures as its answers: vLLM with
+``VLLM_BATCH_INVARIANT=1`` answers HTTP 500 and exits seconds later."""
+DEATH_POLL_S = 0.25
 SCORE_CACHE_BYTES = 512 * 1024 * 1024
 
 TargetKey = tuple[Any, ...]
@@ -191,10 +197,21 @@ class GenerationCache:
             return nullcontext()
         return self.servers.watching(self._wrapped.get(target.key, target.key))
 
-    def check_alive(self, target: ResolvedTarget) -> None:
-        """Raise :class:`~.servers.ServerError` if ``target``'s managed server has died."""
-        if self.servers is not None:
-            self.servers.check_alive_for(self._wrapped.get(target.key, target.key))
+    def check_alive(self, target: ResolvedTarget, *, after_failures: bool = False) -> None:
+        """Raise :class:`~.servers.ServerError` if ``target``'s managed server has died; with
+        ``after_failures`` (its requests just failed), also if it dies within
+        :data:`DYING_GRACE_S` (polled): such a server may be dying (vLLM answers HTTP 500 when
+        its engine dies, and exits a few seconds later), and its death, with its last log
+        lines, says more than the errors."""
+        key = self._wrapped.get(target.key, target.key)
+        if self.servers is None or not self.servers.manages(key):
+            return
+        deadline = time.monotonic() + (DYING_GRACE_S if after_failures else 0.0)
+        while True:
+            self.servers.check_alive_for(key)
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(DEATH_POLL_S)
 
     # -- cached operations ---------------------------------------------------------------------
     def render(self, target: ResolvedTarget, prompt: Prompt, thinking: bool) -> PromptInput:

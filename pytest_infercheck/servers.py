@@ -192,12 +192,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b: ")
+"""A Python exception's message in a log line (``TypeError: 'function' object is not
+subscriptable``), whatever prefix a server's logger puts before it."""
+EARLIER_ERRORS = 3
+
+
 def log_tail(path: Path | str, lines: int = LOG_TAIL_LINES) -> str:
+    """The log's last ``lines`` lines, after the last :data:`EARLIER_ERRORS` distinct
+    exception messages from before them: a server that dies often logs its cause, then a
+    screen of shutdown noise (vLLM: the worker's ``TypeError``, then its process manager)."""
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return "(no log)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+    all_lines = text.splitlines()
+    tail = all_lines[-lines:]
+    earlier = list(
+        dict.fromkeys(line for line in all_lines[:-lines] if EXCEPTION_LINE.search(line))
+    )
+    if not earlier:
+        return "\n".join(tail) or "(empty log)"
+    head = ["(errors earlier in the log)", *earlier[-EARLIER_ERRORS:], "(last lines)"]
+    return "\n".join([*head, *tail])
 
 
 def exit_description(code: int | None) -> str:
@@ -278,6 +295,10 @@ class ServerPool:
         shows how long each took)."""
         started, self._started = self._started, []
         return started
+
+    def manages(self, target_key: tuple[Any, ...]) -> bool:
+        """Whether a managed server (started by this pool) is behind ``target_key``."""
+        return target_key in self._managed
 
     def check_alive_for(self, target_key: tuple[Any, ...]) -> None:
         """Raise ServerError with the exit code and log tail if the managed server behind

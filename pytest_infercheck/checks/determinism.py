@@ -178,6 +178,9 @@ class DeterminismRun(TargetRun[DeterminismSpec, DeterminismThresholds]):
         target = self.target
         jobs = [(self.render(p), self.params(p)) for p in todo]
         failures = self.cache.prefetch(target, jobs, runs=self.runs)
+        if failures:
+            # Failed runs on a server that is dying are its death (with its last log lines).
+            self.cache.check_alive(target, after_failures=True)
         for prompt, (rendered, params) in zip(todo, jobs, strict=True):
             outputs: list[RunOutput | None] = []
             messages: list[str] = []

@@ -637,7 +637,8 @@ class StressRun(TargetRun[StressSpec, StressThresholds]):
         with self.shared.locked(self._load_lock, exclusive=False), under_load():
             outputs = self.cache.run(send(target.backend, jobs, level))
         if any(output.error is not None for output in outputs):
-            self.cache.check_alive(target)  # a dead server is its death, not a load failure
+            # a dead (or dying) server is its death, not a load failure
+            self.cache.check_alive(target, after_failures=True)
         data = level_data(level, target.label, outputs, references, self.suite.prompts)
         data.violations = level_violations(data, self.thresholds)
         data.measured_by = os.environ.get("PYTEST_XDIST_WORKER", "main")

@@ -122,3 +122,28 @@ def test_a_stopped_server_needed_again_is_started_again(pool: ServerPool) -> Non
     url = pool.url_for(("a",), "srv", spec())
     pool.check_alive_for(("a",))
     assert url.startswith("http://127.0.0.1:")
+
+
+def test_a_log_tail_keeps_the_exception_that_came_before_the_shutdown_noise(
+    tmp_path: Path,
+) -> None:
+    """vLLM's shape: the worker's exception, then more than a tail of shutdown lines; the
+    tail names the exception first (distinct lines, at most three), then the last lines."""
+    from pytest_infercheck.servers import log_tail
+
+    log = tmp_path / "server.log"
+    cause = "(Worker pid=1) ERROR [x.py:1] TypeError: 'function' object is not subscriptable"
+    lines = ["starting", cause, cause, "EngineDeadError: EngineCore encountered an issue"]
+    lines += [f"shutdown {i}" for i in range(5)]
+    log.write_text("\n".join(lines) + "\n")
+    assert log_tail(log, lines=3).splitlines() == [
+        "(errors earlier in the log)",
+        cause,
+        "EngineDeadError: EngineCore encountered an issue",
+        "(last lines)",
+        "shutdown 2",
+        "shutdown 3",
+        "shutdown 4",
+    ]
+    log.write_text("a\nb\n")
+    assert log_tail(log, lines=3) == "a\nb"  # nothing earlier: the tail alone
