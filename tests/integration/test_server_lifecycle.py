@@ -80,7 +80,8 @@ def test_a_server_that_fails_to_start_is_started_once(
         "  - determinism: {target: adder@srv, runs: 2}\n    name: two\n"
     )
     write_project(pytester, adder, backend("srv", "llama-server", f"{crash} {{port}}"), checks)
-    result = pytester.runpytest_subprocess("-q", "-p", "no:randomly", *workers)
+    # -rN: no short summary (under CI=true pytest prints its lines whole: each message twice)
+    result = pytester.runpytest_subprocess("-q", "-rN", "-p", "no:randomly", *workers)
     assert result.parseoutcomes() == {"failed": 8}, result.stdout.str()
     assert starts.read_text().splitlines() == ["started"]
     out = result.stdout.str()
