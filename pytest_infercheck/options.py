@@ -70,6 +70,14 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini("infercheck_results", "JSON results file written at the end of the run")
     group.addoption(
+        "--infercheck-repro",
+        dest="infercheck_repro",
+        default=None,
+        metavar="DIR",
+        help="write a repro bundle (a matrix and suite of the item alone, its HTTP requests "
+        "and answers, BUG.md) into DIR/<item> for every failed infercheck item",
+    )
+    group.addoption(
         "--infercheck-shard",
         dest="infercheck_shard",
         default=None,

@@ -23,6 +23,7 @@ from .state import (
     configure_node,
     finish,
     select_items,
+    write_repro,
 )
 
 __all__ = ["infercheck_engine", "infercheck_matrix", "infercheck_target"]
@@ -52,7 +53,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    return attach_record(item, call, report)
+    return attach_record(item, call, write_repro(item, call, report))
 
 
 @pytest.hookimpl(optionalhook=True)

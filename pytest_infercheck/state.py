@@ -67,6 +67,10 @@ def configure(config: pytest.Config) -> None:
             from .report.collector import ResultsCollector  # pydantic (results schema)
 
             _register(config, ResultsCollector(config, results), "infercheck-results")
+    if config.getoption("infercheck_repro", None):
+        from .report.repro import start_recording  # httpx
+
+        start_recording(config)
     if config.getoption("infercheck_record", False):
         _register(config, GoldenWriter(config), "infercheck-golden-writer")
     if config.getoption("infercheck_shard", None) is not None:
@@ -100,6 +104,16 @@ def select_items(config: pytest.Config, items: list[pytest.Item]) -> None:
         from .sharding import select_shard  # the collection layer (pydantic)
 
         select_shard(config, items)
+
+
+def write_repro(item: pytest.Item, call: pytest.CallInfo[None], report: Any) -> Any:
+    """``pytest_runtest_makereport``: under ``--infercheck-repro``, a failed infercheck
+    item's repro bundle (:mod:`.report.repro`); returns ``report``."""
+    if item.config.getoption("infercheck_repro", None) and call.when == "call" and report.failed:
+        from .report.repro import write_item_repro
+
+        write_item_repro(item, report)
+    return report
 
 
 def configure_node(node: Any) -> None:
@@ -149,6 +163,10 @@ def finish(config: pytest.Config) -> None:
     if folder is not None and not is_worker(config):  # the session did not finish
         close_servers_dir(folder, failed=True)
         del config.stash[SERVERS_DIR_KEY]
+    if config.getoption("infercheck_repro", None):
+        from .report.repro import stop_recording
+
+        stop_recording(config)
     for plugin in config.stash.get(PLUGINS_KEY, []):
         config.pluginmanager.unregister(plugin)
     config.stash[PLUGINS_KEY] = []

@@ -42,6 +42,34 @@ _UNDER_LOAD: ContextVar[bool] = ContextVar("infercheck_under_load", default=Fals
 _LIVENESS: ContextVar[Callable[[], None] | None] = ContextVar("infercheck_liveness", default=None)
 
 
+@dataclass(frozen=True)
+class Exchange:
+    """One request and its answer, as a recorder sees it (:func:`record_exchanges`): no
+    headers (the API key travels only there), ``api_key_env`` names where the key comes from."""
+
+    backend: str
+    method: str
+    url: str
+    request: Any
+    status: int | None
+    response: Any
+    """The decoded JSON body, a stream's decoded events, or the text of an error's body."""
+    api_key_env: str | None
+
+
+_RECORDER: ContextVar[Callable[[Exchange], None] | None] = ContextVar(
+    "infercheck_recorder", default=None
+)
+
+
+def record_exchanges(note: Callable[[Exchange], None]) -> Callable[[], None]:
+    """From now on, in this context and the tasks created in it, every request of every
+    :class:`HttpClient` that gets an answer (or an error status) is handed to ``note``
+    (opt-in: ``--infercheck-repro``). Returns the function that stops recording."""
+    token = _RECORDER.set(note)
+    return lambda: _RECORDER.reset(token)
+
+
 @contextlib.contextmanager
 def under_load() -> Iterator[None]:
     """Requests started inside this context (and tasks created in it) go out exactly as the
@@ -157,6 +185,13 @@ class HttpClient:
             raise BackendError(f"backend {self.name!r}: environment variable {env} is not set")
         return {"Authorization": f"Bearer {key}"}
 
+    def _note(self, method: str, path: str, payload: Any, status: int | None, body: Any) -> None:
+        note = _RECORDER.get()
+        if note is not None:
+            url = self.settings.base_url + path
+            env = self.settings.api_key_env
+            note(Exchange(self.name, method, url, payload, status, body, env))
+
     def _client(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
         loop = asyncio.get_running_loop()
         if loop not in self._clients:
@@ -218,7 +253,11 @@ class HttpClient:
                 raise _ErrorStatus(response, response.text)
             return response
 
-        response = await self._retrying(f"{method} {path}", attempt)
+        try:
+            response = await self._retrying(f"{method} {path}", attempt)
+        except HttpError as exc:
+            self._note(method, path, payload, exc.status, exc.body)
+            raise
         if not response.content.strip():
             raise HttpError(
                 f"backend {self.name!r}: {method} {path} returned HTTP "
@@ -227,7 +266,7 @@ class HttpClient:
                 response.text,
             )
         try:
-            return response.json()
+            answer = response.json()
         except ValueError as exc:
             raise HttpError(
                 f"backend {self.name!r}: {method} {path} returned malformed JSON: "
@@ -235,6 +274,8 @@ class HttpClient:
                 response.status_code,
                 response.text,
             ) from exc
+        self._note(method, path, payload, response.status_code, answer)
+        return answer
 
     async def stream(self, path: str, payload: Any, *, sse: bool = True) -> AsyncIterator[Any]:
         """POST ``payload`` and yield the decoded events of the streamed answer, in order.
@@ -260,7 +301,12 @@ class HttpClient:
                 raise
             return held, first, lines
 
-        held, first, lines = await self._retrying(f"POST {path} (stream)", attempt)
+        try:
+            held, first, lines = await self._retrying(f"POST {path} (stream)", attempt)
+        except HttpError as exc:
+            self._note("POST", path, payload, exc.status, exc.body)
+            raise
+        events: list[Any] = []
         async with held:
             if first is None:
                 return
@@ -269,17 +315,19 @@ class HttpClient:
                 while True:
                     event = parse_event_line(line, sse=sse)
                     if event is DONE:
-                        return
+                        break
                     if event is not None:
+                        events.append(event)
                         yield event
                     line = await anext(lines)
             except StopAsyncIteration:
-                return
+                pass
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 raise HttpError(
                     f"backend {self.name!r}: POST {path}: the stream broke: "
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
+        self._note("POST", path, payload, 200, events)
 
     async def send_once(
         self,
