@@ -61,7 +61,9 @@ def configure(config: pytest.Config) -> None:
         if config.pluginmanager.hasplugin("html") and config.getoption("htmlpath", None):
             from .report.pytest_html import HtmlReport  # pytest-html, and the kinds' views
 
-            _register(config, HtmlReport(), "infercheck-html")
+            start = config.invocation_params.dir
+            html_dir = (start / config.getoption("htmlpath")).resolve().parent
+            _register(config, HtmlReport(start, html_dir), "infercheck-html")
         results = results_path(config)
         if results is not None:
             from .report.collector import ResultsCollector  # pydantic (results schema)

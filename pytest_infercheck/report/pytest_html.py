@@ -9,7 +9,9 @@ with and without ``-n``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,8 +41,11 @@ def _slim(record: Mapping[str, Any], dist: Distribution) -> dict[str, Any]:
 class HtmlReport:
     """The hooks; keeps the aggregates (and each comparison prompt's mean KL) for the summary."""
 
-    def __init__(self) -> None:
+    def __init__(self, start_dir: Path, html_dir: Path) -> None:
         self.items: list[dict[str, Any]] = []
+        self.start_dir = start_dir
+        """Where pytest was started: a record's ``repro`` path is relative to it."""
+        self.html_dir = html_dir
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -48,7 +53,11 @@ class HtmlReport:
         if report.when != "call" or not isinstance(record, Mapping):
             return
         detail = item_detail(record, report.outcome)
-        report.extras = [*getattr(report, "extras", []), extras.html(detail)]  # type: ignore[attr-defined]
+        links = [extras.html(detail)]
+        if isinstance(record.get("repro"), str):  # --infercheck-repro: the item's bundle
+            bundle = os.path.relpath(self.start_dir / record["repro"], self.html_dir)
+            links.append(extras.url(bundle, name="repro bundle"))
+        report.extras = [*getattr(report, "extras", []), *links]  # type: ignore[attr-defined]
         kind = kind_named(record.get("kind"))
         dist = None if kind is None else kind.distribution
         if record.get("role") == "aggregate":

@@ -149,6 +149,12 @@ def fence(text: str, info: str = "") -> str:
     return f"{ticks}{info}\n{text}\n{ticks}\n"
 
 
+def markdown_text(text: str) -> str:
+    """``text`` on one line with Markdown's punctuation backslash-escaped (no markup, no
+    HTML)."""
+    return re.sub(r"([\\`*_{}\[\]<>()#+|!~-])", r"\\\1", " ".join(text.split()))
+
+
 def safe_name(nodeid: str) -> str:
     """A folder name for a node id: runs of characters other than letters, digits and
     ``. _ -`` made ``_``; a long name cut, with 8 hex digits of its hash to stay unique."""
@@ -254,7 +260,7 @@ def bug_markdown(
     data = record.get("data") or {}
     violations = list(record.get("violations") or [])
     title = violations[0] if violations else (failure.splitlines() or ["failed"])[0]
-    out = [f"# {nodeid.split('::', 1)[-1]}: {title}".replace("\n", " "), ""]
+    out = [f"# {markdown_text(nodeid.split('::', 1)[-1] + ': ' + title)}", ""]
     out += ["## Environment", ""]
     out += [f"- {k}: `{v}`" for k, v in environment().items()]
     out += ["", "Engines (also `engines.json`):", "", fence(json.dumps(engines, indent=2), "json")]
@@ -399,4 +405,5 @@ def write_item_repro(item: pytest.Item, report: pytest.TestReport) -> None:
     shown = os.path.relpath(folder, base) if folder.is_relative_to(base) else str(folder)
     if item.infercheck_record is not None:
         item.infercheck_record["repro"] = shown
+    item.user_properties.append(("infercheck_repro", shown))  # JUnit reads the teardown's
     report.user_properties.append(("infercheck_repro", shown))
