@@ -97,16 +97,20 @@ class Recorder:
         entry["response"] = summarise(entry["response"])
         self.exchanges.append(redact_urls(plain(entry)))
 
-    def about(self, texts: Iterable[str], ids: Iterable[list[int]]) -> list[dict[str, Any]]:
-        """The exchanges whose request carries one of ``texts`` (as JSON text) or a list of
-        ints that starts with one of ``ids``, in the order they were sent."""
+    def about(
+        self, backends: set[str], texts: Iterable[str], ids: Iterable[list[int]]
+    ) -> list[dict[str, Any]]:
+        """The exchanges with one of ``backends`` whose request carries one of ``texts`` (as
+        JSON text) or a list of ints that starts with one of ``ids``, in the order sent."""
         needles = [json.dumps(t, ensure_ascii=False)[1:-1] for t in texts if t]
         starts = [s for s in ids if len(s) > 1]
         return [
             e
             for e in self.exchanges
-            if any(n in json.dumps(e["request"], ensure_ascii=False) for n in needles)
-            or any(_starts_with(seq, s) for seq in _int_lists(e["request"]) for s in starts)
+            if e["backend"] in backends
+            and any(n in json.dumps(e["request"], ensure_ascii=False) for n in needles)
+            or e["backend"] in backends
+            and any(_starts_with(seq, s) for seq in _int_lists(e["request"]) for s in starts)
         ]
 
 
@@ -333,7 +337,11 @@ def item_bundle(
     matrix = bundle_matrix(check.loaded, check.index, check.settings, suite_file)
     engines = _engines(item)
     ids = list(token_ids(record.get("data")).values())
-    exchanges = [] if recorder is None else recorder.about([p.text for p in prompts], ids)
+    loaded, spec, index = check.loaded, check.check, check.index
+    sides = [spec.baseline_side(index), *spec.test_sides(index)]
+    used = {loaded.target(side.ref, side.loc).backend for side in sides}
+    texts = [p.text for p in prompts]
+    exchanges = [] if recorder is None else recorder.about(used, texts, ids)
     failure = report.longreprtext
     redacted_env = sorted(
         {k for b in matrix["backends"].values() for k in (b.get("env") or {})}
@@ -350,11 +358,9 @@ def item_bundle(
         "record.json": _json(entry),
         "BUG.md": bug_markdown(item.nodeid, record, failure, engines, exchanges, redacted_env),
     }
-    secrets = [
-        os.environ.get(spec.api_key_env, "")
-        for spec in check.loaded.matrix.backends.values()
-        if spec.api_key_env
-    ]
+    envs = {b.api_key_env for b in loaded.matrix.backends.values()}
+    envs |= {e["api_key_env"] for e in exchanges}
+    secrets = [os.environ.get(env, "") for env in envs if env]
     return {name: scrub(text, secrets) for name, text in files.items()}
 
 
