@@ -55,7 +55,7 @@ from .collector import REDACTED, redact, redact_urls
 if TYPE_CHECKING:
     from ..collect import _InfercheckItem
     from ..config import LoadedMatrix
-    from ..suites import Prompt, Suite
+    from ..suites import Prompt
 
 LONG = 100
 """A list or mapping with more entries than this in a recorded answer is summarised."""
@@ -107,10 +107,10 @@ class Recorder:
         return [
             e
             for e in self.exchanges
-            if e["backend"] in backends
-            and any(n in json.dumps(e["request"], ensure_ascii=False) for n in needles)
-            or e["backend"] in backends
-            and any(_starts_with(seq, s) for seq in _int_lists(e["request"]) for s in starts)
+            if (e["backend"] in backends
+            and any(n in json.dumps(e["request"], ensure_ascii=False) for n in needles))
+            or (e["backend"] in backends
+            and any(_starts_with(seq, s) for seq in _int_lists(e["request"]) for s in starts))
         ]
 
 
@@ -292,7 +292,11 @@ def bug_markdown(
     if exchanges:
         out += ["", "## Server requests", "", "As recorded in `requests.json`:", ""]
         for exchange in exchanges:
-            out += [f"{exchange['backend']}: HTTP {exchange['status']}", "", fence(curl(exchange), "sh")]
+            out += [
+                f"{exchange['backend']}: HTTP {exchange['status']}",
+                "",
+                fence(curl(exchange), "sh"),
+            ]
     return "\n".join(out) + "\n"
 
 
@@ -330,7 +334,7 @@ def item_bundle(
     check = node.check_collector
     record = item.infercheck_record or item.infercheck_stub()
     plan = getattr(item, "plan", None)
-    prompts: Suite | tuple[Prompt, ...] = node.suite.prompts
+    prompts: tuple[Prompt, ...] = node.suite.prompts
     if plan is not None and plan.role == "prompt":
         prompts = tuple(p for p in node.suite.prompts if p.id == plan.key) or prompts
     suite_file = f"{node.suite.name}.jsonl"
@@ -343,9 +347,7 @@ def item_bundle(
     texts = [p.text for p in prompts]
     exchanges = [] if recorder is None else recorder.about(used, texts, ids)
     failure = report.longreprtext
-    redacted_env = sorted(
-        {k for b in matrix["backends"].values() for k in (b.get("env") or {})}
-    )
+    redacted_env = sorted({k for b in matrix["backends"].values() for k in (b.get("env") or {})})
     entry = {"nodeid": item.nodeid, "outcome": report.outcome, "longrepr": failure, **record}
     import yaml
 

@@ -96,8 +96,10 @@ def test_a_server_items_bundle_holds_its_requests_and_never_the_key(
         )
         result = pytester.runpytest_subprocess("--infercheck-repro", "repro")
         assert result.parseoutcomes()["failed"] == 2
-        folder = pytester.path / "repro" / safe_name(
-            "infercheck.yaml::compare(bf16.local-vs-bf16.srv)::addition::s01"
+        folder = (
+            pytester.path
+            / "repro"
+            / safe_name("infercheck.yaml::compare(bf16.local-vs-bf16.srv)::addition::s01")
         )
         again = run_in(folder, {**os.environ, "FAKE_KEY": key})
     assert "FAILED infercheck.yaml::compare(bf16.local-vs-bf16.srv)::addition::s01" in again.stdout
