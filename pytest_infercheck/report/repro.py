@@ -107,10 +107,11 @@ class Recorder:
         return [
             e
             for e in self.exchanges
-            if (e["backend"] in backends
-            and any(n in json.dumps(e["request"], ensure_ascii=False) for n in needles))
-            or (e["backend"] in backends
-            and any(_starts_with(seq, s) for seq in _int_lists(e["request"]) for s in starts))
+            if e["backend"] in backends
+            and (
+                any(n in json.dumps(e["request"], ensure_ascii=False) for n in needles)
+                or any(_starts_with(q, s) for q in _int_lists(e["request"]) for s in starts)
+            )
         ]
 
 
