@@ -472,7 +472,7 @@ def format_aggregate(agg: SuiteAggregate) -> str:
         f"{agg.flip_rate_high:.3f}) {agg.flips}; McNemar p = {agg.mcnemar_p:.3g}"
     )
     lines.append(f"severity {agg.severities}; methods {agg.methods}")
-    if agg.divergence_labels or agg.noise_floor is not None:
+    if any(agg.divergence_labels.values()) or agg.noise_floor is not None:
         floor = "n/a" if agg.noise_floor is None else f"{agg.noise_floor:.4g}"
         lines.append(f"divergences {agg.divergence_labels}; noise floor {floor} nats")
     lines.extend(f"problem: {line}" for line in agg.problems)
