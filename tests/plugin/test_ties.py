@@ -1,46 +1,81 @@
-"""Tie-aware divergences on real runs of the tiny adder (bf16 against its 4-bit copy): every
-divergent item carries margins and a label, the aggregate counts the labels, and ``fail_on:
-decisive`` turns only the near-tie items from failed to passed."""
+"""Tie-aware divergences on real runs of the tiny adder against its 8-bit and 4-bit copies
+(the quickstart's boundary prompts, where they diverge): every divergent item carries
+margins and a label (JSON, JUnit), the aggregate counts the labels, and ``fail_on:
+decisive`` turns only the near-tie items from failed to passed.
+
+Measured (bf16 logprobs move in steps of 1/32): q8 parts from bf16 on e11 with margins
+0.03125 / 0.03125 nats, q4 on e07 (0.156 / 0.094), e12 (4.5 / 1.25), e13 (0.25 / 0.25) and
+e14 (3.125 / 0.5). At ``tie_margin: 0.1`` the first is a near-tie, the others decisive."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .helpers import junit_properties, suite_jsonl
 
-CHECK = """\
+PROMPTS = [
+    ("s01", "12+34=", "46"),
+    ("e07", "2+0=", "2"),
+    ("e11", "1+0=", "1"),
+    ("e12", "6+63=", "69"),
+    ("e13", "19+11=", "30"),
+    ("e14", "55+5=", "60"),
+]
+CHECKS = """\
+  - compare: {{baseline: bf16, test: q8}}
+    min_similarity: 1.0
+    flips: {{fail_item_on: never}}
+    tie_margin: 0.1
+    fail_on: {fail_on}
   - compare: {{baseline: bf16, test: q4}}
     min_similarity: 1.0
     flips: {{fail_item_on: never}}
-    tie_margin: {tie_margin}
+    tie_margin: 0.1
     fail_on: {fail_on}
 """
 
 
-def _run(pytester: pytest.Pytester, write_matrix: Any, fail_on: str, tie_margin: float) -> Any:
-    write_matrix(CHECK.format(fail_on=fail_on, tie_margin=tie_margin))
+def _run(pytester: pytest.Pytester, write_matrix: Any, fail_on: str) -> dict[str, Any]:
+    """Item name (``q8:e11``) -> its outcome, record and JUnit properties."""
+    write_matrix(CHECKS.format(fail_on=fail_on))
+    pytester.makefile(".jsonl", addition=suite_jsonl(PROMPTS))
     xml, results = f"junit-{fail_on}.xml", f"results-{fail_on}.json"
-    result = pytester.runpytest("-q", f"--junitxml={xml}", f"--infercheck-results={results}")
-    props = {
-        name: p for name, p in junit_properties(pytester.path / xml).items() if "aggregate" not in name
-    }
-    data = json.loads((pytester.path / results).read_text())
-    return result, props, data
+    pytester.runpytest("-q", f"--junitxml={xml}", f"--infercheck-results={results}")
+    junit = junit_properties(pytester.path / xml)
+    out = {}
+    for item in json.loads((pytester.path / results).read_text())["items"]:
+        side = "q8" if "bf16-vs-q8" in item["nodeid"] else "q4"
+        name = item["nodeid"].split("::")[-1]
+        props = junit[name] if name != "aggregate" else {}
+        out[f"{side}:{name}"] = {**item, "junit": props}
+    return out
 
 
 def test_labels_are_counted_and_fail_on_decisive_passes_only_near_ties(
     pytester: pytest.Pytester, write_matrix: Any
 ) -> None:
-    strict, props, data = _run(pytester, write_matrix, "any", 0.05)
-    rows = [(f"p{a:02d}{b:02d}", f"{a}+{b}=", str(a + b)) for a in range(1, 99, 7) for b in range(3, 99, 11)]
-    pytester.makefile(".jsonl", addition=suite_jsonl(rows))
-    strict, props, data = _run(pytester, write_matrix, "any", 0.05)
-    for item in data["items"]:
-        d = item.get("data") or {}
-        if d.get("divergence_label"):
-            print(item["nodeid"], d["divergence_label"], d["margins"], d["noise_floor"], d["base_text"], d["test_text"])
-    assert False
+    strict = _run(pytester, write_matrix, "any")
+    labels = {k: v["data"]["divergence_label"] for k, v in strict.items() if k[3:] != "aggregate"}
+    assert {k: v for k, v in labels.items() if v} == {
+        "q8:e11": "near-tie",
+        "q4:e07": "decisive",
+        "q4:e12": "decisive",
+        "q4:e13": "decisive",
+        "q4:e14": "decisive",
+    }
+    assert strict["q8:e11"]["data"]["margins"] == [0.03125, 0.03125]
+    assert strict["q4:e13"]["data"]["margins"] == [0.25, 0.25]
+    assert strict["q4:e07"]["junit"]["infercheck_divergence_label"] == "decisive"
+    q8 = strict["q8:aggregate"]["data"]["levels"][0]
+    q4 = strict["q4:aggregate"]["data"]["levels"][0]
+    assert q8["divergence_labels"] == {"near-tie": 1, "decisive": 0, "unknown": 0}
+    assert q4["divergence_labels"] == {"near-tie": 0, "decisive": 4, "unknown": 0}
+    failed = {k for k, v in strict.items() if v["outcome"] == "failed" and "aggregate" not in k}
+    assert failed == {"q8:e11", "q4:e07", "q4:e12", "q4:e13", "q4:e14"}
+
+    lenient = _run(pytester, write_matrix, "decisive")
+    failed = {k for k, v in lenient.items() if v["outcome"] == "failed" and "aggregate" not in k}
+    assert failed == {"q4:e07", "q4:e12", "q4:e13", "q4:e14"}  # only the near-tie passes

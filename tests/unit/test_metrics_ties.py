@@ -131,9 +131,7 @@ def test_fail_on_decisive_passes_only_a_near_tie() -> None:
     # min_similarity only says the texts differ: waived for a near-tie, not for the others
     similar = Thresholds(min_similarity=0.9, fail_on="decisive")
     assert item_violations(TIE, similar) == []
-    assert item_violations(DECISIVE, similar) == [
-        "text similarity 0.0000 < min_similarity 0.9"
-    ]
+    assert item_violations(DECISIVE, similar) == ["text similarity 0.0000 < min_similarity 0.9"]
     # every other gate still fails a near-tie
     assert item_violations(TIE, Thresholds(max_kl=0.0001, fail_on="decisive")) == [
         "mean KL 0.001 > max_kl 0.0001"
