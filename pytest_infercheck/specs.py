@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .backends.registry import SERVER_KINDS as SERVER_KINDS  # from the backend registry
+from .metrics.ties import DEFAULT_TIE_MARGIN
 
 
 class _Strict(BaseModel):
@@ -94,11 +95,24 @@ class LogprobTolerance(KindThresholds):
     logprob_tolerance: float = Field(default=1e-4, ge=0)
 
 
-class Thresholds(SimilarityGate, FlipGates):
+class TieGates(KindThresholds):
+    """How a first divergence is labelled and whether a near-tie fails
+    (:mod:`~pytest_infercheck.metrics.ties`). ``tie_margin`` (nats, > 0): a divergence is a
+    ``near-tie`` when both sides' margins are at most this (default 0.01: float16 KV and
+    flash-attention reorderings were measured at up to ~1.4e-3; a bfloat16 engine may set
+    more). ``fail_on``: ``any`` (the default, strict) fails a divergent item as its gates
+    say; ``decisive`` lets an item whose only fault is a ``near-tie`` divergence pass."""
+
+    tie_margin: float = Field(default=DEFAULT_TIE_MARGIN, gt=0)
+    fail_on: Literal["any", "decisive"] = "any"
+
+
+class Thresholds(SimilarityGate, FlipGates, TieGates):
     """The thresholds of a comparison (compare, sweep, diff). Per item: ``max_kl``
     (teacher-forced mean KL of the prompt), ``max_kl_position`` (its largest KL_t),
     ``min_similarity`` (text), ``flips.fail_item_on``. Per suite: ``max_mean_kl`` (pooled mean
-    KL), ``min_same_top`` (argmax agreement rate), ``flips.max_rate``."""
+    KL), ``min_same_top`` (argmax agreement rate), ``flips.max_rate``. Besides:
+    ``tie_margin`` and ``fail_on`` (:class:`TieGates`)."""
 
     max_kl: float | None = Field(default=None, ge=0)
     max_kl_position: float | None = Field(default=None, ge=0)

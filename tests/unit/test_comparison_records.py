@@ -144,6 +144,10 @@ PROMPT_KEYS = [
     "base_batch",
     "test_batch",
     "scoring",
+    "margins",
+    "margins_exact",
+    "noise_floor",
+    "divergence_label",
     "kl_mean",
     "kl_max",
     "same_top_rate",
@@ -174,6 +178,8 @@ LEVEL_KEYS = [
     "mcnemar_p",
     "severities",
     "methods",
+    "divergence_labels",
+    "noise_floor",
     "problems",
 ]
 

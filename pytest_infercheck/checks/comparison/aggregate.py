@@ -9,6 +9,9 @@
 - problems: the prompts whose numbers are unusable (non-finite KL or logprobs, rows that do
   not normalise, an empty generation against a non-empty one), one line per kind of problem
   naming the prompts; each line is a suite violation of its own.
+- divergences: the prompts whose outputs diverge, counted by label (``near-tie``,
+  ``decisive``, ``unknown``), and the largest noise floor (:mod:`~pytest_infercheck.metrics.
+  ties`).
 - a sweep's degradation cliff (:func:`degradation_cliff`).
 """
 
@@ -22,8 +25,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...metrics.finite import aggregate_problems
+from ...metrics.finite import aggregate_problems, strict_max
 from ...metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
+from ...metrics.ties import count_labels
 from ...records import OMIT_WHEN_EMPTY, Measured
 from .gates import flip_rate_violation, item_verdict
 from .options import DEFAULT_CLIFF_ALPHA, Thresholds
@@ -159,6 +163,13 @@ class SuiteAggregate:
     """Prompts by output severity (``identical``, ``minor``, ...)."""
     methods: dict[str, int]
     """Prompts by comparison method (``teacher-forced``, ``text``, ...)."""
+    divergence_labels: dict[str, int] = field(default_factory=dict, kw_only=True)
+    """Prompts whose outputs diverge token by token, by the first divergence's label
+    (:mod:`~pytest_infercheck.metrics.ties`): ``{near-tie: n, decisive: m, unknown: k}``
+    (empty in a results file written before it was counted)."""
+    noise_floor: float | None = field(default=None, kw_only=True)
+    """The largest of the prompts' noise floors (|delta logprob| of the chosen tokens where
+    the sides agree), NaN when one is NaN; None when no prompt measured one."""
     problems: list[str] = field(default_factory=list)
     """Fail closed: one line per kind of problem found in the prompts
     (:func:`~.verdicts.item_problems`), naming them, e.g. ``non-finite KL in 2 of 60
@@ -242,6 +253,7 @@ def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteA
     flips = Counter(r.flip for r in answered)
     n_flips = sum(1 for r in answered if r.is_flip)
     low, high = wilson_interval(n_flips, len(answered), thresholds.flips.confidence)
+    floors = [r.noise_floor for r in results if r.noise_floor is not None]
     return SuiteAggregate(
         baseline=results[0].baseline,
         test=results[0].test,
@@ -268,6 +280,8 @@ def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteA
         severities=dict(sorted(Counter(r.severity for r in results).items())),
         methods=dict(sorted(Counter(r.method for r in results).items())),
         problems=aggregate_problems([(r.prompt_id, item_problems(r)) for r in results]),
+        divergence_labels=count_labels([r.divergence_label for r in results]),
+        noise_floor=strict_max(floors) if floors else None,
     )
 
 
@@ -458,5 +472,8 @@ def format_aggregate(agg: SuiteAggregate) -> str:
         f"{agg.flip_rate_high:.3f}) {agg.flips}; McNemar p = {agg.mcnemar_p:.3g}"
     )
     lines.append(f"severity {agg.severities}; methods {agg.methods}")
+    if any(agg.divergence_labels.values()) or agg.noise_floor is not None:
+        floor = "n/a" if agg.noise_floor is None else f"{agg.noise_floor:.4g}"
+        lines.append(f"divergences {agg.divergence_labels}; noise floor {floor} nats")
     lines.extend(f"problem: {line}" for line in agg.problems)
     return "\n".join(lines)

@@ -4,7 +4,8 @@ a suite, and refused at collection when it cannot pass), and whether a check has
 - an item: every fail-closed problem and per-item threshold of
   :func:`~.verdicts.item_violations`, and, for a ``diff`` that expects identical outputs
   (``expect: identical``, its default), outputs that are not the same
-  (:func:`item_verdict`);
+  (:func:`item_verdict`), unless the check has ``fail_on: decisive`` and the divergence is
+  a ``near-tie`` (:func:`~.verdicts.near_tie_passes`);
 - the flip rate: ``flips.max_rate`` against the upper bound of the rate's Wilson interval
   (``gate: upper``) or its point estimate (``gate: point``): :func:`flip_rate_violation` on
   a suite, :func:`flip_rate_gates` at collection;
@@ -30,7 +31,7 @@ import pytest
 
 from ..protocol import RateGate
 from .options import DiffThresholds, Thresholds
-from .verdicts import item_violations
+from .verdicts import item_violations, near_tie_passes
 
 if TYPE_CHECKING:
     from ...config import CheckSpec, LoadedMatrix
@@ -57,9 +58,11 @@ def item_verdict(result: PromptComparison, thresholds: Thresholds) -> list[str]:
     """Why one prompt's comparison fails: :func:`~.verdicts.item_violations`, then, when the
     check expects identical outputs, that they are not (the record's sameness verdict,
     :attr:`~.prompt.PromptComparison.identical`). The suite aggregate counts failed items
-    with it too."""
+    with it too. Under ``fail_on: decisive`` a near-tie divergence is not a violation
+    (:func:`~.verdicts.near_tie_passes`)."""
     out = item_violations(result, thresholds)
-    if expects_identical(thresholds) and not result.identical:
+    tolerated = near_tie_passes(result, thresholds)
+    if expects_identical(thresholds) and not result.identical and not tolerated:
         out.append(
             f"outputs not identical: {result.sameness or 'not compared'} (expect: identical)"
         )

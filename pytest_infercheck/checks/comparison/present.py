@@ -68,6 +68,8 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
         ("same-top rate", num(r.same_top_rate)),
         ("finish", f"{r.base_finish} / {r.test_finish}"),
         ("divergence starts at", r.divergence_origin or "-"),
+        ("first divergence", _divergence(r)),
+        ("noise floor (nats)", _measured(r.noise_floor)),
     ]
     parts = [
         table([esc(k) for k, _ in facts], [[esc(v) for _, v in facts]]),
@@ -115,6 +117,18 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
+def _divergence(r: PromptComparison) -> str:
+    """``near-tie at token 3 (margins 0.0012 / 0.0007)``: the label, where, and the
+    baseline's / test side's margins in nats (``>=`` a lower bound); ``-`` without one."""
+    if r.divergence_label is None:
+        return "-"
+    text = f"{r.divergence_label} at token {r.first_divergence}"
+    if r.margins is not None:
+        bound = "" if r.margins_exact else ">= "
+        text += " (margins " + " / ".join(bound + _measured(m) for m in r.margins) + ")"
+    return text
+
+
 def _origin_html(r: PromptComparison) -> list[str]:
     """Where the divergence starts (its evidence) and which prompt each side received,
     escaped; nothing for a record without them (an older file)."""
@@ -157,6 +171,8 @@ COMPARISON_COLUMNS: list[tuple[str, Callable[[SuiteAggregate], str]]] = [
     ("KL p99", lambda lv: num(lv.kl_p99)),
     ("KL max", lambda lv: num(lv.kl_max)),
     ("same-top rate", lambda lv: num(lv.same_top_rate)),
+    ("divergences", lambda lv: plain(lv.divergence_labels)),
+    ("noise floor", lambda lv: _measured(lv.noise_floor)),
     ("McNemar p", lambda lv: num(lv.mcnemar_p, ".3g")),
     ("methods", lambda lv: plain(lv.methods)),
 ]

@@ -60,6 +60,14 @@ from ...metrics.kl import (
 from ...metrics.origin import Origin, PromptSide, Stage, locate_origin, nfc_probe_texts
 from ...metrics.sameness import Sameness, compare_outputs
 from ...metrics.text import first_divergence, severity, similarity
+from ...metrics.ties import (
+    DEFAULT_TIE_MARGIN,
+    Margin,
+    divergence_label,
+    full_row_margin,
+    noise_floor,
+    top_k_margin,
+)
 from ...metrics.tokenization import LEADING, WINDOW
 from ...metrics.topk_full import full_vs_topk_stats, topk_vs_full_stats
 from ...records import OMIT_WHEN_EMPTY, Measured
@@ -219,6 +227,23 @@ class PromptComparison:
     """Why the sides were generated one at a time although they could be batched
     (``batching: false``, ``--infercheck-no-batching``, a failed batching probe); absent
     from the JSON when empty."""
+    margins: list[float | None] | None = None
+    """At the first divergent token (:mod:`~pytest_infercheck.metrics.ties`): the baseline's
+    margin ``log p_base(own) - log p_base(test's token)`` and the test side's ``log
+    p_test(own) - log p_test(baseline's token)``, in nats, each under its own distribution;
+    an element is None where that side has no logprobs at the divergence; None when the
+    outputs do not diverge token by token."""
+    margins_exact: bool = True
+    """False when a margin is a lower bound (the other token was outside that side's
+    top-k: ``log p(own) - min(top-k)``)."""
+    noise_floor: float | None = None
+    """The largest |delta logprob| of the chosen tokens over the positions where both sides
+    agree (before the first divergence; every position when the token ids are equal): the
+    engines' own numeric noise; None without both sides' chosen logprobs."""
+    divergence_label: str | None = None
+    """``near-tie`` (every margin exact and within the check's ``tie_margin``), ``decisive``
+    (a margin above it), ``unknown`` (no logprobs at the divergence, a bound within it, a
+    non-finite margin); None when the outputs do not diverge token by token."""
     kl_mean: float | None = field(init=False)
     """Derived: mean of :attr:`kl_per_position`, NaN when any position is NaN (None without
     positions)."""
@@ -293,10 +318,12 @@ def compare_prompt(
     test_run: int = 0,
     inputs: SideInputs | None = None,
     batching_note: str = "",
+    tie_margin: float = DEFAULT_TIE_MARGIN,
 ) -> PromptComparison:
     """Compare ``test`` against ``baseline`` on ``prompt`` (see the module docstring);
     ``inputs``: the sides' inputs when already decided (:func:`.inputs.decide_inputs`);
-    ``batching_note``: why in-process sides were generated one at a time, if they were."""
+    ``batching_note``: why in-process sides were generated one at a time, if they were;
+    ``tie_margin``: the check's, which labels the first divergence."""
     if inputs is None:
         inputs = decide_inputs(cache, baseline, test, prompt, thinking)
     rendered, test_input = inputs.base, inputs.test
@@ -312,6 +339,9 @@ def compare_prompt(
     )
     answers = _answers(prompt, base.text, other.text)
     origin = _origin(cache, baseline, test, inputs, base, other, verdict)
+    margins = _margins(
+        cache, baseline, test, rendered.token_ids if shared_ids else None, base, other, divergence
+    )
     return PromptComparison(
         prompt_id=prompt.id,
         prompt_text=prompt.text,
@@ -353,7 +383,78 @@ def compare_prompt(
         scoring=dists.scoring,
         method_note=dists.note,
         batching_note=batching_note,
+        margins=None if margins is None else [None if m is None else m.value for m in margins],
+        margins_exact=margins is None or all(m is None or m.exact for m in margins),
+        noise_floor=noise_floor(
+            base.chosen_logprobs, other.chosen_logprobs, _agreeing(verdict, base, other)
+        ),
+        divergence_label=divergence_label(divergence is not None, margins or [], tie_margin),
     )
+
+
+def _agreeing(verdict: Sameness, base: Generation, other: Generation) -> int:
+    """How many leading positions both sides chose the same token after the same prefix:
+    up to the first divergent token, all of them when the token ids are equal, else none
+    known."""
+    if verdict.divergence_unit == "token" and verdict.first_divergence is not None:
+        return verdict.first_divergence
+    if base.token_ids is not None and base.token_ids == other.token_ids:
+        return len(base.token_ids)
+    return 0
+
+
+def _margins(
+    cache: GenerationCache,
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    prompt_ids: tuple[int, ...] | None,
+    base: Generation,
+    other: Generation,
+    at: int | None,
+) -> tuple[Margin | None, Margin | None] | None:
+    """Each side's margin at the first divergent token ``at`` (None: no divergence), under
+    its own distribution there (both sides saw the same prefix), from the first of: the
+    generation's full rows; its top-k when it holds the other token (exact); the side's
+    teacher-forced full rows of the baseline's continuation (same prefix up to ``at``); its
+    top-k's lower bound. Keys are token ids where both sides received the same prompt ids
+    (``prompt_ids`` given), else token texts for a side whose top-k is keyed by text."""
+    if at is None:
+        return None
+
+    def side(target: ResolvedTarget, own: Generation, versus: Generation) -> Margin | None:
+        by_id = prompt_ids is not None
+        keys = (own.token_ids, versus.token_ids) if by_id else (own.token_texts, versus.token_texts)
+        if keys[0] is None or keys[1] is None or at >= min(len(keys[0]), len(keys[1])):
+            return None
+        mine, theirs = keys[0][at], keys[1][at]
+        if by_id and own.full_logprobs is not None and at < len(own.full_logprobs):
+            return full_row_margin(own.full_logprobs[at], int(mine), int(theirs))
+        top = None
+        if (
+            own.top_logprobs
+            and at < len(own.top_logprobs)
+            and own.top_keys == ("id" if by_id else "text")
+        ):
+            top = own.top_logprobs[at]
+        chosen = (
+            own.chosen_logprobs[at]
+            if own.chosen_logprobs and at < len(own.chosen_logprobs)
+            else None
+        )
+        from_top = top_k_margin(top, mine, theirs, own_logprob=chosen)
+        if from_top is not None and from_top.exact:
+            return from_top
+        if (
+            by_id
+            and prompt_ids is not None
+            and target.backend.capabilities.teacher_forcing
+            and base.token_ids
+        ):
+            rows = cache.score(target, list(prompt_ids), base.token_ids)
+            return full_row_margin(rows[at], int(mine), int(theirs))
+        return from_top
+
+    return side(baseline, base, other), side(test, other, base)
 
 
 def outputs_verdict(inputs: SideInputs, base: Generation, other: Generation) -> Sameness:

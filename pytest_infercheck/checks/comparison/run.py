@@ -268,6 +268,7 @@ class ComparisonRun(CheckRun[CS, CT]):
             thinking=self.settings.thinking,
             inputs=self.inputs(prompt, side),
             batching_note=self._batching_note,
+            tie_margin=self.thresholds.tie_margin,
         )
 
     # -- golden recording (--infercheck-record) ----------------------------------------------
@@ -289,6 +290,8 @@ class ComparisonRun(CheckRun[CS, CT]):
             ("infercheck_kl_max", result.kl_max),
             ("infercheck_same_top_rate", result.same_top_rate),
             ("infercheck_first_divergence", result.first_divergence),
+            ("infercheck_divergence_label", result.divergence_label),
+            ("infercheck_noise_floor", result.noise_floor),
             ("infercheck_similarity", round(result.similarity, 6)),
             ("infercheck_severity", result.severity),
             ("infercheck_flip", result.flip),

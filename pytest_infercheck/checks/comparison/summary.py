@@ -80,16 +80,22 @@ AGGREGATE_PROPERTIES = (
     "flip_rate_low",
     "flip_rate_high",
     "mcnemar_p",
+    "noise_floor",
 )
 
 
 def aggregate_properties(aggregates: list[SuiteAggregate]) -> list[tuple[str, Any]]:
     """Scalar JUnit properties of a suite's aggregates: ``infercheck_kl_mean`` and so on; with
-    several test sides (a sweep) each name carries the side: ``infercheck_q4@local_kl_mean``."""
+    several test sides (a sweep) each name carries the side: ``infercheck_q4@local_kl_mean``;
+    the divergence labels' counts as ``infercheck_divergences_near_tie`` and so on."""
     properties: list[tuple[str, Any]] = []
     for agg in aggregates:
         prefix = "infercheck_" if len(aggregates) == 1 else f"infercheck_{agg.test}_"
         properties.extend((prefix + name, getattr(agg, name)) for name in AGGREGATE_PROPERTIES)
+        properties.extend(
+            (f"{prefix}divergences_{label.replace('-', '_')}", n)
+            for label, n in agg.divergence_labels.items()
+        )
     return properties
 
 

@@ -35,7 +35,9 @@ def item_problems(result: PromptComparison) -> list[Problem]:
     scoring's problems (:attr:`PromptComparison.problems`: non-finite or not normalised
     logprob rows, non-finite ``KL_t``), a non-finite ``KL_t`` in the record even when the
     scoring did not name it (a record read back, or made by hand), a non-finite similarity,
-    and an empty generation against a non-empty one."""
+    an empty generation against a non-empty one, and a non-finite divergence margin or noise
+    floor (:mod:`~pytest_infercheck.metrics.ties`; such a divergence is labelled
+    ``unknown``)."""
     problems: list[Problem] = list(result.problems)
     named_kl = any(isinstance(p, NonFinite) and p.what == "KL" for p in problems)
     kl_problem = check_values("KL", result.kl_per_position)
@@ -47,7 +49,24 @@ def item_problems(result: PromptComparison) -> list[Problem]:
     empty = empty_output(result)
     if empty is not None:
         problems.append(empty)
+    if result.margins is not None:
+        known = [m for m in result.margins if m is not None]
+        margins = check_values("divergence margins", known, unit="side")
+        if margins is not None:
+            problems.append(margins)
+    if result.noise_floor is not None:
+        floor = check_scalar("noise floor", result.noise_floor)
+        if floor is not None:
+            problems.append(floor)
     return problems
+
+
+def near_tie_passes(result: PromptComparison, thresholds: Thresholds) -> bool:
+    """Whether the item's divergence does not fail it: ``fail_on: decisive`` and a
+    ``near-tie`` first divergence. Then the findings that only say the outputs differ (a
+    diff's ``expect: identical``, ``min_similarity``) are not violations; every other one
+    (problems, faults, KL, answer flips) still is."""
+    return thresholds.fail_on == "decisive" and result.divergence_label == "near-tie"
 
 
 def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[str]:
@@ -56,7 +75,8 @@ def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[st
     then every per-item threshold that ``result`` breaks, as ``measured vs limit`` lines. A
     NaN never passes: it is named as a problem (a NaN mean or max KL comes from a non-finite
     ``KL_t``, a NaN similarity is non-finite itself); ``+inf`` KL also breaks ``max_kl`` and
-    ``max_kl_position``."""
+    ``max_kl_position``. ``min_similarity`` is waived for a near-tie divergence under ``fail_on:
+    decisive`` (:func:`near_tie_passes`)."""
     out = [p.describe() for p in item_problems(result)] + list(result.faults)
     mean, peak = result.kl_mean, result.kl_max
     lower = " (lower bound)" if result.method in LOWER_BOUND_METHODS else ""
@@ -68,7 +88,11 @@ def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[st
         and peak > thresholds.max_kl_position
     ):
         out.append(f"max KL_t{lower} {peak:.6g} > max_kl_position {thresholds.max_kl_position:g}")
-    if thresholds.min_similarity is not None and result.similarity < thresholds.min_similarity:
+    if (
+        thresholds.min_similarity is not None
+        and result.similarity < thresholds.min_similarity
+        and not near_tie_passes(result, thresholds)
+    ):
         out.append(
             f"text similarity {result.similarity:.4f} < min_similarity "
             f"{thresholds.min_similarity:g}"
@@ -97,6 +121,9 @@ def describe(result: PromptComparison) -> str:
     lines.append(f"test     {result.test}: {mark_divergence(result.test_text, result.base_text)}")
     lines.append(f"  ({where}; ⟦ marks the first differing character)")
     lines.extend(origin_lines(result))
+    tie = tie_line(result)
+    if tie:
+        lines.append(tie)
     if result.base_reasoning_chars or result.test_reasoning_chars:
         lines.append(
             f"reasoning returned apart from the answer: baseline {result.base_reasoning_chars} "
@@ -128,6 +155,27 @@ def origin_lines(result: PromptComparison) -> list[str]:
         inputs = result.prompt_inputs
         lines.append(f"prompt: {inputs.sharing} ({safe_text(inputs.reason, 300)})")
     return lines
+
+
+def tie_line(result: PromptComparison) -> str:
+    """The first divergence's label, margins and noise floor in a line (``first divergence
+    at token 3: near-tie (margins: baseline 0.0012, test 0.0007 nats; noise floor 0.0004)``);
+    "" when the outputs do not diverge token by token."""
+    if result.divergence_label is None:
+        return ""
+    bound = "" if result.margins_exact else " (>= : a lower bound from a top-k)"
+    margins = "no logprobs"
+    if result.margins is not None:
+        margins = ", ".join(
+            f"{side} {'n/a' if m is None else f'{m:.4g}'}"
+            for side, m in zip(("baseline", "test"), result.margins, strict=True)
+        )
+        margins += f" nats{bound}"
+    floor = "n/a" if result.noise_floor is None else f"{result.noise_floor:.4g}"
+    return (
+        f"first divergence at token {result.first_divergence}: {result.divergence_label} "
+        f"(margins: {margins}; noise floor {floor})"
+    )
 
 
 def _show(value: str | None) -> str:
