@@ -104,7 +104,10 @@ def runs_table(results: Sequence[Mapping[str, Any]], labels: list[str]) -> str:
         counts = [sum(1 for i in r.get("items") or [] if _outcome(i) == outcome) for r in results]
         rows.append(f"<tr><th>{outcome}</th>" + "".join(f"<td>{n}</td>" for n in counts) + "</tr>")
     body = "".join(rows)
-    return f'<table class="ic-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return (
+        f'<table class="ic-table ic-runs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+        "</table>"
+    )
 
 
 def _fact(value: Any) -> str:

@@ -150,7 +150,9 @@ def _verdict_cell(title: str, item: Mapping[str, Any]) -> str:
     if not found:
         return "<td>-</td>"
     v = found[0]
-    return f'<td class="ic-{esc(v.verdict)}"><b>{esc(v.verdict)}</b>: {esc(v.deciding)}</td>'
+    return (
+        f'<td class="ic-{esc(v.verdict)}"><strong>{esc(v.verdict)}</strong>: {esc(v.deciding)}</td>'
+    )
 
 
 def summary_html(runs: list[RunView]) -> str:

@@ -98,8 +98,8 @@ def verdict_matrix(rows: list[Row]) -> str:
                 continue
             tds.append(
                 f'<td class="ic-{esc(v.verdict)}"><a href="#{esc(link)}">'
-                f'<b>{esc(v.verdict)}</b></a> <span class="ic-deciding">{esc(v.deciding)}</span>'
-                "</td>"
+                f"<strong>{esc(v.verdict)}</strong></a> "
+                f'<span class="ic-deciding">{esc(v.deciding)}</span></td>'
             )
         body.append(
             f'<tr><th><a href="#{esc(link)}">{esc(check)}</a></th><td>{esc(suite)}</td>'
@@ -107,6 +107,6 @@ def verdict_matrix(rows: list[Row]) -> str:
             + "</tr>"
         )
     return (
-        '<table id="infercheck-verdicts" class="ic-table ic-verdicts">'
+        '<table id="infercheck-verdicts" class="ic-verdicts">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     )

@@ -241,7 +241,7 @@ def _first_infercheck_element(page: Node) -> Node:
     the page's first element of an ``ic-`` class)."""
     section = next(n for n in page.iter() if any(c.startswith("ic-") for c in n.classes))
     assert section.classes == ["ic-summary"]
-    return [n for n in section.children if isinstance(n, Node) and n.tag != "h2"][0]
+    return next(n for n in section.children if isinstance(n, Node) and n.tag != "h2")
 
 
 @pytest.mark.parametrize("report", ["pytest-html", "standalone"])
@@ -256,9 +256,9 @@ def test_the_report_opens_with_the_verdicts(quickstart_run: QuickstartRun, repor
     page = parse(html)
     assert _first_infercheck_element(page).attrs.get("id") == "infercheck-verdicts"
     q8, q4 = _sweep_q8_q4(page)
-    assert "ic-pass" in q8.classes and q8.one("b").text() == "pass"
+    assert "ic-pass" in q8.classes and q8.one("strong").text() == "pass"
     assert q8.one("span", "ic-deciding").text() == "mean KL 0.0002805 ± 0.0001"
-    assert "ic-fail" in q4.classes and q4.one("b").text() == "fail"
+    assert "ic-fail" in q4.classes and q4.one("strong").text() == "fail"
     deciding = q4.one("span", "ic-deciding").text()
     assert deciding == "mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005"
     (link,) = {a.attrs["href"] for a in q4.all("a")}

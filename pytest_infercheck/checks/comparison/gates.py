@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,19 +159,23 @@ def flip_rate_gates(check: CheckSpec, suite: Suite) -> list[RateGate]:
 
 
 def side_verdict(
-    record: ComparisonAggregateRecord, level: SuiteAggregate | None, passed: bool
+    record: ComparisonAggregateRecord,
+    level: SuiteAggregate | None,
+    passed: bool,
+    violations: Sequence[str] = (),
 ) -> tuple[bool, str]:
     """Whether one test side of an aggregate passed (``passed``: the aggregate's verdict),
     and what decided it. A side fails for its own broken suite gates (its ``violations``),
     for the items that errored (every side's: :attr:`~.aggregate.ComparisonAggregateRecord.
     errored`), for its failed items, or when none of its items has a record (``level``
     None); it shows the first of these, or its mean KL when it passed. A record written
-    before sides carried their gates (``violations`` None) is judged by ``passed``."""
+    before sides carried their gates (``violations`` None) is judged by ``passed``, and
+    shows the aggregate's first violation (of ``violations``)."""
     if level is None:
         return False, "no prompt of this side has a record"
     failed_items = f"{level.n_failed}/{level.n_prompts} items failed"
     if level.violations is None:
-        reasons = [] if passed else ["the aggregate failed"]
+        reasons = [] if passed else [*violations, "the aggregate failed"]
     else:
         reasons = [*level.violations, *record.errored]
     if level.n_failed:

@@ -310,7 +310,7 @@ def side_verdicts(
     record = aggregate_record(data)
     cells = []
     for test, level in _sides(record).items():
-        ok, deciding = side_verdict(record, level, passed)
+        ok, deciding = side_verdict(record, level, passed, violations)
         verdict = "fail" if not ok else "ungated" if record.ungated else "pass"
         cells.append(Verdict(test, verdict, deciding))
     return cells
