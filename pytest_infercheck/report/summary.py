@@ -69,7 +69,30 @@ def measures(kind_name: Any, cols: list[Mapping[str, Any]]) -> list[Measure]:
     extra = dict.fromkeys(
         k for c in cols for k, v in c.items() if k not in used and not isinstance(v, dict | list)
     )
-    return known + [(k.replace("_", " "), lambda c, k=k: plain(c.get(k, "-"))) for k in extra]
+    return known + [(label(k), lambda c, k=k: plain(c.get(k, "-"))) for k in extra]
+
+
+LABELS = {
+    "n_match": "matching",
+    "n_mismatch": "mismatching",
+    "n_failed": "failed items",
+    "n_flips": "answer flips",
+    "n_errors": "errors",
+    "n_hostile": "hostile requests",
+    "n_dead": "dead servers",
+    "n_polluted": "polluted",
+    "measured_by": "measured in (xdist worker, or main process)",
+    "max_in_flight": "most requests in flight",
+    "consistent": "consistent outputs",
+    "count_only": "count-only (counts equal)",
+    "batched_by": "batched by",
+}
+"""Readable titles of the record fields a summary table shows without a kind's measure."""
+
+
+def label(key: str) -> str:
+    """A record field's title in a summary table: :data:`LABELS`, else its words."""
+    return LABELS.get(key, key.replace("_", " "))
 
 
 def _aggregates(

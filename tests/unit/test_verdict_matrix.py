@@ -88,3 +88,66 @@ def test_a_failure_report_starts_with_what_failed() -> None:
     text = Outcome(["q4@local: mean KL 0.2 > max_mean_kl 0.15", "x"], "q8 vs bf16").failure_report()
     assert text.splitlines()[0] == "q4@local: mean KL 0.2 > max_mean_kl 0.15 (+1 more)"
     assert text.splitlines()[2] == "q8 vs bf16"
+
+
+def _summary_rows(item: dict) -> dict[str, list[str]]:
+    from pytest_infercheck.report.summary import RunView, summary_html
+
+    page = parse(summary_html([RunView("r", [item])]))
+    table = page.one("section", "ic-summary").all("table", "ic-table")[0]
+    header = {"measure": [th.text() for th in table.one("thead").all("th")][1:]}
+    return header | {
+        tr.all("th")[0].text(): [td.text() for td in tr.all("td")]
+        for tr in table.one("tbody").iter("tr")
+    }
+
+
+def test_the_tokenization_table_is_headed_by_the_target_tested() -> None:
+    from pytest_infercheck.checks.tokenization import SideCounts, TokenizationAggregate
+
+    record = TokenizationAggregate(
+        target="ref@local",
+        items=4,
+        identical=3,
+        count_only=0,
+        differing=1,
+        allowed=0,
+        by_cause={"special tokens": 1},
+        n_errors=0,
+        errors={},
+        failed=["p1[tested]"],
+        sides={"tested@llama": SideCounts(4, 3, 0, 1, 0)},
+        engines={},
+    )
+    item = {
+        "kind": "tokenization",
+        "check": "tokenization(ref)",
+        "suite": "s",
+        "role": "aggregate",
+        "outcome": "failed",
+        "violations": ["p1[tested]: token ids differ"],
+        "data": plain_data(record),
+    }
+    table = _summary_rows(item)
+    assert table["measure"] == ["tested@llama"]
+    assert table["against reference"] == ["ref@local"]
+    assert table["identical"] == ["3/4"] and table["differing"] == ["1/4"]
+    assert verdicts_of(item) == [Verdict("tested@llama", "fail", "p1[tested]: token ids differ")]
+
+
+def test_raw_field_names_get_readable_titles() -> None:
+    from pytest_infercheck.checks.parity import ParityAggregate
+
+    record = ParityAggregate("q4@local", 5, 4, 1, 1, 0, 0, {}, ["p1"], {})
+    item = {
+        "kind": "stream-parity",
+        "check": "stream-parity(q4)",
+        "suite": "s",
+        "role": "aggregate",
+        "outcome": "passed",
+        "violations": [],
+        "data": plain_data(record),
+    }
+    table = _summary_rows(item)
+    assert table["matching"] == ["4"] and table["mismatching"] == ["1"]
+    assert "n match" not in table
