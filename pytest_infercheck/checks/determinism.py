@@ -440,4 +440,5 @@ DETERMINISM = target_kind(
         ("max logprob drift", ("max_logprob_drift",), num),
     ),
     bars=BarSeries("determinism score", "score", "score", "score_low", "score_high"),
+    headline="determinism score [CI]",
 )

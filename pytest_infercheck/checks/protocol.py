@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
 
 from ..backends import BackendError, GenerationParams
 from ..records import load_record, plain_data
@@ -92,8 +92,12 @@ class Outcome:
     deferred to the merge (:func:`defer_gates`)."""
 
     def failure_report(self) -> str:
-        """What a failed item shows: :attr:`text`, then every violation."""
-        head = f"{self.text}\n" if self.text else ""
+        """What a failed item shows: what failed first (its first violation, and how many
+        more: the line pytest's short summary, ``-rf``, shows), then :attr:`text`, then
+        every violation."""
+        first = self.violations[0] if self.violations else "failed"
+        more = f" (+{len(self.violations) - 1} more)" if len(self.violations) > 1 else ""
+        head = f"{first}{more}\n\n" + (f"{self.text}\n" if self.text else "")
         return head + "violations:\n" + "\n".join(f"  - {v}" for v in self.violations)
 
 
@@ -371,6 +375,22 @@ class Distribution:
     x_label: str
 
 
+class Verdict(NamedTuple):
+    """One cell of the report's verdict matrix: a column of an aggregate (a test side, a
+    level, its target), its verdict and the number that decided it (the first broken gate,
+    value against threshold; the headline measure when it passed)."""
+
+    column: str
+    verdict: str
+    """``pass``, ``fail`` or ``ungated`` (passed, but no gate was written)."""
+    deciding: str
+    """Plain text (escaped where shown)."""
+
+
+VerdictsOf = Callable[[Mapping[str, Any], bool, Sequence[str]], list[Verdict]]
+"""``verdicts(aggregate data, passed, aggregate violations)``: a kind's cells."""
+
+
 def empty_lines(aggregates: Aggregates) -> list[str]:
     return []
 
@@ -429,6 +449,13 @@ class CheckKind:
     """The check's gates on a Wilson upper bound over one suite, as collected (the whole
     selection, before sharding): each must be passable with zero events (see
     :class:`RateGate`)."""
+    verdicts: VerdictsOf | None = None
+    """The aggregate's cells of the verdict matrix (a comparison's per test side); None:
+    one per column of :attr:`columns` (judged by its ``violations`` when it has them), else
+    one for the target, judged by the aggregate."""
+    headline: str | None = None
+    """The title of the measure a passing cell shows (default: the first of
+    :attr:`measures`)."""
     spread_over_workers: bool = False
     """Under xdist, every item of the check is its own scope (the kind shares its work across
     workers through files), instead of one worker per check x suite."""

@@ -812,6 +812,7 @@ STRESS = target_kind(
         ("achieved concurrency", ("achieved_concurrency",), lambda v: num(v, ".3g")),
     ),
     columns=level_columns,
+    headline="consistency",
     charts=level_charts,
     spread_over_workers=True,
     rate_gates=flip_rate_gates,

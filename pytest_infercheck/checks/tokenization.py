@@ -53,8 +53,8 @@ from ..metrics.tokenization import (
     leading_specials,
     needs_nfc_probe,
 )
-from ..records import OMIT_WHEN_EMPTY, load_record
-from ..render.markup import esc, kv_table, table
+from ..records import OMIT_WHEN_EMPTY, load_record, plain_data
+from ..render.markup import esc, kv_table, num, rate, table
 from ..render.table import check_table
 from ..render.text import safe_text
 from ..render.views import engines, side_by_side
@@ -64,6 +64,7 @@ from .protocol import (
     CheckKind,
     CheckRun,
     ItemPlan,
+    MeasureSpec,
     Outcome,
     RecordedItem,
     Summary,
@@ -608,11 +609,35 @@ def tokenization_aggregate(data: Mapping[str, Any]) -> str:
             [esc(label), *(esc(c.get(k)) if isinstance(c, Mapping) else "-" for k in keys)]
             for label, c in sides.items()
         ]
-        parts.append(table(["target", *keys], rows))
+        titles = ["items", "identical", "count-only (counts equal)", "differing", "errors"]
+        parts.append(table(["target tested", *titles], rows))
     errors = data.get("errors")
     if isinstance(errors, Mapping) and errors:
         parts.append("<h4>errors</h4>" + kv_table(errors))
     return "".join(parts) + engines(data.get("engines"))
+
+
+def tested_columns(data: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """A column per target tested against the reference in the HTML summary (its counts and
+    the reference's label); the reference alone for data that is not an aggregate record."""
+    try:
+        record = load_record(TokenizationAggregate, data)
+    except ValueError:
+        return [(str(data.get("target", "?")), data)]
+    return [
+        (label, {**plain_data(counts), "reference": record.target})
+        for label, counts in record.sides.items()
+    ] or [(record.target, data)]
+
+
+MEASURES: tuple[MeasureSpec, ...] = (
+    ("against reference", ("reference",), lambda ref: esc("-" if ref is None else ref)),
+    ("identical", ("identical", "items"), rate),
+    ("count-only (counts equal)", ("count_only", "items"), rate),
+    ("differing", ("differing", "items"), rate),
+    ("errors", ("errors",), num),
+)
+"""The rows of a tokenization check's summary table (a column per target tested)."""
 
 
 def reference_model(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
@@ -633,4 +658,8 @@ TOKENIZATION = CheckKind(
     summary_lines=summary_lines,
     records={"prompt": TokenizationPrompt, "aggregate": TokenizationAggregate},
     views={"prompt": tokenization_prompt, "aggregate": tokenization_aggregate},
+    measures=MEASURES,
+    other_measures=False,
+    columns=tested_columns,
+    headline="identical",
 )

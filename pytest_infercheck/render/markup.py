@@ -127,10 +127,13 @@ CSS = """
 .ic-text{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;border:1px solid #ddd;
  padding:4px;margin:0;font-family:monospace;font-size:12px}
 .ic-div{background:#ffd6d6;color:#900}
-.ic-table,.ic-kv,.ic-results{border-collapse:collapse;margin:4px 0}
-.ic-table td,.ic-table th,.ic-kv td,.ic-kv th,.ic-results td,.ic-results th{
+.ic-table,.ic-kv,.ic-results,.ic-verdicts{border-collapse:collapse;margin:4px 0}
+.ic-table td,.ic-table th,.ic-kv td,.ic-kv th,.ic-results td,.ic-results th,.ic-verdicts td,
+.ic-verdicts th{
  border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top;font-size:12px}
-.ic-table th,.ic-kv th,.ic-results th{background:#eee}
+.ic-table th,.ic-kv th,.ic-results th,.ic-verdicts th{background:#eee}
+.ic-verdicts{font-size:14px}.ic-verdicts td.ic-fail{background:#fde8e8}
+.ic-verdicts td.ic-pass{background:#e8f6e8}.ic-deciding{color:#333}
 .ic-violations{color:#b00;margin:2px 0}
 .ic-ok{color:#070;margin:2px 0}
 .ic-flip{color:#b00;font-weight:bold}

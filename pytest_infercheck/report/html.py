@@ -2,8 +2,9 @@
 
 The same fragments serve pytest-html (``report/pytest_html.py``: extra columns, each item's
 detail as an extra, the summary section) and :func:`render_report`, which turns one or more
-JSON results files (see ``report/results.py``) into one self-contained page: run facts and
-summary tables with a column per run, charts, then each run's items in a sortable table.
+JSON results files (see ``report/results.py``) into one self-contained page: the verdict
+matrix and summary tables with a column per run, charts, the run facts, then each run's items
+in a sortable table.
 """
 
 from __future__ import annotations
@@ -103,7 +104,10 @@ def runs_table(results: Sequence[Mapping[str, Any]], labels: list[str]) -> str:
         counts = [sum(1 for i in r.get("items") or [] if _outcome(i) == outcome) for r in results]
         rows.append(f"<tr><th>{outcome}</th>" + "".join(f"<td>{n}</td>" for n in counts) + "</tr>")
     body = "".join(rows)
-    return f'<table class="ic-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return (
+        f'<table class="ic-table ic-runs"><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+        "</table>"
+    )
 
 
 def _fact(value: Any) -> str:
@@ -118,7 +122,8 @@ def _fact(value: Any) -> str:
 
 def render_report(results: list[dict[str, Any]]) -> str:
     """One self-contained HTML document for one or more results files (version 1): runs
-    side by side in the run facts and summary tables, then each run's items."""
+    side by side in the verdict matrix, the summary and run facts tables, then each run's
+    items."""
     labels = [_label(r, k) for k, r in enumerate(results)]
     runs = [
         RunView(
@@ -129,9 +134,9 @@ def render_report(results: list[dict[str, Any]]) -> str:
         for label, r in zip(labels, results, strict=True)
     ]
     sections = [
+        summary_html(runs),
         "<h2>runs</h2>",
         runs_table(results, labels),
-        summary_html(runs),
         *(f"<h2>items: {esc(run.label)}</h2>{items_table(run)}" for run in runs),
     ]
     return (

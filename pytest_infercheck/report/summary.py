@@ -1,4 +1,5 @@
-"""The summary section: one table per check x suite and the charts, for one or more runs.
+"""The summary section: the verdict matrix (:mod:`.verdicts`), one table per check x suite,
+the engines and the charts, for one or more runs.
 
 A table has a row per measure and a column per run x the kind's columns (a sweep's levels,
 a stress check's concurrencies), so two runs (old engine, new engine) read side by side.
@@ -18,6 +19,7 @@ from ..checks.registry import kind_named
 from ..render.charts import bar_chart, histogram
 from ..render.markup import esc, is_number, kv_table, mapping, plain
 from ..render.views import engines
+from .verdicts import Row, anchor, verdict_matrix, verdicts_of
 
 MAX_KL_CHARTS = 24
 """KL distribution charts drawn at most (one per run x check x suite x test side)."""
@@ -67,7 +69,30 @@ def measures(kind_name: Any, cols: list[Mapping[str, Any]]) -> list[Measure]:
     extra = dict.fromkeys(
         k for c in cols for k, v in c.items() if k not in used and not isinstance(v, dict | list)
     )
-    return known + [(k.replace("_", " "), lambda c, k=k: plain(c.get(k, "-"))) for k in extra]
+    return known + [(label(k), lambda c, k=k: plain(c.get(k, "-"))) for k in extra]
+
+
+LABELS = {
+    "n_match": "matching",
+    "n_mismatch": "mismatching",
+    "n_failed": "failed items",
+    "n_flips": "answer flips",
+    "n_errors": "errors",
+    "n_hostile": "hostile requests",
+    "n_dead": "dead servers",
+    "n_polluted": "polluted",
+    "measured_by": "measured in (xdist worker, or main process)",
+    "max_in_flight": "most requests in flight",
+    "consistent": "consistent outputs",
+    "count_only": "count-only (counts equal)",
+    "batched_by": "batched by",
+}
+"""Readable titles of the record fields a summary table shows without a kind's measure."""
+
+
+def label(key: str) -> str:
+    """A record field's title in a summary table: :data:`LABELS`, else its words."""
+    return LABELS.get(key, key.replace("_", " "))
 
 
 def _aggregates(
@@ -110,35 +135,62 @@ def check_table(entries: list[tuple[RunView, Mapping[str, Any]]], several_runs: 
         f"<tr><th>{esc(label)}</th>" + "".join(f"<td>{fn(c)}</td>" for _, c, _ in cols) + "</tr>"
         for label, fn in rows
     ]
-    verdicts = "".join(
-        f'<td class="ic-{esc(item.get("outcome", ""))}">{esc(item.get("outcome", "-"))}'
-        + (
-            f": {esc('; '.join(map(str, item.get('violations') or [])))}"
-            if item.get("violations")
-            else ""
-        )
-        + "</td>"
-        for _, _, item in cols
-    )
-    body.append(f"<tr><th>suite gates</th>{verdicts}</tr>")
+    verdicts = "".join(_verdict_cell(title, item) for title, _, item in _titled(entries))
+    body.append(f"<tr><th>verdict</th>{verdicts}</tr>")
     return (
         f'<table class="ic-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody>'
         "</table><details><summary>thresholds</summary>" + kv_table(thresholds) + "</details>"
     )
 
 
-def summary_html(runs: list[RunView]) -> str:
-    """The summary section of ``runs``: engines, one table per check x suite, charts."""
+def verdicts_html(runs: list[RunView]) -> str:
+    """The verdict matrix (:mod:`.verdicts`) of the runs' aggregates, a row per check x
+    suite linking to its table (:func:`summary_html`); with several runs each column is
+    named by its run."""
     several = len(runs) > 1
-    parts = ['<section class="ic-summary"><h2>infercheck summary</h2>']
+    rows: list[Row] = []
+    for index, ((check, suite), entries) in enumerate(_aggregates(runs).items()):
+        cells = [
+            v._replace(column=f"{run.label}: {v.column}") if several else v
+            for run, item in entries
+            for v in verdicts_of(item)
+        ]
+        rows.append((check, suite, anchor(index), cells))
+    return verdict_matrix(rows)
+
+
+def _titled(
+    entries: list[tuple[RunView, Mapping[str, Any]]],
+) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    """``(column title, numbers, aggregate item)`` of each column without the run's label."""
+    return [(title, numbers, item) for _, item in entries for title, numbers in columns(item)]
+
+
+def _verdict_cell(title: str, item: Mapping[str, Any]) -> str:
+    """The column's verdict and what decided it (:mod:`.verdicts`): a sweep level shows its
+    own gates only."""
+    found = [v for v in verdicts_of(item) if v.column == title]
+    if not found:
+        return "<td>-</td>"
+    v = found[0]
+    return (
+        f'<td class="ic-{esc(v.verdict)}"><strong>{esc(v.verdict)}</strong>: {esc(v.deciding)}</td>'
+    )
+
+
+def summary_html(runs: list[RunView]) -> str:
+    """The summary section of ``runs``: the verdict matrix, one table per check x suite,
+    engines, charts."""
+    several = len(runs) > 1
+    parts = ['<section class="ic-summary"><h2>infercheck summary</h2>', verdicts_html(runs)]
+    for index, ((check, suite), entries) in enumerate(_aggregates(runs).items()):
+        parts.append(f'<h3 id="{anchor(index)}">{esc(check)} · {esc(suite)}</h3>')
+        parts.append(check_table(entries, several))
     for run in runs:
         identities = run.engines or _engines(run)
         if identities:
             parts.append(f"<h3>engines{': ' + esc(run.label) if several else ''}</h3>")
             parts.append(engines(identities).removeprefix("<h4>engines</h4>"))
-    for (check, suite), entries in _aggregates(runs).items():
-        parts.append(f"<h3>{esc(check)} · {esc(suite)}</h3>")
-        parts.append(check_table(entries, several))
     parts.append('<h3>charts</h3><div class="ic-charts">')
     parts.extend(charts(runs))
     parts.append("</div></section>")

@@ -67,6 +67,12 @@ def check_report(pytester: pytest.Pytester) -> None:
     assert prompt_rows == 15  # 5 prompts x (q8, q4) in the sweep + 5 in the compare
     summary = page.one("section", "ic-summary")
     assert not summary.all("script")
+    (matrix,) = [n for n in summary.iter("table") if n.attrs.get("id") == "infercheck-verdicts"]
+    # rows and columns in the order the aggregates reported (under xdist: as they finished)
+    header = [th.text() for th in matrix.one("thead").all("th")]
+    assert header[:2] == ["check", "suite"] and sorted(header[2:]) == ["q4@local", "q8@local"]
+    checks = [tr.all("th")[0].text() for tr in matrix.one("tbody").all("tr")]
+    assert sorted(checks) == ["compare(bf16-vs-q4)", "sweep(bf16)"]
     titles = [h.text() for h in summary.all("h3")]
     assert "sweep(bf16) · addition" in titles and "compare(bf16-vs-q4) · addition" in titles
     nodes = [c for c in summary.children if isinstance(c, Node)]

@@ -44,6 +44,8 @@ from typing import Any
 import pytest
 
 from conftest import REPO
+from pytest_infercheck.report.html import render_report
+from tests.htmldom import Node, parse
 
 QUICKSTART = REPO / "examples" / "quickstart"
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "quickstart"
@@ -130,6 +132,7 @@ def _pytest(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "COLUMNS": "300"},  # -rf lines whole
     )
 
 
@@ -153,7 +156,9 @@ def quickstart_run(
     assert len(counts) == 1, listed.stdout[-3000:]
 
     started = time.monotonic()
-    done = _pytest(work, "--infercheck-results=r.json")
+    done = _pytest(
+        work, "--infercheck-results=r.json", "-rf", "--html=report.html", "--self-contained-html"
+    )
     seconds = time.monotonic() - started
     results_file = work / "r.json"
     assert results_file.exists(), done.stdout[-3000:] + done.stderr[-3000:]
@@ -217,6 +222,72 @@ def test_the_sweeps_cliff_is_q4_with_its_evidence(quickstart_run: QuickstartRun)
     assert sweep["violations"] == ["q4@local: mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005"]
     cliff_line = "sweep(bf16) addition: degradation cliff: q4@local: failed items 0 -> 9 of 60"
     assert cliff_line in quickstart_run.stdout
+
+
+def _sweep_q8_q4(page: Node) -> tuple[Node, Node]:
+    """The verdict matrix's sweep row: its q8 and q4 cells."""
+    matrix = [n for n in page.iter("table") if n.attrs.get("id") == "infercheck-verdicts"]
+    assert len(matrix) == 1
+    header = [th.text() for th in matrix[0].one("thead").all("th")]
+    (sweep,) = [
+        tr for tr in matrix[0].one("tbody").all("tr") if tr.all("th")[0].text() == "sweep(bf16)"
+    ]
+    cells = [c for c in sweep.children if isinstance(c, Node)]
+    return cells[header.index("q8@local")], cells[header.index("q4@local")]
+
+
+def _first_infercheck_element(page: Node) -> Node:
+    """The first element of the page's infercheck section after its heading (the section is
+    the page's first element of an ``ic-`` class)."""
+    section = next(n for n in page.iter() if any(c.startswith("ic-") for c in n.classes))
+    assert section.classes == ["ic-summary"]
+    return next(n for n in section.children if isinstance(n, Node) and n.tag != "h2")
+
+
+@pytest.mark.parametrize("report", ["pytest-html", "standalone"])
+def test_the_report_opens_with_the_verdicts(quickstart_run: QuickstartRun, report: str) -> None:
+    """The first infercheck element of both reports is the verdict matrix; the sweep's q8
+    passes its gates (its mean KL shown) and q4 fails its mean-KL gate (its value against the
+    threshold), each cell linking to the sweep's table; engine tables come after."""
+    if report == "pytest-html":
+        html = (quickstart_run.work / "report.html").read_text(encoding="utf-8")
+    else:
+        html = render_report([quickstart_run.results])
+    page = parse(html)
+    assert _first_infercheck_element(page).attrs.get("id") == "infercheck-verdicts"
+    q8, q4 = _sweep_q8_q4(page)
+    assert "ic-pass" in q8.classes and q8.one("strong").text() == "pass"
+    assert q8.one("span", "ic-deciding").text() == "mean KL 0.0002805 ± 0.0001"
+    assert "ic-fail" in q4.classes and q4.one("strong").text() == "fail"
+    deciding = q4.one("span", "ic-deciding").text()
+    assert deciding == "mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005"
+    (link,) = {a.attrs["href"] for a in q4.all("a")}
+    (target,) = [n for n in page.iter("h3") if n.attrs.get("id") == link.removeprefix("#")]
+    assert target.text() == "sweep(bf16) · addition"
+    headings = [h.text() for h in page.one("section", "ic-summary").all("h3")]
+    assert headings.index("engines") > headings.index("sweep(bf16) · addition")
+
+
+def test_only_the_failed_level_of_the_sweep_fails(quickstart_run: QuickstartRun) -> None:
+    """Terminal: the sweep's q8 row passes (it failed no item and no gate), its q4 row fails;
+    pytest's -rf line of the sweep aggregate starts with q4's broken gate, and a prompt item's
+    with its first violation."""
+    rows = {
+        tuple(line.split()[:3]): line.split()[-1]
+        for line in summary_section(quickstart_run.stdout)
+        if line.startswith("sweep(bf16)")
+    }
+    assert rows[("sweep(bf16)", "addition", "q8@local")] == "pass"
+    assert rows[("sweep(bf16)", "addition", "q4@local")] == "FAIL"
+    lines = quickstart_run.stdout.splitlines()
+    aggregate = "FAILED infercheck.yaml::sweep(bf16)::addition::aggregate - "
+    (line,) = [x for x in lines if x.startswith(aggregate)]
+    assert line == aggregate + "q4@local: mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005"
+    (item,) = [
+        i for i in quickstart_run.results["items"] if i["nodeid"].endswith("q8)::addition::e11")
+    ]
+    (line,) = [x for x in lines if x.startswith(f"FAILED {item['nodeid']} - ")]
+    assert line.endswith(f" - {item['violations'][0]}")
 
 
 # --- snapshots ---------------------------------------------------------------------------
@@ -294,14 +365,15 @@ def _separator(line: str) -> str | None:
 
 def summary_section(stdout: str) -> list[str]:
     """The lines of the ``infercheck summary`` section with the timing cells masked: from its
-    separator (normalised) to the next ``==`` separator line, excluded."""
+    separator (normalised) to the next ``==`` separator line or ``--`` note (pytest-html's
+    ``Generated html report``), excluded."""
     lines = stdout.splitlines()
     starts = [i for i, line in enumerate(lines) if _separator(line) == "== infercheck summary =="]
     assert len(starts) == 1, "no (or several) infercheck summary sections:\n" + stdout[-3000:]
     out = ["== infercheck summary =="]
     header: list[str] | None = None  # column names of the current table with timing columns
     for line in lines[starts[0] + 1 :]:
-        if line.startswith("=="):
+        if line.startswith("==") or re.fullmatch(r"-+ .* -+", line):  # next section, or a note
             break
         cells = _cells(line)
         names = [text for _, _, text in cells]

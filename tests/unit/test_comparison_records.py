@@ -17,6 +17,7 @@ from pytest_infercheck.checks.comparison.aggregate import (
     SuiteAggregate,
     SweepAggregateRecord,
     aggregate,
+    aggregate_violations,
     self_check_level,
     sweep_cliff,
 )
@@ -181,6 +182,7 @@ LEVEL_KEYS = [
     "divergence_labels",
     "noise_floor",
     "problems",
+    "violations",
 ]
 
 
@@ -450,7 +452,10 @@ def test_a_sweep_merges_into_one_aggregate_with_its_cliff_again() -> None:
     clean = _recorded("self-check", "self-check", SelfCheckRecord([], []))
     a, b = (_recorded(r.prompt_id, "prompt", r) for r in (FLIPPED, UNCHANGED))
     whole = summarize_sweep([clean, a, b], MEAN_KL_GATE, CONTEXT)
-    assert whole.record == SWEEP_AGGREGATE and len(whole.violations) == 1  # the mean-KL gate
+    # the mean-KL gate, q4's own (its level records it without the side's label)
+    gated = dataclasses.replace(LEVEL, violations=aggregate_violations(LEVEL, MEAN_KL_GATE))
+    assert whole.record == dataclasses.replace(SWEEP_AGGREGATE, levels=[gated])
+    assert whole.violations == [f"q4@local: {v}" for v in gated.violations or []] != []
     # the self-check with a, b alone: each shard's aggregate covers its own items
     merged = _merged([[clean, a], [b]])
     assert merged is not None and merged["outcome"] == "failed"

@@ -297,7 +297,7 @@ def test_summary_table_numbers_equal_the_aggregate() -> None:
     assert table["flip rate [90% CI]"] == ["0.100 [0.028, 0.301]"]
     assert table["mean KL ± SE"] == ["0.0123 ± 0.0021"]
     assert table["same-top rate"] == ["0.97"]
-    assert table["suite gates"][0].startswith("failed: flip rate 2/20")
+    assert table["verdict"][0].startswith("fail: flip rate 2/20")
     titles = [t.text() for t in root.iter("title")]
     assert "flip rate by suite and test side" in titles
     assert any(t.startswith("per-prompt mean KL") for t in titles)
@@ -308,7 +308,7 @@ def test_two_runs_side_by_side() -> None:
     page = parse(
         render_report([results("old", 0.01, "engine-a"), results("new", 0.02, "engine-b")])
     )
-    runs = rows(page.all("table", "ic-table")[0])
+    runs = rows(page.one("table", "ic-runs"))
     assert runs["run_id"] == ["old", "new"] and runs["failed"] == ["2", "2"]
     summary = page.one("section", "ic-summary")
     table = rows(summary.all("table", "ic-table")[0])

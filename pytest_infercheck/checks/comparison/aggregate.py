@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -174,6 +175,10 @@ class SuiteAggregate:
     """Fail closed: one line per kind of problem found in the prompts
     (:func:`~.verdicts.item_problems`), naming them, e.g. ``non-finite KL in 2 of 60
     prompts: r003 (positions 2, 5), r007 (position 0)``; each is a suite violation."""
+    violations: list[str] | None = field(default=None, kw_only=True)
+    """The suite gates this side broke (:func:`aggregate_violations`), without the side's
+    label: a sweep level fails for its own gates only. None in a results file written before
+    they were recorded per side."""
 
     @property
     def failure_rate(self) -> float:
@@ -203,6 +208,10 @@ class ComparisonAggregateRecord:
     replay: list[str] = field(default_factory=list, kw_only=True, metadata=OMIT_WHEN_EMPTY)
     """For a golden baseline: the engine it was recorded on and the live ones, a line
     (absent from the JSON otherwise)."""
+    errored: list[str] = field(default_factory=list, kw_only=True, metadata=OMIT_WHEN_EMPTY)
+    """The aggregate's violations that no side owns (items that errored,
+    :func:`~..protocol.errored_items`): they fail every side (absent from the JSON when
+    none)."""
 
 
 @dataclass(frozen=True)
@@ -254,7 +263,7 @@ def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteA
     n_flips = sum(1 for r in answered if r.is_flip)
     low, high = wilson_interval(n_flips, len(answered), thresholds.flips.confidence)
     floors = [r.noise_floor for r in results if r.noise_floor is not None]
-    return SuiteAggregate(
+    agg = SuiteAggregate(
         baseline=results[0].baseline,
         test=results[0].test,
         n_prompts=len(results),
@@ -283,6 +292,7 @@ def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteA
         divergence_labels=count_labels([r.divergence_label for r in results]),
         noise_floor=strict_max(floors) if floors else None,
     )
+    return dataclasses.replace(agg, violations=aggregate_violations(agg, thresholds))
 
 
 def aggregate_violations(agg: SuiteAggregate, thresholds: Thresholds) -> list[str]:

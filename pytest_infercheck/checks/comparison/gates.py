@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,7 +37,7 @@ from .verdicts import item_violations, near_tie_passes
 if TYPE_CHECKING:
     from ...config import CheckSpec, LoadedMatrix
     from ...suites import Suite
-    from .aggregate import SuiteAggregate
+    from .aggregate import ComparisonAggregateRecord, SuiteAggregate
     from .prompt import PromptComparison
 
 GATES = "max_kl, max_kl_position, min_similarity, max_mean_kl, min_same_top, flips.max_rate"
@@ -158,3 +159,32 @@ def flip_rate_gates(check: CheckSpec, suite: Suite) -> list[RateGate]:
             unit="answered prompts",
         )
     ]
+
+
+def side_verdict(
+    record: ComparisonAggregateRecord,
+    level: SuiteAggregate | None,
+    passed: bool,
+    violations: Sequence[str] = (),
+) -> tuple[bool, str]:
+    """Whether one test side of an aggregate passed (``passed``: the aggregate's verdict),
+    and what decided it. A side fails for its own broken suite gates (its ``violations``),
+    for the items that errored (every side's: :attr:`~.aggregate.ComparisonAggregateRecord.
+    errored`), for its failed items, or when none of its items has a record (``level``
+    None); it shows the first of these, or its mean KL when it passed. A record written
+    before sides carried their gates (``violations`` None) is judged by ``passed``, and
+    shows the aggregate's first violation (of ``violations``)."""
+    if level is None:
+        return False, "no prompt of this side has a record"
+    failed_items = f"{level.n_failed}/{level.n_prompts} items failed"
+    if level.violations is None:
+        reasons = [] if passed else [*violations, "the aggregate failed"]
+    else:
+        reasons = [*level.violations, *record.errored]
+    if level.n_failed:
+        reasons.append(failed_items)
+    if reasons:
+        return False, reasons[0]
+    if level.kl_n == 0:
+        return True, f"identical outputs {level.n_identical}/{level.n_prompts}"
+    return True, f"mean KL {level.kl_mean:.4g} ± {level.kl_se:.2g}"

@@ -29,6 +29,7 @@ from .present import (
     level_charts,
     self_check,
     side_columns,
+    side_verdicts,
     summary_lines,
 )
 from .prompt import PromptComparison
@@ -80,6 +81,7 @@ COMPARE = CheckKind(
     measures=MEASURES,
     other_measures=False,
     columns=side_columns,
+    verdicts=side_verdicts,
     bars=FLIP_BARS,
     distribution=KL_DISTRIBUTION,
     rate_gates=flip_rate_gates,

@@ -4,7 +4,7 @@ table and the rows and charts of the HTML summary."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...records import load_record, plain_data
@@ -12,7 +12,7 @@ from ...render.charts import line_chart
 from ...render.markup import clip, esc, interval, num, plain, rate, table
 from ...render.table import render_table
 from ...render.views import engines, flip_cell, side_by_side
-from ..protocol import Aggregates, BarSeries, Distribution, MeasureSpec
+from ..protocol import Aggregates, BarSeries, Distribution, MeasureSpec, Verdict
 from .aggregate import (
     CliffStep,
     ComparisonAggregateRecord,
@@ -21,6 +21,7 @@ from .aggregate import (
     SweepAggregateRecord,
     cliff_evidence,
 )
+from .gates import side_verdict
 from .prompt import LOWER_BOUND_METHODS, PromptComparison
 from .verdicts import item_problems
 
@@ -266,22 +267,23 @@ def _num(value: float | None, fmt: str = ".4g") -> str:
 def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[list[str]]:
     """Rows from ``(aggregate node id, passed, aggregate data)``.
 
-    ``identical`` counts the prompts whose outputs are the same. The verdict is ``FAIL``
-    when the suite gates failed or any of its items did, else ``ungated`` when the check
-    writes no gate (it passed, but checked nothing), else ``pass``. A test side none of whose
-    items has a record (they errored) is a row of dashes.
+    ``identical`` counts the prompts whose outputs are the same. The verdict is the side's
+    (:func:`side_verdicts`): ``FAIL`` when the side broke a suite gate (a sweep level fails
+    for its own gates only), an item errored or any of its items failed, else ``ungated``
+    when the check writes no gate (it passed, but checked nothing), else ``pass``. A test
+    side none of whose items has a record (they errored) is a row of dashes.
     """
     rows: list[list[str]] = []
     for nodeid, passed, data in aggregates:
         record = aggregate_record(data)
         parts = nodeid.split("::")
         check = parts[-3] if len(parts) >= 3 else record.check
-        levels: dict[str, SuiteAggregate | None] = dict.fromkeys(record.tests)
-        levels.update((level.test, level) for level in record.levels)
-        for test, level in levels.items():
+        verdicts = {v.column: v.verdict for v in side_verdicts(data, passed, [])}
+        for test, level in _sides(record).items():
+            verdict = "FAIL" if verdicts[test] == "fail" else verdicts[test]
             if level is None:  # every item of this side errored
                 dashes = ["-"] * (len(COLUMNS) - 5)
-                rows.append([check, record.suite, test, "0", *dashes, "FAIL"])
+                rows.append([check, record.suite, test, "0", *dashes, verdict])
                 continue
             flips = (
                 "-"
@@ -302,16 +304,32 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
                     _num(level.kl_max),
                     _num(level.same_top_rate, ".3f"),
                     flips,
-                    _verdict(passed and level.n_failed == 0, record.ungated),
+                    verdict,
                 ]
             )
     return rows
 
 
-def _verdict(passed: bool, ungated: bool) -> str:
-    if not passed:
-        return "FAIL"
-    return "ungated" if ungated else "pass"
+def _sides(record: ComparisonAggregateRecord) -> dict[str, SuiteAggregate | None]:
+    """Every test side in the user's order, with its level (None: no item has a record)."""
+    levels: dict[str, SuiteAggregate | None] = dict.fromkeys(record.tests)
+    levels.update((level.test, level) for level in record.levels)
+    return levels
+
+
+def side_verdicts(
+    data: Mapping[str, Any], passed: bool, violations: Sequence[str]
+) -> list[Verdict]:
+    """The verdict matrix's cells of a comparison aggregate, one per test side
+    (:func:`~.gates.side_verdict`): ``fail``, ``ungated`` (passed with no gate written) or
+    ``pass``, with what decided it."""
+    record = aggregate_record(data)
+    cells = []
+    for test, level in _sides(record).items():
+        ok, deciding = side_verdict(record, level, passed, violations)
+        verdict = "fail" if not ok else "ungated" if record.ungated else "pass"
+        cells.append(Verdict(test, verdict, deciding))
+    return cells
 
 
 def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:

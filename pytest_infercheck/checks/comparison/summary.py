@@ -4,9 +4,10 @@
 aggregate.
 
 - per test side (in the user's order, :attr:`ComparisonContext.tests`): its prompts' records
-  pooled (:func:`.aggregate.aggregate`) and its suite gates (:func:`.aggregate.
-  aggregate_violations`), each violation prefixed by the side;
-- errored items (no record) are a violation, and so is a side without any record;
+  pooled (:func:`.aggregate.aggregate`) with its suite gates (:func:`.aggregate.
+  aggregate_violations`, the level's ``violations``), each violation prefixed by the side;
+- errored items (no record) are a violation of every side (the record's ``errored``), and so
+  is a side without any record;
 - ``ungated`` when the check writes no gate (:func:`.gates.is_ungated`);
 - a sweep (:func:`summarize_sweep`) adds its degradation cliff, whose first level is read
   from the ``self-check`` item's record (the prompts whose baseline did not reproduce).
@@ -30,7 +31,6 @@ from .aggregate import (
     SuiteAggregate,
     SweepAggregateRecord,
     aggregate,
-    aggregate_violations,
     cliff_evidence,
     cliff_table,
     format_aggregate,
@@ -111,7 +111,8 @@ def _compared(
     items: Sequence[RecordedItem], thresholds: Thresholds, context: ComparisonContext
 ) -> _Compared:
     results: list[PromptComparison] = records_of(items, "prompt")
-    violations = errored_items(items)
+    errored = errored_items(items)
+    violations = list(errored)
     levels: list[SuiteAggregate] = []
     per_level: list[list[PromptComparison]] = []
     texts: list[str] = []
@@ -124,7 +125,7 @@ def _compared(
         levels.append(agg)
         per_level.append(mine)
         texts.append(format_aggregate(agg))
-        violations += [f"{agg.test}: {v}" for v in aggregate_violations(agg, thresholds)]
+        violations += [f"{agg.test}: {v}" for v in agg.violations or []]
     texts += context.replay
     ungated = is_ungated(thresholds)
     if ungated:
@@ -138,6 +139,7 @@ def _compared(
         tests=context.tests,
         ungated=ungated,
         replay=context.replay,
+        errored=errored,
     )
     properties = aggregate_properties(levels)
     properties.append(("infercheck_engines", json.dumps(context.engines, sort_keys=True)))
@@ -177,6 +179,7 @@ def summarize_sweep(
         tests=base.tests,
         ungated=base.ungated,
         replay=base.replay,
+        errored=base.errored,
         self_check=context.self_check,
     )
     evidence = "\n".join(
