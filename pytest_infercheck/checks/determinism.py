@@ -132,8 +132,8 @@ class DeterminismAggregate:
     """The largest prompt's ``max_logprob_drift``; None when no prompt has one."""
     engines: dict[str, dict[str, Any]]
     """The target's engine identity, by target label."""
-    divergence_labels: dict[str, int] = field(default_factory=dict)
-    """The non-modal outputs' divergence labels counted over the prompts."""
+    divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
+    """The non-modal outputs' divergence labels counted over the prompts (absent in records made before labels)."""
 
 
 class DeterminismSpec(TargetCheck):
