@@ -169,7 +169,8 @@ class BatchInvarianceAggregate:
     engines: dict[str, dict[str, Any]]
     """The target's engine identity, by target label."""
     divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
-    """The trials' divergence labels counted over the prompts (absent in records made before labels)."""
+    """The trials' divergence labels counted over the prompts (absent in records made
+    before labels)."""
 
 
 class BatchInvarianceSpec(TargetCheck):

@@ -133,7 +133,8 @@ class DeterminismAggregate:
     engines: dict[str, dict[str, Any]]
     """The target's engine identity, by target label."""
     divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
-    """The non-modal outputs' divergence labels counted over the prompts (absent in records made before labels)."""
+    """The non-modal outputs' divergence labels counted over the prompts (absent in records
+    made before labels)."""
 
 
 class DeterminismSpec(TargetCheck):
