@@ -19,6 +19,12 @@ batched output generated no tokens while the output alone generated 3``): each i
 violation of the prompt's item, whatever the thresholds, and the aggregate fails naming the
 prompts with faults.
 
+A trial whose tokens leave the alone output's has its first divergent token labelled
+``near-tie``, ``decisive`` or ``unknown`` at ``tie_margin``
+(:mod:`~pytest_infercheck.metrics.ties`: the alone and batched outputs' margins from their
+own top-k or full rows), counted per item and in the aggregate; with ``fail_on: decisive`` a
+trial that differs only at a near-tie is not a violation.
+
 Records (:attr:`~.protocol.CheckKind.records`): :class:`BatchInvariancePrompt` (role
 ``prompt``, its trials :class:`Trial`) and :class:`BatchInvarianceAggregate` (role
 ``aggregate``).
@@ -43,14 +49,21 @@ from ..metrics.consistency import (
     generation_faults,
     reported_logprobs,
 )
-from ..metrics.determinism import logprob_diff
+from ..metrics.determinism import logprob_diff, side_tokens
 from ..metrics.finite import strict_max
 from ..metrics.sameness import same_generation
+from ..metrics.ties import (
+    DEFAULT_TIE_MARGIN,
+    TieDivergence,
+    count_labels,
+    describe_tie,
+    tie_divergence,
+)
 from ..records import OMIT_WHEN_EMPTY, load_record, plain_data
 from ..render.markup import esc, num, rate, table
 from ..render.table import check_table
 from ..render.views import facts, side_by_side, text_of
-from ..specs import LogprobTolerance, TargetCheck
+from ..specs import LogprobTolerance, TargetCheck, TieGates
 from .protocol import (
     Aggregates,
     ItemPlan,
@@ -115,6 +128,10 @@ class Trial:
     faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of the batched output: of its own logprobs, and an empty generation against the
     output alone (each a violation); absent from the JSON when none."""
+    tie: TieDivergence | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """The first divergent token from the alone output, labelled (:mod:`~pytest_infercheck.
+    metrics.ties`: margins of the alone output, then the batched one); absent when the
+    tokens do not diverge (a match, a failed request, a text-only difference)."""
 
 
 @dataclass
@@ -129,6 +146,9 @@ class BatchInvariancePrompt:
     trials: list[Trial]
     batched_by: str
     """How the backend ran a batch (:func:`batched_by`)."""
+    divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
+    """The trials' divergence labels counted (:attr:`Trial.tie`); absent when no trial's
+    tokens diverge."""
 
 
 @dataclass
@@ -148,6 +168,9 @@ class BatchInvarianceAggregate:
     """How the backend ran a batch; None for no prompts."""
     engines: dict[str, dict[str, Any]]
     """The target's engine identity, by target label."""
+    divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
+    """The trials' divergence labels counted over the prompts (absent in records made
+    before labels)."""
 
 
 class BatchInvarianceSpec(TargetCheck):
@@ -159,8 +182,14 @@ class BatchInvarianceSpec(TargetCheck):
     seed: int = 0
 
 
+class BatchInvarianceThresholds(LogprobTolerance, TieGates):
+    """``logprob_tolerance`` (:class:`~pytest_infercheck.specs.LogprobTolerance`);
+    ``tie_margin`` labels a trial's divergence, ``fail_on: decisive`` passes a trial that
+    differs only at a near-tie (:class:`~pytest_infercheck.specs.TieGates`)."""
+
+
 @dataclass
-class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, LogprobTolerance]):
+class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, BatchInvarianceThresholds]):
     """The needle trials of every prompt, memoised per prompt on the run (shared by the
     suite's items and its aggregate)."""
 
@@ -204,7 +233,12 @@ class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, LogprobTolerance]):
             results = self.cache.call(target, backend.generate_batch(inputs, params))
             trials.append(
                 compare_to_alone(
-                    alone, results[position], trial=trial, position=position, batch=names
+                    alone,
+                    results[position],
+                    trial=trial,
+                    position=position,
+                    batch=names,
+                    tie_margin=self.thresholds.tie_margin,
                 )
             )
         return BatchInvariancePrompt(
@@ -214,6 +248,7 @@ class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, LogprobTolerance]):
             alone=AloneOutput(alone.text, alone.token_ids, alone_faults),
             trials=trials,
             batched_by=batched_by(backend),
+            divergence_labels=trial_labels(trials),
         )
 
     def _companion(self, rng: random.Random, others: list[Prompt]) -> tuple[str, PromptInput]:
@@ -224,8 +259,14 @@ class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, LogprobTolerance]):
         return name, self.render(dataclasses.replace(other, text=other.text * repeat))
 
 
+def trial_labels(trials: Sequence[Trial]) -> dict[str, int]:
+    """The trials' divergence labels counted; empty when no trial's tokens diverge."""
+    labels = [t.tie.divergence_label for t in trials if t.tie is not None]
+    return count_labels(labels) if labels else {}
+
+
 def summarize(
-    items: Sequence[RecordedItem], thresholds: LogprobTolerance, context: TargetContext
+    items: Sequence[RecordedItem], thresholds: BatchInvarianceThresholds, context: TargetContext
 ) -> Summary:
     """The aggregate of the prompts' records: a prompt is invariant when no trial breaks a
     threshold (:func:`trial_violations`); violations: errored items and the prompts whose
@@ -243,15 +284,22 @@ def summarize(
         trials=trials,
         batched_by=results[0].batched_by if results else None,
         engines=context.engines,
+        divergence_labels=count_labels(
+            [t.tie.divergence_label for r in results for t in r.trials if t.tie is not None]
+        ),
     )
     text = (
         f"{context.target}: {invariant}/{len(results)} prompts batch-invariant over "
-        f"{trials} trials ({data.batched_by})"
+        f"{trials} trials ({data.batched_by}); divergences {data.divergence_labels}"
     )
     props: list[tuple[str, Any]] = [
         ("infercheck_invariant_prompts", invariant),
         ("infercheck_batch_invariance_rate", rate),
         ("infercheck_trials", trials),
+        *(
+            (f"infercheck_divergences_{label.replace('-', '_')}", n)
+            for label, n in data.divergence_labels.items()
+        ),
     ]
     violations = errored_items(items) + aggregate_faults(faulty, n_items=len(results))
     return Summary(data, violations, text, props)
@@ -273,13 +321,15 @@ def compare_to_alone(
     trial: int,
     position: int,
     batch: list[str],
+    tie_margin: float = DEFAULT_TIE_MARGIN,
 ) -> Trial:
     """The trial ``trial`` (the needle at ``position`` of ``batch``): ``match``
     (:func:`~pytest_infercheck.metrics.sameness.same_generation`: ids and text),
     ``first_divergence`` and its unit, ``max_logprob_diff`` over the positions both runs
     share a token (:func:`~pytest_infercheck.metrics.determinism.logprob_diff`: NaN when a
     compared logprob is NaN), ``text`` of the needle's batched generation against the alone
-    one (``error`` when the batched request failed), and the batched output's ``faults``."""
+    one (``error`` when the batched request failed), the batched output's ``faults``, and
+    the first divergent token's ``tie`` labelled at ``tie_margin``."""
     if isinstance(batched, BaseException):
         return Trial(
             trial=trial,
@@ -320,6 +370,11 @@ def compare_to_alone(
         ),
         text=batched.text,
         faults=[*generation_faults("the batched output", batched), *empty],
+        tie=None
+        if verdict.divergence_unit != "token" or verdict.first_divergence is None
+        else tie_divergence(
+            side_tokens(alone), side_tokens(batched), verdict.first_divergence, tie_margin
+        ),
     )
 
 
@@ -328,10 +383,13 @@ def record_faults(record: BatchInvariancePrompt) -> list[Fault]:
     return [*record.alone.faults, *(f for t in record.trials for f in t.faults)]
 
 
-def trial_violations(record: BatchInvariancePrompt, thresholds: LogprobTolerance) -> list[str]:
+def trial_violations(
+    record: BatchInvariancePrompt, thresholds: BatchInvarianceThresholds
+) -> list[str]:
     """Why a prompt is not batch-invariant: a fault of the output alone (once), then per
-    trial: its batched output's faults, its tokens differing from the alone run, its batched
-    request failing, its logprobs moving beyond ``logprob_tolerance`` (or by NaN)."""
+    trial: its batched output's faults, its tokens differing from the alone run (not under
+    ``fail_on: decisive`` when they part at a ``near-tie``), its batched request failing, its
+    logprobs moving beyond ``logprob_tolerance`` (or by NaN)."""
     violations = [f.text for f in record.alone.faults]
     size = len(record.trials[0].batch) if record.trials else 0
     for t in record.trials:
@@ -339,7 +397,11 @@ def trial_violations(record: BatchInvariancePrompt, thresholds: LogprobTolerance
         violations += [f"{where}: {f.text}" for f in t.faults]
         if t.error is not None:
             violations.append(f"{where}: the batched request failed: {t.error}")
-        elif not t.match:
+        elif not t.match and not (
+            thresholds.fail_on == "decisive"
+            and t.tie is not None
+            and t.tie.divergence_label == "near-tie"
+        ):
             violations.append(
                 f"{where}: output differs from the prompt alone at {t.first_divergence}: "
                 f"{record.alone.text!r} alone vs {t.text!r} batched"
@@ -363,6 +425,8 @@ def describe(record: BatchInvariancePrompt) -> str:
             f"  trial {t.trial}: position {t.position} in [{', '.join(t.batch)}]: "
             f"{verdict}, max |logprob diff| {t.max_logprob_diff}"
         )
+        if t.tie is not None:
+            lines.append(f"    {describe_tie(t.tie, ('alone', 'batched'))}")
     return "\n".join(lines)
 
 
@@ -420,6 +484,8 @@ def batch_invariance_prompt(data: Mapping[str, Any]) -> str:
                     t.first_divergence,
                 )
             )
+            if t.tie is not None:
+                parts.append(f"<p>{esc(describe_tie(t.tie, ('alone', 'batched')))}</p>")
             break
     return "".join(parts)
 
@@ -428,7 +494,7 @@ BATCH_INVARIANCE = target_kind(
     "batch-invariance",
     BatchInvarianceSpec,
     BatchInvarianceRun,
-    thresholds=LogprobTolerance,
+    thresholds=BatchInvarianceThresholds,
     context=TargetContext,
     summarize=summarize,
     summary_lines=summary_lines,

@@ -12,6 +12,12 @@ determinism score (mean modal share, see
 the point estimate, and the error rate over all runs, and fails naming the prompts with
 faults (``non-finite logprob in 2 of 20 prompts: r003 (run 3 at positions 2, 5), ...``).
 
+Each non-modal output's first divergent token from the modal output is labelled
+``near-tie``, ``decisive`` or ``unknown`` at ``tie_margin``
+(:mod:`~pytest_infercheck.metrics.ties`, margins from each run's own top-k or full rows),
+counted per item and in the aggregate; with ``fail_on: decisive`` an item whose only fault is
+distinct outputs that all part at a near-tie passes (the score still counts them).
+
 HTTP backends get every selected prompt x run at once, bounded by their concurrency (so
 runs of a prompt also overlap with each other); in-process backends loop.
 
@@ -39,11 +45,12 @@ from ..metrics.determinism import (
     summarize_runs,
 )
 from ..metrics.finite import strict_max
+from ..metrics.ties import count_labels, describe_tie
 from ..records import OMIT_WHEN_EMPTY, load_record, plain_data
 from ..render.markup import esc, interval, num, plain, rate, table
 from ..render.table import check_table
 from ..render.views import facts, marked_text, side_by_side
-from ..specs import ErrorRate, TargetCheck
+from ..specs import ErrorRate, TargetCheck, TieGates
 from .protocol import (
     Aggregates,
     BarSeries,
@@ -94,6 +101,10 @@ class DeterminismPrompt:
     """Faults of the runs' own outputs (non-finite logprobs, logprobs that do not match their
     token, an empty generation among non-empty runs): each is a violation. The key is absent
     from the JSON when there are none."""
+    divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
+    """The non-modal outputs' divergence labels counted (``{near-tie: 1, decisive: 0,
+    unknown: 0}``, each output's in :attr:`DistinctOutput.tie`); absent when the runs do not
+    diverge token by token."""
 
 
 @dataclass
@@ -121,6 +132,9 @@ class DeterminismAggregate:
     """The largest prompt's ``max_logprob_drift``; None when no prompt has one."""
     engines: dict[str, dict[str, Any]]
     """The target's engine identity, by target label."""
+    divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
+    """The non-modal outputs' divergence labels counted over the prompts (absent in records
+    made before labels)."""
 
 
 class DeterminismSpec(TargetCheck):
@@ -129,11 +143,13 @@ class DeterminismSpec(TargetCheck):
     runs: int = Field(default=10, ge=2)
 
 
-class DeterminismThresholds(ErrorRate):
+class DeterminismThresholds(ErrorRate, TieGates):
     """``min_determinism``: suite gate on the determinism score (the mean over prompts of the
     share of runs equal to the modal output), on the point estimate. ``max_logprob_drift``:
     per item, the largest |logprob difference| among runs with identical tokens (None:
-    reported only). ``max_error_rate``: per item and over all runs."""
+    reported only). ``max_error_rate``: per item and over all runs. ``tie_margin`` labels
+    divergences; ``fail_on: decisive`` passes distinct outputs that all part at a near-tie
+    (:class:`~pytest_infercheck.specs.TieGates`)."""
 
     min_determinism: float | None = Field(default=None, ge=0, le=1)
     max_logprob_drift: float | None = Field(default=None, ge=0)
@@ -196,7 +212,8 @@ class DeterminismRun(TargetRun[DeterminismSpec, DeterminismThresholds]):
                     messages.append(f"run {run}: {error}")
                     continue
                 outputs.append(run_output(g, run))
-            self._summaries[prompt.id] = (summarize_runs(outputs), messages)
+            summary = summarize_runs(outputs, self.thresholds.tie_margin)
+            self._summaries[prompt.id] = (summary, messages)
 
     def run_item(self, plan: ItemPlan) -> Outcome:
         prompt = self.prompt(plan.key)
@@ -214,6 +231,9 @@ class DeterminismRun(TargetRun[DeterminismSpec, DeterminismThresholds]):
             max_logprob_drift=summary.max_logprob_drift,
             outputs=summary.outputs,
             faults=summary.faults,
+            divergence_labels=count_labels(summary.divergence_labels)
+            if summary.divergence_labels
+            else {},
         )
         properties: list[tuple[str, Any]] = [
             ("infercheck_runs", summary.runs),
@@ -265,11 +285,13 @@ def summarize(
         errors=errors,
         max_logprob_drift=strict_max(drifts),
         engines=context.engines,
+        divergence_labels=count_labels([x for s in summaries for x in s.divergence_labels]),
     )
     text = (
         f"{context.target}: {deterministic}/{len(summaries)} prompts deterministic over "
         f"{context.runs} runs; score {score:.4f} (95% CI {low:.4f}-{high:.4f}); "
-        f"{errors} failed runs; {len(faulty)} prompts with faults"
+        f"{errors} failed runs; {len(faulty)} prompts with faults; "
+        f"divergences {data.divergence_labels}"
     )
     properties: list[tuple[str, Any]] = [
         ("infercheck_determinism_score", score),
@@ -278,6 +300,10 @@ def summarize(
         ("infercheck_deterministic_prompts", deterministic),
         ("infercheck_errors", errors),
         ("infercheck_max_logprob_drift", data.max_logprob_drift),
+        *(
+            (f"infercheck_divergences_{label.replace('-', '_')}", n)
+            for label, n in data.divergence_labels.items()
+        ),
     ]
     return Summary(data, violations, text, properties)
 
@@ -285,10 +311,18 @@ def summarize(
 def item_violations(summary: DeterminismSummary, thresholds: DeterminismThresholds) -> list[str]:
     """Why one prompt fails: its runs' faults (each named), distinct outputs, more failed runs
     than ``max_error_rate``, logprob drift among runs with identical tokens above
-    ``max_logprob_drift`` or not finite."""
+    ``max_logprob_drift`` or not finite. Distinct outputs do not fail the item under
+    ``fail_on: decisive`` when every non-modal output parts from the modal one at a
+    ``near-tie``."""
     violations = [f.text for f in summary.faults]
     max_error_rate = thresholds.max_error_rate
-    if summary.distinct > 1:
+    labels = summary.divergence_labels
+    near_ties = (
+        thresholds.fail_on == "decisive"
+        and len(labels) == summary.distinct - 1
+        and all(x == "near-tie" for x in labels)
+    )
+    if summary.distinct > 1 and not near_ties:
         violations.append(
             f"{summary.distinct} distinct outputs in {summary.runs} runs "
             f"(modal share {summary.modal_share:.4f})"
@@ -320,6 +354,8 @@ def describe(summary: DeterminismSummary, messages: list[str]) -> str:
         empty = output.text == "" and any(f.fault == EMPTY_GENERATION for f in summary.faults)
         note = f" ({EMPTY_GENERATION})" if empty else ""
         lines.append(f"  {marker} x{output.count}: {output.text!r}{note}")
+        if output.tie is not None:
+            lines.append(f"    {describe_tie(output.tie, ('modal', 'this'))}")
     if len(summary.outputs) > MAX_SHOWN_OUTPUTS:
         lines.append(f"  ... {len(summary.outputs) - MAX_SHOWN_OUTPUTS} more outputs")
     diverged = [f"run {i} at {d}" for i, d in enumerate(summary.first_divergences) if d is not None]
@@ -377,6 +413,8 @@ def determinism_prompt(data: Mapping[str, Any]) -> str:
             parts.append(marked_text(modal, None))
         else:
             parts.append(side_by_side("modal output", modal, title, out.text))
+            if out.tie is not None:
+                parts.append(f"<p>{esc(describe_tie(out.tie, ('modal', 'this')))}</p>")
     if record.first_divergences:
         parts.append(f"<h4>first divergences</h4>{plain(record.first_divergences)}")
     if record.error_messages:

@@ -17,10 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..records import OMIT_WHEN_EMPTY
 from .consistency import Fault, empty_fault, generation_faults, is_empty, reported_logprobs
 from .finite import strict_max
 from .sameness import compare_outputs
 from .stats import wilson_interval
+from .ties import DEFAULT_TIE_MARGIN, SideTokens, TieDivergence, tie_divergence
 
 if TYPE_CHECKING:
     from ..backends.base import Generation
@@ -33,6 +35,7 @@ __all__ = [
     "logprob_diff",
     "output_key",
     "run_output",
+    "side_tokens",
     "spread",
     "summarize_runs",
 ]
@@ -50,6 +53,9 @@ class RunOutput:
     logprobs: tuple[float | None, ...] | None = None
     finish_reason: str | None = None
     faults: tuple[Fault, ...] = ()
+    tokens: SideTokens = field(default_factory=SideTokens, compare=False, repr=False)
+    """Its token texts, top-k and full rows, for the margins of a divergence
+    (:mod:`.ties`)."""
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -68,6 +74,20 @@ def run_output(generation: Generation, run: int) -> RunOutput:
         tuple(reported) if reported is not None else None,
         generation.finish_reason,
         tuple(generation_faults(f"run {run}", generation)),
+        side_tokens(generation),
+    )
+
+
+def side_tokens(generation: Generation) -> SideTokens:
+    """What a generation exposes for the margins of a divergence (:mod:`.ties`): its ids,
+    token texts, reported chosen logprobs, top-k and full rows."""
+    return SideTokens(
+        ids=generation.token_ids,
+        texts=generation.token_texts,
+        chosen=reported_logprobs(generation.chosen_logprobs, generation.top_logprobs),
+        top=generation.top_logprobs,
+        top_keys=generation.top_keys,
+        full=generation.full_logprobs,
     )
 
 
@@ -88,6 +108,11 @@ class DistinctOutput:
     """Its token ids; None when the backend gives none."""
     count: int
     """How many runs gave it."""
+    tie: TieDivergence | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """A non-modal output's first divergent token from the modal output, labelled
+    (:mod:`.ties`: the margins of the modal output's first run and this output's first run
+    under their own logprobs); absent for the modal output and when the outputs differ only
+    in text."""
 
 
 @dataclass
@@ -115,6 +140,11 @@ class DeterminismSummary:
     faults: list[Fault] = field(default_factory=list)
 
     @property
+    def divergence_labels(self) -> list[str]:
+        """The labels of the non-modal outputs' divergences (:mod:`.ties`)."""
+        return [o.tie.divergence_label for o in self.outputs if o.tie is not None]
+
+    @property
     def modal_share(self) -> float:
         return self.modal_count / self.runs if self.runs else 0.0
 
@@ -128,8 +158,22 @@ def _divergence(modal: RunOutput, run: RunOutput) -> int | None:
     return compare_outputs(modal.text, modal.token_ids, run.text, run.token_ids).first_divergence
 
 
-def summarize_runs(runs: Sequence[RunOutput | None]) -> DeterminismSummary:
-    """Summarise repeated runs of one prompt; ``None`` marks a run that errored."""
+def _tie(modal: RunOutput, run: RunOutput, tie_margin: float) -> TieDivergence | None:
+    """The labelled first divergent token of ``run`` from ``modal`` (token ids, else token
+    texts); None when they differ only in text."""
+    verdict = compare_outputs(
+        modal.text, modal.token_ids, run.text, run.token_ids, modal.tokens.texts, run.tokens.texts
+    )
+    if verdict.divergence_unit != "token" or verdict.first_divergence is None:
+        return None
+    return tie_divergence(modal.tokens, run.tokens, verdict.first_divergence, tie_margin)
+
+
+def summarize_runs(
+    runs: Sequence[RunOutput | None], tie_margin: float = DEFAULT_TIE_MARGIN
+) -> DeterminismSummary:
+    """Summarise repeated runs of one prompt; ``None`` marks a run that errored. Each
+    non-modal output's divergence from the modal one is labelled at ``tie_margin``."""
     groups: dict[tuple[Any, ...], list[RunOutput]] = {}
     for run in runs:
         if run is not None:
@@ -152,8 +196,9 @@ def summarize_runs(runs: Sequence[RunOutput | None]) -> DeterminismSummary:
                 text=group[0].text,
                 token_ids=list(group[0].token_ids) if group[0].token_ids is not None else None,
                 count=len(group),
+                tie=None if n == 0 or modal is None else _tie(modal, group[0], tie_margin),
             )
-            for group in ordered
+            for n, group in enumerate(ordered)
         ],
         faults=[f for run in runs if run is not None for f in run.faults] + _empty(runs),
     )

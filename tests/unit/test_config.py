@@ -258,7 +258,11 @@ def test_a_threshold_another_kind_of_the_file_uses_is_refused_too(tmp_path: Path
 
 def test_the_thresholds_a_check_records_are_its_kinds_only(tmp_path: Path) -> None:
     loaded = load_matrix(write(tmp_path, ENGINE + "  - determinism: {target: q4}\n"))
-    assert loaded.matrix.checks[0].thresholds() == {"max_error_rate": 0.0}
+    assert loaded.matrix.checks[0].thresholds() == {
+        "max_error_rate": 0.0,
+        "tie_margin": 0.01,
+        "fail_on": "any",
+    }
 
 
 def test_every_error_of_a_file_is_reported_at_once(tmp_path: Path) -> None:
