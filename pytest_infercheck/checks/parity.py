@@ -38,6 +38,13 @@ record again, counts the items, fails when any item failed or errored, and names
 with faults. A record keeps no non-finite number (its JSON has ``null`` there), so every
 non-finite value an item is judged on is also one of its faults.
 
+Both label a token-level divergence (two outputs with token ids that part at a token)
+``near-tie``, ``decisive`` or ``unknown`` at ``tie_margin``
+(:mod:`~pytest_infercheck.metrics.ties`: the reference and other side's margins from their
+own top-k), counted per item and in the aggregate; with ``fail_on: decisive`` an item that
+differs only at a near-tie does not fail for differing (its other gates still apply). A
+text-only divergence (no token ids: the chat endpoints) has no label.
+
 Both need a server backend; an in-process (mlx-lm) target fails its items with that message.
 """
 
@@ -62,10 +69,17 @@ from ..metrics.consistency import (
     reported_logprobs,
     similarity_fault,
 )
-from ..metrics.determinism import logprob_diff
+from ..metrics.determinism import logprob_diff, side_tokens
 from ..metrics.finite import check_scalar
 from ..metrics.sameness import DivergenceUnit, same_generation
 from ..metrics.text import similarity
+from ..metrics.ties import (
+    DEFAULT_TIE_MARGIN,
+    TieDivergence,
+    count_labels,
+    describe_tie,
+    tie_divergence,
+)
 from ..records import OMIT_WHEN_EMPTY, load_record
 from ..render.markup import esc, kv_table, table
 from ..render.table import check_table
@@ -75,10 +89,10 @@ from ..specs import (
     FlipGates,
     FlipThresholds,
     KindSpec,
-    KindThresholds,
     LogprobTolerance,
     SimilarityGate,
     TargetCheck,
+    TieGates,
 )
 from .protocol import (
     Aggregates,
@@ -100,7 +114,7 @@ Endpoint = Literal["completions", "chat", "messages"]
 StreamMode = Literal["non-streamed", "streamed"]
 R = TypeVar("R")
 S = TypeVar("S", bound=KindSpec)
-T = TypeVar("T", bound=KindThresholds)
+TT = TypeVar("TT", bound=TieGates)
 
 NON_FINITE_DRIFT = "non-finite logprob drift"
 """The fault of a logprob drift that is not finite while no other fault of the item says why
@@ -119,8 +133,17 @@ class EndpointParitySpec(TargetCheck):
     )
 
 
-class EndpointParityThresholds(SimilarityGate, FlipGates):
-    """Per item: ``min_similarity`` (None: 1.0, the same text) and ``flips.fail_item_on``.
+class StreamParityThresholds(LogprobTolerance, TieGates):
+    """``logprob_tolerance`` (:class:`~pytest_infercheck.specs.LogprobTolerance`);
+    ``tie_margin`` labels an item's divergence, ``fail_on: decisive`` passes an item that
+    differs only at a near-tie (:class:`~pytest_infercheck.specs.TieGates`)."""
+
+
+class EndpointParityThresholds(SimilarityGate, FlipGates, TieGates):
+    """Per item: ``min_similarity`` (None: 1.0, the same text) and ``flips.fail_item_on``;
+    ``tie_margin`` and ``fail_on`` (:class:`~pytest_infercheck.specs.TieGates`: with
+    ``fail_on: decisive`` a similarity below ``min_similarity`` passes when the outputs part
+    at a near-tie token).
     The aggregate has no flip-rate gate, so ``flips.max_rate`` (and its ``confidence`` and
     ``gate``) are refused rather than ignored."""
 
@@ -224,6 +247,10 @@ class ParityPrompt:
     """Faults of either side's own output, an empty generation against the other side, a
     non-finite similarity or logprob drift (each a violation); absent from the JSON when
     none."""
+    tie: TieDivergence | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """The first divergent token, labelled (:mod:`~pytest_infercheck.metrics.ties`: margins
+    of the reference side, then the other); absent when the outputs do not diverge at a
+    token (a match, a text-only difference)."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +277,11 @@ class ParityAggregate:
     """The names of the failed items, sorted."""
     engines: dict[str, dict[str, Any]]
     """By target label: the engine's identity (build, model path, ...)."""
+    divergence_labels: dict[str, int] = field(
+        default_factory=dict, metadata=OMIT_WHEN_EMPTY, kw_only=True
+    )
+    """The items' divergence labels counted (:attr:`ParityPrompt.tie`; absent in records
+    made before labels)."""
 
 
 @dataclass(frozen=True)
@@ -292,6 +324,7 @@ class SideComparison:
     flip: str | None
     logprob_drift: float | None
     faults: list[Fault] = field(default_factory=list)
+    tie: TieDivergence | None = None
 
 
 def compare_generations(
@@ -299,6 +332,7 @@ def compare_generations(
     ref: Generation,
     other: Generation,
     labels: tuple[str, str] = ("reference", "other"),
+    tie_margin: float = DEFAULT_TIE_MARGIN,
 ) -> SideComparison:
     """``match``, ``first_divergence`` and ``divergence_unit``: the sameness verdict
     (:func:`~pytest_infercheck.metrics.sameness.same_generation`). ``logprob_drift``: max
@@ -308,7 +342,9 @@ def compare_generations(
     :func:`~pytest_infercheck.metrics.answers.judge_answers` when the prompt has an answer
     kind. ``faults``: each side's own (named ``the <label> output``), an empty generation on
     one side only, a non-finite similarity, a non-finite drift that no other fault explains
-    (:data:`NON_FINITE_DRIFT`)."""
+    (:data:`NON_FINITE_DRIFT`). ``tie``: the first divergent token labelled at
+    ``tie_margin`` (:func:`~pytest_infercheck.metrics.ties.tie_divergence`) when the outputs
+    part at a token."""
     verdict = same_generation(ref, other)
     match = verdict.same
     drift = None
@@ -351,6 +387,11 @@ def compare_generations(
         flip=flip,
         logprob_drift=drift,
         faults=faults,
+        tie=None
+        if verdict.divergence_unit != "token" or verdict.first_divergence is None
+        else tie_divergence(
+            side_tokens(ref), side_tokens(other), verdict.first_divergence, tie_margin
+        ),
     )
 
 
@@ -400,6 +441,7 @@ def count_items(
         errors=errors,
         failed=failed,
         engines=engines,
+        divergence_labels=count_labels([r.tie.divergence_label for r in done if r.tie is not None]),
     )
 
 
@@ -439,7 +481,7 @@ def aggregate_summary(record: ParityAggregate, faults: Sequence[str] = ()) -> Su
         )
     text = (
         f"{record.target}: {record.n_match}/{record.items} identical, {record.n_flips} answer "
-        f"flips, {record.n_errors} errors"
+        f"flips, {record.n_errors} errors; divergences {record.divergence_labels}"
     )
     properties: list[tuple[str, Any]] = [
         ("infercheck_items", record.items),
@@ -447,6 +489,10 @@ def aggregate_summary(record: ParityAggregate, faults: Sequence[str] = ()) -> Su
         ("infercheck_failed", record.n_failed),
         ("infercheck_flips", record.n_flips),
         ("infercheck_errors", record.n_errors),
+        *(
+            (f"infercheck_divergences_{label.replace('-', '_')}", n)
+            for label, n in record.divergence_labels.items()
+        ),
     ]
     return Summary(record, violations, text, properties)
 
@@ -469,12 +515,23 @@ def _labels(record: ParityPrompt) -> tuple[str, str]:
     return record.reference.label, record.other.label
 
 
-def stream_violations(record: ParityPrompt, thresholds: LogprobTolerance) -> list[str]:
-    """Why a stream-parity item fails: its faults, outputs that differ, a logprob drift
-    beyond ``logprob_tolerance`` (or not finite)."""
+def near_tie_passes(record: ParityPrompt, thresholds: TieGates) -> bool:
+    """Whether ``fail_on: decisive`` lets the item's difference pass: its outputs part at a
+    ``near-tie`` token."""
+    return (
+        thresholds.fail_on == "decisive"
+        and record.tie is not None
+        and record.tie.divergence_label == "near-tie"
+    )
+
+
+def stream_violations(record: ParityPrompt, thresholds: StreamParityThresholds) -> list[str]:
+    """Why a stream-parity item fails: its faults, outputs that differ (not under ``fail_on:
+    decisive`` when they part at a ``near-tie``), a logprob drift beyond
+    ``logprob_tolerance`` (or not finite)."""
     labels = _labels(record)
     out = [f.text for f in record.faults]
-    if not record.match:
+    if not record.match and not near_tie_passes(record, thresholds):
         out.append(
             f"the {labels[1]} output differs from the {labels[0]} one (first divergence "
             f"at {record.divergence_unit} {record.first_divergence})"
@@ -492,13 +549,16 @@ def stream_violations(record: ParityPrompt, thresholds: LogprobTolerance) -> lis
 
 def endpoint_violations(record: ParityPrompt, thresholds: EndpointParityThresholds) -> list[str]:
     """Why an endpoint-parity item fails: its faults, a similarity below ``min_similarity``
-    (1.0 when unset; a similarity that is not finite never passes), an answer flip that
+    (1.0 when unset; a similarity that is not finite never passes; not under ``fail_on:
+    decisive`` when the outputs part at a ``near-tie`` token), an answer flip that
     ``flips.fail_item_on`` fails."""
     labels = _labels(record)
     out = [f.text for f in record.faults]
     minimum = 1.0 if thresholds.min_similarity is None else thresholds.min_similarity
     ratio = record.similarity
-    if ratio is None or not ratio >= minimum:
+    if (ratio is None or not ratio >= minimum) and not (
+        ratio is not None and near_tie_passes(record, thresholds)
+    ):
         shown = "not finite" if ratio is None else f"{ratio:.4f}"
         out.append(
             f"{labels[1]} vs {labels[0]}: similarity {shown} < "
@@ -512,7 +572,7 @@ def endpoint_violations(record: ParityPrompt, thresholds: EndpointParityThreshol
 
 
 @dataclass
-class _ParityRun(TargetRun[S, T]):
+class _ParityRun(TargetRun[S, TT]):
     """What the two parity kinds share: items are pairs of generations of one prompt, each
     judged from its record (:meth:`judge`)."""
 
@@ -525,7 +585,7 @@ class _ParityRun(TargetRun[S, T]):
         """The item comparing ``generations`` (reference, other), recorded as ``sides``."""
         ref, other = generations
         labels = (sides[0].label, sides[1].label)
-        result = compare_generations(prompt, ref, other, labels)
+        result = compare_generations(prompt, ref, other, labels, self.thresholds.tie_margin)
         record = ParityPrompt(
             prompt_id=prompt.id,
             target=self.target.label,
@@ -539,6 +599,7 @@ class _ParityRun(TargetRun[S, T]):
             flip=result.flip,
             logprob_drift=result.logprob_drift,
             faults=result.faults,
+            tie=result.tie,
         )
         width = max(len(label) for label in labels)
         text = "\n".join(
@@ -548,6 +609,7 @@ class _ParityRun(TargetRun[S, T]):
                 f"  {labels[1]:<{width}}: {mark_divergence(other.text, ref.text)}",
                 f"  first divergence: {result.first_divergence} ({result.divergence_unit}), "
                 f"similarity {result.similarity:.4f}, answers {result.answers}",
+                *([] if result.tie is None else [f"  {describe_tie(result.tie, labels)}"]),
             ]
         )
         properties: list[tuple[str, Any]] = [
@@ -568,7 +630,7 @@ class _ParityRun(TargetRun[S, T]):
 
 
 @dataclass
-class StreamParityRun(_ParityRun[StreamParitySpec, LogprobTolerance]):
+class StreamParityRun(_ParityRun[StreamParitySpec, StreamParityThresholds]):
     """Streamed vs not streamed, one item per prompt (see the module docstring)."""
 
     def run_item(self, plan: ItemPlan) -> Outcome:
@@ -654,7 +716,7 @@ class EndpointParityRun(_ParityRun[EndpointParitySpec, EndpointParityThresholds]
 
 
 def summarize_stream(
-    items: Sequence[RecordedItem], thresholds: LogprobTolerance, context: TargetContext
+    items: Sequence[RecordedItem], thresholds: StreamParityThresholds, context: TargetContext
 ) -> Summary:
     """The stream-parity aggregate of the items' records (see the module docstring)."""
     judged = judged_items(items, lambda record: stream_violations(record, thresholds))
@@ -735,6 +797,8 @@ def parity_prompt(data: Mapping[str, Any]) -> str:
         kv_table(facts),
         side_by_side(ref.label, ref.text, other.label, other.text, record.first_divergence),
     ]
+    if record.tie is not None:
+        parts.append(f"<p>{esc(describe_tie(record.tie, (ref.label, other.label)))}</p>")
     if record.answers:
         cells = [esc(a) for a in record.answers[:2]] + [flip_cell(record.flip)]
         parts.append(table(["reference answer", "other answer", "flip"], [cells]))
@@ -747,7 +811,7 @@ STREAM_PARITY = target_kind(
     "stream-parity",
     StreamParitySpec,
     StreamParityRun,
-    thresholds=LogprobTolerance,
+    thresholds=StreamParityThresholds,
     context=TargetContext,
     summarize=summarize_stream,
     summary_lines=summary_lines,

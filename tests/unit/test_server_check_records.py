@@ -37,6 +37,7 @@ from pytest_infercheck.checks.parity import (
     ParityAggregate,
     ParityItem,
     ParityPrompt,
+    StreamParityThresholds,
     StreamSide,
     compare_generations,
     count_items,
@@ -312,10 +313,10 @@ def test_every_fault_of_a_stream_fails_the_stream_parity_aggregate_from_its_reco
 ) -> None:
     other, line = BROKEN_STREAMS[fault]
     record = streamed("s01", other)
-    live = stream_violations(record, LogprobTolerance())
+    live = stream_violations(record, StreamParityThresholds())
     assert live  # the item fails
     summary = STREAM_PARITY.summarize(
-        [read_back("prompt", "s01", record)], LogprobTolerance(), STREAM_CONTEXT
+        [read_back("prompt", "s01", record)], StreamParityThresholds(), STREAM_CONTEXT
     )
     assert summary.violations[-1] == "1 of 1 items failed: s01"
     assert summary.violations[:-1] == ([] if line is None else [line])
@@ -325,13 +326,13 @@ def test_every_fault_of_a_stream_fails_the_stream_parity_aggregate_from_its_reco
 def test_a_drift_that_is_not_finite_is_a_fault_its_record_keeps() -> None:
     record = streamed("s01", BROKEN_STREAMS["-inf beside a finite logprob"][0])
     assert record.logprob_drift == math.inf
-    assert stream_violations(record, LogprobTolerance()) == [
+    assert stream_violations(record, StreamParityThresholds()) == [
         "non-finite logprob drift of streamed vs non-streamed (+inf)",
         "logprob drift inf with identical tokens is not finite: fails logprob_tolerance 0.0001",
     ]
     back = read_back("prompt", "s01", record).record
     assert back.logprob_drift is None  # JSON has no inf
-    assert stream_violations(back, LogprobTolerance()) == [
+    assert stream_violations(back, StreamParityThresholds()) == [
         "non-finite logprob drift of streamed vs non-streamed (+inf)"
     ]
     # a NaN logprob explains its NaN drift: no second fault
@@ -346,15 +347,20 @@ def test_the_stream_parity_aggregate_counts_records_and_errors_in_any_order() ->
         read_back("prompt", "s01", streamed("s01", FAITHFUL)),
         RecordedItem("prompt", "s02", None, "HTTP 500 after 4 attempts"),
     ]
-    summary = STREAM_PARITY.summarize(items, LogprobTolerance(), STREAM_CONTEXT)
+    summary = STREAM_PARITY.summarize(items, StreamParityThresholds(), STREAM_CONTEXT)
     assert summary.violations == ["2 of 3 items failed: s02, s03"]
     record = summary.record
     assert (record.items, record.n_match, record.n_mismatch, record.n_errors) == (3, 2, 0, 1)
     assert record.errors == {"s02": "HTTP 500 after 4 attempts"}
-    assert summary.text == "adder@llama: 2/3 identical, 0 answer flips, 1 errors"
-    assert STREAM_PARITY.summarize(items[::-1], LogprobTolerance(), STREAM_CONTEXT) == summary
+    assert summary.text == (
+        "adder@llama: 2/3 identical, 0 answer flips, 1 errors; "
+        "divergences {'near-tie': 0, 'decisive': 0, 'unknown': 0}"
+    )
+    assert STREAM_PARITY.summarize(items[::-1], StreamParityThresholds(), STREAM_CONTEXT) == summary
     # judged with the thresholds given: a drift of 0.01 within a tolerance of 0.1
-    loose = STREAM_PARITY.summarize(items, LogprobTolerance(logprob_tolerance=0.1), STREAM_CONTEXT)
+    loose = STREAM_PARITY.summarize(
+        items, StreamParityThresholds(logprob_tolerance=0.1), STREAM_CONTEXT
+    )
     assert loose.violations == ["1 of 3 items failed: s02"]
 
 
