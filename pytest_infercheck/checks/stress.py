@@ -47,10 +47,18 @@ its percentiles and rates are then not reported), and successful outputs that ar
 while their reference is not, or the other way round (``empty generation in 2 of 40
 requests: ...``).
 
+An output that leaves its reference at a token (both with token ids) has that token labelled
+``near-tie``, ``decisive`` or ``unknown`` at ``tie_margin``
+(:mod:`~pytest_infercheck.metrics.ties`: the reference's margin from the chosen logprobs
+and top-k it keeps, the output's from its own), kept on its :class:`Mismatch` (``tie``) and
+counted over every inconsistent output of the level (``divergence_labels``) and the
+aggregate.
+
 Gates, per level (:class:`StressThresholds`): every fault is a violation of its own,
 whatever the thresholds; ``error_rate <= max_error_rate``; ``consistency >=
-min_consistency``; ``flips.max_rate`` against the Wilson upper bound of ``flip_rate`` at
-``flips.confidence`` (or the point estimate with ``gate: point``). The aggregate
+min_consistency`` (with ``fail_on: decisive``, outputs that leave their reference at a
+near-tie count as consistent); ``flips.max_rate`` against the Wilson upper bound of
+``flip_rate`` at ``flips.confidence`` (or the point estimate with ``gate: point``). The aggregate
 (:func:`summarize`, a pure function of the levels' records: the live run and
 ``pytest-infercheck report`` over shards call it alike) judges each level's record again and
 fails when any level does, naming each level's violations, and names the levels that
@@ -87,16 +95,25 @@ from ..metrics.consistency import (
     generation_faults,
     latency_fault,
 )
+from ..metrics.determinism import side_tokens
 from ..metrics.load import max_in_flight, mean_in_flight, tokens_per_second
 from ..metrics.sameness import DivergenceUnit, compare_outputs
 from ..metrics.stats import percentile, wilson_interval
+from ..metrics.ties import (
+    DEFAULT_TIE_MARGIN,
+    SideTokens,
+    TieDivergence,
+    count_labels,
+    describe_tie,
+    tie_divergence,
+)
 from ..records import OMIT_WHEN_EMPTY, load_record, plain_data
 from ..render.charts import line_chart
 from ..render.markup import esc, kv_table, num, table
 from ..render.table import render_table
 from ..render.views import facts, side_by_side
 from ..shared_work import SharedWork
-from ..specs import ErrorRate, FlipGates, FlipThresholds, TargetCheck
+from ..specs import ErrorRate, FlipGates, FlipThresholds, TargetCheck, TieGates
 from .protocol import (
     ItemPlan,
     Outcome,
@@ -144,8 +161,10 @@ class StressSpec(TargetCheck):
         return sorted(value)
 
 
-class StressThresholds(ErrorRate, FlipGates):
-    """Per level: ``min_consistency`` (the share of outputs equal to their reference),
+class StressThresholds(ErrorRate, FlipGates, TieGates):
+    """Per level: ``min_consistency`` (the share of outputs equal to their reference; with
+    ``fail_on: decisive`` an output that leaves it at a near-tie counts as consistent,
+    :class:`~pytest_infercheck.specs.TieGates`, whose ``tie_margin`` labels a divergence),
     ``max_error_rate`` (the share of failed requests), ``flips.max_rate`` (the flip rate, on
     the upper bound of its Wilson interval at ``flips.confidence`` or the point estimate with
     ``gate: point``). A level has no single answer, so ``flips.fail_item_on`` other than its
@@ -179,6 +198,9 @@ class Output:
     finish_reason: str | None = None
     faults: tuple[Fault, ...] = ()
     """Non-finite or mismatched logprobs of what came back (:func:`generation_faults`)."""
+    tokens: SideTokens | None = None
+    """Its token ids, texts, chosen logprobs and top-k for the margins of a divergence
+    (:func:`~pytest_infercheck.metrics.determinism.side_tokens`, without full rows)."""
 
 
 @dataclass
@@ -191,6 +213,27 @@ class Reference:
     """None when the backend gives no token ids."""
     finish_reason: str | None = None
     """Why it stopped (``stop``: its token ids end with the end-of-sequence token)."""
+    token_texts: list[str] | None = None
+    chosen_logprobs: list[float | None] | None = None
+    """The reported logprobs of its tokens (None where not reported or not finite)."""
+    top_logprobs: list[dict[str, float] | None] | None = None
+    """Its top-k per token, keyed by ``top_keys``: token ids as strings (JSON object keys),
+    which :meth:`side` turns back into ints, or token texts."""
+    top_keys: str = "id"
+
+    def side(self) -> SideTokens:
+        """The reference as a side of :func:`~pytest_infercheck.metrics.ties.tie_divergence`
+        (top-k keyed by int ids again when ``top_keys`` is ``id``)."""
+        top: list[Any] | None = self.top_logprobs
+        if top is not None and self.top_keys == "id":
+            top = [None if t is None else {int(k): v for k, v in t.items()} for t in top]
+        return SideTokens(
+            ids=self.token_ids,
+            texts=self.token_texts,
+            chosen=self.chosen_logprobs,
+            top=top,
+            top_keys=self.top_keys,
+        )
 
 
 @dataclass
@@ -208,6 +251,9 @@ class Mismatch:
     fault: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """``empty generation: ...`` when the output or its reference is empty and the other is
     not; None otherwise, and then absent from the JSON."""
+    tie: TieDivergence | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """The first divergent token, labelled (:mod:`~pytest_infercheck.metrics.ties`: margins
+    of the reference, then the output); absent for a text-only divergence."""
 
 
 @dataclass
@@ -251,6 +297,9 @@ class StressLevel:
     faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Non-finite latencies and empty generations (see the module docstring): each is a
     violation. Absent from the JSON when there are none."""
+    divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
+    """The divergence labels of every inconsistent output (not only the listed
+    ``mismatches``) counted; absent when none diverges at a token."""
 
 
 @dataclass
@@ -262,6 +311,8 @@ class StressAggregate:
     levels: list[StressLevel]
     engines: dict[str, dict[str, Any]]
     """The target's engine identity, by target label."""
+    divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
+    """The levels' divergence labels summed (absent in records made before labels)."""
 
 
 def error_kind(exc: BaseException) -> str:
@@ -285,8 +336,20 @@ def token_count(generation: Generation) -> int | None:
 
 
 def reference_of(generation: Generation) -> Reference:
-    """What a reference keeps (published to the other workers)."""
-    return Reference(generation.text, generation.token_ids, generation.finish_reason)
+    """What a reference keeps (published to the other workers): its output and, for the
+    margins of a divergence, its token texts, reported chosen logprobs and top-k."""
+    side = side_tokens(generation)
+    return Reference(
+        generation.text,
+        generation.token_ids,
+        generation.finish_reason,
+        token_texts=None if side.texts is None else list(side.texts),
+        chosen_logprobs=None if side.chosen is None else list(side.chosen),
+        top_logprobs=None
+        if side.top is None
+        else [None if t is None else {str(k): v for k, v in t.items()} for t in side.top],
+        top_keys=side.top_keys,
+    )
 
 
 def jobs_for(prompts: Sequence[Prompt], level: int, repeats: int) -> list[Prompt]:
@@ -318,6 +381,7 @@ def _output(prompt_id: str, start: float, end: float, result: Any) -> Output:
         token_count(result),
         finish_reason=result.finish_reason,
         faults=tuple(generation_faults(f"the output of {prompt_id}", result)),
+        tokens=dataclasses.replace(side_tokens(result), full=None),
     )
 
 
@@ -362,15 +426,18 @@ def level_data(
     outputs: Sequence[Output],
     references: Mapping[str, Reference],
     prompts: Iterable[Prompt],
+    tie_margin: float = DEFAULT_TIE_MARGIN,
 ) -> StressLevel:
-    """The measured figures of one level (see the module docstring for each one); its
-    ``violations`` and ``measured_by`` are the run's to set."""
+    """The measured figures of one level (see the module docstring for each one), an
+    inconsistent output's divergence labelled at ``tie_margin``; its ``violations`` and
+    ``measured_by`` are the run's to set."""
     by_id = {p.id: p for p in prompts}
     errors = Counter(o.error for o in outputs if o.error is not None)
     done = [o for o in outputs if o.error is None]
     consistent = flips = 0
     mismatches: list[Mismatch] = []
     empties: list[tuple[int, Fault]] = []
+    labels: list[str] = []
     for index, output in enumerate(outputs):
         if output.error is not None:
             continue
@@ -386,6 +453,18 @@ def level_data(
         )
         if empty is not None:
             empties.append((index, empty))
+        tie = (
+            None
+            if verdict.same
+            or verdict.divergence_unit != "token"
+            or verdict.first_divergence is None
+            or output.tokens is None
+            else tie_divergence(
+                reference.side(), output.tokens, verdict.first_divergence, tie_margin
+            )
+        )
+        if tie is not None:
+            labels.append(tie.divergence_label)
         if verdict.same:
             consistent += 1
         elif len(mismatches) < MAX_MISMATCHES:
@@ -397,6 +476,7 @@ def level_data(
                     reference=reference.text[:TEXT_CHARS],
                     output=output.text[:TEXT_CHARS],
                     fault=None if empty is None else empty.text,
+                    tie=tie,
                 )
             )
         prompt = by_id[output.prompt_id]
@@ -430,6 +510,7 @@ def level_data(
         max_in_flight=max_in_flight(intervals),
         mismatches=mismatches,
         faults=faults,
+        divergence_labels=count_labels(labels) if labels else {},
     )
 
 
@@ -481,10 +562,13 @@ def level_violations(data: StressLevel, thresholds: StressThresholds) -> list[st
             f"error rate {data.error_rate:.3f} ({failed}/{n}: {kinds}) > max_error_rate "
             f"{thresholds.max_error_rate}"
         )
-    if data.consistency < thresholds.min_consistency:
+    near_ties = data.divergence_labels.get("near-tie", 0)
+    passing = data.consistent + (near_ties if thresholds.fail_on == "decisive" else 0)
+    if (passing / n if n else 1.0) < thresholds.min_consistency:
         out.append(
             f"consistency {data.consistency:.3f} ({data.consistent}/{n} outputs equal "
-            f"to their reference) < min_consistency {thresholds.min_consistency}"
+            f"to their reference{near_tie_note(near_ties, thresholds)}) < min_consistency "
+            f"{thresholds.min_consistency}"
         )
     gate = thresholds.flips
     if gate.max_rate is not None and n:
@@ -500,6 +584,12 @@ def level_violations(data: StressLevel, thresholds: StressThresholds) -> list[st
                 f"> flips.max_rate {gate.max_rate}"
             )
     return out
+
+
+def near_tie_note(near_ties: int, thresholds: StressThresholds) -> str:
+    """``, 1 more at a near-tie`` when ``fail_on: decisive`` counts near-ties as
+    consistent."""
+    return f", {near_ties} more at a near-tie" if thresholds.fail_on == "decisive" else ""
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -550,6 +640,10 @@ def level_text(data: StressLevel) -> str:
             f"  {m.prompt_id}: reference {m.reference!r} -> {m.output!r} (first "
             f"divergence at {m.unit} {m.first_divergence}{'; ' + m.fault if m.fault else ''})"
         )
+        if m.tie is not None:
+            lines.append(f"    {describe_tie(m.tie, ('reference', 'output'))}")
+    if data.divergence_labels:
+        lines.append(f"  divergences {data.divergence_labels}")
     return "\n".join(lines)
 
 
@@ -639,7 +733,14 @@ class StressRun(TargetRun[StressSpec, StressThresholds]):
         if any(output.error is not None for output in outputs):
             # a dead (or dying) server is its death, not a load failure
             self.cache.check_alive(target, after_failures=True)
-        data = level_data(level, target.label, outputs, references, self.suite.prompts)
+        data = level_data(
+            level,
+            target.label,
+            outputs,
+            references,
+            self.suite.prompts,
+            self.thresholds.tie_margin,
+        )
         data.violations = level_violations(data, self.thresholds)
         data.measured_by = os.environ.get("PYTEST_XDIST_WORKER", "main")
         return data
@@ -667,13 +768,26 @@ def summarize(
         ),
         key=lambda d: d.level,
     )
+    record = StressAggregate(
+        target=context.target,
+        levels=levels,
+        engines=context.engines,
+        divergence_labels={
+            label: sum(d.divergence_labels.get(label, 0) for d in levels)
+            for label in count_labels([])
+        },
+    )
     return Summary(
-        record=StressAggregate(target=context.target, levels=levels, engines=context.engines),
+        record=record,
         violations=errored_items(items) + level_union_violations(levels),
-        text="\n".join(level_table(levels)),
+        text="\n".join([*level_table(levels), f"divergences {record.divergence_labels}"]),
         properties=[
             ("infercheck_levels_failed", sum(bool(d.violations) for d in levels)),
             ("infercheck_measured_by", ",".join(sorted({d.measured_by for d in levels}))),
+            *(
+                (f"infercheck_divergences_{label.replace('-', '_')}", n)
+                for label, n in record.divergence_labels.items()
+            ),
         ],
     )
 
@@ -710,6 +824,8 @@ def stress_level(data: Mapping[str, Any]) -> str:
                 m.first_divergence,
             )
         )
+        if m.tie is not None:
+            parts.append(f"<p>{esc(describe_tie(m.tie, ('reference', 'output')))}</p>")
     return "".join(parts)
 
 

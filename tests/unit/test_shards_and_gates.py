@@ -314,6 +314,10 @@ def stream_prompt(pid: str, match: bool) -> ParityPrompt:
     )
 
 
+NONE = {"near-tie": 0, "decisive": 0, "unknown": 0}
+"""Divergence labels counted over records without ties: none."""
+
+
 def test_stream_parity_counts_items_and_errors_of_both_shards() -> None:
     shard_1 = [
         entry("stream-parity", "a", "prompt", stream_prompt("a", True)),
@@ -325,7 +329,9 @@ def test_stream_parity_counts_items_and_errors_of_both_shards() -> None:
     partial_1 = ParityAggregate("q4@local", 2, 1, 1, 1, 1, 0, {}, ["b"], ENGINES)
     partial_2 = ParityAggregate("q4@local", 2, 1, 0, 1, 0, 1, {"c": "HTTP 500"}, ["c"], ENGINES)
     aggregate = merged([shard_1, shard_2], [partial_1, partial_2], "stream-parity")
-    record = ParityAggregate("q4@local", 4, 2, 1, 2, 1, 1, {"c": "HTTP 500"}, ["b", "c"], ENGINES)
+    record = ParityAggregate(
+        "q4@local", 4, 2, 1, 2, 1, 1, {"c": "HTTP 500"}, ["b", "c"], ENGINES, divergence_labels=NONE
+    )
     assert aggregate["data"] == plain_data(record)
     assert aggregate["outcome"] == "failed"
     assert aggregate["violations"] == ["2 of 4 items failed: b, c"]
@@ -438,7 +444,7 @@ def test_stress_is_the_union_of_the_levels_measured_in_each_shard() -> None:
         "stress",
     )
     assert aggregate["data"] == plain_data(
-        StressAggregate("q4@local", [levels[1], levels[4], levels[16]], ENGINES)
+        StressAggregate("q4@local", [levels[1], levels[4], levels[16]], ENGINES, NONE)
     )
     assert aggregate["violations"] == [
         "c4: consistency 0.500 (4/8 outputs equal to their reference) < min_consistency 1.0"
