@@ -53,7 +53,7 @@ from pytest_infercheck.metrics.consistency import Fault, similarity_fault
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.report.merge import merge_results
 from pytest_infercheck.report.views import item_detail
-from pytest_infercheck.specs import KindThresholds, LogprobTolerance
+from pytest_infercheck.specs import KindThresholds
 from pytest_infercheck.suites import Prompt
 from pytest_infercheck.yamlpos import SourceError
 from tests.htmldom import parse
