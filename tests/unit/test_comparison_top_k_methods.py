@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from pytest_infercheck.backends import Generation
 from pytest_infercheck.backends.base import Capabilities, TopKRow
@@ -181,3 +182,25 @@ def test_a_text_only_comparison_says_why_the_backend_gave_no_logprobs() -> None:
         "the baseline returned no top-k logprobs"
     )
     assert _text_only_reason((with_top, None), (with_top, None), False) == ""
+
+
+def test_the_noise_floor_leaves_out_positions_an_engine_did_not_report() -> None:
+    """llama-server reports no entry for a token that ends inside a UTF-8 character: a NaN
+    chosen logprob with an empty top-k map. Such a position is not a measured difference
+    (the floor is of the others, here |-0.5 - -0.25| = 0.25 at position 1); a NaN with a
+    non-empty map is a measured NaN and keeps the floor NaN (a violation)."""
+    text_only = Capabilities(top_k_logprobs=2, token_ids=True)
+    base = FakeBackend(
+        "b", generation("ab", [1, 2, 3], chosen_logprobs=[-0.1, -0.5, -0.2]), rows_of(UNIFORM)
+    )
+
+    def test_side(chosen0: float, row0: dict[int, float]) -> FakeBackend:
+        top = [row0, {2: -0.25, 1: -3.0}, {3: -0.2, 1: -4.0}]
+        made = generation("ab", [1, 2, 3], chosen_logprobs=[chosen0, -0.25, -0.2], top_logprobs=top)
+        return FakeBackend("t", made, capabilities=text_only)
+
+    unreported = compare(base, test_side(math.nan, {}))
+    assert unreported.noise_floor == pytest.approx(0.25)
+    assert "noise floor" not in " ".join(item_violations(unreported, Thresholds()))
+    measured_nan = compare(base, test_side(math.nan, {1: math.nan}))
+    assert measured_nan.noise_floor is not None and math.isnan(measured_nan.noise_floor)

@@ -41,7 +41,7 @@ from pydantic import BeforeValidator
 from ...backends import Capabilities, Generation
 from ...golden import golden_scorable
 from ...metrics.answers import FlipKind, judge_answers
-from ...metrics.consistency import generation_faults
+from ...metrics.consistency import generation_faults, reported_logprobs
 from ...metrics.finite import (
     Problem,
     check_logprob_rows,
@@ -65,7 +65,7 @@ from ...metrics.ties import (
     Margin,
     divergence_label,
     full_row_margin,
-    noise_floor,
+    reported_noise_floor,
     top_k_margin,
 )
 from ...metrics.tokenization import LEADING, WINDOW
@@ -385,8 +385,10 @@ def compare_prompt(
         batching_note=batching_note,
         margins=None if margins is None else [None if m is None else m.value for m in margins],
         margins_exact=margins is None or all(m is None or m.exact for m in margins),
-        noise_floor=noise_floor(
-            base.chosen_logprobs, other.chosen_logprobs, _agreeing(verdict, base, other)
+        noise_floor=reported_noise_floor(
+            reported_logprobs(base.chosen_logprobs, base.top_logprobs),
+            reported_logprobs(other.chosen_logprobs, other.top_logprobs),
+            _agreeing(verdict, base, other),
         ),
         divergence_label=divergence_label(divergence is not None, margins or [], tie_margin),
     )
