@@ -44,6 +44,7 @@ from .backends import (
     PromptInput,
     create_backend,
 )
+from .backends.base import TopKRow
 from .golden import GoldenBackend, golden_path, load_golden
 from .servers import ServerPool, server_spec
 
@@ -117,6 +118,7 @@ class GenerationCache:
         self._detokenized: dict[tuple[TargetKey, tuple[int, ...]], str | None] = {}
         self._generations: dict[GenerationKey, Generation] = {}
         self._scores: OrderedDict[ScoreKey, np.ndarray] = OrderedDict()
+        self._top_k_scores: dict[ScoreKey, list[TopKRow]] = {}
         self._score_bytes = 0
         self._stats: dict[StatsKey, PositionStats] = {}
         self._licences: dict[TargetKey, BatchingLicence] = {}
@@ -396,6 +398,19 @@ class GenerationCache:
             _, evicted = self._scores.popitem(last=False)
             self._score_bytes -= evicted.nbytes
         return result
+
+    def score_top_k(
+        self, target: ResolvedTarget, prompt_ids: list[int], continuation_ids: list[int]
+    ) -> list[TopKRow]:
+        """``target``'s teacher-forced top-k rows of ``continuation_ids`` after
+        ``prompt_ids`` (:meth:`~.backends.base.Backend.score_top_k`), cached: a baseline
+        scored by its top k against several test sides is asked once."""
+        key = (target.key, tuple(prompt_ids), tuple(continuation_ids))
+        if key not in self._top_k_scores:
+            self._top_k_scores[key] = self.call(
+                target, target.backend.score_top_k(prompt_ids, continuation_ids)
+            )
+        return self._top_k_scores[key]
 
     def close(self) -> None:
         """Close every backend (wrappers and the backends they wrap) and the loop."""

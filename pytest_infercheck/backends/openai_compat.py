@@ -345,15 +345,28 @@ class OpenAICompatBackend(Backend):
         folder = Path(where).expanduser() if where else None
         return folder if folder is not None and folder.is_dir() else None
 
-    def context_size(self) -> int | None:
-        """The model's context length from its local ``config.json``, when known."""
+    def model_config(self) -> dict[str, Any]:
+        """The served model folder's ``config.json`` ({} when the model is not a local folder
+        or the file is unreadable)."""
         folder = self.model_folder()
         try:
             config = json.loads((folder / "config.json").read_text()) if folder else {}
         except (OSError, ValueError):
-            return None
-        value = config.get("max_position_embeddings")
+            return {}
+        return config if isinstance(config, dict) else {}
+
+    def context_size(self) -> int | None:
+        """The model's context length from its local ``config.json``, when known."""
+        value = self.model_config().get("max_position_embeddings")
         return int(value) if isinstance(value, int) else None
+
+    def config_vocab_size(self) -> int | None:
+        """``vocab_size`` of the local ``config.json`` (the width of the logits; a
+        multimodal model's ``text_config``), None when unknown."""
+        config = self.model_config()
+        text = config.get("text_config")
+        value = config.get("vocab_size", text.get("vocab_size") if isinstance(text, dict) else None)
+        return value if isinstance(value, int) and value > 0 else None
 
     async def send_hostile(self, kind: str) -> str:
         def body(text: str, max_tokens: int) -> dict[str, Any]:

@@ -106,7 +106,7 @@ class SglangBackend(OpenAICompatBackend):
             raise BackendError(f"backend {self.name!r} (sglang): /health did not answer 200")
         self.model_info = await self._get_json("/get_model_info")
         self.server_info = await self._get_json("/get_server_info")
-        self.n_vocab = _vocab_size(self.model_folder())
+        self.n_vocab = self.config_vocab_size()
         try:
             await self.flush_cache()
             self.observed["cache_flushed"] = True
@@ -346,19 +346,6 @@ def create(
     unless ``chat: true``; the model is ``model_name`` or the model's source."""
     settings = HttpSettings.of(spec, url)
     return SglangBackend(name, settings, model=spec.model_name or source, chat=bool(spec.chat))
-
-
-def _vocab_size(folder: Path | None) -> int | None:
-    """``vocab_size`` of ``folder/config.json`` (SGLang's logits span it), None if unknown."""
-    try:
-        config = json.loads((folder / "config.json").read_text()) if folder else {}
-    except (OSError, ValueError):
-        return None
-    value = config.get("vocab_size") if isinstance(config, dict) else None
-    if value is None and isinstance(config, dict):
-        text = config.get("text_config")
-        value = text.get("vocab_size") if isinstance(text, dict) else None
-    return value if isinstance(value, int) and value > 0 else None
 
 
 def _logprob(value: Any) -> float:

@@ -116,19 +116,8 @@ class VllmBackend(OpenAICompatBackend):
                 length = m.get("max_model_len")
                 self.max_model_len = length if isinstance(length, int) else None
                 break
-        self.vocab_size = self._config_vocab_size()
+        self.vocab_size = self.config_vocab_size()
         self.max_logprobs = await self._probe_max_logprobs()
-
-    def _config_vocab_size(self) -> int | None:
-        """``vocab_size`` of the served folder's ``config.json`` (the width of the logits),
-        None when the model is not a local folder."""
-        folder = self.model_folder()
-        try:
-            config = json.loads((folder / "config.json").read_text()) if folder else {}
-        except (OSError, ValueError):
-            return None
-        value = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
-        return value if isinstance(value, int) and value > 0 else None
 
     async def _probe_max_logprobs(self) -> int:
         """The largest ``prompt_logprobs`` the server answers: the vocabulary size when a

@@ -155,7 +155,7 @@ def _record_one(run: CheckRun, side: Side, test: ResolvedTarget, prompt: Prompt)
         generation = dataclasses.replace(generation, chosen_logprobs=chosen)
     elif caps.teacher_forcing_top_k and rendered.token_ids and generation.token_ids:
         ids = generation.token_ids
-        rows = cache.call(test, test.backend.score_top_k(list(rendered.token_ids), ids))
+        rows = cache.score_top_k(test, list(rendered.token_ids), ids)
         top, keys = top_k_maps([r.top for r in rows], k), "id"
         generation = dataclasses.replace(generation, chosen_logprobs=[r.chosen for r in rows])
     elif generation.top_logprobs:

@@ -711,7 +711,7 @@ def _distributions(
             test_lp = cache.score(test, list(prompt_ids), base.token_ids)
             stats = topk_vs_full_stats(base.top_logprobs, chosen, test_lp, base.token_ids)
         else:
-            rows = cache.call(test, test.backend.score_top_k(list(prompt_ids), base.token_ids))
+            rows = cache.score_top_k(test, list(prompt_ids), base.token_ids)
             stats = topk_pair_stats(
                 base.top_logprobs,
                 chosen,
@@ -755,17 +755,17 @@ def _top_k_forced(
     full_t = test.backend.capabilities.teacher_forcing
     if full_b:
         base_lp = cache.score(baseline, prompt_ids, continuation)
-        rows = cache.call(test, test.backend.score_top_k(prompt_ids, continuation))
+        rows = cache.score_top_k(test, prompt_ids, continuation)
         return full_vs_topk_stats(
             base_lp, [r.top for r in rows], [r.chosen for r in rows], continuation
         )
-    base_rows = cache.call(baseline, baseline.backend.score_top_k(prompt_ids, continuation))
+    base_rows = cache.score_top_k(baseline, prompt_ids, continuation)
     base_top = [{**r.top, c: r.chosen} for r, c in zip(base_rows, continuation, strict=True)]
     base_chosen = [r.chosen for r in base_rows]
     if full_t:
         test_lp = cache.score(test, prompt_ids, continuation)
         return topk_vs_full_stats(base_top, base_chosen, test_lp, continuation)
-    rows = cache.call(test, test.backend.score_top_k(prompt_ids, continuation))
+    rows = cache.score_top_k(test, prompt_ids, continuation)
     return topk_pair_stats(
         base_top, base_chosen, [r.top for r in rows], [r.chosen for r in rows], continuation
     )
