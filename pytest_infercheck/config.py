@@ -22,7 +22,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from .backends.registry import BACKEND_NAMES, SHORTHANDS, backend_kind
+from .backends.registry import BACKEND_NAMES, BACKENDS, SHORTHANDS, backend_kind
 from .checks.protocol import CheckKind, RateGate
 from .checks.registry import KIND_NAMES, kind_named
 from .golden import GOLDEN_NAME, GOLDEN_PLACE
@@ -154,6 +154,11 @@ class BackendSpec(_Strict):
             )
         if not server and (self.url is not None or self.serve is not None):
             raise ValueError(f"backend kind {self.kind!r} runs in-process: remove 'url'/'serve'")
+        if not self.logprobs and not self.backend_kind.openai_logprobs:
+            users = ", ".join(k.name for k in BACKENDS if k.openai_logprobs)
+            raise ValueError(
+                f"'logprobs: false' is not applied by a {self.kind} backend (only {users})"
+            )
         return self
 
     @property

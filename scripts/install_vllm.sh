@@ -96,16 +96,7 @@ fi
 "$BUILD/bin/python" -c 'import vllm.entrypoints.openai.api_server' >&2
 
 # Not relocatable as built: rewrite the build path in bin/ and pyvenv.cfg before the rename.
-"$PY" - "$BUILD" "$VENV" <<'EOF'
-import sys
-from pathlib import Path
-
-old, new = sys.argv[1].encode(), sys.argv[2].encode()
-build = Path(sys.argv[1])
-for path in [*(build / "bin").iterdir(), build / "pyvenv.cfg"]:
-    if path.is_file() and not path.is_symlink() and old in (data := path.read_bytes()):
-        path.write_bytes(data.replace(old, new))
-EOF
+"$PY" "$(dirname "${BASH_SOURCE[0]}")/relocate_venv.py" "$BUILD" "$VENV"
 printf '%s' "$SPEC" >"$BUILD/$STAMP_NAME"
 
 if [ -e "$VENV" ]; then

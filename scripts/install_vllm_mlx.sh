@@ -116,16 +116,7 @@ PIP=("$BUILD/bin/python" -m pip --disable-pip-version-check --no-input -q)
 # A virtual environment is not relocatable: its scripts carry the absolute path of its
 # interpreter in their shebang (and activate scripts in VIRTUAL_ENV). Rewrite the build path
 # to the final path in bin/ (and pyvenv.cfg's informational `command`) before the rename.
-"$PY" - "$BUILD" "$VENV" <<'EOF'
-import sys
-from pathlib import Path
-
-old, new = sys.argv[1].encode(), sys.argv[2].encode()
-build = Path(sys.argv[1])
-for path in [*(build / "bin").iterdir(), build / "pyvenv.cfg"]:
-    if path.is_file() and not path.is_symlink() and old in (data := path.read_bytes()):
-        path.write_bytes(data.replace(old, new))
-EOF
+"$PY" "$(dirname "${BASH_SOURCE[0]}")/relocate_venv.py" "$BUILD" "$VENV"
 printf '%s' "$SPEC" >"$BUILD/$STAMP_NAME"
 
 # Move the old environment aside (if any), then rename the build into place.

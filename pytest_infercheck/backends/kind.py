@@ -36,6 +36,9 @@ class BackendKind:
     shorthand: str | None = None
     """The kind's model shorthand as help texts show it, ``PREFIX:VALUE`` (``gguf:FILE``): a
     model written ``gguf:./m.gguf`` in ``models:`` is ``{gguf: ./m.gguf}``."""
+    openai_logprobs: bool = False
+    """The kind asks an OpenAI-compatible server for logprobs (negotiated), so a
+    ``backends:`` entry may turn that off with ``logprobs: false``."""
     by_name: bool = False
     """The shorthand gives the model by name: its value is the name the server knows the
     model by (``served_name``), not a file or folder it loads."""

@@ -15,10 +15,19 @@ from .kind import BackendKind
 
 BACKENDS: tuple[BackendKind, ...] = (
     BackendKind("mlx-lm", ".mlx_lm", server=False, shorthand="mlx:DIR"),
-    BackendKind("openai", ".openai_compat", server=True, shorthand="openai:NAME", by_name=True),
-    BackendKind("vllm", ".vllm", server=True, shorthand="vllm:DIR"),
-    BackendKind("vllm-mlx", ".vllm_mlx", server=True, shorthand="vllm-mlx:DIR"),
-    BackendKind("sglang", ".sglang", server=True, shorthand="sglang:DIR"),
+    BackendKind(
+        "openai",
+        ".openai_compat",
+        server=True,
+        shorthand="openai:NAME",
+        by_name=True,
+        openai_logprobs=True,
+    ),
+    BackendKind("vllm", ".vllm", server=True, shorthand="vllm:DIR", openai_logprobs=True),
+    BackendKind(
+        "vllm-mlx", ".vllm_mlx", server=True, shorthand="vllm-mlx:DIR", openai_logprobs=True
+    ),
+    BackendKind("sglang", ".sglang", server=True, shorthand="sglang:DIR", openai_logprobs=True),
     BackendKind("llama-server", ".llama_server", server=True, loads="gguf", shorthand="gguf:FILE"),
     BackendKind("ollama", ".ollama", server=True, shorthand="ollama:NAME:TAG", by_name=True),
 )

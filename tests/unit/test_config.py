@@ -328,3 +328,22 @@ def test_a_serve_command_holding_json_or_shell_braces_is_valid(tmp_path: Path) -
     text = SERVE_MATRIX.format(serve=serve)
     spec = load_matrix(write(tmp_path, text)).matrix.backends["vllm"]
     assert spec.serve is not None and '{"method": "ngram"' in spec.serve
+
+
+def test_logprobs_false_on_a_backend_that_does_not_apply_it_is_an_error(tmp_path: Path) -> None:
+    """``logprobs: false`` turns off the OpenAI-compatible logprob negotiation; on mlx-lm or
+    llama-server nothing would read it, so it is refused at its backend, not ignored."""
+    matrix = """\
+models: {a: {path: x, gguf: x.gguf}}
+backends:
+  local: {kind: mlx-lm}
+  srv: {kind: %s, url: 'http://127.0.0.1:1', logprobs: false}
+suites: [r]
+checks: [{compare: {baseline: a@local, test: a@srv}}]
+"""
+    err = error_of(tmp_path, matrix % "llama-server")
+    assert err.line == 4, str(err)
+    assert "'logprobs: false' is not applied by a llama-server backend" in str(err)
+    assert "(only openai, vllm, vllm-mlx, sglang)" in str(err)
+    spec = load_matrix(write(tmp_path, matrix % "openai")).matrix.backends["srv"]
+    assert spec.logprobs is False
