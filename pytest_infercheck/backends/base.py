@@ -67,9 +67,15 @@ class PromptInput:
     system: str | None = None
     """For servers that template themselves: the system message sent beside ``text``."""
     thinking: bool = False
+    messages: tuple[tuple[str, str], ...] | None = None
+    """For servers that template themselves, a conversation of more than a system and a user
+    turn: every turn, concrete, as ``(role, content)`` (``text`` is then the last user turn's);
+    None: a single-turn prompt (``text`` and ``system``)."""
 
     def key(self) -> str:
-        payload = repr((self.text, self.token_ids, self.system, self.thinking)).encode()
+        payload = repr(
+            (self.text, self.token_ids, self.system, self.thinking, self.messages)
+        ).encode()
         return hashlib.sha256(payload).hexdigest()[:16]
 
 
@@ -143,6 +149,26 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         """Apply the chat template (if any) once and tokenize, returning what will be sent."""
+
+    async def render_messages(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> PromptInput:
+        """Render a conversation of concrete ``(role, content)`` turns (an optional system
+        turn, user and assistant turns alternating, ending with a user turn) as :meth:`render`
+        renders one prompt: the chat template applied once over every turn, with the
+        generation prompt after the last.
+
+        Default: a ``[system?, user]`` list is :meth:`render`; a longer one is an error naming
+        the backend (a backend that can render it overrides this).
+        """
+        roles = [role for role, _ in messages]
+        if roles in (["user"], ["system", "user"]):
+            system = messages[0][1] if len(messages) == 2 else None
+            return await self.render(messages[-1][1], system, thinking)
+        raise BackendError(
+            f"backend {self.name!r} ({self.kind}) cannot render a conversation of "
+            f"{len(messages)} turns"
+        )
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:
         """True when this backend may be sent ``prompt.token_ids`` rendered by another backend:
