@@ -246,9 +246,8 @@ class GenerationCache:
                     f"prompt {prompt.id!r} has generate turns: fill it in with conversation()"
                 )
             else:
-                self._renders[key] = self.render_messages(
-                    target, concrete(prompt.messages, {}), thinking
-                )
+                messages = concrete(prompt.messages, {})
+                self._renders[key] = self._render_turns(target, prompt, messages, thinking)
         return self._renders[key]
 
     def render_messages(
@@ -261,6 +260,19 @@ class GenerationCache:
             coro = target.backend.render_messages(messages, thinking)
             self._message_renders[key] = self.call(target, coro)
         return self._message_renders[key]
+
+    def _render_turns(
+        self,
+        target: ResolvedTarget,
+        prompt: Prompt,
+        messages: Sequence[Message],
+        thinking: bool,
+    ) -> PromptInput:
+        """:meth:`render_messages` for ``prompt``'s conversation; an error names the prompt."""
+        try:
+            return self.render_messages(target, messages, thinking)
+        except BackendError as exc:
+            raise BackendError(f"prompt {prompt.id} ({prompt.source}): {exc}") from exc
 
     def conversation(
         self, target: ResolvedTarget, prompt: Prompt, thinking: bool, params: GenerationParams
@@ -281,12 +293,13 @@ class GenerationCache:
             filled: dict[int, str] = {}
             generated: list[GeneratedTurn] = []
             for index in generated_indices(turns):
-                rendered = self.render_messages(target, history(turns, index, filled), thinking)
+                before = history(turns, index, filled)
+                rendered = self._render_turns(target, prompt, before, thinking)
                 generation = self.generate(target, rendered, params)
                 filled[index] = generation.text
                 generated.append(GeneratedTurn(index, rendered, generation))
             messages = concrete(turns, filled)
-            final = self.render_messages(target, messages, thinking)
+            final = self._render_turns(target, prompt, messages, thinking)
             self._conversations[key] = Conversation(turns, tuple(generated), messages, final)
         return self._conversations[key]
 
