@@ -247,7 +247,7 @@ class GenerationCache:
                 )
             else:
                 messages = concrete(prompt.messages, {})
-                self._renders[key] = self._render_turns(target, prompt, messages, thinking)
+                self._renders[key] = self.render_turns(target, prompt, messages, thinking)
         return self._renders[key]
 
     def render_messages(
@@ -261,14 +261,15 @@ class GenerationCache:
             self._message_renders[key] = self.call(target, coro)
         return self._message_renders[key]
 
-    def _render_turns(
+    def render_turns(
         self,
         target: ResolvedTarget,
         prompt: Prompt,
         messages: Sequence[Message],
         thinking: bool,
     ) -> PromptInput:
-        """:meth:`render_messages` for ``prompt``'s conversation; an error names the prompt."""
+        """:meth:`render_messages` of turns of ``prompt``'s conversation (cached); an error
+        names the prompt."""
         try:
             return self.render_messages(target, messages, thinking)
         except BackendError as exc:
@@ -294,12 +295,12 @@ class GenerationCache:
             generated: list[GeneratedTurn] = []
             for index in generated_indices(turns):
                 before = history(turns, index, filled)
-                rendered = self._render_turns(target, prompt, before, thinking)
+                rendered = self.render_turns(target, prompt, before, thinking)
                 generation = self.generate(target, rendered, params)
                 filled[index] = generation.text
                 generated.append(GeneratedTurn(index, rendered, generation))
             messages = concrete(turns, filled)
-            final = self._render_turns(target, prompt, messages, thinking)
+            final = self.render_turns(target, prompt, messages, thinking)
             self._conversations[key] = Conversation(turns, tuple(generated), messages, final)
         return self._conversations[key]
 
