@@ -72,8 +72,9 @@ def compare_turns(
     """Every turn of ``prompt``'s ``conversation`` (the baseline's fill-in) before the final
     answer: given turns as they are, each generated turn compared (the test side generates
     it from the baseline's history, with the inputs :func:`.inputs.decide_inputs` gives both
-    sides for that history). Returns the turns and the generation faults of the generated turns' outputs
-    (:func:`~pytest_infercheck.metrics.consistency.generation_faults`, named by turn)."""
+    sides for that history). Returns the turns and the generation faults of the generated
+    turns' outputs (:func:`~pytest_infercheck.metrics.consistency.generation_faults`,
+    named by turn)."""
     from .prompt import outputs_verdict  # prompt.py's record holds this module's turns
 
     filled = conversation.filled()
