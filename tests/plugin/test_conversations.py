@@ -6,7 +6,6 @@ one), a compare, and determinism; node ids; every turn in the failure text and t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
