@@ -2,7 +2,7 @@
 
 A suite is a file of prompt records, either JSON Lines (``.jsonl``: one JSON object per line) or
 YAML (``.yaml`` / ``.yml``: a top-level list of records, or a mapping with a ``prompts:`` list).
-Seven suites ship with the package (see :func:`bundled_suite_names`) and can be referred to by name.
+Eight suites ship with the package (see :func:`bundled_suite_names`) and can be referred to by name.
 
 Each record accepts these keys:
 
