@@ -464,6 +464,7 @@ def _reproduce(first: Run, second: Run) -> str | None:
             settings=SimpleNamespace(thinking=False),
             params=lambda prompt: GenerationParams(max_tokens=8),
         )
+        run.base_conversation = lambda prompt: ComparisonRun.base_conversation(run, prompt)  # type: ignore[arg-type]
         return ComparisonRun._reproduce(run, suite_prompt("p1", "12+34="))  # type: ignore[arg-type]
     finally:
         cache.close()

@@ -290,6 +290,8 @@ class PromptComparison:
         for name in ("faults", "method_note", "batching_note", "turns"):
             if not data[name]:
                 del data[name]  # OMIT_WHEN_EMPTY, as for a record without a to_plain
+        if not self.turns:
+            del data["first_divergent_turn"]  # a single-turn prompt has no turns
         return data
 
 
