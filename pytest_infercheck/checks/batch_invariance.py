@@ -252,9 +252,12 @@ class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, BatchInvarianceThreshold
         )
 
     def _companion(self, rng: random.Random, others: list[Prompt]) -> tuple[str, PromptInput]:
-        """A random other prompt repeated 1..MAX_REPEAT times: its name and rendering."""
+        """A random other prompt repeated 1..MAX_REPEAT times (a conversation: once, as it
+        is): its name and rendering."""
         other = rng.choice(others)
         repeat = rng.randint(1, MAX_REPEAT)
+        if other.messages is not None:
+            repeat = 1
         name = other.id if repeat == 1 else f"{other.id}*{repeat}"
         return name, self.render(dataclasses.replace(other, text=other.text * repeat))
 
