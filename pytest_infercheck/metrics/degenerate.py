@@ -117,6 +117,11 @@ class DegenerateScan:
     generations: int = 0
     found: list[Degenerate] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, findings: Sequence[Degenerate | None]) -> DegenerateScan:
+        """The scan of generations whose findings (None: none) are ``findings``."""
+        return cls(len(findings), [f for f in findings if f is not None])
+
     def violations(self) -> list[str]:
         """Each finding as a violation of its item (``fail_on_degenerate: true``)."""
         return [f"degenerate output: {d.text}" for d in self.found]
