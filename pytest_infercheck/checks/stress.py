@@ -303,9 +303,9 @@ class StressLevel:
     divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
     """The divergence labels of every inconsistent output (not only the listed
     ``mismatches``) counted; absent when none diverges at a token."""
-    degenerate: DegenerateScan = field(default_factory=DegenerateScan)
+    degenerate: DegenerateScan | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """The degenerate findings of the level's outputs (:mod:`~pytest_infercheck.metrics.
-    degenerate`)."""
+    degenerate`); absent from a record of an older version."""
 
 
 @dataclass
