@@ -28,10 +28,10 @@ short, or it stopped.
 **Stutter** (``stutter``): every other unit duplicated, ``t0 t0 t1 t1 t2 t2 ...`` (the FP8
 KV-cache bug: every second token repeated at confident logprobs). The longest run of
 back-to-back pairs ``(u[i], u[i+1])`` with ``u[i] == u[i+1]``, ``i`` stepping by 2 (from an
-even or an odd start), where each pair's unit differs from the previous pair's (``a a a a``
-is a loop of period 1, not a stutter). Degenerate when the run has at least
-``MIN_STUTTER_PAIRS`` (8) pairs (16 units). No ``finish_reason`` condition: a stutter is
-wrong wherever it stops.
+even or an odd start). Degenerate when the run has at least ``MIN_STUTTER_PAIRS`` (8) pairs
+(16 units) holding at least ``MIN_STUTTER_UNITS`` (3) distinct units (``a a a a ...`` is a
+loop of period 1, ``0 0 1 1 0 0 1 1 ...`` a loop of period 4, not stutters). No
+``finish_reason`` condition: a stutter is wrong wherever it stops.
 
 When both patterns are present the loop is reported. A generation with no units (empty) has
 no finding; the empty-generation rule of :mod:`.consistency` is where emptiness is judged.
@@ -55,6 +55,7 @@ __all__ = [
     "MIN_LOOP",
     "MIN_REPEATS",
     "MIN_STUTTER_PAIRS",
+    "MIN_STUTTER_UNITS",
     "STUTTER",
     "Degenerate",
     "DegenerateScan",
@@ -72,6 +73,8 @@ MIN_REPEATS = 4
 """Whole periods a tail loop covers at least."""
 MIN_STUTTER_PAIRS = 8
 """Back-to-back duplicated pairs a stutter has at least."""
+MIN_STUTTER_UNITS = 3
+"""Distinct units a stutter's pairs hold at least."""
 
 LOOP = "loop"
 STUTTER = "stutter"
@@ -191,21 +194,21 @@ def tail_loop(units: Sequence[Hashable]) -> tuple[int, int] | None:
 
 
 def stutter(units: Sequence[Hashable]) -> tuple[int, int]:
-    """``(start, pairs)`` of the longest run of back-to-back duplicated pairs whose unit
-    changes from pair to pair (module docstring); ``(0, 0)`` when there is none."""
+    """``(start, pairs)`` of the longest run of back-to-back duplicated pairs holding at
+    least :data:`MIN_STUTTER_UNITS` distinct units (module docstring); ``(0, 0)`` when there
+    is none."""
     best = (0, 0)
     for parity in (0, 1):
-        start, pairs = parity, 0
-        for i in range(parity, len(units) - 1, 2):
-            doubled = units[i] == units[i + 1]
-            if doubled and pairs and units[i] != units[i - 2]:
-                pairs += 1
-            elif doubled:
-                start, pairs = i, 1
-            else:
-                pairs = 0
-            if pairs > best[1]:
-                best = (start, pairs)
+        i = parity
+        while i < len(units) - 1:
+            j = i
+            while j < len(units) - 1 and units[j] == units[j + 1]:
+                j += 2
+            pairs = (j - i) // 2
+            distinct = len(set(units[i:j]))
+            if pairs > best[1] and distinct >= MIN_STUTTER_UNITS:
+                best = (i, pairs)
+            i = j + 2 if j > i else i + 2
     return best
 
 

@@ -108,7 +108,14 @@ def test_near_misses_are_not_stutters() -> None:
     assert find_degenerate(broken, "length", where="x") is None
     # the same pair again is a loop of period 1, not a stutter (and stopped: no loop either)
     assert find_degenerate([5] * 40, "stop", where="x") is None
-    assert stutter([5] * 40)[1] == 1
+    assert stutter([5] * 40) == (0, 0)
+    # two units alternating in pairs are a loop of period 4 (stopped: not flagged either)
+    assert stutter([0, 0, 1, 1] * 8) == (0, 0)
+    assert find_degenerate([0, 0, 1, 1] * 8, "stop", where="x") is None
+    # a pair may repeat the previous pair's unit: 9 9 9 9 0 0 1 1 ... is a stutter of 9
+    doubled = [u for u in [9, 9, 9, 0, 1, 1, 0, 9, 0] for _ in (0, 1)]
+    assert stutter(doubled) == (0, 9)
+    assert stutter([7, *doubled[:-1]]) == (1, 8)  # an odd start, the last pair cut
     # "the the" once in a sentence
     assert find_degenerate([1, 2, 2, 3, 4, 5, 6, 7, 8], "stop", where="x") is None
 
