@@ -23,7 +23,10 @@ SUITE = (
     '{"id": "g1", "prompt": "abc", "max_tokens": 32}\n'
     '{"id": "g2", "prompt": "12+34=", "max_tokens": 32}\n'
 )
-STUTTER = "stutter (every other token duplicated: '60 60 60 60'...) in run {run}: 18 of 18 tokens from token 0"
+STUTTER = (
+    "stutter (every other token duplicated: '60 60 60 60'...) in run {run}: 18 of 18 tokens "
+    "from token 0"
+)
 
 
 def _write(pytester: pytest.Pytester, adder: str, url: str, settings: str = "") -> None:
