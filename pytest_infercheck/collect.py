@@ -171,6 +171,7 @@ class SuiteCollector(pytest.Collector):
         violations: list[str],
         data: Any,
         gates_deferred_to: str | None = None,
+        degenerate: Any = None,
     ) -> dict[str, Any]:
         """The :class:`~.records.ItemRecord` of one of this suite's items, as plain types (it
         travels on the test report as ``report.infercheck``, across xdist, into the HTML and
@@ -186,6 +187,7 @@ class SuiteCollector(pytest.Collector):
             violations=list(violations),
             data=plain_data(data),
             gates_deferred_to=gates_deferred_to,
+            degenerate=None if degenerate is None else plain_data(degenerate),
         )
         return record.to_plain()
 
@@ -244,7 +246,12 @@ class _InfercheckItem(pytest.Item):
         self.user_properties.extend(outcome.properties)
         role = outcome.role or self.role
         self.infercheck_record = self.suite_node.record(
-            role, self.name, outcome.violations, outcome.data, outcome.gates_deferred_to
+            role,
+            self.name,
+            outcome.violations,
+            outcome.data,
+            outcome.gates_deferred_to,
+            outcome.degenerate,
         )
         self.infercheck_golden = outcome.golden_entries
         if outcome.violations:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args, get_origin
 from pydantic import (
     BaseModel,
     Field,
+    StrictBool,
     ValidationError,
     create_model,
     field_validator,
@@ -197,6 +198,9 @@ class Settings(_Strict):
     batching: bool = True
     """Whether comparisons may batch in-process generations at all
     (``--infercheck-no-batching`` turns it off)."""
+    fail_on_degenerate: StrictBool = False
+    """Whether a degenerate output (a loop or a stutter, :mod:`.metrics.degenerate`) fails
+    its item; off: it is counted and shown only (random-weight test models loop)."""
 
     @field_validator("record")
     @classmethod

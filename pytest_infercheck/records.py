@@ -40,7 +40,8 @@ class ItemRecord(BaseModel):
     ``name`` the item's name (``r017[q4]``), ``thresholds`` what the check holds it to,
     ``violations`` the thresholds it broke (empty: passed), ``data`` the kind's record,
     ``gates_deferred_to`` (an aggregate under ``--infercheck-shard`` only) the shard whose
-    suite gates were deferred to the merge, ``pytest-infercheck report``."""
+    suite gates were deferred to the merge, ``pytest-infercheck report``; ``degenerate``
+    its degenerate-output findings."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -53,11 +54,17 @@ class ItemRecord(BaseModel):
     violations: list[str]
     data: dict[str, Any]
     gates_deferred_to: str | None = None
+    degenerate: dict[str, Any] | None = None
+    """What the item's generations showed of degenerate output
+    (:class:`~.metrics.degenerate.DegenerateScan`; an aggregate: its items' findings
+    counted, :class:`~.metrics.degenerate.DegenerateTotal`), as plain types; absent for a
+    kind that reads no generation."""
 
     def to_plain(self) -> dict[str, Any]:
-        """The record as JSON types; ``gates_deferred_to`` only where gates were deferred."""
-        exclude = {"gates_deferred_to"} if self.gates_deferred_to is None else None
-        return self.model_dump(exclude=exclude)
+        """The record as JSON types; ``gates_deferred_to`` only where gates were deferred,
+        ``degenerate`` only where generations were read."""
+        exclude = {k for k in ("gates_deferred_to", "degenerate") if getattr(self, k) is None}
+        return self.model_dump(exclude=exclude or None)
 
 
 OMIT_WHEN_EMPTY: dict[str, Any] = {"omit_when_empty": True}

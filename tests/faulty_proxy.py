@@ -21,6 +21,11 @@ An altered response changes its last generated token on every channel it has:
   ``/v1/messages``: the last text block (one is added when there is none); Ollama:
   ``response`` / ``message.content``.
 
+With ``stutter``, an altered non-streamed llama-server ``/completion`` answer has every
+generated token twice instead (``t0 t0 t1 t1 ...``: ``tokens``, ``completion_probabilities``
+and ``content``; an end-of-sequence token it stopped on stays once, last), the FP8 KV-cache
+bug's output; streams pass unaltered.
+
 With ``empty_body``, a request chosen for alteration is not forwarded at all: the proxy
 answers it with HTTP 200 and an empty body (no content type), as a broken server or gateway
 may, streamed or not.
@@ -94,6 +99,7 @@ class Fault:
     poison: str | None = None  # after a request whose body contains this, alter every later one
     delay_s: float = 0.0  # added latency per generation request
     empty_body: bool = False  # an altered request gets HTTP 200 with an empty body instead
+    stutter: bool = False  # an altered non-streamed llama-server /completion: every token twice
 
 
 # --------------------------------------------------------------------------------------
@@ -235,6 +241,27 @@ def _alter_anthropic(obj: dict[str, Any]) -> None:
             block["text"] = _change_last_char(str(block.get("text") or ""))
             return
     blocks.append({"type": "text", "text": "x"})
+
+
+def stutter_llama_native(obj: dict[str, Any]) -> bool:
+    """Every generated token of a llama-server ``/completion`` answer twice (module
+    docstring); False when it is not one."""
+    if not isinstance(obj.get("content"), str) or not isinstance(obj.get("tokens"), list):
+        return False
+    tokens = obj["tokens"]
+    eos = tokens[-1:] if obj.get("stop_type") == "eos" and tokens else []
+    body = tokens[: len(tokens) - len(eos)]
+    obj["tokens"] = [t for t in body for _ in (0, 1)] + eos
+    entries = obj.get("completion_probabilities")
+    if isinstance(entries, list):
+        kept = entries[: len(body)]
+        obj["completion_probabilities"] = [e for e in kept for _ in (0, 1)] + entries[len(body) :]
+        obj["content"] = "".join(str(e.get("token", "")) * 2 for e in kept)
+    else:
+        obj["content"] = "".join(c * 2 for c in obj["content"])
+    if isinstance(obj.get("tokens_predicted"), int):
+        obj["tokens_predicted"] = len(obj["tokens"])
+    return True
 
 
 def alter_payload(obj: Any) -> bool:
@@ -630,7 +657,8 @@ class FaultyProxy:
             payload = json.loads(data)
         except ValueError:
             return data
-        if not alter_payload(payload):
+        altered = stutter_llama_native(payload) if self.fault.stutter else alter_payload(payload)
+        if not altered:
             return data
         self._count_altered()
         return json.dumps(payload, ensure_ascii=False).encode()

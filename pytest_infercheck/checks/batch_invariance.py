@@ -46,9 +46,10 @@ from ..metrics.consistency import (
     Fault,
     aggregate_faults,
     empty_fault,
-    generation_faults,
+    read_generation,
     reported_logprobs,
 )
+from ..metrics.degenerate import Degenerate, DegenerateScan
 from ..metrics.determinism import logprob_diff, side_tokens
 from ..metrics.finite import strict_max
 from ..metrics.sameness import same_generation
@@ -97,6 +98,8 @@ class AloneOutput:
     """None when the backend gives no token ids."""
     faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of its own logprobs (each a violation); absent from the JSON when none."""
+    degenerate: Degenerate | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """Its degenerate stretch (:mod:`~pytest_infercheck.metrics.degenerate`), if any."""
 
 
 @dataclass
@@ -128,6 +131,8 @@ class Trial:
     faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of the batched output: of its own logprobs, and an empty generation against the
     output alone (each a violation); absent from the JSON when none."""
+    degenerate: Degenerate | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """The batched output's degenerate stretch, if any."""
     tie: TieDivergence | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """The first divergent token from the alone output, labelled (:mod:`~pytest_infercheck.
     metrics.ties`: margins of the alone output, then the batched one); absent when the
@@ -206,7 +211,7 @@ class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, BatchInvarianceThreshold
             ("infercheck_matching_trials", sum(t.match for t in record.trials)),
             ("infercheck_max_logprob_diff", _max_diff(record.trials)),
         ]
-        return Outcome(violations, describe(record), record, props)
+        return Outcome(violations, describe(record), record, props, degenerate=scan(record))
 
     def result(self, prompt: Prompt) -> BatchInvariancePrompt:
         """The record of ``prompt``'s trials (see the module docstring; memoised)."""
@@ -219,7 +224,7 @@ class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, BatchInvarianceThreshold
         params = self.params(prompt)
         needle = self.render(prompt)
         alone = self.cache.call(target, backend.generate(needle, params))
-        alone_faults = generation_faults("the output alone", alone)
+        alone_read = read_generation("the output alone", alone)
         rng = random.Random(f"{spec.seed}:{prompt.id}")
         others = [p for p in self.suite.prompts if p.id != prompt.id] or [prompt]
         trials = []
@@ -245,7 +250,9 @@ class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, BatchInvarianceThreshold
             prompt_id=prompt.id,
             target=target.label,
             seed=spec.seed,
-            alone=AloneOutput(alone.text, alone.token_ids, alone_faults),
+            alone=AloneOutput(
+                alone.text, alone.token_ids, alone_read.faults, alone_read.degenerate
+            ),
             trials=trials,
             batched_by=batched_by(backend),
             divergence_labels=trial_labels(trials),
@@ -260,6 +267,13 @@ class BatchInvarianceRun(TargetRun[BatchInvarianceSpec, BatchInvarianceThreshold
             repeat = 1
         name = other.id if repeat == 1 else f"{other.id}*{repeat}"
         return name, self.render(dataclasses.replace(other, text=other.text * repeat))
+
+
+def scan(record: BatchInvariancePrompt) -> DegenerateScan:
+    """The degenerate findings of a prompt's generations: alone, and in each trial whose
+    request succeeded."""
+    trials = [t.degenerate for t in record.trials if t.error is None]
+    return DegenerateScan.of([record.alone.degenerate, *trials])
 
 
 def trial_labels(trials: Sequence[Trial]) -> dict[str, int]:
@@ -331,7 +345,8 @@ def compare_to_alone(
     ``first_divergence`` and its unit, ``max_logprob_diff`` over the positions both runs
     share a token (:func:`~pytest_infercheck.metrics.determinism.logprob_diff`: NaN when a
     compared logprob is NaN), ``text`` of the needle's batched generation against the alone
-    one (``error`` when the batched request failed), the batched output's ``faults``, and
+    one (``error`` when the batched request failed), the batched output's ``faults`` and
+    ``degenerate`` finding (:func:`~pytest_infercheck.metrics.consistency.read_generation`), and
     the first divergent token's ``tie`` labelled at ``tie_margin``."""
     if isinstance(batched, BaseException):
         return Trial(
@@ -346,6 +361,7 @@ def compare_to_alone(
             error=f"{type(batched).__name__}: {batched}",
         )
     verdict = same_generation(alone, batched)
+    reading = read_generation("the batched output", batched)
     found = empty_fault(
         (batched.text, batched.token_ids, batched.finish_reason),
         (alone.text, alone.token_ids, alone.finish_reason),
@@ -372,7 +388,8 @@ def compare_to_alone(
             aligned,
         ),
         text=batched.text,
-        faults=[*generation_faults("the batched output", batched), *empty],
+        faults=[*reading.faults, *empty],
+        degenerate=reading.degenerate,
         tie=None
         if verdict.divergence_unit != "token" or verdict.first_divergence is None
         else tie_divergence(

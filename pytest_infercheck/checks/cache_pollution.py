@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from pydantic import Field
 
 from ..backends import BackendError, Generation
-from ..metrics.consistency import Fault, aggregate_faults, empty_fault, generation_faults
+from ..metrics.consistency import Fault, Reading, aggregate_faults, empty_fault, read_generation
+from ..metrics.degenerate import Degenerate, DegenerateScan
 from ..metrics.sameness import DivergenceUnit, same_generation
 from ..records import OMIT_WHEN_EMPTY, load_record
 from ..render.markup import esc, kv_table, table
@@ -169,23 +170,27 @@ def changed_outputs(
     return changed
 
 
-def before_faults(before: list[tuple[str, Generation]]) -> list[Fault]:
-    """The faults of the reference outputs' own logprobs before any hostile request."""
+def before_readings(before: list[tuple[str, Generation]]) -> list[Reading]:
+    """The reference outputs before any hostile request, each read on its own (its faults
+    and degenerate finding, :func:`read_generation`)."""
     return [
-        f
+        read_generation(f"the output of {prompt_id} before any hostile request", g)
         for prompt_id, g in before
-        for f in generation_faults(f"the output of {prompt_id} before any hostile request", g)
     ]
 
 
 def pollution_faults(
     kind: str, before: list[tuple[str, Generation]], after: list[tuple[str, Generation]]
-) -> list[Fault]:
-    """The faults after the ``kind`` request: each reference output's own logprobs, and an
-    output that is empty on one side of the request only (:func:`empty_fault`)."""
+) -> tuple[list[Fault], list[Degenerate | None]]:
+    """The faults after the ``kind`` request: each reference output's own
+    (:func:`read_generation`), and an output that is empty on one side of the request only
+    (:func:`empty_fault`); and the outputs' degenerate findings."""
     faults = []
+    findings = []
     for (prompt_id, old), (_, new) in zip(before, after, strict=True):
-        faults += generation_faults(f"the output of {prompt_id} after the {kind} request", new)
+        reading = read_generation(f"the output of {prompt_id} after the {kind} request", new)
+        faults += reading.faults
+        findings.append(reading.degenerate)
         empty = empty_fault(
             (new.text, new.token_ids, new.finish_reason),
             (old.text, old.token_ids, old.finish_reason),
@@ -194,7 +199,7 @@ def pollution_faults(
         )
         if empty is not None:
             faults.append(empty)
-    return faults
+    return faults, findings
 
 
 def hostile_violations(record: HostileRecord) -> list[str]:
@@ -264,7 +269,9 @@ class CachePollutionRun(TargetRun[CachePollutionSpec, KindThresholds]):
         response = self.cache.run(target.backend.send_hostile(kind))
         alive = self.cache.run(target.backend.alive())
         changed: list[ChangedOutput] = []
-        faults = before_faults(before)
+        readings = before_readings(before)
+        faults = [f for reading in readings for f in reading.faults]
+        findings = [reading.degenerate for reading in readings]
         failure = None
         if alive:
             try:
@@ -273,7 +280,9 @@ class CachePollutionRun(TargetRun[CachePollutionSpec, KindThresholds]):
                 failure = str(exc)
             else:
                 changed = changed_outputs(before, after)
-                faults += pollution_faults(kind, before, after)
+                after_faults, after_findings = pollution_faults(kind, before, after)
+                faults += after_faults
+                findings += after_findings
         lines = [f"hostile request {kind}: {response}", f"server alive: {alive}"]
         lines += [
             f"  {c.prompt_id}: before {mark_divergence(c.before, c.after)}"
@@ -295,7 +304,13 @@ class CachePollutionRun(TargetRun[CachePollutionSpec, KindThresholds]):
             ("infercheck_changed", len(changed)),
             ("infercheck_prompts", len(before)),
         ]
-        return Outcome(hostile_violations(record), "\n".join(lines), record, properties)
+        return Outcome(
+            hostile_violations(record),
+            "\n".join(lines),
+            record,
+            properties,
+            degenerate=DegenerateScan.of(findings),
+        )
 
     def prepare(self, plans: list[ItemPlan]) -> None:
         """An in-process target fails the aggregate too, with the items' message."""

@@ -242,7 +242,13 @@ class DeterminismRun(TargetRun[DeterminismSpec, DeterminismThresholds]):
             ("infercheck_errors", summary.errors),
             ("infercheck_max_logprob_drift", summary.max_logprob_drift),
         ]
-        return Outcome(violations, describe(summary, messages), data, properties)
+        return Outcome(
+            violations,
+            describe(summary, messages),
+            data,
+            properties,
+            degenerate=summary.degenerate,
+        )
 
     # -- suite level -------------------------------------------------------------------------
     def prepare(self, plans: list[ItemPlan]) -> None:

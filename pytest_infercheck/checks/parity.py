@@ -65,10 +65,11 @@ from ..metrics.consistency import (
     Fault,
     aggregate_faults,
     empty_fault,
-    generation_faults,
+    read_generation,
     reported_logprobs,
     similarity_fault,
 )
+from ..metrics.degenerate import DegenerateScan
 from ..metrics.determinism import logprob_diff, side_tokens
 from ..metrics.finite import check_scalar
 from ..metrics.sameness import DivergenceUnit, same_generation
@@ -325,6 +326,8 @@ class SideComparison:
     logprob_drift: float | None
     faults: list[Fault] = field(default_factory=list)
     tie: TieDivergence | None = None
+    degenerate: DegenerateScan = field(default_factory=DegenerateScan)
+    """Both sides' degenerate findings (:mod:`~pytest_infercheck.metrics.degenerate`)."""
 
 
 def compare_generations(
@@ -355,7 +358,8 @@ def compare_generations(
             None,
         )
     names = (f"the {labels[0]} output", f"the {labels[1]} output")
-    faults = [*generation_faults(names[0], ref), *generation_faults(names[1], other)]
+    readings = [read_generation(names[0], ref), read_generation(names[1], other)]
+    faults = [f for reading in readings for f in reading.faults]
     empty = empty_fault(
         (other.text, other.token_ids, other.finish_reason),
         (ref.text, ref.token_ids, ref.finish_reason),
@@ -392,6 +396,7 @@ def compare_generations(
         else tie_divergence(
             side_tokens(ref), side_tokens(other), verdict.first_divergence, tie_margin
         ),
+        degenerate=DegenerateScan.of([reading.degenerate for reading in readings]),
     )
 
 
@@ -618,7 +623,7 @@ class _ParityRun(TargetRun[S, TT]):
             ("infercheck_first_divergence", str(result.first_divergence)),
             ("infercheck_flip", str(result.flip)),
         ]
-        return Outcome(self.judge(record), text, record, properties)
+        return Outcome(self.judge(record), text, record, properties, degenerate=result.degenerate)
 
     def judge(self, record: ParityPrompt) -> list[str]:
         """The item's violations, from its record and the check's thresholds."""

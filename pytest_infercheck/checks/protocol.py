@@ -13,6 +13,12 @@ in :mod:`.registry`. Everything else asks the registry and never names a kind:
   and its ``context``: the live run and ``pytest-infercheck report`` (the union of a sharded
   run's records) call the same function;
 - xdist and sharding: ``spread_over_workers`` (every item its own scope);
+- degenerate output (:mod:`..metrics.degenerate`), for every kind alike: an item's
+  :attr:`Outcome.degenerate` (what its generations showed, read by
+  :func:`..metrics.consistency.read_generation`) goes into its record, a JUnit property and,
+  under ``fail_on_degenerate: true``, its violations (:meth:`CheckRun.outcome_of`); the
+  aggregate counts the items' findings (:func:`summarize_items`, which the live run and a
+  merge both call);
 - reports: ``summary_lines`` (terminal), ``views`` (an item's HTML detail by role),
   ``measures``/``columns``/``charts`` (the HTML summary);
 - config: ``thresholds`` (the only threshold keys the kind's entry may hold) and
@@ -35,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
 
 from ..backends import BackendError, GenerationParams
 from ..conversation import Conversation, has_generated
+from ..metrics.degenerate import DegenerateScan, DegenerateTotal, total_degenerate
 from ..records import load_record, plain_data
 from ..render.views import target_aggregate
 from ..specs import SERVER_KINDS, KindSpec, KindThresholds
@@ -91,6 +98,9 @@ class Outcome:
     gates_deferred_to: str | None = None
     """An aggregate under ``--infercheck-shard``: the shard (``1/2``) whose suite gates were
     deferred to the merge (:func:`defer_gates`)."""
+    degenerate: DegenerateScan | DegenerateTotal | None = None
+    """An item's scan of the generations it read for degenerate output (a kind that reads
+    none: None); an aggregate's count of its items' findings (:func:`summarize_items`)."""
 
     def failure_report(self) -> str:
         """What a failed item shows: what failed first (its first violation, and how many
@@ -117,7 +127,25 @@ def defer_gates(outcome: Outcome, shard: str) -> Outcome:
         data=outcome.data,
         properties=[*outcome.properties, ("infercheck_gates_deferred", shard)],
         gates_deferred_to=shard,
+        degenerate=outcome.degenerate,
     )
+
+
+def with_degenerate(outcome: Outcome, fail: bool) -> Outcome:
+    """An item's ``outcome`` with its degenerate findings said: in its text, a JUnit property
+    ``infercheck_degenerate`` (their count) and, when ``fail`` (``fail_on_degenerate:
+    true``), one violation each, naming its pattern. Unchanged for a kind that reads no
+    generation."""
+    scan = outcome.degenerate
+    if not isinstance(scan, DegenerateScan):
+        return outcome
+    outcome.properties.append(("infercheck_degenerate", len(scan.found)))
+    if scan.found:
+        lines = "\n".join(f"degenerate output: {d.text}" for d in scan.found)
+        outcome.text = f"{outcome.text}\n{lines}" if outcome.text else lines
+    if fail:
+        outcome.violations.extend(scan.violations())
+    return outcome
 
 
 K = TypeVar("K", bound=Hashable)
@@ -149,6 +177,8 @@ class RecordedItem:
     """None when the item errored (:attr:`error`)."""
     error: str | None = None
     """Why the item produced no record (an engine error), else None."""
+    degenerate: DegenerateScan | None = None
+    """What its generations showed of degenerate output (:attr:`Outcome.degenerate`)."""
 
 
 BACKEND_ERROR = "backend error: "
@@ -181,9 +211,31 @@ class Summary:
     violations: list[str]
     text: str = ""
     properties: list[tuple[str, Any]] = field(default_factory=list)
+    degenerate: DegenerateTotal | None = None
+    """The items' degenerate findings counted (:func:`summarize_items`)."""
 
     def outcome(self) -> Outcome:
-        return Outcome(self.violations, self.text, self.record, self.properties)
+        return Outcome(
+            self.violations, self.text, self.record, self.properties, degenerate=self.degenerate
+        )
+
+
+def summarize_items(
+    kind: CheckKind, items: Sequence[RecordedItem], thresholds: Any, context: Any
+) -> Summary:
+    """The aggregate of a check x suite: the kind's :attr:`CheckKind.summarize`, with its
+    items' degenerate findings counted (:func:`..metrics.degenerate.total_degenerate`; when
+    its items read generations) in its text, :attr:`Summary.degenerate` and a JUnit property
+    ``infercheck_degenerate``. The live run (:meth:`CheckRun.aggregate`) and
+    ``pytest-infercheck report`` call it alike."""
+    summary = kind.summarize(items, thresholds, context)
+    scans = [(item.name, item.degenerate) for item in items if item.degenerate is not None]
+    if scans:
+        total = total_degenerate(scans)
+        summary.degenerate = total
+        summary.text = f"{summary.text}\n{total.text}" if summary.text else total.text
+        summary.properties.append(("infercheck_degenerate", total.found))
+    return summary
 
 
 @dataclass
@@ -237,8 +289,13 @@ class CheckRun(Generic[S, T]):
         raise NotImplementedError
 
     def outcome_of(self, plan: ItemPlan) -> Outcome:
-        """``run_item(plan)``, memoised: the item and the aggregate share one outcome."""
-        return memoised(self._outcomes, plan.full_name, lambda: self.run_item(plan))
+        """``run_item(plan)`` with its degenerate findings said (:func:`with_degenerate`,
+        violations under ``fail_on_degenerate: true``), memoised: the item and the aggregate
+        share one outcome."""
+        fail = self.settings.fail_on_degenerate
+        return memoised(
+            self._outcomes, plan.full_name, lambda: with_degenerate(self.run_item(plan), fail)
+        )
 
     def prepare(self, plans: list[ItemPlan]) -> None:
         """Called before the aggregate asks for the outcomes of ``plans``: a kind that serves
@@ -265,13 +322,17 @@ class CheckRun(Generic[S, T]):
                 continue
             role = outcome.role or plan.role
             record: Any = load_record(kind.records[role], plain_data(outcome.data))
-            items.append(RecordedItem(role, plan.full_name, record))
+            items.append(
+                RecordedItem(role, plan.full_name, record, degenerate=_scan(outcome.degenerate))
+            )
         return items
 
     def aggregate(self) -> Outcome:
         """The suite gates: :attr:`CheckKind.summarize` of :meth:`recorded_items`."""
         kind = self.check.check_kind
-        return kind.summarize(self.recorded_items(), self.thresholds, self.context()).outcome()
+        return summarize_items(
+            kind, self.recorded_items(), self.thresholds, self.context()
+        ).outcome()
 
     # -- helpers -------------------------------------------------------------------------------
     def resolve(self, side: Side) -> ResolvedTarget:
@@ -293,6 +354,13 @@ class CheckRun(Generic[S, T]):
         """Whether the aggregate covers the item planned under ``key``: every item, or under
         ``--infercheck-shard`` the shard's selected ones."""
         return not self.only_selected or key in self.selected
+
+
+def _scan(scan: DegenerateScan | DegenerateTotal | None) -> DegenerateScan | None:
+    """An item's scan as a results file holds it (read back from its plain form)."""
+    if not isinstance(scan, DegenerateScan):
+        return None
+    return load_record(DegenerateScan, plain_data(scan))
 
 
 @dataclass

@@ -92,9 +92,10 @@ from ..metrics.consistency import (
     EMPTY_GENERATION,
     Fault,
     empty_fault,
-    generation_faults,
     latency_fault,
+    read_generation,
 )
+from ..metrics.degenerate import Degenerate, DegenerateScan
 from ..metrics.determinism import side_tokens
 from ..metrics.load import max_in_flight, mean_in_flight, tokens_per_second
 from ..metrics.sameness import DivergenceUnit, compare_outputs
@@ -197,7 +198,9 @@ class Output:
     error: str | None = None
     finish_reason: str | None = None
     faults: tuple[Fault, ...] = ()
-    """Non-finite or mismatched logprobs of what came back (:func:`generation_faults`)."""
+    """Non-finite or mismatched logprobs of what came back, and its degenerate stretch
+    (:func:`~pytest_infercheck.metrics.consistency.read_generation`)."""
+    degenerate: Degenerate | None = None
     tokens: SideTokens | None = None
     """Its token ids, texts, chosen logprobs and top-k for the margins of a divergence
     (:func:`~pytest_infercheck.metrics.determinism.side_tokens`, without full rows)."""
@@ -300,6 +303,9 @@ class StressLevel:
     divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
     """The divergence labels of every inconsistent output (not only the listed
     ``mismatches``) counted; absent when none diverges at a token."""
+    degenerate: DegenerateScan | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """The degenerate findings of the level's outputs (:mod:`~pytest_infercheck.metrics.
+    degenerate`); absent from a record of an older version."""
 
 
 @dataclass
@@ -372,6 +378,7 @@ def batches(jobs: Sequence[Job], level: int) -> list[list[Job]]:
 def _output(prompt_id: str, start: float, end: float, result: Any) -> Output:
     if isinstance(result, BaseException):
         return Output(prompt_id, start, end, error=error_kind(result))
+    reading = read_generation(f"the output of {prompt_id}", result)
     return Output(
         prompt_id,
         start,
@@ -380,7 +387,8 @@ def _output(prompt_id: str, start: float, end: float, result: Any) -> Output:
         result.token_ids,
         token_count(result),
         finish_reason=result.finish_reason,
-        faults=tuple(generation_faults(f"the output of {prompt_id}", result)),
+        faults=tuple(reading.faults),
+        degenerate=reading.degenerate,
         tokens=dataclasses.replace(side_tokens(result), full=None),
     )
 
@@ -511,6 +519,7 @@ def level_data(
         mismatches=mismatches,
         faults=faults,
         divergence_labels=count_labels(labels) if labels else {},
+        degenerate=DegenerateScan.of([o.degenerate for o in done]),
     )
 
 
@@ -752,6 +761,7 @@ class StressRun(TargetRun[StressSpec, StressThresholds]):
             text=level_text(data),
             data=data,
             properties=level_properties(data),
+            degenerate=data.degenerate,
         )
 
 

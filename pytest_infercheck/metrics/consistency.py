@@ -52,6 +52,10 @@ own here, and every fault found is a :class:`Fault`, a violation of its own, nam
   (:func:`empty_fault`; two empty outputs agree). Empty means no text and no token besides
   the end-of-sequence token a generation stopped on (:func:`is_empty`, the one rule; the
   comparison kinds apply it too, through :func:`one_side_empty`).
+* **degenerate output** is not a fault but a counted finding of the same reading
+  (:func:`read_generation`: every generation a kind reads on its own is read there, its
+  faults and its finding together): a loop or a stutter (:mod:`.degenerate`), failing its
+  item only under ``fail_on_degenerate: true``.
 * **non-finite latency** (stress) and **non-finite similarity** (endpoint-parity): NaN or
   ``inf`` where a number must be measured.
 
@@ -72,6 +76,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .degenerate import Degenerate, generation_degenerate
 from .finite import (
     BFLOAT16_LOGSUMEXP_TOL,
     EmptyGeneration,
@@ -101,6 +106,7 @@ __all__ = [
     "TOPK_NOT_NORMALISED",
     "TOPK_NOT_SORTED",
     "Fault",
+    "Reading",
     "aggregate_faults",
     "content_size",
     "empty_fault",
@@ -110,6 +116,7 @@ __all__ = [
     "logprob_faults",
     "mismatched_positions",
     "one_side_empty",
+    "read_generation",
     "reported_logprobs",
     "shape_faults",
     "similarity_fault",
@@ -418,6 +425,25 @@ def generation_faults(where: str, generation: Generation, *, tol: float = MATCH_
         keyed_by=keyed_by,
         tol=tol,
         completion_tokens=generation.completion_tokens,
+    )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One generation read on its own (:func:`read_generation`)."""
+
+    faults: list[Fault]
+    """Its faults (:func:`generation_faults`): violations of their own."""
+    degenerate: Degenerate | None
+    """Its degenerate stretch (:func:`.degenerate.generation_degenerate`): a counted finding,
+    a violation only under ``fail_on_degenerate: true``."""
+
+
+def read_generation(where: str, generation: Generation, *, tol: float = MATCH_TOL) -> Reading:
+    """The one reading of a generation on its own that every kind makes of every generation
+    it checks: its faults and its degenerate finding, named ``where``."""
+    return Reading(
+        generation_faults(where, generation, tol=tol), generation_degenerate(where, generation)
     )
 
 

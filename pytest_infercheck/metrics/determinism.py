@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..records import OMIT_WHEN_EMPTY
-from .consistency import Fault, empty_fault, generation_faults, is_empty, reported_logprobs
+from .consistency import Fault, empty_fault, is_empty, read_generation, reported_logprobs
+from .degenerate import Degenerate, DegenerateScan
 from .finite import strict_max
 from .sameness import compare_outputs
 from .stats import wilson_interval
@@ -45,14 +46,15 @@ __all__ = [
 class RunOutput:
     """One successful run: its text, token ids (None when the backend gives none), the
     log-probabilities of its chosen tokens (None when not exposed; an element is None where
-    the engine reported none), why it stopped, and the faults of its own logprobs
-    (:func:`.consistency.generation_faults`, named after the run)."""
+    the engine reported none), why it stopped, and its own faults and degenerate finding
+    (:func:`.consistency.read_generation`, named after the run)."""
 
     text: str
     token_ids: tuple[int, ...] | None = None
     logprobs: tuple[float | None, ...] | None = None
     finish_reason: str | None = None
     faults: tuple[Fault, ...] = ()
+    degenerate: Degenerate | None = None
     tokens: SideTokens = field(default_factory=SideTokens, compare=False, repr=False)
     """Its token texts, top-k and full rows, for the margins of a divergence
     (:mod:`.ties`)."""
@@ -65,15 +67,17 @@ class RunOutput:
 def run_output(generation: Generation, run: int) -> RunOutput:
     """Run ``run`` of a prompt as :func:`summarize_runs` reads it: the generation's text, ids,
     reported logprobs (:func:`.consistency.reported_logprobs`), finish reason and its own
-    faults, named ``run <run>`` (:func:`.consistency.generation_faults`)."""
+    faults and degenerate finding, named ``run <run>`` (:func:`.consistency.read_generation`)."""
     ids = generation.token_ids
     reported = reported_logprobs(generation.chosen_logprobs, generation.top_logprobs)
+    reading = read_generation(f"run {run}", generation)
     return RunOutput(
         generation.text,
         tuple(ids) if ids is not None else None,
         tuple(reported) if reported is not None else None,
         generation.finish_reason,
-        tuple(generation_faults(f"run {run}", generation)),
+        tuple(reading.faults),
+        reading.degenerate,
         side_tokens(generation),
     )
 
@@ -138,6 +142,8 @@ class DeterminismSummary:
     max_logprob_drift: float | None
     outputs: list[DistinctOutput] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    degenerate: DegenerateScan = field(default_factory=DegenerateScan)
+    """The successful runs' degenerate findings (:mod:`.degenerate`)."""
 
     @property
     def divergence_labels(self) -> list[str]:
@@ -201,6 +207,7 @@ def summarize_runs(
             for n, group in enumerate(ordered)
         ],
         faults=[f for run in runs if run is not None for f in run.faults] + _empty(runs),
+        degenerate=DegenerateScan.of([run.degenerate for run in runs if run is not None]),
     )
 
 

@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ..checks.protocol import BACKEND_ERROR, CheckKind, RecordedItem
+from ..checks.protocol import BACKEND_ERROR, CheckKind, RecordedItem, summarize_items
 from ..checks.registry import kind_named
+from ..metrics.degenerate import DegenerateScan
 from ..records import load_record, plain_data
 from .results import ItemModel, item_sort_key
 
@@ -192,7 +193,7 @@ def summarized(
     for context in contexts:
         engines.update(context.engines)
     context = dataclasses.replace(contexts[0], engines=engines)
-    summary = kind.summarize([r for r in recorded if r is not None], thresholds, context)
+    summary = summarize_items(kind, [r for r in recorded if r is not None], thresholds, context)
     errored = [a for a in typed if a.outcome == "error"]
     violations = summary.violations
     outcome = "error" if errored else "failed" if violations else "passed"
@@ -206,6 +207,7 @@ def summarized(
         "longrepr": longrepr or "\n".join(violations) or None,
         "violations": violations,
         "data": plain_data(summary.record),
+        **({} if summary.degenerate is None else {"degenerate": plain_data(summary.degenerate)}),
     }
 
 
@@ -214,7 +216,9 @@ def _recorded(kind: CheckKind, item: ItemModel) -> RecordedItem | None:
     or, for an item that failed or errored with no record (its engine failed, in its setup
     or its call), its error; None for one that was skipped."""
     if item.data:
-        return RecordedItem(item.role, item.name, load_record(kind.records[item.role], item.data))
+        record: Any = load_record(kind.records[item.role], item.data)
+        scan = None if item.degenerate is None else load_record(DegenerateScan, item.degenerate)
+        return RecordedItem(item.role, item.name, record, degenerate=scan)
     if item.outcome in FAILING:
         error = (item.longrepr or item.outcome).removeprefix(BACKEND_ERROR)
         return RecordedItem(item.role, item.name, None, error)

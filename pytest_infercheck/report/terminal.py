@@ -8,6 +8,8 @@ from typing import Any
 
 from ..checks.protocol import DEFERRED
 from ..checks.registry import KIND_NAMES, kind_named
+from ..metrics.degenerate import DegenerateTotal
+from ..records import load_record
 
 
 def summary_lines(records: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
@@ -29,4 +31,19 @@ def summary_lines(records: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
             f"{DEFERRED.format(shard=shard)}: {len(deferred)} aggregate(s) above show this "
             "shard's part; the merge judges their suite gates"
         )
-    return lines
+    return lines + degenerate_lines(records)
+
+
+def degenerate_lines(records: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+    """``<aggregate>: degenerate: 3 of 40 generations (...)`` for each aggregate whose items
+    found degenerate output; one line of the generations read when none did. Nothing when no
+    aggregate read generations."""
+    totals = [
+        (nodeid, load_record(DegenerateTotal, r["degenerate"]))
+        for nodeid, _, r in records
+        if r.get("degenerate")
+    ]
+    found = [f"{nodeid}: {total.text}" for nodeid, total in totals if total.found]
+    if found or not totals:
+        return found
+    return [f"degenerate: 0 of {sum(t.generations for _, t in totals)} generations"]

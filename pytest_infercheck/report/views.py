@@ -19,6 +19,22 @@ from ..render.markup import esc, kv_table, mapping, violations_list
 from ..render.views import generic
 
 
+def degenerate_view(scan: Any) -> str:
+    """An item's degenerate findings (its scan's ``found``) or an aggregate's count (its
+    ``items``), escaped; nothing when none were found."""
+    scan = mapping(scan)
+    if not scan.get("found"):
+        return ""
+    if isinstance(scan["found"], list):  # an item's scan
+        texts = [mapping(f).get("text") for f in scan["found"]]
+        head = f"{len(texts)} of {scan.get('generations')} generations"
+    else:  # an aggregate's count
+        texts = list(scan.get("items") or [])
+        head = f"{scan['found']} of {scan.get('generations')} generations"
+    rows = "".join(f"<li>{esc(t)}</li>" for t in texts)
+    return f"<h4>degenerate output: {esc(head)}</h4><ul>{rows}</ul>"
+
+
 def item_detail(record: Mapping[str, Any], outcome: str | None = None) -> str:
     """The whole detail block of one item; ``outcome`` (passed, failed, ...) decides
     whether it starts collapsed (passed) and colours its title."""
@@ -34,6 +50,7 @@ def item_detail(record: Mapping[str, Any], outcome: str | None = None) -> str:
     deferred = record.get("gates_deferred_to")
     if deferred:
         body += f"<p><b>{esc(DEFERRED.format(shard=deferred))}</b></p>"
+    body += degenerate_view(record.get("degenerate"))
     tail = (
         "<h4>thresholds</h4>"
         + kv_table(mapping(thresholds))

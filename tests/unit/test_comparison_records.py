@@ -139,6 +139,7 @@ PROMPT_KEYS = [
     "base_reasoning_chars",
     "test_reasoning_chars",
     "problems",
+    "degenerate",
     "divergence_origin",
     "origin_detail",
     "prompt_inputs",

@@ -41,7 +41,8 @@ from pydantic import BeforeValidator
 from ...backends import Capabilities, Generation
 from ...golden import golden_scorable
 from ...metrics.answers import FlipKind, judge_answers
-from ...metrics.consistency import generation_faults, reported_logprobs
+from ...metrics.consistency import read_generation, reported_logprobs
+from ...metrics.degenerate import DegenerateScan
 from ...metrics.finite import (
     Problem,
     check_logprob_rows,
@@ -198,6 +199,10 @@ class PromptComparison:
     (:func:`~pytest_infercheck.metrics.consistency.generation_faults`): a NaN or ``+inf``
     chosen or top-k logprob, a chosen logprob that does not match its token's top-k entry.
     Each is a violation of its own; absent from the JSON when there are none."""
+    degenerate: DegenerateScan = field(default_factory=DegenerateScan)
+    """Both sides' degenerate findings (:func:`~pytest_infercheck.metrics.consistency.
+    read_generation`, with the faults): counted, a violation only under
+    ``fail_on_degenerate: true``."""
     divergence_origin: Stage | None = None
     """Where the divergence starts (:mod:`~pytest_infercheck.metrics.origin`), in order:
     ``template``, ``special-tokens``, ``prompt-ids``, ``generated-tokens``,
@@ -353,6 +358,10 @@ def compare_prompt(
     margins = _margins(
         cache, baseline, test, rendered.token_ids if shared_ids else None, base, other, divergence
     )
+    readings = [
+        read_generation(f"the {where} output", g)
+        for where, g in (("baseline", base), ("test", other))
+    ]
     return PromptComparison(
         prompt_id=prompt.id,
         prompt_text=prompt.text,
@@ -381,11 +390,8 @@ def compare_prompt(
         base_reasoning_chars=len(base.reasoning or ""),
         test_reasoning_chars=len(other.reasoning or ""),
         problems=list(dists.problems),
-        faults=[
-            f.text
-            for where, generation in (("baseline", base), ("test", other))
-            for f in generation_faults(f"the {where} output", generation)
-        ],
+        faults=[f.text for reading in readings for f in reading.faults],
+        degenerate=DegenerateScan.of([reading.degenerate for reading in readings]),
         divergence_origin=origin.stage,
         origin_detail=origin.detail,
         prompt_inputs=inputs.record,

@@ -112,7 +112,9 @@ class ComparisonRun(CheckRun[CS, CT]):
         text = describe(result)
         if result.batching_note:
             text += f"\ngenerated one at a time: {result.batching_note}"
-        return Outcome(violations, text, result, self.item_properties(result))
+        return Outcome(
+            violations, text, result, self.item_properties(result), degenerate=result.degenerate
+        )
 
     # -- targets ----------------------------------------------------------------------------
     @property
