@@ -241,17 +241,23 @@ def test_a_render_error_names_the_prompt(tmp_path: Path) -> None:
 def test_turns_compare_each_generated_turn_on_the_baselines_history(tmp_path: Path) -> None:
     (prompt,) = conversation_prompt(tmp_path, TURNS).prompts
     base = TurnBackend("base", {1: "a1", 2: "a2", 3: "a3"})
-    test = TurnBackend("test", {1: "a1", 2: "a2 but not", 3: "a3"})
+    loop = "aabbccddeeffgghh"  # every other character doubled, 8 pairs: a stutter finding
+    test = TurnBackend("test", {1: loop, 2: "a2 but not", 3: "a3"})
     baseline = ResolvedTarget("base@x", ("base",), base)
     other = ResolvedTarget("test@x", ("test",), test)
     cache = GenerationCache()
     params = GenerationParams(max_tokens=4)
     try:
         conv = cache.conversation(baseline, prompt, False, params)
-        turns, faults = compare_turns(cache, baseline, other, prompt, conv, params, False)
+        turns, faults, readings = compare_turns(cache, baseline, other, prompt, conv, params, False)
     finally:
         cache.close()
     assert faults == []
+    # every generated turn's output is read once, both sides: 2 turns x 2 sides
+    assert len(readings) == 4
+    found = [r.degenerate for r in readings if r.degenerate is not None]
+    assert [(d.pattern, d.covered) for d in found] == [("stutter", 16)]
+    assert "turn 2" in found[0].text
     assert [(t.index, t.role, t.kind) for t in turns] == [
         (0, "system", "given"),
         (1, "user", "given"),
@@ -260,12 +266,12 @@ def test_turns_compare_each_generated_turn_on_the_baselines_history(tmp_path: Pa
         (4, "assistant", "generated"),
         (5, "user", "given"),
     ]
-    assert (turns[2].base_text, turns[2].test_text, turns[2].same) == ("a1", "a1", True)
+    assert (turns[2].base_text, turns[2].test_text, turns[2].same) == ("a1", loop, False)
     # the test side answered turn 4 on the baseline's history (a1 fed back, not its own)
     assert test.rendered[-1] == conv.messages[:4]
     assert (turns[4].test_text, turns[4].same) == ("a2 but not", False)
     assert (turns[4].first_divergence, turns[4].divergence_unit) == (2, "char")
-    assert first_divergent_turn(turns) == 4
+    assert first_divergent_turn(turns) == 2
 
 
 def test_a_divergent_earlier_turn_fails_expect_identical() -> None:

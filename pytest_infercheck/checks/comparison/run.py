@@ -19,6 +19,7 @@ from ...backends.capabilities import Stepping
 from ...conversation import Conversation, has_generated
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
 from ...metrics.consistency import reported_logprobs
+from ...metrics.degenerate import DegenerateScan
 from ...metrics.determinism import logprob_diff
 from ...metrics.sameness import same_generation
 from ...specs import LogprobTolerance
@@ -289,7 +290,7 @@ class ComparisonRun(CheckRun[CS, CT]):
         if prompt.messages is None:
             return result
         conversation = self.base_conversation(prompt)
-        turns, faults = compare_turns(
+        turns, faults, readings = compare_turns(
             self.cache,
             self.baseline,
             self.resolve(side),
@@ -304,6 +305,11 @@ class ComparisonRun(CheckRun[CS, CT]):
             turns=turns,
             first_divergent_turn=first_divergent_turn(turns),
             faults=faults + result.faults,
+            degenerate=DegenerateScan(
+                result.degenerate.generations + len(readings),
+                [r.degenerate for r in readings if r.degenerate is not None]
+                + result.degenerate.found,
+            ),
         )
 
     # -- golden recording (--infercheck-record) ----------------------------------------------

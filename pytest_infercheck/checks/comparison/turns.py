@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ...conversation import history
-from ...metrics.consistency import generation_faults
+from ...metrics.consistency import Reading, read_generation
 from .inputs import decide_inputs
 
 if TYPE_CHECKING:
@@ -68,18 +68,20 @@ def compare_turns(
     conversation: Conversation,
     params: GenerationParams,
     thinking: bool,
-) -> tuple[list[TurnComparison], list[str]]:
+) -> tuple[list[TurnComparison], list[str], list[Reading]]:
     """Every turn of ``prompt``'s ``conversation`` (the baseline's fill-in) before the final
     answer: given turns as they are, each generated turn compared (the test side generates
     it from the baseline's history, with the inputs :func:`.inputs.decide_inputs` gives both
-    sides for that history). Returns the turns and the generation faults of the generated
-    turns' outputs (:func:`~pytest_infercheck.metrics.consistency.generation_faults`,
-    named by turn)."""
+    sides for that history). Returns the turns, the generation faults of the generated
+    turns' outputs, named by turn, and each of those outputs' reading (the one reading of
+    every generation, :func:`~pytest_infercheck.metrics.consistency.read_generation`: its
+    faults and its degenerate finding)."""
     from .prompt import outputs_verdict  # prompt.py's record holds this module's turns
 
     filled = conversation.filled()
     turns: list[TurnComparison] = []
     faults: list[str] = []
+    readings: list[Reading] = []
     generated = {turn.index: turn for turn in conversation.generated}
     for index, turn in enumerate(conversation.turns):
         if turn.content is not None:
@@ -104,11 +106,10 @@ def compare_turns(
             )
         )
         for where, generation in (("baseline", base), ("test", other)):
-            faults.extend(
-                f"turn {index}: {f.text}"
-                for f in generation_faults(f"the {where} output", generation)
-            )
-    return turns, faults
+            reading = read_generation(f"the {where} output of turn {index}", generation)
+            readings.append(reading)
+            faults.extend(f.text for f in reading.faults)
+    return turns, faults, readings
 
 
 def final_turn(index: int, result: PromptComparison) -> TurnComparison:
