@@ -27,10 +27,25 @@ the top-k logprobs as ``[token, logprob]`` pairs, most likely first (at most ``t
 by token id, or by token text when ``top_keys`` is ``"text"``). Logprobs are rounded to
 :data:`DECIMALS` decimals, so a lower-bound KL read from the file is exact to about 1e-6.
 
-Replay looks prompts up by what was asked and outputs by the rendered input + params. A
-golden is refused, with its file and the difference named, when the test side's model has
-another name in the YAML, its tokenizer has another fingerprint, or a prompt (or its
-generation parameters) is not in the file.
+A conversation (a suite line with ``messages``, see :mod:`..conversation`) adds, and only it,
+so single-turn entries are as they always were:
+
+- ``prompt.messages``: the suite's turns as ``[role, content]`` pairs, ``content`` null for
+  a ``generate`` turn;
+- ``input.messages``: the concrete turns of the rendered input, where the backend's
+  rendering carries them (:attr:`~..backends.base.PromptInput.messages`);
+- ``turns``: each ``generate`` turn as the recording target filled it in, in order:
+  ``{"index", "input", "output"}`` (the turn's index in ``messages``, the rendered turns
+  before it, its generation, whose text was fed back), ``output`` as above with the
+  generation's own top-k logprobs, if any.
+
+Replay looks prompts up by what was asked (of a conversation: every turn), outputs by the
+rendered input + params, and the rendered input of a list of concrete turns by that list
+(a conversation's every turn, and each ``generate`` turn's history, rebuilt from the turns
+and the recorded outputs): a baseline filled in from the golden gets the recorded turns
+back. A golden is refused, with its file and the difference named, when the test side's
+model has another name in the YAML, its tokenizer has another fingerprint, or a prompt (or
+a conversation's turns, or its generation parameters) is not in the file.
 """
 
 from __future__ import annotations
@@ -46,9 +61,16 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..backends.base import BackendError, Generation, GenerationParams, PromptInput
+from ..conversation import Message, Turn, concrete, history
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from ..conversation import Conversation
+
+AskedKey = tuple[str, str | None, bool, tuple[tuple[str, str | None], ...] | None]
+"""How a replay finds a prompt: (user text, system, thinking, the conversation's turns as
+``(role, content)`` with None for a ``generate`` turn; None for a single-turn prompt)."""
 
 FORMAT = "pytest-infercheck-golden"
 VERSION = 1
@@ -107,35 +129,68 @@ def make_entry(
     generation: Generation,
     top: list[list[list[Any]]] | None,
     top_keys: str,
+    conversation: Conversation | None = None,
+    turn_top_k: int = 0,
 ) -> dict[str, Any]:
     """One prompt's record (plain types; see the module docstring). ``asked`` is the suite's
-    (user text, system, thinking), by which a replay finds the prompt again."""
-    chosen = generation.chosen_logprobs
+    (user text, system, thinking), by which a replay finds the prompt again; a conversation
+    (``conversation.turns`` not empty) also records its turns and each ``generate`` turn as
+    filled in (its generation's own top-k logprobs, at most ``turn_top_k``)."""
     text, system, thinking = asked
-    return {
+    entry: dict[str, Any] = {
         "suite": suite,
         "prompt_id": prompt_id,
         "prompt": {"text": text, "system": system, "thinking": thinking},
-        "input": {
-            "text": rendered.text,
-            "token_ids": None if rendered.token_ids is None else list(rendered.token_ids),
-            "templated": rendered.templated,
-            "system": rendered.system,
-            "thinking": rendered.thinking,
-        },
-        "params": {
-            "max_tokens": params.max_tokens,
-            "temperature": params.temperature,
-            "seed": params.seed,
-        },
-        "output": {
-            "text": generation.text,
-            "token_ids": generation.token_ids,
-            "finish_reason": generation.finish_reason,
-            "chosen_logprobs": None if chosen is None else [rounded(x) for x in chosen],
-            "top_logprobs": top,
-            "top_keys": top_keys,
-        },
+        "input": _input_data(rendered),
+        "params": _params_dict(params),
+        "output": _output_data(generation, top, top_keys),
+    }
+    if conversation is not None and conversation.turns:
+        entry["prompt"]["messages"] = [[t.role, t.content] for t in conversation.turns]
+        if conversation.generated:
+            entry["turns"] = [
+                {
+                    "index": turn.index,
+                    "input": _input_data(turn.prompt),
+                    "output": _output_data(
+                        turn.generation,
+                        top_k_maps(turn.generation.top_logprobs, turn_top_k)
+                        if turn.generation.top_logprobs
+                        else None,
+                        turn.generation.top_keys,
+                    ),
+                }
+                for turn in conversation.generated
+            ]
+    return entry
+
+
+def _input_data(rendered: PromptInput) -> dict[str, Any]:
+    """A rendered prompt as stored (``messages`` only where the rendering carries them)."""
+    data: dict[str, Any] = {
+        "text": rendered.text,
+        "token_ids": None if rendered.token_ids is None else list(rendered.token_ids),
+        "templated": rendered.templated,
+        "system": rendered.system,
+        "thinking": rendered.thinking,
+    }
+    if rendered.messages is not None:
+        data["messages"] = [list(m) for m in rendered.messages]
+    return data
+
+
+def _output_data(
+    generation: Generation, top: list[list[list[Any]]] | None, top_keys: str
+) -> dict[str, Any]:
+    """A generation as stored: logprobs rounded (:func:`rounded`), ``top`` as given."""
+    chosen = generation.chosen_logprobs
+    return {
+        "text": generation.text,
+        "token_ids": generation.token_ids,
+        "finish_reason": generation.finish_reason,
+        "chosen_logprobs": None if chosen is None else [rounded(x) for x in chosen],
+        "top_logprobs": top,
+        "top_keys": top_keys,
     }
 
 
@@ -208,13 +263,36 @@ class GoldenFile:
         self.path = path
         self.header = header
         self.entries = entries
-        self._asked: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._asked: dict[AskedKey, dict[str, Any]] = {}
         self._outputs: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._inputs: list[tuple[PromptInput, dict[str, Any]]] = []
+        """Every recorded (rendered input, params), for the error of a missing output."""
+        self._rendered: dict[tuple[tuple[Message, ...], bool], PromptInput] = {}
+        """The rendered input of each recorded list of concrete turns, with thinking."""
         for entry in entries:
             asked = entry["prompt"]
-            self._asked[(asked["text"], asked["system"], asked["thinking"])] = entry
-            key = (self.prompt_input(entry).key(), _params_key(entry["params"]))
-            self._outputs[key] = entry
+            turns = _turns(asked.get("messages"))
+            self._asked[asked_key(asked["text"], asked["system"], asked["thinking"], turns)] = entry
+            recorded = [(entry["input"], entry["output"])]
+            recorded += [(t["input"], t["output"]) for t in entry.get("turns", ())]
+            for sent, output in recorded:
+                rendered = self.prompt_input(sent)
+                self._outputs[(rendered.key(), _params_key(entry["params"]))] = output
+                self._inputs.append((rendered, entry["params"]))
+            if turns is not None:
+                self._index_conversation(entry, turns, bool(asked["thinking"]))
+
+    def _index_conversation(
+        self, entry: Mapping[str, Any], turns: tuple[Turn, ...], thinking: bool
+    ) -> None:
+        """Index a conversation's renderings by their concrete turns: each ``generate``
+        turn's history (the recorded outputs fed back) and every turn (the entry's input)."""
+        generated = {int(t["index"]): t for t in entry.get("turns", ())}
+        filled = {i: str(t["output"]["text"]) for i, t in generated.items()}
+        for index, turn in generated.items():
+            before = history(turns, index, filled)
+            self._rendered[(before, thinking)] = self.prompt_input(turn["input"])
+        self._rendered[(concrete(turns, filled), thinking)] = self.prompt_input(entry["input"])
 
     @property
     def name(self) -> str:
@@ -232,10 +310,11 @@ class GoldenFile:
     def where(self) -> str:
         return f"golden {shown(self.path)}"
 
-    def prompt_input(self, entry: Mapping[str, Any]) -> PromptInput:
-        """The rendered prompt recorded in ``entry``, as the test side will be sent it."""
-        sent = entry["input"]
+    def prompt_input(self, sent: Mapping[str, Any]) -> PromptInput:
+        """A rendered prompt as recorded (an entry's or a turn's ``input``), as the test side
+        will be sent it."""
         ids = sent["token_ids"]
+        messages = sent.get("messages")
         return PromptInput(
             text=sent["text"],
             token_ids=None if ids is None else tuple(ids),
@@ -243,22 +322,32 @@ class GoldenFile:
             tokenizer_fingerprint=self.tokenizer,
             system=sent["system"],
             thinking=bool(sent["thinking"]),
+            messages=None if messages is None else tuple((r, c) for r, c in messages),
         )
 
     def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
-        entry = self._asked.get((user_text, system, thinking))
+        entry = self._asked.get(asked_key(user_text, system, thinking))
         if entry is None:
             raise GoldenError(f"{self.where()}: {missing_prompt_text(user_text, system, thinking)}")
-        return self.prompt_input(entry)
+        return self.prompt_input(entry["input"])
+
+    def render_messages(self, messages: Sequence[Message], thinking: bool) -> PromptInput:
+        """The recorded rendering of the concrete turns ``messages`` (a conversation's every
+        turn, or a ``generate`` turn's history); :class:`GoldenError` when none was
+        recorded (a turn, the system prompt or a generated turn's output differs)."""
+        rendered = self._rendered.get((tuple(messages), thinking))
+        if rendered is None:
+            raise GoldenError(f"{self.where()}: {missing_conversation_text(messages, thinking)}")
+        return rendered
 
     def generation(self, prompt: PromptInput, params: GenerationParams) -> Generation:
-        entry = self._outputs.get((prompt.key(), params.key()))
-        if entry is None:
+        out = self._outputs.get((prompt.key(), params.key()))
+        if out is None:
             recorded = sorted(
                 {
-                    json.dumps(e["params"], sort_keys=True)
-                    for e in self.entries
-                    if self.prompt_input(e).key() == prompt.key()
+                    json.dumps(p, sort_keys=True)
+                    for rendered, p in self._inputs
+                    if rendered.key() == prompt.key()
                 }
             )
             raise GoldenError(
@@ -266,7 +355,6 @@ class GoldenFile:
                 f"{', '.join(recorded) or 'none'}, not {json.dumps(_params_dict(params))}: "
                 "record it again with --infercheck-record"
             )
-        out = entry["output"]
         top = out["top_logprobs"]
         keys = out.get("top_keys", "id")
         return Generation(
@@ -278,8 +366,30 @@ class GoldenFile:
             top_keys=keys,
         )
 
-    def asked(self, user_text: str, system: str | None, thinking: bool) -> bool:
-        return (user_text, system, thinking) in self._asked
+    def asked(
+        self,
+        user_text: str,
+        system: str | None,
+        thinking: bool,
+        turns: Sequence[Turn] | None = None,
+    ) -> bool:
+        """Whether the prompt (of a conversation: its ``turns``) was recorded."""
+        return asked_key(user_text, system, thinking, turns) in self._asked
+
+
+def asked_key(
+    user_text: str, system: str | None, thinking: bool, turns: Sequence[Turn] | None = None
+) -> AskedKey:
+    """What a replay finds a prompt by (:data:`AskedKey`)."""
+    shape = None if turns is None else tuple((t.role, t.content) for t in turns)
+    return (user_text, system, thinking, shape)
+
+
+def _turns(data: Sequence[Sequence[Any]] | None) -> tuple[Turn, ...] | None:
+    """A conversation's ``prompt.messages`` as turns (None: a single-turn prompt)."""
+    if data is None:
+        return None
+    return tuple(Turn(role, content) for role, content in data)
 
 
 def _params_dict(params: GenerationParams) -> dict[str, Any]:
@@ -291,6 +401,17 @@ def missing_prompt_text(user_text: str, system: str | None, thinking: bool) -> s
     return (
         f"no recording of prompt {user_text[:60]!r}{extra} (the suite or the settings changed "
         "since it was recorded): record it again with --infercheck-record"
+    )
+
+
+def missing_conversation_text(messages: Sequence[Message], thinking: bool) -> str:
+    """Why a list of concrete turns has no recording, naming its size and last turn."""
+    role, content = messages[-1] if messages else ("", "")
+    extra = ", thinking on" if thinking else ""
+    return (
+        f"no recording of a conversation of {len(messages)} turns ending with {role} "
+        f"{content[:60]!r}{extra} (a turn, the system prompt, a generated turn or the "
+        "settings changed since it was recorded): record it again with --infercheck-record"
     )
 
 

@@ -1,13 +1,14 @@
 """The golden side of a compare check's run: recording its test side under
 ``--infercheck-record``, and checking that a golden may be replayed as its baseline.
 
-Recording a prompt: the test side renders and generates it as usual; when it can score
-teacher-forced (full rows, or its top k: vLLM), its continuation is scored once more and each
-position's top-k (at most ``golden_top_k``) and chosen logprobs are taken from those scores
-(the very distributions a later replay compares with); otherwise the generation's own top-k
-logprobs are kept, if any. Items do not write the file: they hand their entries to their test
-report (see :mod:`.writer`), and the controller writes each golden once, at the end of the
-run.
+Recording a prompt: the test side renders and generates it as usual (a conversation is
+filled in by the test side, :meth:`~..generation_cache.GenerationCache.conversation`, and
+each ``generate`` turn is recorded as filled in); when it can score teacher-forced (full
+rows, or its top k: vLLM), its continuation is scored once more and each position's top-k (at
+most ``golden_top_k``) and chosen logprobs are taken from those scores (the very
+distributions a later replay compares with); otherwise the generation's own top-k logprobs
+are kept, if any. Items do not write the file: they hand their entries to their test report
+(see :mod:`.writer`), and the controller writes each golden once, at the end of the run.
 """
 
 from __future__ import annotations
@@ -141,8 +142,9 @@ def _record_one(run: CheckRun, side: Side, test: ResolvedTarget, prompt: Prompt)
         return dict(run.golden_payloads[prompt.id])
     cache, settings = run.cache, run.settings
     thinking = settings.thinking
-    rendered = cache.render(test, prompt, thinking)
     params = run.params(prompt)
+    conversation = cache.conversation(test, prompt, thinking, params)
+    rendered = conversation.final
     generation = cache.generate(test, rendered, params)
     k = settings.golden_top_k
     top, keys = None, generation.top_keys
@@ -180,6 +182,8 @@ def _record_one(run: CheckRun, side: Side, test: ResolvedTarget, prompt: Prompt)
             generation=generation,
             top=top,
             top_keys=keys,
+            conversation=conversation,
+            turn_top_k=k,
         ),
     }
     run.golden_payloads[prompt.id] = payload
@@ -198,9 +202,12 @@ def verify_replay(run: CheckRun, test_ref: str, prompt_id: str) -> None:
     test = run.resolve(side)
     model = run.loaded.target(side.ref, side.loc).model
     problems = replay_problems(golden, model, test.backend.tokenizer_fingerprint())
-    if not golden.asked(prompt.text, prompt.system, run.settings.thinking):
+    if not golden.asked(prompt.text, prompt.system, run.settings.thinking, prompt.messages):
+        what = (
+            "" if prompt.messages is None else f", a conversation of {len(prompt.messages)} turns"
+        )
         problems.append(
-            f"no recording of prompt {prompt.id} ({prompt.text[:60]!r}) of suite "
+            f"no recording of prompt {prompt.id} ({prompt.text[:60]!r}{what}) of suite "
             f"{run.suite.name}: the suite or the settings changed since it was recorded"
         )
     if problems:

@@ -2,13 +2,17 @@
 recorded it; and whether a comparison can score the test side against it.
 
 It renders a prompt as the recorded input, "generates" the recorded output (token ids, text,
-finish reason, chosen and top-k logprobs) and names the recording engine as its identity. It
+finish reason, chosen and top-k logprobs) and names the recording engine as its identity. A
+conversation renders as recorded too, every turn and each ``generate`` turn's history, and
+each ``generate`` turn "generates" its recorded output: a baseline filled in from the golden
+has the recorded turns (:meth:`~..generation_cache.GenerationCache.conversation`). It
 has no live model, so it cannot score teacher-forced: a comparison against it scores the
 golden continuation on the test side instead, full rows or top-k (``golden-top-k-lower-bound``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Backend, Capabilities, Generation, GenerationParams, PromptInput
@@ -35,6 +39,11 @@ class GoldenBackend(Backend):
 
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         return self.golden.render(user_text, system, thinking)
+
+    async def render_messages(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> PromptInput:
+        return self.golden.render_messages(messages, thinking)
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return self.golden.generation(prompt, params)

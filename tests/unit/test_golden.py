@@ -4,6 +4,7 @@ may appear in the matrix."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -13,9 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_infercheck.backends import Generation, GenerationParams, PromptInput
+from pytest_infercheck.backends import BackendError, Generation, GenerationParams, PromptInput
 from pytest_infercheck.config import load_matrix
+from pytest_infercheck.conversation import Conversation, GeneratedTurn, Turn
+from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.golden import (
+    GoldenBackend,
     GoldenError,
     dumps,
     golden_path,
@@ -29,6 +33,7 @@ from pytest_infercheck.golden import (
 )
 from pytest_infercheck.golden.writer import merge_payloads
 from pytest_infercheck.metrics.topk_full import topk_vs_full_stats
+from pytest_infercheck.suites import Prompt
 from pytest_infercheck.yamlpos import SourceError
 
 LN = math.log
@@ -176,6 +181,143 @@ def test_merge_refuses_one_golden_from_two_targets() -> None:
     other = {"file": "/g.json", "header": _header(target="adder@llama"), "entry": entry}
     with pytest.raises(GoldenError, match="adder@local and adder@llama"):
         merge_payloads([same[0], other])
+
+
+# -- conversations ---------------------------------------------------------------------------
+TURNS = (
+    Turn("system", "Be brief."),
+    Turn("user", "Hi"),
+    Turn("assistant", None),
+    Turn("user", "Again"),
+)
+HISTORY = (("system", "Be brief."), ("user", "Hi"))
+FILLED = (*HISTORY, ("assistant", "Yo"), ("user", "Again"))
+
+
+def _conversation_entry(max_tokens: int = 4) -> dict[str, Any]:
+    """A conversation recorded by hand: turn 2 generated as 'Yo' (ids 7, 2) from the history
+    [system, user] (ids 1 3 4 5), the final answer 'ok' (ids 8, 2) to every turn."""
+    turn_input = PromptInput("<s>S|Hi|", (1, 3, 4, 5), True, "fp", None, False)
+    final = PromptInput("<s>S|Hi|Yo|Again|", (1, 3, 4, 5, 7, 6, 5), True, "fp", None, False, FILLED)
+    turn = GeneratedTurn(
+        2, turn_input, Generation("Yo", [7, 2], "stop", [-0.25, -0.5], [{7: -0.25, 9: -2.0}] * 2)
+    )
+    return make_entry(
+        suite="chat",
+        prompt_id="c01",
+        asked=("Again", "Be brief.", False),
+        rendered=final,
+        params=GenerationParams(max_tokens),
+        generation=Generation("ok", [8, 2], "stop", [-0.1, -0.2]),
+        top=[[[8, -0.1]], [[2, -0.2]]],
+        top_keys="id",
+        conversation=Conversation(TURNS, (turn,), FILLED, final),
+        turn_top_k=1,
+    )
+
+
+def test_conversation_entry_format() -> None:
+    entry = _conversation_entry()
+    assert entry["prompt"] == {
+        "text": "Again",
+        "system": "Be brief.",
+        "thinking": False,
+        "messages": [
+            ["system", "Be brief."],
+            ["user", "Hi"],
+            ["assistant", None],
+            ["user", "Again"],
+        ],
+    }
+    assert entry["input"]["messages"] == [list(m) for m in FILLED]
+    assert entry["turns"] == [
+        {
+            "index": 2,
+            "input": {
+                "text": "<s>S|Hi|",
+                "token_ids": [1, 3, 4, 5],
+                "templated": True,
+                "system": None,
+                "thinking": False,
+            },
+            "output": {
+                "text": "Yo",
+                "token_ids": [7, 2],
+                "finish_reason": "stop",
+                "chosen_logprobs": [-0.25, -0.5],
+                "top_logprobs": [[[7, -0.25]], [[7, -0.25]]],  # at most turn_top_k = 1
+                "top_keys": "id",
+            },
+        }
+    ]
+    # A single-turn entry is as it always was: no messages, no turns.
+    single = _entry("s01", "3+4=", [5, 6])
+    assert set(single) == {"suite", "prompt_id", "prompt", "input", "params", "output"}
+    assert set(single["prompt"]) == {"text", "system", "thinking"}
+    assert "messages" not in single["input"]
+
+
+def test_conversation_replay_matches_recorded_turns(tmp_path: Path) -> None:
+    path = tmp_path / "g.json"
+    write_golden(path, _header(), [_conversation_entry(), _entry("s01", "3+4=", [5, 6])])
+    first = path.read_bytes()
+    write_golden(path, _header(), [_entry("s01", "3+4=", [5, 6]), _conversation_entry()])
+    assert path.read_bytes() == first  # the same bytes whatever the order
+    golden = load_golden(path)
+    assert golden.asked("Again", "Be brief.", False, TURNS)
+    assert not golden.asked("Again", "Be brief.", False)  # a conversation, not a prompt
+    history = golden.render_messages(HISTORY, False)
+    assert history.token_ids == (1, 3, 4, 5)
+    turn = golden.generation(history, GenerationParams(4))
+    assert (turn.text, turn.token_ids, turn.chosen_logprobs) == ("Yo", [7, 2], [-0.25, -0.5])
+    final = golden.render_messages(FILLED, False)
+    assert final.token_ids == (1, 3, 4, 5, 7, 6, 5) and final.messages == FILLED
+    assert golden.generation(final, GenerationParams(4)).text == "ok"
+    assert golden.render("3+4=", None, False).token_ids == (1, 5, 6)  # single-turn unchanged
+
+
+@pytest.mark.parametrize(
+    ("messages", "shown"),
+    [
+        ((("system", "Be kind."), ("user", "Hi")), "2 turns ending with user 'Hi'"),
+        ((*HISTORY, ("assistant", "Hey"), ("user", "Again")), "4 turns ending with user 'Again'"),
+        (
+            (*HISTORY[:1], ("user", "Hi"), ("assistant", "Yo"), ("user", "Once more")),
+            "4 turns ending with user 'Once more'",
+        ),
+    ],
+)
+def test_conversation_replay_refuses_changed_turns(
+    tmp_path: Path, messages: tuple[tuple[str, str], ...], shown: str
+) -> None:
+    path = tmp_path / "g.json"
+    write_golden(path, _header(), [_conversation_entry()])
+    golden = load_golden(path)
+    with pytest.raises(GoldenError, match=rf"g\.json: no recording of a conversation of {shown}"):
+        golden.render_messages(messages, False)
+    with pytest.raises(GoldenError, match="no recording of a conversation"):
+        golden.render_messages(FILLED, True)  # thinking on: another rendering
+
+
+def test_generation_cache_fills_a_conversation_in_from_a_golden(tmp_path: Path) -> None:
+    path = tmp_path / "g.json"
+    write_golden(path, _header(), [_conversation_entry()])
+    prompt = Prompt("c01", "Again", None, 4, None, None, "Be brief.", "chat.jsonl:1", TURNS)
+    cache = GenerationCache()
+    try:
+        golden = GoldenBackend("golden:g", load_golden(path))
+        target = ResolvedTarget("golden:g", ("golden", str(path)), golden)
+        filled = cache.conversation(target, prompt, False, GenerationParams(4))
+        assert filled.messages == FILLED
+        assert [(t.index, t.generation.token_ids) for t in filled.generated] == [(2, [7, 2])]
+        assert filled.final.token_ids == (1, 3, 4, 5, 7, 6, 5)
+        turns = (Turn("system", "Be kind."), *TURNS[1:])
+        edited = dataclasses.replace(prompt, system="Be kind.", messages=turns)
+        missing = r"prompt c01 \(chat\.jsonl:1\): golden .*: no recording of a conversation of 2"
+        with pytest.raises(BackendError, match=missing):
+            cache.conversation(target, edited, False, GenerationParams(4))
+    finally:
+        cache.close()
 
 
 # -- the matrix ------------------------------------------------------------------------------
