@@ -15,8 +15,10 @@ reports of their activity, and whether a feature engaged on an item.
 - :class:`FeatureRecord`: a side's features and activity on a comparison item
   (``feature_activity``), with what did not engage.
 
-Speculative decoding engages when at least one drafted token is accepted (drafts all
-rejected leave every token the target's own: nothing lossless was tested). A KV cache
+Speculative decoding engages when at least one token is drafted: the target then verifies
+the drafts in one multi-token pass, whose numerics differ from one-token decoding, and the
+token after a rejected draft comes from that pass (accepted tokens are reported beside;
+where the engine reports no drafted count, an accepted token shows it engaged). A KV cache
 quantization engages, in-process, when the cache objects after the generation hold the
 declared bits (mlx-lm quantizes only once the cache holds ``quantized_kv_start`` tokens); a
 server's cache dtype applies to every request from its start, so it is engaged by
@@ -119,13 +121,12 @@ def unexercised(features: Sequence[Feature], activity: FeatureActivity | None) -
         if feature.server_wide and feature.name == KV_QUANTIZATION:
             continue
         if feature.name == SPECULATIVE:
-            accepted = None if activity is None else activity.accepted
-            drafted = None if activity is None else activity.drafted
-            if accepted is None:
+            seen = activity or FeatureActivity()
+            count = seen.drafted if seen.drafted is not None else seen.accepted
+            if count is None:
                 out.append(f"{SPECULATIVE}: the engine reported no draft counts")
-            elif accepted == 0:
-                what = "nothing drafted" if drafted == 0 else f"{drafted} drafted, 0 accepted"
-                out.append(f"{SPECULATIVE} never engaged: {what}")
+            elif count == 0:
+                out.append(f"{SPECULATIVE} never engaged: nothing drafted")
         elif activity is None or activity.kv_bits != feature.kv_bits:
             bits = None if activity is None else activity.kv_bits
             now = "full precision" if bits is None else f"{bits} bits"
@@ -175,9 +176,9 @@ def declared_features(spec: BackendSpec) -> tuple[Feature, ...]:
     options = spec.options
     if isinstance(options, MlxLmOptions):
         if options.draft_model is not None:
-            n = options.num_draft_tokens or 2
             found[SPECULATIVE] = Feature(
-                SPECULATIVE, f"draft model {options.draft_model}, {n} tokens per step"
+                SPECULATIVE,
+                f"draft model {options.draft_model}, {options.draft_tokens} tokens per step",
             )
         if options.kv_bits is not None:
             start = options.quantized_kv_start

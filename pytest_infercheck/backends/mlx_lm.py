@@ -298,7 +298,7 @@ class MlxLmBackend(Backend):
                 prompt,
                 loaded.model,
                 self._draft_model(),
-                num_draft_tokens=options.num_draft_tokens or NUM_DRAFT_TOKENS,
+                num_draft_tokens=options.draft_tokens,
                 max_tokens=max_tokens,
                 sampler=sampler,
                 **options.cache_options(),
@@ -328,9 +328,8 @@ class MlxLmBackend(Backend):
         kv_bits = next(iter(bits)) if len(bits) == 1 else None
         if self.draft is None:
             return FeatureActivity(kv_bits=kv_bits, source="mlx-lm cache objects")
-        num_draft = self.options.num_draft_tokens or NUM_DRAFT_TOKENS
         return FeatureActivity(
-            drafted=drafted_tokens(from_draft, max_tokens, num_draft),
+            drafted=drafted_tokens(from_draft, max_tokens, self.options.draft_tokens),
             accepted=sum(from_draft),
             source="mlx-lm speculative_generate_step (from_draft)",
         )
@@ -523,10 +522,6 @@ def create(
     model = MlxModelSpec(source, revision, spec.dtype)
     options = spec.options if isinstance(spec.options, MlxLmOptions) else None
     return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos, options=options)
-
-
-NUM_DRAFT_TOKENS = 2
-"""Tokens drafted per step when ``num_draft_tokens`` is not written (mlx-lm's default)."""
 
 
 def _written(**options: Any) -> dict[str, Any]:

@@ -39,14 +39,15 @@ class MlxLmOptions(BackendOptions):
 
     ``draft_model``: a model folder (relative to the YAML file, like models' paths) sharing
     the target's tokenizer: speculative decoding, ``num_draft_tokens`` drafted per step
-    (mlx-lm's default 2). ``kv_bits``: quantize the KV cache to this many bits (group size
+    (mlx-lm's default 2; 0 drafts nothing: the draft is loaded and never used, an item
+    ``unexercised``). ``kv_bits``: quantize the KV cache to this many bits (group size
     ``kv_group_size``, from the step at which the cache holds ``quantized_kv_start`` tokens:
     mlx-lm's default 5,000, so short prompts are never quantized unless it is lowered).
     ``prefill_step_size``: prompt tokens per prefill pass. ``max_kv_size``: a rotating KV
     cache of at most this many tokens."""
 
     draft_model: str | None = None
-    num_draft_tokens: int | None = Field(default=None, ge=1)
+    num_draft_tokens: int | None = Field(default=None, ge=0)
     kv_bits: Literal[2, 3, 4, 5, 6, 8] | None = None
     kv_group_size: Literal[32, 64, 128] | None = None
     quantized_kv_start: int | None = Field(default=None, ge=0)
@@ -99,6 +100,11 @@ class MlxLmOptions(BackendOptions):
                 )
             )
         return out
+
+    @property
+    def draft_tokens(self) -> int:
+        """Tokens drafted per step: ``num_draft_tokens``, else mlx-lm's default (2)."""
+        return 2 if self.num_draft_tokens is None else self.num_draft_tokens
 
     @property
     def plain_cache(self) -> bool:
