@@ -38,8 +38,8 @@ def test_features_example_passes_and_engages(
             "features.yaml",
             "-p",
             "no:cacheprovider",
-            "--infercheck-config",
-            "features.yaml",
+            # until the folder's pytest.ini collects *.yaml: the file, by its absolute path
+            f"--infercheck-config={EXAMPLE / 'features.yaml'}",
             f"--infercheck-results={results}",
         ],
         cwd=EXAMPLE,
