@@ -11,8 +11,9 @@ CLI::
 
 which writes ``OUT_DIR/tiny-bf16``, ``OUT_DIR/tiny-q8``, ``OUT_DIR/tiny-q4``,
 ``OUT_DIR/tiny-draft`` (the adder's first layer alone: a draft model for speculative
-decoding, same tokenizer) and, with ``--random-seed``, ``OUT_DIR/tiny-random-s<seed>``. Re-running is cheap: a folder whose stamp
-file records the same source hash and settings is left alone.
+decoding, same tokenizer) and, with ``--random-seed``, ``OUT_DIR/tiny-random-s<seed>``.
+Re-running is cheap: a folder whose stamp file records the same source hash and settings is
+left alone.
 
 Importable (``examples`` is not a package; load it by path with ``importlib``)::
 
