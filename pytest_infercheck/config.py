@@ -15,15 +15,19 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args, get_origin
 from pydantic import (
     BaseModel,
     Field,
+    SerializeAsAny,
     StrictBool,
     ValidationError,
+    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
 )
 from pydantic.fields import FieldInfo
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from .backends.registry import BACKEND_NAMES, BACKENDS, SHORTHANDS, backend_kind
+from .backends.options import BackendOptions
+from .backends.registry import BACKEND_NAMES, BACKENDS, OPTION_OWNERS, SHORTHANDS, backend_kind
 from .checks.protocol import CheckKind, RateGate
 from .checks.registry import KIND_NAMES, kind_named
 from .golden import GOLDEN_NAME, GOLDEN_PLACE
@@ -107,6 +111,10 @@ class BackendSpec(_Strict):
     remaining item needs it. ``logprobs: false``: an OpenAI-compatible server is not asked
     for logprobs (one whose logprobs are known to be wrong, such as mlx_lm.server 0.32.2's
     unsorted top-k: its text and answers are compared, and the items say why).
+
+    A kind's own options (:mod:`.backends.options`, e.g. mlx-lm's ``draft_model`` and
+    ``kv_bits``) are written flat on the entry and held in ``options``
+    (:meth:`_kind_options`).
     """
 
     kind: str
@@ -127,6 +135,45 @@ class BackendSpec(_Strict):
     batching: bool = True
     """Whether the comparisons may batch this backend's in-process generations (after a
     probe shows batching changes nothing); false: one prompt at a time."""
+    options: SerializeAsAny[BackendOptions] | None = None
+    """The kind's own options (None: none written), lifted from the entry's flat keys."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_options(cls, data: Any, info: ValidationInfo) -> Any:
+        """Lift the keys that are backend options (:data:`~.backends.registry.OPTION_OWNERS`)
+        into ``options``, validated by the kind's model (a draft folder resolved against the
+        YAML's folder, the validation context's ``base_dir``). An option of another kind, a
+        refused value and a combination the engine cannot run are errors at their key."""
+        if isinstance(data, dict) and "options" in data:
+            raise ValueError("write a kind's options on the entry itself, not under 'options'")
+        if not isinstance(data, dict) or not any(key in OPTION_OWNERS for key in data):
+            return data
+        kind = backend_kind(data.get("kind"))
+        model = kind.options if kind is not None else None
+        mine = {k: v for k, v in data.items() if model is not None and k in model.model_fields}
+        errors = [
+            _error_at(
+                key,
+                f"{key} is an option of {' and '.join(OPTION_OWNERS[key])} "
+                f"backends, not of a {data.get('kind')} backend",
+                value,
+            )
+            for key, value in data.items()
+            if key in OPTION_OWNERS and key not in mine
+        ]
+        options = None
+        if model is not None:
+            try:
+                options = model.model_validate(mine, context=info.context)
+            except ValidationError as exc:
+                errors += [_reraised(e) for e in exc.errors()]
+            else:
+                errors += [_error_at(k, why, mine.get(k)) for k, why in options.problems()]
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        rest = {k: v for k, v in data.items() if k not in OPTION_OWNERS}
+        return {**rest, "options": options}
 
     @field_validator("kind")
     @classmethod
@@ -168,6 +215,20 @@ class BackendSpec(_Strict):
         kind = backend_kind(self.kind)
         assert kind is not None  # validated
         return kind
+
+
+def _error_at(key: str, message: str, value: Any) -> InitErrorDetails:
+    """A validation error at the entry's ``key`` (its YAML line)."""
+    return InitErrorDetails(
+        type=PydanticCustomError("backend_option", "{message}", {"message": message}),
+        loc=(key,),
+        input=value,
+    )
+
+
+def _reraised(error: Any) -> InitErrorDetails:
+    """An error of a kind's options model, kept at its key."""
+    return _error_at(str(error["loc"][0]) if error["loc"] else "kind", error["msg"], error["input"])
 
 
 class SuiteRef(_Strict):
@@ -515,7 +576,9 @@ def load_matrix(path: Path) -> LoadedMatrix:
     if not isinstance(source.data, dict):
         raise SourceError(path, 1, "the file must be a mapping with models, suites and checks")
     try:
-        matrix = matrix_model(kinds_used(source.data)).model_validate(source.data)
+        matrix = matrix_model(kinds_used(source.data)).model_validate(
+            source.data, context={"base_dir": path.parent}
+        )
     except ValidationError as exc:
         raise SourceError.of(
             [source.error(*_error_message(source.data, e)) for e in exc.errors()]

@@ -29,7 +29,14 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from .backends.registry import BACKEND_NAMES, IN_PROCESS_KINDS, SERVER_KINDS, SHORTHANDS
+from .backends.registry import (
+    BACKEND_NAMES,
+    BACKENDS,
+    IN_PROCESS_KINDS,
+    OPTION_OWNERS,
+    SERVER_KINDS,
+    SHORTHANDS,
+)
 from .checks.registry import KINDS
 from .config import Matrix
 
@@ -224,6 +231,26 @@ def _url_or_serve(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaV
     return schema
 
 
+def _kind_options(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
+    """:meth:`.config.BackendSpec._kind_options`: each kind's options are keys of the entry
+    (not an ``options`` mapping), allowed only with a kind that takes them."""
+    del schema["properties"]["options"]
+    for kind in BACKENDS:
+        if kind.options is None:
+            continue
+        for key, prop in kind.options.model_json_schema()["properties"].items():
+            prop.pop("title", None)
+            schema["properties"].setdefault(key, prop)
+    for key, owners in OPTION_OWNERS.items():
+        schema.setdefault("allOf", []).append(
+            {
+                "if": {"required": [key]},
+                "then": {"required": ["kind"], "properties": {"kind": {"enum": owners}}},
+            }
+        )
+    return schema
+
+
 def _record_off_file(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
     """:meth:`.config.Settings._record_is_an_option`: not offered; ``false`` still loads."""
     for key in keys:
@@ -284,6 +311,7 @@ COUNTERPARTS: dict[str, Counterpart] = {
     "ModelSpec._some_source": _model_source,
     "BackendSpec._known_kind": _known_backend_kind,
     "BackendSpec._server_needs_url": _url_or_serve,
+    "BackendSpec._kind_options": _kind_options,
     "Settings._record_is_an_option": _record_off_file,
     "MatrixFields._suite_shorthand": _suite_shorthand,
     "CheckEntry._suite_shorthand": _suite_shorthand,

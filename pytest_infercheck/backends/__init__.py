@@ -26,9 +26,12 @@ def create_backend(
     """Build the backend ``name`` of kind ``spec.kind`` (its entry in :mod:`.registry`)
     serving the model at ``source``; ``url`` is where a managed server was started (else
     ``spec.url``). The kind's module is imported here, where a target first uses it."""
+    from ..features import declared_features
     from .registry import backend_kind
 
     kind = backend_kind(spec.kind)
     if kind is None:
         raise BackendError(f"backend {name!r}: unknown kind {spec.kind!r}")
-    return kind.create(name, spec, source, revision, url)
+    backend = kind.create(name, spec, source, revision, url)
+    backend.features = declared_features(spec)
+    return backend

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..features import Feature, FeatureActivity
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -116,6 +118,10 @@ class Generation:
     full_logprobs: np.ndarray | None = field(default=None, compare=False, repr=False)
     """The float32 full-vocabulary log-probabilities of each step, shape (T, V), only where
     asked for (mlx-lm's ``generate_sync(..., full_logprobs=True)``)."""
+    activity: FeatureActivity | None = field(default=None, compare=False)
+    """What the engine reported of the backend's features on this generation (drafted and
+    accepted tokens, cache hits, KV bits: :mod:`~pytest_infercheck.features`); None for a
+    backend without features or an engine that reports nothing."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +169,9 @@ class Backend(abc.ABC):
     capabilities: Capabilities = Capabilities()
     concurrency: int = 1
     """Requests worth having in flight at once (in-process engines: 1)."""
+    features: tuple[Feature, ...] = ()
+    """The features its ``backends:`` entry turns on (set by :func:`~pytest_infercheck.
+    backends.create_backend` from :func:`~pytest_infercheck.features.declared_features`)."""
     batching: str | None = None
     """The engine's own batched generation, by name, when :meth:`generate_batch` uses it;
     None: a batch is a burst of concurrent :meth:`generate` calls."""

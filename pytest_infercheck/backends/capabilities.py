@@ -23,8 +23,10 @@ class Stepping(Protocol):
     """An in-process model that the comparisons step in lockstep (:mod:`.mlx_lockstep`):
     the baseline and test models fed the same tokens, batched when licensed."""
 
-    def stepper(self) -> Stepper:
-        """The model, its end-of-sequence ids and its decoder, for :mod:`.mlx_lockstep`."""
+    def stepper(self) -> Stepper | None:
+        """The model, its end-of-sequence ids and its decoder, for :mod:`.mlx_lockstep`;
+        None when this configuration does not step (options the lockstep's plain caches
+        would not apply: a draft model, a quantized KV cache)."""
         ...
 
     def lockstep_ids(self, prompt: PromptInput) -> list[int]:

@@ -14,6 +14,8 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from .options import BackendOptions
+
 if TYPE_CHECKING:
     from ..config import BackendSpec
     from .base import Backend
@@ -42,6 +44,9 @@ class BackendKind:
     by_name: bool = False
     """The shorthand gives the model by name: its value is the name the server knows the
     model by (``served_name``), not a file or folder it loads."""
+    options: type[BackendOptions] | None = None
+    """The kind's own options (:mod:`.options`), written flat on its ``backends:`` entry;
+    None: the kind takes only the shared keys."""
 
     @property
     def prefix(self) -> str | None:

@@ -5,6 +5,26 @@ backend instance that names the same weights. Generation uses ``mlx_lm.generate_
 (greedy when no sampler is given), stops at any EOS id and honours ``max_tokens``. Scoring
 is one forward pass over prompt + continuation: row ``i`` of the result is the float32
 log-softmax at position ``len(prompt) - 1 + i``, which predicts ``continuation[i]``.
+
+The backend's options (:class:`~.options.MlxLmOptions`) apply on every path that generates
+or scores for it, never a plain cache in their place:
+
+- ``generate``: ``speculative_generate_step`` with the draft model, else ``generate_step``
+  with the cache options; its :class:`~pytest_infercheck.features.FeatureActivity` counts
+  drafted and accepted tokens (mlx-lm's ``from_draft``) and reads the KV bits in use from
+  the cache objects after the generation;
+- ``generate_batch``: mlx-lm's ``BatchGenerator`` applies neither a draft model nor a
+  quantized cache, so such a backend generates its batch one prompt at a time (its
+  ``batching`` says so); ``prefill_step_size`` and ``max_kv_size`` go to the generator;
+- the comparisons' lockstep (:mod:`.mlx_lockstep`) steps plain caches only: a backend with
+  any option does not step (:meth:`MlxLmBackend.stepper` is None), so its comparisons
+  generate and score it separately;
+- ``score``: with cache options (``kv_bits``, ``max_kv_size``, ``prefill_step_size``), the
+  rows come from ``generate_step`` itself fed the given continuation (a sampler that picks
+  it), so each row is computed through the same (quantized, rotating) cache as a generation
+  of those tokens; a draft model does not change the target's distribution (speculative
+  decoding accepts a drafted token only where it is the target's own greedy choice, and the
+  target scores every position), so it scores as the target.
 """
 
 from __future__ import annotations
@@ -14,13 +34,14 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..features import FeatureActivity, drafted_tokens
 from .base import (
     Backend,
     BackendError,
@@ -35,6 +56,7 @@ from .base import (
 if TYPE_CHECKING:
     from ..config import BackendSpec
     from .mlx_lockstep import Stepper
+    from .options import MlxLmOptions
 
 
 @dataclass(frozen=True)
@@ -99,11 +121,38 @@ class MlxLmBackend(Backend):
         *,
         chat: bool | None = None,
         add_bos: bool = True,
+        options: MlxLmOptions | None = None,
     ) -> None:
         super().__init__(name)
         self.spec = spec
         self.chat = chat
         self.add_bos = add_bos
+        from .options import MlxLmOptions
+
+        self.options = options if options is not None else MlxLmOptions()
+        draft = self.options.draft_model
+        self.draft = None if draft is None else MlxModelSpec(draft)
+        if not self._batches:
+            self.batching = (
+                "one prompt at a time (mlx-lm's BatchGenerator applies no draft model or "
+                "quantized KV cache)"
+            )
+
+    @property
+    def _batches(self) -> bool:
+        """Whether ``BatchGenerator`` applies this backend's options (no draft, no kv_bits)."""
+        return self.draft is None and self.options.kv_bits is None
+
+    def _draft_model(self) -> Any:
+        """The draft model (loaded once), which must share the target's tokenizer."""
+        assert self.draft is not None
+        draft = _load(self.draft)
+        if draft.fingerprint != self._loaded.fingerprint:
+            raise BackendError(
+                f"backend {self.name!r}: the draft model {self.draft.source} has another "
+                "tokenizer than the target"
+            )
+        return draft.model
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]
@@ -213,7 +262,6 @@ class MlxLmBackend(Backend):
         per-step top-k is kept); with ``full_logprobs`` the float32 per-step full-vocabulary
         logprobs are also returned, in ``full_logprobs`` (T, V)."""
         import mlx.core as mx
-        from mlx_lm.generate import generate_step
         from mlx_lm.sample_utils import make_sampler
 
         loaded = self._loaded
@@ -229,12 +277,14 @@ class MlxLmBackend(Backend):
         chosen: list[Any] = []
         steps: list[Any] = []
         finish = "length"
+        from_draft: list[bool] = []
+        cache: list[Any] = []
         if params.max_tokens > 0:
-            for token, logprobs in generate_step(
-                mx.array(prompt_ids), loaded.model, max_tokens=params.max_tokens, sampler=sampler
-            ):
+            steps_taken = self._steps(prompt_ids, params.max_tokens, sampler, cache)
+            for token, logprobs, drafted in steps_taken:
                 tokens.append(int(token))
                 chosen.append(logprobs[token])
+                from_draft.append(drafted)
                 if full_logprobs:
                     steps.append(logprobs)
                 if token in eos_ids:
@@ -257,6 +307,61 @@ class MlxLmBackend(Backend):
             elapsed_s=time.perf_counter() - started,
             prompt_tokens=len(prompt_ids),
             full_logprobs=full,
+            activity=self._activity(from_draft, params.max_tokens, cache),
+        )
+
+    def _steps(
+        self, prompt_ids: list[int], max_tokens: int, sampler: Any, cache: list[Any]
+    ) -> Iterator[tuple[Any, Any, bool]]:
+        """``(token, logprobs, from_draft)`` per generated token: ``speculative_generate_step``
+        with the draft model, else ``generate_step`` with the cache options through
+        ``cache`` (filled here: a quantization replaces its entries in place, so after the
+        generation they are the caches in use)."""
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step, speculative_generate_step
+        from mlx_lm.models.cache import make_prompt_cache
+
+        loaded, options = self._loaded, self.options
+        prompt = mx.array(prompt_ids)
+        if self.draft is not None:
+            for token, logprobs, drafted in speculative_generate_step(
+                prompt,
+                loaded.model,
+                self._draft_model(),
+                num_draft_tokens=options.draft_tokens,
+                max_tokens=max_tokens,
+                sampler=sampler,
+                **options.cache_options(),
+            ):
+                yield token, logprobs, bool(drafted)
+            return
+        cache.extend(make_prompt_cache(loaded.model, max_kv_size=options.max_kv_size))
+        for token, logprobs in generate_step(
+            prompt,
+            loaded.model,
+            max_tokens=max_tokens,
+            sampler=sampler,
+            prompt_cache=cache,
+            **options.cache_options(),
+        ):
+            yield token, logprobs, False
+
+    def _activity(
+        self, from_draft: list[bool], max_tokens: int, cache: list[Any]
+    ) -> FeatureActivity | None:
+        """What this generation's features did (None for a backend without options):
+        drafted and accepted tokens, and the KV bits of the caches in use (None: full
+        precision)."""
+        if self.options.plain_cache:
+            return None
+        bits = {getattr(c, "bits", None) for c in cache}
+        kv_bits = next(iter(bits)) if len(bits) == 1 else None
+        if self.draft is None:
+            return FeatureActivity(kv_bits=kv_bits, source="mlx-lm cache objects")
+        return FeatureActivity(
+            drafted=drafted_tokens(from_draft, max_tokens, self.options.draft_tokens),
+            accepted=sum(from_draft),
+            source="mlx-lm speculative_generate_step (from_draft)",
         )
 
     async def generate_batch(
@@ -273,11 +378,14 @@ class MlxLmBackend(Backend):
         :class:`Generation`'s convention, unlike ``batch_generate``, which drops the stop
         token: ``token_ids`` include the EOS the generation stopped on and
         ``chosen_logprobs`` align with them. A prompt that encodes to nothing is its
-        :class:`BackendError`."""
+        :class:`BackendError`. A backend with a draft model or ``kv_bits`` generates each
+        prompt alone (:meth:`generate_sync`): ``BatchGenerator`` applies neither."""
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
         from mlx_lm.sample_utils import make_sampler
 
+        if not self._batches:
+            return [_attempt(lambda p=p: self.generate_sync(p, params)) for p in prompts]
         loaded = self._loaded
         results: list[Generation | BaseException] = []
         batch: list[tuple[int, list[int]]] = []
@@ -303,6 +411,8 @@ class MlxLmBackend(Backend):
             sampler=sampler,
             completion_batch_size=len(batch),
             prefill_batch_size=len(batch),
+            max_kv_size=self.options.max_kv_size,
+            **_written(prefill_step_size=self.options.prefill_step_size),
         )
         try:
             uids = generator.insert([ids for _, ids in batch])
@@ -340,13 +450,16 @@ class MlxLmBackend(Backend):
         return self.score_sync(prompt_ids, continuation_ids)
 
     def score_sync(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
-        """One forward pass; float32 log-softmax rows predicting each continuation token."""
+        """Float32 log-softmax rows predicting each continuation token: one forward pass,
+        or, with cache options, through the backend's own cache (:meth:`_score_cached`)."""
         import mlx.core as mx
 
         if not continuation_ids:
             return np.zeros((0, 0), dtype=np.float32)
         if not prompt_ids:
             raise BackendError(f"backend {self.name!r}: cannot score with an empty prompt")
+        if self.options.cache_options() or self.options.max_kv_size is not None:
+            return self._score_cached(prompt_ids, continuation_ids)
         ids = mx.array([*prompt_ids, *continuation_ids])[None]
         start = len(prompt_ids) - 1
         logits = self._loaded.model(ids)[0, start : start + len(continuation_ids)]
@@ -354,10 +467,47 @@ class MlxLmBackend(Backend):
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         return np.array(logprobs)
 
-    def stepper(self) -> Stepper:
-        """This model for :mod:`.mlx_lockstep` (batched lockstep stepping)."""
+    def _score_cached(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
+        """Teacher-forced rows through the cache a generation uses: ``generate_step`` with
+        the backend's cache options and a sampler that picks the next given token, so it
+        prefills and steps (and quantizes, and rotates) exactly as when it generated these
+        tokens; a logits processor keeps each step's logits, whose float32 log-softmax is
+        the row."""
+        import mlx.core as mx
+        from mlx_lm.generate import generate_step
+        from mlx_lm.models.cache import make_prompt_cache
+
+        forced = iter(continuation_ids)
+        rows: list[Any] = []
+
+        def keep(_tokens: Any, logits: Any) -> Any:
+            rows.append(logits.astype(mx.float32))
+            return logits
+
+        def given(_logprobs: Any) -> Any:
+            return mx.array([next(forced, 0)], mx.uint32)
+
+        cache = make_prompt_cache(self._loaded.model, max_kv_size=self.options.max_kv_size)
+        for _ in generate_step(
+            mx.array(prompt_ids),
+            self._loaded.model,
+            max_tokens=len(continuation_ids),
+            sampler=given,
+            logits_processors=[keep],
+            prompt_cache=cache,
+            **self.options.cache_options(),
+        ):
+            pass
+        logits = mx.concatenate(rows[: len(continuation_ids)], axis=0)  # it steps one ahead
+        return np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+
+    def stepper(self) -> Stepper | None:
+        """This model for :mod:`.mlx_lockstep` (batched lockstep stepping); None when the
+        backend has options, which the lockstep's plain batched caches would not apply."""
         from .mlx_lockstep import Stepper
 
+        if not self.options.plain_cache:
+            return None
         loaded = self._loaded
         return Stepper(
             loaded.model,
@@ -380,6 +530,7 @@ class MlxLmBackend(Backend):
             "tokenizer": self._loaded.fingerprint,
             "mlx": _version("mlx"),
             "mlx-lm": _version("mlx-lm"),
+            **({"options": self.options.written()} if not self.options.plain_cache else {}),
         }
 
     async def special_tokens(self, ids: Sequence[int]) -> set[int]:
@@ -396,8 +547,25 @@ def create(
     name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
 ) -> MlxLmBackend:
     """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    from .options import MlxLmOptions
+
     model = MlxModelSpec(source, revision, spec.dtype)
-    return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos)
+    options = spec.options if isinstance(spec.options, MlxLmOptions) else None
+    return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos, options=options)
+
+
+def _written(**options: Any) -> dict[str, Any]:
+    """The keyword arguments among ``options`` that are not None (an engine default kept)."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _attempt(generate: Any) -> Generation | BaseException:
+    """``generate()``, or the exception it raised (a batch's per-prompt result)."""
+    try:
+        result: Generation = generate()
+    except Exception as exc:
+        return exc
+    return result
 
 
 def token_piece(decoded: str, symbol: str) -> str:

@@ -12,9 +12,10 @@ and the JSON Schema of the matrix all follow from this list.
 from __future__ import annotations
 
 from .kind import BackendKind
+from .options import MlxLmOptions
 
 BACKENDS: tuple[BackendKind, ...] = (
-    BackendKind("mlx-lm", ".mlx_lm", server=False, shorthand="mlx:DIR"),
+    BackendKind("mlx-lm", ".mlx_lm", server=False, shorthand="mlx:DIR", options=MlxLmOptions),
     BackendKind(
         "openai",
         ".openai_compat",
@@ -40,6 +41,13 @@ IN_PROCESS_KINDS = tuple(kind.name for kind in BACKENDS if not kind.server)
 SHORTHANDS = {kind.prefix: kind for kind in BACKENDS if kind.prefix is not None}
 """The kinds with a model shorthand, by its prefix (``gguf`` -> llama-server)."""
 _BY_NAME = {kind.name: kind for kind in BACKENDS}
+OPTION_OWNERS: dict[str, list[str]] = {
+    key: [k.name for k in BACKENDS if k.options is not None and key in k.options.model_fields]
+    for kind in BACKENDS
+    if kind.options is not None
+    for key in kind.options.model_fields
+}
+"""Each backend option key (:attr:`~.kind.BackendKind.options`) and the kinds that take it."""
 
 
 def backend_kind(name: object) -> BackendKind | None:

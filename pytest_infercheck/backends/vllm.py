@@ -21,6 +21,12 @@ What vLLM offers beyond the OpenAI API, and what this backend uses (measured on 
   top-k lower bound at every position (``teacher-forced-top-k``).
 - ``/health`` (200, empty body) for readiness and liveness; ``/version`` and the ``serve:``
   command in :meth:`VllmBackend.identity`; ``/v1/models``' ``max_model_len``.
+- Feature activity (a backend whose serve command turns on speculative decoding or a
+  quantized KV cache, :func:`~pytest_infercheck.features.declared_features`): ``/metrics``
+  read before and after each generation, the difference on the generation
+  (:mod:`.vllm_metrics`); such a backend sends one generating request at a time (a lock
+  held around the request and both reads, scoring included), so that the server-wide
+  counters move for that request alone.
 - :meth:`VllmBackend.generate_via`: ``completions`` (the chat template applied by
   ``/tokenize``, the ids sent), ``chat`` (``/v1/chat/completions``, ids by
   ``return_tokens_as_token_ids``) and ``messages`` (Anthropic-style ``/v1/messages``, text).
@@ -29,6 +35,7 @@ What vLLM offers beyond the OpenAI API, and what this backend uses (measured on 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import math
@@ -55,6 +62,7 @@ from .openai_compat import (
     messages_payload,
     parse_message,
 )
+from .vllm_metrics import SETTLE_READS, activity_delta, counted, parse_counters
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,6 +94,7 @@ class VllmBackend(OpenAICompatBackend):
         self.vocab_size: int | None = None
         self.max_model_len: int | None = None
         self._pieces: dict[int, str] = {}
+        self._lock: asyncio.Lock | None = None
 
     @property
     def full_rows(self) -> bool:
@@ -254,7 +263,46 @@ class VllmBackend(OpenAICompatBackend):
             body["seed"] = params.seed
         return body
 
+    def _exclusive(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Held around each generating or scoring request of a backend with features (one
+        in flight, so ``/metrics`` deltas are that request's); a no-op for the others."""
+        if not self.features:
+            return contextlib.nullcontext()
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    async def _counters(self) -> dict[str, float]:
+        status, text = await self.http.send_once("GET", "/metrics", timeout_s=30.0)
+        if status != 200:
+            raise BackendError(f"backend {self.name!r}: /metrics -> HTTP {status}")
+        return parse_counters(text)
+
+    async def _counters_after(self, before: dict[str, float], generated: int) -> dict[str, float]:
+        """The counters once the server has counted ``generated`` more tokens (it counts a
+        request's last step after answering it), read at most :data:`SETTLE_READS` times."""
+        after = await self._counters()
+        for _ in range(SETTLE_READS):
+            if counted(before, after, generated):
+                break
+            await asyncio.sleep(0.02)
+            after = await self._counters()
+        return after
+
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """One ``/v1/completions`` request; with features, its ``/metrics`` delta as the
+        generation's :attr:`~.base.Generation.activity`."""
+        if not self.features:
+            return await self._completion(prompt, params)
+        async with self._exclusive():
+            before = await self._counters()
+            generation = await self._completion(prompt, params)
+            generated = generation.completion_tokens or len(generation.token_ids or [])
+            after = await self._counters_after(before, generated)
+        generation.activity = activity_delta(before, after)
+        return generation
+
+    async def _completion(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         started = time.perf_counter()
         answer = await self.http.request(
             "POST", "/v1/completions", self._completion_body(prompt, params)
@@ -354,7 +402,8 @@ class VllmBackend(OpenAICompatBackend):
             "temperature": 0,
             "prompt_logprobs": self.max_logprobs,
         }
-        answer = await self.http.request("POST", "/v1/completions", body)
+        async with self._exclusive():
+            answer = await self.http.request("POST", "/v1/completions", body)
         try:
             entries = answer["choices"][0]["prompt_logprobs"]
         except (KeyError, IndexError, TypeError) as exc:

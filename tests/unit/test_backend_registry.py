@@ -65,7 +65,7 @@ def test_reading_the_registry_imports_no_backend_module() -> None:
         "print(sorted(loaded | ({'httpx', 'mlx'} & set(sys.modules))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded = [f"pytest_infercheck.backends.{m}" for m in ("base", "kind", "registry")]
+    loaded = [f"pytest_infercheck.backends.{m}" for m in ("base", "kind", "options", "registry")]
     assert out.stdout.strip() == str(loaded)
 
 

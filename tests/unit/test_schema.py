@@ -234,6 +234,7 @@ def test_every_before_validator_has_a_counterpart_and_none_is_stale() -> None:
     before = {name for name, mode in validators.items() if mode != "after"}
     assert before == {
         "ModelSpec._shorthand",
+        "BackendSpec._kind_options",
         "TargetCheck._shorthand",
         "MatrixFields._suite_shorthand",
         "CheckEntry._suite_shorthand",

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import mlx.core as mx
 import mlx_lm
 import pytest
 
@@ -88,10 +89,11 @@ def test_accuracy_on_fixed_sample(adder: tuple[Any, Any], mm: ModuleType) -> Non
 
 def test_make_variants_load_and_generate(tmp_path: Path, mm: ModuleType) -> None:
     paths = mm.make_variants(tmp_path, bits=(8, 4), group_size=32)
-    assert set(paths) == {"bf16", "q8", "q4"}
+    assert set(paths) == {"bf16", "q8", "q4", "draft"}
     assert paths["q4"] == tmp_path / "tiny-q4"
     sizes = {k: (p / "model.safetensors").stat().st_size for k, p in paths.items()}
     assert sizes["q4"] < sizes["q8"] < sizes["bf16"]
+    assert sizes["draft"] < sizes["bf16"]
 
     pairs = FIXED_PAIRS[:4]
     for key in ("q8", "q4"):
@@ -108,6 +110,21 @@ def test_make_variants_load_and_generate(tmp_path: Path, mm: ModuleType) -> None
     again = mm.make_variants(tmp_path, bits=(8, 4), group_size=32)
     assert again == paths
     assert {k: (p / "model.safetensors").stat().st_mtime_ns for k, p in again.items()} == mtimes
+
+
+def test_make_draft_is_the_first_layer(tmp_path: Path, mm: ModuleType) -> None:
+    """The draft: the adder's first decoder layer with its embeddings, norm and head, and
+    the adder's tokenizer files byte for byte."""
+    draft = mm.make_draft(tmp_path)
+    assert json.loads((draft / "config.json").read_text())["num_hidden_layers"] == 1
+    weights = mx.load(str(draft / "model.safetensors"))
+    source = mx.load(str(mm.SOURCE_DIR / "model.safetensors"))
+    assert set(weights) == {n for n in source if not n.startswith("model.layers.1.")}
+    assert all(mx.array_equal(weights[n], source[n]).item() for n in weights)
+    for f in mm.TOKENIZER_FILES:
+        assert (draft / f).read_bytes() == (mm.SOURCE_DIR / f).read_bytes()
+    model, _ = mlx_lm.load(str(draft))
+    assert len(model.layers) == 1
 
 
 def test_make_random_model_is_deterministic(tmp_path: Path, mm: ModuleType) -> None:

@@ -9,6 +9,9 @@ a suite, and refused at collection when it cannot pass), and whether a check has
 - the flip rate: ``flips.max_rate`` against the upper bound of the rate's Wilson interval
   (``gate: upper``) or its point estimate (``gate: point``): :func:`flip_rate_violation` on
   a suite, :func:`flip_rate_gates` at collection;
+- a diff side whose feature never engaged on the item (``unexercised``,
+  :mod:`~pytest_infercheck.features`): a violation under ``require_engaged: true``, else an
+  :class:`UnexercisedFeatureWarning` (:func:`item_verdict`, :func:`warn_unexercised`);
 - ``ungated`` (:func:`is_ungated`): a check that writes no gate at all passes whatever its
   outputs are. Its gates are ``max_kl``, ``max_kl_position``, ``min_similarity``,
   ``max_mean_kl``, ``min_same_top`` and ``flips.max_rate``, and a diff's
@@ -49,6 +52,24 @@ class UngatedCheckWarning(pytest.PytestWarning):
     its outputs are. The message names the check entry's file and line."""
 
 
+class UnexercisedFeatureWarning(pytest.PytestWarning):
+    """A comparison item whose side's feature (speculative decoding, a quantized KV cache)
+    never engaged: its verdict says nothing about the feature. ``require_engaged: true``
+    makes it a failure."""
+
+
+def requires_engaged(thresholds: Thresholds) -> bool:
+    """Whether an item whose feature never engaged fails: a diff's ``require_engaged``."""
+    return isinstance(thresholds, DiffThresholds) and thresholds.require_engaged
+
+
+def warn_unexercised(item: str, result: PromptComparison, thresholds: Thresholds) -> None:
+    """Warn that ``item``'s features never engaged (when that does not fail it)."""
+    if result.unexercised and not requires_engaged(thresholds):
+        message = f"{item}: unexercised: {'; '.join(result.unexercised)}"
+        warnings.warn(UnexercisedFeatureWarning(message), stacklevel=2)
+
+
 def expects_identical(thresholds: Thresholds) -> bool:
     """Whether an item fails when its outputs are not the same: a diff's ``expect:
     identical``."""
@@ -62,7 +83,8 @@ def item_verdict(result: PromptComparison, thresholds: Thresholds) -> list[str]:
     with it too. Under ``fail_on: decisive`` a near-tie divergence is not a violation
     (:func:`~.verdicts.near_tie_passes`). Of a conversation, a generated turn before the
     final one whose outputs differ fails an ``expect: identical`` item as the final turn
-    does (the budget gates judge the final turn only)."""
+    does (the budget gates judge the final turn only). Under ``require_engaged`` each feature
+    that never engaged is one."""
     out = item_violations(result, thresholds)
     if expects_identical(thresholds):
         out.extend(
@@ -75,6 +97,8 @@ def item_verdict(result: PromptComparison, thresholds: Thresholds) -> list[str]:
         out.append(
             f"outputs not identical: {result.sameness or 'not compared'} (expect: identical)"
         )
+    if requires_engaged(thresholds):
+        out += [f"unexercised: {why} (require_engaged: true)" for why in result.unexercised]
     return out
 
 

@@ -99,6 +99,13 @@ class DiffThresholds(Thresholds):
     are not the same (token ids where both sides received one prompt's ids, else text: the
     sameness verdict of :func:`~pytest_infercheck.metrics.sameness.compare_outputs`), besides
     any threshold written; ``budget``: only the thresholds written apply (a diff with none is
-    ``ungated``)."""
+    ``ungated``).
+
+    ``require_engaged``: an item whose side's feature never engaged (speculative decoding
+    that accepted no drafted token, a KV cache never quantized: ``unexercised``, see
+    :mod:`~pytest_infercheck.features`) fails; without it, it passes with an
+    :class:`~.gates.UnexercisedFeatureWarning`, since it proved nothing about the
+    feature."""
 
     expect: Literal["identical", "budget"] = "identical"
+    require_engaged: bool = False

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 from pydantic import BeforeValidator
 
 from ...backends import Capabilities, Generation
+from ...features import FeatureRecord, feature_record
 from ...golden import golden_scorable
 from ...metrics.answers import FlipKind, judge_answers
 from ...metrics.consistency import read_generation, reported_logprobs
@@ -242,6 +243,12 @@ class PromptComparison:
     margins_exact: bool = True
     """False when a margin is a lower bound (the other token was outside that side's
     top-k: ``log p(own) - min(top-k)``)."""
+    feature_activity: list[FeatureRecord] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    """Per side whose backend turns a feature on (speculative decoding, a quantized KV
+    cache: :mod:`~pytest_infercheck.features`): its features, what its engine reported of
+    them on this prompt (drafted and accepted tokens, cache hits, KV bits in use) and those
+    that never engaged (``unexercised``); absent from the JSON when no side has a
+    feature."""
     noise_floor: float | None = None
     """The largest |delta logprob| of the chosen tokens over the positions where both sides
     agree (before the first divergence; every position when the token ids are equal): the
@@ -287,12 +294,19 @@ class PromptComparison:
         one (an older file)."""
         return self.sameness == IDENTICAL
 
+    @property
+    def unexercised(self) -> list[str]:
+        """Every side's features that never engaged on this prompt, named by side."""
+        return [
+            f"{r.side} {r.target}: {why}" for r in self.feature_activity for why in r.unexercised
+        ]
+
     def to_plain(self) -> dict[str, Any]:
         """Every field, the problems with their ``type`` (:func:`plain_data` makes the rest
         plain)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["problems"] = [p.to_dict() for p in self.problems]
-        for name in ("faults", "method_note", "batching_note", "turns"):
+        for name in ("faults", "method_note", "batching_note", "turns", "feature_activity"):
             if not data[name]:
                 del data[name]  # OMIT_WHEN_EMPTY, as for a record without a to_plain
         if not self.turns:
@@ -408,6 +422,11 @@ def compare_prompt(
             _agreeing(verdict, base, other),
         ),
         divergence_label=divergence_label(divergence is not None, margins or [], tie_margin),
+        feature_activity=[
+            feature_record(side, target.label, target.backend.features, generation.activity)
+            for side, target, generation in (("baseline", baseline, base), ("test", test, other))
+            if target.backend.features
+        ],
     )
 
 

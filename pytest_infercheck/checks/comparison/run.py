@@ -26,7 +26,7 @@ from ...specs import LogprobTolerance
 from ..protocol import CheckRun, ItemPlan, Outcome, memoised
 from .aggregate import SELF_CHECK, SelfCheckRecord
 from .batched import LockstepJob, batching_note, licence, run_lockstep, stepper_of
-from .gates import is_ungated, item_verdict, warn_ungated
+from .gates import is_ungated, item_verdict, warn_unexercised, warn_ungated
 from .inputs import SideInputs, decide_inputs
 from .options import (
     CompareSpec,
@@ -113,6 +113,9 @@ class ComparisonRun(CheckRun[CS, CT]):
         text = describe(result)
         if result.batching_note:
             text += f"\ngenerated one at a time: {result.batching_note}"
+        if result.unexercised:
+            text += "\nunexercised: " + "; ".join(result.unexercised)
+            warn_unexercised(f"{self.check.kind} {plan.key}", result, self.thresholds)
         return Outcome(
             violations, text, result, self.item_properties(result), degenerate=result.degenerate
         )
@@ -338,6 +341,7 @@ class ComparisonRun(CheckRun[CS, CT]):
             ("infercheck_flip", result.flip),
             ("infercheck_base_reasoning_chars", result.base_reasoning_chars),
             ("infercheck_test_reasoning_chars", result.test_reasoning_chars),
+            ("infercheck_unexercised", len(result.unexercised)),
         ]
 
     # -- suite level -------------------------------------------------------------------------------
