@@ -310,9 +310,9 @@ def scenario_violations(
         where = (
             describe_tie(result.tie, ("reference", name))
             if result.tie is not None
-            else f"{result.divergence_unit} {result.first_divergence}"
+            else f"first at {result.divergence_unit} {result.first_divergence}"
         )
-        violations.append(f"{name}: {what} at {where}: {ref!r} vs {result.text!r}")
+        violations.append(f"{name}: {what}, {where}: {ref!r} vs {result.text!r}")
     diff = result.max_logprob_diff
     if diff is not None and not diff <= thresholds.logprob_tolerance:
         violations.append(
