@@ -567,6 +567,9 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
             self._cached(filler, one)
         out = self._attempt(rendered, params)
         note = f"after {needed} prompts of {size} tokens (capacity {capacity})"
+        cached = None if isinstance(out, BaseException) else out.cached_tokens
+        if cached is not None and rendered.token_ids and cached >= len(rendered.token_ids) - 1:
+            note += f"; the prefix was still cached ({cached} tokens): it holds more"
         return compare_scenario(
             "eviction", reference, out, tie_margin=self.thresholds.tie_margin, note=note
         )
