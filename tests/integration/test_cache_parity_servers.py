@@ -99,3 +99,51 @@ def test_a_cache_that_changes_outputs_fails_naming_the_scenario(
         )
     else:
         result.stdout.fnmatch_lines(["*multi-turn: output differs from the reference, *"])
+
+
+LONG = (
+    "Read the passage and answer the question at its end. The river rises in the hills, "
+    "runs past three villages and a mill, and reaches the sea after forty miles; its water "
+    "is cold in spring and warm by late summer, and the mill has ground grain for two "
+    "hundred years. "
+)
+
+
+@pytest.mark.xdist_group("vllm")
+def test_vllm_prefix_cache_is_identical_to_a_salted_request(
+    pytester: pytest.Pytester, realistic_qwen2: Any, vllm_qwen2: str
+) -> None:
+    """The shared float32 vLLM (prefix caching on by default): every scenario equals the
+    unique-``cache_salt`` reference token for token. The shared server runs without
+    ``--enable-prompt-tokens-details``, so its hits are ``unreported``; its 1 GiB KV cache
+    is far above ``max_eviction_prompts`` prompts: eviction is not exercised, and says so."""
+    prompts = [
+        ("v01", LONG * 3 + "Where does the river end?", ""),
+        ("v02", LONG * 3 + "How old is the mill?", ""),
+    ]
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(
+        ".jsonl",
+        addition="\n".join(
+            json.dumps({"id": i, "prompt": p, "max_tokens": 8}) for i, p, _ in prompts
+        ),
+    )
+    model = realistic_qwen2.path
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"models:\n  q: {{path: '{model}'}}\n"
+        f"backends:\n  srv: {{kind: vllm, url: '{vllm_qwen2}', chat: false}}\n"
+        "suites: [addition.jsonl]\nchecks:\n  - cache-parity: {target: q@srv}\n"
+        "    logprob_tolerance: 0.0\n",
+    )
+    result = pytester.runpytest_subprocess(
+        "-q", "-p", "no:cacheprovider", "--infercheck-results=results.json", "-rA"
+    )
+    print(result.stdout.str()[-4000:])
+    result.assert_outcomes(passed=3)
+    record = scenarios(records(pytester)["v01"])
+    assert records(pytester)["v01"]["reference_kind"] == "uncached"
+    assert not record["eviction"]["exercised"]
+    assert "max_eviction_prompts" in record["eviction"]["note"]
+    compared = [s for s in record.values() if s["exercised"]]
+    assert all(s["match"] and s["max_logprob_diff"] == 0.0 for s in compared)
