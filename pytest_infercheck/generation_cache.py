@@ -9,8 +9,10 @@ YAML file, and returned to users' tests by the ``infercheck_engine`` fixture. It
   :class:`~.servers.ServerPool`), once; and what the ``pytest_infercheck_wrap_backend`` hook
   (:mod:`.hookspecs`) returned for each backend name, a target of its own;
 - a private event loop for the async backend API (items are synchronous);
-- rendered prompts per (target, prompt text, system prompt, thinking): the chat template is
-  applied once;
+- rendered prompts per (target, prompt text, system prompt, turns, thinking), and rendered
+  concrete turn lists per (target, turns, thinking): the chat template is applied once;
+- conversations filled in per (target, prompt, thinking, generation params)
+  (:meth:`GenerationCache.conversation`): each ``generate`` turn generated once;
 - whether a target takes another target's token ids as they are, per (target, prompt
   input): asked once per rendering;
 - generations per (target, prompt input, generation params, run): the baseline of a sweep is
@@ -45,6 +47,14 @@ from .backends import (
     create_backend,
 )
 from .backends.base import TopKRow
+from .conversation import (
+    Conversation,
+    GeneratedTurn,
+    Message,
+    concrete,
+    generated_indices,
+    history,
+)
 from .golden import GoldenBackend, golden_path, load_golden
 from .servers import ServerPool, server_spec
 
@@ -113,7 +123,9 @@ class GenerationCache:
         self._backends: dict[TargetKey, Backend] = {}
         self._wrapped: dict[TargetKey, TargetKey] = {}
         """A wrapper's key -> the key of the backend it wraps (its server, if any)."""
-        self._renders: dict[tuple[TargetKey, str, str | None, bool], PromptInput] = {}
+        self._renders: dict[RenderKey, PromptInput] = {}
+        self._message_renders: dict[tuple[TargetKey, tuple[Message, ...], bool], PromptInput] = {}
+        self._conversations: dict[tuple[RenderKey, tuple[Any, ...]], Conversation] = {}
         self._accepts_ids: dict[tuple[TargetKey, str], bool] = {}
         self._detokenized: dict[tuple[TargetKey, tuple[int, ...]], str | None] = {}
         self._generations: dict[GenerationKey, Generation] = {}
@@ -217,14 +229,80 @@ class GenerationCache:
 
     # -- cached operations ---------------------------------------------------------------------
     def render(self, target: ResolvedTarget, prompt: Prompt, thinking: bool) -> PromptInput:
-        """``prompt`` as ``target`` receives it (chat template applied; cached)."""
+        """``prompt`` as ``target`` receives it (chat template applied; cached): a
+        conversation through :meth:`render_messages`.
+
+        Raises:
+            ValueError: ``prompt`` is a conversation with ``generate`` turns, which only
+                :meth:`conversation` can fill in (a caller's bug).
+        """
         key = _render_key(target, prompt, thinking)
         if key not in self._renders:
-            rendered = self.call(
-                target, target.backend.render(prompt.text, prompt.system, thinking)
-            )
-            self._renders[key] = rendered
+            if prompt.messages is None:
+                coro = target.backend.render(prompt.text, prompt.system, thinking)
+                self._renders[key] = self.call(target, coro)
+            elif generated_indices(prompt.messages):
+                raise ValueError(
+                    f"prompt {prompt.id!r} has generate turns: fill it in with conversation()"
+                )
+            else:
+                messages = concrete(prompt.messages, {})
+                self._renders[key] = self.render_turns(target, prompt, messages, thinking)
         return self._renders[key]
+
+    def render_messages(
+        self, target: ResolvedTarget, messages: Sequence[Message], thinking: bool
+    ) -> PromptInput:
+        """The concrete turns ``messages`` as ``target`` receives them
+        (:meth:`~.backends.base.Backend.render_messages`; cached)."""
+        key = (target.key, tuple(messages), thinking)
+        if key not in self._message_renders:
+            coro = target.backend.render_messages(messages, thinking)
+            self._message_renders[key] = self.call(target, coro)
+        return self._message_renders[key]
+
+    def render_turns(
+        self,
+        target: ResolvedTarget,
+        prompt: Prompt,
+        messages: Sequence[Message],
+        thinking: bool,
+    ) -> PromptInput:
+        """:meth:`render_messages` of turns of ``prompt``'s conversation (cached); an error
+        names the prompt."""
+        try:
+            return self.render_messages(target, messages, thinking)
+        except BackendError as exc:
+            raise BackendError(f"prompt {prompt.id} ({prompt.source}): {exc}") from exc
+
+    def conversation(
+        self, target: ResolvedTarget, prompt: Prompt, thinking: bool, params: GenerationParams
+    ) -> Conversation:
+        """``prompt``'s conversation filled in by ``target`` (cached per target, prompt,
+        thinking and params): turn by turn, each ``generate`` turn is the target's
+        generation (through :meth:`generate`, with ``params``) of the concrete turns before
+        it, and its text is fed back as that turn; ``final`` renders every turn. A prompt
+        without ``generate`` turns has none to fill (``final`` is :meth:`render`)."""
+        key = (_render_key(target, prompt, thinking), params.key())
+        if key not in self._conversations:
+            turns = prompt.messages
+            if turns is None:
+                self._conversations[key] = Conversation(
+                    (), (), (), self.render(target, prompt, thinking)
+                )
+                return self._conversations[key]
+            filled: dict[int, str] = {}
+            generated: list[GeneratedTurn] = []
+            for index in generated_indices(turns):
+                before = history(turns, index, filled)
+                rendered = self.render_turns(target, prompt, before, thinking)
+                generation = self.generate(target, rendered, params)
+                filled[index] = generation.text
+                generated.append(GeneratedTurn(index, rendered, generation))
+            messages = concrete(turns, filled)
+            final = self.render_turns(target, prompt, messages, thinking)
+            self._conversations[key] = Conversation(turns, tuple(generated), messages, final)
+        return self._conversations[key]
 
     def render_many(
         self, target: ResolvedTarget, prompts: Sequence[Prompt], thinking: bool
@@ -237,7 +315,9 @@ class GenerationCache:
             return
         missing = list(
             dict.fromkeys(
-                p for p in prompts if _render_key(target, p, thinking) not in self._renders
+                p
+                for p in prompts
+                if p.messages is None and _render_key(target, p, thinking) not in self._renders
             )
         )
         results = self._settled(
@@ -422,9 +502,11 @@ class GenerationCache:
             self._loop.close()
 
 
-def _render_key(
-    target: ResolvedTarget, prompt: Prompt, thinking: bool
-) -> tuple[TargetKey, str, str | None, bool]:
-    """What a render is cached under: the target, the prompt's text and system prompt, and
-    whether thinking is on."""
-    return (target.key, prompt.text, prompt.system, thinking)
+RenderKey = tuple[TargetKey, str, str | None, Any, bool]
+"""(target, prompt text, system prompt, turns, thinking)."""
+
+
+def _render_key(target: ResolvedTarget, prompt: Prompt, thinking: bool) -> RenderKey:
+    """What a render is cached under: the target, the prompt's text, system prompt and turns,
+    and whether thinking is on."""
+    return (target.key, prompt.text, prompt.system, prompt.messages, thinking)

@@ -10,7 +10,15 @@ Each record accepts these keys:
     Optional stable identifier (``^[A-Za-z0-9_.-]+$``, not one of :data:`RESERVED_IDS`). When it
     is missing, one is derived from the prompt text with :func:`derive_prompt_id`.
 ``prompt`` (alias ``text``)
-    Required, non-empty user message.
+    The user message (non-empty); exactly one of ``prompt`` and ``messages`` is required.
+``messages``
+    A conversation instead of ``prompt`` (see :mod:`.conversation`): a list of turns, each
+    ``{"role": ..., "content": ...}`` or ``{"role": "assistant", "generate": true}`` (produced
+    by the target and fed back). An optional first ``system`` turn, then ``user`` and
+    ``assistant`` turns alternating, starting and ending with ``user``. The prompt's ``text``
+    is the last user turn's, ``system`` the system turn's; ``answer`` / ``answer_kind`` apply
+    to the last turn. Without an ``id``, one is derived from every turn. A ``system`` key
+    beside ``messages`` is an error (give a system turn).
 ``category``
     Optional short topic tag.
 ``max_tokens``
@@ -52,6 +60,7 @@ from pydantic import (
     model_validator,
 )
 
+from .conversation import Turn
 from .metrics.answers import parse_reference
 from .yamlpos import SourceError, load_positioned
 
@@ -66,6 +75,7 @@ __all__ = [
     "bundled_suites_dir",
     "derive_prompt_id",
     "load_suite",
+    "parse_turns",
 ]
 
 RESERVED_IDS = frozenset({"aggregate", "self-check"})
@@ -78,7 +88,19 @@ SUITE_SUFFIXES = (".jsonl", ".yaml", ".yml")
 """File suffixes recognised as suite files."""
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_RECORD_KEYS = ("id", "prompt", "text", "category", "max_tokens", "answer", "answer_kind", "system")
+_RECORD_KEYS = (
+    "id",
+    "prompt",
+    "text",
+    "messages",
+    "category",
+    "max_tokens",
+    "answer",
+    "answer_kind",
+    "system",
+)
+_TURN_KEYS = ("role", "content", "generate")
+_ROLES = ("system", "user", "assistant")
 
 
 class SuiteError(SourceError):
@@ -100,8 +122,12 @@ class Prompt:
     answer: str | None
     answer_kind: str | None
     system: str | None
+    """The system message (of a conversation: its system turn's content)."""
     source: str
     """Where the record was defined, as ``"file:line"``."""
+    messages: tuple[Turn, ...] | None = None
+    """The conversation's turns (see :mod:`.conversation`); None: a single-turn ``prompt``
+    (``text`` and ``system``). Of a conversation, ``text`` is the last user turn's."""
 
 
 @dataclass(frozen=True)
@@ -326,7 +352,8 @@ class _PromptRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: StrictStr | None = None
-    prompt: StrictStr = Field(validation_alias=AliasChoices("prompt", "text"))
+    prompt: StrictStr | None = Field(default=None, validation_alias=AliasChoices("prompt", "text"))
+    messages: tuple[Turn, ...] | None = None
     category: StrictStr | None = None
     max_tokens: StrictInt | None = Field(default=None, gt=0)
     answer: StrictStr | None = None
@@ -348,10 +375,27 @@ class _PromptRecord(BaseModel):
 
     @field_validator("prompt")
     @classmethod
-    def _check_prompt(cls, value: str) -> str:
-        if not value.strip():
+    def _check_prompt(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
             raise ValueError("prompt must not be empty")
         return value
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _parse_messages(cls, value: Any) -> tuple[Turn, ...] | None:
+        return None if value is None else parse_turns(value)
+
+    @model_validator(mode="after")
+    def _check_prompt_or_messages(self) -> _PromptRecord:
+        if self.messages is None and self.prompt is None:
+            raise ValueError("missing required field 'prompt' (or 'messages')")
+        if self.messages is not None and self.prompt is not None:
+            raise ValueError("both 'prompt' and 'messages' are given; use one")
+        if self.messages is not None and self.system is not None:
+            raise ValueError(
+                "'system' is given beside 'messages': give the system prompt as the first turn"
+            )
+        return self
 
     @field_validator("category")
     @classmethod
@@ -414,6 +458,75 @@ def _answer_problem(answer: str, kind: str) -> str | None:
     return f"answer {answer!r} is not a valid {kind!r} reference: expected {_REFERENCE_FORMS[kind]}"
 
 
+def parse_turns(value: Any) -> tuple[Turn, ...]:
+    """Validate a ``messages`` list (the rules of the module docstring) into its turns.
+
+    Raises:
+        ValueError: the list is malformed; the message names the offending turn (0-based).
+    """
+    if not isinstance(value, list) or not value:
+        raise ValueError("'messages' must be a non-empty list of turns")
+    turns: list[Turn] = []
+    for index, raw in enumerate(value):
+        where = f"turn {index}"
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where}: expected an object, got {_type_name(raw)}")
+        unknown = [key for key in raw if key not in _TURN_KEYS]
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown key {unknown[0]!r} (allowed keys: {', '.join(_TURN_KEYS)})"
+            )
+        role = raw.get("role")
+        if role not in _ROLES:
+            raise ValueError(f"{where}: 'role' must be one of {', '.join(_ROLES)}, got {role!r}")
+        if "generate" in raw:
+            if raw["generate"] is not True:
+                raise ValueError(f"{where}: 'generate' must be true (or left out)")
+            if role != "assistant":
+                raise ValueError(f"{where}: only an assistant turn can be 'generate'")
+            if "content" in raw:
+                raise ValueError(f"{where}: a 'generate' turn has no 'content'")
+            turns.append(Turn("assistant", None))
+            continue
+        content = raw.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise ValueError(
+                f"{where}: 'content' must be a non-empty string (or, for an assistant turn, "
+                "'generate': true)"
+            )
+        turns.append(Turn(role, content))
+    _check_order(turns)
+    return tuple(turns)
+
+
+def _check_order(turns: list[Turn]) -> None:
+    """An optional first system turn, then user and assistant alternating, starting and
+    ending with user."""
+    start = 1 if turns[0].role == "system" else 0
+    for index, turn in enumerate(turns[start:], start=start):
+        expected = "user" if (index - start) % 2 == 0 else "assistant"
+        if turn.role != expected:
+            where = "first" if index == start else f"after a {turns[index - 1].role} turn"
+            if turn.role == "system":
+                raise ValueError(f"turn {index}: a system turn may only be the first turn")
+            article = "an" if expected == "assistant" else "a"
+            raise ValueError(
+                f"turn {index}: expected {article} {expected} turn {where}, got {turn.role}"
+            )
+    if len(turns) == start:
+        raise ValueError("the conversation has no user turn")
+    if turns[-1].role != "user":
+        raise ValueError(
+            f"turn {len(turns) - 1}: the last turn must be a user turn (the target answers it)"
+        )
+
+
+def _conversation_id(turns: tuple[Turn, ...]) -> str:
+    """The derived id of a conversation: :func:`derive_prompt_id` of its turns as JSON."""
+    payload = [[turn.role, turn.content] for turn in turns]
+    return derive_prompt_id(json.dumps(payload, ensure_ascii=False))
+
+
 def _validate_record(path: Path, line: int, raw: dict[str, Any]) -> Prompt:
     """Validate one raw record and build its :class:`Prompt`."""
     if "prompt" in raw and "text" in raw:
@@ -422,15 +535,25 @@ def _validate_record(path: Path, line: int, raw: dict[str, Any]) -> Prompt:
         record = _PromptRecord.model_validate(raw)
     except ValidationError as exc:
         raise SuiteError(path, line, _describe_validation_error(exc)) from exc
+    turns = record.messages
+    if turns is None:
+        assert record.prompt is not None  # the model validator requires one of the two
+        text, system = record.prompt, record.system
+        derived = derive_prompt_id(text)
+    else:
+        text = turns[-1].content or ""
+        system = turns[0].content if turns[0].role == "system" else None
+        derived = _conversation_id(turns)
     return Prompt(
-        id=record.id if record.id is not None else derive_prompt_id(record.prompt),
-        text=record.prompt,
+        id=record.id if record.id is not None else derived,
+        text=text,
         category=record.category,
         max_tokens=record.max_tokens,
         answer=record.answer,
         answer_kind=record.answer_kind,
-        system=record.system,
+        system=system,
         source=f"{path}:{line}",
+        messages=turns,
     )
 
 

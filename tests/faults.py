@@ -56,6 +56,7 @@ import dataclasses
 import enum
 import math
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -242,6 +243,11 @@ class FaultyBackend(Backend):
     # -- delegated ------------------------------------------------------------------------
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         return await self.inner.render(user_text, system, thinking)
+
+    async def render_messages(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> PromptInput:
+        return await self.inner.render_messages(messages, thinking)
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:
         return await self.inner.accepts_token_ids(prompt)

@@ -67,9 +67,15 @@ class PromptInput:
     system: str | None = None
     """For servers that template themselves: the system message sent beside ``text``."""
     thinking: bool = False
+    messages: tuple[tuple[str, str], ...] | None = None
+    """For servers that template themselves, a conversation of more than a system and a user
+    turn: every turn, concrete, as ``(role, content)`` (``text`` is then the last user turn's);
+    None: a single-turn prompt (``text`` and ``system``)."""
 
     def key(self) -> str:
-        payload = repr((self.text, self.token_ids, self.system, self.thinking)).encode()
+        payload = repr(
+            (self.text, self.token_ids, self.system, self.thinking, self.messages)
+        ).encode()
         return hashlib.sha256(payload).hexdigest()[:16]
 
 
@@ -126,6 +132,30 @@ class TopKRow:
     top: dict[int, float]
 
 
+def single_turn(messages: Sequence[tuple[str, str]]) -> tuple[str | None, str] | None:
+    """``(system, user text)`` of a ``[system?, user]`` turn list (what :meth:`Backend.render`
+    takes); None for a longer conversation."""
+    roles = [role for role, _ in messages]
+    if roles == ["user"]:
+        return None, messages[0][1]
+    if roles == ["system", "user"]:
+        return messages[0][1], messages[1][1]
+    return None
+
+
+def chat_input(messages: Sequence[tuple[str, str]], thinking: bool) -> PromptInput:
+    """The messages of a conversation as a server that applies its own chat template receives
+    them: ``text`` the last (user) turn's, ``system`` the system turn's, ``messages`` every
+    turn (None for a ``[system?, user]`` list, which ``text`` and ``system`` say in full)."""
+    one = single_turn(messages)
+    if one is not None:
+        return PromptInput(one[1], None, True, system=one[0], thinking=thinking)
+    system = messages[0][1] if messages and messages[0][0] == "system" else None
+    return PromptInput(
+        messages[-1][1], None, True, system=system, thinking=thinking, messages=tuple(messages)
+    )
+
+
 class BackendError(RuntimeError):
     """A backend failed to produce a result; the message names the backend and the cause."""
 
@@ -147,6 +177,29 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         """Apply the chat template (if any) once and tokenize, returning what will be sent."""
+
+    async def render_messages(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> PromptInput:
+        """Render a conversation of concrete ``(role, content)`` turns (an optional system
+        turn, user and assistant turns alternating, ending with a user turn) as :meth:`render`
+        renders one prompt: the chat template applied once over every turn, with the
+        generation prompt after the last.
+
+        Default: a ``[system?, user]`` list is :meth:`render`; a longer one is an error naming
+        the backend (a backend that can render it overrides this).
+        """
+        one = single_turn(messages)
+        if one is None:
+            raise self.no_conversation(messages, "it renders one prompt at a time")
+        return await self.render(one[1], one[0], thinking)
+
+    def no_conversation(self, messages: Sequence[tuple[str, str]], why: str) -> BackendError:
+        """The error of a backend that cannot render the conversation ``messages``."""
+        return BackendError(
+            f"backend {self.name!r} ({self.kind}) cannot render a conversation of "
+            f"{len(messages)} turns: {why}"
+        )
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:
         """True when this backend may be sent ``prompt.token_ids`` rendered by another backend:

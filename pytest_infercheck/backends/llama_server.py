@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from .base import (
     GenerationParams,
     PromptInput,
     TopKRow,
+    chat_input,
 )
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
@@ -118,9 +120,27 @@ class LlamaServerBackend(Backend):
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         if self.chat:
             chat = PromptInput(user_text, None, True, system=system, thinking=thinking)
-            text = await self._apply_template(chat)
-        else:
-            text = f"{system}\n\n{user_text}" if system else user_text
+            return await self._render_chat(chat)
+        text = f"{system}\n\n{user_text}" if system else user_text
+        return await self._rendered(
+            text, PromptInput(text, None, False, system=system, thinking=thinking)
+        )
+
+    async def render_messages(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> PromptInput:
+        """Chat: ``/apply-template`` over every turn, tokenized as :meth:`render` tokenizes;
+        raw text has no turns (only a ``[system?, user]`` list)."""
+        if self.chat:
+            return await self._render_chat(chat_input(messages, thinking))
+        return await super().render_messages(messages, thinking)
+
+    async def _render_chat(self, chat: PromptInput) -> PromptInput:
+        """``chat``'s messages through the server's template, tokenized."""
+        return await self._rendered(await self._apply_template(chat), chat)
+
+    async def _rendered(self, text: str, asked: PromptInput) -> PromptInput:
+        """``text`` (rendered for ``asked``) with its ids."""
         # Tokenized as the server tokenizes its own prompts, BOS added when the vocabulary
         # says so: ``/apply-template`` drops a template's leading BOS (Llama 3's
         # ``<|begin_of_text|>``) because the tokenizer adds it back.
@@ -128,7 +148,7 @@ class LlamaServerBackend(Backend):
         if self._adds_bos_only:
             # The rendered text is the exact string of the ids: spell out the BOS.
             text = str(self.props.get("bos_token", "")) + text
-        return PromptInput(text, tuple(ids), self.chat, None, system=system, thinking=thinking)
+        return dataclasses.replace(asked, text=text, token_ids=tuple(ids), templated=self.chat)
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:
         if prompt.token_ids is None:

@@ -9,6 +9,7 @@ log-softmax at position ``len(prompt) - 1 + i``, which predicts ``continuation[i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -27,6 +28,8 @@ from .base import (
     Generation,
     GenerationParams,
     PromptInput,
+    chat_input,
+    single_turn,
 )
 
 if TYPE_CHECKING:
@@ -123,16 +126,43 @@ class MlxLmBackend(Backend):
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         return self.render_sync(user_text, system, thinking)
 
+    async def render_messages(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> PromptInput:
+        """The chat template applied over every turn (with the generation prompt), then
+        tokenized as :meth:`render_sync` tokenizes a templated prompt; a ``[system?, user]``
+        list is :meth:`render_sync`. A conversation without a chat template is an error."""
+        one = single_turn(messages)
+        if one is not None:
+            return self.render_sync(one[1], one[0], thinking)
+        if not self._uses_chat_template():
+            raise self.no_conversation(messages, "the model is used without a chat template")
+        text, ids = self._apply_template(messages, thinking)
+        chat = chat_input(messages, thinking)
+        return dataclasses.replace(
+            chat, text=text, token_ids=tuple(ids), tokenizer_fingerprint=self._loaded.fingerprint
+        )
+
+    def _apply_template(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> tuple[str, list[int]]:
+        """The chat template over ``messages`` with the generation prompt, and its ids (the
+        template spells out its special tokens: nothing is added)."""
+        tokenizer = self._loaded.tokenizer
+        text = tokenizer.apply_chat_template(
+            [{"role": role, "content": content} for role, content in messages],
+            add_generation_prompt=True,
+            tokenize=False,
+            enable_thinking=thinking,
+        )
+        return str(text), list(tokenizer.encode(text, add_special_tokens=False))
+
     def render_sync(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         """Chat template (when used) applied once, then tokenized; BOS added in raw mode."""
         tokenizer = self._loaded.tokenizer
         if self._uses_chat_template():
-            messages = [{"role": "system", "content": system}] if system else []
-            messages.append({"role": "user", "content": user_text})
-            text = tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False, enable_thinking=thinking
-            )
-            ids = list(tokenizer.encode(text, add_special_tokens=False))
+            turns = [("system", system)] if system else []
+            text, ids = self._apply_template([*turns, ("user", user_text)], thinking)
             templated = True
         else:
             text = f"{system}\n\n{user_text}" if system else user_text

@@ -12,9 +12,18 @@ the backend's own endpoint is offered: :meth:`generate_via` is not supported.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
+from .base import (
+    Backend,
+    BackendError,
+    Capabilities,
+    Generation,
+    GenerationParams,
+    PromptInput,
+    chat_input,
+)
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages
@@ -55,6 +64,14 @@ class OllamaBackend(Backend):
 
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         return PromptInput(user_text, None, templated=self.chat, system=system, thinking=thinking)
+
+    async def render_messages(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> PromptInput:
+        """Chat: every turn, sent as ``/api/chat`` messages; raw text has no turns."""
+        if self.chat:
+            return chat_input(messages, thinking)
+        return await super().render_messages(messages, thinking)
 
     def _request(self, prompt: PromptInput, params: GenerationParams) -> tuple[str, Any]:
         """The endpoint and body of a generation request."""

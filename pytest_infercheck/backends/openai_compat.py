@@ -41,13 +41,22 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..metrics.consistency import unsorted_positions
-from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
+from .base import (
+    Backend,
+    BackendError,
+    Capabilities,
+    Generation,
+    GenerationParams,
+    PromptInput,
+    chat_input,
+    single_turn,
+)
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpError, HttpSettings
 
@@ -223,6 +232,17 @@ class OpenAICompatBackend(Backend):
 
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
         return PromptInput(user_text, None, templated=self.chat, system=system, thinking=thinking)
+
+    async def render_messages(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> PromptInput:
+        """Chat: every turn, sent as the request's messages (the server templates them).
+        Raw: only a ``[system?, user]`` list (raw text has no turns)."""
+        if self.chat:
+            return chat_input(messages, thinking)
+        if single_turn(messages) is None:
+            raise self.no_conversation(messages, "it sends raw text (chat: false), without turns")
+        return await super().render_messages(messages, thinking)
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:
         """In raw mode the baseline's rendered text is sent as it is (the exact string of its
@@ -483,7 +503,10 @@ def _message(body: str) -> str:
 
 
 def chat_messages(prompt: PromptInput) -> list[dict[str, str]]:
-    """The system (if any) and user messages of ``prompt``."""
+    """The messages of ``prompt``: every turn of a conversation, else the system (if any) and
+    user messages."""
+    if prompt.messages is not None:
+        return [{"role": role, "content": content} for role, content in prompt.messages]
     messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
     messages.append({"role": "user", "content": prompt.text})
     return messages
@@ -610,7 +633,7 @@ def messages_payload(prompt: PromptInput, params: GenerationParams, model: str |
     body: dict[str, Any] = {
         "max_tokens": params.max_tokens,
         "temperature": params.temperature,
-        "messages": [{"role": "user", "content": prompt.text}],
+        "messages": [m for m in chat_messages(prompt) if m["role"] != "system"],
     }
     if model is not None:
         body["model"] = model

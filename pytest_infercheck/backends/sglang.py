@@ -41,6 +41,7 @@ len(input_token_logprobs)``; older servers returned one entry fewer).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -57,6 +58,7 @@ from .base import (
     GenerationParams,
     PromptInput,
     TopKRow,
+    chat_input,
 )
 from .hostile import send_hostile
 from .http import HttpError, HttpSettings
@@ -191,14 +193,27 @@ class SglangBackend(OpenAICompatBackend):
         exact string of its ids."""
         if self.chat:
             chat = PromptInput(user_text, None, True, system=system, thinking=thinking)
-            text = await self.templated_text(chat)
-            ids = await self._tokenize(text, False)
-        else:
-            text = f"{system}\n\n{user_text}" if system else user_text
-            ids = await self._tokenize(text, True)
-            if self._bos is not None and ids[:1] == [self._bos[0]]:
-                text = self._bos[1] + text
-        return PromptInput(text, tuple(ids), self.chat, None, system=system, thinking=thinking)
+            return await self._render_chat(chat)
+        text = f"{system}\n\n{user_text}" if system else user_text
+        ids = await self._tokenize(text, True)
+        if self._bos is not None and ids[:1] == [self._bos[0]]:
+            text = self._bos[1] + text
+        return PromptInput(text, tuple(ids), False, None, system=system, thinking=thinking)
+
+    async def render_messages(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> PromptInput:
+        """Chat: the model folder's chat template over every turn, tokenized as :meth:`render`
+        tokenizes; raw text has no turns (only a ``[system?, user]`` list)."""
+        if self.chat:
+            return await self._render_chat(chat_input(messages, thinking))
+        return await super().render_messages(messages, thinking)
+
+    async def _render_chat(self, chat: PromptInput) -> PromptInput:
+        """``chat``'s messages through the chat template, tokenized as they are."""
+        text = await self.templated_text(chat)
+        ids = await self._tokenize(text, False)
+        return dataclasses.replace(chat, text=text, token_ids=tuple(ids))
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:
         """The server's tokenizer reproduces ``prompt``'s ids from its text."""

@@ -29,6 +29,7 @@ What vLLM offers beyond the OpenAI API, and what this backend uses (measured on 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import re
@@ -37,7 +38,15 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .base import BackendError, Capabilities, Generation, GenerationParams, PromptInput, TopKRow
+from .base import (
+    BackendError,
+    Capabilities,
+    Generation,
+    GenerationParams,
+    PromptInput,
+    TopKRow,
+    chat_input,
+)
 from .hostile import send_hostile
 from .http import HttpError
 from .openai_compat import (
@@ -205,9 +214,22 @@ class VllmBackend(OpenAICompatBackend):
         """The server's own ids (``/tokenize``: the chat template applied, or the raw text
         with its special tokens added) and their exact text (``/detokenize``)."""
         asked = PromptInput(user_text, None, self.chat, system=system, thinking=thinking)
+        return await self._rendered(asked)
+
+    async def render_messages(
+        self, messages: Sequence[tuple[str, str]], thinking: bool
+    ) -> PromptInput:
+        """Chat: ``/tokenize`` with every turn as messages (the server's template, the
+        generation prompt added) and the ids' exact text; raw text has no turns."""
+        if self.chat:
+            return await self._rendered(chat_input(messages, thinking))
+        return await super().render_messages(messages, thinking)
+
+    async def _rendered(self, asked: PromptInput) -> PromptInput:
+        """``asked`` as the server tokenizes it, with the exact text of its ids."""
         ids = await self._tokenize(self._tokenize_body(asked))
         text = await self.detokenize(ids)
-        return PromptInput(text, tuple(ids), self.chat, None, system=system, thinking=thinking)
+        return dataclasses.replace(asked, text=text, token_ids=tuple(ids))
 
     async def prompt_ids(self, prompt: PromptInput) -> list[int] | None:
         return None if prompt.token_ids is None else list(prompt.token_ids)
@@ -292,7 +314,9 @@ class VllmBackend(OpenAICompatBackend):
         Anthropic-style ``/v1/messages`` (text only)."""
         started = time.perf_counter()
         if endpoint == "completions":
-            chat = PromptInput(prompt.text, None, True, system=prompt.system)
+            chat = PromptInput(
+                prompt.text, None, True, system=prompt.system, messages=prompt.messages
+            )
             ids = await self._tokenize(
                 {
                     "messages": chat_messages(chat),

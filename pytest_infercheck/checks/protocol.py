@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
 
 from ..backends import BackendError, GenerationParams
+from ..conversation import Conversation, has_generated
 from ..records import load_record, plain_data
 from ..render.views import target_aggregate
 from ..specs import SERVER_KINDS, KindSpec, KindThresholds
@@ -317,7 +318,18 @@ class TargetRun(CheckRun[S, T]):
         return self.resolve(self.check.baseline_side(self.index))
 
     def render(self, prompt: Prompt) -> PromptInput:
+        """``prompt`` as the target receives it; a conversation with ``generate`` turns
+        filled in by the target itself (its final turn's input)."""
+        if has_generated(prompt):
+            return self.conversation(prompt).final
         return self.cache.render(self.target, prompt, self.settings.thinking)
+
+    def conversation(self, prompt: Prompt) -> Conversation:
+        """``prompt`` filled in by the target under the item's params (see
+        :meth:`~.generation_cache.GenerationCache.conversation`)."""
+        return self.cache.conversation(
+            self.target, prompt, self.settings.thinking, self.params(prompt)
+        )
 
     def served_target(self) -> ResolvedTarget:
         """The run's target, which must be served over HTTP (checked before anything loads)."""

@@ -8,6 +8,7 @@ import json
 import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -275,3 +276,72 @@ def test_ideal_replies_match_references(name: str) -> None:
             reply = f"Working: 12 + 30 = 42, so 7 is not it.\n\nAnswer: {prompt.answer}"
         extracted = extract_answer(reply, prompt.answer_kind)
         assert answers_equal(extracted, reference), (prompt.id, extracted, reference)
+
+
+# The multi-turn suite: conversations (``messages``), not single prompts.
+
+MULTI_TURN_MAX_TOKENS = 1500
+"""Every conversation, with each generated turn and the final answer at its ``max_tokens``,
+fits a small-context test server."""
+CHUNKED_PREFILL = 512
+
+
+def test_multi_turn_shape() -> None:
+    suite = load("multi-turn")
+    assert len(suite.prompts) >= 30
+    assert [p.id for p in suite.prompts] == [f"mt{i:03d}" for i in range(1, len(suite.prompts) + 1)]
+    for prompt in suite.prompts:
+        assert prompt.messages is not None, prompt.id
+        assert 3 <= len(prompt.messages) <= 6, prompt.id
+        assert prompt.messages[0].role == "system", prompt.id
+        assert prompt.category and prompt.max_tokens, prompt.id
+        if prompt.answer is not None:
+            assert prompt.text.endswith(INSTRUCTIONS[prompt.answer_kind or ""]), prompt.id
+    assert sum(any(t.content is None for t in p.messages or ()) for p in suite.prompts) >= 10
+    assert sum(p.answer is not None for p in suite.prompts) >= 10
+
+
+def test_multi_turn_references_are_computed_from_the_turns() -> None:
+    """Recompute each answer from the conversation's own text."""
+    checked = 0
+    for prompt in load("multi-turn").prompts:
+        turns = [t.content or "" for t in prompt.messages or ()]
+        text = "\n".join(turns)
+        if m := re.search(r"Let x = (\d+) \+ (\d+)\..*multiply x by (\d+)", text, re.S):
+            a, b, c = map(int, m.groups())
+            expected = str((a + b) * c)
+        elif m := re.search(r"What is (\d+) \+ (\d+)\?.*minus (\d+)\?", text, re.S):
+            a, b, minus = map(int, m.groups())
+            expected = str(a + b - minus)
+        elif prompt.category == "long-table":
+            rows = [r.split(",") for r in turns[1].splitlines() if re.match(r"\d\d,", r)]
+            expected = str(sum(int(r[2]) for r in rows if int(r[0]) <= 5))
+        elif m := re.search(r"Remember the word '(\w+)'", text):
+            expected = m.group(1)[::-1]
+        else:
+            continue
+        assert prompt.answer == expected, prompt.id
+        checked += 1
+    assert checked >= 22  # all but the yes/no facts
+
+
+def test_multi_turn_token_lengths(realistic_qwen2: Any) -> None:
+    """On the realistic Qwen2 tokenizer (its chat template): some conversations cross a
+    chunked-prefill size, and every one, with its generated turns and answer at their
+    ``max_tokens``, stays within :data:`MULTI_TURN_MAX_TOKENS`."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(realistic_qwen2.path))
+    longest, crossing = 0, 0
+    for prompt in load("multi-turn").prompts:
+        turns = prompt.messages or ()
+        messages = [{"role": t.role, "content": t.content or ""} for t in turns]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        given = len(tokenizer.encode(text, add_special_tokens=False))
+        generated = sum(t.content is None for t in turns) + 1
+        bound = given + generated * (prompt.max_tokens or 0)
+        crossing += given > CHUNKED_PREFILL
+        longest = max(longest, bound)
+        assert bound <= MULTI_TURN_MAX_TOKENS, (prompt.id, bound)
+    assert crossing >= 5
+    assert longest > CHUNKED_PREFILL

@@ -60,8 +60,16 @@ def item_verdict(result: PromptComparison, thresholds: Thresholds) -> list[str]:
     check expects identical outputs, that they are not (the record's sameness verdict,
     :attr:`~.prompt.PromptComparison.identical`). The suite aggregate counts failed items
     with it too. Under ``fail_on: decisive`` a near-tie divergence is not a violation
-    (:func:`~.verdicts.near_tie_passes`)."""
+    (:func:`~.verdicts.near_tie_passes`). Of a conversation, a generated turn before the
+    final one whose outputs differ fails an ``expect: identical`` item as the final turn
+    does (the budget gates judge the final turn only)."""
     out = item_violations(result, thresholds)
+    if expects_identical(thresholds):
+        out.extend(
+            f"turn {turn.index} not identical: {turn.sameness} (expect: identical)"
+            for turn in result.turns
+            if turn.kind == "generated" and turn.same is False
+        )
     tolerated = near_tie_passes(result, thresholds)
     if expects_identical(thresholds) and not result.identical and not tolerated:
         out.append(

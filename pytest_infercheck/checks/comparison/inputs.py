@@ -29,6 +29,9 @@ from ...backends.capabilities import TemplatedText
 from ...metrics.text import first_divergence
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ...conversation import Message
     from ...generation_cache import GenerationCache, ResolvedTarget
     from ...suites import Prompt
 
@@ -77,9 +80,12 @@ def decide_inputs(
     test: ResolvedTarget,
     prompt: Prompt,
     thinking: bool,
+    messages: Sequence[Message] | None = None,
 ) -> SideInputs:
-    """The inputs of both sides by the rules of the module docstring."""
-    rendered = cache.render(baseline, prompt, thinking)
+    """The inputs of both sides by the rules of the module docstring: of ``prompt``, or, when
+    ``messages`` is given, of those concrete turns of its conversation (the baseline's
+    history, :mod:`.turns`)."""
+    rendered = _render(cache, baseline, prompt, thinking, messages)
     base_ids = list(rendered.token_ids) if rendered.token_ids is not None else None
     base_text = _rendered_text(cache, baseline, rendered)
     takes_ids = test.backend.capabilities.token_ids
@@ -118,7 +124,7 @@ def decide_inputs(
             )
             record = PromptInputs(SHARED_IDS, agreement, base_ids, base_ids)
             return SideInputs(rendered, shared, record, base_text, base_text)
-    own = cache.render(test, prompt, thinking)
+    own = _render(cache, test, prompt, thinking, messages)
     if base_ids is None:
         why = "the baseline has no prompt ids to share"
     elif not takes_ids:
@@ -128,6 +134,19 @@ def decide_inputs(
     test_ids = list(own.token_ids) if own.token_ids is not None else None
     record = PromptInputs(OWN_RENDER, why, base_ids, test_ids)
     return SideInputs(rendered, own, record, base_text, _rendered_text(cache, test, own))
+
+
+def _render(
+    cache: GenerationCache,
+    target: ResolvedTarget,
+    prompt: Prompt,
+    thinking: bool,
+    messages: Sequence[Message] | None,
+) -> PromptInput:
+    """``target``'s rendering of ``prompt``, or of the concrete turns ``messages``."""
+    if messages is None:
+        return cache.render(target, prompt, thinking)
+    return cache.render_turns(target, prompt, messages, thinking)
 
 
 def _vocabularies_agree(

@@ -76,8 +76,11 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
         table([esc(k) for k, _ in facts], [[esc(v) for _, v in facts]]),
         *([f'<p class="ic-method-note">{esc(r.method_note)}</p>'] if r.method_note else []),
         *_origin_html(r),
-        "<h4>prompt</h4>",
-        f'<pre class="ic-text">{esc(clip(r.prompt_text))}</pre>',
+        *(
+            _turns_html(r)
+            if r.turns
+            else ["<h4>prompt</h4>", f'<pre class="ic-text">{esc(clip(r.prompt_text))}</pre>']
+        ),
         side_by_side(
             f"baseline: {r.baseline}",
             r.base_text,
@@ -116,6 +119,42 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
             )
         )
     return "".join(parts)
+
+
+def _turns_html(r: PromptComparison) -> list[str]:
+    """A conversation's turns (escaped): given turns' text, each generated turn's two outputs
+    with its sameness, the first divergent turn marked; the final answer follows in full
+    (side by side)."""
+    first = r.first_divergent_turn
+    rows = []
+    for turn in r.turns:
+        if turn.kind == "final":
+            continue
+        marked = turn.index == first
+        label = f"{turn.index} {turn.role}" + (" (generated)" if turn.kind == "generated" else "")
+        if marked:
+            label += " - first divergent turn"
+        cells = [
+            f"<strong>{esc(label)}</strong>" if marked else esc(label),
+            f'<pre class="ic-text">{esc(clip(turn.base_text))}</pre>',
+            ""
+            if turn.test_text is None
+            else f'<pre class="ic-text">{esc(clip(turn.test_text))}</pre>',
+            esc(turn.sameness or ""),
+        ]
+        rows.append(cells)
+    last = len(r.turns) - 1
+    mark = " - first divergent turn" if first == last else ""
+    return [
+        f"<h4>conversation (first divergent turn: {'none' if first is None else first})</h4>",
+        table(["turn", f"baseline: {esc(r.baseline)}", f"test: {esc(r.test)}", "same"], rows),
+        f"<h4>final answer (turn {last}){mark}</h4>",
+    ]
+
+
+def _pre(text: str) -> str:
+    """Model or suite text, escaped and clipped, as a preformatted block."""
+    return f'<pre class="ic-text">{esc(clip(text))}</pre>'
 
 
 def _divergence(r: PromptComparison) -> str:

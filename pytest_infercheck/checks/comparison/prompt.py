@@ -73,6 +73,7 @@ from ...metrics.topk_full import full_vs_topk_stats, topk_vs_full_stats
 from ...records import OMIT_WHEN_EMPTY, Measured
 from .inputs import PromptInputs, SideInputs, decide_inputs
 from .retokenize import judged_ids, retokenized_divergence, text_side_verdict
+from .turns import TurnComparison
 
 if TYPE_CHECKING:
     from ...backends import GenerationParams
@@ -240,6 +241,14 @@ class PromptComparison:
     """The largest |delta logprob| of the chosen tokens over the positions where both sides
     agree (before the first divergence; every position when the token ids are equal): the
     engines' own numeric noise; None without both sides' chosen logprobs."""
+    turns: list[TurnComparison] = field(default_factory=list)
+    """Of a conversation (a ``messages`` prompt): every turn, given and generated, each
+    generated turn compared on the baseline's history, the final answer last
+    (:mod:`.turns`); empty for a single-turn prompt."""
+    first_divergent_turn: int | None = None
+    """Of a conversation: the index of the first turn whose two outputs differ
+    (:func:`.turns.first_divergent_turn`); None when none does, or for a single-turn
+    prompt."""
     divergence_label: str | None = None
     """``near-tie`` (every margin exact and within the check's ``tie_margin``), ``decisive``
     (a margin above it), ``unknown`` (no logprobs at the divergence, a bound within it, a
@@ -278,7 +287,7 @@ class PromptComparison:
         plain)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["problems"] = [p.to_dict() for p in self.problems]
-        for name in ("faults", "method_note", "batching_note"):
+        for name in ("faults", "method_note", "batching_note", "turns"):
             if not data[name]:
                 del data[name]  # OMIT_WHEN_EMPTY, as for a record without a to_plain
         return data

@@ -12,10 +12,11 @@ records.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...backends.capabilities import Stepping
+from ...conversation import Conversation, has_generated
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
 from ...metrics.consistency import reported_logprobs
 from ...metrics.determinism import logprob_diff
@@ -36,6 +37,7 @@ from .options import (
 )
 from .prompt import PromptComparison, compare_prompt, look_up_origins
 from .summary import ComparisonContext, SweepContext
+from .turns import compare_turns, final_turn, first_divergent_turn
 from .verdicts import describe
 
 if TYPE_CHECKING:
@@ -243,8 +245,19 @@ class ComparisonRun(CheckRun[CS, CT]):
             self._inputs,
             (prompt.id, side.ref),
             lambda: decide_inputs(
-                self.cache, self.baseline, self.resolve(side), prompt, self.settings.thinking
+                self.cache,
+                self.baseline,
+                self.resolve(side),
+                prompt,
+                self.settings.thinking,
+                self.base_conversation(prompt).messages if has_generated(prompt) else None,
             ),
+        )
+
+    def base_conversation(self, prompt: Prompt) -> Conversation:
+        """``prompt`` filled in by the baseline: its turns are both sides' history."""
+        return self.cache.conversation(
+            self.baseline, prompt, self.settings.thinking, self.params(prompt)
         )
 
     def prompt_result(self, prompt_id: str, test_ref: str) -> tuple[PromptComparison, list[str]]:
@@ -259,16 +272,36 @@ class ComparisonRun(CheckRun[CS, CT]):
         side = next(s for s in self.tests() if s.ref == test_ref)
         self.prefetch(side)
         prompt = self.prompt(prompt_id)
-        return compare_prompt(
+        inputs = self.inputs(prompt, side)
+        result = compare_prompt(
             self.cache,
             self.baseline,
             self.resolve(side),
             prompt,
             self.params(prompt),
             thinking=self.settings.thinking,
-            inputs=self.inputs(prompt, side),
+            inputs=inputs,
             batching_note=self._batching_note,
             tie_margin=self.thresholds.tie_margin,
+        )
+        if prompt.messages is None:
+            return result
+        conversation = self.base_conversation(prompt)
+        turns, faults = compare_turns(
+            self.cache,
+            self.baseline,
+            self.resolve(side),
+            prompt,
+            conversation,
+            self.params(prompt),
+            self.settings.thinking,
+        )
+        turns.append(final_turn(len(prompt.messages), result))
+        return replace(
+            result,
+            turns=turns,
+            first_divergent_turn=first_divergent_turn(turns),
+            faults=faults + result.faults,
         )
 
     # -- golden recording (--infercheck-record) ----------------------------------------------
@@ -355,7 +388,7 @@ class ComparisonRun(CheckRun[CS, CT]):
         after a first run one at a time, when the baseline steps and is licensed to batch.
         Returns how the two runs were generated."""
         baseline = self.baseline
-        rendered = [self.cache.render(baseline, p, self.settings.thinking) for p in prompts]
+        rendered = [self.base_conversation(p).final for p in prompts]
         params = [self.params(p) for p in prompts]
         firsts = [
             self.cache.generate(baseline, r, q) for r, q in zip(rendered, params, strict=True)
@@ -383,7 +416,7 @@ class ComparisonRun(CheckRun[CS, CT]):
         """How the baseline's second generation of ``prompt`` differs from its first (None:
         identical tokens, text and chosen logprobs)."""
         baseline = self.baseline
-        rendered = self.cache.render(baseline, prompt, self.settings.thinking)
+        rendered = self.base_conversation(prompt).final
         params = self.params(prompt)
         first = self.cache.generate(baseline, rendered, params, run=0)
         second = self.cache.generate(baseline, rendered, params, run=1)

@@ -107,6 +107,7 @@ def describe(result: PromptComparison) -> str:
     """The report of a failed item above its violations: prompt, both outputs, answers,
     numbers."""
     lines = [f"prompt {result.prompt_id}: {safe_text(result.prompt_text)}"]
+    lines.extend(turn_lines(result))
     if result.method == TEXT_ONLY:
         lines.append("method: text only (no comparable logprobs on both sides)")
     else:
@@ -137,6 +138,30 @@ def describe(result: PromptComparison) -> str:
     if result.kl_mean is not None:
         lines.append(f"KL mean {result.kl_mean:.6g}, max {result.kl_max:.6g}")
     return "\n".join(lines)
+
+
+def turn_lines(result: PromptComparison) -> list[str]:
+    """Of a conversation: every turn, one line each (model output escaped), generated turns
+    with both sides' outputs, the first divergent turn marked; nothing for a single-turn
+    prompt."""
+    if not result.turns:
+        return []
+    first = result.first_divergent_turn
+    lines = [
+        "conversation (first divergent turn: "
+        + ("none" if first is None else str(first))
+        + "; generated turns on the baseline's history):"
+    ]
+    for turn in result.turns:
+        mark = " <- first divergent turn" if turn.index == first else ""
+        if turn.kind == "given":
+            lines.append(f"  turn {turn.index} {turn.role}: {safe_text(turn.base_text, 160)}")
+            continue
+        test = turn.test_text or ""
+        lines.append(f"  turn {turn.index} {turn.kind} ({turn.sameness}){mark}:")
+        lines.append(f"    baseline: {mark_divergence(turn.base_text, test, 160)}")
+        lines.append(f"    test:     {mark_divergence(test, turn.base_text, 160)}")
+    return lines
 
 
 def origin_lines(result: PromptComparison) -> list[str]:

@@ -1,0 +1,133 @@
+"""A conversation compared turn by turn: every turn the sides generate, on the baseline's
+history.
+
+The baseline fills in the conversation's ``generate`` turns
+(:meth:`~pytest_infercheck.generation_cache.GenerationCache.conversation`); its turns are the
+history of both sides, so each generated turn and the final one are compared on identical
+prompts (:func:`.inputs.decide_inputs` over the same concrete turns). Each generated turn's
+two outputs are judged by the one sameness rule (:mod:`~pytest_infercheck.metrics.sameness`);
+the final turn is the item's full comparison (:class:`.prompt.PromptComparison`).
+
+The record (:class:`TurnComparison`) lists every turn of the conversation, given ones with
+their text, and the final answer last; :func:`first_divergent_turn` is the index of the first
+turn whose two outputs differ. Turn indexes count the conversation's turns from 0 (a system
+turn is turn 0); the final answer's index is the number of turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from ...conversation import history
+from ...metrics.consistency import generation_faults
+from .inputs import decide_inputs
+
+if TYPE_CHECKING:
+    from ...backends import GenerationParams
+    from ...conversation import Conversation
+    from ...generation_cache import GenerationCache, ResolvedTarget
+    from ...suites import Prompt
+    from .prompt import PromptComparison
+
+TurnKind = Literal["given", "generated", "final"]
+
+
+@dataclass(frozen=True)
+class TurnComparison:
+    """One turn of a compared conversation (a field of :class:`.prompt.PromptComparison`)."""
+
+    index: int
+    """The turn's index in the conversation (0-based; the final answer: the number of
+    turns)."""
+    role: str
+    """``system``, ``user`` or ``assistant``."""
+    kind: TurnKind
+    """``given`` (the suite's text), ``generated`` (a ``generate`` turn: each side's output
+    on the baseline's history) or ``final`` (the answer to the last user turn)."""
+    base_text: str
+    """A given turn's text; of a generated or final turn, the baseline's output (what the
+    conversation continues with)."""
+    test_text: str | None = None
+    """The test side's output (None for a given turn)."""
+    same: bool | None = None
+    """Whether the two outputs are the same (the sameness rule; None for a given turn)."""
+    sameness: str | None = None
+    """The sameness verdict in words (``identical``, ``token ids differ from token 3``)."""
+    first_divergence: int | None = None
+    """Where the two outputs first differ, in :attr:`divergence_unit` (None: the same)."""
+    divergence_unit: str | None = None
+    """``token`` or ``char``."""
+
+
+def compare_turns(
+    cache: GenerationCache,
+    baseline: ResolvedTarget,
+    test: ResolvedTarget,
+    prompt: Prompt,
+    conversation: Conversation,
+    params: GenerationParams,
+    thinking: bool,
+) -> tuple[list[TurnComparison], list[str]]:
+    """Every turn of ``prompt``'s ``conversation`` (the baseline's fill-in) before the final
+    answer: given turns as they are, each generated turn compared (the test side generates
+    it from the baseline's history, with the inputs :func:`.inputs.decide_inputs` gives both
+    sides for that history). Returns the turns and the generation faults of the generated
+    turns' outputs (:func:`~pytest_infercheck.metrics.consistency.generation_faults`,
+    named by turn)."""
+    from .prompt import outputs_verdict  # prompt.py's record holds this module's turns
+
+    filled = conversation.filled()
+    turns: list[TurnComparison] = []
+    faults: list[str] = []
+    generated = {turn.index: turn for turn in conversation.generated}
+    for index, turn in enumerate(conversation.turns):
+        if turn.content is not None:
+            turns.append(TurnComparison(index, turn.role, "given", turn.content))
+            continue
+        before = history(conversation.turns, index, filled)
+        inputs = decide_inputs(cache, baseline, test, prompt, thinking, before)
+        base = generated[index].generation
+        other = cache.generate(test, inputs.test, params)
+        verdict = outputs_verdict(inputs, base, other)
+        turns.append(
+            TurnComparison(
+                index,
+                turn.role,
+                "generated",
+                base.text,
+                other.text,
+                verdict.same,
+                verdict.describe(),
+                verdict.first_divergence,
+                verdict.divergence_unit,
+            )
+        )
+        for where, generation in (("baseline", base), ("test", other)):
+            faults.extend(
+                f"turn {index}: {f.text}"
+                for f in generation_faults(f"the {where} output", generation)
+            )
+    return turns, faults
+
+
+def final_turn(index: int, result: PromptComparison) -> TurnComparison:
+    """The final answer (turn ``index``) as its comparison found it."""
+    unit = None if result.first_divergence is None else "token"
+    return TurnComparison(
+        index,
+        "assistant",
+        "final",
+        result.base_text,
+        result.test_text,
+        result.identical,
+        result.sameness,
+        result.first_divergence,
+        unit,
+    )
+
+
+def first_divergent_turn(turns: list[TurnComparison]) -> int | None:
+    """The index of the first generated or final turn whose outputs are not the same; None
+    when every one is."""
+    return next((t.index for t in turns if t.same is False), None)
