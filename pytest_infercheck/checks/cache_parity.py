@@ -13,9 +13,13 @@ prompt again through the engine's cache and is compared with it:
 - ``shared-prefix``: after another prompt sharing a long prefix (its text's first three
   quarters, the rest reversed) went through the cache: a partial hit;
 - ``exact-repeat``: the prompt again (a full hit);
-- ``multi-turn``: the prompt as the second turn after another suite prompt and its generated
-  answer, whose turn went through the cache first (its own reference: that second turn
-  uncached, or first-request);
+- ``multi-turn``: a conversation (a suite ``messages`` line, its ``generate`` turns filled in
+  by the target) after its turns up to the previous user turn went through the cache (their
+  answer generated and kept): the later turn served from the cached earlier ones. A
+  single-turn prompt as the second user turn of a conversation rendered by the backend's chat
+  template (another single-turn suite prompt, its answer, then this prompt), after the first
+  turn went through the cache (its own reference: that conversation uncached, or
+  first-request). ``not exercised`` where the backend cannot render a conversation (raw text);
 - ``eviction``: after enough distinct prompts of the prompt's length to fill the cache's
   capacity (``eviction_tokens``, else the backend's own
   :class:`~pytest_infercheck.backends.capabilities.CacheCapacity`: vLLM's ``/metrics``); the
@@ -60,6 +64,7 @@ from pydantic import Field
 
 from ..backends import BackendError, Generation
 from ..backends.capabilities import CacheCapacity, CachedGeneration, UncachedGeneration
+from ..conversation import Message, concrete, prompt_turns
 from ..metrics.consistency import (
     Fault,
     aggregate_faults,
@@ -498,7 +503,7 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
         margin = self.thresholds.tie_margin
         if name == "shared-prefix":
             sibling = sibling_text(prompt.text)
-            self._cached(self._render_text(prompt, sibling), params)
+            self._cached(self._with_last_turn(prompt, sibling), params)
             out = self._attempt(rendered, params)
             return compare_scenario(name, reference, out, tie_margin=margin, companion=sibling)
         if name == "exact-repeat":
@@ -506,23 +511,67 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
                 name, reference, self._attempt(rendered, params), tie_margin=margin
             )
         if name == "multi-turn":
-            return self._multi_turn(prompt, params)
+            try:
+                return self._multi_turn(prompt, rendered, params, reference)
+            except BackendError as exc:
+                return ScenarioResult("multi-turn", False, f"no conversation: {exc}")
         if name == "eviction":
             return self._eviction(prompt, rendered, params, reference)
         return self._concurrent(prompt, rendered, params, reference)
 
-    def _render_text(self, prompt: Prompt, text: str) -> PromptInput:
-        return self.cache.render(self.target, _with_text(prompt, text), self.settings.thinking)
+    def _turns(self, prompt: Prompt) -> tuple[Message, ...]:
+        """``prompt``'s concrete turns: a conversation's with its ``generate`` turns as the
+        target filled them in, else its system turn (if any) and its user turn."""
+        if prompt.messages is not None:
+            return self.conversation(prompt).messages
+        return concrete(prompt_turns(prompt), {})
 
-    def _multi_turn(self, prompt: Prompt, params: GenerationParams) -> ScenarioResult:
-        """``prompt`` as the second turn after another suite prompt and its answer: its own
-        reference (uncached), then the first turn through the cache, then the second."""
-        others = [p for p in self.suite.prompts if p.id != prompt.id] or [prompt]
-        first = others[0]
-        first_turn = self.render(first)
+    def _render_turns(self, prompt: Prompt, turns: Sequence[Message]) -> PromptInput:
+        return self.cache.render_turns(self.target, prompt, turns, self.settings.thinking)
+
+    def _with_last_turn(self, prompt: Prompt, text: str) -> PromptInput:
+        """``prompt``'s turns with the last (user) turn's content replaced by ``text``."""
+        return self._render_turns(prompt, (*self._turns(prompt)[:-1], ("user", text)))
+
+    def _multi_turn(
+        self, prompt: Prompt, rendered: PromptInput, params: GenerationParams, reference: Generation
+    ) -> ScenarioResult:
+        """A conversation: its turns up to the previous user turn through the cache (their
+        answer generated and kept), then the whole conversation, against the prompt's
+        reference. A single-turn prompt: :meth:`_composed_turn`.
+
+        Raises:
+            BackendError: the backend cannot render a conversation (not exercised).
+        """
+        turns = self._turns(prompt)
+        earlier = earlier_turns(turns)
+        if earlier is None:
+            return self._composed_turn(prompt, params)
+        self._cached(self._render_turns(prompt, earlier), params)
+        out = self._attempt(rendered, params)
+        users = sum(role == "user" for role, _ in turns)
+        note = f"after turns 1-{len(earlier)} of {len(turns)} (user turn {users - 1} of {users})"
+        return compare_scenario(
+            "multi-turn", reference, out, tie_margin=self.thresholds.tie_margin, note=note
+        )
+
+    def _composed_turn(self, prompt: Prompt, params: GenerationParams) -> ScenarioResult:
+        """``prompt`` as the second user turn of a conversation (rendered by the backend's
+        chat template over the turns): another single-turn suite prompt (its system turn,
+        its user turn), its answer through the cache, then ``prompt``. Its own reference is
+        that conversation uncached; then the first turn goes through the cache again and the
+        conversation after it.
+
+        Raises:
+            BackendError: the backend cannot render a conversation.
+        """
+        others = [p for p in self.suite.prompts if p.id != prompt.id and p.messages is None]
+        first = others[0] if others else prompt
+        first_turns = self._turns(first)
+        first_turn = self._render_turns(first, first_turns)
         answer = self._cached(first_turn, self.params(first))
-        text = f"{first.text}{answer.text}\n{prompt.text}"
-        second = self._render_text(prompt, text)
+        turns = (*first_turns, ("assistant", answer.text), ("user", prompt.text))
+        second = self._render_turns(prompt, turns)
         reference = self._uncached(second, params)
         self._cached(first_turn, self.params(first))
         out = self._attempt(second, params)
@@ -549,7 +598,8 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
                 "the cache's capacity is not known (set eviction_tokens, e.g. for a server "
                 "started with a small KV cache)",
             )
-        fillers = [self._render_text(prompt, filler_text(prompt.text, 0))]
+        whole = "\n".join(content for _, content in self._turns(prompt))
+        fillers = [self._render_turns(prompt, [("user", filler_text(whole, 0))])]
         size = len(fillers[0].token_ids or ()) or max(1, len(fillers[0].text) // 4)
         needed = capacity // size + 1
         if needed > self.spec.max_eviction_prompts:
@@ -560,7 +610,7 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
                 f"tokens, more than max_eviction_prompts {self.spec.max_eviction_prompts}",
             )
         fillers += [
-            self._render_text(prompt, filler_text(prompt.text, i)) for i in range(1, needed)
+            self._render_turns(prompt, [("user", filler_text(whole, i))]) for i in range(1, needed)
         ]
         one = _with_max_tokens(params, 1)
         for filler in fillers:
@@ -580,7 +630,7 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
         if self.target.backend.concurrency < 2:
             return ScenarioResult("concurrent", False, "the backend takes one request at a time")
         sibling = sibling_text(prompt.text)
-        other = self._render_text(prompt, sibling)
+        other = self._with_last_turn(prompt, sibling)
 
         async def together() -> list[Generation | BaseException]:
             return list(
@@ -601,8 +651,11 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
         return CacheParityContext(target.label, {target.label: target.backend.identity()})
 
 
-def _with_text(prompt: Prompt, text: str) -> Prompt:
-    return dataclasses.replace(prompt, text=text)
+def earlier_turns(turns: Sequence[Message]) -> tuple[Message, ...] | None:
+    """``turns`` up to (and with) the user turn before the last one: the conversation as it
+    stood one exchange earlier; None when the last user turn is the only one."""
+    users = [i for i, (role, _) in enumerate(turns) if role == "user"]
+    return tuple(turns[: users[-2] + 1]) if len(users) > 1 else None
 
 
 def _with_max_tokens(params: GenerationParams, n: int) -> GenerationParams:

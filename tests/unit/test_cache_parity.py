@@ -12,6 +12,7 @@ from pytest_infercheck.checks.cache_parity import (
     CacheParityThresholds,
     ScenarioResult,
     compare_scenario,
+    earlier_turns,
     hit_of,
     prompt_violations,
     sibling_text,
@@ -135,6 +136,15 @@ def test_summarize_counts_each_scenario_and_names_failing_prompts() -> None:
 def test_sibling_shares_three_quarters_of_the_text() -> None:
     assert sibling_text("12+34=") == "12+3=4"
     assert sibling_text("7+8=") == "7+8= again"  # "=" reversed is "="
+
+
+def test_earlier_turns_stop_at_the_previous_user_turn() -> None:
+    system, u1, a1, u2 = ("system", "S"), ("user", "x=1?"), ("assistant", "1"), ("user", "x+1?")
+    assert earlier_turns([system, u1, a1, u2]) == (system, u1)
+    a2, u3 = ("assistant", "2"), ("user", "x+2?")
+    assert earlier_turns([system, u1, a1, u2, a2, u3]) == (system, u1, a1, u2)
+    assert earlier_turns([u1, a1, u2]) == (u1,)
+    assert earlier_turns([system, u1]) is None  # one user turn: nothing earlier
 
 
 def record(results: list[ScenarioResult], prompt_id: str = "s01") -> CacheParityPrompt:
