@@ -618,8 +618,11 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
         out = self._attempt(rendered, params)
         note = f"after {needed} prompts of {size} tokens (capacity {capacity})"
         cached = None if isinstance(out, BaseException) else out.cached_tokens
-        if cached is not None and rendered.token_ids and cached >= len(rendered.token_ids) - 1:
+        size = len(rendered.token_ids or ())
+        if cached is not None and size and cached >= size - 1:
             note += f"; the prefix was still cached ({cached} tokens): it holds more"
+        elif cached is not None and size:
+            note += f"; {cached} of {size} prompt tokens reused: the prefix was pushed out"
         return compare_scenario(
             "eviction", reference, out, tie_margin=self.thresholds.tie_margin, note=note
         )
