@@ -100,6 +100,8 @@ class Fault:
     delay_s: float = 0.0  # added latency per generation request
     empty_body: bool = False  # an altered request gets HTTP 200 with an empty body instead
     stutter: bool = False  # an altered non-streamed llama-server /completion: every token twice
+    perturb_repeat: bool = False  # alter the second request with a prompt seen once before
+    perturb_later_turns: bool = False  # alter a cacheable request extending an earlier prompt
 
 
 # --------------------------------------------------------------------------------------
@@ -417,10 +419,36 @@ def _split_events(chunks: Iterator[bytes], sse: bool) -> Iterator[_Event]:
 class _Request:
     """One generation request in flight."""
 
-    def __init__(self, ordinal: int, poisoned: bool) -> None:
+    def __init__(self, ordinal: int, poisoned: bool, history: bool = False) -> None:
         self.ordinal = ordinal
         self.poisoned = poisoned
         self.overlapped = False
+        self.history = history
+        """Chosen by the prompt's history (``perturb_repeat``, ``perturb_later_turns``)."""
+
+
+def prompt_of(body: bytes) -> tuple[Any, bool]:
+    """The prompt of a generation request body (its ``prompt``, text or token ids, or its
+    ``messages``; None when the body is not JSON or has neither) and whether the request may
+    use the server's prompt cache (no ``cache_prompt: false``, no ``cache_salt``)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None, True
+    if not isinstance(doc, dict):
+        return None, True
+    cacheable = doc.get("cache_prompt", True) is not False and "cache_salt" not in doc
+    return doc.get("prompt", doc.get("messages")), cacheable
+
+
+def extends(later: Any, earlier: Any) -> bool:
+    """Whether prompt ``later`` strictly extends prompt ``earlier`` (a text, a list of token
+    ids or of messages with ``earlier`` as its proper prefix): a later turn."""
+    if isinstance(later, str) and isinstance(earlier, str):
+        return len(later) > len(earlier) and later.startswith(earlier)
+    if isinstance(later, list) and isinstance(earlier, list):
+        return len(later) > len(earlier) and later[: len(earlier)] == earlier
+    return False
 
 
 class _Server(ThreadingHTTPServer):
@@ -497,6 +525,8 @@ class FaultyProxy:
         self._lock = threading.Lock()
         self._active: set[_Request] = set()
         self._poisoned = False
+        self._seen: dict[str, int] = {}  # prompt (as JSON) -> requests that sent it
+        self._prompts: list[Any] = []  # every distinct prompt, in order
         self._connections: set[socket.socket] = set()
         self._handlers: set[threading.Thread] = set()  # connection threads, joined on close
         self._client = httpx.Client(
@@ -563,10 +593,29 @@ class FaultyProxy:
 
     # -- bookkeeping --------------------------------------------------------------------
 
-    def _begin(self) -> _Request:
+    def _by_history(self, prompt: Any, cacheable: bool) -> bool:
+        """Record ``prompt`` (under the lock) and say whether its history selects it: the
+        second time it is seen (``perturb_repeat``), or, on a request that may use the prompt
+        cache, extending an earlier prompt (``perturb_later_turns``: a later turn served from
+        the cache; its uncached reference stays intact)."""
+        if prompt is None:
+            return False
+        key = json.dumps(prompt, sort_keys=True)
+        seen = self._seen.get(key, 0)
+        self._seen[key] = seen + 1
+        later = any(extends(prompt, earlier) for earlier in self._prompts)
+        if seen == 0:
+            self._prompts.append(prompt)
+        fault = self.fault
+        return (fault.perturb_repeat and seen == 1) or (
+            fault.perturb_later_turns and later and cacheable
+        )
+
+    def _begin(self, prompt: Any = None, cacheable: bool = True) -> _Request:
         with self._lock:
             self.requests += 1
-            request = _Request(self.requests, self._poisoned)
+            history = self._by_history(prompt, cacheable)
+            request = _Request(self.requests, self._poisoned, history)
             self._active.add(request)
             if len(self._active) > 1:
                 for other in self._active:
@@ -588,14 +637,14 @@ class FaultyProxy:
         """Whether the request could still be altered (the overlap may come later)."""
         fault = self.fault
         every = fault.perturb_every > 0 and request.ordinal % fault.perturb_every == 0
-        return every or request.poisoned or fault.perturb_when_concurrent
+        return every or request.poisoned or request.history or fault.perturb_when_concurrent
 
     def _should_alter(self, request: _Request) -> bool:
         fault = self.fault
         every = fault.perturb_every > 0 and request.ordinal % fault.perturb_every == 0
         with self._lock:
             concurrent = fault.perturb_when_concurrent and request.overlapped
-        return every or request.poisoned or concurrent
+        return every or request.poisoned or request.history or concurrent
 
     def _count_altered(self) -> None:
         with self._lock:
@@ -606,7 +655,7 @@ class FaultyProxy:
     def _serve(self, handler: _Handler, body: bytes) -> None:
         path = handler.path.split("?", 1)[0]
         generation = handler.command == "POST" and path in GENERATION_PATHS
-        request = self._begin() if generation else None
+        request = self._begin(*prompt_of(body)) if generation else None
         self._check_poison(body)  # after _begin: the poison request itself stays intact
         try:
             if request is not None and self.fault.delay_s > 0:

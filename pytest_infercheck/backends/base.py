@@ -115,6 +115,10 @@ class Generation:
     """The number of prompt tokens the engine generated from (in-process engines)."""
     completion_tokens: int | None = None
     """The server's count of generated tokens (``usage.completion_tokens``), where given."""
+    cached_tokens: int | None = None
+    """Prompt tokens the engine reused from its prompt cache for this request, where it says
+    (``usage.prompt_tokens_details.cached_tokens``; llama-server ``timings.cache_n``; mlx-lm
+    in-process, its kept prompt cache); None when it does not."""
     full_logprobs: np.ndarray | None = field(default=None, compare=False, repr=False)
     """The float32 full-vocabulary log-probabilities of each step, shape (T, V), only where
     asked for (mlx-lm's ``generate_sync(..., full_logprobs=True)``)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .base import PromptInput
+    from .base import Generation, GenerationParams, PromptInput
     from .mlx_lockstep import Stepper
 
 
@@ -51,4 +51,37 @@ class TemplatedText(ModelFolder, Protocol):
 
     async def templated_text(self, prompt: PromptInput) -> str:
         """``prompt``'s messages rendered by the chat template of :meth:`model_folder`."""
+        ...
+
+
+@runtime_checkable
+class UncachedGeneration(Protocol):
+    """A backend that can generate with no reusable cache state: the reference of
+    ``cache-parity`` (llama-server ``cache_prompt: false``, vLLM a unique ``cache_salt``,
+    mlx-lm a fresh prompt cache). A server without it has no way around its cache."""
+
+    async def generate_uncached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """``prompt`` generated as :meth:`~.base.Backend.generate` does, reusing no cached
+        state (and, where the engine allows, leaving none behind for later requests)."""
+        ...
+
+
+@runtime_checkable
+class CachedGeneration(Protocol):
+    """A backend whose plain :meth:`~.base.Backend.generate` bypasses the engine's prompt
+    cache (llama-server, mlx-lm in-process): ``cache-parity`` generates through the cache with
+    this. A backend without it generates through its cache already (vLLM, OpenAI servers)."""
+
+    async def generate_cached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """``prompt`` generated reusing the engine's prompt cache, and keeping its state."""
+        ...
+
+
+@runtime_checkable
+class CacheCapacity(Protocol):
+    """A backend that knows how many tokens its prompt cache holds (``cache-parity``'s
+    eviction pressure is exercised only where this capacity can be reached)."""
+
+    async def cache_capacity(self) -> int | None:
+        """Tokens the prompt cache holds at most; None when the server does not say."""
         ...

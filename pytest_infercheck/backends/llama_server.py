@@ -3,7 +3,8 @@
 - The prompt is sent as token ids. When another backend rendered it, llama-server's own
   ``/tokenize`` must reproduce those ids before they are accepted (same tokenizer).
 - ``/completion`` with ``temperature: 0``, ``n_probs``, ``return_tokens`` and
-  ``cache_prompt: false`` (the prompt cache moves logprobs by a float32 step). The returned
+  ``cache_prompt: false`` (the prompt cache moves logprobs by a float32 step; ``cache-parity``
+  turns it on, :meth:`LlamaServerBackend.generate_cached`). The returned
   ``tokens`` include EOS; probability entries are aligned on token ids, because an entry is
   left out when a token ends inside a UTF-8 character.
 - Teacher forcing over HTTP: no prompt logprobs, so one request per position, the prefix as
@@ -185,14 +186,29 @@ class LlamaServerBackend(Backend):
         return body
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        return await self._generate(self._body(prompt, params))
+
+    async def generate_uncached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` (``cache_prompt: false``: no slot state reused)."""
+        return await self.generate(prompt, params)
+
+    async def generate_cached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` with ``cache_prompt: true``: the slot's (and ``--cache-ram``'s)
+        cached prefix is reused; ``timings.cache_n`` says how many prompt tokens were."""
+        return await self._generate({**self._body(prompt, params), "cache_prompt": True})
+
+    async def _generate(self, body: dict[str, Any]) -> Generation:
         started = time.perf_counter()
-        answer = await self.http.request("POST", "/completion", self._body(prompt, params))
+        answer = await self.http.request("POST", "/completion", body)
         generation = native_generation(
             str(answer.get("content", "")),
             [int(t) for t in answer.get("tokens") or []],
             answer.get("completion_probabilities") or [],
             answer.get("stop_type"),
         )
+        timings = answer.get("timings")
+        cached = timings.get("cache_n") if isinstance(timings, dict) else None
+        generation.cached_tokens = cached if isinstance(cached, int) else None
         generation.elapsed_s = time.perf_counter() - started
         return generation
 

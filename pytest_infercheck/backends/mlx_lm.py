@@ -137,6 +137,9 @@ class MlxLmBackend(Backend):
                 "one prompt at a time (mlx-lm's BatchGenerator applies no draft model or "
                 "quantized KV cache)"
             )
+        self._kept: tuple[list[Any], list[int]] | None = None
+        """The prompt cache kept between :meth:`generate_cached` calls and the token ids it
+        holds, as ``mlx_lm.server`` keeps one (None until the first)."""
 
     @property
     def _batches(self) -> bool:
@@ -254,13 +257,52 @@ class MlxLmBackend(Backend):
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return self.generate_sync(prompt, params)
 
+    async def generate_uncached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate`: a fresh prompt cache (and the kept one left as it is)."""
+        return self.generate_sync(prompt, params)
+
+    async def generate_cached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """Generation reusing the kept prompt cache, as ``mlx_lm.server`` does: the cache is
+        trimmed to the longest common prefix of its tokens and the prompt (at least one prompt
+        token is always fed), the rest is prefilled, and the cache is kept with what it then
+        holds; ``cached_tokens`` is the reused prefix's length."""
+        return self.generate_sync(prompt, params, kept=True)
+
+    async def cache_capacity(self) -> int:
+        """0: the kept prompt cache holds the last request only (any other prompt evicts all
+        of it but the prefix they share)."""
+        return 0
+
+    def _reuse(self, prompt_ids: list[int]) -> tuple[list[Any], int]:
+        """The kept prompt cache trimmed to its longest common prefix with ``prompt_ids``
+        (one token short of the whole prompt, so that one is fed), and that prefix's length;
+        a new cache when none is kept or it cannot be trimmed."""
+        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+        if self._kept is not None and can_trim_prompt_cache(self._kept[0]):
+            cache, held = self._kept
+            common = 0
+            for a, b in zip(held, prompt_ids[:-1], strict=False):
+                if a != b:
+                    break
+                common += 1
+            trim_prompt_cache(cache, len(held) - common)
+            return cache, common
+        return make_prompt_cache(self._loaded.model, max_kv_size=self.options.max_kv_size), 0
+
     def generate_sync(
-        self, prompt: PromptInput, params: GenerationParams, *, full_logprobs: bool = False
+        self,
+        prompt: PromptInput,
+        params: GenerationParams,
+        *,
+        full_logprobs: bool = False,
+        kept: bool = False,
     ) -> Generation:
         """Greedy generation. Each step's chosen-token logprob is gathered inside mlx (cheap
         whatever the vocabulary; comparisons use teacher-forced full-vocabulary scores, so no
         per-step top-k is kept); with ``full_logprobs`` the float32 per-step full-vocabulary
-        logprobs are also returned, in ``full_logprobs`` (T, V)."""
+        logprobs are also returned, in ``full_logprobs`` (T, V). With ``kept``, through the
+        kept prompt cache (:meth:`generate_cached`); else a fresh one."""
         import mlx.core as mx
         from mlx_lm.sample_utils import make_sampler
 
@@ -269,6 +311,7 @@ class MlxLmBackend(Backend):
         prompt_ids = self._prompt_ids(prompt)
         if not prompt_ids:
             raise BackendError(f"backend {self.name!r}: the prompt encodes to zero tokens")
+        cache, reused = self._reuse(prompt_ids) if kept else ([], 0)
         if params.seed is not None:
             mx.random.seed(params.seed)
         sampler = None if params.temperature == 0 else make_sampler(temp=params.temperature)
@@ -278,9 +321,8 @@ class MlxLmBackend(Backend):
         steps: list[Any] = []
         finish = "length"
         from_draft: list[bool] = []
-        cache: list[Any] = []
         if params.max_tokens > 0:
-            steps_taken = self._steps(prompt_ids, params.max_tokens, sampler, cache)
+            steps_taken = self._steps(prompt_ids, reused, params.max_tokens, sampler, cache)
             for token, logprobs, drafted in steps_taken:
                 tokens.append(int(token))
                 chosen.append(logprobs[token])
@@ -299,7 +341,10 @@ class MlxLmBackend(Backend):
             )
         text_ids = tokens[:-1] if finish == "stop" else tokens
         chosen_values = np.array(mx.stack(chosen).astype(mx.float32)).tolist() if chosen else []
+        if kept:
+            self._kept = (cache, [*prompt_ids, *tokens][: cache[0].offset])
         return Generation(
+            cached_tokens=reused if kept else None,
             text=loaded.tokenizer.decode(text_ids),
             token_ids=tokens,
             finish_reason=finish,
@@ -311,19 +356,25 @@ class MlxLmBackend(Backend):
         )
 
     def _steps(
-        self, prompt_ids: list[int], max_tokens: int, sampler: Any, cache: list[Any]
+        self, prompt_ids: list[int], reused: int, max_tokens: int, sampler: Any, cache: list[Any]
     ) -> Iterator[tuple[Any, Any, bool]]:
         """``(token, logprobs, from_draft)`` per generated token: ``speculative_generate_step``
         with the draft model, else ``generate_step`` with the cache options through
-        ``cache`` (filled here: a quantization replaces its entries in place, so after the
-        generation they are the caches in use)."""
+        ``cache``: a kept cache already holding the first ``reused`` prompt tokens
+        (:meth:`_reuse`), or an empty list filled here (a quantization replaces its entries
+        in place, so after the generation they are the caches in use)."""
         import mlx.core as mx
         from mlx_lm.generate import generate_step, speculative_generate_step
         from mlx_lm.models.cache import make_prompt_cache
 
         loaded, options = self._loaded, self.options
-        prompt = mx.array(prompt_ids)
+        prompt = mx.array(prompt_ids[reused:])
         if self.draft is not None:
+            if cache:
+                raise BackendError(
+                    f"backend {self.name!r}: a kept prompt cache (cache-parity) is not "
+                    "supported with a draft model (mlx-lm keeps the draft's cache beside it)"
+                )
             for token, logprobs, drafted in speculative_generate_step(
                 prompt,
                 loaded.model,
@@ -335,7 +386,8 @@ class MlxLmBackend(Backend):
             ):
                 yield token, logprobs, bool(drafted)
             return
-        cache.extend(make_prompt_cache(loaded.model, max_kv_size=options.max_kv_size))
+        if not cache:
+            cache.extend(make_prompt_cache(loaded.model, max_kv_size=options.max_kv_size))
         for token, logprobs in generate_step(
             prompt,
             loaded.model,

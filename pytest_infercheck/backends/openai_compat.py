@@ -524,10 +524,21 @@ def parse_choice(answer: Any, *, chat: bool) -> Generation:
     generation = text_generation(
         text, reasoning, choice.get("finish_reason"), choice.get("logprobs")
     )
-    usage = answer.get("usage") if isinstance(answer, dict) else None
-    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-        generation.completion_tokens = usage["completion_tokens"]
+    read_usage(generation, answer.get("usage") if isinstance(answer, dict) else None)
     return generation
+
+
+def read_usage(generation: Generation, usage: Any) -> None:
+    """The counts of a response's ``usage`` on ``generation``: ``completion_tokens``, and
+    ``prompt_tokens_details.cached_tokens`` (prompt tokens served from the prefix cache: vLLM
+    with ``--enable-prompt-tokens-details``, llama-server), where given."""
+    if not isinstance(usage, dict):
+        return
+    if isinstance(usage.get("completion_tokens"), int):
+        generation.completion_tokens = usage["completion_tokens"]
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        generation.cached_tokens = details["cached_tokens"]
 
 
 def _first_choice(answer: Any) -> dict[str, Any]:

@@ -41,6 +41,7 @@ import json
 import math
 import re
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,7 @@ from .openai_compat import (
     create_served,
     messages_payload,
     parse_message,
+    read_usage,
 )
 from .vllm_metrics import SETTLE_READS, activity_delta, counted, parse_counters
 
@@ -311,6 +313,26 @@ class VllmBackend(OpenAICompatBackend):
         generation.elapsed_s = time.perf_counter() - started
         return generation
 
+    async def generate_uncached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` with a unique ``cache_salt``: the request shares no prefix-cache
+        block with any other (vLLM keys cached blocks by the salt too), so nothing is reused
+        and nothing it leaves behind is reused later (``cache-parity``'s reference)."""
+        started = time.perf_counter()
+        body = {**self._completion_body(prompt, params), "cache_salt": uuid.uuid4().hex}
+        answer = await self.http.request("POST", "/v1/completions", body)
+        generation = id_generation(answer, chat=False, name=self.name)
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    async def cache_capacity(self) -> int | None:
+        """The KV cache's size in tokens: ``num_gpu_blocks x block_size`` of ``/metrics``'
+        ``vllm:cache_config_info`` (None when the server does not report it)."""
+        try:
+            status, text = await self.http.send_once("GET", "/metrics", timeout_s=30.0)
+        except BackendError:
+            return None
+        return cache_config_tokens(text) if status == 200 else None
+
     async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """The same ``/v1/completions`` request streamed; text, ids and logprobs assembled
         from the chunks in order."""
@@ -474,6 +496,22 @@ def create(
 
 
 # -- parsing (pure) -----------------------------------------------------------------------------
+CACHE_CONFIG = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
+
+
+def cache_config_tokens(metrics: str) -> int | None:
+    """``num_gpu_blocks x block_size`` from the labels of ``vllm:cache_config_info`` in a
+    Prometheus ``/metrics`` text; None when either label is missing or not an integer."""
+    found = CACHE_CONFIG.search(metrics)
+    if found is None:
+        return None
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', found["labels"]))
+    try:
+        return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+    except (KeyError, ValueError):
+        return None
+
+
 def token_id(token: Any, name: str = "vllm") -> int:
     """The id of a ``token_id:N`` token string (``return_tokens_as_token_ids``)."""
     found = TOKEN_ID.match(str(token))
@@ -529,8 +567,7 @@ class _Entries:
             chosen_logprobs=list(self.chosen),
             top_logprobs=list(self.top),
         )
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            generation.completion_tokens = usage["completion_tokens"]
+        read_usage(generation, usage)
         return generation
 
 

@@ -27,6 +27,7 @@ _MODULES: tuple[tuple[str, str, str], ...] = (
     ("endpoint-parity", ".parity", "ENDPOINT_PARITY"),
     ("tokenization", ".tokenization", "TOKENIZATION"),
     ("cache-pollution", ".cache_pollution", "CACHE_POLLUTION"),
+    ("cache-parity", ".cache_parity", "CACHE_PARITY"),
 )
 """``(YAML key, module relative to this package, CheckKind's name)`` of every kind, in the
 order the terminal summary shows their families."""

@@ -16,6 +16,7 @@ import pytest
 from conftest import MODELS_CACHE, REPO
 from tests.integration.served import (
     VLLM_ENV,
+    VLLM_FLAGS,
     VLLM_HEALTH_TIMEOUT_S,
     llama_flags,
     llama_server,
@@ -64,7 +65,8 @@ def vllm_qwen2(
     model = str(realistic_qwen2.path)
 
     def command(port: int) -> list[str]:
-        return vllm_cpu_command(vllm_python).format(model=model, port=port).split()
+        flags = f"{VLLM_FLAGS} --enable-prompt-tokens-details"  # cached_tokens in usage
+        return vllm_cpu_command(vllm_python, flags).format(model=model, port=port).split()
 
     with _running_with_env("vllm", command, workdir, VLLM_ENV, VLLM_HEALTH_TIMEOUT_S) as url:
         yield url
