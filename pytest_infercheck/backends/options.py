@@ -57,15 +57,15 @@ class MlxLmOptions(BackendOptions):
     @field_validator("draft_model")
     @classmethod
     def _draft_folder(cls, value: str | None, info: ValidationInfo) -> str | None:
-        """Resolved against the YAML's folder (the validation context's ``base_dir``); a
-        missing folder is an error here, before any backend starts."""
+        """Resolved against the YAML's folder (the validation context's ``base_dir``). Like a
+        model's ``path``, it is not required to exist when the matrix loads (an example may be
+        collected before its models are made); a missing folder fails the backend's items
+        when it loads, naming the folder."""
         base = (info.context or {}).get("base_dir")
         if value is None or base is None:
             return value
         path = Path(value).expanduser()
         path = path if path.is_absolute() else (Path(base) / path).resolve()
-        if not path.is_dir():
-            raise ValueError(f"{value} does not exist (the folder {path})")
         return str(path)
 
     def problems(self) -> list[tuple[str, str]]:
