@@ -178,26 +178,32 @@ def test_vllm_mlx_cache_is_identical_to_the_first_request(
     assert system_hits(qwen2_vllm_mlx) - before == 10
 
 
-@pytest.mark.parametrize("server", ["mlx_lm.server", "vllm-mlx"])
-def test_a_cache_that_changes_a_repeat_fails_naming_the_scenario(
-    pytester: pytest.Pytester,
-    request: pytest.FixtureRequest,
-    realistic_qwen2: Any,
-    server: str,
+def assert_repeat_fault_fails_shared_prefix(
+    pytester: pytest.Pytester, url: str, kind: str, model: Any, backend: str = ""
 ) -> None:
-    """The proxy alters the second request for a conversation: after the first request (the
+    """The proxy alters the second request for mt001: after its first request (the
     reference) that is shared-prefix's, which fails; the exact repeat (3rd) stays identical."""
-    if server == "vllm-mlx":
-        url, kind, backend = request.getfixturevalue("qwen2_vllm_mlx"), "vllm-mlx", ""
-    else:
-        url, kind, backend = request.getfixturevalue("qwen2_mlx_server"), "openai", MLX_SERVER
     suite = conversation_suite(["mt001"])
     options = ", scenarios: [shared-prefix, exact-repeat]"
     with FaultyProxy(url, Fault(perturb_repeat=True)) as proxy:
-        result = run(pytester, proxy.url, kind, realistic_qwen2, suite, options, backend)
+        result = run(pytester, proxy.url, kind, model, suite, options, backend)
     assert proxy.altered == 1
     result.assert_outcomes(passed=0, failed=2)
     s = scenarios(records(pytester)["mt001"])
     assert s["shared-prefix"]["match"] is False
     assert s["exact-repeat"]["match"] is True
     result.stdout.fnmatch_lines(["*shared-prefix: output differs from the reference, *"])
+
+
+def test_mlx_lm_server_cache_that_changes_a_repeat_fails_naming_the_scenario(
+    pytester: pytest.Pytester, qwen2_mlx_server: str, realistic_qwen2: Any
+) -> None:
+    assert_repeat_fault_fails_shared_prefix(
+        pytester, qwen2_mlx_server, "openai", realistic_qwen2, MLX_SERVER
+    )
+
+
+def test_vllm_mlx_cache_that_changes_a_repeat_fails_naming_the_scenario(
+    pytester: pytest.Pytester, qwen2_vllm_mlx: str, realistic_qwen2: Any
+) -> None:
+    assert_repeat_fault_fails_shared_prefix(pytester, qwen2_vllm_mlx, "vllm-mlx", realistic_qwen2)
