@@ -4,8 +4,9 @@ reports of their activity, and whether a feature engaged on an item.
 
 - :func:`declared_features`: the one place where "the feature" is known, from a backend's
   options (mlx-lm ``draft_model``, ``kv_bits``) or its ``serve:`` command (vLLM
-  ``--speculative-config``, ``--kv-cache-dtype``; llama-server ``-md``/``--model-draft``,
-  ``-ctk``/``--cache-type-k``, ``-ctv``/``--cache-type-v``);
+  ``--speculative-config``, ``--kv-cache-dtype``; llama-server ``-md``/``--model-draft``/
+  ``--spec-draft-model``, ``--spec-type`` other than ``none``, ``-ctk``/``--cache-type-k``,
+  ``-ctv``/``--cache-type-v``);
 - :class:`FeatureActivity`: what one generation's engine reported (drafted and accepted
   tokens, prompt tokens served from a cache, the KV bits in use), on the
   :class:`~pytest_infercheck.backends.base.Generation`;
@@ -22,7 +23,8 @@ where the engine reports no drafted count, an accepted token shows it engaged). 
 quantization engages, in-process, when the cache objects after the generation hold the
 declared bits (mlx-lm quantizes only once the cache holds ``quantized_kv_start`` tokens); a
 server's cache dtype applies to every request from its start, so it is engaged by
-construction (``server-wide``).
+construction (``server-wide``), and the record's ``kv_bits`` are its declared bits where the
+engine reports none (neither llama-server nor vLLM reports its cache type per request).
 """
 
 from __future__ import annotations
@@ -97,8 +99,11 @@ class FeatureRecord:
 def feature_record(
     side: str, target: str, features: Sequence[Feature], activity: FeatureActivity | None
 ) -> FeatureRecord:
-    """The item's record of one side with ``features`` (see :class:`FeatureRecord`)."""
+    """The item's record of one side with ``features`` (see :class:`FeatureRecord`); its
+    ``kv_bits`` are the engine's, else a server-wide cache quantization's (engaged by
+    construction: the module docstring)."""
     seen = activity or FeatureActivity()
+    declared = [f.kv_bits for f in features if f.server_wide and f.kv_bits is not None]
     return FeatureRecord(
         side=side,
         target=target,
@@ -106,7 +111,7 @@ def feature_record(
         drafted=seen.drafted,
         accepted=seen.accepted,
         cache_hit_tokens=seen.cache_hit_tokens,
-        kv_bits=seen.kv_bits,
+        kv_bits=seen.kv_bits if seen.kv_bits is not None else next(iter(declared), None),
         source=seen.source,
         unexercised=unexercised(features, activity),
     )
@@ -158,6 +163,8 @@ _SERVE_FLAGS: dict[str, dict[str, FeatureName]] = {
     "llama-server": {
         "-md": SPECULATIVE,
         "--model-draft": SPECULATIVE,
+        "--spec-draft-model": SPECULATIVE,
+        "--spec-type": SPECULATIVE,
         "-ctk": KV_QUANTIZATION,
         "--cache-type-k": KV_QUANTIZATION,
         "-ctv": KV_QUANTIZATION,
@@ -212,6 +219,8 @@ def _flag_values(command: str, flags: Mapping[str, object]) -> list[tuple[str, s
 def _serve_feature(name: FeatureName, flag: str, value: str) -> Feature | None:
     """The feature a serve flag turns on with ``value`` (None: this value turns none on)."""
     if name == SPECULATIVE:
+        if flag == "--spec-type" and value.lower() in ("", "none"):
+            return None
         detail = f"{flag} {value}"
         try:
             method = json.loads(value).get("method")

@@ -13,6 +13,10 @@
   before the bias). That gives true full-vocabulary KL against an in-process engine, up to
   :data:`FULL_VOCAB_SCORING_LIMIT` ids; above it only the generation's top-k is compared.
 - ``/props`` (build info, model path) and ``/v1/models`` (vocabulary size) are recorded.
+- Feature activity (a backend whose serve command turns on speculative decoding or a
+  quantized KV cache, :func:`~pytest_infercheck.features.declared_features`): each
+  ``/completion`` answer's ``timings`` (:func:`timings_activity`), per request, so requests
+  in flight together do not mix.
 - Streaming: ``/completion`` with ``stream: true``; every SSE chunk carries its ``content``,
   ``tokens`` and probability entries, the last one ``stop_type``.
 - :meth:`generate_via`: ``completions`` (``/v1/completions`` with the text of
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..features import FeatureActivity
 from .base import (
     Backend,
     BackendError,
@@ -207,8 +212,11 @@ class LlamaServerBackend(Backend):
             answer.get("stop_type"),
         )
         timings = answer.get("timings")
-        cached = timings.get("cache_n") if isinstance(timings, dict) else None
-        generation.cached_tokens = cached if isinstance(cached, int) else None
+        generation.cached_tokens = (
+            _count(timings.get("cache_n")) if isinstance(timings, dict) else None
+        )
+        if self.features:
+            generation.activity = timings_activity(timings)
         generation.elapsed_s = time.perf_counter() - started
         return generation
 
@@ -220,12 +228,16 @@ class LlamaServerBackend(Backend):
         tokens: list[int] = []
         entries: list[dict[str, Any]] = []
         stop = None
+        timings = None
         async for chunk in self.http.stream("/completion", body):
             text.append(str(chunk.get("content") or ""))
             tokens.extend(int(t) for t in chunk.get("tokens") or [])
             entries.extend(chunk.get("completion_probabilities") or [])
             stop = chunk.get("stop_type") or stop
+            timings = chunk.get("timings") or timings  # the last chunk's are the request's
         generation = native_generation("".join(text), tokens, entries, stop)
+        if self.features:
+            generation.activity = timings_activity(timings)
         generation.elapsed_s = time.perf_counter() - started
         return generation
 
@@ -398,6 +410,36 @@ def native_generation(
         chosen_logprobs=chosen,
         top_logprobs=top,
     )
+
+
+TIMINGS_SOURCE = "llama-server timings (draft_n, draft_n_accepted, cache_n) of the request"
+
+
+def timings_activity(timings: object) -> FeatureActivity | None:
+    """One request's feature activity from its ``/completion`` answer's ``timings``:
+
+        drafted  = timings.draft_n            (0 when absent)
+        accepted = timings.draft_n_accepted   (0 when absent)
+        cache_hit_tokens = timings.cache_n
+
+    llama-server writes ``draft_n`` and ``draft_n_accepted`` only when the request drafted
+    at least one token (``server_slot_stats::to_json``, llama.cpp of llama-cpp-python
+    0.3.36), so timings without them are a request that drafted nothing. None: no timings
+    object (nothing reported); a field that is not a non-negative whole number is None.
+    """
+    if not isinstance(timings, dict):
+        return None
+    return FeatureActivity(
+        drafted=_count(timings.get("draft_n", 0)),
+        accepted=_count(timings.get("draft_n_accepted", 0)),
+        cache_hit_tokens=_count(timings.get("cache_n")),
+        source=TIMINGS_SOURCE,
+    )
+
+
+def _count(value: object) -> int | None:
+    """``value`` as a count: a non-negative int (a bool is not one), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def align_probabilities(

@@ -69,9 +69,10 @@ from ..metrics.consistency import (
     Fault,
     aggregate_faults,
     empty_fault,
-    generation_faults,
+    read_generation,
     reported_logprobs,
 )
+from ..metrics.degenerate import DegenerateScan
 from ..metrics.determinism import logprob_diff, side_tokens
 from ..metrics.sameness import same_generation
 from ..metrics.ties import TieDivergence, count_labels, describe_tie, tie_divergence
@@ -168,6 +169,10 @@ class ScenarioResult:
     error: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     tie: TieDivergence | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    degenerate: DegenerateScan = field(default_factory=DegenerateScan)
+    """The degenerate findings of the generations it read (its output, and its own
+    reference), by the one reading of every generation
+    (:func:`~pytest_infercheck.metrics.consistency.read_generation`)."""
 
 
 @dataclass
@@ -250,9 +255,13 @@ def compare_scenario(
         companion=companion,
         reference=reference.text if own_reference else None,
     )
+    own = [read_generation("the scenario's reference", reference)] if own_reference else []
+    base.degenerate = DegenerateScan.of([r.degenerate for r in own])
     if isinstance(output, BaseException):
         base.match, base.error = False, f"{type(output).__name__}: {output}"
         return base
+    reading = read_generation(f"the {scenario} output", output)
+    base.degenerate = DegenerateScan.of([r.degenerate for r in [*own, reading]])
     verdict = same_generation(reference, output)
     token_divergence = verdict.divergence_unit == "token"
     aligned = verdict.first_divergence if token_divergence else None
@@ -279,10 +288,7 @@ def compare_scenario(
     )
     base.cached_tokens = output.cached_tokens
     base.hit = hit_of(output.cached_tokens)
-    base.faults = [
-        *generation_faults(f"the {scenario} output", output),
-        *([] if empty is None else [empty]),
-    ]
+    base.faults = [*reading.faults, *([] if empty is None else [empty])]
     if token_divergence and verdict.first_divergence is not None and ids and ref_ids:
         at = verdict.first_divergence
         if at < len(ids) and at < len(ref_ids):
@@ -465,6 +471,7 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
         rendered = self.render(prompt)
         uncached = isinstance(self.target.backend, UncachedGeneration)
         reference = self._uncached(rendered, params)
+        reference_reading = read_generation("the reference", reference)
         results = [
             self._scenario(name, prompt, rendered, params, reference)
             for name in SCENARIOS
@@ -478,7 +485,7 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
             reference_token_ids=reference.token_ids,
             reference_cached_tokens=reference.cached_tokens,
             scenarios=results,
-            reference_faults=generation_faults("the reference", reference),
+            reference_faults=reference_reading.faults,
         )
         props: list[tuple[str, Any]] = [
             ("infercheck_scenarios", sum(r.exercised for r in results)),
@@ -490,7 +497,17 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
                 if r.exercised
             ),
         ]
-        return Outcome(prompt_violations(record, self.thresholds), describe(record), record, props)
+        scans = [
+            DegenerateScan.of([reference_reading.degenerate]),
+            *(r.degenerate for r in results),
+        ]
+        return Outcome(
+            prompt_violations(record, self.thresholds),
+            describe(record),
+            record,
+            props,
+            degenerate=DegenerateScan.merged(scans),
+        )
 
     def _scenario(
         self,

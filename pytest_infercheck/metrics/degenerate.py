@@ -125,6 +125,11 @@ class DegenerateScan:
         """The scan of generations whose findings (None: none) are ``findings``."""
         return cls(len(findings), [f for f in findings if f is not None])
 
+    @classmethod
+    def merged(cls, scans: Sequence[DegenerateScan]) -> DegenerateScan:
+        """One scan of the generations of ``scans``: their counts summed, findings in order."""
+        return cls(sum(s.generations for s in scans), [f for s in scans for f in s.found])
+
     def violations(self) -> list[str]:
         """Each finding as a violation of its item (``fail_on_degenerate: true``)."""
         return [f"degenerate output: {d.text}" for d in self.found]

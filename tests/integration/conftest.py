@@ -4,7 +4,6 @@ outside the repo), never mocked. A server that cannot be had fails its tests."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import MODELS_CACHE, REPO
+from conftest import MODELS_CACHE, REPO, load_example
 from tests.integration.served import (
     VLLM_ENV,
     VLLM_FLAGS,
@@ -75,12 +74,19 @@ def vllm_qwen2(
 @pytest.fixture(scope="session")
 def tiny_gguf(tiny_models: dict[str, Path]) -> Path:
     """The tiny adder as an f32 GGUF (from the same bf16 weights)."""
-    path = REPO / "examples" / "models" / "make_gguf.py"
-    spec = importlib.util.spec_from_file_location("infercheck_make_gguf", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    out: Path = module.make_gguf(tiny_models["bf16"], MODELS_CACHE / "gguf" / "tiny-adder-f32.gguf")
+    out: Path = load_example("make_gguf").make_gguf(
+        tiny_models["bf16"], MODELS_CACHE / "gguf" / "tiny-adder-f32.gguf"
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_gguf(tiny_models: dict[str, Path]) -> Path:
+    """The adder's draft model (``tiny-draft``: its first layer, same tokenizer) as an f32
+    GGUF, for llama-server's ``-md``."""
+    out: Path = load_example("make_gguf").make_gguf(
+        tiny_models["draft"], MODELS_CACHE / "gguf" / "tiny-draft-f32.gguf"
+    )
     return out
 
 

@@ -149,3 +149,20 @@ def test_earlier_turns_stop_at_the_previous_user_turn() -> None:
 
 def record(results: list[ScenarioResult], prompt_id: str = "s01") -> CacheParityPrompt:
     return CacheParityPrompt(prompt_id, "adder@llama", "uncached", "46", [55, 57, 2], 0, results)
+
+
+def test_every_generation_a_scenario_reads_is_scanned_for_degenerate_output() -> None:
+    """A cache hit that stutters (every other token doubled: the FP8-KV symptom) is a counted
+    finding of its scenario, read by the one reading of every generation; a scenario with its
+    own reference (multi-turn's composed conversation) reads that reference too."""
+    stutter = [11, 11, 12, 12, 13, 13, 14, 14, 15, 15, 16, 16, 17, 17, 18, 18]
+    loop = Generation("x" * 16, stutter, "length", [-0.1] * 16)
+    r = compare_scenario("exact-repeat", REF, loop, tie_margin=0.01)
+    assert r.degenerate.generations == 1
+    [finding] = r.degenerate.found
+    assert (finding.pattern, finding.start, finding.covered) == ("stutter", 0, 16)
+    assert "exact-repeat output" in finding.where
+    own = compare_scenario("multi-turn", REF, REF, tie_margin=0.01, own_reference=True)
+    assert (own.degenerate.generations, own.degenerate.found) == (2, [])
+    failed = compare_scenario("eviction", REF, RuntimeError("gone"), tie_margin=0.01)
+    assert (failed.degenerate.generations, failed.degenerate.found) == (0, [])

@@ -1,6 +1,6 @@
 """The pure parts of lossless and budgeted features: vLLM's /metrics text, activity deltas,
-mlx-lm's drafted-token count, declared features, the engagement rule, and backend options
-refused at their line."""
+llama-server's timings, mlx-lm's drafted-token count, declared features, the engagement
+rule, and backend options refused at their line."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_infercheck.backends.llama_server import TIMINGS_SOURCE, timings_activity
 from pytest_infercheck.backends.vllm_metrics import (
     ACCEPTED,
     DRAFT_TOKENS,
@@ -26,6 +27,7 @@ from pytest_infercheck.features import (
     FeatureActivity,
     declared_features,
     drafted_tokens,
+    feature_record,
     unexercised,
 )
 from pytest_infercheck.yamlpos import SourceError
@@ -70,6 +72,35 @@ def test_counted_waits_for_the_generated_tokens() -> None:
     assert not counted({GENERATED: 40.0}, {GENERATED: 50.0}, 16)
     assert counted({GENERATED: 40.0}, {GENERATED: 56.0}, 16)
     assert counted({}, {}, 16)
+
+
+def test_llama_timings_activity_by_hand() -> None:
+    """``draft_n`` drafted, ``draft_n_accepted`` accepted, ``cache_n`` cached prompt tokens
+    (a /completion answer of a server started with ``-md ... --spec-type draft-simple``)."""
+    timings = {"cache_n": 2, "prompt_n": 7, "predicted_n": 4, "draft_n": 6, "draft_n_accepted": 1}
+    activity = timings_activity(timings)
+    assert activity is not None and activity.source == TIMINGS_SOURCE
+    assert (activity.drafted, activity.accepted, activity.cache_hit_tokens) == (6, 1, 2)
+
+
+def test_llama_timings_without_draft_counts_drafted_nothing() -> None:
+    """llama-server writes ``draft_n`` only when a token was drafted: timings without it
+    are 0 drafted, 0 accepted, so a draft server that never drafts is unexercised; an
+    answer without timings reports nothing (None)."""
+    activity = timings_activity({"cache_n": 0, "prompt_n": 7, "predicted_n": 3})
+    assert activity is not None
+    assert (activity.drafted, activity.accepted, activity.cache_hit_tokens) == (0, 0, 0)
+    assert unexercised([Feature(SPECULATIVE, "-md d.gguf")], activity) == [
+        "speculative decoding never engaged: nothing drafted"
+    ]
+    assert timings_activity(None) is None
+    assert timings_activity([6, 1]) is None
+
+
+def test_llama_timings_refuse_what_is_not_a_count() -> None:
+    activity = timings_activity({"cache_n": -1, "draft_n": "6", "draft_n_accepted": True})
+    assert activity is not None
+    assert (activity.drafted, activity.accepted, activity.cache_hit_tokens) == (None, None, None)
 
 
 @pytest.mark.parametrize(
@@ -124,11 +155,39 @@ def test_declared_features_from_serve_commands() -> None:
         kind="llama-server", serve="llama-server -m {model} --port {port} -md d.gguf -ctk f16"
     )
     assert [f.name for f in declared_features(llama)] == [SPECULATIVE]
+    for flags, names in [
+        ("--spec-draft-model d.gguf --spec-type draft-simple", [SPECULATIVE]),
+        ("--spec-type ngram-simple", [SPECULATIVE]),
+        ("--spec-type none", []),
+        ("-fa on -ctk q8_0 -ctv q8_0", [KV_QUANTIZATION]),
+    ]:
+        spec = BackendSpec(
+            kind="llama-server", serve=f"llama-server -m {{model}} --port {{port}} {flags}"
+        )
+        assert [f.name for f in declared_features(spec)] == names, flags
+    kv8 = BackendSpec(kind="llama-server", serve="llama-server --port {port} -ctk q8_0 -ctv q8_0")
+    assert declared_features(kv8) == (
+        Feature(KV_QUANTIZATION, "-ctk q8_0", kv_bits=8, server_wide=True),
+    )
     plain = BackendSpec(kind="vllm", serve="python -m vllm --port {port} --kv-cache-dtype auto")
     assert declared_features(plain) == ()
     mlx = BackendSpec.model_validate({"kind": "mlx-lm", "kv_bits": 8, "quantized_kv_start": 0})
     (kv,) = declared_features(mlx)
     assert (kv.kv_bits, kv.detail) == (8, "8 bits from token 0")
+
+
+def test_a_server_wide_cache_quantization_records_its_bits() -> None:
+    """Neither llama-server nor vLLM reports its cache type per request: a server-wide
+    cache quantization's record carries its declared bits; bits an engine reports win; an
+    in-process quantization's bits come only from the engine."""
+    server = Feature(KV_QUANTIZATION, "-ctk q8_0", kv_bits=8, server_wide=True)
+    seen = FeatureActivity(drafted=0, accepted=0, cache_hit_tokens=0, source="timings")
+    record = feature_record("test", "adder@kv8", [server], seen)
+    assert (record.kv_bits, record.unexercised) == (8, [])
+    assert feature_record("test", "t", [server], None).kv_bits == 8
+    assert feature_record("test", "t", [server], FeatureActivity(kv_bits=4)).kv_bits == 4
+    local = Feature(KV_QUANTIZATION, "4 bits from token 0", kv_bits=4)
+    assert feature_record("test", "t", [local], seen).kv_bits is None
 
 
 def _errors(tmp_path: Path, backends: str) -> list[str]:

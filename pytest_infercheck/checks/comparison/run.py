@@ -308,10 +308,8 @@ class ComparisonRun(CheckRun[CS, CT]):
             turns=turns,
             first_divergent_turn=first_divergent_turn(turns),
             faults=faults + result.faults,
-            degenerate=DegenerateScan(
-                result.degenerate.generations + len(readings),
-                [r.degenerate for r in readings if r.degenerate is not None]
-                + result.degenerate.found,
+            degenerate=DegenerateScan.merged(
+                [DegenerateScan.of([r.degenerate for r in readings]), result.degenerate]
             ),
         )
 

@@ -1,0 +1,209 @@
+"""cache-parity on mlx_lm.server and vllm-mlx: servers with no way around their cache, so each
+prompt's reference is its first request (``reference_kind: first-request``). Two
+conversations of the bundled ``multi-turn`` suite (mt001 given turns, mt015 ``generate``
+turns) and two single-turn prompts go as chat messages, rendered by the server with the
+realistic Qwen2's own template. Faithful servers pass every scenario they can set up; a
+faulty proxy that alters a repeated request fails the check naming the scenario.
+
+Measured (mlx-lm 0.32.2's mlx_lm.server; vllm-mlx 0.6.0 with its pinned mlx-lm 0.31.3):
+
+- mlx_lm.server reports ``usage.prompt_tokens_details.cached_tokens`` on every answer. Its
+  LRU prompt cache keeps 10 prompts by default, so the reference's own entry would serve
+  every later scenario whole; started with ``--prompt-cache-size 1`` each scenario is served
+  from the state it sets up (a later turn from the earlier turns, the prompt after a sibling
+  from their shared prefix), and any other prompt evicts it: eviction is exercised.
+- vllm-mlx's ``usage`` has no cached tokens (hits ``unreported``); its simple engine reuses
+  a system turn's KV state on streamed chat requests (the backend's cached path streams),
+  counted server-wide in ``/v1/cache/stats``. One request at a time: ``concurrent`` is not
+  exercised; ``--continuous-batching`` never stores into its prefix cache on this mlx-lm.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.faulty_proxy import Fault, FaultyProxy
+from tests.integration.conftest import _running_with_env
+from tests.integration.test_cache_parity_servers import conversation_suite, records, scenarios
+from tests.plugin.conftest import INI
+
+COMPARED = ("shared-prefix", "exact-repeat", "multi-turn")
+
+
+@pytest.fixture(scope="module")
+def qwen2_mlx_server(
+    realistic_qwen2: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """mlx_lm.server on the realistic Qwen2 folder (``model`` in requests is the served
+    path) holding one prompt in its cache (``--prompt-cache-size 1``), started here so a
+    faulty proxy can stand in front of it."""
+    workdir = tmp_path_factory.mktemp("qwen2-mlx-server")
+    hub = workdir / "hub"
+    hub.mkdir()
+
+    def command(port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        model = ["--model", str(realistic_qwen2.path), "--prompt-cache-size", "1"]
+        return [sys.executable, "-m", "mlx_lm", "server", *model, *host]
+
+    with _running_with_env("mlx_lm.server", command, workdir, {"HF_HUB_CACHE": str(hub)}) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def qwen2_vllm_mlx(
+    vllm_mlx_bin: Path, realistic_qwen2: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """vllm-mlx's simple engine on the realistic Qwen2 folder (concurrent requests wait for
+    the lock), started here so a faulty proxy can stand in front of it."""
+    workdir = tmp_path_factory.mktemp("qwen2-vllm-mlx")
+    hub = workdir / "hub"
+    hub.mkdir()
+
+    def command(port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        return [str(vllm_mlx_bin), "serve", str(realistic_qwen2.path), *host]
+
+    env = {"HF_HUB_CACHE": str(hub), "VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION": "wait"}
+    with _running_with_env("vllm-mlx", command, workdir, env) as url:
+        yield url
+
+
+def run(
+    pytester: pytest.Pytester,
+    url: str,
+    kind: str,
+    model: Any,
+    suite: str,
+    options: str = "",
+    backend: str = "",
+) -> Any:
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(".jsonl", conv=suite)
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"models:\n  q: {{path: '{model.path}'}}\n"
+        f"backends:\n  srv: {{kind: {kind}, url: '{url}', chat: true{backend}}}\n"
+        f"suites: [conv.jsonl]\nchecks:\n  - cache-parity: {{target: q@srv{options}}}\n"
+        "    logprob_tolerance: 0.0\n",
+    )
+    return pytester.runpytest_subprocess(
+        "-q", "-p", "no:cacheprovider", "--infercheck-results=results.json", "-rA"
+    )
+
+
+SUITE = conversation_suite(["mt001", "mt015"], singles=2)
+NAMES = ("mt001", "mt015", "single0", "single1")
+MLX_SERVER = ", logprobs: false"
+"""mlx_lm.server's top-k logprobs are unsorted and their chosen entry is not the generated
+token (tests/integration/test_mlx_server_logprobs.py): a finding of its own that would fail
+every item here, so its outputs are compared by text."""
+EVICTION = ", eviction_tokens: 256"
+"""One cached prompt (``--prompt-cache-size 1``): any other prompt evicts it; 256 tokens
+makes the check send a few prompts of each conversation's length."""
+
+
+def test_mlx_lm_server_cache_is_identical_to_the_first_request(
+    pytester: pytest.Pytester, qwen2_mlx_server: str, realistic_qwen2: Any
+) -> None:
+    """Every scenario equals the first request, with the hits the server reports."""
+    result = run(pytester, qwen2_mlx_server, "openai", realistic_qwen2, SUITE, EVICTION, MLX_SERVER)
+    result.assert_outcomes(passed=5)
+    items = records(pytester)
+    for name in NAMES:
+        assert items[name]["reference_kind"] == "first-request", name
+        s = scenarios(items[name])
+        compared = [r for r in s.values() if r["exercised"]]
+        assert all(r["match"] and r["hit"] == "hit" for r in compared), name
+        assert s["concurrent"]["exercised"], name
+    # mt001's first request is its first sight (0 cached); mt015's turns were generated
+    # through the server first, so its "first request" reuses them (the item says so).
+    assert items["mt001"]["reference_cached_tokens"] == 0
+    assert items["mt015"]["reference_cached_tokens"] == 123
+    cached = {n: {k: r["cached_tokens"] for k, r in scenarios(items[n]).items()} for n in NAMES}
+    # mt001 is 113 prompt tokens: the exact repeat reuses all but the last; the later turn
+    # reuses [system, user 1] (49, as llama-server's slot), the sibling 3/4 of the text.
+    assert cached["mt001"] == {
+        "shared-prefix": 102,
+        "exact-repeat": 112,
+        "multi-turn": 49,
+        "eviction": 5,
+        "concurrent": 112,
+    }
+    assert cached["mt015"]["multi-turn"] == 123  # turns 1-4, their generated answer kept
+    # After prompts of their length (sized from the text: chat messages carry no ids), only
+    # "<|im_start|>system\nYou are a" is still shared (5 cached): the prefix was pushed out,
+    # and the output is still identical.
+    for name, note in (("mt001", "4 prompts of 67"), ("mt015", "2 prompts of 156")):
+        eviction = scenarios(items[name])["eviction"]
+        assert eviction["note"] == f"after {note} tokens (capacity 256)"
+        assert eviction["cached_tokens"] == 5
+    # A single prompt of 3-4 tokens would need 65-86 fillers: not exercised, and says so.
+    assert "max_eviction_prompts" in scenarios(items["single0"])["eviction"]["note"]
+
+
+def system_hits(url: str) -> int:
+    """vllm-mlx's server-wide count of system-prompt KV cache hits (``/v1/cache/stats``)."""
+    stats = httpx.get(f"{url}/v1/cache/stats", timeout=10).json()
+    hits: int = stats["engine_cache"]["system_kv_cache"]["counters"]["hits"]
+    return hits
+
+
+def test_vllm_mlx_cache_is_identical_to_the_first_request(
+    pytester: pytest.Pytester, qwen2_vllm_mlx: str, realistic_qwen2: Any
+) -> None:
+    """Every scenario it can set up equals the first request; the hits are unreported per
+    request, and the server's own counter shows the cache was used."""
+    before = system_hits(qwen2_vllm_mlx)
+    result = run(pytester, qwen2_vllm_mlx, "vllm-mlx", realistic_qwen2, SUITE)
+    result.assert_outcomes(passed=5)
+    items = records(pytester)
+    for name in NAMES:
+        assert items[name]["reference_kind"] == "first-request", name
+        s = scenarios(items[name])
+        assert [k for k, r in s.items() if r["exercised"]] == list(COMPARED), name
+        assert all(s[k]["match"] and s[k]["hit"] == "unreported" for k in COMPARED), name
+        assert s["concurrent"]["note"] == "the backend takes one request at a time"
+        assert "capacity is not known" in s["eviction"]["note"]
+    result.stdout.fnmatch_lines(["*cache-parity(q)*4/4*first-request*0*8*PASS*"])
+    # 5 hits per conversation with a system turn (shared-prefix 2, exact-repeat 1, multi-turn
+    # 2; its reference stored it); the single prompts have none (Qwen's default system turn
+    # comes from the template, not the messages).
+    assert system_hits(qwen2_vllm_mlx) - before == 10
+
+
+def assert_repeat_fault_fails_shared_prefix(
+    pytester: pytest.Pytester, url: str, kind: str, model: Any, backend: str = ""
+) -> None:
+    """The proxy alters the second request for mt001: after its first request (the
+    reference) that is shared-prefix's, which fails; the exact repeat (3rd) stays identical."""
+    suite = conversation_suite(["mt001"])
+    options = ", scenarios: [shared-prefix, exact-repeat]"
+    with FaultyProxy(url, Fault(perturb_repeat=True)) as proxy:
+        result = run(pytester, proxy.url, kind, model, suite, options, backend)
+    assert proxy.altered == 1
+    result.assert_outcomes(passed=0, failed=2)
+    s = scenarios(records(pytester)["mt001"])
+    assert s["shared-prefix"]["match"] is False
+    assert s["exact-repeat"]["match"] is True
+    result.stdout.fnmatch_lines(["*shared-prefix: output differs from the reference, *"])
+
+
+def test_mlx_lm_server_cache_that_changes_a_repeat_fails_naming_the_scenario(
+    pytester: pytest.Pytester, qwen2_mlx_server: str, realistic_qwen2: Any
+) -> None:
+    assert_repeat_fault_fails_shared_prefix(
+        pytester, qwen2_mlx_server, "openai", realistic_qwen2, MLX_SERVER
+    )
+
+
+def test_vllm_mlx_cache_that_changes_a_repeat_fails_naming_the_scenario(
+    pytester: pytest.Pytester, qwen2_vllm_mlx: str, realistic_qwen2: Any
+) -> None:
+    assert_repeat_fault_fails_shared_prefix(pytester, qwen2_vllm_mlx, "vllm-mlx", realistic_qwen2)
