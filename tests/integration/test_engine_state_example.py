@@ -5,8 +5,8 @@ llama-server and on vLLM, and ``expect: identical`` speculative decoding, mlx-lm
 with a draft model (8 addition prompts) and vLLM's ngram proposer (3 prompts), every item
 passing with real cache hits and real drafts. The example starts its own servers by their
 ``serve:`` commands: llama-server and two vLLMs (plain, shared by cache-parity and the plain
-side of the ngram diff; and ngram), each stopped after its last item. Wall time: 140-210 s
-on 2 shared cores, two vLLM starts (about 60 s each) included."""
+side of the ngram diff; and ngram), each stopped after its last item. Wall time: 79-208 s
+on 2 shared cores (four runs), mostly the two vLLM starts."""
 
 from __future__ import annotations
 
