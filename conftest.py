@@ -29,10 +29,23 @@ def _make_models_module() -> ModuleType:
 
 
 @pytest.fixture(scope="session")
-def tiny_models() -> dict[str, Path]:
-    """The trained tiny adder in bf16 and its 8-bit and 4-bit quantizations."""
+def _adder_folders() -> dict[str, Path]:
+    """Every folder ``make_models.py`` writes: the adder's levels and its draft model."""
     paths: dict[str, Path] = _make_models_module().make_variants(MODELS_CACHE / "adder")
     return paths
+
+
+@pytest.fixture(scope="session")
+def tiny_models(_adder_folders: dict[str, Path]) -> dict[str, Path]:
+    """The trained tiny adder in bf16 and its 8-bit and 4-bit quantizations (the models a
+    test matrix lists: ``bf16``, ``q8``, ``q4``)."""
+    return {level: _adder_folders[level] for level in ("bf16", "q8", "q4")}
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(_adder_folders: dict[str, Path]) -> Path:
+    """The adder's draft model (``tiny-draft``: its first layer, same tokenizer)."""
+    return _adder_folders["draft"]
 
 
 @pytest.fixture(scope="session")

@@ -81,11 +81,11 @@ def tiny_gguf(tiny_models: dict[str, Path]) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_draft_gguf(tiny_models: dict[str, Path]) -> Path:
+def tiny_draft_gguf(tiny_draft: Path) -> Path:
     """The adder's draft model (``tiny-draft``: its first layer, same tokenizer) as an f32
     GGUF, for llama-server's ``-md``."""
     out: Path = load_example("make_gguf").make_gguf(
-        tiny_models["draft"], MODELS_CACHE / "gguf" / "tiny-draft-f32.gguf"
+        tiny_draft, MODELS_CACHE / "gguf" / "tiny-draft-f32.gguf"
     )
     return out
 

@@ -47,11 +47,11 @@ def _run(
 
 
 def test_draft_model_is_identical_and_drafts(
-    pytester: pytest.Pytester, tiny_models: dict[str, Path]
+    pytester: pytest.Pytester, tiny_models: dict[str, Path], tiny_draft: Path
 ) -> None:
     """``expect: identical`` with ``require_engaged``: every item identical, and each one's
     ``feature_activity`` counts drafted and accepted tokens from mlx-lm's ``from_draft``."""
-    draft = tiny_models["draft"]
+    draft = tiny_draft
     backends = (
         "  plain: {kind: mlx-lm}\n"
         f"  spec: {{kind: mlx-lm, draft_model: '{draft}', num_draft_tokens: 3}}\n"
@@ -74,12 +74,12 @@ def test_draft_model_is_identical_and_drafts(
 
 
 def test_a_draft_that_drafts_nothing_is_unexercised(
-    pytester: pytest.Pytester, tiny_models: dict[str, Path]
+    pytester: pytest.Pytester, tiny_models: dict[str, Path], tiny_draft: Path
 ) -> None:
     """``num_draft_tokens: 0``: the draft model is loaded and never used. The outputs are
     identical, so ``expect: identical`` alone passes with a warning per item; with
     ``require_engaged: true`` every item fails."""
-    draft = tiny_models["draft"]
+    draft = tiny_draft
     backends = (
         "  plain: {kind: mlx-lm}\n"
         f"  idle: {{kind: mlx-lm, draft_model: '{draft}', num_draft_tokens: 0}}\n"
@@ -132,7 +132,9 @@ def test_kv_bits_4_breaks_a_tight_budget_and_8_keeps_a_loose_one(
     assert bits == {4, 8}
 
 
-def test_every_path_applies_kv_bits_and_the_draft(tiny_models: dict[str, Path]) -> None:
+def test_every_path_applies_kv_bits_and_the_draft(
+    tiny_models: dict[str, Path], tiny_draft: Path
+) -> None:
     """A backend with ``kv_bits`` never goes through a plain cache: its generation, its
     batch and its teacher-forced scores all differ from the plain backend's and equal mlx-lm's
     own quantized-cache numbers (float32 weights, so each score row is the generation's row
@@ -161,7 +163,7 @@ def test_every_path_applies_kv_bits_and_the_draft(tiny_models: dict[str, Path]) 
     assert kv.stepper() is None and plain.stepper() is not None
 
     spec = MlxLmBackend(
-        "spec", MlxModelSpec(str(bf16)), options=MlxLmOptions(draft_model=str(tiny_models["draft"]))
+        "spec", MlxModelSpec(str(bf16)), options=MlxLmOptions(draft_model=str(tiny_draft))
     )
     (drafted,) = spec.generate_batch_sync([prompt], params)
     assert not isinstance(drafted, BaseException) and drafted.activity is not None

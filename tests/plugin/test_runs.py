@@ -250,6 +250,7 @@ def test_a_diff_without_thresholds_fails_the_items_whose_outputs_differ(
     assert items["aggregate"]["thresholds"] == {
         "flips": {"fail_item_on": "correct_to_wrong", "confidence": 0.95, "gate": "upper"},
         "expect": "identical",
+        "require_engaged": False,
         "tie_margin": 0.01,
         "fail_on": "any",
     }
