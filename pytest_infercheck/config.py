@@ -591,11 +591,16 @@ def load_matrix(path: Path) -> LoadedMatrix:
             source.error(("checks", i, key), why) for key, why in unused_thresholds(check, raw)
         ]
         try:
-            check.kind_thresholds()
+            thresholds = check.kind_thresholds()
         except ValidationError as exc:  # a value the kind's own model refuses
             errors += [
                 source.error(*_error_message(source.data, e, ("checks", i))) for e in exc.errors()
             ]
+        else:
+            if getattr(thresholds, "require_engaged", False) and not _declares_a_feature(
+                matrix, check
+            ):
+                errors.append(source.error(("checks", i, "require_engaged"), NOTHING_TO_ENGAGE))
         baseline = check.baseline_side(i)
         for side in [baseline, *check.test_sides(i)]:
             try:
@@ -628,6 +633,22 @@ def _error_message(
         if users and len(kinds) == 1:
             return loc, not_used(kinds[0], str(loc[-1]), users)
     return loc, unknown_key_message(loc)
+
+
+NOTHING_TO_ENGAGE = (
+    "true, but none of the check's backends declares a feature (mlx-lm "
+    "draft_model/kv_bits, or a serve command's --speculative-config, --kv-cache-dtype, -md, "
+    "-ctk/-ctv): the gate would never apply"
+)
+
+
+def _declares_a_feature(matrix: MatrixFields, check: CheckEntry) -> bool:
+    """Whether a backend of ``check`` (a diff's ``backends``) turns on a feature whose
+    engagement ``require_engaged`` can judge (:func:`.features.declared_features`)."""
+    from .features import declared_features
+
+    names = getattr(check.spec, "backends", [])
+    return any(declared_features(matrix.backends[n]) for n in names if n in matrix.backends)
 
 
 def check_rate_gates(loaded: LoadedMatrix, check: CheckSpec, index: int, suite: Suite) -> None:

@@ -264,3 +264,25 @@ def test_a_missing_draft_model_fails_the_backend_naming_the_folder(
     prompt = asyncio.run(backend.render("1+2=", None, False))
     with pytest.raises(BackendError, match=f"could not load '{missing}'"):
         asyncio.run(backend.generate(prompt, GenerationParams(max_tokens=4)))
+
+
+def test_require_engaged_with_no_declared_feature_is_an_error_at_its_line(tmp_path: Path) -> None:
+    """A gate that would never apply: neither backend of the diff turns on a feature, so
+    ``require_engaged: true`` could judge nothing. With a draft model on one side it loads."""
+    from pytest_infercheck.config import NOTHING_TO_ENGAGE
+
+    (tmp_path / "draft").mkdir()
+    path = tmp_path / "infercheck.yaml"
+    head = f"models:\n  m: {{path: {tmp_path}}}\nbackends:\n  a: {{kind: mlx-lm}}\n"
+    tail = (
+        "suites: [reasoning]\nchecks:\n  - diff: {model: m, backends: [a, b]}\n"
+        "    require_engaged: true\n"  # line 9
+    )
+    path.write_text(head + "  b: {kind: mlx-lm}\n" + tail)
+    with pytest.raises(SourceError) as info:
+        load_matrix(path)
+    assert [f"{e.line}: {e.reason}" for e in info.value.each()] == [
+        f"9: checks[0].require_engaged: {NOTHING_TO_ENGAGE}"
+    ]
+    path.write_text(head + "  b: {kind: mlx-lm, draft_model: draft}\n" + tail)
+    assert load_matrix(path).matrix.checks[0].kind_thresholds().require_engaged  # type: ignore[attr-defined]
