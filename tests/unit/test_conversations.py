@@ -303,3 +303,52 @@ def _fixed(generation: Generation) -> Any:
     from tests.unit.comparison_fakes import FakeBackend
 
     return FakeBackend("fixed", generation)
+
+
+class BrokenTurnBackend(TurnBackend):
+    """Answers turn 1 (the first generated turn) with ``broken``; the others as given."""
+
+    def __init__(self, name: str, answers: dict[int, str], broken: Generation) -> None:
+        super().__init__(name, answers)
+        self.broken = broken
+
+    async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        if prompt.text.count("user:") == 1:
+            self.generated += 1
+            return self.broken
+        return await super().generate(prompt, params)
+
+
+@pytest.mark.parametrize(
+    ("broken", "named"),
+    [
+        (
+            stopped("", None),
+            "empty generation: the test output of turn 2 generated no characters while",
+        ),
+        (
+            stopped("a1", None, chosen_logprobs=[float("nan")]),
+            "non-finite logprob in the test output of turn 2",
+        ),
+    ],
+    ids=["empty", "nan"],
+)
+def test_an_empty_or_non_finite_earlier_turn_fails_the_item_naming_it(
+    tmp_path: Path, broken: Generation, named: str
+) -> None:
+    """Fail closed on an earlier turn as on the final one, whatever the gates: an empty
+    output against a non-empty one, and a NaN logprob, are faults of the item naming turn 2
+    (here under ``expect: budget`` with no threshold, where nothing else would fail it)."""
+    (prompt,) = conversation_prompt(tmp_path, TURNS).prompts
+    base = TurnBackend("base", {1: "a1", 2: "a2", 3: "a3"})
+    test = BrokenTurnBackend("test", {1: "a1", 2: "a2", 3: "a3"}, broken)
+    baseline = ResolvedTarget("base@x", ("base",), base)
+    other = ResolvedTarget("test@x", ("test",), test)
+    cache = GenerationCache()
+    params = GenerationParams(max_tokens=4)
+    try:
+        conv = cache.conversation(baseline, prompt, False, params)
+        _, faults, _ = compare_turns(cache, baseline, other, prompt, conv, params, False)
+    finally:
+        cache.close()
+    assert len(faults) == 1 and faults[0].startswith(named), faults

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ...conversation import history
-from ...metrics.consistency import Reading, read_generation
+from ...metrics.consistency import Reading, empty_fault, read_generation
 from .inputs import decide_inputs
 
 if TYPE_CHECKING:
@@ -73,7 +73,8 @@ def compare_turns(
     answer: given turns as they are, each generated turn compared (the test side generates
     it from the baseline's history, with the inputs :func:`.inputs.decide_inputs` gives both
     sides for that history). Returns the turns, the generation faults of the generated
-    turns' outputs, named by turn, and each of those outputs' reading (the one reading of
+    turns' outputs, named by turn (an empty output against a non-empty one among them, as
+    for the final turn, whatever the gates), and each of those outputs' reading (the one reading of
     every generation, :func:`~pytest_infercheck.metrics.consistency.read_generation`: its
     faults and its degenerate finding)."""
     from .prompt import outputs_verdict  # prompt.py's record holds this module's turns
@@ -109,6 +110,14 @@ def compare_turns(
             reading = read_generation(f"the {where} output of turn {index}", generation)
             readings.append(reading)
             faults.extend(f.text for f in reading.faults)
+        empty = empty_fault(
+            (base.text, base.token_ids, base.finish_reason),
+            (other.text, other.token_ids, other.finish_reason),
+            a_name=f"the baseline output of turn {index}",
+            b_name=f"the test output of turn {index}",
+        )
+        if empty is not None:
+            faults.append(empty.text)
     return turns, faults, readings
 
 
