@@ -302,7 +302,8 @@ def scenario_violations(
     """Why one scenario fails: its request failing, its faults, an output that differs from
     the reference (named ``truncated`` when it is a strict prefix; not under ``fail_on:
     decisive`` at a near-tie), logprobs beyond ``logprob_tolerance`` (or NaN), and with
-    ``require_hits`` no cache hit where one was expected."""
+    ``require_hits`` no cache hit where one was expected, or no hit count at all (a gate
+    that cannot be judged fails rather than passes)."""
     if not result.exercised:
         return []
     name = result.scenario
@@ -333,6 +334,11 @@ def scenario_violations(
         )
     if thresholds.require_hits and name in EXPECTS_HIT and result.hit == "no-hit":
         violations.append(f"{name}: no cache hit (0 cached tokens): the cache was not exercised")
+    if thresholds.require_hits and name in EXPECTS_HIT and result.hit == "unreported":
+        violations.append(
+            f"{name}: the engine reports no cached tokens, so require_hits cannot be judged "
+            "(remove it for this target, or enable its per-request cache accounting)"
+        )
     return violations
 
 

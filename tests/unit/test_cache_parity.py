@@ -166,3 +166,15 @@ def test_every_generation_a_scenario_reads_is_scanned_for_degenerate_output() ->
     assert (own.degenerate.generations, own.degenerate.found) == (2, [])
     failed = compare_scenario("eviction", REF, RuntimeError("gone"), tie_margin=0.01)
     assert (failed.degenerate.generations, failed.degenerate.found) == (0, [])
+
+
+def test_require_hits_on_an_engine_that_reports_none_fails_instead_of_passing() -> None:
+    """``require_hits`` where the engine sends no cached-token count (vllm-mlx): a gate that
+    cannot be judged fails its scenario; without the gate the scenario passes, unreported."""
+    r = compare_scenario(
+        "exact-repeat", REF, out([55, 57, 2], "46", [-0.1, -0.2, -0.3], None), tie_margin=0.01
+    )
+    assert r.hit == "unreported" and r.match
+    assert prompt_violations(record([r]), CacheParityThresholds()) == []
+    [v] = prompt_violations(record([r]), CacheParityThresholds(require_hits=True))
+    assert v.startswith("exact-repeat: the engine reports no cached tokens, so require_hits")
