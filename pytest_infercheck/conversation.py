@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from .backends.base import Generation, PromptInput
+from .tools import ToolCall
 
 if TYPE_CHECKING:
     from .suites import Prompt
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 Message = tuple[str, str]
 """A concrete turn as backends receive it: ``(role, content)``."""
 
@@ -37,6 +38,10 @@ class Turn:
 
     role: Role
     content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    """An assistant turn's calls of the prompt's tools (its ``content`` may then be empty)."""
+    name: str | None = None
+    """A ``tool`` turn: the function whose result its ``content`` is."""
 
     @property
     def generated(self) -> bool:

@@ -42,7 +42,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -62,6 +62,7 @@ from pydantic import (
 
 from .conversation import Turn
 from .metrics.answers import parse_reference
+from .tools import Tool
 from .yamlpos import SourceError, load_positioned
 
 __all__ = [
@@ -128,6 +129,12 @@ class Prompt:
     messages: tuple[Turn, ...] | None = None
     """The conversation's turns (see :mod:`.conversation`); None: a single-turn ``prompt``
     (``text`` and ``system``). Of a conversation, ``text`` is the last user turn's."""
+    tools: tuple[Tool, ...] = ()
+    """The functions offered to the model (:mod:`.tools`); empty: none."""
+    tool_choice: str | Mapping[str, Any] | None = None
+    """OpenAI ``tool_choice`` (``auto``, ``none``, ``required`` or a named function)."""
+    response_format: Mapping[str, Any] | None = None
+    """A JSON schema the answer's content must follow (constrained decoding)."""
 
 
 @dataclass(frozen=True)
