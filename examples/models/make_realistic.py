@@ -30,8 +30,13 @@ Vocabularies and their defaults (:data:`VOCABS`):
 - ``qwen35``: Qwen3 architecture (q/k RMS norms), the Qwen3 template (``enable_thinking``),
   Qwen3's 26 added tokens (ids 151643-151668, with ``<think>`` = 151667).
 - ``llama-bpe``: Llama architecture, the Llama 3.1 template (it starts with
-  ``{{ bos_token }}``), ids 128000-128255 special, BOS ``<|begin_of_text|>`` added by the
-  tokenizer's post-processor (as Llama 3's ``tokenizer.json`` does).
+  ``{{ bos_token }}``; tool calls use ``<|python_tag|>`` and ``<|eom_id|>``), ids
+  128000-128255 special under Llama 3.1's names (``realistic/llama31-special-tokens.json``,
+  with its source: the vocab GGUF is Llama 3's, whose ``<|reserved_special_token_4|>`` is
+  3.1's ``<|eom_id|>`` and so on), BOS ``<|begin_of_text|>`` added by the tokenizer's
+  post-processor (as Llama 3's ``tokenizer.json`` does), EOS ``<|eot_id|>`` and, in
+  ``config.json`` and ``generation_config.json``, Llama 3.1 Instruct's end ids
+  ``[128001, 128008, 128009]`` (the ones llama.cpp ends generation on by their spelling).
 
 Rules of the tokenizer build (``tokenizers`` only, no torch; it reproduces llama.cpp's test
 vectors, see ``tests/unit/test_realistic_tokenizers.py``):
@@ -45,7 +50,8 @@ vectors, see ``tests/unit/test_realistic_tokenizers.py``):
   property of the two tokenizers, not a bug); none for qwen35 (its regex keeps marks with
   letters, and llama.cpp's vectors for it are not normalized) and Llama 3.
 - Added tokens at their real ids (``realistic/qwen-added-tokens.json``, with its source, for
-  Qwen; the GGUF's CONTROL tokens for Llama 3). The Qwen vocab GGUFs predate Qwen 2.5:
+  Qwen; the GGUF's CONTROL tokens, renamed to Llama 3.1's special tokens, for Llama 3: the
+  GGUF written here carries the new names too). The Qwen vocab GGUFs predate Qwen 2.5:
   their ids 151646+ are ``[PADn]``; those are left out of the HF vocabulary, and the GGUF
   written here marks the ids no added token uses UNUSED, the added ones CONTROL when special
   or spelled ``<|...|>`` and USER_DEFINED otherwise (the rule of llama.cpp's
@@ -96,6 +102,9 @@ from tokenizers import (
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "realistic"
+SPECIAL_NAMES = {"llama-bpe": "llama31-special-tokens.json"}
+"""Vocabularies whose GGUF CONTROL tokens are renamed, and the data file with the names (by
+id), the source and the model's end ids (``eos_token_id``)."""
 CACHE = Path(os.environ.get("INFERCHECK_CACHE") or Path.home() / ".cache" / "pytest-infercheck")
 SDIST_VERSION = os.environ.get("INFERCHECK_LLAMA_CPP_PYTHON_VERSION", "0.3.36")
 MAKER_VERSION = 2
@@ -303,6 +312,33 @@ def _qwen_added(last_id: int) -> list[tuple[int, str, bool]]:
     ]
 
 
+def special_names(vocab: str) -> dict[int, str]:
+    """``{id: content}`` of the special tokens that replace ``vocab``'s GGUF CONTROL tokens
+    (:data:`SPECIAL_NAMES`; empty for a vocabulary that keeps its own): the data file's
+    named tokens, then its numbered ``reserved`` fill up to the last id."""
+    if vocab not in SPECIAL_NAMES:
+        return {}
+    data = json.loads((DATA / SPECIAL_NAMES[vocab]).read_text())
+    names = {int(t["id"]): str(t["content"]) for t in data["tokens"]}
+    fill = data["reserved"]
+    first, last, index = int(fill["first_id"]), int(fill["last_id"]), int(fill["first_index"])
+    for i in range(first, last + 1):
+        names[i] = str(fill["content"]).format(index=index + i - first)
+    return names
+
+
+def eos_ids(vocab: str, eos_id: int) -> list[int]:
+    """The ids ``config.json`` and ``generation_config.json`` end generation on: the data
+    file's ``eos_token_id`` (Llama 3.1 Instruct's three) or the tokenizer's EOS alone. The
+    GGUF keeps the one EOS: llama.cpp adds the others by their spelling."""
+    if vocab not in SPECIAL_NAMES:
+        return [eos_id]
+    ids = [int(i) for i in json.loads((DATA / SPECIAL_NAMES[vocab]).read_text())["eos_token_id"]]
+    if eos_id not in ids:
+        raise ValueError(f"{vocab}: the EOS {eos_id} is not among the end ids {ids}")
+    return ids
+
+
 def _looks_special(token: str) -> bool:
     """llama.cpp's converter treats an added token spelled ``<|...|>`` as CONTROL."""
     return token.startswith("<|") and token.endswith("|>")
@@ -318,9 +354,19 @@ def _read_vocab(vocab: str) -> Vocab:
     merges = list(reader.fields["tokenizer.ggml.merges"].contents())
     pre = str(reader.fields["tokenizer.ggml.pre"].contents())
     if spec.added_last_id is None:
-        added = [
-            (i, tok, True) for i, tok in enumerate(tokens) if types[i] == gguf.TokenType.CONTROL
-        ]
+        control = [i for i, t in enumerate(types) if t == gguf.TokenType.CONTROL]
+        names = special_names(vocab)
+        if names:
+            if sorted(names) != control:
+                raise ValueError(f"{vocab}: the special names do not cover the CONTROL ids")
+            kept = [i for i in control if tokens[i] == names[i]]
+            for i in control:
+                tokens[i] = names[i]
+            # The tokens both generations name alike must not move: a check on the data file.
+            for must in ("<|begin_of_text|>", "<|start_header_id|>", "<|eot_id|>"):
+                if not any(tokens[i] == must for i in kept):
+                    raise ValueError(f"{vocab}: {must} is not where the vocab GGUF has it")
+        added = [(i, tokens[i], True) for i in control]
     else:
         added = _qwen_added(spec.added_last_id)
         for i in range(len(tokens)):
@@ -384,6 +430,8 @@ def _tokenizer_key(vocab: str) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([MAKER_VERSION, SDIST_VERSION, vocab, repr(VOCABS[vocab])]).encode())
     h.update((DATA / "qwen-added-tokens.json").read_bytes())
+    if vocab in SPECIAL_NAMES:  # only then: the other vocabularies' caches stay valid
+        h.update((DATA / SPECIAL_NAMES[vocab]).read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -429,8 +477,11 @@ def _gguf_vocab(vocab: str) -> Vocab:
 # --------------------------------------------------------------------------- weights
 
 
-def model_config(vocab: str, vocab_size: int, bos_id: int | None, eos_id: int) -> dict[str, Any]:
-    """``config.json`` of the tiny model: hidden 64, 2 layers, 2 heads of 32 (1 KV), float32."""
+def model_config(
+    vocab: str, vocab_size: int, bos_id: int | None, eos_id: int | list[int]
+) -> dict[str, Any]:
+    """``config.json`` of the tiny model: hidden 64, 2 layers, 2 heads of 32 (1 KV), float32;
+    ``eos_id`` one id or the list of end ids (:func:`eos_ids`)."""
     spec = VOCABS[vocab]
     arch_name = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
     config: dict[str, Any] = {
@@ -604,6 +655,8 @@ class Realistic:
     bos_id: int | None
     eos_id: int
     vocab_size: int
+    eos_ids: tuple[int, ...]
+    """The end ids of ``config.json``/``generation_config.json`` (:func:`eos_ids`)."""
 
 
 def _tokenizer_config(
@@ -662,9 +715,19 @@ def make_realistic(
     bos_id = tok.token_to_id(spec.bos) if spec.bos else None
     eos_id = tok.token_to_id(spec.eos)
     pad_id = tok.token_to_id(spec.pad) if spec.pad else None
+    ends = eos_ids(vocab, eos_id)
     result = Realistic(
-        out_dir, out_dir / GGUF_NAME, vocab, spec.arch, template_name, bos_id, eos_id, vocab_size
+        out_dir,
+        out_dir / GGUF_NAME,
+        vocab,
+        spec.arch,
+        template_name,
+        bos_id,
+        eos_id,
+        vocab_size,
+        tuple(ends),
     )
+    config_eos: int | list[int] = ends if len(ends) > 1 else eos_id
     stamp = {
         "maker_version": MAKER_VERSION,
         "gguf_version": _make_gguf._dist_version("gguf"),
@@ -677,7 +740,7 @@ def make_realistic(
 
     def build(work: Path) -> None:
         work.mkdir(parents=True)
-        config = model_config(vocab, vocab_size, bos_id, eos_id)
+        config = model_config(vocab, vocab_size, bos_id, config_eos)
         tensors = random_weights(config, int(seed))
         _save_safetensors(work / "model.safetensors", tensors)
         (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -687,7 +750,7 @@ def make_realistic(
             json.dumps(config_json, indent=2, ensure_ascii=False) + "\n"
         )
         (work / "generation_config.json").write_text(
-            json.dumps({"bos_token_id": bos_id, "eos_token_id": eos_id}, indent=2) + "\n"
+            json.dumps({"bos_token_id": bos_id, "eos_token_id": config_eos}, indent=2) + "\n"
         )
         (work / "gguf").mkdir()
         write_gguf(work / GGUF_NAME, vocab, config, tensors, chat_template, bos_id, eos_id, pad_id)
