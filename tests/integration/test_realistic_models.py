@@ -13,6 +13,10 @@ engines: what the byte-level tiny models cannot show.
   ``chat_template_kwargs``: a vllm-mlx 0.6.0 bug pinned here) and mlx_lm.server.
 - BOS with the Llama 3 tokenizer: exactly one ``<|begin_of_text|>`` in the ids each backend
   sends (``/apply-template`` drops the template's BOS; the backend's render adds it back).
+- Llama 3.1's special tokens in the realistic Llama 3: a tool conversation rendered by mlx-lm's
+  tokenizer (``<|python_tag|>``, ``<|eom_id|>``, headers, turns) tokenizes on llama-server to
+  the same ids, each special token one id at Llama 3.1's id; both end generation on Llama
+  3.1 Instruct's end ids (128001, 128008, 128009) and on no other special token.
 - Text that spells special tokens is parsed as the special token by both tokenizers.
 - Teacher-forced KL at V = 151,936 through the plugin: the model against itself (0) and
   against its 8-bit quantization (finite, positive, rows normalised).
@@ -41,6 +45,12 @@ from pytest_infercheck.backends.llama_server import LlamaServerBackend
 from pytest_infercheck.backends.mlx_lm import MlxLmBackend, MlxModelSpec
 from pytest_infercheck.suites import Prompt, load_suite
 from tests.plugin.conftest import INI
+from tests.unit.test_realistic_tokenizers import (
+    LLAMA31_END_IDS,
+    LLAMA31_SPECIAL,
+    expected_special_ids,
+    render_tool_conversation,
+)
 
 T = TypeVar("T")
 
@@ -374,6 +384,62 @@ def test_llama3_prompts_carry_exactly_one_bos(
         assert text.startswith("<|begin_of_text|>"), name
         assert text.count("<|begin_of_text|>") == 1, name
     assert accepts_raw  # the raw render's text tokenizes to its ids on the server
+
+
+def test_llama31_tool_conversation_tokenizes_alike_with_one_id_per_special_token(
+    realistic_llama3: Any, realistic_llama3_llama: str
+) -> None:
+    """The Llama 3.1 template on a conversation with a custom and a built-in tool call and
+    their results, rendered by mlx-lm's tokenizer of the model folder: its ids hold each
+    special token as one id at Llama 3.1's id (``<|python_tag|>`` 128010, ``<|eom_id|>``
+    128008, ...), and llama-server's ``/tokenize`` (``parse_special``) of the text gives the
+    same ids; ``/detokenize`` spells the special ids by Llama 3.1's names."""
+    tokenizer = in_process(realistic_llama3)._loaded.tokenizer
+    text = render_tool_conversation(tokenizer)
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    assert "<|python_tag|>" in text and "<|eom_id|>" in text
+    assert [i for i in ids if i >= BEGIN_OF_TEXT] == expected_special_ids(text)
+    names = sorted(LLAMA31_SPECIAL.items(), key=lambda item: item[1])
+
+    async def server(llama: LlamaServerBackend) -> tuple[list[int], list[str]]:
+        spelled = [await llama.detokenize([i]) for _, i in names]
+        return await llama.tokenize(text), spelled
+
+    server_ids, spelled = with_llama(realistic_llama3_llama, server, chat=False)
+    assert server_ids == ids
+    assert spelled == [name for name, _ in names]
+
+
+def test_llama31_end_ids_end_generation_in_mlx_lm_and_llama_server(
+    realistic_llama3: Any, realistic_llama3_llama: str
+) -> None:
+    """mlx-lm ends on the config's end ids; llama-server on the ids it takes as end of
+    generation by their spelling (``<|end_of_text|>``, ``<|eom_id|>``, ``<|eot_id|>``): a
+    greedy completion forced onto each end id stops after it, one forced onto
+    ``<|python_tag|>`` (special, not an end) runs to ``n_predict``."""
+    tokenizer = in_process(realistic_llama3)._loaded.tokenizer
+    assert sorted(tokenizer.eos_token_ids) == LLAMA31_END_IDS == list(realistic_llama3.eos_ids)
+
+    def forced(token: int) -> dict[str, Any]:
+        answer: dict[str, Any] = httpx.post(
+            f"{realistic_llama3_llama}/completion",
+            json={
+                "prompt": "Hello",
+                "n_predict": 3,
+                "temperature": 0,
+                "logit_bias": [[token, 1000.0]],
+                "return_tokens": True,
+                "cache_prompt": False,
+            },
+            timeout=60,
+        ).json()
+        return answer
+
+    for end in LLAMA31_END_IDS:
+        answer = forced(end)
+        assert (answer["stop_type"], answer["tokens"]) == ("eos", [end]), end
+    tag = forced(LLAMA31_SPECIAL["<|python_tag|>"])
+    assert tag["stop_type"] == "limit" and len(tag["tokens"]) == 3
 
 
 @pytest.mark.parametrize("chat", [False, True], ids=["raw", "chat"])
