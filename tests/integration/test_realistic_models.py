@@ -15,8 +15,9 @@ engines: what the byte-level tiny models cannot show.
   sends (``/apply-template`` drops the template's BOS; the backend's render adds it back).
 - Llama 3.1's special tokens in the realistic Llama 3: a tool conversation rendered by mlx-lm's
   tokenizer (``<|python_tag|>``, ``<|eom_id|>``, headers, turns) tokenizes on llama-server to
-  the same ids, each special token one id at Llama 3.1's id; both end generation on Llama
-  3.1 Instruct's end ids (128001, 128008, 128009) and on no other special token.
+  the same ids, each special token one id at Llama 3.1's id, and llama-server renders the
+  same conversation to the same text; both end generation on Llama 3.1 Instruct's end ids
+  (128001, 128008, 128009) and on no other special token.
 - Text that spells special tokens is parsed as the special token by both tokenizers.
 - Teacher-forced KL at V = 151,936 through the plugin: the model against itself (0) and
   against its 8-bit quantization (finite, positive, rows normalised).
@@ -46,10 +47,13 @@ from pytest_infercheck.backends.mlx_lm import MlxLmBackend, MlxModelSpec
 from pytest_infercheck.suites import Prompt, load_suite
 from tests.plugin.conftest import INI
 from tests.unit.test_realistic_tokenizers import (
+    ADD,
+    BUILTIN_TOOLS,
     LLAMA31_END_IDS,
     LLAMA31_SPECIAL,
     expected_special_ids,
     render_tool_conversation,
+    tool_conversation,
 )
 
 T = TypeVar("T")
@@ -392,21 +396,39 @@ def test_llama31_tool_conversation_tokenizes_alike_with_one_id_per_special_token
     """The Llama 3.1 template on a conversation with a custom and a built-in tool call and
     their results, rendered by mlx-lm's tokenizer of the model folder: its ids hold each
     special token as one id at Llama 3.1's id (``<|python_tag|>`` 128010, ``<|eom_id|>``
-    128008, ...), and llama-server's ``/tokenize`` (``parse_special``) of the text gives the
-    same ids; ``/detokenize`` spells the special ids by Llama 3.1's names."""
+    128008, ...). llama-server's ``/tokenize`` (``parse_special``) of the text gives the same
+    ids; llama-server's own render of the same conversation (OpenAI messages, arguments as
+    JSON text, ``builtin_tools`` and the template's default date as ``chat_template_kwargs``)
+    is the same text without the BOS, and with the BOS it adds the same ids; ``/detokenize``
+    spells the special ids by Llama 3.1's names."""
     tokenizer = in_process(realistic_llama3)._loaded.tokenizer
     text = render_tool_conversation(tokenizer)
     ids = list(tokenizer.encode(text, add_special_tokens=False))
     assert "<|python_tag|>" in text and "<|eom_id|>" in text
     assert [i for i in ids if i >= BEGIN_OF_TEXT] == expected_special_ids(text)
     names = sorted(LLAMA31_SPECIAL.items(), key=lambda item: item[1])
+    messages = tool_conversation()
+    for message in messages:
+        for call in message.get("tool_calls", []):
+            call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+    body = {
+        "messages": messages,
+        "tools": [ADD.openai()],
+        "chat_template_kwargs": {"builtin_tools": BUILTIN_TOOLS, "date_string": "26 Jul 2024"},
+        "add_generation_prompt": True,
+    }
 
-    async def server(llama: LlamaServerBackend) -> tuple[list[int], list[str]]:
+    async def server(llama: LlamaServerBackend) -> tuple[list[int], str, list[int], list[str]]:
+        applied = await llama.http.request("POST", "/apply-template", body)
+        prompt = str(applied["prompt"])
         spelled = [await llama.detokenize([i]) for _, i in names]
-        return await llama.tokenize(text), spelled
+        own_ids = await llama._tokenize(prompt, add_special=True)
+        return await llama.tokenize(text), prompt, own_ids, spelled
 
-    server_ids, spelled = with_llama(realistic_llama3_llama, server, chat=False)
+    server_ids, prompt, own_ids, spelled = with_llama(realistic_llama3_llama, server, chat=False)
     assert server_ids == ids
+    assert "<|begin_of_text|>" + prompt == text
+    assert own_ids == ids
     assert spelled == [name for name, _ in names]
 
 
