@@ -354,19 +354,19 @@ def _read_vocab(vocab: str) -> Vocab:
     merges = list(reader.fields["tokenizer.ggml.merges"].contents())
     pre = str(reader.fields["tokenizer.ggml.pre"].contents())
     if spec.added_last_id is None:
-        control = [i for i, t in enumerate(types) if t == gguf.TokenType.CONTROL]
+        control_ids = [i for i, t in enumerate(types) if t == gguf.TokenType.CONTROL]
         names = special_names(vocab)
         if names:
-            if sorted(names) != control:
+            if sorted(names) != control_ids:
                 raise ValueError(f"{vocab}: the special names do not cover the CONTROL ids")
-            kept = [i for i in control if tokens[i] == names[i]]
-            for i in control:
+            kept = [i for i in control_ids if tokens[i] == names[i]]
+            for i in control_ids:
                 tokens[i] = names[i]
             # The tokens both generations name alike must not move: a check on the data file.
             for must in ("<|begin_of_text|>", "<|start_header_id|>", "<|eot_id|>"):
                 if not any(tokens[i] == must for i in kept):
                     raise ValueError(f"{vocab}: {must} is not where the vocab GGUF has it")
-        added = [(i, tokens[i], True) for i in control]
+        added = [(i, tokens[i], True) for i in control_ids]
     else:
         added = _qwen_added(spec.added_last_id)
         for i in range(len(tokens)):
@@ -714,6 +714,8 @@ def make_realistic(
     vocab_size = len(_gguf_vocab(vocab).tokens)
     bos_id = tok.token_to_id(spec.bos) if spec.bos else None
     eos_id = tok.token_to_id(spec.eos)
+    if eos_id is None:
+        raise ValueError(f"{vocab}: the EOS {spec.eos!r} is not in the tokenizer")
     pad_id = tok.token_to_id(spec.pad) if spec.pad else None
     ends = eos_ids(vocab, eos_id)
     result = Realistic(
