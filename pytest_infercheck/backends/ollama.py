@@ -12,15 +12,17 @@ the backend's own endpoint is offered: :meth:`generate_via` is not supported.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..tools import Tool
 from .base import (
     Backend,
     BackendError,
     Capabilities,
     Generation,
     GenerationParams,
+    Message,
     PromptInput,
     chat_input,
 )
@@ -66,12 +68,19 @@ class OllamaBackend(Backend):
         return PromptInput(user_text, None, templated=self.chat, system=system, thinking=thinking)
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        """Chat: every turn, sent as ``/api/chat`` messages; raw text has no turns."""
+        """Chat: every turn, sent as ``/api/chat`` messages with the tools; raw text has no
+        turns and no tools. Ollama has no ``tool_choice``: a prompt that sets one is sent
+        without it (its documented request has no such field)."""
         if self.chat:
-            return chat_input(messages, thinking)
-        return await super().render_messages(messages, thinking)
+            return chat_input(messages, thinking, tools, tool_choice)
+        return await super().render_messages(messages, thinking, tools=tools)
 
     def _request(self, prompt: PromptInput, params: GenerationParams) -> tuple[str, Any]:
         """The endpoint and body of a generation request."""

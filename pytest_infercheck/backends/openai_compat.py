@@ -41,20 +41,23 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..metrics.consistency import unsorted_positions
+from ..tools import Tool
 from .base import (
     Backend,
     BackendError,
     Capabilities,
     Generation,
     GenerationParams,
+    Message,
     PromptInput,
     chat_input,
+    openai_messages,
     single_turn,
 )
 from .hostile import probe_alive, send_hostile
@@ -234,14 +237,22 @@ class OpenAICompatBackend(Backend):
         return PromptInput(user_text, None, templated=self.chat, system=system, thinking=thinking)
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        """Chat: every turn, sent as the request's messages (the server templates them).
-        Raw: only a ``[system?, user]`` list (raw text has no turns)."""
+        """Chat: every turn, sent as the request's messages with the tools (the server
+        templates them). Raw: only a ``[system?, user]`` list without tools (raw text has
+        no turns and no tools)."""
         if self.chat:
-            return chat_input(messages, thinking)
+            return chat_input(messages, thinking, tools, tool_choice)
         if single_turn(messages) is None:
             raise self.no_conversation(messages, "it sends raw text (chat: false), without turns")
+        if tools:
+            raise self.no_tools(tools, "it sends raw text (chat: false), without tools")
         return await super().render_messages(messages, thinking)
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:
@@ -273,6 +284,7 @@ class OpenAICompatBackend(Backend):
         if chat:
             body["messages"] = chat_messages(prompt)
             body["chat_template_kwargs"] = {"enable_thinking": prompt.thinking}
+            body.update(tool_fields(prompt))
         else:
             body["prompt"] = prompt.text
         body.update(logprob_fields(shape, self.top_k))
@@ -350,10 +362,11 @@ class OpenAICompatBackend(Backend):
                 )
             self._templated[key] = str(
                 tokenizer.apply_chat_template(
-                    chat_messages(prompt),
+                    chat_messages(prompt, object_arguments=True),
                     tokenize=False,
                     add_generation_prompt=True,
                     enable_thinking=prompt.thinking,
+                    **tool_fields(prompt, choice=False),
                 )
             )
         return self._templated[key]
@@ -502,14 +515,29 @@ def _message(body: str) -> str:
     return body.strip()[:200]
 
 
-def chat_messages(prompt: PromptInput) -> list[dict[str, str]]:
-    """The messages of ``prompt``: every turn of a conversation, else the system (if any) and
-    user messages."""
+def chat_messages(prompt: PromptInput, *, object_arguments: bool = False) -> list[dict[str, Any]]:
+    """The messages of ``prompt`` in the OpenAI chat shape: every turn of a conversation
+    (:func:`~.base.openai_messages`: assistant calls as ``tool_calls``, tool turns with their
+    ``tool_call_id``; ``object_arguments`` for a chat template), else the system (if any)
+    and user messages."""
     if prompt.messages is not None:
-        return [{"role": role, "content": content} for role, content in prompt.messages]
+        return openai_messages(prompt.messages, object_arguments=object_arguments)
     messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
     messages.append({"role": "user", "content": prompt.text})
     return messages
+
+
+def tool_fields(prompt: PromptInput, *, choice: bool = True) -> dict[str, Any]:
+    """The request fields that offer ``prompt``'s tools: ``tools`` (OpenAI function schemas)
+    and, with ``choice``, its ``tool_choice``; nothing for a prompt without tools (a
+    request without tools stays as it was). A template endpoint (``/tokenize``,
+    ``/apply-template``) is sent no ``tool_choice``: a template does not see it."""
+    fields: dict[str, Any] = {}
+    if prompt.tools:
+        fields["tools"] = [tool.openai() for tool in prompt.tools]
+    if choice and prompt.tool_choice is not None:
+        fields["tool_choice"] = prompt.tool_choice
+    return fields
 
 
 def parse_choice(answer: Any, *, chat: bool) -> Generation:
