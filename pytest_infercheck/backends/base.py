@@ -120,6 +120,11 @@ class Generation:
     reasoning: str | None = None
     """A reasoning chain returned apart from the answer (a server's ``reasoning_content``,
     Ollama's ``thinking``, a leading ``<think>`` block); never part of ``text``."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The calls a chat server parsed out of the output and returned apart from ``text``
+    (``message.tool_calls``, assembled from a stream's deltas; Ollama's; Anthropic
+    ``tool_use`` blocks), in order; empty: none. A raw completion's (and an in-process
+    engine's) calls stay in its ``text`` (``<tool_call>...</tool_call>``)."""
     batched: int = 1
     """How many prompts shared this generation's forward passes (an in-process engine's own
     batching); 1: generated alone, or by an engine that does not batch itself."""

@@ -62,6 +62,7 @@ from .openai_compat import (
     OpenAICompatBackend,
     chat_messages,
     create_served,
+    message_calls,
     messages_payload,
     parse_message,
     read_usage,
@@ -607,6 +608,7 @@ def id_generation(answer: Any, *, chat: bool, name: str = "vllm") -> Generation:
     if chat:
         message = choice.get("message") or {}
         generation.reasoning = message.get("reasoning_content") or message.get("reasoning")
+        generation.tool_calls = message_calls(message.get("tool_calls"))
     return generation
 
 

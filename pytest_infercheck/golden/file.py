@@ -26,6 +26,8 @@ generation stopped on it), text, finish_reason, the chosen tokens' logprobs and 
 the top-k logprobs as ``[token, logprob]`` pairs, most likely first (at most ``top_k``; keyed
 by token id, or by token text when ``top_keys`` is ``"text"``). Logprobs are rounded to
 :data:`DECIMALS` decimals, so a lower-bound KL read from the file is exact to about 1e-6.
+``output.tool_calls`` (``[{"name", "arguments"}]``) only when a chat server returned calls
+apart from the text (:attr:`~..backends.base.Generation.tool_calls`).
 
 A conversation (a suite line with ``messages``, see :mod:`..conversation`) adds, and only it,
 so single-turn entries are as they always were:
@@ -48,7 +50,8 @@ Replay looks prompts up by what was asked (of a conversation: every turn; the to
 outputs by the rendered input + params, and the rendered input of a list of concrete turns by
 that list and the tools (a conversation's every turn, each ``generate`` turn's history,
 rebuilt from the turns and the recorded outputs; a single-turn prompt with tools as its
-turns): a baseline filled in from the golden gets the recorded turns back. A golden is refused, with its file and the difference named, when the test side's
+turns): a baseline filled in from the golden gets the recorded turns back. A golden is
+refused, with its file and the difference named, when the test side's
 model has another name in the YAML, its tokenizer has another fingerprint, or a prompt (or
 a conversation's turns, or its generation parameters) is not in the file.
 """
@@ -244,7 +247,7 @@ def _output_data(
 ) -> dict[str, Any]:
     """A generation as stored: logprobs rounded (:func:`rounded`), ``top`` as given."""
     chosen = generation.chosen_logprobs
-    return {
+    data: dict[str, Any] = {
         "text": generation.text,
         "token_ids": generation.token_ids,
         "finish_reason": generation.finish_reason,
@@ -252,6 +255,14 @@ def _output_data(
         "top_logprobs": top,
         "top_keys": top_keys,
     }
+    if generation.tool_calls:
+        data["tool_calls"] = [
+            {"name": c.name, "arguments": c.arguments}
+            if c.arguments_valid
+            else {"name": c.name, "arguments": c.arguments, "arguments_valid": False}
+            for c in generation.tool_calls
+        ]
+    return data
 
 
 def make_header(
@@ -449,6 +460,10 @@ class GoldenFile:
             chosen_logprobs=out["chosen_logprobs"],
             top_logprobs=None if top is None else [{k: lp for k, lp in row} for row in top],
             top_keys=keys,
+            tool_calls=tuple(
+                ToolCall(c["name"], c["arguments"], bool(c.get("arguments_valid", True)))
+                for c in out.get("tool_calls") or ()
+            ),
         )
 
     def asked(
