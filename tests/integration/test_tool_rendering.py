@@ -91,9 +91,7 @@ def qwen2_llama_jinja(
         yield url
 
 
-def _renders(
-    model: Path, llama_url: str, vllm_url: str
-) -> dict[str, dict[str, PromptInput]]:
+def _renders(model: Path, llama_url: str, vllm_url: str) -> dict[str, dict[str, PromptInput]]:
     """Each case rendered by mlx-lm, llama-server and vLLM, by case and engine."""
     mlx = MlxLmBackend("mlx", MlxModelSpec(str(model), dtype="float32"))
 
@@ -132,7 +130,7 @@ def test_tool_prompts_render_to_the_same_ids_on_every_engine(
     result = renders["result"]["mlx"].text
     assert '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 34}}\n</tool_call>' in result
     assert result.endswith(
-        "<|im_start|>user\n<tool_response>\n{\"result\": 46}\n</tool_response><|im_end|>\n"
+        '<|im_start|>user\n<tool_response>\n{"result": 46}\n</tool_response><|im_end|>\n'
         "<|im_start|>assistant\n"
     )
     two = renders["two-calls"]["mlx"].text
@@ -168,3 +166,38 @@ def test_tools_change_the_prompt_and_plain_prompts_stay(
     offered = asyncio.run(mlx.render_messages(turns, False, tools=TOOLS))
     assert offered.token_ids is not None and plain[0].token_ids is not None
     assert len(offered.token_ids) > len(plain[0].token_ids) + 100
+
+
+def test_finding_a_tool_without_description_renders_three_ways(
+    realistic_qwen2: Any, qwen2_llama_jinja: str, vllm_qwen2: str
+) -> None:
+    """A documented difference, not hidden: an OpenAI tool may leave out ``description``.
+    Each engine fills the tool JSON its template dumps (``tool | tojson``) its own way:
+    mlx-lm (transformers) dumps the entry as sent (no ``description``), vLLM dumps its
+    pydantic model (``"description": null``), llama-server rebuilds the entry with
+    ``"description": ""`` (``common_chat_tools_to_json_oaicompat``). Same prompt, three
+    prompt texts, three id sequences: a tool-use suite must give every tool a description
+    to compare engines on shared prompt ids."""
+    bare = (Tool("get_date", {"type": "object", "properties": {}}),)
+    turns = (Message("user", "the date?"),)
+    mlx = MlxLmBackend("mlx", MlxModelSpec(str(realistic_qwen2.path), dtype="float32"))
+
+    async def render() -> list[PromptInput]:
+        llama = LlamaServerBackend("llama", HttpSettings(base_url=qwen2_llama_jinja), chat=True)
+        vllm = VllmBackend(
+            "vllm", HttpSettings(base_url=vllm_qwen2), model=str(realistic_qwen2.path)
+        )
+        try:
+            await llama.ensure_ready()
+            await vllm.ensure_ready()
+            return [await b.render_messages(turns, False, tools=bare) for b in (mlx, llama, vllm)]
+        finally:
+            await llama.aclose()
+            await vllm.aclose()
+
+    by_mlx, by_llama, by_vllm = asyncio.run(render())
+    entry = '{"type": "function", "function": {"name": "get_date", %s"parameters": '
+    assert entry % "" in by_mlx.text
+    assert entry % '"description": "", ' in by_llama.text
+    assert entry % '"description": null, ' in by_vllm.text
+    assert len({by_mlx.token_ids, by_llama.token_ids, by_vllm.token_ids}) == 3
