@@ -546,3 +546,39 @@ def test_schema_problem_refuses_what_is_not_a_schema() -> None:
         schema_problem({"$schema": "http://json-schema.org/draft-04/schema#", "minimum": "x"})
     )
     assert "must be an object" in str(schema_problem([]))
+
+
+# -- the bundled tool-use suite --------------------------------------------------------------
+
+
+def test_the_bundled_tool_use_suite_loads() -> None:
+    """At least 40 requests (the issue's floor) over the shared tool set: single calls, calls
+    of the zero-argument tool, two calls, answers after a tool result, and requests without
+    tools; every reference call is canonical and names an offered tool."""
+    suite = load_suite("tool-use", Path.cwd())
+    prompts = suite.prompts
+    assert len(prompts) >= 40
+    assert len({p.id for p in prompts}) == len(prompts)
+    shared = [
+        Tool(t["function"]["name"], t["function"]["parameters"], t["function"]["description"])
+        for t in TOOLS
+    ]
+    for prompt in prompts:
+        assert prompt.tools in ((), tuple(shared)), prompt.id
+        if prompt.answer_kind == "tool_call":
+            assert prompt.answer is not None and prompt.tools, prompt.id
+            calls = json.loads(prompt.answer)
+            assert prompt.answer == canonical_calls(
+                [ToolCall(c["name"], c["arguments"]) for c in calls]
+            )
+    calls = {
+        p.id: json.loads(p.answer) for p in prompts if p.answer_kind == "tool_call" and p.answer
+    }
+    assert any(len(c) == 2 for c in calls.values())  # two calls
+    assert any({"name": "get_date", "arguments": {}} in c for c in calls.values())  # no args
+    results = [p for p in prompts if p.messages is not None and p.messages[-1].role == "tool"]
+    assert results and all(p.tools for p in results)
+    assert all(
+        any(t.tool_calls for t in p.messages or ()) for p in results
+    )  # each result answers a call in its history
+    assert any(not p.tools for p in prompts)  # without tools: answered plainly
