@@ -82,7 +82,7 @@ __all__ = [
 RESERVED_IDS = frozenset({"aggregate", "self-check"})
 """Prompt ids that are used by infercheck itself for synthetic test items."""
 
-ANSWER_KINDS = frozenset({"number", "boolean", "choice", "code", "json", "exact"})
+ANSWER_KINDS = frozenset({"number", "boolean", "choice", "code", "json", "exact", "tool_call"})
 """Allowed values of ``answer_kind``."""
 
 SUITE_SUFFIXES = (".jsonl", ".yaml", ".yml")
