@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..tools import ToolCall
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -105,6 +107,13 @@ class Generation:
     reasoning: str | None = None
     """A reasoning chain returned apart from the answer (a server's ``reasoning_content``,
     Ollama's ``thinking``, a leading ``<think>`` block); never part of ``text``."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Calls a chat server parsed out of the output and returned apart, in order (OpenAI
+    ``message.tool_calls``, assembled from a stream's deltas; Ollama's; Anthropic
+    ``tool_use`` blocks); never part of ``text``. Empty: none returned (an engine that
+    returns raw text leaves its calls in ``text``). The ``tool_call`` answer kind reads them
+    first, then the ``<tool_call>`` blocks of ``text`` (:func:`~pytest_infercheck.metrics.
+    answers.extract_answer`)."""
     batched: int = 1
     """How many prompts shared this generation's forward passes (an in-process engine's own
     batching); 1: generated alone, or by an engine that does not batch itself."""

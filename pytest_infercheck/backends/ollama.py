@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..tools import ToolCall, calls_from_openai
 from .base import (
     Backend,
     BackendError,
@@ -111,16 +112,19 @@ class OllamaBackend(Backend):
 
     def _generation(self, answers: list[Any]) -> Generation:
         """One answer, or a stream's chunks, as a :class:`Generation` (texts and logprob
-        entries concatenated, the last ``done_reason``)."""
+        entries concatenated, the last ``done_reason``; chat: the ``message.tool_calls`` of
+        every chunk, in order, each a whole call with its arguments as an object)."""
         text: list[str] = []
         reasoning: list[str] = []
         entries: list[Any] = []
+        calls: list[ToolCall] = []
         done = None
         for answer in answers:
             if self.chat:
                 message = answer.get("message") or {}
                 text.append(message.get("content") or "")
                 reasoning.append(message.get("thinking") or "")
+                calls.extend(calls_from_openai(message.get("tool_calls")))
             else:
                 text.append(answer.get("response") or "")
                 reasoning.append(answer.get("thinking") or "")
@@ -142,6 +146,7 @@ class OllamaBackend(Backend):
             top_keys="text",
             token_texts=[str(e.get("token", "")) for e in entries] if entries else None,
             reasoning="".join(reasoning) or None,
+            tool_calls=tuple(calls),
         )
 
     async def send_hostile(self, kind: str) -> str:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..metrics.consistency import unsorted_positions
+from ..tools import MALFORMED, ToolCall, calls_from_deltas, calls_from_openai
 from .base import (
     Backend,
     BackendError,
@@ -515,14 +516,16 @@ def chat_messages(prompt: PromptInput) -> list[dict[str, str]]:
 def parse_choice(answer: Any, *, chat: bool) -> Generation:
     """The first choice of a (chat) completion response as a :class:`Generation`."""
     choice = _first_choice(answer)
+    calls: tuple[ToolCall, ...] = ()
     if chat:
         message = choice.get("message") or {}
         text = message.get("content") or ""
         reasoning = message.get("reasoning_content") or message.get("reasoning")
+        calls = calls_from_openai(message.get("tool_calls"))
     else:
         text, reasoning = choice.get("text") or "", None
     generation = text_generation(
-        text, reasoning, choice.get("finish_reason"), choice.get("logprobs")
+        text, reasoning, choice.get("finish_reason"), choice.get("logprobs"), calls
     )
     read_usage(generation, answer.get("usage") if isinstance(answer, dict) else None)
     return generation
@@ -553,10 +556,12 @@ def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
     """A streamed (chat) completion's chunks as one :class:`Generation`: the texts and
     logprobs concatenated in order, the last finish reason. Logprobs of either shape: chat's
     ``content`` entries, or the legacy completions lists (``tokens``, ``token_logprobs``,
-    ``top_logprobs``), joined list by list. Chunks without choices (a final usage chunk)
-    are skipped."""
+    ``top_logprobs``), joined list by list; the calls of the deltas' ``tool_calls``
+    fragments (:func:`~pytest_infercheck.tools.calls_from_deltas`). Chunks without choices (a
+    final usage chunk) are skipped."""
     text, reasoning, finish = [], [], None
     entries: list[Any] = []
+    call_deltas: list[Any] = []
     legacy: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
     for chunk in chunks:
         if not isinstance(chunk, dict) or not chunk.get("choices"):
@@ -566,6 +571,8 @@ def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
             delta = choice.get("delta") or {}
             text.append(delta.get("content") or "")
             reasoning.append(delta.get("reasoning_content") or delta.get("reasoning") or "")
+            if isinstance(delta.get("tool_calls"), list):
+                call_deltas.extend(delta["tool_calls"])
         else:
             text.append(choice.get("text") or "")
         logprobs = choice.get("logprobs")
@@ -580,12 +587,21 @@ def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
         joined = {"content": entries}
     elif legacy["token_logprobs"]:
         joined = {key: values for key, values in legacy.items() if values}
-    return text_generation("".join(text), "".join(reasoning) or None, finish, joined)
+    return text_generation(
+        "".join(text), "".join(reasoning) or None, finish, joined, calls_from_deltas(call_deltas)
+    )
 
 
-def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any) -> Generation:
-    """A text-only :class:`Generation`: a leading ``<think>`` block moved to ``reasoning``,
-    logprobs of either shape parsed, token texts in ``token_texts``."""
+def text_generation(
+    text: str,
+    reasoning: str | None,
+    finish: Any,
+    logprobs: Any,
+    tool_calls: tuple[ToolCall, ...] = (),
+) -> Generation:
+    """A text-only :class:`Generation` (with the calls the server returned apart, if any):
+    a leading ``<think>`` block moved to ``reasoning``, logprobs of either shape parsed,
+    token texts in ``token_texts``."""
     match = THINK_BLOCK.match(text)
     if match:
         reasoning, text = match.group(1), text[match.end() :]
@@ -606,6 +622,7 @@ def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any
         top_keys="text" if ids is None else "id",
         token_texts=tokens,
         reasoning=reasoning or None,
+        tool_calls=tool_calls,
     )
 
 
@@ -644,18 +661,23 @@ def messages_payload(prompt: PromptInput, params: GenerationParams, model: str |
 
 def parse_message(answer: Any) -> Generation:
     """An Anthropic-style message: its text blocks joined; ``thinking`` blocks are the
-    reasoning; ``stop_reason`` ``end_turn``/``stop_sequence`` -> ``stop``, ``max_tokens`` ->
-    ``length``."""
+    reasoning; ``tool_use`` blocks the calls (``name``, ``input``); ``stop_reason``
+    ``end_turn``/``stop_sequence`` -> ``stop``, ``max_tokens`` -> ``length``."""
     if not isinstance(answer, dict) or not isinstance(answer.get("content"), list):
         raise HttpError(f"response is not a message: {str(answer)[:200]!r}")
     blocks = [b for b in answer["content"] if isinstance(b, dict)]
     text = "".join(str(b.get("text") or "") for b in blocks if b.get("type") == "text")
     thinking = "".join(str(b.get("thinking") or "") for b in blocks if b.get("type") == "thinking")
+    calls = tuple(
+        ToolCall.parse(b["name"] if isinstance(b.get("name"), str) else MALFORMED, b.get("input"))
+        for b in blocks
+        if b.get("type") == "tool_use"
+    )
     stop = answer.get("stop_reason")
     finish = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}.get(
         str(stop), stop
     )
-    return text_generation(text, thinking or None, finish, None)
+    return text_generation(text, thinking or None, finish, None, calls)
 
 
 def parse_logprobs(

@@ -45,6 +45,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..tools import calls_from_openai
 from .base import (
     BackendError,
     Capabilities,
@@ -590,6 +591,7 @@ def id_generation(answer: Any, *, chat: bool, name: str = "vllm") -> Generation:
     if chat:
         message = choice.get("message") or {}
         generation.reasoning = message.get("reasoning_content") or message.get("reasoning")
+        generation.tool_calls = calls_from_openai(message.get("tool_calls"))
     return generation
 
 

@@ -379,7 +379,14 @@ def compare_generations(
     answers: list[str | None] = [None, None]
     flip = None
     if prompt.answer_kind is not None:
-        judged = judge_answers(prompt.answer_kind, prompt.answer, ref.text, other.text)
+        judged = judge_answers(
+            prompt.answer_kind,
+            prompt.answer,
+            ref.text,
+            other.text,
+            base_calls=ref.tool_calls,
+            test_calls=other.tool_calls,
+        )
         answers = [a.raw if a else None for a in (judged.base, judged.test)]
         flip = judged.flip.value
     return SideComparison(

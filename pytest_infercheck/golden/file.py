@@ -26,6 +26,9 @@ generation stopped on it), text, finish_reason, the chosen tokens' logprobs and 
 the top-k logprobs as ``[token, logprob]`` pairs, most likely first (at most ``top_k``; keyed
 by token id, or by token text when ``top_keys`` is ``"text"``). Logprobs are rounded to
 :data:`DECIMALS` decimals, so a lower-bound KL read from the file is exact to about 1e-6.
+An output whose server returned tool calls apart from its text also has ``tool_calls``:
+``[{"name", "arguments"}]`` in order (``"arguments_valid": false`` on a call whose arguments
+text was not JSON, ``arguments`` then that text); an output without them has no such key.
 
 A conversation (a suite line with ``messages``, see :mod:`..conversation`) adds, and only it,
 so single-turn entries are as they always were:
@@ -62,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..backends.base import BackendError, Generation, GenerationParams, PromptInput
 from ..conversation import Message, Turn, concrete, history
+from ..tools import ToolCall
 
 if TYPE_CHECKING:
     import numpy as np
@@ -191,7 +195,25 @@ def _output_data(
         "chosen_logprobs": None if chosen is None else [rounded(x) for x in chosen],
         "top_logprobs": top,
         "top_keys": top_keys,
+        **(
+            {"tool_calls": [_call_data(call) for call in generation.tool_calls]}
+            if generation.tool_calls
+            else {}
+        ),
     }
+
+
+def _call_data(call: ToolCall) -> dict[str, Any]:
+    data = {"name": call.name, "arguments": call.arguments}
+    return data if call.arguments_valid else {**data, "arguments_valid": False}
+
+
+def _read_calls(data: Any) -> tuple[ToolCall, ...]:
+    """The ``tool_calls`` of a stored output (none when absent)."""
+    return tuple(
+        ToolCall(c["name"], c["arguments"], bool(c.get("arguments_valid", True)))
+        for c in data or ()
+    )
 
 
 def make_header(
@@ -364,6 +386,7 @@ class GoldenFile:
             chosen_logprobs=out["chosen_logprobs"],
             top_logprobs=None if top is None else [{k: lp for k, lp in row} for row in top],
             top_keys=keys,
+            tool_calls=_read_calls(out.get("tool_calls")),
         )
 
     def asked(

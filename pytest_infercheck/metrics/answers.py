@@ -52,6 +52,7 @@ __all__ = [
     "fails_item",
     "flip_rank",
     "parse_reference",
+    "shown_reference",
     "strip_reasoning",
 ]
 
@@ -747,6 +748,16 @@ def parse_reference(reference: str, kind: AnswerKind | str) -> Answer | None:
     output whose calls are the reference's).
     """
     return _REFERENCE_PARSERS[_as_kind(kind)](reference)
+
+
+def shown_reference(reference: str | None, kind: AnswerKind | str | None) -> str | None:
+    """A reference as reports show it: of ``tool_call``, its calls readable (``add(a=12,
+    b=34)``, :func:`~pytest_infercheck.tools.describe_calls`) rather than their canonical
+    JSON; of the other kinds (or a reference that does not parse) as the suite gives it."""
+    if reference is None or kind is None or _as_kind(kind) is not AnswerKind.TOOL_CALL:
+        return reference
+    parsed = parse_reference(reference, kind)
+    return reference if parsed is None else parsed.raw
 
 
 def answers_equal(a: Answer | None, b: Answer | None) -> bool:
