@@ -65,6 +65,7 @@ from ..metrics.consistency import (
     Fault,
     aggregate_faults,
     empty_fault,
+    output_text,
     read_generation,
     reported_logprobs,
     similarity_fault,
@@ -361,8 +362,8 @@ def compare_generations(
     readings = [read_generation(names[0], ref), read_generation(names[1], other)]
     faults = [f for reading in readings for f in reading.faults]
     empty = empty_fault(
-        (other.text, other.token_ids, other.finish_reason),
-        (ref.text, ref.token_ids, ref.finish_reason),
+        (output_text(other.text, other.tool_calls), other.token_ids, other.finish_reason),
+        (output_text(ref.text, ref.tool_calls), ref.token_ids, ref.finish_reason),
         a_name=names[1],
         b_name=names[0],
     )

@@ -93,6 +93,7 @@ from ..metrics.consistency import (
     Fault,
     empty_fault,
     latency_fault,
+    output_text,
     read_generation,
 )
 from ..metrics.degenerate import Degenerate, DegenerateScan
@@ -115,7 +116,7 @@ from ..render.table import render_table
 from ..render.views import facts, side_by_side
 from ..shared_work import SharedWork
 from ..specs import ErrorRate, FlipGates, FlipThresholds, TargetCheck, TieGates
-from ..tools import ToolCall
+from ..tools import ToolCall, canonical_calls
 from .protocol import (
     ItemPlan,
     Outcome,
@@ -459,11 +460,20 @@ def level_data(
             continue
         reference = references[output.prompt_id]
         verdict = compare_outputs(
-            reference.text, reference.token_ids, output.text, output.token_ids
+            reference.text,
+            reference.token_ids,
+            output.text,
+            output.token_ids,
+            a_calls=canonical_calls(reference.tool_calls) if reference.tool_calls else "",
+            b_calls=canonical_calls(output.tool_calls) if output.tool_calls else "",
         )
         empty = empty_fault(
-            (output.text, output.token_ids, output.finish_reason),
-            (reference.text, reference.token_ids, reference.finish_reason),
+            (output_text(output.text, output.tool_calls), output.token_ids, output.finish_reason),
+            (
+                output_text(reference.text, reference.tool_calls),
+                reference.token_ids,
+                reference.finish_reason,
+            ),
             a_name=f"request {index} ({output.prompt_id})",
             b_name="its reference",
         )

@@ -22,12 +22,15 @@ from pytest_infercheck.metrics.answers import (
     parse_reference,
     shown_reference,
 )
+from pytest_infercheck.metrics.consistency import output_text
+from pytest_infercheck.metrics.sameness import compare_outputs, same_generation
 from pytest_infercheck.tools import (
     MALFORMED,
     ToolCall,
     calls_from_deltas,
     calls_from_openai,
     calls_in_text,
+    canonical_calls,
     describe_calls,
     parse_calls,
 )
@@ -421,3 +424,32 @@ def test_golden_files_keep_the_calls_returned_apart(
     write_golden(path, header, [entry])
     replayed = load_golden(path).generation(rendered, GenerationParams(32))
     assert replayed.tool_calls == calls
+
+
+# ------------------------------------------------------------------ sameness and emptiness
+
+
+def test_calls_returned_apart_are_part_of_the_output() -> None:
+    add = canonical_calls([ToolCall("add", {"a": 12, "b": 34})])
+    other = canonical_calls([ToolCall("add", {"a": 12, "b": 35})])
+    same = compare_outputs("", None, "", None, a_calls=add, b_calls=add)
+    assert same.same and same.calls_equal is True and same.describe() == "identical"
+    changed = compare_outputs("ok", None, "ok", None, a_calls=add, b_calls=other)
+    assert not changed.same and changed.calls_equal is False
+    assert (changed.first_divergence, changed.divergence_unit) == (2, "char")  # after the text
+    assert changed.describe() == "same text, tool calls returned apart differ"
+    moved = compare_outputs("", None, ADD_12_34, None, a_calls=add)
+    assert moved.describe() == "text differs from character 0; tool calls returned apart differ"
+    plain = compare_outputs("x", None, "x", None)
+    assert plain.calls_equal is None and "calls_equal" not in plain.to_dict()
+    assert same_generation(
+        Generation("", None, "tool_calls", tool_calls=calls_in_text(ADD_12_34)),
+        Generation("", None, "tool_calls", tool_calls=calls_in_text(ADD_12_35)),
+    ).describe() == ("same text, tool calls returned apart differ")
+
+
+def test_an_output_of_calls_only_is_not_empty() -> None:
+    calls = calls_in_text(ADD_12_34)
+    assert output_text("", calls) == "add(a=12, b=34)"
+    assert output_text("text", calls) == "text"
+    assert output_text("", ()) == ""

@@ -60,7 +60,7 @@ from ...metrics.kl import (
     topk_pair_stats,
 )
 from ...metrics.origin import Origin, PromptSide, Stage, locate_origin, nfc_probe_texts
-from ...metrics.sameness import Sameness, compare_outputs
+from ...metrics.sameness import Sameness, compare_outputs, returned_calls
 from ...metrics.text import first_divergence, severity, similarity
 from ...metrics.ties import (
     DEFAULT_TIE_MARGIN,
@@ -518,6 +518,8 @@ def outputs_verdict(inputs: SideInputs, base: Generation, other: Generation) -> 
         other.token_ids if shared_ids else None,
         base.token_texts,
         other.token_texts,
+        returned_calls(base),
+        returned_calls(other),
     )
 
 

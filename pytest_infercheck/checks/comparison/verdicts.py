@@ -21,10 +21,12 @@ def empty_output(result: PromptComparison) -> Problem | None:
     no token but the end-of-sequence it stopped on; :func:`~pytest_infercheck.metrics.
     consistency.one_side_empty`), the other's size in tokens before its end-of-sequence when
     both sides have token ids, else in characters. Whatever the method: a text-only or top-k
-    comparison of an empty output is a divergence, never a pass."""
+    comparison of an empty output is a divergence, never a pass. A side whose server
+    returned tool calls apart from an empty text generated those calls: not empty
+    (:func:`~pytest_infercheck.metrics.consistency.output_text`)."""
     return one_side_empty(
-        (result.base_text, result.base_ids, result.base_finish),
-        (result.test_text, result.test_ids, result.test_finish),
+        (result.base_text or result.base_tool_calls, result.base_ids, result.base_finish),
+        (result.test_text or result.test_tool_calls, result.test_ids, result.test_finish),
         a_name=f"the baseline ({result.baseline})",
         b_name=f"the test ({result.test})",
     )
