@@ -143,61 +143,6 @@ def canonical_calls(calls: Sequence[ToolCall]) -> str:
     return "[" + ",".join(call.canonical() for call in calls) + "]"
 
 
-def calls_from_openai(entries: Any) -> tuple[ToolCall, ...]:
-    """The calls of an OpenAI ``message.tool_calls`` list (also Ollama's), in order: each
-    entry's ``function.name`` and ``function.arguments`` (JSON text, or an object as Ollama
-    sends it: :meth:`ToolCall.parse`). An entry with no name gives a call named
-    :data:`MALFORMED`; arguments that are not JSON give ``arguments_valid=False``; missing
-    arguments are an empty string (not JSON: malformed). Anything but a list: none."""
-    if not isinstance(entries, list):
-        return ()
-    return tuple(_openai_call(entry) for entry in entries)
-
-
-def _openai_call(entry: Any) -> ToolCall:
-    function = entry.get("function") if isinstance(entry, Mapping) else None
-    if not isinstance(function, Mapping):
-        return ToolCall(MALFORMED, json.dumps(entry, default=str), arguments_valid=False)
-    name = function.get("name")
-    arguments = function.get("arguments")
-    return ToolCall.parse(
-        name if isinstance(name, str) else MALFORMED, "" if arguments is None else arguments
-    )
-
-
-def calls_from_deltas(deltas: Sequence[Any]) -> tuple[ToolCall, ...]:
-    """The calls of a streamed chat completion, from each chunk's ``delta.tool_calls``
-    entries in order (pass them all, flattened): the entries of one ``index`` (an entry
-    without one starts a call of its own) are one call, its ``function.name`` and
-    ``function.arguments`` fragments concatenated in order, then read as
-    :func:`calls_from_openai` reads a whole call. Calls in order of their first fragment."""
-    names: dict[Any, list[str]] = {}
-    arguments: dict[Any, list[Any]] = {}
-    for position, entry in enumerate(deltas):
-        if not isinstance(entry, Mapping):
-            continue
-        index = entry.get("index")
-        key = ("index", index) if isinstance(index, int) else ("alone", position)
-        function = entry.get("function")
-        function = function if isinstance(function, Mapping) else {}
-        names.setdefault(key, [])
-        arguments.setdefault(key, [])
-        if isinstance(function.get("name"), str):
-            names[key].append(function["name"])
-        if function.get("arguments") is not None:
-            arguments[key].append(function["arguments"])
-    calls = []
-    for key, parts in names.items():
-        fragments = arguments[key]
-        joined: Any = (
-            fragments[0]
-            if len(fragments) == 1
-            else "".join(str(fragment) for fragment in fragments)
-        )
-        calls.append(_openai_call({"function": {"name": "".join(parts), "arguments": joined}}))
-    return tuple(calls)
-
-
 def describe_calls(calls: Sequence[ToolCall]) -> str:
     """Calls for people, in order, separated by ``; `` (:meth:`ToolCall.readable`); ``no
     call`` for none. Model output: escape it wherever it is shown as HTML."""

@@ -12,7 +12,13 @@ import pytest
 from pytest_infercheck.backends.base import Generation, GenerationParams, PromptInput
 from pytest_infercheck.backends.http import HttpSettings
 from pytest_infercheck.backends.ollama import OllamaBackend
-from pytest_infercheck.backends.openai_compat import assemble_chunks, parse_choice, parse_message
+from pytest_infercheck.backends.openai_compat import (
+    assemble_chunks,
+    delta_calls,
+    message_calls,
+    parse_choice,
+    parse_message,
+)
 from pytest_infercheck.golden import load_golden, make_entry, make_header, write_golden
 from pytest_infercheck.metrics.answers import (
     AnswerKind,
@@ -27,8 +33,6 @@ from pytest_infercheck.metrics.sameness import compare_outputs, same_generation
 from pytest_infercheck.tools import (
     MALFORMED,
     ToolCall,
-    calls_from_deltas,
-    calls_from_openai,
     calls_in_text,
     canonical_calls,
     describe_calls,
@@ -337,30 +341,30 @@ def test_streamed_calls_are_assembled_from_their_fragments() -> None:
     assert generation.finish_reason == "tool_calls"
 
 
-def test_calls_from_deltas_edge_cases() -> None:
+def test_delta_calls_edge_cases() -> None:
     # A zero-argument call streamed as arguments "" (a reported server bug) is malformed.
-    (empty,) = calls_from_deltas([{"index": 0, "function": {"name": "get_date", "arguments": ""}}])
+    (empty,) = delta_calls([{"index": 0, "function": {"name": "get_date", "arguments": ""}}])
     assert not empty.well_formed
     # Entries without an index are calls of their own.
-    assert calls_from_deltas(
+    assert delta_calls(
         [
             {"function": {"name": "get_date", "arguments": "{}"}},
             {"function": {"name": "get_date", "arguments": "{}"}},
         ]
     ) == (ToolCall("get_date", {}), ToolCall("get_date", {}))
     # A fragment holding an object (not JSON text) is taken as the arguments.
-    assert calls_from_deltas(
-        [{"index": 0, "function": {"name": "add", "arguments": {"a": 1}}}]
-    ) == (ToolCall("add", {"a": 1}),)
+    assert delta_calls([{"index": 0, "function": {"name": "add", "arguments": {"a": 1}}}]) == (
+        ToolCall("add", {"a": 1}),
+    )
 
 
-def test_calls_from_openai_edge_cases() -> None:
-    assert calls_from_openai(None) == ()
-    (nameless, unwrapped) = calls_from_openai([{"function": {"arguments": "{}"}}, {"name": "add"}])
+def test_message_calls_edge_cases() -> None:
+    assert message_calls(None) == ()
+    (nameless, unwrapped) = message_calls([{"function": {"arguments": "{}"}}, {"name": "add"}])
     assert nameless.name == MALFORMED and not nameless.well_formed
     assert not unwrapped.well_formed
     # Ollama sends the arguments as an object.
-    assert calls_from_openai([{"function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]) == (
+    assert message_calls([{"function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]) == (
         ToolCall("add", {"a": 1, "b": 2}),
     )
 
