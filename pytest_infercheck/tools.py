@@ -190,8 +190,8 @@ def calls_in_text(text: str) -> tuple[ToolCall, ...]:
     around and between blocks is not a call; a ``</tool_call>`` with no opening tag is
     ignored.
 
-    The one parser of calls in text (the answer kind ``tool_call`` and the structured
-    checks both use it). Rules:
+    The one parser of calls in text: the answer kind ``tool_call`` reads calls with it, and
+    whatever else looks for calls in text should import it rather than parse again. Rules:
 
     * A block that opens and never closes runs to the end of the text (as vLLM's and
       vllm-mlx's hermes parsers read it): it is a call when what follows the tag is a whole
