@@ -4,11 +4,15 @@ with ``tools``, ``--jinja``) and vLLM (``/tokenize`` with ``messages`` and ``too
 session's shared float32 server), for a single request with the four shared tools, a
 conversation that ends with a tool result, two calls (one without arguments) answered in
 order, and a conversation that calls again after the results. On the realistic Qwen2 (the
-Qwen 2.5 template, tools rendered as ``tool | tojson``)."""
+Qwen 2.5 template, tools rendered as ``tool | tojson``). End to end: a diff of mlx-lm against
+llama-server and vLLM on a tool suite (a request, a tool result, a ``generate`` turn after a
+result) compares every side on the shared tool prompt ids and passes; a determinism check
+on vLLM runs the tool prompts too."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from pytest_infercheck.backends.vllm import VllmBackend
 from pytest_infercheck.tools import Tool, ToolCall
 from tests.integration.conftest import REALISTIC_CONTEXT
 from tests.integration.served import llama_flags, running
+from tests.plugin.conftest import INI
 
 pytestmark = pytest.mark.xdist_group("vllm")
 
@@ -166,3 +171,104 @@ def test_tools_change_the_prompt_and_plain_prompts_stay(
     offered = asyncio.run(mlx.render_messages(turns, False, tools=TOOLS))
     assert offered.token_ids is not None and plain[0].token_ids is not None
     assert len(offered.token_ids) > len(plain[0].token_ids) + 100
+
+
+def test_finding_a_tool_without_description_renders_three_ways(
+    realistic_qwen2: Any, qwen2_llama_jinja: str, vllm_qwen2: str
+) -> None:
+    """A documented difference, not hidden: an OpenAI tool may leave out ``description``.
+    Each engine fills the tool JSON its template dumps (``tool | tojson``) its own way:
+    mlx-lm (transformers) dumps the entry as sent (no ``description``), vLLM dumps its
+    pydantic model (``"description": null``), llama-server rebuilds the entry with
+    ``"description": ""`` (``common_chat_tools_to_json_oaicompat``). Same prompt, three
+    prompt texts, three id sequences: a tool-use suite must give every tool a description
+    to compare engines on shared prompt ids."""
+    bare = (Tool("get_date", {"type": "object", "properties": {}}),)
+    turns = (Message("user", "the date?"),)
+    mlx = MlxLmBackend("mlx", MlxModelSpec(str(realistic_qwen2.path), dtype="float32"))
+
+    async def render() -> list[PromptInput]:
+        llama = LlamaServerBackend("llama", HttpSettings(base_url=qwen2_llama_jinja), chat=True)
+        vllm = VllmBackend(
+            "vllm", HttpSettings(base_url=vllm_qwen2), model=str(realistic_qwen2.path)
+        )
+        try:
+            await llama.ensure_ready()
+            await vllm.ensure_ready()
+            return [await b.render_messages(turns, False, tools=bare) for b in (mlx, llama, vllm)]
+        finally:
+            await llama.aclose()
+            await vllm.aclose()
+
+    by_mlx, by_llama, by_vllm = asyncio.run(render())
+    entry = '{"type": "function", "function": {"name": "get_date", %s"parameters": '
+    assert entry % "" in by_mlx.text
+    assert entry % '"description": "", ' in by_llama.text
+    assert entry % '"description": null, ' in by_vllm.text
+    assert len({by_mlx.token_ids, by_llama.token_ids, by_vllm.token_ids}) == 3
+
+
+def _suite_line(record: dict[str, Any]) -> str:
+    tools = [tool.openai() for tool in TOOLS]
+    return json.dumps({**record, "tools": tools, "max_tokens": 8})
+
+
+TOOL_SUITE = [
+    {"id": "t-single", "prompt": "add 12 and 34"},
+    {
+        "id": "t-result",
+        "messages": [
+            {"role": "user", "content": "add 12 and 34"},
+            {"role": "assistant", "tool_calls": [{"name": "add", "arguments": {"a": 12, "b": 34}}]},
+            {"role": "tool", "name": "add", "content": '{"result": 46}'},
+        ],
+    },
+    {
+        "id": "t-generated",
+        "messages": [
+            {"role": "system", "content": "Use the tools."},
+            {"role": "user", "content": "the date, please"},
+            {"role": "assistant", "tool_calls": [{"name": "get_date", "arguments": {}}]},
+            {"role": "tool", "name": "get_date", "content": "2026-11-26"},
+            {"role": "assistant", "generate": True},
+            {"role": "user", "content": "and the time in Oslo?"},
+        ],
+    },
+]
+
+
+def test_a_diff_and_determinism_on_tool_prompts_pass_faithfully(
+    pytester: pytest.Pytester, realistic_qwen2: Any, qwen2_llama_jinja: str, vllm_qwen2: str
+) -> None:
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(".jsonl", tools="\n".join(_suite_line(r) for r in TOOL_SUITE))
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"""\
+models:
+  qwen: {{path: '{realistic_qwen2.path}', gguf: '{realistic_qwen2.gguf}'}}
+backends:
+  local32: {{kind: mlx-lm, dtype: float32}}
+  llama: {{kind: llama-server, url: '{qwen2_llama_jinja}'}}
+  vllm: {{kind: vllm, url: '{vllm_qwen2}'}}
+suites: [tools.jsonl]
+checks:
+  - diff: {{model: qwen, backends: [local32, llama, vllm]}}
+  - determinism: {{target: qwen@vllm, runs: 2}}
+    name: det
+""",
+    )
+    out = pytester.path / "r.json"
+    result = pytester.runpytest_subprocess(f"--infercheck-results={out}", "-p", "no:cacheprovider")
+    assert out.exists(), result.stdout.str()[-3000:]
+    items = [i for i in json.loads(out.read_text())["items"] if i["role"] == "prompt"]
+    names = {i["name"] for i in items}
+    ids = [r["id"] for r in TOOL_SUITE]
+    assert {f"{i}[{b}]" for i in ids for b in ("llama", "vllm")} <= names
+    assert set(ids) <= names  # the determinism items
+    for item in items:
+        assert item["violations"] == [], (item["name"], item["violations"])
+        data = item["data"]
+        if "prompt_inputs" in data:
+            assert data["prompt_inputs"]["sharing"] == "shared ids", item["name"]
+    assert result.ret == 0, result.stdout.str()[-3000:]
