@@ -65,6 +65,7 @@ from ..metrics.consistency import (
     Fault,
     aggregate_faults,
     empty_fault,
+    output_text,
     read_generation,
     reported_logprobs,
     similarity_fault,
@@ -361,8 +362,8 @@ def compare_generations(
     readings = [read_generation(names[0], ref), read_generation(names[1], other)]
     faults = [f for reading in readings for f in reading.faults]
     empty = empty_fault(
-        (other.text, other.token_ids, other.finish_reason),
-        (ref.text, ref.token_ids, ref.finish_reason),
+        (output_text(other.text, other.tool_calls), other.token_ids, other.finish_reason),
+        (output_text(ref.text, ref.tool_calls), ref.token_ids, ref.finish_reason),
         a_name=names[1],
         b_name=names[0],
     )
@@ -379,7 +380,14 @@ def compare_generations(
     answers: list[str | None] = [None, None]
     flip = None
     if prompt.answer_kind is not None:
-        judged = judge_answers(prompt.answer_kind, prompt.answer, ref.text, other.text)
+        judged = judge_answers(
+            prompt.answer_kind,
+            prompt.answer,
+            ref.text,
+            other.text,
+            base_calls=ref.tool_calls,
+            test_calls=other.tool_calls,
+        )
         answers = [a.raw if a else None for a in (judged.base, judged.test)]
         flip = judged.flip.value
     return SideComparison(

@@ -93,6 +93,7 @@ from ..metrics.consistency import (
     Fault,
     empty_fault,
     latency_fault,
+    output_text,
     read_generation,
 )
 from ..metrics.degenerate import Degenerate, DegenerateScan
@@ -115,6 +116,7 @@ from ..render.table import render_table
 from ..render.views import facts, side_by_side
 from ..shared_work import SharedWork
 from ..specs import ErrorRate, FlipGates, FlipThresholds, TargetCheck, TieGates
+from ..tools import ToolCall, canonical_calls
 from .protocol import (
     ItemPlan,
     Outcome,
@@ -204,6 +206,8 @@ class Output:
     tokens: SideTokens | None = None
     """Its token ids, texts, chosen logprobs and top-k for the margins of a divergence
     (:func:`~pytest_infercheck.metrics.determinism.side_tokens`, without full rows)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The calls the server returned apart from the text (``Generation.tool_calls``)."""
 
 
 @dataclass
@@ -223,6 +227,9 @@ class Reference:
     """Its top-k per token, keyed by ``top_keys``: token ids as strings (JSON object keys),
     which :meth:`side` turns back into ints, or token texts."""
     top_keys: str = "id"
+    tool_calls: tuple[ToolCall, ...] = field(default=(), metadata=OMIT_WHEN_EMPTY)
+    """The calls the server returned apart from the text (``Generation.tool_calls``);
+    absent from the JSON when none."""
 
     def side(self) -> SideTokens:
         """The reference as a side of :func:`~pytest_infercheck.metrics.ties.tie_divergence`
@@ -355,6 +362,7 @@ def reference_of(generation: Generation) -> Reference:
         if side.top is None
         else [None if t is None else {str(k): v for k, v in t.items()} for t in side.top],
         top_keys=side.top_keys,
+        tool_calls=generation.tool_calls,
     )
 
 
@@ -390,6 +398,7 @@ def _output(prompt_id: str, start: float, end: float, result: Any) -> Output:
         faults=tuple(reading.faults),
         degenerate=reading.degenerate,
         tokens=dataclasses.replace(side_tokens(result), full=None),
+        tool_calls=result.tool_calls,
     )
 
 
@@ -451,11 +460,20 @@ def level_data(
             continue
         reference = references[output.prompt_id]
         verdict = compare_outputs(
-            reference.text, reference.token_ids, output.text, output.token_ids
+            reference.text,
+            reference.token_ids,
+            output.text,
+            output.token_ids,
+            a_calls=canonical_calls(reference.tool_calls) if reference.tool_calls else "",
+            b_calls=canonical_calls(output.tool_calls) if output.tool_calls else "",
         )
         empty = empty_fault(
-            (output.text, output.token_ids, output.finish_reason),
-            (reference.text, reference.token_ids, reference.finish_reason),
+            (output_text(output.text, output.tool_calls), output.token_ids, output.finish_reason),
+            (
+                output_text(reference.text, reference.tool_calls),
+                reference.token_ids,
+                reference.finish_reason,
+            ),
             a_name=f"request {index} ({output.prompt_id})",
             b_name="its reference",
         )
@@ -489,7 +507,14 @@ def level_data(
             )
         prompt = by_id[output.prompt_id]
         if prompt.answer_kind is not None:
-            judged = judge_answers(prompt.answer_kind, prompt.answer, reference.text, output.text)
+            judged = judge_answers(
+                prompt.answer_kind,
+                prompt.answer,
+                reference.text,
+                output.text,
+                base_calls=reference.tool_calls,
+                test_calls=output.tool_calls,
+            )
             flips += judged.flip.is_flip
     n = len(outputs)
     intervals = [(o.start, o.end) for o in outputs]

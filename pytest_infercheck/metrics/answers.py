@@ -17,18 +17,26 @@ Every kind is extracted in the same order (:func:`extract_answer`):
 References go through :func:`parse_reference`, the same parsers with no heuristics: the whole
 reference must be one value of its kind. Suite validation calls it, so a reference that would
 never match any output is a collection error.
+
+The ``tool_call`` kind reads calls, not prose: the calls a chat server parsed out of the
+output (``Generation.tool_calls``, passed as ``calls``), then the ``<tool_call>`` blocks of
+the text (:func:`~pytest_infercheck.tools.calls_in_text`). Markers do not apply, and a
+malformed call is not "no answer" but a call that is always wrong (see
+:func:`extract_answer`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from enum import Enum
 from fractions import Fraction
 from typing import Any, Literal, get_args
+
+from ..tools import ToolCall, calls_in_text, canonical_calls, describe_calls, parse_calls
 
 __all__ = [
     "FLIP_SEVERITY_ORDER",
@@ -44,6 +52,7 @@ __all__ = [
     "fails_item",
     "flip_rank",
     "parse_reference",
+    "shown_reference",
     "strip_reasoning",
 ]
 
@@ -57,6 +66,7 @@ class AnswerKind(str, Enum):
     CODE = "code"
     JSON = "json"
     EXACT = "exact"
+    TOOL_CALL = "tool_call"
 
     def __str__(self) -> str:
         return self.value
@@ -65,7 +75,7 @@ class AnswerKind(str, Enum):
 AnswerValue = Decimal | Fraction | bool | str
 """Normalised value: ``Decimal`` or ``Fraction`` (number; the two compare and hash exactly
 across types, so ``Decimal("0.75") == Fraction(3, 4)``), ``bool`` (boolean), ``str`` (the
-other kinds)."""
+other kinds; of ``tool_call``, :func:`~pytest_infercheck.tools.canonical_calls`)."""
 
 
 @dataclass(frozen=True)
@@ -593,6 +603,26 @@ def _exact(text: str) -> Answer | None:
     return Answer(AnswerKind.EXACT, value, text) if value else None
 
 
+# --------------------------------------------------------------------------- tool calls
+
+
+def _calls_answer(calls: Sequence[ToolCall]) -> Answer | None:
+    """The answer of a sequence of calls: their canonical text as the value, their
+    readable form as ``raw``; None for no call."""
+    if not calls:
+        return None
+    return Answer(AnswerKind.TOOL_CALL, canonical_calls(calls), describe_calls(calls))
+
+
+def _extract_tool_calls(text: str) -> Answer | None:
+    return _calls_answer(calls_in_text(text))
+
+
+def _reference_calls(text: str) -> Answer | None:
+    calls = parse_calls(text)
+    return None if calls is None else _calls_answer(calls)
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -613,11 +643,14 @@ _EXTRACTORS: dict[AnswerKind, Callable[[str], Answer | None]] = {
     AnswerKind.CODE: _code,
     AnswerKind.JSON: _extract_json,
     AnswerKind.EXACT: _exact,
+    AnswerKind.TOOL_CALL: _extract_tool_calls,
 }
 """How an answer of each kind is found in a model's output (reasoning already stripped)."""
 
 
-def extract_answer(text: str, kind: AnswerKind | str) -> Answer | None:
+def extract_answer(
+    text: str, kind: AnswerKind | str, calls: Sequence[ToolCall] = ()
+) -> Answer | None:
     """Extract the final answer of ``kind`` from a generation, or ``None`` if there is none.
 
     ``text`` is the answer text only (a ``reasoning_content`` returned apart is never passed).
@@ -663,11 +696,27 @@ def extract_answer(text: str, kind: AnswerKind | str) -> Answer | None:
       ``Infinity`` are not JSON.
     * ``exact``: the text stripped, internal whitespace collapsed to single spaces; case and
       punctuation kept.
+    * ``tool_call``: every call, in order: first ``calls`` (what a chat server parsed out of
+      the output and returned apart, ``Generation.tool_calls``), then each ``<tool_call>``
+      block of the text (:func:`~pytest_infercheck.tools.calls_in_text`: one JSON object
+      ``{"name": ..., "arguments": {...}}`` per block, whitespace ignored). The value is
+      :func:`~pytest_infercheck.tools.canonical_calls` of them (name, and arguments as JSON
+      values: key order is irrelevant, ``1`` = ``1.0``, ``"1"`` != ``1``), ``raw`` their
+      readable form (``add(a=12, b=34)``). No call at all: ``None``. A **malformed** call (a
+      block that is not such an object, arguments that are not JSON) is kept, not dropped:
+      the answer is then never equal to a reference (references are well-formed), so it is
+      wrong, and two different malformed texts are two different answers (a flip, or
+      ``wrong_to_wrong`` against a reference). Markers do not apply. ``calls`` is read by
+      this kind only.
 
     Raises:
         ValueError: for an unknown ``kind``.
     """
-    return _EXTRACTORS[_as_kind(kind)](strip_reasoning(text))
+    answer_kind = _as_kind(kind)
+    stripped = strip_reasoning(text)
+    if answer_kind is AnswerKind.TOOL_CALL:
+        return _calls_answer((*calls, *calls_in_text(stripped)))
+    return _EXTRACTORS[answer_kind](stripped)
 
 
 _REFERENCE_PARSERS: dict[AnswerKind, Callable[[str], Answer | None]] = {
@@ -677,6 +726,7 @@ _REFERENCE_PARSERS: dict[AnswerKind, Callable[[str], Answer | None]] = {
     AnswerKind.CODE: _code,
     AnswerKind.JSON: _whole_json,
     AnswerKind.EXACT: _exact,
+    AnswerKind.TOOL_CALL: _reference_calls,
 }
 """How a reference answer of each kind is read: the whole text must be one value."""
 
@@ -690,9 +740,24 @@ def parse_reference(reference: str, kind: AnswerKind | str) -> Answer | None:
     ``"\\frac{1}{2}"``, ``"1e3"``, ``"50%"``; not ``"12,34"`` or ``"12 apples"``); ``boolean``
     ``yes``/``no``/``true``/``false``; ``choice`` one letter ``A``-``E`` (``"c"``, ``"(C)"``);
     ``json`` exactly one object or array; ``code`` the last fenced block or the whole text;
-    ``exact`` non-blank text. An output that is just the reference extracts to it.
+    ``exact`` non-blank text; ``tool_call`` the JSON text of one or more well-formed calls
+    (:func:`~pytest_infercheck.tools.parse_calls`: the :func:`~pytest_infercheck.tools.
+    canonical_calls` form that suites store, ``[{"arguments": {...}, "name": "add"}]``, any
+    spacing or key order; not ``[]``, not a call with an empty name or non-object
+    arguments). An output that is just the reference extracts to it (of ``tool_call``: an
+    output whose calls are the reference's).
     """
     return _REFERENCE_PARSERS[_as_kind(kind)](reference)
+
+
+def shown_reference(reference: str | None, kind: AnswerKind | str | None) -> str | None:
+    """A reference as reports show it: of ``tool_call``, its calls readable (``add(a=12,
+    b=34)``, :func:`~pytest_infercheck.tools.describe_calls`) rather than their canonical
+    JSON; of the other kinds (or a reference that does not parse) as the suite gives it."""
+    if reference is None or kind is None or _as_kind(kind) is not AnswerKind.TOOL_CALL:
+        return reference
+    parsed = parse_reference(reference, kind)
+    return reference if parsed is None else parsed.raw
 
 
 def answers_equal(a: Answer | None, b: Answer | None) -> bool:
@@ -827,12 +892,20 @@ class AnswerFlip:
 
 
 def judge_answers(
-    answer_kind: AnswerKind | str, reference: str | None, base_text: str, test_text: str
+    answer_kind: AnswerKind | str,
+    reference: str | None,
+    base_text: str,
+    test_text: str,
+    *,
+    base_calls: Sequence[ToolCall] = (),
+    test_calls: Sequence[ToolCall] = (),
 ) -> AnswerFlip:
     """The answers of ``base_text`` and ``test_text`` (:func:`extract_answer` by the prompt's
-    ``answer_kind``) and their flip against the prompt's ``reference`` answer, if it has one
-    (:func:`classify_flip`): the one path every check takes from two outputs to a flip."""
-    base = extract_answer(base_text, answer_kind)
-    test = extract_answer(test_text, answer_kind)
+    ``answer_kind``, with the calls each side's server parsed out of it, its
+    ``Generation.tool_calls``) and their flip against the prompt's ``reference`` answer, if it
+    has one (:func:`classify_flip`): the one path every check takes from two outputs to a
+    flip."""
+    base = extract_answer(base_text, answer_kind, base_calls)
+    test = extract_answer(test_text, answer_kind, test_calls)
     expected = parse_reference(reference, answer_kind) if reference is not None else None
     return AnswerFlip(base, test, classify_flip(base, test, expected))

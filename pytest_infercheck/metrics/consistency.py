@@ -76,6 +76,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..tools import ToolCall, describe_calls
 from .degenerate import Degenerate, generation_degenerate
 from .finite import (
     BFLOAT16_LOGSUMEXP_TOL,
@@ -116,6 +117,7 @@ __all__ = [
     "logprob_faults",
     "mismatched_positions",
     "one_side_empty",
+    "output_text",
     "read_generation",
     "reported_logprobs",
     "shape_faults",
@@ -452,6 +454,13 @@ def read_generation(where: str, generation: Generation, *, tol: float = MATCH_TO
 
 Output = tuple[str, Sequence[int] | None, str | None]
 """An output as the empty-generation rule reads it: ``(text, token_ids, finish_reason)``."""
+
+
+def output_text(text: str, calls: Sequence[ToolCall]) -> str:
+    """The text the empty rule reads of an output: its text, or, when it has none, the
+    readable form of the tool calls its server returned apart (``Generation.tool_calls``,
+    :func:`~pytest_infercheck.tools.describe_calls`): an output of calls only is not empty."""
+    return text or (describe_calls(calls) if calls else "")
 
 
 def content_size(text: str, token_ids: Sequence[int] | None, finish_reason: str | None) -> int:

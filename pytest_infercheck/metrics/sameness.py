@@ -21,6 +21,12 @@ one sequence is a strict prefix of the other it is the length of the shorter one
 empty output against a non-empty one diverges at 0. It is None when the outputs are the
 same.
 
+Tool calls a chat server returned apart from the text (``Generation.tool_calls``) are part
+of the output: when either side has some, the two are the same only if their calls are too
+(:func:`~pytest_infercheck.tools.canonical_calls`: name and arguments as JSON values). Calls
+that differ beside an equal text diverge at the end of the text (unit ``char``): the calls
+are compared after it.
+
 Sequences are compared by their elements, so a list and a tuple of the same ids are equal.
 Pure: plain sequences in, a frozen :class:`Sameness` out; no engine, no numpy.
 """
@@ -32,12 +38,20 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..tools import canonical_calls
 from .text import first_divergence as _first_divergence
 
 if TYPE_CHECKING:
     from ..backends.base import Generation
 
-__all__ = ["Basis", "DivergenceUnit", "Sameness", "compare_outputs", "same_generation"]
+__all__ = [
+    "Basis",
+    "DivergenceUnit",
+    "Sameness",
+    "compare_outputs",
+    "returned_calls",
+    "same_generation",
+]
 
 DivergenceUnit = Literal["token", "char"]
 
@@ -69,6 +83,9 @@ class Sameness:
     first_divergence: int | None
     divergence_unit: DivergenceUnit | None
     token_texts_equal: bool | None = None
+    calls_equal: bool | None = None
+    """Whether the tool calls returned apart from the text are the same; None when neither
+    side returned any."""
 
     @property
     def detokenization_difference(self) -> bool:
@@ -80,7 +97,17 @@ class Sameness:
         ids, text differs from character 12 (detokenization difference)``, ..."""
         if self.same:
             return "identical"
+        phrase = self._text_phrase()
+        if self.calls_equal is False:
+            tail = "tool calls returned apart differ"
+            return f"{phrase}; {tail}" if phrase else f"same text, {tail}"
+        return phrase
+
+    def _text_phrase(self) -> str:
+        """How the texts (ids, token texts) differ; empty when they do not."""
         at = self.first_divergence
+        if self.text_equal and self.ids_equal is not False and self.token_texts_equal is not False:
+            return ""
         if self.ids_equal is False:
             return f"token ids differ from token {at}"
         if self.token_texts_equal is False:
@@ -92,8 +119,9 @@ class Sameness:
         return f"text differs from character {at}"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain types for item data and JSON (``basis`` as its value)."""
-        return {
+        """Plain types for item data and JSON (``basis`` as its value; ``calls_equal`` only
+        where a side returned tool calls apart)."""
+        data = {
             "same": self.same,
             "basis": self.basis.value,
             "ids_equal": self.ids_equal,
@@ -102,6 +130,7 @@ class Sameness:
             "first_divergence": self.first_divergence,
             "divergence_unit": self.divergence_unit,
         }
+        return data if self.calls_equal is None else {**data, "calls_equal": self.calls_equal}
 
 
 def compare_outputs(
@@ -111,12 +140,16 @@ def compare_outputs(
     b_ids: Sequence[int] | None,
     a_tokens: Sequence[str] | None = None,
     b_tokens: Sequence[str] | None = None,
+    a_calls: str = "",
+    b_calls: str = "",
 ) -> Sameness:
     """Whether output ``a`` and output ``b`` are the same, on which basis, and where they
     first diverge (the rule is in the module docstring).
 
     ``*_ids`` are the token ids (None when the engine gives none); ``*_tokens`` the texts of
     the tokens (None when not known). Token texts are ignored when both sides have ids.
+    ``*_calls``: the canonical text of the tool calls the server returned apart
+    (:func:`~pytest_infercheck.tools.canonical_calls`; empty: none).
     """
     text_equal = a_text == b_text
     ids_equal: bool | None = None
@@ -133,22 +166,44 @@ def compare_outputs(
         tokens_equal = divergence is None
     else:
         basis = Basis.TEXT
+    calls_equal = None if not (a_calls or b_calls) else a_calls == b_calls
     if divergence is not None:
         unit = "token"
     elif not text_equal:
         divergence, unit = _first_divergence(a_text, b_text), "char"
+    elif calls_equal is False:
+        divergence, unit = len(a_text), "char"
     return Sameness(
-        same=text_equal and ids_equal is not False and tokens_equal is not False,
+        same=text_equal
+        and ids_equal is not False
+        and tokens_equal is not False
+        and calls_equal is not False,
         basis=basis,
         ids_equal=ids_equal,
         text_equal=text_equal,
         first_divergence=divergence,
         divergence_unit=unit,
         token_texts_equal=tokens_equal,
+        calls_equal=calls_equal,
     )
 
 
 def same_generation(a: Generation, b: Generation) -> Sameness:
-    """:func:`compare_outputs` of two generations: their ``text``, ``token_ids`` and token
-    texts (``token_texts``)."""
-    return compare_outputs(a.text, a.token_ids, b.text, b.token_ids, a.token_texts, b.token_texts)
+    """:func:`compare_outputs` of two generations: their ``text``, ``token_ids``, token
+    texts (``token_texts``) and the tool calls returned apart (``tool_calls``)."""
+    return compare_outputs(
+        a.text,
+        a.token_ids,
+        b.text,
+        b.token_ids,
+        a.token_texts,
+        b.token_texts,
+        returned_calls(a),
+        returned_calls(b),
+    )
+
+
+def returned_calls(generation: Generation) -> str:
+    """The canonical text of the tool calls ``generation``'s server returned apart from its
+    text (:func:`~pytest_infercheck.tools.canonical_calls`); empty when none."""
+    return canonical_calls(generation.tool_calls) if generation.tool_calls else ""

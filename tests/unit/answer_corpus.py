@@ -7,11 +7,15 @@ reply's final answer, or ``None`` where a careful grader would refuse to pick on
 * ``boolean``: ``True`` / ``False``;
 * ``choice``: the upper-case letter;
 * ``json``: the canonical form (sorted keys, no spaces, numbers by value);
-* ``code``: the normalised code; ``exact``: the whitespace-collapsed text.
+* ``code``: the normalised code; ``exact``: the whitespace-collapsed text;
+* ``tool_call``: the canonical calls (a JSON list of ``{"arguments":...,"name":...}``, keys
+  sorted, no spaces, whole numbers without ``.0``; a malformed block as ``"name":""`` with its
+  stripped text as the arguments string).
 """
 
 from __future__ import annotations
 
+import json
 from typing import NamedTuple
 
 from pytest_infercheck.metrics.answers import FlipKind
@@ -44,6 +48,15 @@ class Judged(NamedTuple):
 
 
 N, B, C, J, K, E = "number", "boolean", "choice", "json", "code", "exact"
+T = "tool_call"
+ADD_12_34 = '[{"arguments":{"a":12,"b":34},"name":"add"}]'
+
+
+def malformed(block: str) -> str:
+    """The canonical answer of one malformed ``<tool_call>`` block: no name, its stripped
+    text as the arguments string."""
+    return '[{"arguments":' + json.dumps(block, ensure_ascii=False) + ',"name":""}]'
+
 
 CASES: list[Case] = [
     # ------------------------------------------------------------------ number: reasoning
@@ -269,6 +282,85 @@ CASES: list[Case] = [
     Case(E, "paris", "paris", "case is kept"),
     Case(E, "Paris.", "Paris.", "punctuation is kept"),
     Case(E, "`Paris`", "`Paris`"),
+    # ------------------------------------------------------------------ tool_call
+    Case(
+        T, '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 34}}\n</tool_call>', ADD_12_34
+    ),
+    Case(T, '<tool_call>{"arguments": {"b": 34, "a": 12}, "name": "add"}</tool_call>', ADD_12_34),
+    Case(
+        T,
+        '<tool_call> {"name": "add", "arguments": {"a": 12.0, "b": 3.4e1}} </tool_call>',
+        ADD_12_34,
+        "numbers by value",
+    ),
+    Case(
+        T,
+        'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 34}}',
+        ADD_12_34,
+        "unclosed at the end: read to the end, as vLLM's hermes parser does",
+    ),
+    Case(
+        T,
+        '<think><tool_call>{"name": "get_date", "arguments": {}}</tool_call></think>'
+        '<tool_call>{"name": "add", "arguments": {"a": 12, "b": 34}}</tool_call>',
+        ADD_12_34,
+        "a call while thinking is not a call",
+    ),
+    Case(
+        T,
+        '<tool_call>{"name": "get_date", "arguments": {}}</tool_call>\n'
+        '<tool_call>{"name": "get_time", "arguments": {"city": "Oslo"}}</tool_call>',
+        '[{"arguments":{},"name":"get_date"},{"arguments":{"city":"Oslo"},"name":"get_time"}]',
+        "two calls, in order",
+    ),
+    Case(
+        T,
+        '<tool_call>{"name": "add", "arguments": {"a": 12, "b": }}</tool_call>',
+        malformed('{"name": "add", "arguments": {"a": 12, "b": }}'),
+        "not JSON: a malformed call, kept",
+    ),
+    Case(T, '<tool_call>{"arguments": {}}</tool_call>', malformed('{"arguments": {}}'), "no name"),
+    Case(
+        T,
+        '<tool_call>{"name": "", "arguments": {}}</tool_call>',
+        malformed('{"name": "", "arguments": {}}'),
+        "an empty name",
+    ),
+    Case(
+        T,
+        '<tool_call>{"name": "add", "arguments": "{\\"a\\": 1}"}</tool_call>',
+        malformed('{"name": "add", "arguments": "{\\"a\\": 1}"}'),
+        "arguments as a string of JSON: malformed",
+    ),
+    Case(
+        T,
+        '<tool_call>{"name": "get_date"}</tool_call>',
+        malformed('{"name": "get_date"}'),
+        "no arguments: malformed (a zero-argument call writes {})",
+    ),
+    Case(
+        T,
+        '<tool_call>\n{"name": "add", "arguments": {"a": NaN}}\n</tool_call>',
+        malformed('{"name": "add", "arguments": {"a": NaN}}'),
+        "NaN is not JSON; the block's text is stripped",
+    ),
+    Case(
+        T,
+        '<tool_call>{"name": "add", "arguments": {"a": 12, "b": 34}}</tool_call>'
+        '<tool_call>{"name": "add", "arguments": {"a": 12, "b": 3</tool_call>',
+        '[{"arguments":{"a":12,"b":34},"name":"add"},'
+        + malformed('{"name": "add", "arguments": {"a": 12, "b": 3')[1:],
+        "a call and a malformed one: both kept, in order",
+    ),
+    Case(T, "The sum is 46.", None, "prose: no call"),
+    Case(T, '{"name": "add", "arguments": {"a": 12, "b": 34}}', None, "JSON without the tags"),
+    Case(
+        T,
+        '<think><tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>',
+        None,
+        "unclosed thinking: all reasoning",
+    ),
+    Case(T, "</tool_call>", None, "a closing tag alone"),
 ]
 
 

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ...metrics.answers import shown_reference
 from ...records import load_record, plain_data
 from ...render.charts import line_chart
 from ...render.markup import clip, esc, interval, num, plain, rate, table
@@ -93,6 +94,16 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
     if problems:
         items = "".join(f"<li>{esc(p.describe())}</li>" for p in problems)
         parts.insert(1, f"<h4>problems (each fails the item)</h4><ul>{items}</ul>")
+    if r.base_tool_calls or r.test_tool_calls:
+        parts.append(
+            table(
+                ["side", "tool calls returned apart from the text"],
+                [
+                    [esc(f"baseline: {r.baseline}"), esc(r.base_tool_calls or "none")],
+                    [esc(f"test: {r.test}"), esc(r.test_tool_calls or "none")],
+                ],
+            )
+        )
     if r.answer_kind is not None:
         parts.append(
             table(
@@ -100,7 +111,7 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
                 [
                     [
                         esc(r.answer_kind),
-                        esc(r.reference),
+                        esc(shown_reference(r.reference, r.answer_kind)),
                         esc(r.base_answer),
                         esc(r.test_answer),
                         flip_cell(r.flip),

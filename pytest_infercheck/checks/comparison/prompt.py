@@ -60,7 +60,7 @@ from ...metrics.kl import (
     topk_pair_stats,
 )
 from ...metrics.origin import Origin, PromptSide, Stage, locate_origin, nfc_probe_texts
-from ...metrics.sameness import Sameness, compare_outputs
+from ...metrics.sameness import Sameness, compare_outputs, returned_calls
 from ...metrics.text import first_divergence, severity, similarity
 from ...metrics.ties import (
     DEFAULT_TIE_MARGIN,
@@ -73,6 +73,7 @@ from ...metrics.ties import (
 from ...metrics.tokenization import LEADING, WINDOW
 from ...metrics.topk_full import full_vs_topk_stats, topk_vs_full_stats
 from ...records import OMIT_WHEN_EMPTY, Measured
+from ...tools import describe_calls
 from .inputs import PromptInputs, SideInputs, decide_inputs
 from .retokenize import judged_ids, retokenized_divergence, text_side_verdict
 from .turns import TurnComparison
@@ -189,6 +190,13 @@ class PromptComparison:
     answers)."""
     test_reasoning_chars: int = 0
     """Length of a reasoning chain the test side returned apart from its answer."""
+    base_tool_calls: str = field(default="", metadata=OMIT_WHEN_EMPTY)
+    """The calls the baseline's server returned apart from its text (``Generation.
+    tool_calls``), readable (:func:`~pytest_infercheck.tools.describe_calls`); empty (absent
+    from the JSON) when it returned none: an engine that returns raw text leaves its calls in
+    ``base_text``."""
+    test_tool_calls: str = field(default="", metadata=OMIT_WHEN_EMPTY)
+    """The calls the test side's server returned apart from its text, readable."""
     problems: Problems = field(default_factory=list)
     """What the scoring found unusable, fail closed: logprob rows holding a NaN or ``+inf``
     (``non-finite test logprobs at position 3 (NaN)``), full rows whose logsumexp is not
@@ -306,7 +314,8 @@ class PromptComparison:
         plain)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["problems"] = [p.to_dict() for p in self.problems]
-        for name in ("faults", "method_note", "batching_note", "turns", "feature_activity"):
+        omitted = [f.name for f in fields(self) if f.metadata.get("omit_when_empty")]
+        for name in ("turns", *omitted):
             if not data[name]:
                 del data[name]  # OMIT_WHEN_EMPTY, as for a record without a to_plain
         if not self.turns:
@@ -367,7 +376,7 @@ def compare_prompt(
     dists = _distributions(
         cache, baseline, test, rendered.token_ids, base, other, shared_ids, verdict
     )
-    answers = _answers(prompt, base.text, other.text)
+    answers = _answers(prompt, base, other)
     origin = _origin(cache, baseline, test, inputs, base, other, verdict)
     margins = _margins(
         cache, baseline, test, rendered.token_ids if shared_ids else None, base, other, divergence
@@ -403,6 +412,8 @@ def compare_prompt(
         templated=rendered.templated,
         base_reasoning_chars=len(base.reasoning or ""),
         test_reasoning_chars=len(other.reasoning or ""),
+        base_tool_calls=describe_calls(base.tool_calls) if base.tool_calls else "",
+        test_tool_calls=describe_calls(other.tool_calls) if other.tool_calls else "",
         problems=list(dists.problems),
         faults=[f.text for reading in readings for f in reading.faults],
         degenerate=DegenerateScan.of([reading.degenerate for reading in readings]),
@@ -507,6 +518,8 @@ def outputs_verdict(inputs: SideInputs, base: Generation, other: Generation) -> 
         other.token_ids if shared_ids else None,
         base.token_texts,
         other.token_texts,
+        returned_calls(base),
+        returned_calls(other),
     )
 
 
@@ -923,10 +936,17 @@ def step_texts(generation: Generation) -> list[str] | None:
     return texts if "".join(texts) == generation.text else None
 
 
-def _answers(prompt: Prompt, base_text: str, test_text: str) -> _Answers:
+def _answers(prompt: Prompt, base: Generation, other: Generation) -> _Answers:
     if prompt.answer_kind is None:
         return _Answers()
-    judged = judge_answers(prompt.answer_kind, prompt.answer, base_text, test_text)
+    judged = judge_answers(
+        prompt.answer_kind,
+        prompt.answer,
+        base.text,
+        other.text,
+        base_calls=base.tool_calls,
+        test_calls=other.tool_calls,
+    )
     return _Answers(
         answer_kind=prompt.answer_kind,
         reference=prompt.answer,

@@ -7,7 +7,7 @@ The one place an item's verdict is decided (the suite aggregate counts failed it
 
 from __future__ import annotations
 
-from ...metrics.answers import fails_item
+from ...metrics.answers import AnswerKind, fails_item, shown_reference
 from ...metrics.consistency import one_side_empty
 from ...metrics.finite import NonFinite, Problem, check_scalar, check_values
 from ...render.text import mark_divergence, safe_text
@@ -21,10 +21,12 @@ def empty_output(result: PromptComparison) -> Problem | None:
     no token but the end-of-sequence it stopped on; :func:`~pytest_infercheck.metrics.
     consistency.one_side_empty`), the other's size in tokens before its end-of-sequence when
     both sides have token ids, else in characters. Whatever the method: a text-only or top-k
-    comparison of an empty output is a divergence, never a pass."""
+    comparison of an empty output is a divergence, never a pass. A side whose server
+    returned tool calls apart from an empty text generated those calls: not empty
+    (:func:`~pytest_infercheck.metrics.consistency.output_text`)."""
     return one_side_empty(
-        (result.base_text, result.base_ids, result.base_finish),
-        (result.test_text, result.test_ids, result.test_finish),
+        (result.base_text or result.base_tool_calls, result.base_ids, result.base_finish),
+        (result.test_text or result.test_tool_calls, result.test_ids, result.test_finish),
         a_name=f"the baseline ({result.baseline})",
         b_name=f"the test ({result.test})",
     )
@@ -130,10 +132,19 @@ def describe(result: PromptComparison) -> str:
             f"reasoning returned apart from the answer: baseline {result.base_reasoning_chars} "
             f"chars, test {result.test_reasoning_chars} chars (outputs compared on the answer)"
         )
-    if result.answer_kind is not None:
+    if result.base_tool_calls or result.test_tool_calls:
         lines.append(
-            f"answers ({result.answer_kind}): reference {_show(result.reference)}, baseline "
-            f"{_show(result.base_answer)}, test {_show(result.test_answer)} -> {result.flip}"
+            "tool calls returned apart from the text: baseline "
+            f"{safe_text(result.base_tool_calls or 'none', CALLS_SHOWN)}, test "
+            f"{safe_text(result.test_tool_calls or 'none', CALLS_SHOWN)}"
+        )
+    if result.answer_kind is not None:
+        limit = CALLS_SHOWN if result.answer_kind == AnswerKind.TOOL_CALL.value else ANSWER_SHOWN
+        reference = shown_reference(result.reference, result.answer_kind)
+        lines.append(
+            f"answers ({result.answer_kind}): reference {_show(reference, limit)}, baseline "
+            f"{_show(result.base_answer, limit)}, test {_show(result.test_answer, limit)} -> "
+            f"{result.flip}"
         )
     if result.kl_mean is not None:
         lines.append(f"KL mean {result.kl_mean:.6g}, max {result.kl_max:.6g}")
@@ -203,5 +214,11 @@ def tie_line(result: PromptComparison) -> str:
     )
 
 
-def _show(value: str | None) -> str:
-    return "none" if value is None else repr(safe_text(value, 40))
+ANSWER_SHOWN = 40
+"""Characters of an answer the failure text shows."""
+CALLS_SHOWN = 200
+"""Characters of a ``tool_call`` answer (its calls, readable) the failure text shows."""
+
+
+def _show(value: str | None, limit: int = ANSWER_SHOWN) -> str:
+    return "none" if value is None else repr(safe_text(value, limit))
