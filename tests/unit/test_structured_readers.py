@@ -139,8 +139,9 @@ def test_an_error_body_is_the_servers_error() -> None:
             '<tool_call>{"name": "add", "arguments": "{\\"a\\": 1, \\"b\\": 2}"}</tool_call>',
             (ToolCall("get_date", {}), ToolCall("add", {"a": 1, "b": 2})),
         ),
-        # cut by max_tokens: the block runs to the end, and is malformed
-        ('<tool_call>\n{"name": "add", "argu', (ToolCall("", '{"name": "add", "argu', False),)),
+        # cut by max_tokens: the block runs to the end, is malformed, keeps its name
+        ('<tool_call>\n{"name": "add", "argu', (ToolCall("add", '{"name": "add", "argu', False),)),
+        ("<tool_call>garbage</tool_call>", (ToolCall("", "garbage", False),)),
         # a name but no arguments member
         ('<tool_call>{"name": "add"}</tool_call>', (ToolCall("add", '{"name": "add"}', False),)),
     ],
