@@ -186,6 +186,24 @@ def test_two_choices_by_index() -> None:
     assert [c.content for c in response.choices] == ["a", "b"]
 
 
+def test_a_usage_chunk_per_choice_is_noted() -> None:
+    # llama-server (llama-cpp-python 0.3.36, -np 2) streaming n: 2, trimmed
+    usage = {"completion_tokens": 3, "prompt_tokens": 37, "total_tokens": 40}
+    events = [
+        chunk({"role": "assistant", "content": None}, index=1),
+        chunk({"content": "NAV"}, index=1),
+        chunk({"content": "NAV"}, index=0),
+        chunk({}, "length", index=1),
+        {"choices": [], "usage": usage},
+        chunk({}, "length", index=0),
+        {"choices": [], "usage": usage},
+    ]
+    response = assemble_chat_stream(events, "chat-stream", ended=True, asked_n=2)
+    assert [c.content for c in response.choices] == ["NAV", "NAV"]
+    assert response.usage == Usage(37, 3)
+    assert response.notes == ("2 usage chunks (one expected): the last one read",)
+
+
 def test_a_call_left_in_streamed_content() -> None:
     events = [
         chunk({"content": '<tool_call>\n{"name": "get_date", '}),
