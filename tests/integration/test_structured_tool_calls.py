@@ -22,7 +22,7 @@ own ``json_tools`` parser, chosen from the template). What each returned, as ass
 - ``n: 2`` at temperature 0 is refused by both (llama-server with one slot, vLLM for greedy
   sampling).
 - vllm-mlx's streamed messages count 0 input tokens. The model's newline between two calls
-  stays as content (``"\n"``) on mlx_lm.server (both paths) and in vllm-mlx's streams
+  stays as content (``"\\n"``) on mlx_lm.server (both paths) and in vllm-mlx's streams
   (not asserted: whitespace of the model's own).
 - Not asserted here, measured by hand on the same model: vLLM with ``--reasoning-parser
   qwen3`` as well moves a plain answer without ``<think>`` ("The sum is ...") into
