@@ -34,6 +34,12 @@ and their logprobs (servers that stream none give none). :meth:`generate_via` re
 template rendered once, in-process, by the served model folder's tokenizer (the server's own
 template, so the endpoints see the same input). ``messages`` (Anthropic) is for the
 subclasses whose server offers it. Hostile requests go to the backend's own endpoint.
+
+Structured requests (:mod:`~..structured.client`): ``chat``, ``chat-stream``, ``chat-n2``
+(:attr:`OpenAICompatBackend.structured_offer`; kinds whose servers have ``/v1/messages`` add
+it). mlx_lm.server (0.32.2) parses tool calls itself when the model's template names a
+format it knows (``<tool_call>`` with ``tool_call.name``: its ``json_tools`` parser), ignores
+``n`` and ``response_format``, and has no ``/v1/messages`` (404).
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ from .http import HttpClient, HttpError, HttpSettings
 
 if TYPE_CHECKING:
     from ..config import BackendSpec
+    from ..structured.records import Path as StructuredPath
+    from ..structured.records import StructuredRequest, StructuredResponse
 
 TOP_K = 5
 B = TypeVar("B", bound="OpenAICompatBackend")
@@ -462,6 +470,26 @@ class OpenAICompatBackend(Backend):
         usage = answer.get("usage") if isinstance(answer, dict) else None
         count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+    structured_offer: tuple[StructuredPath, ...] = ("chat", "chat-stream", "chat-n2")
+    """The structured paths the kind's servers have endpoints for (a kind whose servers
+    have ``/v1/messages`` adds ``messages`` and ``messages-stream``). A request a server
+    then refuses (``n: 2`` where it allows one choice) is unsupported, answered by the
+    server itself."""
+
+    def structured_paths(self) -> tuple[StructuredPath, ...]:
+        """The :class:`~..structured.records.StructuredChat` paths offered."""
+        return self.structured_offer
+
+    async def structured(
+        self, request: StructuredRequest, path: StructuredPath
+    ) -> StructuredResponse:
+        """``request`` through ``path`` (:class:`~..structured.client.ChatServerClient`),
+        with the backend's ``model`` name."""
+        from ..structured.client import ChatServerClient
+
+        client = ChatServerClient(self.http, self.model, self.structured_paths())
+        return await client.structured(request, path)
 
 
 def create(
