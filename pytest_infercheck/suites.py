@@ -15,10 +15,16 @@ Each record accepts these keys:
     A conversation instead of ``prompt`` (see :mod:`.conversation`): a list of turns, each
     ``{"role": ..., "content": ...}`` or ``{"role": "assistant", "generate": true}`` (produced
     by the target and fed back). An optional first ``system`` turn, then ``user`` and
-    ``assistant`` turns alternating, starting and ending with ``user``. The prompt's ``text``
-    is the last user turn's, ``system`` the system turn's; ``answer`` / ``answer_kind`` apply
-    to the last turn. Without an ``id``, one is derived from every turn. A ``system`` key
-    beside ``messages`` is an error (give a system turn).
+    ``assistant`` turns alternating, starting with ``user`` and ending with ``user`` or with
+    tool results. With ``tools``, an assistant turn may call them (``"tool_calls": [{"name":
+    ..., "arguments": {...}}, ...]``, ``content`` then optional) and must then be followed by
+    one ``{"role": "tool", "name": ..., "content": ...}`` turn per call, in the calls' order,
+    each naming its call's function; after the results comes an assistant turn (the answer to
+    them, given, ``generate`` or calling again) or the end of the conversation (the target
+    answers the results). The prompt's ``text`` is the last user turn's, ``system`` the
+    system turn's; ``answer`` / ``answer_kind`` apply to the target's answer to the last
+    turn. Without an ``id``, one is derived from every turn. A ``system`` key beside
+    ``messages`` is an error (give a system turn).
 ``category``
     Optional short topic tag.
 ``max_tokens``
@@ -29,11 +35,31 @@ Each record accepts these keys:
     ``answer`` is given; it may be given alone (e.g. ``code`` with no reference solution).
     The answer must be one value of its kind as read by the parser that scores outputs
     (:func:`~pytest_infercheck.metrics.answers.parse_reference`): ``"12,34"`` is not a number.
+    Of ``answer_kind: tool_call`` (which needs ``tools``), ``answer`` is one call ``{"name":
+    ..., "arguments": {...}}`` or a non-empty list of them, each naming an offered tool with
+    arguments valid against its ``parameters``; it is kept as
+    :func:`~pytest_infercheck.tools.canonical_calls` of the calls.
 ``system``
     Optional system message.
+``tools``
+    Optional non-empty list of functions offered to the model, as OpenAI function schemas:
+    ``{"type": "function", "function": {"name": ..., "description": ..., "parameters":
+    {...}}}`` with a name of letters, digits, ``_`` and ``-`` (at most 64, unique in the
+    list), an optional description and ``parameters`` a valid JSON schema of ``type:
+    object`` (``{"type": "object", "properties": {}}``: no arguments).
+``tool_choice``
+    Optional, with ``tools``: ``auto``, ``none``, ``required`` or ``{"type": "function",
+    "function": {"name": ...}}`` naming an offered tool (sent to servers as OpenAI
+    ``tool_choice``; a chat template does not see it). ``none`` contradicts a ``tool_call``
+    answer, and a named function one that calls another function.
+``response_format``
+    Optional JSON schema (the schema itself, not OpenAI's ``{"type": "json_schema", ...}``
+    wrapper) the answer's content must follow; it must be a valid schema (of the draft its
+    ``$schema`` names, else 2020-12).
 
 Any other key is an error. Every problem is reported as a :class:`SuiteError` whose message
-starts with ``path:line:`` so that it can be located in the file.
+starts with ``path:line:`` so that it can be located in the file, and names the field (and
+turn, tool or call) at fault.
 """
 
 from __future__ import annotations
@@ -42,7 +68,7 @@ import dataclasses
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -62,7 +88,7 @@ from pydantic import (
 
 from .conversation import Turn
 from .metrics.answers import parse_reference
-from .tools import Tool
+from .tools import Tool, ToolCall, canonical_calls, canonical_json, schema_problem
 from .yamlpos import SourceError, load_positioned
 
 __all__ = [
@@ -82,7 +108,7 @@ __all__ = [
 RESERVED_IDS = frozenset({"aggregate", "self-check"})
 """Prompt ids that are used by infercheck itself for synthetic test items."""
 
-ANSWER_KINDS = frozenset({"number", "boolean", "choice", "code", "json", "exact"})
+ANSWER_KINDS = frozenset({"number", "boolean", "choice", "code", "json", "exact", "tool_call"})
 """Allowed values of ``answer_kind``."""
 
 SUITE_SUFFIXES = (".jsonl", ".yaml", ".yml")
@@ -99,9 +125,14 @@ _RECORD_KEYS = (
     "answer",
     "answer_kind",
     "system",
+    "tools",
+    "tool_choice",
+    "response_format",
 )
-_TURN_KEYS = ("role", "content", "generate")
-_ROLES = ("system", "user", "assistant")
+_TURN_KEYS = ("role", "content", "generate", "tool_calls", "name")
+_ROLES = ("system", "user", "assistant", "tool")
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOOL_CHOICES = ("auto", "none", "required")
 
 
 class SuiteError(SourceError):
@@ -131,9 +162,10 @@ class Prompt:
     (``text`` and ``system``). Of a conversation, ``text`` is the last user turn's."""
     tools: tuple[Tool, ...] = ()
     """The functions offered to the model (:mod:`.tools`); empty: none."""
-    tool_choice: str | Mapping[str, Any] | None = None
-    """OpenAI ``tool_choice`` (``auto``, ``none``, ``required`` or a named function)."""
-    response_format: Mapping[str, Any] | None = None
+    tool_choice: str | Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
+    """OpenAI ``tool_choice`` (``auto``, ``none``, ``required`` or a named function).
+    Compared, not hashed (a dict), as is ``response_format``."""
+    response_format: Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
     """A JSON schema the answer's content must follow (constrained decoding)."""
 
 
@@ -363,9 +395,14 @@ class _PromptRecord(BaseModel):
     messages: tuple[Turn, ...] | None = None
     category: StrictStr | None = None
     max_tokens: StrictInt | None = Field(default=None, gt=0)
-    answer: StrictStr | None = None
+    answer: StrictStr | tuple[ToolCall, ...] | None = None
+    """A reference answer; of ``answer_kind: tool_call`` the reference calls (parsed, not yet
+    checked against the tools: :func:`_check_tool_use`)."""
     answer_kind: StrictStr | None = None
     system: StrictStr | None = None
+    tools: tuple[Tool, ...] = ()
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
 
     @field_validator("id")
     @classmethod
@@ -418,6 +455,51 @@ class _PromptRecord(BaseModel):
             return "true" if value else "false"
         if isinstance(value, (int, float, Decimal)):
             return str(value)
+        if isinstance(value, (dict, list)):
+            # One call or a list of calls (answer_kind tool_call, checked by _check_answer).
+            return parse_calls(value if isinstance(value, list) else [value], "")
+        return value
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _parse_tools(cls, value: Any) -> tuple[Tool, ...]:
+        return parse_tools(value)
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _check_tool_choice(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and value in _TOOL_CHOICES):
+            return value
+        if isinstance(value, dict):
+            function = value.get("function")
+            if (
+                set(value) == {"type", "function"}
+                and value["type"] == "function"
+                and isinstance(function, dict)
+                and set(function) == {"name"}
+                and isinstance(function["name"], str)
+            ):
+                return value
+        raise ValueError(
+            f"expected one of {', '.join(_TOOL_CHOICES)} or "
+            '{"type": "function", "function": {"name": ...}}, got '
+            f"{_shown(value)}"
+        )
+
+    @field_validator("response_format", mode="before")
+    @classmethod
+    def _check_response_format(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        value = plain_json(value)
+        if isinstance(value, dict) and value.get("type") in ("json_schema", "json_object"):
+            raise ValueError(
+                "give the JSON schema itself, not OpenAI's "
+                f'{{"type": {value["type"]!r}, ...}} wrapper'
+            )
+        problem = schema_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("answer_kind")
@@ -430,13 +512,44 @@ class _PromptRecord(BaseModel):
 
     @model_validator(mode="after")
     def _check_answer(self) -> _PromptRecord:
+        if self.answer_kind == "tool_call" and not self.tools:
+            raise ValueError("answer_kind 'tool_call' needs 'tools' (the functions offered)")
         if self.answer is None:
             return self
         if self.answer_kind is None:
             raise ValueError("'answer' is given without 'answer_kind'")
+        if self.answer_kind == "tool_call":
+            if isinstance(self.answer, str):
+                raise ValueError(
+                    "field 'answer': a 'tool_call' answer is one call {\"name\": ..., "
+                    '"arguments": {...}} or a list of them, not a string'
+                )
+            return self
+        if not isinstance(self.answer, str):
+            raise ValueError(
+                f"field 'answer': an object or list is a 'tool_call' answer, but answer_kind "
+                f"is {self.answer_kind!r} (a {self.answer_kind!r} answer is a string)"
+            )
         if not self.answer.strip():
             raise ValueError("'answer' must not be empty")
         problem = _answer_problem(self.answer, self.answer_kind)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _check_tools(self) -> _PromptRecord:
+        if not self.tools:
+            if self.tool_choice is not None:
+                raise ValueError("'tool_choice' is given without 'tools'")
+            calling = [i for i, t in enumerate(self.messages or ()) if t.tool_calls]
+            if calling:
+                raise ValueError(
+                    f"field 'messages': turn {calling[0]}: calls tools, but the prompt offers "
+                    "none (give 'tools')"
+                )
+            return self
+        problem = _tool_use_problem(self)
         if problem:
             raise ValueError(problem)
         return self
@@ -466,72 +579,323 @@ def _answer_problem(answer: str, kind: str) -> str | None:
 
 
 def parse_turns(value: Any) -> tuple[Turn, ...]:
-    """Validate a ``messages`` list (the rules of the module docstring) into its turns.
+    """Validate a ``messages`` list (the rules of the module docstring) into its turns: the
+    shape of each turn and their order. Whether the calls name offered tools with valid
+    arguments is checked with the prompt's ``tools`` (:func:`_tool_use_problem`).
 
     Raises:
         ValueError: the list is malformed; the message names the offending turn (0-based).
     """
     if not isinstance(value, list) or not value:
         raise ValueError("'messages' must be a non-empty list of turns")
-    turns: list[Turn] = []
-    for index, raw in enumerate(value):
-        where = f"turn {index}"
-        if not isinstance(raw, dict):
-            raise ValueError(f"{where}: expected an object, got {_type_name(raw)}")
-        unknown = [key for key in raw if key not in _TURN_KEYS]
-        if unknown:
-            raise ValueError(
-                f"{where}: unknown key {unknown[0]!r} (allowed keys: {', '.join(_TURN_KEYS)})"
-            )
-        role = raw.get("role")
-        if role not in _ROLES:
-            raise ValueError(f"{where}: 'role' must be one of {', '.join(_ROLES)}, got {role!r}")
-        if "generate" in raw:
-            if raw["generate"] is not True:
-                raise ValueError(f"{where}: 'generate' must be true (or left out)")
-            if role != "assistant":
-                raise ValueError(f"{where}: only an assistant turn can be 'generate'")
-            if "content" in raw:
-                raise ValueError(f"{where}: a 'generate' turn has no 'content'")
-            turns.append(Turn("assistant", None))
-            continue
-        content = raw.get("content")
-        if not isinstance(content, str) or not content.strip():
-            raise ValueError(
-                f"{where}: 'content' must be a non-empty string (or, for an assistant turn, "
-                "'generate': true)"
-            )
-        turns.append(Turn(role, content))
+    turns = [_parse_turn(index, raw) for index, raw in enumerate(value)]
     _check_order(turns)
     return tuple(turns)
 
 
+def _parse_turn(index: int, raw: Any) -> Turn:
+    """One turn of ``messages`` (its shape only)."""
+    where = f"turn {index}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected an object, got {_type_name(raw)}")
+    unknown = [key for key in raw if key not in _TURN_KEYS]
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown key {unknown[0]!r} (allowed keys: {', '.join(_TURN_KEYS)})"
+        )
+    role = raw.get("role")
+    if role not in _ROLES:
+        raise ValueError(f"{where}: 'role' must be one of {', '.join(_ROLES)}, got {role!r}")
+    if "name" in raw and role != "tool":
+        raise ValueError(f"{where}: only a tool turn has a 'name' (the function it answers)")
+    if "tool_calls" in raw and role != "assistant":
+        raise ValueError(f"{where}: only an assistant turn can have 'tool_calls'")
+    if "generate" in raw:
+        if raw["generate"] is not True:
+            raise ValueError(f"{where}: 'generate' must be true (or left out)")
+        if role != "assistant":
+            raise ValueError(f"{where}: only an assistant turn can be 'generate'")
+        if "content" in raw:
+            raise ValueError(f"{where}: a 'generate' turn has no 'content'")
+        if "tool_calls" in raw:
+            raise ValueError(
+                f"{where}: a 'generate' turn has no 'tool_calls' (give the calls, or generate)"
+            )
+        return Turn("assistant", None)
+    content = raw.get("content")
+    if "tool_calls" in raw:
+        calls = raw["tool_calls"]
+        if not isinstance(calls, list) or not calls:
+            raise ValueError(f"{where}: 'tool_calls' must be a non-empty list of calls")
+        if "content" in raw and not isinstance(content, str):
+            raise ValueError(
+                f"{where}: 'content' beside 'tool_calls' must be a string (or left out)"
+            )
+        return Turn("assistant", content or "", parse_calls(calls, f"{where}: "))
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError(
+            f"{where}: 'content' must be a non-empty string (or, for an assistant turn, "
+            "'generate': true or 'tool_calls')"
+        )
+    if role == "tool":
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: a tool turn needs 'name': the function whose result it is")
+        return Turn("tool", content, name=name)
+    return Turn(role, content)
+
+
 def _check_order(turns: list[Turn]) -> None:
-    """An optional first system turn, then user and assistant alternating, starting and
-    ending with user."""
+    """An optional first system turn, then user and assistant alternating, starting with user;
+    an assistant turn with calls followed by one tool turn per call, in order, naming its
+    call's function, then an assistant turn or the end; the last turn a user turn or the
+    last result of a call."""
     start = 1 if turns[0].role == "system" else 0
+    pending: list[tuple[int, int, ToolCall]] = []
+    """The calls not yet answered: (turn index, call index, call)."""
     for index, turn in enumerate(turns[start:], start=start):
-        expected = "user" if (index - start) % 2 == 0 else "assistant"
+        previous = turns[index - 1] if index > start else None
+        if turn.role == "system":
+            raise ValueError(f"turn {index}: a system turn may only be the first turn")
+        if pending:
+            at, number, call = pending.pop(0)
+            if turn.role != "tool":
+                raise ValueError(
+                    f"turn {index}: expected a tool turn (the result of call {number} of turn "
+                    f"{at}, {call.name}), got {turn.role}"
+                )
+            if turn.name != call.name:
+                raise ValueError(
+                    f"turn {index}: the tool turn answers call {number} of turn {at}, "
+                    f"{call.name}, but names {turn.name!r}"
+                )
+            continue
+        if turn.role == "tool":
+            raise ValueError(
+                f"turn {index}: a tool turn must follow an assistant turn with 'tool_calls' "
+                "(one tool turn per call, in order)"
+            )
+        if previous is not None and previous.role == "tool":
+            expected = "assistant"
+        else:
+            expected = "user" if previous is None or previous.role == "assistant" else "assistant"
         if turn.role != expected:
-            where = "first" if index == start else f"after a {turns[index - 1].role} turn"
-            if turn.role == "system":
-                raise ValueError(f"turn {index}: a system turn may only be the first turn")
+            where = "first" if previous is None else f"after a {previous.role} turn"
             article = "an" if expected == "assistant" else "a"
             raise ValueError(
                 f"turn {index}: expected {article} {expected} turn {where}, got {turn.role}"
             )
+        pending = [(index, number, call) for number, call in enumerate(turn.tool_calls)]
     if len(turns) == start:
         raise ValueError("the conversation has no user turn")
-    if turns[-1].role != "user":
+    if pending:
+        at, number, call = pending[0]
         raise ValueError(
-            f"turn {len(turns) - 1}: the last turn must be a user turn (the target answers it)"
+            f"turn {at}: call {number} ({call.name}) has no tool turn with its result after it"
+        )
+    if turns[-1].role not in ("user", "tool"):
+        raise ValueError(
+            f"turn {len(turns) - 1}: the last turn must be a user turn or a tool result "
+            "(the target answers it)"
         )
 
 
-def _conversation_id(turns: tuple[Turn, ...]) -> str:
-    """The derived id of a conversation: :func:`derive_prompt_id` of its turns as JSON."""
-    payload = [[turn.role, turn.content] for turn in turns]
+def parse_calls(value: list[Any], where: str) -> tuple[ToolCall, ...]:
+    """Tool calls written ``{"name": ..., "arguments": {...}}`` (their shape only; whether
+    they name offered tools with valid arguments: :func:`_calls_problem`). ``where``
+    prefixes each error (e.g. ``"turn 2: "``); numbers become floats or ints
+    (:func:`plain_json`).
+
+    Raises:
+        ValueError: a call is malformed; the message names it by index.
+    """
+    if not value:
+        raise ValueError(f"{where}expected at least one call")
+    calls: list[ToolCall] = []
+    for number, raw in enumerate(value):
+        at = f"{where}call {number}"
+        if not isinstance(raw, dict) or set(raw) != {"name", "arguments"}:
+            got = _type_name(raw) if not isinstance(raw, dict) else f"keys {sorted(raw)}"
+            raise ValueError(
+                f'{at}: a call is {{"name": ..., "arguments": {{...}}}} (both keys, no '
+                f"others), got {got}"
+            )
+        if not isinstance(raw["name"], str) or not raw["name"]:
+            raise ValueError(f"{at}: 'name' must be a non-empty string")
+        if not isinstance(raw["arguments"], dict):
+            raise ValueError(
+                f"{at} ({raw['name']}): 'arguments' must be an object (of the tool's "
+                f"parameters), got {_type_name(raw['arguments'])}"
+            )
+        calls.append(ToolCall(raw["name"], plain_json(raw["arguments"])))
+    return tuple(calls)
+
+
+def parse_tools(value: Any) -> tuple[Tool, ...]:
+    """A ``tools`` list of OpenAI function schemas as :class:`~.tools.Tool` (the rules of the
+    module docstring).
+
+    Raises:
+        ValueError: an entry is malformed; the message names it by index (and name).
+    """
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value:
+        raise ValueError(
+            "expected a non-empty list of OpenAI function schemas (leave 'tools' out to offer none)"
+        )
+    tools: list[Tool] = []
+    for index, raw in enumerate(value):
+        where = f"tools[{index}]"
+        if not isinstance(raw, dict) or set(raw) != {"type", "function"}:
+            got = _type_name(raw) if not isinstance(raw, dict) else f"keys {sorted(raw)}"
+            raise ValueError(
+                f'{where}: expected {{"type": "function", "function": {{...}}}}, got {got}'
+            )
+        if raw["type"] != "function":
+            raise ValueError(f"{where}: 'type' must be 'function', got {_shown(raw['type'])}")
+        function = raw["function"]
+        if not isinstance(function, dict):
+            raise ValueError(f"{where}: 'function' must be an object")
+        unknown = sorted(set(function) - {"name", "description", "parameters"})
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown key {unknown[0]!r} in 'function' (allowed keys: name, "
+                "description, parameters)"
+            )
+        name = function.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME_RE.match(name):
+            raise ValueError(
+                f"{where}: 'name' must be 1-64 letters, digits, '_' or '-', got {_shown(name)}"
+            )
+        where = f"{where} ({name})"
+        if any(tool.name == name for tool in tools):
+            raise ValueError(f"{where}: the name is offered twice")
+        description = function.get("description")
+        if description is not None and not isinstance(description, str):
+            raise ValueError(f"{where}: 'description' must be a string")
+        if "parameters" not in function:
+            raise ValueError(
+                f"{where}: missing 'parameters' (the arguments' JSON schema; "
+                '{"type": "object", "properties": {}} for none)'
+            )
+        parameters = plain_json(function["parameters"])
+        if not isinstance(parameters, dict) or parameters.get("type") != "object":
+            raise ValueError(f"{where}: 'parameters' must be a JSON schema with type 'object'")
+        problem = schema_problem(parameters)
+        if problem:
+            raise ValueError(f"{where}: 'parameters' is {problem}")
+        tools.append(Tool(name, parameters, description))
+    return tuple(tools)
+
+
+def plain_json(value: Any) -> Any:
+    """``value`` with the :class:`~decimal.Decimal` floats of the JSONL reader made floats (a
+    tool's schema and a call's arguments are sent and compared as JSON, which
+    ``json.dumps`` cannot write as Decimals)."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {key: plain_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_json(item) for item in value]
+    return value
+
+
+def _tool_use_problem(record: _PromptRecord) -> str | None:
+    """What is wrong with how ``record`` uses its ``tools``: a call of a history turn or of
+    the reference answer that names no offered tool or has invalid arguments, a
+    ``tool_choice`` naming no offered tool or contradicting the answer; None: nothing."""
+    offered = {tool.name: tool for tool in record.tools}
+    choice = record.tool_choice
+    if isinstance(choice, dict):
+        chosen = choice["function"]["name"]
+        if chosen not in offered:
+            return (
+                f"field 'tool_choice': names {chosen!r}, which is not an offered tool "
+                f"(offered: {', '.join(offered)})"
+            )
+    for index, turn in enumerate(record.messages or ()):
+        problem = _calls_problem(turn.tool_calls, offered, f"turn {index}: ")
+        if problem:
+            return f"field 'messages': {problem}"
+        # A tool turn names its call's function (_check_order), checked here as offered.
+    if record.answer_kind == "tool_call" and isinstance(record.answer, tuple):
+        problem = _calls_problem(record.answer, offered, "")
+        if problem:
+            return f"field 'answer': {problem}"
+        if choice == "none":
+            return "field 'answer': a 'tool_call' answer, but tool_choice is 'none'"
+        if isinstance(choice, dict):
+            other = [c.name for c in record.answer if c.name != choice["function"]["name"]]
+            if other:
+                return (
+                    f"field 'answer': calls {other[0]!r}, but tool_choice names "
+                    f"{choice['function']['name']!r}"
+                )
+    return None
+
+
+def _calls_problem(
+    calls: Sequence[ToolCall], offered: Mapping[str, Tool], where: str
+) -> str | None:
+    """The first call of ``calls`` that names no tool of ``offered`` or whose arguments are
+    not valid against its tool's ``parameters``, described; None: all are valid."""
+    for number, call in enumerate(calls):
+        tool = offered.get(call.name)
+        if tool is None:
+            return (
+                f"{where}call {number} calls {call.name!r}, which is not an offered tool "
+                f"(offered: {', '.join(offered)})"
+            )
+        problem = tool.arguments_problem(call.arguments)
+        if problem:
+            return (
+                f"{where}call {number} ({call.name}): arguments {canonical_json(call.arguments)} "
+                f"do not follow its parameters: {problem}"
+            )
+    return None
+
+
+def _shown(value: Any) -> str:
+    """``value`` as JSON, cut to 60 characters (for error messages)."""
+    text = json.dumps(plain_json(value), ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _turn_payload(turn: Turn) -> list[Any]:
+    """A turn as hashed into a derived conversation id: ``[role, content]``, plus its calls
+    and function name when it has them (so plain conversations keep their ids)."""
+    if not turn.tool_calls and turn.name is None:
+        return [turn.role, turn.content]
+    return [
+        turn.role,
+        turn.content,
+        [json.loads(c.canonical()) for c in turn.tool_calls],
+        turn.name,
+    ]
+
+
+def _conversation_id(turns: tuple[Turn, ...], offer: dict[str, Any]) -> str:
+    """The derived id of a conversation: :func:`derive_prompt_id` of its turns as JSON (and
+    of ``offer``, its tools, tool choice and response format, when it has any)."""
+    payload: list[Any] = [_turn_payload(turn) for turn in turns]
+    if offer:
+        payload = [payload, offer]
     return derive_prompt_id(json.dumps(payload, ensure_ascii=False))
+
+
+def _offer(record: _PromptRecord) -> dict[str, Any]:
+    """What a record offers beside its text (tools, tool choice, response format) as JSON
+    values, keyed by field; empty when none (the derived id then stays the text's)."""
+    offer: dict[str, Any] = {}
+    if record.tools:
+        offer["tools"] = [tool.openai() for tool in record.tools]
+    if record.tool_choice is not None:
+        offer["tool_choice"] = record.tool_choice
+    if record.response_format is not None:
+        offer["response_format"] = record.response_format
+    return offer
 
 
 def _validate_record(path: Path, line: int, raw: dict[str, Any]) -> Prompt:
@@ -543,24 +907,32 @@ def _validate_record(path: Path, line: int, raw: dict[str, Any]) -> Prompt:
     except ValidationError as exc:
         raise SuiteError(path, line, _describe_validation_error(exc)) from exc
     turns = record.messages
+    offer = _offer(record)
     if turns is None:
         assert record.prompt is not None  # the model validator requires one of the two
         text, system = record.prompt, record.system
-        derived = derive_prompt_id(text)
+        if offer:
+            derived = derive_prompt_id(json.dumps([text, offer], ensure_ascii=False))
+        else:
+            derived = derive_prompt_id(text)
     else:
-        text = turns[-1].content or ""
+        text = next(turn.content or "" for turn in reversed(turns) if turn.role == "user")
         system = turns[0].content if turns[0].role == "system" else None
-        derived = _conversation_id(turns)
+        derived = _conversation_id(turns, offer)
+    answer = record.answer
     return Prompt(
         id=record.id if record.id is not None else derived,
         text=text,
         category=record.category,
         max_tokens=record.max_tokens,
-        answer=record.answer,
+        answer=canonical_calls(answer) if isinstance(answer, tuple) else answer,
         answer_kind=record.answer_kind,
         system=system,
         source=f"{path}:{line}",
         messages=turns,
+        tools=record.tools,
+        tool_choice=record.tool_choice,
+        response_format=record.response_format,
     )
 
 

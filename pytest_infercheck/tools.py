@@ -42,9 +42,15 @@ class Tool:
     {...}}`` entry)."""
 
     name: str
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-    """The arguments' JSON schema (an ``object`` schema; empty properties: no arguments)."""
+    parameters: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """The arguments' JSON schema (an ``object`` schema; empty properties: no arguments).
+    Compared, not hashed (a dict): equal tools hash alike by name and description."""
     description: str | None = None
+
+    def arguments_problem(self, arguments: Any) -> str | None:
+        """Why ``arguments`` (a JSON value) is not a valid argument object of this function
+        (its :attr:`parameters` schema, by :mod:`jsonschema`), in a sentence; None: valid."""
+        return instance_problem(arguments, self.parameters)
 
     def openai(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry, keys in the order the OpenAI docs give them."""
@@ -62,7 +68,8 @@ class ToolCall:
     :attr:`arguments_valid`)."""
 
     name: str
-    arguments: Any = field(default_factory=dict)
+    arguments: Any = field(default_factory=dict, hash=False)
+    """Compared, not hashed (a dict): equal calls hash alike by name."""
     arguments_valid: bool = True
     """False when the arguments text did not parse as JSON (``arguments`` is then that
     text)."""
@@ -102,3 +109,34 @@ def canonical_calls(calls: Sequence[ToolCall]) -> str:
     """A list of calls as one canonical text (the form of a ``tool_call`` answer): the JSON
     list of each call's canonical object, in order."""
     return "[" + ",".join(call.canonical() for call in calls) + "]"
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why ``schema`` is not a valid JSON schema (checked against the metaschema of the draft
+    its ``$schema`` names, else 2020-12), in a sentence; None: it is one. A schema here is an
+    object (the boolean schemas ``true``/``false`` are refused: they say nothing)."""
+    if not isinstance(schema, Mapping):
+        return f"a JSON schema must be an object, got {type(schema).__name__}"
+    from jsonschema import Draft202012Validator, SchemaError, validators
+
+    cls = validators.validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as exc:
+        where = exc.json_path if exc.json_path != "$" else "the schema"
+        return f"not a valid JSON schema: {exc.message} (at {where})"
+    return None
+
+
+def instance_problem(instance: Any, schema: Mapping[str, Any]) -> str | None:
+    """Why ``instance`` does not follow ``schema`` (a valid schema, see
+    :func:`schema_problem`), in a sentence naming where; None: it does."""
+    from jsonschema import Draft202012Validator, validators
+    from jsonschema.exceptions import best_match
+
+    cls = validators.validator_for(schema, default=Draft202012Validator)
+    error = best_match(cls(schema).iter_errors(instance))
+    if error is None:
+        return None
+    where = f" (at {error.json_path})" if error.json_path != "$" else ""
+    return f"{error.message}{where}"
