@@ -138,6 +138,10 @@ class HttpError(BackendError):
         self.body = body
 
 
+class MalformedEvent(HttpError):
+    """A line of a stream that should carry JSON and does not."""
+
+
 def _retry_after(response: httpx.Response, fallback: float) -> float:
     value = response.headers.get("retry-after")
     try:
@@ -165,7 +169,7 @@ def parse_event_line(line: str, *, sse: bool = True) -> Any:
     try:
         return json.loads(line)
     except ValueError as exc:
-        raise HttpError(f"malformed stream event: {line[:200]!r}") from exc
+        raise MalformedEvent(f"malformed stream event: {line[:200]!r}") from exc
 
 
 class HttpClient:
@@ -277,12 +281,17 @@ class HttpClient:
         self._note(method, path, payload, response.status_code, answer)
         return answer
 
-    async def stream(self, path: str, payload: Any, *, sse: bool = True) -> AsyncIterator[Any]:
-        """POST ``payload`` and yield the decoded events of the streamed answer, in order.
+    async def stream(
+        self, path: str, payload: Any, *, sse: bool = True, mark_done: bool = False
+    ) -> AsyncIterator[Any]:
+        """POST ``payload`` and yield the decoded events of the streamed answer, in order;
+        with ``mark_done``, an SSE stream's ``data: [DONE]`` is yielded too, as :data:`DONE`
+        (a reader that must tell a complete stream from one that merely stopped).
 
         Connection errors, 429 and 503 are retried as in :meth:`request` until the first line
         of the answer has arrived; an error status is raised as :class:`HttpError`, as is a
-        stream that breaks after it started.
+        stream that breaks after it started, and a line that is not JSON
+        (:class:`MalformedEvent`).
         """
         client, gate = self._client()
 
@@ -315,6 +324,8 @@ class HttpClient:
                 while True:
                     event = parse_event_line(line, sse=sse)
                     if event is DONE:
+                        if mark_done:
+                            yield DONE
                         break
                     if event is not None:
                         events.append(event)

@@ -1,0 +1,41 @@
+"""Calls a server left in a response's text: ``<tool_call>{...}</tool_call>`` blocks (the
+Hermes / Qwen 2.5 format), which a server without a tool parser returns in ``content``
+instead of ``tool_calls``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ..tools import ToolCall
+from .records import PlacedCall
+
+BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+"""One block; a block cut off by the end of the text (``max_tokens``) runs to its end."""
+
+
+def content_calls(text: str | None) -> tuple[PlacedCall, ...]:
+    """Every ``<tool_call>`` block of ``text``, in order, as a call placed in ``content``.
+
+    A block is a well-formed call when its body is a JSON object with a string ``name`` and
+    an ``arguments`` member (an object, or JSON text parsed by :meth:`ToolCall.parse`);
+    any other body is kept as the call ``ToolCall(name or "", body,
+    arguments_valid=False)``, so a malformed call is seen, never dropped.
+    """
+    if not text:
+        return ()
+    return tuple(
+        PlacedCall(_call(match.group(1).strip()), "content") for match in BLOCK.finditer(text)
+    )
+
+
+def _call(body: str) -> ToolCall:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    name = doc.get("name") if isinstance(doc, dict) else None
+    if isinstance(doc, dict) and isinstance(name, str) and "arguments" in doc:
+        return ToolCall.parse(name, doc["arguments"])
+    return ToolCall(name if isinstance(name, str) else "", body, arguments_valid=False)
