@@ -10,7 +10,8 @@ field and the path):
 - ``arguments-not-json``: a call's arguments text does not parse as JSON;
 - ``unknown-function``: a call to a function the request did not offer;
 - ``arguments-schema``: arguments that violate the function's ``parameters`` JSON schema
-  (``jsonschema``, the schema's own draft, 2020-12 by default);
+  (``jsonschema``, the schema's own draft, 2020-12 by default:
+  :func:`~pytest_infercheck.tools.instance_problem`);
 - ``response-format``: with a ``response_format``, content that is not JSON or violates its
   schema (a reasoning block returned apart is not content);
 - ``tool-choice``: ``none`` with a call in ``tool_calls``, ``required`` without one, a named
@@ -54,7 +55,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..records import OMIT_WHEN_EMPTY
-from ..tools import ToolCall, canonical_json
+from ..tools import ToolCall, canonical_json, instance_problem
+from ..tools import schema_problem as tools_schema_problem
 from .records import (
     MalformedResponse,
     StructuredChoice,
@@ -385,20 +387,13 @@ def content_validity(label: str, content: str | None, schema: Mapping[str, Any])
 
 def schema_problem(schema: Mapping[str, Any], value: Any) -> str | None:
     """Why ``value`` is not valid against the JSON schema ``schema`` (its most relevant
-    error, with where it is), None when it is valid. A schema that is not a valid JSON
-    schema is a problem too (the check cannot judge against it)."""
-    import jsonschema
-
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        return f"the schema itself is not valid ({exc.message})"
-    error = jsonschema.exceptions.best_match(cls(schema).iter_errors(value))
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path)
-    return f"{error.message}" + (f" at {where}" if where else "")
+    error, with where it is: :func:`~pytest_infercheck.tools.instance_problem`), None when it
+    is valid. A schema that is not a valid JSON schema is a problem too (the check cannot
+    judge against it; suites refuse one when they load)."""
+    invalid = tools_schema_problem(schema)
+    if invalid is not None:
+        return f"the schema itself is {invalid}"
+    return instance_problem(value, schema)
 
 
 # -- comparing two responses --------------------------------------------------------------------

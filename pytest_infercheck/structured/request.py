@@ -2,11 +2,9 @@
 every target of ``structured-parity`` receives.
 
 - Turns: a conversation's ``messages`` (:mod:`..conversation`), else the prompt's system turn
-  (if any) and its user turn. An assistant turn's calls become its ``tool_calls`` with call
-  ids numbered in order (``call_1``, ``call_2``, ...); each ``tool`` turn answers the first
-  earlier call of its function (``name``) not answered yet, else the first call not answered
-  yet, and carries that call's id (None when no call is left to answer: the server judges
-  such a conversation).
+  (if any) and its user turn. An assistant turn's calls become its ``tool_calls``; a ``tool``
+  turn keeps its function's ``name`` and no call id: every path's wire shape links results
+  to calls by one rule (:func:`~.call_ids.link_calls`).
 - A ``generate`` assistant turn is filled in from ``filled`` (by its index in the turns):
   structured-parity fills it with the first target's non-streamed answer to the turns before
   it, so every target and path receives the same history (see
@@ -68,58 +66,22 @@ def generate_indices(prompt: Prompt) -> tuple[int, ...]:
 
 
 def chat_turns(turns: Sequence[Turn], filled: Mapping[int, ChatTurn]) -> tuple[ChatTurn, ...]:
-    """``turns`` as :class:`ChatTurn` s: call ids given in order, tool results matched to
-    the calls they answer, ``generate`` turns taken from ``filled``.
+    """``turns`` as :class:`ChatTurn` s, ``generate`` turns taken from ``filled``.
 
     Raises:
         UnfilledTurn: a ``generate`` turn is not in ``filled``.
     """
     out: list[ChatTurn] = []
-    pending: list[tuple[str, str]] = []  # (call id, function) of calls not answered yet
-    number = 0
     for index, turn in enumerate(turns):
         if turn.generated:
             if index not in filled:
                 raise UnfilledTurn(f"turn {index + 1} ({turn.role}) is 'generate' and not filled")
-            source = filled[index]
-            calls, content = source.tool_calls, source.content
-        else:
-            calls, content = turn.tool_calls, turn.content
-        if turn.role == "assistant":
-            ids = []
-            for call in calls:
-                number += 1
-                ids.append(f"call_{number}")
-                pending.append((ids[-1], call.name))
-            out.append(ChatTurn("assistant", content, tuple(calls)))
+            out.append(filled[index])
         elif turn.role == "tool":
-            call_id = _answered(pending, turn.name)
-            out.append(ChatTurn("tool", content, tool_call_id=call_id, name=turn.name))
+            out.append(ChatTurn("tool", turn.content, name=turn.name))
         else:
-            out.append(ChatTurn(turn.role, content))
+            out.append(ChatTurn(turn.role, turn.content, tuple(turn.tool_calls)))
     return tuple(out)
-
-
-def call_ids(turns: Sequence[ChatTurn]) -> dict[tuple[int, int], str]:
-    """The call id of each assistant turn's calls, by ``(turn index, call index)``: the ids
-    :func:`chat_turns` gave (``call_1``, ``call_2``, ... in order), for the readers that send
-    an assistant turn's calls with their ids."""
-    ids: dict[tuple[int, int], str] = {}
-    number = 0
-    for t, turn in enumerate(turns):
-        for c, _ in enumerate(turn.tool_calls):
-            number += 1
-            ids[(t, c)] = f"call_{number}"
-    return ids
-
-
-def _answered(pending: list[tuple[str, str]], name: str | None) -> str | None:
-    """The id of the call a tool turn of function ``name`` answers (removed from
-    ``pending``): the first pending call of that function, else the first pending one."""
-    if not pending:
-        return None
-    at = next((i for i, (_, fn) in enumerate(pending) if fn == name), 0)
-    return pending.pop(at)[0]
 
 
 def with_n(request: StructuredRequest, n: int) -> StructuredRequest:

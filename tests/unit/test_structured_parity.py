@@ -28,6 +28,7 @@ from pytest_infercheck.checks.structured_parity import (
 )
 from pytest_infercheck.conversation import Turn
 from pytest_infercheck.records import load_record, plain_data
+from pytest_infercheck.structured.call_ids import link_calls
 from pytest_infercheck.structured.judge import (
     PathResult,
     compare_results,
@@ -173,7 +174,7 @@ def test_each_validity_fault_names_its_field_and_path() -> None:
         'tool_calls: chat-stream: add({"a":12}) violates add\'s parameters schema: '
         "'b' is a required property"
     )
-    assert "7 is not of type 'string' at city" in shown[3]
+    assert "7 is not of type 'string' (at $.city)" in shown[3]
 
 
 def test_a_zero_argument_call_is_valid() -> None:
@@ -554,9 +555,13 @@ def test_tool_results_answer_the_calls_before_them() -> None:
     request = structured_request(prompt(messages=turns), 32)
     assert request.messages[1].tool_calls == turns[1].tool_calls
     assert [(t.role, t.tool_call_id, t.name) for t in request.messages[2:]] == [
-        ("tool", "call_2", "get_time"),
-        ("tool", "call_1", "get_weather"),
+        ("tool", None, "get_time"),
+        ("tool", None, "get_weather"),
     ]
+    # every path's wire shape links each result to the call of its function
+    linked = link_calls(request.messages)
+    assert linked[1].call_ids == ("call_1_0", "call_1_1")
+    assert [t.answers for t in linked[2:]] == ["call_1_1", "call_1_0"]
 
 
 def test_generate_turns_come_from_filled() -> None:
