@@ -236,13 +236,19 @@ class StructuredParityAggregate:
     target: str
     """The first target's label."""
     targets: list[str]
+    sides: list[str]
+    """Each target's label in item ids, in order."""
     items: int
     passed: int
     failed: list[str]
     """The names of the failed items, sorted."""
     n_errors: int
+    """Items without a record (the target is not a structured chat server, a
+    ``generate`` turn could not be filled in)."""
     errors: dict[str, str]
     """By item name: why it produced no record."""
+    failed_answers: int
+    """Answers that failed: a server error or a malformed answer (each fails its item)."""
     differences: dict[str, int]
     """Differences found by field (allowed ones too), in :data:`FIELDS` order."""
     allowed: int
@@ -259,7 +265,9 @@ class StructuredParityAggregate:
 
 @dataclass
 class StructuredParityContext:
-    """What the aggregate needs besides its items' records."""
+    """What the aggregate needs besides its items' records (fields of
+    :class:`StructuredParityAggregate`, so a merge reads it back from a shard's
+    aggregate)."""
 
     target: str
     """The first target's label."""
@@ -337,12 +345,14 @@ def summarize(
     data = StructuredParityAggregate(
         target=context.target,
         targets=list(context.targets),
+        sides=list(context.sides),
         items=len(ordered),
         passed=len(ordered) - len(failed),
         failed=failed,
         n_errors=len(errors),
         errors=errors,
         differences={f: differences[f] for f in FIELDS if f in differences},
+        failed_answers=sum(c.get("failed", 0) for c in paths.values()),
         allowed=sum(n for f, n in differences.items() if f in allowed),
         invalid={k: invalid[k] for k in INVALID_KINDS if k in invalid},
         unsupported=unsupported,
@@ -422,7 +432,8 @@ def aggregate_text(data: StructuredParityAggregate) -> str:
     lines = [
         f"{', '.join(data.targets)}: {data.passed}/{data.items} items pass; differences: "
         f"{fields}{f' ({data.allowed} allowed)' if data.allowed else ''}; invalid: {faults}; "
-        f"{len(data.unsupported)} unsupported path(s); {data.n_errors} errors"
+        f"{len(data.unsupported)} unsupported path(s); {data.failed_answers} failed answers, "
+        f"{data.n_errors} errored items"
     ]
     for path, c in data.paths.items():
         lines.append(
@@ -441,6 +452,7 @@ def aggregate_properties(data: StructuredParityAggregate) -> list[tuple[str, Any
         ("infercheck_items", data.items),
         ("infercheck_passed", data.passed),
         ("infercheck_errors", data.n_errors),
+        ("infercheck_failed_answers", data.failed_answers),
         ("infercheck_unsupported", len(data.unsupported)),
         ("infercheck_invalid", sum(data.invalid.values())),
         ("infercheck_differences", sum(data.differences.values())),
@@ -773,7 +785,7 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
             fields,
             str(sum(record.invalid.values())),
             str(len(record.unsupported)),
-            str(record.n_errors),
+            str(record.n_errors + record.failed_answers),
         ]
 
     columns = (
@@ -865,7 +877,8 @@ def structured_aggregate(data: Mapping[str, Any]) -> str:
                 "targets": ", ".join(record.targets),
                 "items": record.items,
                 "passed": record.passed,
-                "errors": record.n_errors,
+                "errored items": record.n_errors,
+                "failed answers": record.failed_answers,
                 "allowed differences": record.allowed,
             }
         )
