@@ -456,8 +456,8 @@ def choice_differences(
             if a.place != b.place:
                 add(
                     "tool_calls.place",
-                    f"tool_calls place: {label} left call {i + 1} {b.shown()} in {b.place}, "
-                    f"{ref_label} returned it in {a.place}",
+                    f"tool_calls place: {label} returned call {i + 1} {b.shown()} in "
+                    f"{b.place}, {ref_label} in {a.place}",
                 )
                 break
     if reference.finish_reason != other.finish_reason:

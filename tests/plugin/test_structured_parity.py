@@ -136,8 +136,8 @@ def test_every_fault_fails_naming_its_field_and_faithful_servers_pass(
     assert moves["tu001[moves]"]["violations"] == [
         "finish_reason: chat says 'tool_calls' but the response has no tool_calls (calls left "
         "in content)",
-        'tool_calls place: moves chat left call 1 add({"a":12,"b":34}) in content, faithful '
-        "chat returned it in tool_calls",
+        'tool_calls place: moves chat returned call 1 add({"a":12,"b":34}) in content, '
+        "faithful chat in tool_calls",
     ]
 
     # broken: a server error fails every item with its message; the session goes on

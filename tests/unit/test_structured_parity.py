@@ -311,8 +311,8 @@ def test_a_call_left_in_content_names_the_place() -> None:
     )
     c = compare_results(ref, moved, "llama chat", "proxy chat", same_prompt=True)
     assert texts(c) == [
-        'tool_calls place: proxy chat left call 1 add({"a":12,"b":34}) in content, llama chat '
-        "returned it in tool_calls"
+        'tool_calls place: proxy chat returned call 1 add({"a":12,"b":34}) in content, llama '
+        "chat in tool_calls"
     ]
     assert visible_content(moved.choices[0]) == ""  # the call is compared as a call
 
