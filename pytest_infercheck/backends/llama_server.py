@@ -52,6 +52,8 @@ from .openai_compat import chat_messages, messages_payload, parse_choice, parse_
 
 if TYPE_CHECKING:
     from ..config import BackendSpec
+    from ..structured.records import Path as StructuredPath
+    from ..structured.records import StructuredRequest, StructuredResponse
 
 TOP_K = 8
 FULL_VOCAB_SCORING_LIMIT = 32_768
@@ -365,6 +367,23 @@ class LlamaServerBackend(Backend):
             "model_path": self.props.get("model_path"),
             "n_vocab": self.n_vocab,
         }
+
+    def structured_paths(self) -> tuple[StructuredPath, ...]:
+        """Every structured path: llama-server has ``/v1/chat/completions`` and
+        ``/v1/messages`` (llama.cpp of llama-cpp-python 0.3.36). ``n`` above its ``-np``
+        slots is refused (HTTP 400: unsupported); tools need its Jinja templates (``--jinja``,
+        on by default in this build; ``--no-jinja`` makes a request with tools a 400)."""
+        return ("chat", "chat-stream", "chat-n2", "messages", "messages-stream")
+
+    async def structured(
+        self, request: StructuredRequest, path: StructuredPath
+    ) -> StructuredResponse:
+        """``request`` through ``path`` (:class:`~..structured.client.ChatServerClient`;
+        llama-server serves one model: no ``model`` sent)."""
+        from ..structured.client import ChatServerClient
+
+        client = ChatServerClient(self.http, None, self.structured_paths())
+        return await client.structured(request, path)
 
     async def aclose(self) -> None:
         await self.http.aclose()

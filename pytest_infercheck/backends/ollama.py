@@ -30,6 +30,8 @@ from .openai_compat import TOP_K, chat_messages
 
 if TYPE_CHECKING:
     from ..config import BackendSpec
+    from ..structured.records import Path as StructuredPath
+    from ..structured.records import StructuredRequest, StructuredResponse
 
 
 class OllamaBackend(Backend):
@@ -168,6 +170,21 @@ class OllamaBackend(Backend):
             "url": self.http.settings.base_url,
             "observed": dict(self.observed),
         }
+
+    def structured_paths(self) -> tuple[StructuredPath, ...]:
+        """``chat`` and ``chat-stream``: ``/api/chat`` (:class:`~..structured.client.
+        OllamaChatClient`)."""
+        from ..structured.client import OllamaChatClient
+
+        return OllamaChatClient.PATHS
+
+    async def structured(
+        self, request: StructuredRequest, path: StructuredPath
+    ) -> StructuredResponse:
+        """``request`` through ``/api/chat``, streamed or not."""
+        from ..structured.client import OllamaChatClient
+
+        return await OllamaChatClient(self.http, self.model).structured(request, path)
 
     async def aclose(self) -> None:
         await self.http.aclose()

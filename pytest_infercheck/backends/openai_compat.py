@@ -62,6 +62,8 @@ from .http import HttpClient, HttpError, HttpSettings
 
 if TYPE_CHECKING:
     from ..config import BackendSpec
+    from ..structured.records import Path as StructuredPath
+    from ..structured.records import StructuredRequest, StructuredResponse
 
 TOP_K = 5
 B = TypeVar("B", bound="OpenAICompatBackend")
@@ -449,6 +451,26 @@ class OpenAICompatBackend(Backend):
         usage = answer.get("usage") if isinstance(answer, dict) else None
         count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+    structured_offer: tuple[StructuredPath, ...] = ("chat", "chat-stream", "chat-n2")
+    """The structured paths the kind's servers have endpoints for (a kind whose servers
+    have ``/v1/messages`` adds ``messages`` and ``messages-stream``). A request a server
+    then refuses (``n: 2`` where it allows one choice) is unsupported, answered by the
+    server itself."""
+
+    def structured_paths(self) -> tuple[StructuredPath, ...]:
+        """The :class:`~..structured.records.StructuredChat` paths offered."""
+        return self.structured_offer
+
+    async def structured(
+        self, request: StructuredRequest, path: StructuredPath
+    ) -> StructuredResponse:
+        """``request`` through ``path`` (:class:`~..structured.client.ChatServerClient`),
+        with the backend's ``model`` name."""
+        from ..structured.client import ChatServerClient
+
+        client = ChatServerClient(self.http, self.model, self.structured_paths())
+        return await client.structured(request, path)
 
 
 def create(

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 class VllmMlxBackend(OpenAICompatBackend):
     kind = "vllm-mlx"
     no_logprobs = "vllm-mlx ignores logprob requests (measured on 0.6.0): not asked"
+    structured_offer = ("chat", "chat-stream", "chat-n2", "messages", "messages-stream")
 
     @property
     def capabilities(self) -> Capabilities:  # type: ignore[override]

