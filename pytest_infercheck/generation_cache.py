@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -54,9 +54,11 @@ from .conversation import (
     concrete,
     generated_indices,
     history,
+    prompt_turns,
 )
 from .golden import GoldenBackend, golden_path, load_golden
 from .servers import ServerPool, server_spec
+from .tools import Tool, canonical_json
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -124,7 +126,8 @@ class GenerationCache:
         self._wrapped: dict[TargetKey, TargetKey] = {}
         """A wrapper's key -> the key of the backend it wraps (its server, if any)."""
         self._renders: dict[RenderKey, PromptInput] = {}
-        self._message_renders: dict[tuple[TargetKey, tuple[Message, ...], bool], PromptInput] = {}
+        self._message_renders: dict[tuple[Any, ...], PromptInput] = {}
+        """Renders of concrete turn lists per (target, turns' keys, thinking[, tools])."""
         self._conversations: dict[tuple[RenderKey, tuple[Any, ...]], Conversation] = {}
         self._accepts_ids: dict[tuple[TargetKey, str], bool] = {}
         self._detokenized: dict[tuple[TargetKey, tuple[int, ...]], str | None] = {}
@@ -238,9 +241,12 @@ class GenerationCache:
         """
         key = _render_key(target, prompt, thinking)
         if key not in self._renders:
-            if prompt.messages is None:
+            if prompt.messages is None and not prompt.tools:
                 coro = target.backend.render(prompt.text, prompt.system, thinking)
                 self._renders[key] = self.call(target, coro)
+            elif prompt.messages is None:
+                messages = concrete(prompt_turns(prompt), {})
+                self._renders[key] = self.render_turns(target, prompt, messages, thinking)
             elif generated_indices(prompt.messages):
                 raise ValueError(
                     f"prompt {prompt.id!r} has generate turns: fill it in with conversation()"
@@ -251,13 +257,27 @@ class GenerationCache:
         return self._renders[key]
 
     def render_messages(
-        self, target: ResolvedTarget, messages: Sequence[Message], thinking: bool
+        self,
+        target: ResolvedTarget,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        """The concrete turns ``messages`` as ``target`` receives them
-        (:meth:`~.backends.base.Backend.render_messages`; cached)."""
-        key = (target.key, tuple(messages), thinking)
+        """The concrete turns ``messages`` (with ``tools`` offered) as ``target`` receives
+        them (:meth:`~.backends.base.Backend.render_messages`; cached)."""
+        key: tuple[Any, ...] = (target.key, tuple(m.key() for m in messages), thinking)
+        if tools or tool_choice is not None:
+            offer = canonical_json({"tools": [t.openai() for t in tools], "choice": tool_choice})
+            key = (*key, offer)
         if key not in self._message_renders:
-            coro = target.backend.render_messages(messages, thinking)
+            if tools or tool_choice is not None:
+                coro = target.backend.render_messages(
+                    messages, thinking, tools=tools, tool_choice=tool_choice
+                )
+            else:
+                coro = target.backend.render_messages(messages, thinking)
             self._message_renders[key] = self.call(target, coro)
         return self._message_renders[key]
 
@@ -268,10 +288,12 @@ class GenerationCache:
         messages: Sequence[Message],
         thinking: bool,
     ) -> PromptInput:
-        """:meth:`render_messages` of turns of ``prompt``'s conversation (cached); an error
-        names the prompt."""
+        """:meth:`render_messages` of turns of ``prompt``'s conversation, with its tools
+        (cached); an error names the prompt."""
         try:
-            return self.render_messages(target, messages, thinking)
+            return self.render_messages(
+                target, messages, thinking, tools=prompt.tools, tool_choice=prompt.tool_choice
+            )
         except BackendError as exc:
             raise BackendError(f"prompt {prompt.id} ({prompt.source}): {exc}") from exc
 
@@ -321,7 +343,17 @@ class GenerationCache:
             )
         )
         results = self._settled(
-            [target.backend.render(p.text, p.system, thinking) for p in missing]
+            [
+                target.backend.render(p.text, p.system, thinking)
+                if not p.tools
+                else target.backend.render_messages(
+                    concrete(prompt_turns(p), {}),
+                    thinking,
+                    tools=p.tools,
+                    tool_choice=p.tool_choice,
+                )
+                for p in missing
+            ]
         )
         for prompt, result in zip(missing, results, strict=True):
             if isinstance(result, PromptInput):
@@ -502,11 +534,17 @@ class GenerationCache:
             self._loop.close()
 
 
-RenderKey = tuple[TargetKey, str, str | None, Any, bool]
-"""(target, prompt text, system prompt, turns, thinking)."""
+RenderKey = tuple[TargetKey, str, str | None, Any, bool, str | None]
+"""(target, prompt text, system prompt, turns, thinking, tools and tool choice)."""
 
 
 def _render_key(target: ResolvedTarget, prompt: Prompt, thinking: bool) -> RenderKey:
     """What a render is cached under: the target, the prompt's text, system prompt and turns,
-    and whether thinking is on."""
-    return (target.key, prompt.text, prompt.system, prompt.messages, thinking)
+    whether thinking is on, and the tools offered and tool choice (canonical JSON; None: no
+    tools)."""
+    offer = None
+    if prompt.tools or prompt.tool_choice is not None:
+        offer = canonical_json(
+            {"tools": [t.openai() for t in prompt.tools], "choice": prompt.tool_choice}
+        )
+    return (target.key, prompt.text, prompt.system, prompt.messages, thinking, offer)

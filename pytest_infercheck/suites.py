@@ -457,7 +457,7 @@ class _PromptRecord(BaseModel):
             return str(value)
         if isinstance(value, (dict, list)):
             # One call or a list of calls (answer_kind tool_call, checked by _check_answer).
-            return parse_calls(value if isinstance(value, list) else [value], "")
+            return _parse_calls(value if isinstance(value, list) else [value], "")
         return value
 
     @field_validator("tools", mode="before")
@@ -631,7 +631,7 @@ def _parse_turn(index: int, raw: Any) -> Turn:
             raise ValueError(
                 f"{where}: 'content' beside 'tool_calls' must be a string (or left out)"
             )
-        return Turn("assistant", content or "", parse_calls(calls, f"{where}: "))
+        return Turn("assistant", content or "", _parse_calls(calls, f"{where}: "))
     if not isinstance(content, str) or not content.strip():
         raise ValueError(
             f"{where}: 'content' must be a non-empty string (or, for an assistant turn, "
@@ -700,7 +700,7 @@ def _check_order(turns: list[Turn]) -> None:
         )
 
 
-def parse_calls(value: list[Any], where: str) -> tuple[ToolCall, ...]:
+def _parse_calls(value: list[Any], where: str) -> tuple[ToolCall, ...]:
     """Tool calls written ``{"name": ..., "arguments": {...}}`` (their shape only; whether
     they name offered tools with valid arguments: :func:`_calls_problem`). ``where``
     prefixes each error (e.g. ``"turn 2: "``); numbers become floats or ints

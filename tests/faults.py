@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from pytest_infercheck.backends import Backend, Generation, GenerationParams, PromptInput
+from pytest_infercheck.backends.base import Message
 from pytest_infercheck.config import BackendSpec
 
 
@@ -245,9 +246,9 @@ class FaultyBackend(Backend):
         return await self.inner.render(user_text, system, thinking)
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self, messages: Sequence[Message], thinking: bool, **offer: Any
     ) -> PromptInput:
-        return await self.inner.render_messages(messages, thinking)
+        return await self.inner.render_messages(messages, thinking, **offer)
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:
         return await self.inner.accepts_token_ids(prompt)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import abc
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from ..tools import Tool, ToolCall, canonical_json
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,16 +71,29 @@ class PromptInput:
     system: str | None = None
     """For servers that template themselves: the system message sent beside ``text``."""
     thinking: bool = False
-    messages: tuple[tuple[str, str], ...] | None = None
+    messages: tuple[Message, ...] | None = None
     """For servers that template themselves, a conversation of more than a system and a user
-    turn: every turn, concrete, as ``(role, content)`` (``text`` is then the last user turn's);
-    None: a single-turn prompt (``text`` and ``system``)."""
+    turn: every turn, concrete (``text`` is then the last turn's); None: a single-turn prompt
+    (``text`` and ``system``)."""
+    tools: tuple[Tool, ...] = ()
+    """The functions offered (rendered into the prompt by a chat template; sent beside the
+    messages to a server that templates itself); empty: none."""
+    tool_choice: str | Mapping[str, Any] | None = field(default=None, hash=False)
+    """OpenAI ``tool_choice``, sent to a server that templates itself (a template does not
+    see it)."""
 
     def key(self) -> str:
-        payload = repr(
-            (self.text, self.token_ids, self.system, self.thinking, self.messages)
-        ).encode()
-        return hashlib.sha256(payload).hexdigest()[:16]
+        fields: tuple[Any, ...] = (
+            self.text,
+            self.token_ids,
+            self.system,
+            self.thinking,
+            None if self.messages is None else tuple(m.key() for m in self.messages),
+        )
+        if self.tools or self.tool_choice is not None:
+            offer = {"tools": [t.openai() for t in self.tools], "choice": self.tool_choice}
+            fields = (*fields, canonical_json(offer))
+        return hashlib.sha256(repr(fields).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -105,6 +120,11 @@ class Generation:
     reasoning: str | None = None
     """A reasoning chain returned apart from the answer (a server's ``reasoning_content``,
     Ollama's ``thinking``, a leading ``<think>`` block); never part of ``text``."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The calls a chat server parsed out of the output and returned apart from ``text``
+    (``message.tool_calls``, assembled from a stream's deltas; Ollama's; Anthropic
+    ``tool_use`` blocks), in order; empty: none. A raw completion's (and an in-process
+    engine's) calls stay in its ``text`` (``<tool_call>...</tool_call>``)."""
     batched: int = 1
     """How many prompts shared this generation's forward passes (an in-process engine's own
     batching); 1: generated alone, or by an engine that does not batch itself."""
@@ -138,27 +158,106 @@ class TopKRow:
     top: dict[int, float]
 
 
-def single_turn(messages: Sequence[tuple[str, str]]) -> tuple[str | None, str] | None:
+@dataclass(frozen=True)
+class Message:
+    """A concrete turn as backends receive it: a conversation's turn with its content filled
+    in (:func:`~pytest_infercheck.conversation.concrete`)."""
+
+    role: str
+    """``system``, ``user``, ``assistant`` or ``tool``."""
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    """An assistant turn's calls of the offered tools (its ``content`` may be empty)."""
+    name: str | None = None
+    """A ``tool`` turn: the function whose result ``content`` is."""
+
+    def key(self) -> tuple[Any, ...]:
+        """What identifies the message in a cache key (``(role, content)`` for a plain one;
+        with its calls' canonical JSON and function name otherwise)."""
+        if not self.tool_calls and self.name is None:
+            return (self.role, self.content)
+        return (self.role, self.content, tuple(c.canonical() for c in self.tool_calls), self.name)
+
+
+def openai_messages(
+    messages: Sequence[Message], *, object_arguments: bool = False
+) -> list[dict[str, Any]]:
+    """``messages`` in the OpenAI chat shape: ``{"role", "content"}`` for a plain turn; an
+    assistant turn's calls as ``tool_calls`` entries (``{"id", "type": "function",
+    "function": {"name", "arguments"}}``), a tool turn with ``tool_call_id`` (the id of the
+    call it answers: the calls are numbered ``call_0``, ``call_1``, ... through the
+    conversation, and the n-th tool turn after a turn with calls answers its n-th call) and
+    ``name``. ``arguments`` are the OpenAI wire form (JSON text), or with
+    ``object_arguments`` the JSON object a chat template receives (what vLLM and llama.cpp
+    hand their templates, transformers' convention)."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+    number = 0
+    for message in messages:
+        if message.role == "tool":
+            call_id = pending.pop(0) if pending else None
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "name": message.name,
+                    "content": message.content,
+                }
+            )
+            continue
+        if not message.tool_calls:
+            out.append({"role": message.role, "content": message.content})
+            pending = []
+            continue
+        calls = []
+        pending = []
+        for call in message.tool_calls:
+            entry = call.openai(f"call_{number}")
+            if object_arguments and call.arguments_valid:
+                entry["function"]["arguments"] = call.arguments
+            calls.append(entry)
+            pending.append(entry["id"])
+            number += 1
+        out.append({"role": message.role, "content": message.content, "tool_calls": calls})
+    return out
+
+
+def single_turn(messages: Sequence[Message]) -> tuple[str | None, str] | None:
     """``(system, user text)`` of a ``[system?, user]`` turn list (what :meth:`Backend.render`
     takes); None for a longer conversation."""
-    roles = [role for role, _ in messages]
+    roles = [m.role for m in messages]
     if roles == ["user"]:
-        return None, messages[0][1]
+        return None, messages[0].content
     if roles == ["system", "user"]:
-        return messages[0][1], messages[1][1]
+        return messages[0].content, messages[1].content
     return None
 
 
-def chat_input(messages: Sequence[tuple[str, str]], thinking: bool) -> PromptInput:
+def chat_input(
+    messages: Sequence[Message],
+    thinking: bool,
+    tools: Sequence[Tool] = (),
+    tool_choice: str | Mapping[str, Any] | None = None,
+) -> PromptInput:
     """The messages of a conversation as a server that applies its own chat template receives
-    them: ``text`` the last (user) turn's, ``system`` the system turn's, ``messages`` every
-    turn (None for a ``[system?, user]`` list, which ``text`` and ``system`` say in full)."""
+    them: ``text`` the last turn's, ``system`` the system turn's, ``messages`` every turn
+    (None for a ``[system?, user]`` list, which ``text`` and ``system`` say in full), and the
+    tools offered."""
     one = single_turn(messages)
     if one is not None:
-        return PromptInput(one[1], None, True, system=one[0], thinking=thinking)
-    system = messages[0][1] if messages and messages[0][0] == "system" else None
+        text, system, turns = one[1], one[0], None
+    else:
+        text, turns = messages[-1].content, tuple(messages)
+        system = messages[0].content if messages and messages[0].role == "system" else None
     return PromptInput(
-        messages[-1][1], None, True, system=system, thinking=thinking, messages=tuple(messages)
+        text,
+        None,
+        True,
+        system=system,
+        thinking=thinking,
+        messages=turns,
+        tools=tuple(tools),
+        tool_choice=tool_choice,
     )
 
 
@@ -188,26 +287,43 @@ class Backend(abc.ABC):
         """Apply the chat template (if any) once and tokenize, returning what will be sent."""
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        """Render a conversation of concrete ``(role, content)`` turns (an optional system
-        turn, user and assistant turns alternating, ending with a user turn) as :meth:`render`
-        renders one prompt: the chat template applied once over every turn, with the
-        generation prompt after the last.
+        """Render a conversation of concrete turns (an optional system turn, user and
+        assistant turns alternating, assistant calls answered by tool turns, ending with a
+        user turn or tool results; see :mod:`~pytest_infercheck.suites`) as :meth:`render`
+        renders one prompt: the chat template applied once over every turn and ``tools``,
+        with the generation prompt after the last. ``tool_choice`` is for a server that
+        templates itself (sent with the request).
 
-        Default: a ``[system?, user]`` list is :meth:`render`; a longer one is an error naming
-        the backend (a backend that can render it overrides this).
+        Default: a ``[system?, user]`` list without tools is :meth:`render`; anything else is
+        an error naming the backend (a backend that can render it overrides this).
         """
         one = single_turn(messages)
         if one is None:
             raise self.no_conversation(messages, "it renders one prompt at a time")
+        if tools:
+            raise self.no_tools(tools, "it renders one prompt's text at a time")
         return await self.render(one[1], one[0], thinking)
 
-    def no_conversation(self, messages: Sequence[tuple[str, str]], why: str) -> BackendError:
+    def no_conversation(self, messages: Sequence[Message], why: str) -> BackendError:
         """The error of a backend that cannot render the conversation ``messages``."""
         return BackendError(
             f"backend {self.name!r} ({self.kind}) cannot render a conversation of "
             f"{len(messages)} turns: {why}"
+        )
+
+    def no_tools(self, tools: Sequence[Tool], why: str) -> BackendError:
+        """The error of a backend that cannot offer ``tools`` to its model."""
+        names = ", ".join(t.name for t in tools)
+        return BackendError(
+            f"backend {self.name!r} ({self.kind}) cannot render a prompt with tools ({names}): "
+            f"{why}"
         )
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:

@@ -30,25 +30,33 @@ import asyncio
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..features import FeatureActivity
+from ..tools import Tool
 from .base import (
     Backend,
     BackendError,
     Capabilities,
     Generation,
     GenerationParams,
+    Message,
     PromptInput,
     TopKRow,
     chat_input,
 )
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
-from .openai_compat import chat_messages, messages_payload, parse_choice, parse_message
+from .openai_compat import (
+    chat_messages,
+    messages_payload,
+    parse_choice,
+    parse_message,
+    tool_fields,
+)
 
 if TYPE_CHECKING:
     from ..config import BackendSpec
@@ -134,13 +142,19 @@ class LlamaServerBackend(Backend):
         )
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        """Chat: ``/apply-template`` over every turn, tokenized as :meth:`render` tokenizes;
-        raw text has no turns (only a ``[system?, user]`` list)."""
+        """Chat: ``/apply-template`` over every turn and the tools (the server's template,
+        ``--jinja``), tokenized as :meth:`render` tokenizes; raw text has no turns and no
+        tools (only a ``[system?, user]`` list)."""
         if self.chat:
-            return await self._render_chat(chat_input(messages, thinking))
-        return await super().render_messages(messages, thinking)
+            return await self._render_chat(chat_input(messages, thinking, tools, tool_choice))
+        return await super().render_messages(messages, thinking, tools=tools)
 
     async def _render_chat(self, chat: PromptInput) -> PromptInput:
         """``chat``'s messages through the server's template, tokenized."""
@@ -174,6 +188,7 @@ class LlamaServerBackend(Backend):
                 {
                     "messages": chat_messages(prompt),
                     "chat_template_kwargs": {"enable_thinking": prompt.thinking},
+                    **tool_fields(prompt, choice=False),
                 },
             )
             self._templated[key] = str(answer["prompt"])
@@ -268,6 +283,7 @@ class LlamaServerBackend(Backend):
                 "max_tokens": params.max_tokens,
                 "temperature": params.temperature,
                 "chat_template_kwargs": {"enable_thinking": prompt.thinking},
+                **tool_fields(prompt),
                 **common,
             }
             generation = parse_choice(

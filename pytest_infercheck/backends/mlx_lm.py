@@ -34,7 +34,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -42,14 +42,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..features import FeatureActivity, drafted_tokens
+from ..tools import Tool
 from .base import (
     Backend,
     BackendError,
     Capabilities,
     Generation,
     GenerationParams,
+    Message,
     PromptInput,
     chat_input,
+    openai_messages,
     single_turn,
 )
 
@@ -176,33 +179,46 @@ class MlxLmBackend(Backend):
         return self.render_sync(user_text, system, thinking)
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        """The chat template applied over every turn (with the generation prompt), then
-        tokenized as :meth:`render_sync` tokenizes a templated prompt; a ``[system?, user]``
-        list is :meth:`render_sync`. A conversation without a chat template is an error."""
+        """The chat template applied over every turn and the tools (with the generation
+        prompt; ``apply_chat_template(messages, tools=[...])``), then tokenized as
+        :meth:`render_sync` tokenizes a templated prompt; a ``[system?, user]`` list without
+        tools is :meth:`render_sync`. A conversation or tools without a chat template is an
+        error. ``tool_choice`` is kept on the rendered input (a template does not see it)."""
         one = single_turn(messages)
-        if one is not None:
+        if one is not None and not tools:
             return self.render_sync(one[1], one[0], thinking)
         if not self._uses_chat_template():
-            raise self.no_conversation(messages, "the model is used without a chat template")
-        text, ids = self._apply_template(messages, thinking)
-        chat = chat_input(messages, thinking)
+            if one is None:
+                raise self.no_conversation(messages, "the model is used without a chat template")
+            raise self.no_tools(tools, "the model is used without a chat template")
+        text, ids = self._apply_template(messages, thinking, tools)
+        chat = chat_input(messages, thinking, tools, tool_choice)
         return dataclasses.replace(
             chat, text=text, token_ids=tuple(ids), tokenizer_fingerprint=self._loaded.fingerprint
         )
 
     def _apply_template(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self, messages: Sequence[Message], thinking: bool, tools: Sequence[Tool] = ()
     ) -> tuple[str, list[int]]:
-        """The chat template over ``messages`` with the generation prompt, and its ids (the
-        template spells out its special tokens: nothing is added)."""
+        """The chat template over ``messages`` (and ``tools``, as OpenAI function schemas;
+        calls' arguments as JSON objects, transformers' convention and what vLLM and
+        llama.cpp hand their templates) with the generation prompt, and its ids (the template
+        spells out its special tokens: nothing is added)."""
         tokenizer = self._loaded.tokenizer
+        offer = {"tools": [tool.openai() for tool in tools]} if tools else {}
         text = tokenizer.apply_chat_template(
-            [{"role": role, "content": content} for role, content in messages],
+            openai_messages(messages, object_arguments=True),
             add_generation_prompt=True,
             tokenize=False,
             enable_thinking=thinking,
+            **offer,
         )
         return str(text), list(tokenizer.encode(text, add_special_tokens=False))
 
@@ -210,8 +226,8 @@ class MlxLmBackend(Backend):
         """Chat template (when used) applied once, then tokenized; BOS added in raw mode."""
         tokenizer = self._loaded.tokenizer
         if self._uses_chat_template():
-            turns = [("system", system)] if system else []
-            text, ids = self._apply_template([*turns, ("user", user_text)], thinking)
+            turns = [Message("system", system)] if system else []
+            text, ids = self._apply_template([*turns, Message("user", user_text)], thinking)
             templated = True
         else:
             text = f"{system}\n\n{user_text}" if system else user_text

@@ -12,21 +12,23 @@ the backend's own endpoint is offered: :meth:`generate_via` is not supported.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..tools import Tool, ToolCall
 from .base import (
     Backend,
     BackendError,
     Capabilities,
     Generation,
     GenerationParams,
+    Message,
     PromptInput,
     chat_input,
 )
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
-from .openai_compat import TOP_K, chat_messages
+from .openai_compat import TOP_K, chat_messages, message_calls
 
 if TYPE_CHECKING:
     from ..config import BackendSpec
@@ -68,12 +70,19 @@ class OllamaBackend(Backend):
         return PromptInput(user_text, None, templated=self.chat, system=system, thinking=thinking)
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        """Chat: every turn, sent as ``/api/chat`` messages; raw text has no turns."""
+        """Chat: every turn, sent as ``/api/chat`` messages with the tools; raw text has no
+        turns and no tools. Ollama has no ``tool_choice``: a prompt that sets one is sent
+        without it (its documented request has no such field)."""
         if self.chat:
-            return chat_input(messages, thinking)
-        return await super().render_messages(messages, thinking)
+            return chat_input(messages, thinking, tools, tool_choice)
+        return await super().render_messages(messages, thinking, tools=tools)
 
     def _request(self, prompt: PromptInput, params: GenerationParams) -> tuple[str, Any]:
         """The endpoint and body of a generation request."""
@@ -92,7 +101,8 @@ class OllamaBackend(Backend):
             "top_logprobs": TOP_K,
         }
         if self.chat:
-            return "/api/chat", {**body, "messages": chat_messages(prompt)}
+            offer = {"tools": [t.openai() for t in prompt.tools]} if prompt.tools else {}
+            return "/api/chat", {**body, "messages": ollama_messages(prompt), **offer}
         return "/api/generate", {**body, "prompt": prompt.text, "raw": True}
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
@@ -117,12 +127,14 @@ class OllamaBackend(Backend):
         text: list[str] = []
         reasoning: list[str] = []
         entries: list[Any] = []
+        calls: list[ToolCall] = []
         done = None
         for answer in answers:
             if self.chat:
                 message = answer.get("message") or {}
                 text.append(message.get("content") or "")
                 reasoning.append(message.get("thinking") or "")
+                calls.extend(message_calls(message.get("tool_calls")))
             else:
                 text.append(answer.get("response") or "")
                 reasoning.append(answer.get("thinking") or "")
@@ -144,6 +156,7 @@ class OllamaBackend(Backend):
             top_keys="text",
             token_texts=[str(e.get("token", "")) for e in entries] if entries else None,
             reasoning="".join(reasoning) or None,
+            tool_calls=tuple(calls),
         )
 
     async def send_hostile(self, kind: str) -> str:
@@ -188,6 +201,25 @@ class OllamaBackend(Backend):
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+def ollama_messages(prompt: PromptInput) -> list[dict[str, Any]]:
+    """``prompt``'s messages as Ollama's ``/api/chat`` documents them: the OpenAI shape for
+    plain turns (:func:`~.openai_compat.chat_messages`); an assistant turn's calls as
+    ``tool_calls: [{"function": {"name", "arguments": {...}}}]`` (arguments an object, no
+    ids) and a tool turn as ``{"role": "tool", "content", "tool_name"}``."""
+    out: list[dict[str, Any]] = []
+    for message in chat_messages(prompt, object_arguments=True):
+        if message["role"] == "tool":
+            out.append(
+                {"role": "tool", "content": message["content"], "tool_name": message["name"]}
+            )
+        elif "tool_calls" in message:
+            calls = [{"function": dict(c["function"])} for c in message["tool_calls"]]
+            out.append({"role": "assistant", "content": message["content"], "tool_calls": calls})
+        else:
+            out.append(message)
+    return out
 
 
 def create(

@@ -41,20 +41,23 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..metrics.consistency import unsorted_positions
+from ..tools import Tool, ToolCall
 from .base import (
     Backend,
     BackendError,
     Capabilities,
     Generation,
     GenerationParams,
+    Message,
     PromptInput,
     chat_input,
+    openai_messages,
     single_turn,
 )
 from .hostile import probe_alive, send_hostile
@@ -236,14 +239,22 @@ class OpenAICompatBackend(Backend):
         return PromptInput(user_text, None, templated=self.chat, system=system, thinking=thinking)
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        """Chat: every turn, sent as the request's messages (the server templates them).
-        Raw: only a ``[system?, user]`` list (raw text has no turns)."""
+        """Chat: every turn, sent as the request's messages with the tools (the server
+        templates them). Raw: only a ``[system?, user]`` list without tools (raw text has
+        no turns and no tools)."""
         if self.chat:
-            return chat_input(messages, thinking)
+            return chat_input(messages, thinking, tools, tool_choice)
         if single_turn(messages) is None:
             raise self.no_conversation(messages, "it sends raw text (chat: false), without turns")
+        if tools:
+            raise self.no_tools(tools, "it sends raw text (chat: false), without tools")
         return await super().render_messages(messages, thinking)
 
     async def accepts_token_ids(self, prompt: PromptInput) -> bool:
@@ -275,6 +286,7 @@ class OpenAICompatBackend(Backend):
         if chat:
             body["messages"] = chat_messages(prompt)
             body["chat_template_kwargs"] = {"enable_thinking": prompt.thinking}
+            body.update(tool_fields(prompt))
         else:
             body["prompt"] = prompt.text
         body.update(logprob_fields(shape, self.top_k))
@@ -352,10 +364,11 @@ class OpenAICompatBackend(Backend):
                 )
             self._templated[key] = str(
                 tokenizer.apply_chat_template(
-                    chat_messages(prompt),
+                    chat_messages(prompt, object_arguments=True),
                     tokenize=False,
                     add_generation_prompt=True,
                     enable_thinking=prompt.thinking,
+                    **tool_fields(prompt, choice=False),
                 )
             )
         return self._templated[key]
@@ -524,14 +537,29 @@ def _message(body: str) -> str:
     return body.strip()[:200]
 
 
-def chat_messages(prompt: PromptInput) -> list[dict[str, str]]:
-    """The messages of ``prompt``: every turn of a conversation, else the system (if any) and
-    user messages."""
+def chat_messages(prompt: PromptInput, *, object_arguments: bool = False) -> list[dict[str, Any]]:
+    """The messages of ``prompt`` in the OpenAI chat shape: every turn of a conversation
+    (:func:`~.base.openai_messages`: assistant calls as ``tool_calls``, tool turns with their
+    ``tool_call_id``; ``object_arguments`` for a chat template), else the system (if any)
+    and user messages."""
     if prompt.messages is not None:
-        return [{"role": role, "content": content} for role, content in prompt.messages]
+        return openai_messages(prompt.messages, object_arguments=object_arguments)
     messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
     messages.append({"role": "user", "content": prompt.text})
     return messages
+
+
+def tool_fields(prompt: PromptInput, *, choice: bool = True) -> dict[str, Any]:
+    """The request fields that offer ``prompt``'s tools: ``tools`` (OpenAI function schemas)
+    and, with ``choice``, its ``tool_choice``; nothing for a prompt without tools (a
+    request without tools stays as it was). A template endpoint (``/tokenize``,
+    ``/apply-template``) is sent no ``tool_choice``: a template does not see it."""
+    fields: dict[str, Any] = {}
+    if prompt.tools:
+        fields["tools"] = [tool.openai() for tool in prompt.tools]
+    if choice and prompt.tool_choice is not None:
+        fields["tool_choice"] = prompt.tool_choice
+    return fields
 
 
 def parse_choice(answer: Any, *, chat: bool) -> Generation:
@@ -546,8 +574,49 @@ def parse_choice(answer: Any, *, chat: bool) -> Generation:
     generation = text_generation(
         text, reasoning, choice.get("finish_reason"), choice.get("logprobs")
     )
+    if chat:
+        generation.tool_calls = message_calls(message.get("tool_calls"))
     read_usage(generation, answer.get("usage") if isinstance(answer, dict) else None)
     return generation
+
+
+def message_calls(tool_calls: Any) -> tuple[ToolCall, ...]:
+    """A chat message's ``tool_calls`` (``[{"id", "type", "function": {"name",
+    "arguments"}}]``; Ollama's ``arguments`` are an object) as calls, in order: arguments
+    text that is not JSON is kept as a call with ``arguments_valid=False``, a missing name
+    as ``""``; ``null`` or no list: none."""
+    if not isinstance(tool_calls, list):
+        return ()
+    calls = []
+    for entry in tool_calls:
+        function = entry.get("function") if isinstance(entry, dict) else None
+        function = function if isinstance(function, dict) else {}
+        calls.append(ToolCall.parse(str(function.get("name") or ""), function.get("arguments")))
+    return tuple(calls)
+
+
+def delta_calls(deltas: Sequence[Any]) -> tuple[ToolCall, ...]:
+    """The calls of a stream's ``delta.tool_calls`` fragments, assembled: by ``index`` (in
+    order of first appearance when a server sends none), the name as sent (first non-empty
+    one), the ``arguments`` fragments concatenated, then parsed as :func:`message_calls`
+    parses a whole call."""
+    names: dict[Any, str] = {}
+    arguments: dict[Any, list[str]] = {}
+    for position, fragment in enumerate(deltas):
+        if not isinstance(fragment, dict):
+            continue
+        index = fragment.get("index", position)
+        function = fragment.get("function")
+        if not isinstance(function, dict):
+            function = {}
+        if function.get("name") and not names.get(index):
+            names[index] = str(function["name"])
+        names.setdefault(index, "")
+        piece = function.get("arguments")
+        arguments.setdefault(index, []).append(
+            piece if isinstance(piece, str) else json.dumps(piece) if piece is not None else ""
+        )
+    return tuple(ToolCall.parse(names[i], "".join(arguments[i])) for i in names)
 
 
 def read_usage(generation: Generation, usage: Any) -> None:
@@ -579,6 +648,7 @@ def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
     are skipped."""
     text, reasoning, finish = [], [], None
     entries: list[Any] = []
+    calls: list[Any] = []
     legacy: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
     for chunk in chunks:
         if not isinstance(chunk, dict) or not chunk.get("choices"):
@@ -588,6 +658,7 @@ def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
             delta = choice.get("delta") or {}
             text.append(delta.get("content") or "")
             reasoning.append(delta.get("reasoning_content") or delta.get("reasoning") or "")
+            calls.extend(delta.get("tool_calls") or [])
         else:
             text.append(choice.get("text") or "")
         logprobs = choice.get("logprobs")
@@ -602,7 +673,9 @@ def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
         joined = {"content": entries}
     elif legacy["token_logprobs"]:
         joined = {key: values for key, values in legacy.items() if values}
-    return text_generation("".join(text), "".join(reasoning) or None, finish, joined)
+    generation = text_generation("".join(text), "".join(reasoning) or None, finish, joined)
+    generation.tool_calls = delta_calls(calls)
+    return generation
 
 
 def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any) -> Generation:
@@ -651,17 +724,73 @@ def _entry_ids(logprobs: Any) -> tuple[list[int], list[dict[Any, float]]] | None
 
 
 def messages_payload(prompt: PromptInput, params: GenerationParams, model: str | None) -> Any:
-    """An Anthropic-style ``/v1/messages`` request (greedy) for ``prompt``."""
+    """An Anthropic-style ``/v1/messages`` request (greedy) for ``prompt``: its turns
+    (:func:`anthropic_messages`), ``system`` apart, and its tools as Anthropic tools
+    (``{"name", "description", "input_schema"}``) with the tool choice mapped (``auto`` ->
+    ``{"type": "auto"}``, ``required`` -> ``any``, ``none`` -> ``none``, a named function ->
+    ``{"type": "tool", "name"}``)."""
     body: dict[str, Any] = {
         "max_tokens": params.max_tokens,
         "temperature": params.temperature,
-        "messages": [m for m in chat_messages(prompt) if m["role"] != "system"],
+        "messages": anthropic_messages(prompt),
     }
     if model is not None:
         body["model"] = model
     if prompt.system:
         body["system"] = prompt.system
+    if prompt.tools:
+        body["tools"] = [
+            {
+                "name": tool.name,
+                **({"description": tool.description} if tool.description is not None else {}),
+                "input_schema": dict(tool.parameters),
+            }
+            for tool in prompt.tools
+        ]
+    choice = prompt.tool_choice
+    if isinstance(choice, Mapping):
+        body["tool_choice"] = {"type": "tool", "name": choice["function"]["name"]}
+    elif choice is not None:
+        body["tool_choice"] = {"type": {"required": "any"}.get(choice, choice)}
     return body
+
+
+def anthropic_messages(prompt: PromptInput) -> list[dict[str, Any]]:
+    """``prompt``'s turns but the system turn, as Anthropic messages: plain turns as they are
+    (``{"role", "content"}``); an assistant turn's calls as ``tool_use`` blocks (``{"type":
+    "tool_use", "id", "name", "input"}``, after a ``text`` block of its content, if any); tool
+    turns as ``tool_result`` blocks (``{"type": "tool_result", "tool_use_id", "content"}``),
+    the results of one turn's calls in one user message."""
+    out: list[dict[str, Any]] = []
+    for message in chat_messages(prompt, object_arguments=True):
+        if message["role"] == "system":
+            continue
+        if message["role"] == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": message["tool_call_id"],
+                "content": message["content"],
+            }
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "user" and isinstance(last["content"], list):
+                last["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        elif "tool_calls" in message:
+            text = [{"type": "text", "text": message["content"]}] if message["content"] else []
+            uses = [
+                {
+                    "type": "tool_use",
+                    "id": call["id"],
+                    "name": call["function"]["name"],
+                    "input": call["function"]["arguments"],
+                }
+                for call in message["tool_calls"]
+            ]
+            out.append({"role": "assistant", "content": [*text, *uses]})
+        else:
+            out.append(message)
+    return out
 
 
 def parse_message(answer: Any) -> Generation:
@@ -674,10 +803,19 @@ def parse_message(answer: Any) -> Generation:
     text = "".join(str(b.get("text") or "") for b in blocks if b.get("type") == "text")
     thinking = "".join(str(b.get("thinking") or "") for b in blocks if b.get("type") == "thinking")
     stop = answer.get("stop_reason")
-    finish = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length"}.get(
-        str(stop), stop
+    finish = {
+        "end_turn": "stop",
+        "stop_sequence": "stop",
+        "max_tokens": "length",
+        "tool_use": "tool_calls",
+    }.get(str(stop), stop)
+    generation = text_generation(text, thinking or None, finish, None)
+    generation.tool_calls = tuple(
+        ToolCall.parse(str(b.get("name") or ""), b.get("input"))
+        for b in blocks
+        if b.get("type") == "tool_use"
     )
-    return text_generation(text, thinking or None, finish, None)
+    return generation
 
 
 def parse_logprobs(

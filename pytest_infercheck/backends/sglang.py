@@ -45,17 +45,19 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..tools import Tool
 from .base import (
     BackendError,
     Capabilities,
     Generation,
     GenerationParams,
+    Message,
     PromptInput,
     TopKRow,
     chat_input,
@@ -201,13 +203,19 @@ class SglangBackend(OpenAICompatBackend):
         return PromptInput(text, tuple(ids), False, None, system=system, thinking=thinking)
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        """Chat: the model folder's chat template over every turn, tokenized as :meth:`render`
-        tokenizes; raw text has no turns (only a ``[system?, user]`` list)."""
+        """Chat: the model folder's chat template over every turn and the tools, tokenized
+        as :meth:`render` tokenizes; raw text has no turns and no tools (only a
+        ``[system?, user]`` list)."""
         if self.chat:
-            return await self._render_chat(chat_input(messages, thinking))
-        return await super().render_messages(messages, thinking)
+            return await self._render_chat(chat_input(messages, thinking, tools, tool_choice))
+        return await super().render_messages(messages, thinking, tools=tools)
 
     async def _render_chat(self, chat: PromptInput) -> PromptInput:
         """``chat``'s messages through the chat template, tokenized as they are."""

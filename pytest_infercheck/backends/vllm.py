@@ -45,11 +45,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..tools import Tool
 from .base import (
     BackendError,
     Capabilities,
     Generation,
     GenerationParams,
+    Message,
     PromptInput,
     TopKRow,
     chat_input,
@@ -60,9 +62,11 @@ from .openai_compat import (
     OpenAICompatBackend,
     chat_messages,
     create_served,
+    message_calls,
     messages_payload,
     parse_message,
     read_usage,
+    tool_fields,
 )
 from .vllm_metrics import SETTLE_READS, activity_delta, counted, parse_counters
 
@@ -215,6 +219,7 @@ class VllmBackend(OpenAICompatBackend):
                 "messages": chat_messages(prompt),
                 "add_generation_prompt": True,
                 "chat_template_kwargs": {"enable_thinking": prompt.thinking},
+                **tool_fields(prompt, choice=False),
             }
         text = f"{prompt.system}\n\n{prompt.text}" if prompt.system else prompt.text
         return {"prompt": text}
@@ -226,13 +231,19 @@ class VllmBackend(OpenAICompatBackend):
         return await self._rendered(asked)
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        """Chat: ``/tokenize`` with every turn as messages (the server's template, the
-        generation prompt added) and the ids' exact text; raw text has no turns."""
+        """Chat: ``/tokenize`` with every turn as messages and the tools (the server's
+        template, the generation prompt added) and the ids' exact text; raw text has no
+        turns and no tools."""
         if self.chat:
-            return await self._rendered(chat_input(messages, thinking))
-        return await super().render_messages(messages, thinking)
+            return await self._rendered(chat_input(messages, thinking, tools, tool_choice))
+        return await super().render_messages(messages, thinking, tools=tools)
 
     async def _rendered(self, asked: PromptInput) -> PromptInput:
         """``asked`` as the server tokenizes it, with the exact text of its ids."""
@@ -363,13 +374,19 @@ class VllmBackend(OpenAICompatBackend):
         started = time.perf_counter()
         if endpoint == "completions":
             chat = PromptInput(
-                prompt.text, None, True, system=prompt.system, messages=prompt.messages
+                prompt.text,
+                None,
+                True,
+                system=prompt.system,
+                messages=prompt.messages,
+                tools=prompt.tools,
             )
             ids = await self._tokenize(
                 {
                     "messages": chat_messages(chat),
                     "add_generation_prompt": True,
                     "chat_template_kwargs": {"enable_thinking": prompt.thinking},
+                    **tool_fields(chat, choice=False),
                 }
             )
             rendered = PromptInput(await self.detokenize(ids), tuple(ids), True)
@@ -383,6 +400,7 @@ class VllmBackend(OpenAICompatBackend):
                 **self._model_field(),
                 "messages": chat_messages(prompt),
                 "chat_template_kwargs": {"enable_thinking": prompt.thinking},
+                **tool_fields(prompt),
                 "max_tokens": params.max_tokens,
                 "temperature": params.temperature,
                 "logprobs": True,
@@ -590,6 +608,7 @@ def id_generation(answer: Any, *, chat: bool, name: str = "vllm") -> Generation:
     if chat:
         message = choice.get("message") or {}
         generation.reasoning = message.get("reasoning_content") or message.get("reasoning")
+        generation.tool_calls = message_calls(message.get("tool_calls"))
     return generation
 
 

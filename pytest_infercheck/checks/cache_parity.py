@@ -554,7 +554,7 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
 
     def _with_last_turn(self, prompt: Prompt, text: str) -> PromptInput:
         """``prompt``'s turns with the last (user) turn's content replaced by ``text``."""
-        return self._render_turns(prompt, (*self._turns(prompt)[:-1], ("user", text)))
+        return self._render_turns(prompt, (*self._turns(prompt)[:-1], Message("user", text)))
 
     def _multi_turn(
         self, prompt: Prompt, rendered: PromptInput, params: GenerationParams, reference: Generation
@@ -572,7 +572,7 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
             return self._composed_turn(prompt, params)
         self._cached(self._render_turns(prompt, earlier), params)
         out = self._attempt(rendered, params)
-        users = sum(role == "user" for role, _ in turns)
+        users = sum(turn.role == "user" for turn in turns)
         note = f"after turns 1-{len(earlier)} of {len(turns)} (user turn {users - 1} of {users})"
         return compare_scenario(
             "multi-turn", reference, out, tie_margin=self.thresholds.tie_margin, note=note
@@ -593,7 +593,7 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
         first_turns = self._turns(first)
         first_turn = self._render_turns(first, first_turns)
         answer = self._cached(first_turn, self.params(first))
-        turns = (*first_turns, ("assistant", answer.text), ("user", prompt.text))
+        turns = (*first_turns, Message("assistant", answer.text), Message("user", prompt.text))
         second = self._render_turns(prompt, turns)
         reference = self._uncached(second, params)
         self._cached(first_turn, self.params(first))
@@ -621,8 +621,8 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
                 "the cache's capacity is not known (set eviction_tokens, e.g. for a server "
                 "started with a small KV cache)",
             )
-        whole = "\n".join(content for _, content in self._turns(prompt))
-        fillers = [self._render_turns(prompt, [("user", filler_text(whole, 0))])]
+        whole = "\n".join(turn.content for turn in self._turns(prompt))
+        fillers = [self._render_turns(prompt, [Message("user", filler_text(whole, 0))])]
         size = len(fillers[0].token_ids or ()) or max(1, len(fillers[0].text) // 4)
         needed = capacity // size + 1
         if needed > self.spec.max_eviction_prompts:
@@ -633,7 +633,8 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
                 f"tokens, more than max_eviction_prompts {self.spec.max_eviction_prompts}",
             )
         fillers += [
-            self._render_turns(prompt, [("user", filler_text(whole, i))]) for i in range(1, needed)
+            self._render_turns(prompt, [Message("user", filler_text(whole, i))])
+            for i in range(1, needed)
         ]
         one = _with_max_tokens(params, 1)
         for filler in fillers:
@@ -680,7 +681,7 @@ class CacheParityRun(TargetRun[CacheParitySpec, CacheParityThresholds]):
 def earlier_turns(turns: Sequence[Message]) -> tuple[Message, ...] | None:
     """``turns`` up to (and with) the user turn before the last one: the conversation as it
     stood one exchange earlier; None when the last user turn is the only one."""
-    users = [i for i, (role, _) in enumerate(turns) if role == "user"]
+    users = [i for i, turn in enumerate(turns) if turn.role == "user"]
     return tuple(turns[: users[-2] + 1]) if len(users) > 1 else None
 
 

@@ -26,24 +26,32 @@ generation stopped on it), text, finish_reason, the chosen tokens' logprobs and 
 the top-k logprobs as ``[token, logprob]`` pairs, most likely first (at most ``top_k``; keyed
 by token id, or by token text when ``top_keys`` is ``"text"``). Logprobs are rounded to
 :data:`DECIMALS` decimals, so a lower-bound KL read from the file is exact to about 1e-6.
+``output.tool_calls`` (``[{"name", "arguments"}]``) only when a chat server returned calls
+apart from the text (:attr:`~..backends.base.Generation.tool_calls`).
 
 A conversation (a suite line with ``messages``, see :mod:`..conversation`) adds, and only it,
 so single-turn entries are as they always were:
 
 - ``prompt.messages``: the suite's turns as ``[role, content]`` pairs, ``content`` null for
-  a ``generate`` turn;
+  a ``generate`` turn (a turn with tool calls or a tool turn: ``[role, content, {"tool_calls":
+  [{"name", "arguments"}, ...], "name": ...}]``);
 - ``input.messages``: the concrete turns of the rendered input, where the backend's
-  rendering carries them (:attr:`~..backends.base.PromptInput.messages`);
+  rendering carries them (:attr:`~..backends.base.PromptInput.messages`), written alike;
 - ``turns``: each ``generate`` turn as the recording target filled it in, in order:
   ``{"index", "input", "output"}`` (the turn's index in ``messages``, the rendered turns
   before it, its generation, whose text was fed back), ``output`` as above with the
   generation's own top-k logprobs, if any.
 
-Replay looks prompts up by what was asked (of a conversation: every turn), outputs by the
-rendered input + params, and the rendered input of a list of concrete turns by that list
-(a conversation's every turn, and each ``generate`` turn's history, rebuilt from the turns
-and the recorded outputs): a baseline filled in from the golden gets the recorded turns
-back. A golden is refused, with its file and the difference named, when the test side's
+A prompt with tools (``tools`` in the suite) adds ``prompt.tools`` (and ``prompt.tool_choice``
+when set) as the OpenAI entries, and ``input.tools`` / ``input.tool_choice`` where the rendered
+input carries them; a prompt without tools is written as it always was.
+
+Replay looks prompts up by what was asked (of a conversation: every turn; the tools offered),
+outputs by the rendered input + params, and the rendered input of a list of concrete turns by
+that list and the tools (a conversation's every turn, each ``generate`` turn's history,
+rebuilt from the turns and the recorded outputs; a single-turn prompt with tools as its
+turns): a baseline filled in from the golden gets the recorded turns back. A golden is
+refused, with its file and the difference named, when the test side's
 model has another name in the YAML, its tokenizer has another fingerprint, or a prompt (or
 a conversation's turns, or its generation parameters) is not in the file.
 """
@@ -62,15 +70,21 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..backends.base import BackendError, Generation, GenerationParams, PromptInput
 from ..conversation import Message, Turn, concrete, history
+from ..tools import Tool, ToolCall, canonical_json
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..conversation import Conversation
 
-AskedKey = tuple[str, str | None, bool, tuple[tuple[str, str | None], ...] | None]
+AskedKey = tuple[str, str | None, bool, tuple[tuple[Any, ...], ...] | None, str | None]
 """How a replay finds a prompt: (user text, system, thinking, the conversation's turns as
-``(role, content)`` with None for a ``generate`` turn; None for a single-turn prompt)."""
+``(role, content)`` with None for a ``generate`` turn, and their calls and function name when
+they have them; None for a single-turn prompt; the tools offered and tool choice as canonical
+JSON, None without tools)."""
+RenderedKey = tuple[tuple[tuple[Any, ...], ...], bool, str | None]
+"""How a replay finds the rendering of concrete turns: (each turn's
+:meth:`~..backends.base.Message.key`, thinking, the tools offered as :func:`offer_key`)."""
 
 FORMAT = "pytest-infercheck-golden"
 VERSION = 1
@@ -145,8 +159,9 @@ def make_entry(
         "params": _params_dict(params),
         "output": _output_data(generation, top, top_keys),
     }
+    entry["prompt"].update(_offer_data(rendered.tools, rendered.tool_choice))
     if conversation is not None and conversation.turns:
-        entry["prompt"]["messages"] = [[t.role, t.content] for t in conversation.turns]
+        entry["prompt"]["messages"] = [_turn_data(t) for t in conversation.turns]
         if conversation.generated:
             entry["turns"] = [
                 {
@@ -175,8 +190,56 @@ def _input_data(rendered: PromptInput) -> dict[str, Any]:
         "thinking": rendered.thinking,
     }
     if rendered.messages is not None:
-        data["messages"] = [list(m) for m in rendered.messages]
+        data["messages"] = [_turn_data(m) for m in rendered.messages]
+    data.update(_offer_data(rendered.tools, rendered.tool_choice))
     return data
+
+
+def _turn_data(turn: Turn | Message) -> list[Any]:
+    """A turn as stored: ``[role, content]``, with ``{"tool_calls", "name"}`` third when it
+    has calls or a function name."""
+    if not turn.tool_calls and turn.name is None:
+        return [turn.role, turn.content]
+    calls = [{"name": c.name, "arguments": c.arguments} for c in turn.tool_calls]
+    return [turn.role, turn.content, {"tool_calls": calls, "name": turn.name}]
+
+
+def _turn_parts(data: Sequence[Any]) -> tuple[Any, Any, tuple[ToolCall, ...], str | None]:
+    """A stored turn's (role, content, calls, function name)."""
+    extra = data[2] if len(data) > 2 else {}
+    calls = tuple(ToolCall(c["name"], c["arguments"]) for c in extra.get("tool_calls") or ())
+    return data[0], data[1], calls, extra.get("name")
+
+
+def _offer_data(tools: Sequence[Tool], tool_choice: Any) -> dict[str, Any]:
+    """The tools offered as stored: ``tools`` (OpenAI entries) and ``tool_choice``, each
+    only when set."""
+    data: dict[str, Any] = {}
+    if tools:
+        data["tools"] = [tool.openai() for tool in tools]
+    if tool_choice is not None:
+        data["tool_choice"] = tool_choice
+    return data
+
+
+def _offer_parts(data: Mapping[str, Any]) -> tuple[tuple[Tool, ...], Any]:
+    """The stored tools and tool choice of an entry's ``prompt`` or ``input``."""
+    tools = tuple(
+        Tool(
+            t["function"]["name"],
+            t["function"].get("parameters") or {},
+            t["function"].get("description"),
+        )
+        for t in data.get("tools") or ()
+    )
+    return tools, data.get("tool_choice")
+
+
+def offer_key(tools: Sequence[Tool], tool_choice: Any) -> str | None:
+    """The tools offered and tool choice as one canonical text; None without either."""
+    if not tools and tool_choice is None:
+        return None
+    return canonical_json({"tools": [t.openai() for t in tools], "choice": tool_choice})
 
 
 def _output_data(
@@ -184,7 +247,7 @@ def _output_data(
 ) -> dict[str, Any]:
     """A generation as stored: logprobs rounded (:func:`rounded`), ``top`` as given."""
     chosen = generation.chosen_logprobs
-    return {
+    data: dict[str, Any] = {
         "text": generation.text,
         "token_ids": generation.token_ids,
         "finish_reason": generation.finish_reason,
@@ -192,6 +255,14 @@ def _output_data(
         "top_logprobs": top,
         "top_keys": top_keys,
     }
+    if generation.tool_calls:
+        data["tool_calls"] = [
+            {"name": c.name, "arguments": c.arguments}
+            if c.arguments_valid
+            else {"name": c.name, "arguments": c.arguments, "arguments_valid": False}
+            for c in generation.tool_calls
+        ]
+    return data
 
 
 def make_header(
@@ -267,23 +338,29 @@ class GoldenFile:
         self._outputs: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._inputs: list[tuple[PromptInput, dict[str, Any]]] = []
         """Every recorded (rendered input, params), for the error of a missing output."""
-        self._rendered: dict[tuple[tuple[Message, ...], bool], PromptInput] = {}
-        """The rendered input of each recorded list of concrete turns, with thinking."""
+        self._rendered: dict[RenderedKey, PromptInput] = {}
+        """The rendered input of each recorded list of concrete turns, with thinking and the
+        tools offered (a single-turn prompt with tools is rendered as its turns too)."""
         for entry in entries:
             asked = entry["prompt"]
             turns = _turns(asked.get("messages"))
-            self._asked[asked_key(asked["text"], asked["system"], asked["thinking"], turns)] = entry
+            offer = offer_key(*_offer_parts(asked))
+            key = asked_key(asked["text"], asked["system"], asked["thinking"], turns, offer)
+            self._asked[key] = entry
             recorded = [(entry["input"], entry["output"])]
             recorded += [(t["input"], t["output"]) for t in entry.get("turns", ())]
             for sent, output in recorded:
                 rendered = self.prompt_input(sent)
                 self._outputs[(rendered.key(), _params_key(entry["params"]))] = output
                 self._inputs.append((rendered, entry["params"]))
+            if turns is None and offer is not None:
+                system = [Turn("system", asked["system"])] if asked["system"] is not None else []
+                turns = (*system, Turn("user", asked["text"]))
             if turns is not None:
-                self._index_conversation(entry, turns, bool(asked["thinking"]))
+                self._index_conversation(entry, turns, bool(asked["thinking"]), offer)
 
     def _index_conversation(
-        self, entry: Mapping[str, Any], turns: tuple[Turn, ...], thinking: bool
+        self, entry: Mapping[str, Any], turns: tuple[Turn, ...], thinking: bool, offer: str | None
     ) -> None:
         """Index a conversation's renderings by their concrete turns: each ``generate``
         turn's history (the recorded outputs fed back) and every turn (the entry's input)."""
@@ -291,8 +368,11 @@ class GoldenFile:
         filled = {i: str(t["output"]["text"]) for i, t in generated.items()}
         for index, turn in generated.items():
             before = history(turns, index, filled)
-            self._rendered[(before, thinking)] = self.prompt_input(turn["input"])
-        self._rendered[(concrete(turns, filled), thinking)] = self.prompt_input(entry["input"])
+            self._rendered[_rendered_key(before, thinking, offer)] = self.prompt_input(
+                turn["input"]
+            )
+        key = _rendered_key(concrete(turns, filled), thinking, offer)
+        self._rendered[key] = self.prompt_input(entry["input"])
 
     @property
     def name(self) -> str:
@@ -315,6 +395,7 @@ class GoldenFile:
         will be sent it."""
         ids = sent["token_ids"]
         messages = sent.get("messages")
+        tools, tool_choice = _offer_parts(sent)
         return PromptInput(
             text=sent["text"],
             token_ids=None if ids is None else tuple(ids),
@@ -322,7 +403,11 @@ class GoldenFile:
             tokenizer_fingerprint=self.tokenizer,
             system=sent["system"],
             thinking=bool(sent["thinking"]),
-            messages=None if messages is None else tuple((r, c) for r, c in messages),
+            messages=None
+            if messages is None
+            else tuple(Message(*_turn_parts(m)) for m in messages),
+            tools=tools,
+            tool_choice=tool_choice,
         )
 
     def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
@@ -331,13 +416,24 @@ class GoldenFile:
             raise GoldenError(f"{self.where()}: {missing_prompt_text(user_text, system, thinking)}")
         return self.prompt_input(entry["input"])
 
-    def render_messages(self, messages: Sequence[Message], thinking: bool) -> PromptInput:
-        """The recorded rendering of the concrete turns ``messages`` (a conversation's every
-        turn, or a ``generate`` turn's history); :class:`GoldenError` when none was
-        recorded (a turn, the system prompt or a generated turn's output differs)."""
-        rendered = self._rendered.get((tuple(messages), thinking))
+    def render_messages(
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        tools: Sequence[Tool] = (),
+        tool_choice: Any = None,
+    ) -> PromptInput:
+        """The recorded rendering of the concrete turns ``messages`` with ``tools`` offered
+        (a conversation's every turn, or a ``generate`` turn's history, or a single-turn
+        prompt with tools); :class:`GoldenError` when none was recorded (a turn, the system
+        prompt, a generated turn's output or the tools differ)."""
+        offer = offer_key(tools, tool_choice)
+        rendered = self._rendered.get(_rendered_key(messages, thinking, offer))
         if rendered is None:
-            raise GoldenError(f"{self.where()}: {missing_conversation_text(messages, thinking)}")
+            text = missing_conversation_text(messages, thinking)
+            if offer is not None:
+                text = text.replace(" (a turn,", f" with tools {_names(tools)} (a turn,", 1)
+            raise GoldenError(f"{self.where()}: {text}")
         return rendered
 
     def generation(self, prompt: PromptInput, params: GenerationParams) -> Generation:
@@ -364,6 +460,10 @@ class GoldenFile:
             chosen_logprobs=out["chosen_logprobs"],
             top_logprobs=None if top is None else [{k: lp for k, lp in row} for row in top],
             top_keys=keys,
+            tool_calls=tuple(
+                ToolCall(c["name"], c["arguments"], bool(c.get("arguments_valid", True)))
+                for c in out.get("tool_calls") or ()
+            ),
         )
 
     def asked(
@@ -372,24 +472,46 @@ class GoldenFile:
         system: str | None,
         thinking: bool,
         turns: Sequence[Turn] | None = None,
+        offer: str | None = None,
     ) -> bool:
-        """Whether the prompt (of a conversation: its ``turns``) was recorded."""
-        return asked_key(user_text, system, thinking, turns) in self._asked
+        """Whether the prompt (of a conversation: its ``turns``; with tools, the tools
+        offered as :func:`offer_key`) was recorded."""
+        return asked_key(user_text, system, thinking, turns, offer) in self._asked
 
 
 def asked_key(
-    user_text: str, system: str | None, thinking: bool, turns: Sequence[Turn] | None = None
+    user_text: str,
+    system: str | None,
+    thinking: bool,
+    turns: Sequence[Turn] | None = None,
+    offer: str | None = None,
 ) -> AskedKey:
     """What a replay finds a prompt by (:data:`AskedKey`)."""
-    shape = None if turns is None else tuple((t.role, t.content) for t in turns)
-    return (user_text, system, thinking, shape)
+    shape = None if turns is None else tuple(_turn_key(t) for t in turns)
+    return (user_text, system, thinking, shape, offer)
+
+
+def _turn_key(turn: Turn) -> tuple[Any, ...]:
+    """A suite turn as looked up: ``(role, content)``, with its calls (canonical) and
+    function name when it has them."""
+    if not turn.tool_calls and turn.name is None:
+        return (turn.role, turn.content)
+    return (turn.role, turn.content, tuple(c.canonical() for c in turn.tool_calls), turn.name)
+
+
+def _rendered_key(messages: Sequence[Message], thinking: bool, offer: str | None) -> RenderedKey:
+    return (tuple(m.key() for m in messages), thinking, offer)
+
+
+def _names(tools: Sequence[Tool]) -> str:
+    return ", ".join(t.name for t in tools)
 
 
 def _turns(data: Sequence[Sequence[Any]] | None) -> tuple[Turn, ...] | None:
     """A conversation's ``prompt.messages`` as turns (None: a single-turn prompt)."""
     if data is None:
         return None
-    return tuple(Turn(role, content) for role, content in data)
+    return tuple(Turn(*_turn_parts(turn)) for turn in data)
 
 
 def _params_dict(params: GenerationParams) -> dict[str, Any]:
@@ -406,7 +528,7 @@ def missing_prompt_text(user_text: str, system: str | None, thinking: bool) -> s
 
 def missing_conversation_text(messages: Sequence[Message], thinking: bool) -> str:
     """Why a list of concrete turns has no recording, naming its size and last turn."""
-    role, content = messages[-1] if messages else ("", "")
+    role, content = (messages[-1].role, messages[-1].content) if messages else ("", "")
     extra = ", thinking on" if thinking else ""
     return (
         f"no recording of a conversation of {len(messages)} turns ending with {role} "

@@ -22,6 +22,7 @@ from .file import (
     engine_summary,
     make_entry,
     make_header,
+    offer_key,
     replay_problems,
     shown,
     top_k_maps,
@@ -202,7 +203,8 @@ def verify_replay(run: CheckRun, test_ref: str, prompt_id: str) -> None:
     test = run.resolve(side)
     model = run.loaded.target(side.ref, side.loc).model
     problems = replay_problems(golden, model, test.backend.tokenizer_fingerprint())
-    if not golden.asked(prompt.text, prompt.system, run.settings.thinking, prompt.messages):
+    offer = offer_key(prompt.tools, prompt.tool_choice)
+    if not golden.asked(prompt.text, prompt.system, run.settings.thinking, prompt.messages, offer):
         what = (
             "" if prompt.messages is None else f", a conversation of {len(prompt.messages)} turns"
         )

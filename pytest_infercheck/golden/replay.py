@@ -12,10 +12,18 @@ golden continuation on the test side instead, full rows or top-k (``golden-top-k
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import Backend, Capabilities, Generation, GenerationParams, PromptInput
+from ..backends.base import (
+    Backend,
+    Capabilities,
+    Generation,
+    GenerationParams,
+    Message,
+    PromptInput,
+)
+from ..tools import Tool
 from .file import GoldenFile, shown
 
 if TYPE_CHECKING:
@@ -41,9 +49,14 @@ class GoldenBackend(Backend):
         return self.golden.render(user_text, system, thinking)
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self,
+        messages: Sequence[Message],
+        thinking: bool,
+        *,
+        tools: Sequence[Tool] = (),
+        tool_choice: str | Mapping[str, Any] | None = None,
     ) -> PromptInput:
-        return self.golden.render_messages(messages, thinking)
+        return self.golden.render_messages(messages, thinking, tools, tool_choice)
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return self.golden.generation(prompt, params)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from pytest_infercheck.backends.base import Message
 from pytest_infercheck.backends.http import HttpSettings
 from pytest_infercheck.backends.llama_server import LlamaServerBackend
 from pytest_infercheck.backends.mlx_lm import MlxLmBackend, MlxModelSpec
@@ -35,10 +36,10 @@ from tests.plugin.conftest import INI
 pytestmark = pytest.mark.xdist_group("vllm")
 
 CONVERSATION = (
-    ("system", "You are a terse assistant."),
-    ("user", "What is 2+2?"),
-    ("assistant", "4"),
-    ("user", "And 3+3?"),
+    Message("system", "You are a terse assistant."),
+    Message("user", "What is 2+2?"),
+    Message("assistant", "4"),
+    Message("user", "And 3+3?"),
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from pytest_infercheck.backends import Generation
+from pytest_infercheck.backends.base import Message
 from pytest_infercheck.checks.cache_parity import (
     CacheParityContext,
     CacheParityPrompt,
@@ -139,9 +140,14 @@ def test_sibling_shares_three_quarters_of_the_text() -> None:
 
 
 def test_earlier_turns_stop_at_the_previous_user_turn() -> None:
-    system, u1, a1, u2 = ("system", "S"), ("user", "x=1?"), ("assistant", "1"), ("user", "x+1?")
+    system, u1, a1, u2 = (
+        Message("system", "S"),
+        Message("user", "x=1?"),
+        Message("assistant", "1"),
+        Message("user", "x+1?"),
+    )
     assert earlier_turns([system, u1, a1, u2]) == (system, u1)
-    a2, u3 = ("assistant", "2"), ("user", "x+2?")
+    a2, u3 = Message("assistant", "2"), Message("user", "x+2?")
     assert earlier_turns([system, u1, a1, u2, a2, u3]) == (system, u1, a1, u2)
     assert earlier_turns([u1, a1, u2]) == (u1,)
     assert earlier_turns([system, u1]) is None  # one user turn: nothing earlier

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.backends import Generation, GenerationParams, PromptInput
-from pytest_infercheck.backends.base import Backend, BackendError, chat_input
+from pytest_infercheck.backends.base import Backend, BackendError, Message, chat_input
 from pytest_infercheck.backends.openai_compat import chat_messages, messages_payload
 from pytest_infercheck.checks.comparison.gates import item_verdict
 from pytest_infercheck.checks.comparison.options import DiffThresholds
@@ -121,22 +121,31 @@ def test_a_yaml_conversation_names_its_line(tmp_path: Path) -> None:
 
 def test_concrete_and_history_fill_generated_turns() -> None:
     turns = (Turn("user", "a"), Turn("assistant", None), Turn("user", "b"))
-    assert history(turns, 1, {}) == (("user", "a"),)
-    assert concrete(turns, {1: "x"}) == (("user", "a"), ("assistant", "x"), ("user", "b"))
+    assert history(turns, 1, {}) == (Message("user", "a"),)
+    assert concrete(turns, {1: "x"}) == (
+        Message("user", "a"),
+        Message("assistant", "x"),
+        Message("user", "b"),
+    )
     with pytest.raises(KeyError):
         concrete(turns, {})
 
 
 def test_chat_requests_send_every_turn() -> None:
-    messages = (("system", "s"), ("user", "a"), ("assistant", "x"), ("user", "b"))
+    messages = (
+        Message("system", "s"),
+        Message("user", "a"),
+        Message("assistant", "x"),
+        Message("user", "b"),
+    )
     prompt = chat_input(messages, thinking=False)
     assert (prompt.text, prompt.system, prompt.messages) == ("b", "s", messages)
-    assert chat_messages(prompt) == [{"role": r, "content": c} for r, c in messages]
+    assert chat_messages(prompt) == [{"role": m.role, "content": m.content} for m in messages]
     body = messages_payload(prompt, GenerationParams(4), None)
     assert body["system"] == "s"
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
     # a [system, user] list is a single-turn prompt: no messages field, same key as before
-    single = chat_input((("system", "s"), ("user", "a")), thinking=False)
+    single = chat_input((Message("system", "s"), Message("user", "a")), thinking=False)
     assert single == PromptInput("a", None, True, system="s")
 
 
@@ -152,17 +161,17 @@ class TurnBackend(Backend):
     def __init__(self, name: str, answers: dict[int, str]) -> None:
         super().__init__(name)
         self.answers = answers
-        self.rendered: list[tuple[tuple[str, str], ...]] = []
+        self.rendered: list[tuple[Message, ...]] = []
         self.generated = 0
 
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
-        return await self.render_messages([("user", user_text)], thinking)
+        return await self.render_messages([Message("user", user_text)], thinking)
 
     async def render_messages(
-        self, messages: Sequence[tuple[str, str]], thinking: bool
+        self, messages: Sequence[Message], thinking: bool, **offer: Any
     ) -> PromptInput:
         self.rendered.append(tuple(messages))
-        text = "|".join(f"{r}:{c}" for r, c in messages)
+        text = "|".join(f"{m.role}:{m.content}" for m in messages)
         return PromptInput(text, None, True, messages=tuple(messages))
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
@@ -203,12 +212,12 @@ def test_the_target_fills_in_generate_turns_once(tmp_path: Path) -> None:
     # turn 4 was generated from the history with turn 2 fed back
     assert conv.generated[1].prompt.text == "system:be brief|user:q1|assistant:a1|user:q2"
     assert conv.messages == (
-        ("system", "be brief"),
-        ("user", "q1"),
-        ("assistant", "a1"),
-        ("user", "q2"),
-        ("assistant", "a2"),
-        ("user", "q3"),
+        Message("system", "be brief"),
+        Message("user", "q1"),
+        Message("assistant", "a1"),
+        Message("user", "q2"),
+        Message("assistant", "a2"),
+        Message("user", "q3"),
     )
     assert conv.final.messages == conv.messages
     assert backend.rendered == [conv.messages[:2], conv.messages[:4], conv.messages]

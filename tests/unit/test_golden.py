@@ -16,7 +16,7 @@ import pytest
 
 from pytest_infercheck.backends import BackendError, Generation, GenerationParams, PromptInput
 from pytest_infercheck.config import load_matrix
-from pytest_infercheck.conversation import Conversation, GeneratedTurn, Turn
+from pytest_infercheck.conversation import Conversation, GeneratedTurn, Message, Turn
 from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.golden import (
     GoldenBackend,
@@ -190,8 +190,8 @@ TURNS = (
     Turn("assistant", None),
     Turn("user", "Again"),
 )
-HISTORY = (("system", "Be brief."), ("user", "Hi"))
-FILLED = (*HISTORY, ("assistant", "Yo"), ("user", "Again"))
+HISTORY = (Message("system", "Be brief."), Message("user", "Hi"))
+FILLED = (*HISTORY, Message("assistant", "Yo"), Message("user", "Again"))
 
 
 def _conversation_entry(max_tokens: int = 4) -> dict[str, Any]:
@@ -229,7 +229,7 @@ def test_conversation_entry_format() -> None:
             ["user", "Again"],
         ],
     }
-    assert entry["input"]["messages"] == [list(m) for m in FILLED]
+    assert entry["input"]["messages"] == [[m.role, m.content] for m in FILLED]
     assert entry["turns"] == [
         {
             "index": 2,
@@ -279,10 +279,18 @@ def test_conversation_replay_matches_recorded_turns(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("messages", "shown"),
     [
-        ((("system", "Be kind."), ("user", "Hi")), "2 turns ending with user 'Hi'"),
-        ((*HISTORY, ("assistant", "Hey"), ("user", "Again")), "4 turns ending with user 'Again'"),
+        ((Message("system", "Be kind."), Message("user", "Hi")), "2 turns ending with user 'Hi'"),
         (
-            (*HISTORY[:1], ("user", "Hi"), ("assistant", "Yo"), ("user", "Once more")),
+            (*HISTORY, Message("assistant", "Hey"), Message("user", "Again")),
+            "4 turns ending with user 'Again'",
+        ),
+        (
+            (
+                *HISTORY[:1],
+                Message("user", "Hi"),
+                Message("assistant", "Yo"),
+                Message("user", "Once more"),
+            ),
             "4 turns ending with user 'Once more'",
         ),
     ],
