@@ -26,7 +26,7 @@ import json
 import re
 from typing import Any
 
-from pytest_infercheck.backends import Backend, BackendError
+from pytest_infercheck.backends import Backend, BackendError, PromptInput
 from pytest_infercheck.structured.records import (
     PlacedCall,
     StructuredChoice,
@@ -134,8 +134,8 @@ def moved(choice: StructuredChoice) -> StructuredChoice:
 
 
 class ScriptedChat(Backend):
-    """A :class:`~pytest_infercheck.structured.records.StructuredChat` (and
-    ``StructuredPromptIds``) backend answering from the script, with ``behaviour``."""
+    """A :class:`~pytest_infercheck.structured.records.StructuredChat` backend answering from
+    the script, with ``behaviour``; it renders any conversation as ten ids per turn."""
 
     def __init__(self, inner: Backend, behaviour: str) -> None:
         super().__init__(inner.name)
@@ -161,8 +161,12 @@ class ScriptedChat(Backend):
     def structured_paths(self) -> tuple[str, ...]:
         return PATHS
 
-    async def structured_prompt_ids(self, request: StructuredRequest) -> tuple[int, ...]:
-        return tuple(range(10 * len(request.messages)))
+    async def render_messages(
+        self, messages: Any, thinking: bool, *, tools: Any = (), tool_choice: Any = None
+    ) -> PromptInput:
+        """Ten ids per turn (both scripted targets render alike)."""
+        ids = tuple(range(10 * len(messages)))
+        return PromptInput(" ".join(m.content for m in messages), ids, templated=True)
 
     async def structured(self, request: StructuredRequest, path: str) -> StructuredResponse:
         self.requests.append((path, request))

@@ -17,9 +17,13 @@ the model; a single target: one per prompt, ``tu001``), plus the aggregate. In a
 - the target's ``chat`` (non-streamed) answer is its reference; every other path's answer is
   compared with it (the same prompt ids, so ``usage.prompt_tokens`` must be equal);
 - a target after the first: its ``chat`` answer is compared with the first target's
-  ``chat`` answer, ``usage`` only where both targets say which prompt ids the request
-  became (:class:`~pytest_infercheck.structured.records.StructuredPromptIds`) and they agree
-  (otherwise the counts are noted, not judged);
+  ``chat`` answer, ``usage`` only where the request's prompt ids are known on both and agree
+  (otherwise the counts are noted, not judged). The ids: each target's backend renders the
+  request's turns with its tools (:meth:`~pytest_infercheck.backends.base.Backend.
+  render_messages`: llama-server ``/apply-template`` then ``/tokenize``, vLLM ``/tokenize``
+  with the messages and tools, mlx-lm its tokenizer's template); a server that templates
+  only when it generates (vllm-mlx, mlx_lm.server, an ``openai`` server) gives none, so
+  its usage is not judged across targets;
 - every answer of the target is checked for validity.
 
 The fields compared and the validity rules are those of
@@ -50,6 +54,7 @@ from typing import TYPE_CHECKING, Any, cast, get_args
 from pydantic import Field, field_validator
 
 from ..backends import BackendError
+from ..backends.base import Message
 from ..records import OMIT_WHEN_EMPTY, load_record, plain_data
 from ..render.markup import clip, esc, kv_table, num, rate, table
 from ..render.table import check_table
@@ -66,13 +71,7 @@ from ..structured.judge import (
     compare_results,
     path_result,
 )
-from ..structured.records import (
-    ChatTurn,
-    Path,
-    StructuredChat,
-    StructuredPromptIds,
-    StructuredRequest,
-)
+from ..structured.records import ChatTurn, Path, StructuredChat, StructuredRequest
 from ..structured.request import (
     UnfilledTurn,
     generate_indices,
@@ -600,17 +599,27 @@ class StructuredParityRun(CheckRun[StructuredParitySpec, StructuredParityThresho
     def _ids(
         self, target: ResolvedTarget, prompt_id: str, request: StructuredRequest
     ) -> tuple[int, ...] | str:
-        """The request's prompt ids on ``target``, or why they are not known (memoised)."""
+        """The request's prompt ids on ``target`` (its backend's render of the turns with the
+        tools), or why they are not known (memoised)."""
 
         def compute() -> tuple[int, ...] | str:
-            backend = target.backend
-            if not isinstance(backend, StructuredPromptIds):
-                return f"{target.label} does not say its prompt ids"
+            messages = [
+                Message(t.role, t.content or "", tuple(t.tool_calls), t.name)
+                for t in request.messages
+            ]
             try:
-                ids = self.cache.call(target, backend.structured_prompt_ids(request))
+                rendered = self.cache.render_messages(
+                    target,
+                    messages,
+                    self.settings.thinking,
+                    tools=request.tools,
+                    tool_choice=request.tool_choice,
+                )
             except BackendError as exc:
-                return f"{target.label}: {exc}"
-            return f"{target.label} did not say its prompt ids" if ids is None else tuple(ids)
+                return f"{target.label} cannot render the request: {exc}"
+            if rendered.token_ids is None:
+                return f"{target.label} templates on the server (no prompt ids)"
+            return tuple(rendered.token_ids)
 
         return memoised(self._prompt_ids, (target.label, prompt_id), compute)
 

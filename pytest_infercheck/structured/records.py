@@ -128,14 +128,3 @@ class StructuredChat(Protocol):
             MalformedResponse: the answer could not be read as the path defines.
         """
         ...
-
-
-@runtime_checkable
-class StructuredPromptIds(Protocol):
-    """A backend that can say which prompt token ids a structured request becomes (its chat
-    template applied with the request's tools, then tokenized): ``structured-parity``
-    compares ``usage`` across targets only where these agree."""
-
-    async def structured_prompt_ids(self, request: StructuredRequest) -> tuple[int, ...] | None:
-        """The prompt ids of ``request`` on this server, None when it cannot say."""
-        ...

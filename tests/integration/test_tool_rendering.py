@@ -91,9 +91,7 @@ def qwen2_llama_jinja(
         yield url
 
 
-def _renders(
-    model: Path, llama_url: str, vllm_url: str
-) -> dict[str, dict[str, PromptInput]]:
+def _renders(model: Path, llama_url: str, vllm_url: str) -> dict[str, dict[str, PromptInput]]:
     """Each case rendered by mlx-lm, llama-server and vLLM, by case and engine."""
     mlx = MlxLmBackend("mlx", MlxModelSpec(str(model), dtype="float32"))
 
@@ -132,7 +130,7 @@ def test_tool_prompts_render_to_the_same_ids_on_every_engine(
     result = renders["result"]["mlx"].text
     assert '<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 34}}\n</tool_call>' in result
     assert result.endswith(
-        "<|im_start|>user\n<tool_response>\n{\"result\": 46}\n</tool_response><|im_end|>\n"
+        '<|im_start|>user\n<tool_response>\n{"result": 46}\n</tool_response><|im_end|>\n'
         "<|im_start|>assistant\n"
     )
     two = renders["two-calls"]["mlx"].text
