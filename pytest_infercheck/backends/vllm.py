@@ -89,6 +89,7 @@ class VllmBackend(OpenAICompatBackend):
     """vLLM's OpenAI-compatible server (``kind: vllm``)."""
 
     kind = "vllm"
+    structured_offer = ("chat", "chat-stream", "chat-n2", "messages", "messages-stream")
 
     def __init__(self, *args: Any, serve: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -13,7 +13,9 @@ Per choice (the chunk's ``choices[].index``):
 - the last ``finish_reason`` given.
 
 ``usage``: the last chunk that carries one (with ``stream_options.include_usage`` a final
-chunk with no choices).
+chunk with no choices; vllm-mlx 0.6.0 repeats it on the finishing chunk). More than one
+usage chunk without choices is noted: llama-server (llama-cpp-python 0.3.36) answers ``n:
+2`` with one per choice, each counting that choice alone.
 
 Noted, because a broken server does it and the stream can still be read: a delta with
 ``tool_calls: null``; a call whose arguments arrived as ``""`` or not at all (``""`` is not
@@ -136,6 +138,7 @@ def assemble_chat_stream(
     notes: list[str] = []
     states: dict[int, _Choice] = {}
     usage: Usage | None = None
+    usage_chunks = 0
     for number, chunk in enumerate(events):
         where = f"{path} chunk {number}"
         server_error(chunk, where)
@@ -143,6 +146,8 @@ def assemble_chat_stream(
             raise MalformedResponse(f"{where}: not an object: {chunk!r:.200}")
         usage = read_usage(chunk.get("usage"), "prompt_tokens", "completion_tokens") or usage
         choices = chunk.get("choices")
+        if not choices and isinstance(chunk.get("usage"), dict):
+            usage_chunks += 1
         if choices is None:
             continue
         if not isinstance(choices, list):
@@ -194,6 +199,8 @@ def assemble_chat_stream(
                 finish_reason=state.finish,
             )
         )
+    if usage_chunks > 1:
+        notes.append(f"{usage_chunks} usage chunks (one expected): the last one read")
     if len(read) != asked_n:
         notes.append(f"asked for {asked_n} choice(s), got {len(read)}")
     return StructuredResponse(path, tuple(read), usage, tuple(notes))

@@ -5,9 +5,14 @@ Blocks, in order: ``text`` blocks joined are the content (None without any), ``t
 blocks joined the reasoning, each ``tool_use`` block a call placed in ``tool_calls`` with
 its ``id`` and its ``input`` (a JSON object) as arguments; then the calls left in the text.
 ``stop_reason`` mapped to the OpenAI name (:data:`FINISH`; another value kept as it is).
-``usage``: ``input_tokens`` and ``output_tokens``.
+``usage``: the prompt is ``input_tokens`` plus ``cache_read_input_tokens`` and
+``cache_creation_input_tokens`` (Anthropic counts the tokens read from or written to the
+prompt cache apart from ``input_tokens``: llama-server answers a repeated prompt with
+``input_tokens: 1, cache_read_input_tokens: 218`` for a 219-token prompt), the completion
+``output_tokens``.
 
-The stream: ``message_start`` (its ``message.usage``), ``content_block_start`` /
+The stream: ``message_start`` (its ``message.usage``; a later ``message_delta`` carrying
+``input_tokens`` replaces it), ``content_block_start`` /
 ``content_block_delta`` (``text_delta``, ``thinking_delta``, ``input_json_delta`` whose
 ``partial_json`` fragments are concatenated and parsed once complete) /
 ``content_block_stop``, ``message_delta`` (``stop_reason``, ``usage.output_tokens``),
@@ -77,8 +82,20 @@ def _choice(
     )
 
 
-def _usage(input_tokens: Any, output_tokens: Any) -> Usage | None:
-    prompt, completion = count(input_tokens), count(output_tokens)
+CACHE_KEYS = ("cache_read_input_tokens", "cache_creation_input_tokens")
+"""Prompt tokens the messages API counts apart from ``input_tokens``."""
+
+
+def prompt_count(usage: dict[str, Any]) -> int | None:
+    """``input_tokens`` plus the cache counts given (None without ``input_tokens``)."""
+    tokens = count(usage.get("input_tokens"))
+    if tokens is None:
+        return None
+    return tokens + sum(count(usage.get(key)) or 0 for key in CACHE_KEYS)
+
+
+def _usage(prompt: int | None, output_tokens: Any) -> Usage | None:
+    completion = count(output_tokens)
     return None if prompt is None and completion is None else Usage(prompt, completion)
 
 
@@ -102,7 +119,7 @@ def read_message(answer: Any, path: Path) -> StructuredResponse:
     return StructuredResponse(
         path,
         (_choice(blocks, answer.get("stop_reason"), path),),
-        _usage(usage.get("input_tokens"), usage.get("output_tokens")),
+        _usage(prompt_count(usage), usage.get("output_tokens")),
         tuple(notes),
     )
 
@@ -119,7 +136,7 @@ def assemble_message_stream(events: Sequence[Any], path: Path) -> StructuredResp
     notes: list[str] = []
     blocks: dict[int, _Block] = {}
     stop: Any = None
-    input_tokens: Any = None
+    prompt: int | None = None
     output_tokens: Any = None
     ended = False
     for number, event in enumerate(events):
@@ -130,7 +147,7 @@ def assemble_message_stream(events: Sequence[Any], path: Path) -> StructuredResp
         kind = event.get("type")
         if kind == "message_start":
             usage = _obj(_obj(event.get("message")).get("usage"))
-            input_tokens = usage.get("input_tokens", input_tokens)
+            prompt = prompt_count(usage) if "input_tokens" in usage else prompt
             output_tokens = usage.get("output_tokens", output_tokens)
         elif kind == "content_block_start":
             start = event.get("content_block")
@@ -156,7 +173,7 @@ def assemble_message_stream(events: Sequence[Any], path: Path) -> StructuredResp
         elif kind == "message_delta":
             stop = _obj(event.get("delta")).get("stop_reason", stop)
             usage = _obj(event.get("usage"))
-            input_tokens = usage.get("input_tokens", input_tokens)
+            prompt = prompt_count(usage) if "input_tokens" in usage else prompt
             output_tokens = usage.get("output_tokens", output_tokens)
         elif kind == "message_stop":
             ended = True
@@ -177,7 +194,7 @@ def assemble_message_stream(events: Sequence[Any], path: Path) -> StructuredResp
                 notes.append(f'{path}: tool_use block {index} streamed its input as ""')
         assembled.append((whole, arguments))
     return StructuredResponse(
-        path, (_choice(assembled, stop, path),), _usage(input_tokens, output_tokens), tuple(notes)
+        path, (_choice(assembled, stop, path),), _usage(prompt, output_tokens), tuple(notes)
     )
 
 

