@@ -49,6 +49,23 @@ def tiny_draft(_adder_folders: dict[str, Path]) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_tool() -> Path:
+    """The trained tiny tool-calling model (``tiny-tool``: Qwen 2.5 chat template, Hermes-format
+    ``<tool_call>`` blocks, the four tools of the ``tool-use`` suite), a copy of the committed
+    folder with its f32 GGUF inside (:func:`tiny_tool_gguf`)."""
+    path: Path = _make_models_module().make_tool_model(MODELS_CACHE / "tool")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_tool_gguf(tiny_tool: Path) -> Path:
+    """The tool-calling model's f32 GGUF (inside the ``tiny_tool`` folder; carries the chat
+    template, so llama-server serves it with ``--jinja``)."""
+    path: Path = _make_models_module().tool_gguf(tiny_tool)
+    return path
+
+
+@pytest.fixture(scope="session")
 def random_model() -> Path:
     """A deterministic random-weight tiny llama with the same byte-level tokenizer."""
     path: Path = _make_models_module().make_random_model(MODELS_CACHE / "random", seed=0)

@@ -22,9 +22,13 @@ exactly and llama.cpp computes in float32 like an mlx float32 forward pass; ``f1
 
 Tokenizer: ``tokenizer.ggml.model = "gpt2"`` with pre-tokenizer ``"gpt-2"`` (the GPT-2
 regex, i.e. a ByteLevel pre-tokenizer with ``use_regex=True``), the vocabulary's byte-level
-symbols as tokens, CONTROL type for special added tokens, the merges of ``tokenizer.json``
-(an empty array for tiny-adder: llama.cpp requires the key to exist), BOS/EOS/UNK ids and
-``add_bos_token = true``.
+symbols as tokens, CONTROL type for special added tokens and USER_DEFINED for the other added
+tokens (llama.cpp then matches them in any text, as the HF tokenizer does, and keeps them in
+decoded text: ``<tool_call>`` of tiny-tool), the merges of ``tokenizer.json`` (an empty array
+for tiny-adder: llama.cpp requires the key to exist), BOS/EOS/UNK/PAD ids, ``add_bos_token``
+(``tokenizer_config.json``'s ``add_bos_token``; true when it does not say, as for tiny-adder)
+and the ``chat_template`` of ``tokenizer_config.json`` (``tokenizer.chat_template``) when
+it has one.
 
 Re-running is cheap: an output whose stamp (``OUT.gguf.stamp.json``) records the same
 source hash and settings is left alone.
@@ -47,7 +51,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-MAKER_VERSION = 1
+MAKER_VERSION = 2
 DTYPES = ("f32", "f16")
 STAMP_SUFFIX = ".stamp.json"
 SOURCE_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
@@ -156,7 +160,10 @@ def _tokenizer_vocab(
         )
     by_id: dict[int, str] = {int(i): tok for tok, i in model["vocab"].items()}
     special: set[int] = set()
+    added_ids: set[int] = set()
     for added in tokenizer.get("added_tokens", []):
+        if int(added["id"]) not in by_id:
+            added_ids.add(int(added["id"]))
         by_id[int(added["id"])] = added["content"]
         if added.get("special", False):
             special.add(int(added["id"]))
@@ -172,9 +179,19 @@ def _tokenizer_vocab(
             types.append(int(gguf.TokenType.UNUSED))
         else:
             tokens.append(by_id[i])
-            types.append(int(gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL))
+            types.append(int(_token_type(i, special, added_ids)))
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     return tokens, types, merges
+
+
+def _token_type(i: int, special: set[int], added: set[int]) -> gguf.TokenType:
+    """CONTROL for a special added token, USER_DEFINED for another added token (one that is
+    also a vocabulary entry of the BPE model stays NORMAL), NORMAL otherwise."""
+    if i in special:
+        return gguf.TokenType.CONTROL
+    if i in added:
+        return gguf.TokenType.USER_DEFINED
+    return gguf.TokenType.NORMAL
 
 
 class _Writer(gguf.GGUFWriter):
@@ -262,8 +279,13 @@ def _write_gguf(src: Path, out: Path, dtype: str) -> None:
         tid = special_id(key)
         if tid is not None:
             add(tid)
-    writer.add_add_bos_token(True)
+    pad = special_id("pad")
+    if pad is not None:
+        writer.add_pad_token_id(pad)
+    writer.add_add_bos_token(bool(tok_config.get("add_bos_token", True)))
     writer.add_add_eos_token(False)
+    if isinstance(tok_config.get("chat_template"), str):
+        writer.add_chat_template(tok_config["chat_template"])
 
     seen: set[str] = set()
     for hf_name in sorted(tensors, key=_tensor_order):

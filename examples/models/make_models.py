@@ -11,7 +11,9 @@ CLI::
 
 which writes ``OUT_DIR/tiny-bf16``, ``OUT_DIR/tiny-q8``, ``OUT_DIR/tiny-q4``,
 ``OUT_DIR/tiny-draft`` (the adder's first layer alone: a draft model for speculative
-decoding, same tokenizer) and, with ``--random-seed``, ``OUT_DIR/tiny-random-s<seed>``.
+decoding, same tokenizer), ``OUT_DIR/tiny-tool`` (a copy of the committed tool-calling model
+``tiny-tool/``, with its f32 GGUF inside, ``gguf/tiny-tool-f32.gguf``) and, with
+``--random-seed``, ``OUT_DIR/tiny-random-s<seed>``.
 Re-running is cheap: a folder whose stamp file records the same source hash and settings is
 left alone.
 
@@ -20,6 +22,7 @@ Importable (``examples`` is not a package; load it by path with ``importlib``)::
     make_variants(out_dir, bits=(8, 4), group_size=32)
         -> {"bf16": Path, "q8": Path, "q4": Path, "draft": Path}
     make_draft(out_dir, layers=1) -> Path
+    make_tool_model(out_dir) -> Path          # out_dir / "tiny-tool"; tool_gguf(folder)
     make_random_model(out_dir, seed=0) -> Path
 
 plus small helpers for the adder prompt format (``prompt_ids``, ``greedy_generate``,
@@ -51,6 +54,11 @@ from mlx_lm.models import llama
 HERE = Path(__file__).resolve().parent
 SOURCE_DIR = HERE / "tiny-adder"
 """The committed, trained bf16 model."""
+
+TOOL_SOURCE_DIR = HERE / "tiny-tool"
+"""The committed, trained tool-calling model (Qwen 2.5 template, Hermes-format calls)."""
+TOOL_GGUF = Path("gguf") / "tiny-tool-f32.gguf"
+"""Where :func:`make_tool_model` puts the GGUF, relative to the model folder."""
 
 STAMP_NAME = ".infercheck-stamp.json"
 MAKER_VERSION = 1
@@ -260,6 +268,54 @@ def make_draft(out_dir: Path, layers: int = 1, source: Path = SOURCE_DIR) -> Pat
     return _build_atomically(out_dir / "tiny-draft", stamp, build)
 
 
+# --------------------------------------------------------------------------- tool model
+
+
+def make_tool_model(out_dir: Path, source: Path = TOOL_SOURCE_DIR) -> Path:
+    """Copy the tool-calling model ``source`` to ``out_dir / "tiny-tool"`` and write its f32
+    GGUF inside that folder (:func:`tool_gguf`), so every backend gets it from one folder:
+    mlx-lm, vLLM and vllm-mlx load the folder (the GGUF sits in a subfolder they ignore),
+    llama-server the GGUF (with the chat template, ``--jinja``). Reused as it is when its
+    stamp records the same source hash."""
+    out_dir, source = Path(out_dir), Path(source)
+    if not (source / "config.json").is_file():
+        raise FileNotFoundError(f"no model at {source}")
+    make_gguf = _load_sibling("make_gguf")
+    stamp = _stamp(
+        kind="tool",
+        source=source.name,
+        source_hash=dir_hash(source),
+        gguf=str(TOOL_GGUF),
+        gguf_maker_version=make_gguf.MAKER_VERSION,
+    )
+
+    def build(work: Path) -> None:
+        shutil.copytree(source, work)
+        make_gguf.make_gguf(work, work / TOOL_GGUF, "f32")
+
+    return _build_atomically(out_dir / "tiny-tool", stamp, build)
+
+
+def tool_gguf(folder: Path) -> Path:
+    """The GGUF inside a folder made by :func:`make_tool_model`."""
+    return Path(folder) / TOOL_GGUF
+
+
+def _load_sibling(name: str) -> Any:
+    """``examples/models/<name>.py`` as a module (``examples`` is not a package)."""
+    import importlib.util
+    import sys
+
+    key = f"infercheck_example_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
 # --------------------------------------------------------------------------- random model
 
 
@@ -378,7 +434,9 @@ def sample_pairs(n: int, seed: int = 0) -> list[tuple[int, int]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; prints the made folders."""
-    ap = argparse.ArgumentParser(description="Make tiny-bf16 / tiny-q8 / tiny-q4 (mlx_lm).")
+    ap = argparse.ArgumentParser(
+        description="Make tiny-bf16 / tiny-q8 / tiny-q4 / tiny-draft (mlx_lm) and tiny-tool."
+    )
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--bits", type=int, nargs="+", default=[8, 4])
     ap.add_argument("--group-size", type=int, default=32)
@@ -386,6 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--random-seed", type=int, default=None, help="also make tiny-random-s<SEED>")
     args = ap.parse_args(argv)
     made = make_variants(args.out_dir, args.bits, args.group_size, source=args.source)
+    made["tool"] = make_tool_model(args.out_dir)
+    made["tool-gguf"] = tool_gguf(made["tool"])
     if args.random_seed is not None:
         made["random"] = make_random_model(args.out_dir, args.random_seed)
     for key, path in made.items():

@@ -386,9 +386,20 @@ class LlamaServerBackend(Backend):
 
     def structured_paths(self) -> tuple[StructuredPath, ...]:
         """Every structured path: llama-server has ``/v1/chat/completions`` and
-        ``/v1/messages`` (llama.cpp of llama-cpp-python 0.3.36). ``n`` above its ``-np``
-        slots is refused (HTTP 400: unsupported); tools need its Jinja templates (``--jinja``,
-        on by default in this build; ``--no-jinja`` makes a request with tools a 400)."""
+        ``/v1/messages`` (llama.cpp of llama-cpp-python 0.3.36). Measured on that build:
+
+        - ``n`` above its ``-np`` slots is refused (HTTP 400 "Field 'n': Value must be
+          between 1 <= value <= 1": unsupported); with ``-np 2``, ``n: 2`` answers two
+          choices whose ``usage.completion_tokens`` counts one of them (a stream sends one
+          usage chunk per choice);
+        - tools need its Jinja templates (``--jinja``, on by default in this build;
+          ``--no-jinja`` makes a request with tools a 400); a named ``tool_choice`` object
+          is ignored with a warning in its log (read as ``auto``);
+        - output after a call that the template's parser cannot read is HTTP 500 ("The
+          model produced output that does not match the expected peg-native format"), an
+          error, not an answer;
+        - ``/v1/messages`` counts a cached prompt as ``input_tokens`` plus
+          ``cache_read_input_tokens``."""
         return ("chat", "chat-stream", "chat-n2", "messages", "messages-stream")
 
     async def structured(

@@ -34,6 +34,12 @@ and their logprobs (servers that stream none give none). :meth:`generate_via` re
 template rendered once, in-process, by the served model folder's tokenizer (the server's own
 template, so the endpoints see the same input). ``messages`` (Anthropic) is for the
 subclasses whose server offers it. Hostile requests go to the backend's own endpoint.
+
+Structured requests (:mod:`~..structured.client`): ``chat``, ``chat-stream``, ``chat-n2``
+(:attr:`OpenAICompatBackend.structured_offer`; kinds whose servers have ``/v1/messages`` add
+it). mlx_lm.server (0.32.2) parses tool calls itself when the model's template names a
+format it knows (``<tool_call>`` with ``tool_call.name``: its ``json_tools`` parser), ignores
+``n`` and ``response_format``, and has no ``/v1/messages`` (404).
 """
 
 from __future__ import annotations

@@ -30,6 +30,11 @@ What vLLM offers beyond the OpenAI API, and what this backend uses (measured on 
 - :meth:`VllmBackend.generate_via`: ``completions`` (the chat template applied by
   ``/tokenize``, the ids sent), ``chat`` (``/v1/chat/completions``, ids by
   ``return_tokens_as_token_ids``) and ``messages`` (Anthropic-style ``/v1/messages``, text).
+- Structured requests (:mod:`~..structured.client`): every path. Tools need
+  ``--enable-auto-tool-choice --tool-call-parser hermes`` in ``serve:`` (without them a request
+  with tools is HTTP 400: "auto" tool choice requires ...); greedy ``n: 2`` is refused (HTTP
+  400 "n must be 1 when using greedy sampling"); a strict ``response_format`` is honoured on
+  the CPU build (guided decoding without triton).
 """
 
 from __future__ import annotations

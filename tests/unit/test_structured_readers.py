@@ -100,6 +100,44 @@ def test_tool_calls_parsed_from_their_json_strings() -> None:
     assert choice.reasoning is None and response.usage == Usage(222, 70)
 
 
+# llama-server (llama-cpp-python 0.3.36, --jinja by default), the same two calls (trimmed):
+# content "" where vLLM says null, 32-character ids.
+LLAMA_CALLS = {
+    "choices": [
+        {
+            "finish_reason": "tool_calls",
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "function": {"name": "get_date", "arguments": "{}"},
+                        "id": "TAQx10zk3Bp29TLUcMWus1eUR6Avl2qP",
+                    },
+                    {
+                        "type": "function",
+                        "function": {"name": "add", "arguments": '{"a": 12, "b": 34}'},
+                        "id": "nAux4jG7OKUEC9fiV9qZOStFi8jUqQMG",
+                    },
+                ],
+            },
+        }
+    ],
+    "object": "chat.completion",
+    "usage": {"completion_tokens": 1, "prompt_tokens": 240, "total_tokens": 241},
+}
+
+
+def test_llama_server_and_vllm_calls_are_the_same_calls() -> None:
+    (llama,) = read_chat(LLAMA_CALLS, "chat").choices
+    (vllm,) = read_chat(VLLM_CALLS, "chat").choices
+    assert [p.call for p in llama.calls] == [p.call for p in vllm.calls]
+    assert [p.call_id for p in llama.calls] != [p.call_id for p in vllm.calls]
+    assert (llama.content, vllm.content) == ("", None)
+
+
 def test_arguments_that_are_not_json_stay_text() -> None:
     (choice,) = read_chat(chat_with_calls(call("add", '{"a": 12,')), "chat").choices
     assert choice.calls[0].call == ToolCall("add", '{"a": 12,', arguments_valid=False)

@@ -85,6 +85,45 @@ def test_argument_fragments_concatenated_by_index() -> None:
     assert response.usage == Usage(222, 70) and response.notes == ()
 
 
+def test_whole_calls_in_one_delta_each() -> None:
+    # llama-server (llama-cpp-python 0.3.36): each call whole in one delta, trimmed
+    events = [
+        chunk({"role": "assistant", "content": None}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "SoDYE629el8h6QX0nzrsaA3lHey44cMF",
+                        "type": "function",
+                        "function": {"name": "get_date", "arguments": "{}"},
+                    }
+                ]
+            }
+        ),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "YU6CmI2ZzAIqKwq3Q6OoU3UZU0LB668U",
+                        "type": "function",
+                        "function": {"name": "add", "arguments": '{"a": 12, "b": 34}'},
+                    }
+                ]
+            }
+        ),
+        chunk({}, "tool_calls"),
+    ]
+    response = assemble_chat_stream(events, "chat-stream", ended=True)
+    (choice,) = response.choices
+    assert [p.call for p in choice.calls] == [
+        ToolCall("get_date", {}),
+        ToolCall("add", {"a": 12, "b": 34}),
+    ]
+    assert choice.content is None and response.usage is None and response.notes == ()
+
+
 def test_reasoning_deltas_apart_from_content() -> None:
     events = [
         chunk({"reasoning_content": "12+34"}),
