@@ -30,6 +30,18 @@ With ``empty_body``, a request chosen for alteration is not forwarded at all: th
 answers it with HTTP 200 and an empty body (no content type), as a broken server or gateway
 may, streamed or not.
 
+Two faults of structured answers (tool calls), independent of the above, alter every
+generation response they apply to:
+
+- ``calls_to_content``: a non-streamed chat completion's ``message.tool_calls`` are removed
+  and written into its ``content`` as Hermes text (``<tool_call>\n{"name": ..., "arguments":
+  {...}}\n</tool_call>``, after any content), ``finish_reason`` left as it was; an Anthropic
+  message's ``tool_use`` blocks become such text blocks, ``stop_reason`` left. What a server
+  whose tool parser missed the call returns. Streams pass unaltered.
+- ``null_stream_tool_calls``: in a streamed chat completion every delta's ``tool_calls``
+  becomes ``null`` and a ``finish_reason`` of ``tool_calls`` becomes ``stop`` (a server with
+  a reasoning and a tool parser both on, as users reported it); non-streamed answers pass.
+
 Streams (SSE, and Ollama's NDJSON) are forwarded event by event. When a stream may be
 altered, the proxy holds back the events from the last content-carrying event on (usually
 one event), so it can alter that event at the end of the stream.
@@ -102,6 +114,8 @@ class Fault:
     stutter: bool = False  # an altered non-streamed llama-server /completion: every token twice
     perturb_repeat: bool = False  # alter the second request with a prompt seen once before
     perturb_later_turns: bool = False  # alter a cacheable request extending an earlier prompt
+    calls_to_content: bool = False  # non-streamed answers: tool calls moved into content
+    null_stream_tool_calls: bool = False  # streamed chat: tool_calls null, finish_reason stop
 
 
 # --------------------------------------------------------------------------------------
@@ -293,6 +307,70 @@ def alter_payload(obj: Any) -> bool:
     return False
 
 
+def hermes_text(name: Any, arguments: Any) -> str:
+    """A call as Hermes / Qwen 2.5 text; ``arguments`` as the OpenAI wire gives them (a JSON
+    text, written as its value; a text that is not JSON is written as it is)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            head = json.dumps(name)
+            return f'<tool_call>\n{{"name": {head}, "arguments": {arguments}}}\n</tool_call>'
+    call = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"<tool_call>\n{call}\n</tool_call>"
+
+
+def calls_to_content(obj: Any) -> bool:
+    """Move a non-streamed answer's tool calls into its content (module docstring); False
+    when it has none."""
+    if not isinstance(obj, dict):
+        return False
+    changed = False
+    for choice in obj.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict) or not message.get("tool_calls"):
+            continue
+        text = "".join(
+            hermes_text(
+                call.get("function", {}).get("name"), call.get("function", {}).get("arguments")
+            )
+            for call in message["tool_calls"]
+            if isinstance(call, dict)
+        )
+        message["content"] = (message.get("content") or "") + text
+        del message["tool_calls"]
+        changed = True
+    blocks = obj.get("content") if obj.get("type") == "message" else None
+    if isinstance(blocks, list):
+        for i, block in enumerate(blocks):
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                blocks[i] = {
+                    "type": "text",
+                    "text": hermes_text(block.get("name"), block.get("input")),
+                }
+                changed = True
+    return changed
+
+
+def null_tool_calls(obj: Any) -> bool:
+    """A streamed chat chunk with its ``tool_calls`` nulled and ``finish_reason:
+    tool_calls`` made ``stop`` (module docstring); False when it has neither."""
+    if not isinstance(obj, dict):
+        return False
+    changed = False
+    for choice in obj.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and delta.get("tool_calls") is not None:
+            delta["tool_calls"] = None
+            changed = True
+        if choice.get("finish_reason") == "tool_calls":
+            choice["finish_reason"] = "stop"
+            changed = True
+    return changed
+
+
 def _text_of(obj: Any) -> str | None:
     """The generated text an event/response carries (None: no text slot)."""
     if not isinstance(obj, dict):
@@ -369,7 +447,12 @@ class _Event:
         return b"\n".join(line[5:].removeprefix(b" ") for line in lines)
 
     def alter(self) -> bool:
-        if not alter_payload(self.payload):
+        return self.rewrite(alter_payload)
+
+    def rewrite(self, change: Callable[[Any], bool]) -> bool:
+        """Apply ``change`` to the payload in place and re-encode the event; False (the event
+        unchanged) when it changed nothing."""
+        if not change(self.payload):
             return False
         data = json.dumps(self.payload, ensure_ascii=False, separators=(",", ":")).encode()
         if not self.sse:
@@ -697,6 +780,8 @@ class FaultyProxy:
             data = response.read()
             if request is not None and response.status_code < 400 and self._should_alter(request):
                 data = self._altered_body(data)
+            if request is not None and response.status_code < 400 and self.fault.calls_to_content:
+                data = self._rewritten_body(data, calls_to_content)
             self._send_whole(handler, response.status_code, out_headers, data)
         finally:
             response.close()
@@ -708,6 +793,16 @@ class FaultyProxy:
             return data
         altered = stutter_llama_native(payload) if self.fault.stutter else alter_payload(payload)
         if not altered:
+            return data
+        self._count_altered()
+        return json.dumps(payload, ensure_ascii=False).encode()
+
+    def _rewritten_body(self, data: bytes, change: Callable[[Any], bool]) -> bytes:
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            return data
+        if not change(payload):
             return data
         self._count_altered()
         return json.dumps(payload, ensure_ascii=False).encode()
@@ -746,7 +841,14 @@ class FaultyProxy:
                 handler.wfile.flush()
 
         fault = self.fault
-        if not (fault.drop_stream_chunk or self._may_alter(request)):
+        if fault.null_stream_tool_calls:
+            nulled = False
+            for event in _split_events(response.iter_bytes(), sse):
+                nulled = event.rewrite(null_tool_calls) or nulled
+                write(event.raw)
+            if nulled:
+                self._count_altered()
+        elif not (fault.drop_stream_chunk or self._may_alter(request)):
             for chunk in response.iter_bytes():
                 write(chunk)
         else:

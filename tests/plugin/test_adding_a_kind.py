@@ -131,8 +131,8 @@ def add_kind(package: Path) -> list[str]:
     before = registry.read_text().splitlines()
     text = registry.read_text()
     text = text.replace(
-        '    ("cache-parity", ".cache_parity", "CACHE_PARITY"),\n)',
-        '    ("cache-parity", ".cache_parity", "CACHE_PARITY"),\n'
+        '    ("structured-parity", ".structured_parity", "STRUCTURED_PARITY"),\n)',
+        '    ("structured-parity", ".structured_parity", "STRUCTURED_PARITY"),\n'
         '    ("prompt-budget", ".prompt_budget", "PROMPT_BUDGET"),\n)',
     )
     registry.write_text(text)
