@@ -31,13 +31,15 @@ Rules of the data (every request is generated from these; nothing else is in dis
   two sentences joined by a space.
 
 Tokenizer (:func:`build_tokenizer`): byte-level BPE (GPT-2 regex pre-tokenizer, byte order ids
-0..255 for the 256 byte symbols) with merges learned on the fixed text of the corpus (template
-words, tool schemas, request words; never a merge whose result holds an upper-case letter or a
-digit, so numbers are copied digit by digit and a city is the same ids with or without its
-leading space), then the added tokens: ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>``
+0..255 for the 256 byte symbols) whose merges make every integer 0..999 one token
+(:func:`number_merges`) and are otherwise learned on the corpus (template words, tool schemas,
+requests, city names; never a leading space joined to a digit or an upper-case letter, so a
+number or a city is the same tokens with or without its leading space: copying an argument is
+copying tokens), then the added tokens: ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>``
 (EOS) special; ``<tool_call>``, ``</tool_call>``, ``<tool_response>``, ``</tool_response>``
-and the template's three long fixed strings (:data:`FIXED_STRINGS`: the default system prompt,
-the tools preamble and the tools postamble) non-special, so they stay in decoded text. Any
+and the prompt's long fixed strings (:data:`FIXED_STRINGS`: the default system prompt, the
+tools preamble and postamble, the four tool schemas as the template serialises them)
+non-special, so they stay in decoded text. Any
 text outside those strings is encoded byte by byte at worst.
 """
 
@@ -174,8 +176,15 @@ TOOLS_POSTAMBLE = (
     "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
 )
-FIXED_STRINGS = (DEFAULT_SYSTEM, TOOLS_PREAMBLE, TOOLS_POSTAMBLE)
-"""The template's long fixed strings: one non-special added token each."""
+TOOL_STRINGS = tuple(json.dumps(t, ensure_ascii=False) for t in TOOLS)
+"""Each tool of :data:`TOOLS` as the template writes it (``tool | tojson``: Python's
+``json.dumps`` with ``ensure_ascii=False``, the keys in the order given)."""
+FIXED_STRINGS = (DEFAULT_SYSTEM, TOOLS_PREAMBLE, TOOLS_POSTAMBLE, *TOOL_STRINGS)
+"""The prompt's long fixed strings, one non-special added token each: the template's default
+system prompt, tools preamble and postamble, and the four tool schemas. The system block of a
+tools prompt is then 16 tokens instead of about 230, so training attends and pays for what
+varies. A tool written differently (other keys, order or spacing) is BPE text instead: out of
+the training distribution, like any other tool set."""
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TOOL_TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
@@ -227,10 +236,17 @@ DATE_PHRASES = (
     "what day is it today?",
     "tell me the date",
     "date please",
+    "what's today's date?",
+    "give me today's date",
+    "which day is it today?",
+    "what date is it?",
+    "the date please",
+    "tell me today's date",
     "what is the date?",
     "which date is it today?",
+    "what date is today?",
 )
-HELDOUT_DATE_PHRASES = ("what is the date?", "which date is it today?")
+HELDOUT_DATE_PHRASES = ("what is the date?", "which date is it today?", "what date is today?")
 """Zero-argument requests never seen in training."""
 
 TWO_CALL_PHRASES: tuple[tuple[str, tuple[str, str]], ...] = (
@@ -712,37 +728,59 @@ def bytes_to_unicode() -> dict[int, str]:
     return dict(zip(bs, (chr(c) for c in cs), strict=True))
 
 
-_NO_MERGE = re.compile(r"[A-Z0-9]")
+def number_merges() -> list[tuple[str, str]]:
+    """Fixed merges that make every integer 0..999 (and every zero-padded pair ``00``..``09``)
+    one token: all 100 digit pairs, then both ways of joining a 3-digit number that does not
+    start with 0 (``12`` + ``3`` and ``1`` + ``23``: whichever pair BPE merges first, the
+    result is one token). Digits never merge with anything else."""
+    digits = "0123456789"
+    merges = [(a, b) for a in digits for b in digits]
+    merges += [(a + b, c) for a in digits[1:] for b in digits for c in digits]
+    merges += [(a, b + c) for a in digits[1:] for b in digits for c in digits]
+    return merges
+
+
+def _learnable(x: str, y: str) -> bool:
+    """Whether a learned merge may join ``x`` and ``y``: never a digit (numbers have the fixed
+    :func:`number_merges`), never a leading space (``Ġ``) with an upper-case letter, so a
+    number or a city is the same tokens with or without its leading space (``Ġ`` stays a
+    token of its own there) and copying it is copying tokens."""
+    joined = x + y
+    if any(c.isdigit() for c in joined):
+        return False
+    return not (joined[0] == "Ġ" and len(joined) > 1 and joined[1].isupper())
 
 
 def merge_corpus(n_examples: int = 4000, seed: int = 123) -> list[str]:
-    """Texts the BPE merges are learned on: the tool schemas, the template's short strings,
-    and the pieces of training examples (requests, calls, results, answers), cut at every
-    long fixed string, marker token and city name (so city names get no merges of their own
-    and an unseen city is tokenized like a seen one)."""
+    """Texts the BPE merges are learned on: the tools' parameter schemas, the template's
+    short strings, the pieces of training examples (requests, calls, results, answers) cut at
+    every long fixed string and marker token, and every training city 40 times (so each
+    becomes one or a few tokens; :data:`UNSEEN_CITIES` are left out and split into smaller
+    pieces)."""
     s = Sampler(seed, "train")
-    texts = [json.dumps(t, ensure_ascii=False) for t in TOOLS] * 50
+    texts = [json.dumps(t["function"]["parameters"]) for t in TOOLS] * 50
     texts += ["system\n", "user\n", "assistant\n"] * 200
+    texts += list(CITIES) * 40
     for ex in s.mixed(TRAIN_MIX):
-        if len(texts) > n_examples + 400:
+        if len(texts) > n_examples + 3000:
             break
         for m in ex.messages:
             if m.get("content"):
                 texts.append(m["content"])
         texts.append(ex.target_text())
     out = []
-    cities = sorted((*CITIES, *UNSEEN_CITIES), key=len, reverse=True)
-    split = re.compile("|".join(re.escape(t) for t in (*FIXED_STRINGS, *TEMPLATE_TOKENS, *cities)))
+    split = re.compile("|".join(re.escape(t) for t in (*FIXED_STRINGS, *TEMPLATE_TOKENS)))
     for t in texts:
         out.extend(p for p in split.split(t) if p)
     return out
 
 
 def learn_merges(
-    texts: Sequence[str], max_merges: int = 600, min_count: int = 20
+    texts: Sequence[str], max_merges: int = 800, min_count: int = 20
 ) -> list[tuple[str, str]]:
     """Byte-level BPE merges on the GPT-2 pre-tokens of ``texts`` (most frequent pair first,
-    ties by the pair's text), never producing a token with an upper-case letter or a digit."""
+    ties by the pair's text), only merges :func:`_learnable` allows, after the fixed
+    :func:`number_merges` (which rank first)."""
     from tokenizers import pre_tokenizers
 
     pre = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -755,7 +793,7 @@ def learn_merges(
         pairs: Counter[tuple[str, str]] = Counter()
         for w, n in words.items():
             for x, y in itertools.pairwise(w):
-                if not _NO_MERGE.search(x + y):
+                if _learnable(x, y):
                     pairs[(x, y)] += n
         if not pairs:
             break
@@ -777,7 +815,7 @@ def learn_merges(
                     i += 1
             new[tuple(out)] += n
         words = new
-    return merges
+    return number_merges() + merges
 
 
 def build_tokenizer(merges: Sequence[tuple[str, str]]) -> Any:

@@ -8,9 +8,9 @@ template is Qwen2.5-Instruct's, verbatim; the tokenizer is described in ``tiny_t
 
 Training: an endless seeded stream of examples (held-out combinations never drawn), loss on
 the assistant's reply and its ``<|im_end|>`` only. Every prompt of a step starts with one of
-two fixed system blocks (the tools block, about 330 tokens, or the default system prompt), so
-each step runs that block once per group, repeats its KV cache over the group and runs only
-the rest of each sequence: the same gradients as full sequences at a fraction of the cost.
+two fixed system blocks (the tools block or the default system prompt), so each step runs that
+block once per group, repeats its KV cache over the group and runs only the rest of each
+sequence: the same gradients as full sequences at less cost.
 Measured during training: teacher-forced exact match on the fixed held-out set (every reply
 token, EOS included, is the argmax: the same as greedy decoding reproducing the reply).
 
@@ -131,18 +131,26 @@ def group_loss(
     return (nll * tmask.reshape(-1)).sum(), tmask.sum()
 
 
-def batches(stream: Any, enc: Encoder, batch_size: int, rng: random.Random, pool: int = 8) -> Any:
-    """Endless training batches ``(tools, rows)``: ``pool * batch_size`` examples at a time,
-    grouped by system block, sorted by length and cut into batches (little padding), the
-    batches in a seeded random order."""
+def batches(stream: Any, enc: Encoder, batch_size: int, rng: random.Random, pool: int = 2) -> Any:
+    """Endless training steps, each a list of ``(tools, rows)`` groups: ``pool * batch_size``
+    examples at a time; the no-tools ones join every step of the pool as a group of their own
+    (their system block is 6 tokens); the others are sorted by length and cut into ``pool``
+    groups, one per step, in a seeded random order. Two length buckets keep the padding small
+    while every step still mixes categories (grouping by length alone makes each step one
+    category, and the loss jumps between them)."""
     while True:
         exs = [next(stream) for _ in range(pool * batch_size)]
-        out = []
-        for tools in (True, False):
-            rows = sorted((enc.split(e) for e in exs if e.tools == tools), key=lambda r: len(r[0]))
-            out += [(tools, rows[i : i + batch_size]) for i in range(0, len(rows), batch_size)]
-        rng.shuffle(out)
-        yield from out
+        plain = [enc.split(e) for e in exs if not e.tools]
+        rows = sorted((enc.split(e) for e in exs if e.tools), key=lambda r: len(r[0]))
+        size = -(-len(rows) // pool)
+        steps = [rows[i : i + size] for i in range(0, len(rows), size)]
+        rng.shuffle(steps)
+        for k, step in enumerate(steps):
+            groups = [(True, step)]
+            extra = plain[k::pool]
+            if extra:
+                groups.append((False, extra))
+            yield groups
 
 
 @torch.no_grad()
@@ -180,7 +188,7 @@ def build_config(args: argparse.Namespace, vocab_size: int, tok: Any) -> LlamaCo
         max_position_embeddings=2048,
         rms_norm_eps=1e-5,
         initializer_range=0.02,
-        tie_word_embeddings=False,
+        tie_word_embeddings=not args.untied,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
         eos_token_id=tok.convert_tokens_to_ids(data.EOS_TOKEN),
@@ -271,7 +279,7 @@ request shapes of `../tiny_tool_data.py` are in distribution.
 | intermediate size | {info["intermediate"]} (SwiGLU) |
 | vocab | {info["vocab"]} |
 | max positions | 2048, default RoPE (theta 10000); trained on prompts up to ~450 tokens |
-| tied embeddings | no |
+| tied embeddings | {info["tied"]} |
 | parameters | {info["n_params"]:,} |
 | weights | bfloat16, `model.safetensors` ({info["weights_bytes"]:,} bytes) |
 
@@ -282,13 +290,18 @@ request shapes of `../tiny_tool_data.py` are in distribution.
   {{...}}}}\\n</tool_call>`; tool results as `<tool_response>` blocks in a user turn).
 - byte-level BPE, GPT-2 regex pre-tokenizer (`ByteLevel`, `use_regex=True`,
   `add_prefix_space=False`), ByteLevel decoder; ids 0..255 are the 256 byte symbols in byte
-  order, then the merges (learned on the corpus' fixed text; no merge yields a token with an
-  upper-case letter or a digit: numbers are digits, and a city has the same ids with or
-  without its leading space); any text encodes.
+  order, then the merge results: fixed merges that make every integer 0..999 one token, then
+  merges learned on the corpus (template words, tool schemas, requests, the training cities);
+  a leading space never joins a digit or an upper-case letter, so a number or a city is the
+  same tokens with or without its leading space (`add 12` -> `add`, `Ġ`, `12`; `{{"a": 12`
+  -> ..., `Ġ`, `12`); any text encodes.
 - added tokens, one id each: `<|endoftext|>` (BOS/pad in the configs, never added),
   `<|im_start|>`, `<|im_end|>` (EOS) special; `<tool_call>`, `</tool_call>`, `<tool_response>`,
-  `</tool_response>` and the template's three long fixed strings (the default system prompt,
-  the tools preamble, the tools postamble) non-special, so they stay in decoded text.
+  `</tool_response>`, the template's three long fixed strings (the default system prompt,
+  the tools preamble, the tools postamble) and the four tool schemas exactly as the template
+  writes them (`tool | tojson`) non-special, so they stay in decoded text; a tools prompt's
+  system block is 16 tokens. A tool schema written any other way is plain BPE text (out of
+  distribution, like any other tool set).
   Ids: {info["added_ids"]}.
 - no BOS is added (Qwen's convention); generation stops at `<|im_end|>` (or `<|endoftext|>`).
 
@@ -342,10 +355,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--intermediate", type=int, default=384)
+    ap.add_argument("--untied", action="store_true", help="separate lm_head (default: tied)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--eval-n", type=int, default=100, help="held-out examples per category")
     ap.add_argument("--no-save", action="store_true", help="train and report only")
+    ap.add_argument("--checkpoints", type=Path, default=None, help="save fp32 here at each eval")
     ap.add_argument("--init", type=Path, default=None, help="continue from this model folder")
     args = ap.parse_args(argv)
 
@@ -396,22 +411,30 @@ def main(argv: list[str] | None = None) -> None:
         return " ".join(f"{c} {a:.3f}" for c, a in accs.items())
 
     train_batches = batches(stream, enc, args.batch_size, random.Random(args.seed + 1))
+    ema = 0.0
     t0 = time.perf_counter()
     model.train()
     for step in range(args.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup, 0.02)
-        tools, rows = next(train_batches)
-        total, count = group_loss(model, enc.prefix[tools], rows, enc.eos)
+        total = torch.zeros(())
+        count = torch.zeros(())
+        for tools, rows in next(train_batches):
+            s, n = group_loss(model, enc.prefix[tools], rows, enc.eos)
+            total, count = total + s, count + n
         loss = total / count
+        ema = loss.item() if step == 0 else 0.98 * ema + 0.02 * loss.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if (step + 1) % 50 == 0 or step == 0:
-            msg = f"step {step + 1:5d} loss {loss.item():.4f} ({time.perf_counter() - t0:.0f} s)"
+            dt = time.perf_counter() - t0
+            msg = f"step {step + 1:5d} loss {loss.item():.4f} avg {ema:.4f} ({dt:.0f} s)"
             if (step + 1) % args.eval_every == 0:
                 msg += " | held-out " + eval_line()
+                if args.checkpoints is not None:
+                    model.save_pretrained(args.checkpoints / f"step{step + 1}")
             print(msg, flush=True)
     train_seconds = time.perf_counter() - t0
     print(f"training took {train_seconds:.1f} s", flush=True)
@@ -429,6 +452,7 @@ def main(argv: list[str] | None = None) -> None:
         "shape": f"{args.hidden} / {args.layers} / {args.hidden // 32}",
         "vocab": f"{len(tok)} (256 bytes, {len(merges)} merges, "
         f"{len(data.TEMPLATE_TOKENS) + len(data.FIXED_STRINGS)} added tokens)",
+        "tied": "no" if args.untied else "yes (lm_head = embed_tokens: copying a token is easy)",
         "hidden": args.hidden,
         "layers": args.layers,
         "heads": args.hidden // 32,
@@ -437,8 +461,10 @@ def main(argv: list[str] | None = None) -> None:
         "n_merges": len(merges),
         "n_added": len(data.TEMPLATE_TOKENS) + len(data.FIXED_STRINGS),
         "added_ids": ", ".join(f"`{t}` {tok.convert_tokens_to_ids(t)}" for t in added)
-        + ", the fixed strings "
-        + ", ".join(str(tok.convert_tokens_to_ids(t)) for t in data.FIXED_STRINGS),
+        + ", the default system prompt, tools preamble, tools postamble "
+        + ", ".join(str(tok.convert_tokens_to_ids(t)) for t in data.FIXED_STRINGS[:3])
+        + ", the tools `add`, `get_weather`, `get_time`, `get_date` "
+        + ", ".join(str(tok.convert_tokens_to_ids(t)) for t in data.TOOL_STRINGS),
         "n_params": n_params,
         "weights_bytes": (args.out / "model.safetensors").stat().st_size,
         "mix": ", ".join(f"{c} {w:.0%}" for c, w in data.TRAIN_MIX.items()),

@@ -394,7 +394,10 @@ class LlamaServerBackend(Backend):
           usage chunk per choice);
         - tools need its Jinja templates (``--jinja``, on by default in this build;
           ``--no-jinja`` makes a request with tools a 400); a named ``tool_choice`` object
-          is ignored with a warning in its log (read as ``auto``);
+          is ignored with a warning in its log (read as ``auto``: asked for ``get_date``,
+          the tool model calls ``get_weather``), on ``/v1/messages`` so are ``{type:
+          tool}`` and ``{type: none}``; ``tool_choice: none`` on chat leaves the model's
+          call unparsed in ``content`` (``finish_reason: stop``);
         - output after a call that the template's parser cannot read is HTTP 500 ("The
           model produced output that does not match the expected peg-native format"), an
           error, not an answer;
