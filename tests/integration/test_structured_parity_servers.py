@@ -17,7 +17,7 @@ hermes``: the session's ``vllm_tiny_tool``). What is asserted, as measured:
 - llama-server with two slots answers ``n: 2``: both choices identical to each other and to
   ``chat`` (the ``n`` rule holds), but its ``usage.completion_tokens`` counts one choice
   (OpenAI and vLLM count every choice): named ``usage.completion_tokens``.
-- Tool choice and constrained JSON across the two: see
+- Tool choice and constrained JSON across the two differ, named: see
   :func:`test_tool_choice_and_constrained_json_across_engines`.
 """
 
@@ -244,3 +244,98 @@ def test_n2_choices_are_identical_and_llama_server_counts_one(
             "outputs"
         ], name
     assert items["aggregate"]["data"]["differences"] == {"usage.completion_tokens": 5}
+
+
+def constrained_lines() -> list[dict[str, Any]]:
+    """Constrained JSON (``response_format``) and each ``tool_choice``, on prompts of the
+    tool model's own shapes."""
+    tools = json.loads(TOOL_USE.read_text().splitlines()[0])["tools"]
+
+    def schema(properties: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": list(properties),
+            "additionalProperties": False,
+        }
+
+    integer = {"type": "integer"}
+    return [
+        {"id": "js001", "prompt": "add 12 and 34", "max_tokens": 48,
+         "response_format": schema({"a": integer, "b": integer})},
+        {"id": "js002", "prompt": "weather in Oslo", "max_tokens": 48,
+         "response_format": schema({"city": {"type": "string", "enum": ["Oslo", "Lima"]}})},
+        {"id": "js003", "prompt": "what is the date?", "max_tokens": 48,
+         "response_format": schema({"ok": {"type": "boolean"}})},
+        {"id": "tc001", "prompt": "add 12 and 34", "tools": tools, "tool_choice": "required",
+         "max_tokens": 64},
+        {"id": "tc002", "prompt": "weather in Oslo", "tools": tools, "max_tokens": 64,
+         "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        {"id": "tc003", "prompt": "add 12 and 34", "tools": tools, "tool_choice": "none",
+         "max_tokens": 64},
+    ]  # fmt: skip
+
+
+def test_tool_choice_and_constrained_json_across_engines(
+    pytester: pytest.Pytester,
+    llama_tool: str,
+    vllm_tiny_tool: str,
+    tiny_tool: Path,
+    tiny_tool_gguf: Path,
+) -> None:
+    """What differs between llama-server and vLLM, named (measured):
+
+    - ``tool_choice`` naming a function: both call it, vLLM says ``finish_reason: stop``
+      where llama-server says ``tool_calls`` (the one difference);
+    - ``required``: the same call on both; ``none``: neither parses the model's call, left in
+      ``content`` alike (not a fault: the server obeyed ``none``);
+    - ``response_format``: both constrain the content (llama-server's GBNF from the schema,
+      vLLM's structured outputs, xgrammar by default) and every answer's stream equals its
+      non-streamed answer, but their grammars differ in whitespace: vLLM's lets the tiny model
+      write newlines until ``max_tokens`` (content not JSON: a ``response-format`` fault),
+      llama.cpp's bounds each run (``space ::= | " " | "\n"{1,2} [ \t]{0,20}`` in its
+      json-schema-to-grammar), so the model moves on to a value; the contents differ.
+    """
+    backends = {"llama": ("llama-server", llama_tool), "vllm": ("vllm", vllm_tiny_tool)}
+    check = (
+        "  - structured-parity: {targets: [tiny@llama, tiny@vllm], paths: [chat, chat-stream]}\n"
+    )
+    result, items = run(
+        pytester, tiny_tool, tiny_tool_gguf, backends, check, "constrained", constrained_lines()
+    )
+    print(result.stdout.str()[-8000:])
+
+    def fields(name: str) -> set[str]:
+        return {d["field"] for c in items[name]["data"]["comparisons"] for d in c["differences"]}
+
+    def first(name: str) -> dict[str, Any]:
+        choice: dict[str, Any] = items[name]["data"]["results"][0]["choices"][0]
+        return choice
+
+    # within each target, the stream equals the non-streamed answer on every line
+    for name, item in proxied_items(items, None).items():
+        within = [c for c in item["data"]["comparisons"] if c["reference"] == "chat"]
+        assert [c["differences"] for c in within] == [[]], name
+    # tool_choice
+    assert fields("tc002[vllm]") == {"finish_reason"}
+    assert items["tc002[vllm]"]["violations"] == [
+        "finish_reason: vllm chat 'stop' vs llama chat 'tool_calls'"
+    ]
+    for name in ("tc001", "tc002", "tc003"):
+        assert items[f"{name}[llama]"]["outcome"] == "passed", name
+    assert items["tc001[vllm]"]["outcome"] == items["tc003[vllm]"]["outcome"] == "passed"
+    assert [c["place"] for c in first("tc001[vllm]")["calls"]] == ["tool_calls"]
+    assert [c["place"] for c in first("tc003[vllm]")["calls"]] == ["content"]
+    # response_format: constrained on both, vLLM's whitespace runs to max_tokens
+    for name in ("js001", "js002", "js003"):
+        for side in ("llama", "vllm"):
+            content = first(f"{name}[{side}]")["content"]
+            assert content.startswith("{"), (name, side, content)
+            kinds = {
+                i["kind"]
+                for r in items[f"{name}[{side}]"]["data"]["results"]
+                for i in r.get("invalid", [])
+            }
+            assert kinds <= {"response-format"}, (name, side, kinds)
+        assert first(f"{name}[vllm]")["finish_reason"] == "length", name
+        assert "content" in fields(f"{name}[vllm]"), name
