@@ -24,6 +24,7 @@ hermes``: the session's ``vllm_tiny_tool``). What is asserted, as measured:
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -339,3 +340,132 @@ def test_tool_choice_and_constrained_json_across_engines(
             assert kinds <= {"response-format"}, (name, side, kinds)
         assert first(f"{name}[vllm]")["finish_reason"] == "length", name
         assert "content" in fields(f"{name}[vllm]"), name
+
+
+def _with_hub(
+    name: str, command: Any, tmp_path_factory: pytest.TempPathFactory, **env: str
+) -> Iterator[str]:
+    """``command`` running with an empty HF cache of its own (and ``env``), for the mlx
+    servers."""
+    workdir = tmp_path_factory.mktemp(name)
+    hub = workdir / "hub"
+    hub.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HUB_CACHE", str(hub))
+        for key, value in env.items():
+            patch.setenv(key, value)
+        with running(name, command, workdir, timeout_s=180) as url:
+            patch.undo()
+            yield url
+
+
+@pytest.fixture(scope="module")
+def vllm_mlx_tool(
+    vllm_mlx_bin: Path, tiny_tool: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """vllm-mlx 0.6.0 on the tool model with its Hermes tool parser (simple engine, requests
+    wait for the lock)."""
+
+    def command(port: int) -> list[str]:
+        return [
+            str(vllm_mlx_bin),
+            "serve",
+            str(tiny_tool),
+            *("--host", "127.0.0.1", "--port", str(port)),
+            *("--enable-auto-tool-choice", "--tool-call-parser", "hermes"),
+        ]
+
+    wait = {"VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION": "wait"}
+    yield from _with_hub("vllm-mlx", command, tmp_path_factory, **wait)
+
+
+@pytest.fixture(scope="module")
+def mlx_server_tool(tiny_tool: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """mlx_lm.server on the tool model (its own tool parser, chosen from the template)."""
+
+    def command(port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        return [sys.executable, "-m", "mlx_lm", "server", "--model", str(tiny_tool), *host]
+
+    yield from _with_hub("mlx_lm.server", command, tmp_path_factory)
+
+
+def test_mlx_servers_against_llama_server(
+    pytester: pytest.Pytester,
+    llama_tool: str,
+    vllm_mlx_tool: str,
+    mlx_server_tool: str,
+    tiny_tool: Path,
+    tiny_tool_gguf: Path,
+) -> None:
+    """vllm-mlx 0.6.0 (all five paths) and mlx_lm.server (mlx-lm 0.32.2, the chat paths)
+    against llama-server on the ``tool-use`` suite. Measured, and named by the check:
+
+    - both ignore ``n: 2`` (one choice back: a ``choices`` fault on every line);
+    - vllm-mlx's streamed messages count 0 input tokens (``usage.prompt_tokens``), its
+      streams keep the model's newline between two calls as content (``"\n"``, where its
+      non-streamed answers have none: ``content``), and on a request without tools its
+      non-streamed answers count one completion token less than its streams and than
+      llama-server (``usage.completion_tokens``: 7 for ``I have no tools for that.`` and its
+      end of turn, where the others count 8);
+    - mlx_lm.server keeps that newline as content on both its paths (``content`` against
+      llama-server);
+    - both run the model's bfloat16 weights in bfloat16 (llama-server and vLLM in float32):
+      a few calls' arguments differ from llama-server's (``tool_calls``), the same on both;
+    - neither renders prompt ids, so usage is not compared across targets (noted).
+    """
+    backends = {
+        "llama": ("llama-server", llama_tool),
+        "vmlx": ("vllm-mlx", vllm_mlx_tool),
+        "mlxserver": ("openai", mlx_server_tool),
+    }
+    check = "  - structured-parity: {targets: [tiny@llama, tiny@vmlx, tiny@mlxserver]}\n"
+    result, items = run(pytester, tiny_tool, tiny_tool_gguf, backends, check)
+    print(result.stdout.str()[-6000:])
+    suite = [json.loads(x) for x in TOOL_USE.read_text().splitlines()]
+    lines = [x["id"] for x in suite]
+    tools = {x["id"]: bool(x.get("tools")) for x in suite}
+    assert all(items[f"{i}[llama]"]["outcome"] == "passed" for i in lines)
+
+    def results(name: str) -> dict[str, dict[str, Any]]:
+        return {r["path"]: r for r in items[name]["data"]["results"]}
+
+    def differences(name: str, field: str) -> list[dict[str, Any]]:
+        return [
+            d
+            for c in items[name]["data"]["comparisons"]
+            for d in c["differences"]
+            if d["field"] == field
+        ]
+
+    arguments: dict[str, set[str]] = {"vmlx": set(), "mlxserver": set()}
+    for line in lines:
+        llama = results(f"{line}[llama]")["chat"]["choices"][0]
+        two_calls = len(llama["calls"]) >= 2
+        for side in ("vmlx", "mlxserver"):
+            name = f"{line}[{side}]"
+            assert items[name]["outcome"] == "failed", name
+            assert items[name]["violations"][0] == "n: chat-n2 returned 1 choices for n: 2"
+            assert items[name]["data"]["prompt_ids"].startswith("unknown: ")
+            for d in differences(name, "tool_calls"):
+                assert d["side"] == f"{side} chat" and " arguments " in d["text"], d
+                arguments[side].add(line)
+        vmlx = results(f"{line}[vmlx]")
+        assert vmlx["messages-stream"]["prompt_tokens"] == 0
+        assert vmlx["messages"]["prompt_tokens"] == vmlx["chat"]["prompt_tokens"] > 0
+        streamed_content = {
+            vmlx[p]["choices"][0]["content"] for p in ("chat-stream", "messages-stream")
+        }
+        done = vmlx["chat"]["completion_tokens"]
+        extra = 0 if tools[line] else 1
+        assert vmlx["chat-stream"]["completion_tokens"] == done + extra, line
+        mlxserver = results(f"{line}[mlxserver]")
+        if two_calls and len(mlxserver["chat"]["choices"][0]["calls"]) >= 2:
+            assert streamed_content == {"\n"}, line
+            assert {mlxserver[p]["choices"][0]["content"] for p in ("chat", "chat-stream")} == {
+                "\n"
+            }, line
+            assert differences(f"{line}[mlxserver]", "content"), line
+    # the same calls differ from llama-server's on both mlx servers (bfloat16 on both)
+    assert arguments["vmlx"] == arguments["mlxserver"]
+    print("arguments differ from llama-server on", sorted(arguments["vmlx"]))
