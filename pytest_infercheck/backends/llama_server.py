@@ -154,7 +154,13 @@ class LlamaServerBackend(Backend):
         tools (only a ``[system?, user]`` list)."""
         if self.chat:
             return await self._render_chat(chat_input(messages, thinking, tools, tool_choice))
-        return await super().render_messages(messages, thinking, tools=tools)
+        if tools:
+            raise self.no_tools(
+                tools,
+                "it sends raw text (chat: false); with chat: true its /apply-template renders "
+                "them (the server needs --jinja)",
+            )
+        return await super().render_messages(messages, thinking)
 
     async def _render_chat(self, chat: PromptInput) -> PromptInput:
         """``chat``'s messages through the server's template, tokenized."""

@@ -82,7 +82,12 @@ class OllamaBackend(Backend):
         without it (its documented request has no such field)."""
         if self.chat:
             return chat_input(messages, thinking, tools, tool_choice)
-        return await super().render_messages(messages, thinking, tools=tools)
+        if tools:
+            raise self.no_tools(
+                tools,
+                "it sends raw text (chat: false); with chat: true /api/chat gets them",
+            )
+        return await super().render_messages(messages, thinking)
 
     def _request(self, prompt: PromptInput, params: GenerationParams) -> tuple[str, Any]:
         """The endpoint and body of a generation request."""

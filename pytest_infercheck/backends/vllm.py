@@ -249,7 +249,12 @@ class VllmBackend(OpenAICompatBackend):
         turns and no tools."""
         if self.chat:
             return await self._rendered(chat_input(messages, thinking, tools, tool_choice))
-        return await super().render_messages(messages, thinking, tools=tools)
+        if tools:
+            raise self.no_tools(
+                tools,
+                "it sends raw text (chat: false); with chat: true its /tokenize renders them",
+            )
+        return await super().render_messages(messages, thinking)
 
     async def _rendered(self, asked: PromptInput) -> PromptInput:
         """``asked`` as the server tokenizes it, with the exact text of its ids."""

@@ -323,3 +323,22 @@ async def test_ollama_without_tools_sends_what_it_sent() -> None:
     sent = script.requests[1]["json"]
     assert sent["messages"] == [{"role": m.role, "content": m.content} for m in PLAIN_TURNS]
     assert "tools" not in sent
+
+
+@pytest.mark.asyncio
+async def test_raw_servers_refuse_tools_saying_chat_true_would_render_them() -> None:
+    """llama-server, vLLM and Ollama without ``chat: true`` send raw text: a tool prompt is
+    refused before any request, naming the tools and the way out."""
+    from pytest_infercheck.backends.llama_server import LlamaServerBackend
+    from pytest_infercheck.backends.vllm import VllmBackend
+
+    settings = HttpSettings(base_url="http://127.0.0.1:9", **FAST)  # type: ignore[arg-type]
+    backends = [
+        (LlamaServerBackend("l", settings, chat=False), "/apply-template renders them"),
+        (VllmBackend("v", settings, model="m", chat=False), "/tokenize renders them"),
+        (OllamaBackend("o", settings, model="m", chat=False), "/api/chat gets them"),
+    ]
+    for backend, way in backends:
+        with pytest.raises(BackendError, match=rf"tools \(add, get_date\): .*chat: false.*{way}"):
+            await backend.render_messages((Message("user", "add"),), False, tools=TOOLS)
+        await backend.aclose()
