@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -186,3 +187,82 @@ def test_a_changed_call_is_a_flip_named_on_its_item(pytester: pytest.Pytester) -
     assert rows == [["baseline: m@a", 'get_weather(city="Oslo")'], ["test: m@b", shown]]
     (row,) = [line for line in out.splitlines() if line.startswith("compare(m.a-vs-m.b)  tools")]
     assert row.split()[3:5] == ["3", "2"] and " 2/3 (" in row  # prompts, failed, flips
+
+
+# ------------------------------------------------------------------ the real tiny tool model
+
+
+def hermes_calls(text: str) -> list[Any]:
+    """The calls of a raw output, read independently of the plugin's parser (for the
+    check below): each ``<tool_call>`` body as JSON, or the body's text when it is not a call
+    of an object ``arguments``."""
+    calls: list[Any] = []
+    for part in text.split("<tool_call>")[1:]:
+        body = part.split("</tool_call>")[0].strip()
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            calls.append(body)
+            continue
+        ok = isinstance(doc, dict) and isinstance(doc.get("name"), str) and doc["name"]
+        ok = ok and isinstance(doc.get("arguments"), dict)
+        calls.append([doc["name"], doc["arguments"]] if ok else body)
+    return calls
+
+
+@pytest.fixture(scope="session")
+def tool_levels(tiny_tool: Path) -> dict[str, Path]:
+    """The tiny tool model and its 2-bit quantization (mlx_lm.convert, group size 32)."""
+    from conftest import MODELS_CACHE, _make_models_module
+
+    made = _make_models_module().make_variants(
+        MODELS_CACHE / "tool-levels", bits=(2,), source=tiny_tool
+    )
+    return {"bf16": made["bf16"], "q2": made["q2"]}
+
+
+def test_tool_model_flips_under_quantization(
+    pytester: pytest.Pytester, tool_levels: dict[str, Path]
+) -> None:
+    """The real tiny tool model in-process, bf16 against its 2-bit quantization, on the
+    bundled suite's one-call and zero-argument requests: every item's flip is what an
+    independent reading of its two outputs says, and exactly the items whose call went from
+    right to wrong fail, each naming it."""
+    bundled = Path(__file__).parents[2] / "suites" / "tool-use.jsonl"
+    lines = [json.loads(line) for line in bundled.read_text().splitlines()]
+    chosen = [d for d in lines if d.get("category") in ("single", "zero-arg")][:12]
+    pytester.makefile(".jsonl", tools="\n".join(json.dumps(d) for d in chosen))
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"models:\n  bf16: {{path: '{tool_levels['bf16']}'}}\n"
+        f"  q2: {{path: '{tool_levels['q2']}', quantization: 2bit}}\n"
+        "suites: [tools.jsonl]\nchecks:\n"
+        "  - compare: {baseline: bf16, test: q2}\n    flips: {max_rate: 0.99}\n",
+    )
+    result = pytester.runpytest_subprocess("-q", "--infercheck-results=r.json")
+    items = json.loads((pytester.path / "r.json").read_text())["items"]
+    by_id = {d["id"]: d for d in chosen}
+    flips: dict[str, int] = {}
+    for item in items:
+        if item["role"] != "prompt":
+            continue
+        data = item["data"]
+        expected = [[c["name"], c["arguments"]] for c in by_id[item["name"]]["answer"]]
+        base, test = hermes_calls(data["base_text"]), hermes_calls(data["test_text"])
+        right = (base == expected, test == expected)
+        flip = {
+            (True, True): "unchanged",
+            (True, False): "correct_to_wrong",
+            (False, True): "wrong_to_correct",
+        }.get(right, "unchanged" if base == test else "wrong_to_wrong")
+        assert data["flip"] == flip, (item["name"], data["base_text"], data["test_text"])
+        assert (item["outcome"] == "failed") is (flip == "correct_to_wrong"), item["name"]
+        if flip == "correct_to_wrong":
+            assert "answer flip correct_to_wrong" in item["longrepr"]
+        if base and not isinstance(base[0], str):  # a well-formed first call, shown readably
+            assert data["base_answer"].startswith(f"{base[0][0]}(")
+        flips[flip] = flips.get(flip, 0) + 1
+    assert sum(flips.values()) == len(chosen)
+    # Two bits wreck a model of a million parameters: some call goes wrong.
+    assert flips.get("correct_to_wrong", 0) >= 1, flips
+    assert result.parseoutcomes()["failed"] == flips["correct_to_wrong"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ...conversation import history
-from ...metrics.consistency import Reading, empty_fault, read_generation
+from ...metrics.consistency import Reading, empty_fault, output_text, read_generation
 from .inputs import decide_inputs
 
 if TYPE_CHECKING:
@@ -111,8 +111,8 @@ def compare_turns(
             readings.append(reading)
             faults.extend(f.text for f in reading.faults)
         empty = empty_fault(
-            (base.text, base.token_ids, base.finish_reason),
-            (other.text, other.token_ids, other.finish_reason),
+            (output_text(base.text, base.tool_calls), base.token_ids, base.finish_reason),
+            (output_text(other.text, other.tool_calls), other.token_ids, other.finish_reason),
             a_name=f"the baseline output of turn {index}",
             b_name=f"the test output of turn {index}",
         )
