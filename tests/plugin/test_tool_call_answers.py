@@ -23,36 +23,13 @@ import pytest
 
 from tests.htmldom import parse
 
+from ..structured_fakes import TOOLS
 from .test_html_report import report_parts
 
 ADD = {"name": "add", "arguments": {"a": 12, "b": 34}}
 WEATHER = {"name": "get_weather", "arguments": {"city": "Oslo"}}
-TOOL_SCHEMAS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Get the current weather in a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    },
-]
+TOOL_SCHEMAS = TOOLS[:2]
+"""``add`` and ``get_weather`` of the shared tool set."""
 
 
 def suite_line(prompt_id: str, prompt: str, answer: dict[str, Any]) -> str:

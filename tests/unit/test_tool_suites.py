@@ -15,31 +15,7 @@ import pytest
 from pytest_infercheck.conversation import Turn
 from pytest_infercheck.suites import SuiteError, derive_prompt_id, load_suite
 from pytest_infercheck.tools import Tool, ToolCall, canonical_calls, schema_problem
-
-
-def _tool(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
-
-
-CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-TOOLS = [
-    _tool(
-        "add",
-        "Add two integers.",
-        {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    ),
-    _tool("get_weather", "Get the current weather in a city.", CITY),
-    _tool("get_time", "Get the local time in a city.", CITY),
-    _tool("get_date", "Get today's date.", {"type": "object", "properties": {}}),
-]
-"""The shared tool set (helper-common-20.md)."""
+from tests.structured_fakes import TOOLS
 
 ADD = {"name": "add", "arguments": {"a": 12, "b": 34}}
 USER = {"role": "user", "content": "add 12 and 34"}
