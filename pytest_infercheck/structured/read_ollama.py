@@ -20,25 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..tools import ToolCall
 from .content_calls import content_calls
-from .read_chat import server_error, text_field
+from .read_chat import openai_call, server_error, text_field
 from .records import MalformedResponse, Path, PlacedCall, StructuredChoice, StructuredResponse
 from .usage import read_usage
 
-
-def ollama_call(entry: Any, where: str) -> PlacedCall:
-    function = entry.get("function") if isinstance(entry, dict) else None
-    name = function.get("name") if isinstance(function, dict) else None
-    if not isinstance(function, dict) or not isinstance(name, str) or not name:
-        raise MalformedResponse(f"{where}: a tool call without a function name: {entry!r:.200}")
-    call_id = entry.get("id")
-    arguments = function.get("arguments")
-    return PlacedCall(
-        ToolCall.parse(name, "" if arguments is None else arguments),
-        "tool_calls",
-        call_id if isinstance(call_id, str) else None,
-    )
+ollama_call = openai_call
+"""One ``tool_calls`` entry of an Ollama message: the OpenAI entry's reading (Ollama's
+arguments are an object, which :meth:`~pytest_infercheck.tools.ToolCall.parse` takes as
+they are)."""
 
 
 def read_ollama_chat(objects: Sequence[Any], path: Path) -> StructuredResponse:
