@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The README's demo command: installs the package with mlx-lm and pytest-html into .venv,
-# makes the tiny model's bf16 copy and its 8-bit and 4-bit quantizations locally (no hub),
+# The README's demo command: installs the package with mlx-lm, pytest-html and gguf into .venv,
+# makes the tiny model's bf16 copy, its 8-bit and 4-bit quantizations and the tiny tool model locally (no hub),
 # and runs the quickstart matrix, writing report.html.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${INFERCHECK_VENV:-.venv}"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[mlx,html]"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[mlx,html,gguf]"
 "$VENV/bin/python" examples/models/make_models.py examples/quickstart/models
 status=0
 # The quickstart is a pytest project of its own (examples/quickstart/pytest.ini).
