@@ -23,7 +23,9 @@ import pytest
 from _pytest.pathlib import bestrelpath
 
 from .backends import BackendError
-from .checks.protocol import BACKEND_ERROR, CheckRun, ItemPlan, Outcome, defer_gates
+from .checks.framework.outcome import BACKEND_ERROR, Outcome, defer_gates
+from .checks.framework.plan import ItemPlan
+from .checks.framework.run import RunContext, SuiteRun
 from .config import LoadedMatrix, check_rate_gates, load_matrix
 from .options import effective_settings
 from .records import ItemRecord, plain_data
@@ -84,7 +86,7 @@ class InfercheckFile(pytest.File):
 def check_name(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
     """``kind(label)``: the check's ``name``, else its kind's label (``compare(bf16-vs-q4)``,
     ``sweep(bf16)``, ``determinism(q4)``, ``stress(q4.llama)``)."""
-    label = check.name or check.check_kind.label(loaded, check, index)
+    label = check.name or check.check_kind.spec.label(loaded, check, index)
     return f"{check.kind}({label})"
 
 
@@ -132,18 +134,18 @@ class SuiteCollector(pytest.Collector):
     def __init__(self, *, suite: Suite, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.suite = suite
-        self._run: CheckRun | None = None
+        self._run: SuiteRun | None = None
 
     @property
     def check_collector(self) -> CheckCollector:
         assert isinstance(self.parent, CheckCollector)
         return self.parent
 
-    def run(self) -> CheckRun:
+    def run(self) -> SuiteRun:
         """The state shared by this suite's items (built on first use)."""
         if self._run is None:
             parent = self.check_collector
-            self._run = parent.check.check_kind.run(
+            context = RunContext(
                 cache=generation_cache_for(self.config),
                 loaded=parent.loaded,
                 check=parent.check,
@@ -153,6 +155,7 @@ class SuiteCollector(pytest.Collector):
                 selected=self.selected(),
                 only_selected=self.config.getoption("infercheck_shard", None) is not None,
             )
+            self._run = SuiteRun(parent.check.check_kind, context)
         return self._run
 
     def selected(self) -> frozenset[str]:
@@ -193,7 +196,7 @@ class SuiteCollector(pytest.Collector):
 
     def collect(self) -> Iterator[pytest.Item]:
         check = self.check_collector.check
-        for plan in check.check_kind.run.plan(check, self.suite):
+        for plan in check.check_kind.spec.plan(check, self.suite):
             if plan.param is None:
                 yield PlannedItem.from_parent(self, name=plan.name, plan=plan)
             else:

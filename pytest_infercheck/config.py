@@ -28,7 +28,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .backends.options import BackendOptions
 from .backends.registry import BACKEND_NAMES, BACKENDS, OPTION_OWNERS, SHORTHANDS, backend_kind
-from .checks.protocol import CheckKind, RateGate
+from .checks.framework.kind import CheckKind, RateGate
 from .checks.registry import KIND_NAMES, kind_named
 from .golden import GOLDEN_NAME, GOLDEN_PLACE
 from .metrics.stats import wilson_interval, wilson_min_trials
@@ -316,7 +316,7 @@ class CheckEntry(_Strict):
     def kind_thresholds(self) -> KindThresholds:
         """The thresholds this check is held to: its kind's model (:attr:`CheckKind
         .thresholds`) of the thresholds written, defaults for the others."""
-        model = self.check_kind.thresholds
+        model = self.check_kind.spec.thresholds
         written = self.model_fields_set & set(model.model_fields)
         return model.model_validate(self.model_dump(include=written))
 
@@ -347,11 +347,11 @@ def check_model(kinds: frozenset[str]) -> type[CheckEntry]:
     modules only; :func:`load_matrix` asks for the kinds its file uses."""
     used = [_kind(name) for name in KIND_NAMES if name in kinds]
     fields: dict[str, Any] = {
-        field_name(kind.name): (kind.spec | None, Field(default=None, alias=kind.name))
+        field_name(kind.name): (kind.spec.options | None, Field(default=None, alias=kind.name))
         for kind in used
     }
     for kind in used:
-        for key, info in kind.thresholds.model_fields.items():
+        for key, info in kind.spec.thresholds.model_fields.items():
             fields.setdefault(key, (info.annotation, info))
     return create_model("CheckSpec", __base__=CheckEntry, __doc__=CheckEntry.__doc__, **fields)
 
@@ -367,7 +367,7 @@ def threshold_users() -> dict[str, list[str]]:
     registry's order (imports every kind: for error messages)."""
     users: dict[str, list[str]] = {}
     for name in KIND_NAMES:
-        for key in _kind(name).thresholds.model_fields:
+        for key in _kind(name).spec.thresholds.model_fields:
             users.setdefault(key, []).append(name)
     return users
 
@@ -376,7 +376,7 @@ def unused_thresholds(check: CheckEntry, raw: Any) -> list[tuple[str, str]]:
     """``(key, message)`` for each key of the raw check entry ``raw`` that is a threshold of
     some kind but not of this check's kind: ``stress does not use max_kl (compare, sweep,
     diff do)``."""
-    mine = check.check_kind.thresholds.model_fields
+    mine = check.check_kind.spec.thresholds.model_fields
     own = {*CheckEntry.model_fields, *(field_name(k) for k in KIND_NAMES), *KIND_NAMES}
     others = [k for k in (raw if isinstance(raw, dict) else {}) if k not in mine and k not in own]
     if not others:
@@ -658,7 +658,7 @@ def check_rate_gates(loaded: LoadedMatrix, check: CheckSpec, index: int, suite: 
     upper bound ``z^2 / (n + z^2)``; above ``max_rate`` the check fails whatever the engine
     does. A :class:`SourceError` at the limit's line says so, with the fewest trials that
     could pass. A gate over no trials is not judged (the kinds skip it), so not refused."""
-    rate_gates = check.check_kind.rate_gates
+    rate_gates = check.check_kind.spec.rate_gates
     for gate in rate_gates(check, suite) if rate_gates is not None else []:
         if gate.n <= 0:
             continue

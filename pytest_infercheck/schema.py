@@ -279,11 +279,11 @@ def _suite_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSche
 def _one_kind(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
     """:meth:`.config.CheckEntry._one_kind`: exactly one kind key of the registry, not null;
     with it, only that kind's thresholds (:func:`.config.unused_thresholds`)."""
-    thresholds = {key for kind in KINDS for key in kind.thresholds.model_fields}
+    thresholds = {key for kind in KINDS for key in kind.spec.thresholds.model_fields}
 
     def branch(kind: Any) -> JsonSchemaValue:
         others = {k.name: {"type": "null"} for k in KINDS if k is not kind}
-        foreign = sorted(thresholds - set(kind.thresholds.model_fields))
+        foreign = sorted(thresholds - set(kind.spec.thresholds.model_fields))
         return {
             "required": [kind.name],
             "properties": {
@@ -295,7 +295,7 @@ def _one_kind(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue
 
     schema["oneOf"] = [branch(kind) for kind in KINDS]
     for kind in KINDS:
-        schema["properties"][kind.name]["description"] = _cleandoc(kind.spec)
+        schema["properties"][kind.name]["description"] = _cleandoc(kind.spec.options)
     return schema
 
 

@@ -24,7 +24,7 @@ def scope_of(nodeid: str) -> str:
     parts = nodeid.split("::")
     if len(parts) >= 4 and parts[0].endswith(YAML_SUFFIXES):
         kind = kind_named(parts[1].partition("(")[0])
-        if kind is not None and kind.spread_over_workers:
+        if kind is not None and kind.spec.spread_over_workers:
             return nodeid
         return "::".join(parts[:3])
     return nodeid

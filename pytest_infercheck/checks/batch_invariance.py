@@ -73,7 +73,6 @@ from .protocol import (
     Summary,
     TargetContext,
     TargetRun,
-    errored_items,
     memoised,
     records_of,
     target_kind,
@@ -318,7 +317,7 @@ def summarize(
             for label, n in data.divergence_labels.items()
         ),
     ]
-    violations = errored_items(items) + aggregate_faults(faulty, n_items=len(results))
+    violations = aggregate_faults(faulty, n_items=len(results))
     return Summary(data, violations, text, props)
 
 

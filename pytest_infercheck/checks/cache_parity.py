@@ -88,7 +88,6 @@ from .protocol import (
     RecordedItem,
     Summary,
     TargetRun,
-    errored_items,
     records_of,
     target_kind,
 )
@@ -383,7 +382,7 @@ def summarize(
         for r in records
         if r.reference_faults or any(s.faults for s in r.scenarios)
     ]
-    violations = errored_items(items) + aggregate_faults(faulty, n_items=len(records))
+    violations = aggregate_faults(faulty, n_items=len(records))
     differing = [
         f"{r.prompt_id} ({', '.join(dict.fromkeys(v.split(':')[0] for v in vs))})"
         for r, vs in failing

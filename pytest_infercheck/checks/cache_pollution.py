@@ -53,7 +53,6 @@ from .protocol import (
     RecordedItem,
     Summary,
     TargetRun,
-    errored_items,
     records_of,
     target_kind,
 )
@@ -346,9 +345,7 @@ def summarize(
         engines=context.engines,
     )
     faulty = [(r.hostile, r.faults) for r in records if r.faults]
-    violations = errored_items(items) + pollution_violations(
-        dead, polluted, failed, faulty, len(items)
-    )
+    violations = pollution_violations(dead, polluted, failed, faulty, len(items))
     text = "\n".join(f"  {r.hostile}: {r.response}" for r in records)
     properties: list[tuple[str, Any]] = [
         ("infercheck_hostile", record.n_hostile),

@@ -59,7 +59,6 @@ from .protocol import (
     RecordedItem,
     Summary,
     TargetRun,
-    errored_items,
     records_of,
     target_kind,
 )
@@ -277,7 +276,7 @@ def summarize(
     drifts = [s.max_logprob_drift for s in summaries if s.max_logprob_drift is not None]
     deterministic = sum(s.deterministic for s in summaries)
     faulty = [(p.prompt_id, p.faults) for p in prompts if p.faults]
-    violations = errored_items(items) + aggregate_faults(faulty, n_items=len(summaries))
+    violations = aggregate_faults(faulty, n_items=len(summaries))
     violations += determinism_gates(score, low, high, errors, runs, thresholds)
     data = DeterminismAggregate(
         target=context.target,

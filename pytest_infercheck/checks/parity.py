@@ -487,11 +487,7 @@ def item_faults(items: Mapping[str, ParityItem | str]) -> list[str]:
 def aggregate_summary(record: ParityAggregate, faults: Sequence[str] = ()) -> Summary:
     """The aggregate: failing when any item failed or errored, with a line per kind of fault
     (``faults``, :func:`item_faults`)."""
-    violations = list(faults)
-    if record.failed:
-        violations.append(
-            f"{record.n_failed} of {record.items} items failed: {', '.join(record.failed)}"
-        )
+    violations = list(faults)  # failed items: the framework's rule (checks/framework/items.py)
     text = (
         f"{record.target}: {record.n_match}/{record.items} identical, {record.n_flips} answer "
         f"flips, {record.n_errors} errors; divergences {record.divergence_labels}"

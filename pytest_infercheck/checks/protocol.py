@@ -37,14 +37,55 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..backends import BackendError, GenerationParams
 from ..conversation import Conversation, has_generated
-from ..metrics.degenerate import DegenerateScan, DegenerateTotal, total_degenerate
-from ..records import load_record, plain_data
 from ..render.views import target_aggregate
 from ..specs import SERVER_KINDS, KindSpec, KindThresholds
+from .framework.items import RecordedItem, Summary, errored_items, records_of
+from .framework.kind import (
+    Aggregates,
+    BarSeries,
+    Distribution,
+    MeasureSpec,
+    RateGate,
+    Verdict,
+    VerdictsOf,
+    View,
+    empty_lines,
+    no_charts,
+)
+from .framework.outcome import BACKEND_ERROR, DEFERRED, Outcome, defer_gates, with_degenerate
+from .framework.plan import ItemPlan
+
+__all__ = [
+    "BACKEND_ERROR",
+    "DEFERRED",
+    "Aggregates",
+    "BarSeries",
+    "CheckRun",
+    "Distribution",
+    "ItemPlan",
+    "LegacyKind",
+    "MeasureSpec",
+    "Outcome",
+    "RateGate",
+    "RecordedItem",
+    "Summary",
+    "TargetContext",
+    "TargetRun",
+    "Verdict",
+    "VerdictsOf",
+    "View",
+    "defer_gates",
+    "errored_items",
+    "memoised",
+    "records_of",
+    "target_kind",
+    "target_label",
+    "with_degenerate",
+]
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -54,98 +95,6 @@ if TYPE_CHECKING:
     from ..generation_cache import GenerationCache, ResolvedTarget
     from ..specs import Side
     from ..suites import Prompt, Suite
-
-
-@dataclass(frozen=True)
-class ItemPlan:
-    """One item of a check x suite besides ``aggregate``, known at collection time.
-
-    ``name`` is the item's name in the node id (``r017``, ``c8``, ``self-check``), ``param``
-    an optional bracketed parameter (``r017[q4]``, ``e01[chat]``), ``role`` what the item is
-    (``prompt``, ``level``, ``hostile``, ``self-check``), ``key`` what it is about (a prompt
-    id, a level, a hostile kind): the key that ``-k``/``--lf`` selection is noted under.
-    """
-
-    name: str
-    role: str
-    key: str
-    param: str | None = None
-
-    @property
-    def full_name(self) -> str:
-        """``name[param]``, or ``name``."""
-        return self.name if self.param is None else f"{self.name}[{self.param}]"
-
-
-@dataclass
-class Outcome:
-    """What an item found; plain types only (it crosses xdist and goes into JSON)."""
-
-    violations: list[str] = field(default_factory=list)
-    text: str = ""
-    """The human-readable report shown above the violations when the item fails."""
-    data: Any = field(default_factory=dict)
-    """Everything measured, for the HTML report and the JSON results: the kind's record (a
-    dataclass registered in :attr:`CheckKind.records`), made plain by :mod:`..records`."""
-    properties: list[tuple[str, Any]] = field(default_factory=list)
-    """Scalar numbers for JUnit properties (``infercheck_*``)."""
-    role: str | None = None
-    """The record's role when it is not the plan's (``record`` under
-    ``--infercheck-record``)."""
-    golden_entries: list[Any] | None = None
-    """Golden entries this item recorded (under ``--infercheck-record``), for the controller's
-    golden writer."""
-    gates_deferred_to: str | None = None
-    """An aggregate under ``--infercheck-shard``: the shard (``1/2``) whose suite gates were
-    deferred to the merge (:func:`defer_gates`)."""
-    degenerate: DegenerateScan | DegenerateTotal | None = None
-    """An item's scan of the generations it read for degenerate output (a kind that reads
-    none: None); an aggregate's count of its items' findings (:func:`summarize_items`)."""
-
-    def failure_report(self) -> str:
-        """What a failed item shows: what failed first (its first violation, and how many
-        more: the line pytest's short summary, ``-rf``, shows), then :attr:`text`, then
-        every violation."""
-        first = self.violations[0] if self.violations else "failed"
-        more = f" (+{len(self.violations) - 1} more)" if len(self.violations) > 1 else ""
-        head = f"{first}{more}\n\n" + (f"{self.text}\n" if self.text else "")
-        return head + "violations:\n" + "\n".join(f"  - {v}" for v in self.violations)
-
-
-DEFERRED = "suite gates deferred to `pytest-infercheck report` (shard {shard})"
-"""What an aggregate of a shard says instead of judging its suite gates."""
-
-
-def defer_gates(outcome: Outcome, shard: str) -> Outcome:
-    """A shard's aggregate ``outcome`` with its suite gates deferred to the merge: its partial
-    numbers kept, its violations dropped (they would judge a part of the suite), and the
-    deferral said in its text, its record and a JUnit property."""
-    note = DEFERRED.format(shard=shard)
-    return Outcome(
-        violations=[],
-        text=f"{outcome.text}\n{note}" if outcome.text else note,
-        data=outcome.data,
-        properties=[*outcome.properties, ("infercheck_gates_deferred", shard)],
-        gates_deferred_to=shard,
-        degenerate=outcome.degenerate,
-    )
-
-
-def with_degenerate(outcome: Outcome, fail: bool) -> Outcome:
-    """An item's ``outcome`` with its degenerate findings said: in its text, a JUnit property
-    ``infercheck_degenerate`` (their count) and, when ``fail`` (``fail_on_degenerate:
-    true``), one violation each, naming its pattern. Unchanged for a kind that reads no
-    generation."""
-    scan = outcome.degenerate
-    if not isinstance(scan, DegenerateScan):
-        return outcome
-    outcome.properties.append(("infercheck_degenerate", len(scan.found)))
-    if scan.found:
-        lines = "\n".join(f"degenerate output: {d.text}" for d in scan.found)
-        outcome.text = f"{outcome.text}\n{lines}" if outcome.text else lines
-    if fail:
-        outcome.violations.extend(scan.violations())
-    return outcome
 
 
 K = TypeVar("K", bound=Hashable)
@@ -162,80 +111,6 @@ def memoised(results: dict[K, V], key: K, compute: Callable[[], V]) -> V:
 
 S = TypeVar("S", bound=KindSpec)
 T = TypeVar("T", bound=KindThresholds)
-
-
-@dataclass(frozen=True)
-class RecordedItem:
-    """One item of a check x suite as its aggregate sees it: its role, its name in the node
-    id (``r017[q4]``) and its record (the kind's dataclass for that role,
-    :attr:`CheckKind.records`), read back from its plain form, exactly as a results file
-    holds it."""
-
-    role: str
-    name: str
-    record: Any
-    """None when the item errored (:attr:`error`)."""
-    error: str | None = None
-    """Why the item produced no record (an engine error), else None."""
-    degenerate: DegenerateScan | None = None
-    """What its generations showed of degenerate output (:attr:`Outcome.degenerate`)."""
-
-
-BACKEND_ERROR = "backend error: "
-"""How an item that an engine failed (``BackendError``) begins its report; a merge reads the
-engine's message back from after it."""
-
-
-def records_of(items: Sequence[RecordedItem], role: str) -> list[Any]:
-    """The records of the items with ``role`` that produced one, in order."""
-    return [item.record for item in items if item.role == role and item.record is not None]
-
-
-def errored_items(items: Sequence[RecordedItem]) -> list[str]:
-    """A suite violation naming the items that errored (none when none did): an item with
-    no record is never left out of a verdict silently."""
-    failed = [item for item in items if item.error is not None]
-    if not failed:
-        return []
-    names = ", ".join(f"{item.name} ({item.error})" for item in failed[:5])
-    more = f", ... {len(failed) - 5} more" if len(failed) > 5 else ""
-    return [f"{len(failed)} of {len(items)} items errored: {names}{more}"]
-
-
-@dataclass
-class Summary:
-    """What a kind's :attr:`CheckKind.summarize` makes of its items: the aggregate's record,
-    the suite gates it breaks, its text and its JUnit properties."""
-
-    record: Any
-    violations: list[str]
-    text: str = ""
-    properties: list[tuple[str, Any]] = field(default_factory=list)
-    degenerate: DegenerateTotal | None = None
-    """The items' degenerate findings counted (:func:`summarize_items`)."""
-
-    def outcome(self) -> Outcome:
-        return Outcome(
-            self.violations, self.text, self.record, self.properties, degenerate=self.degenerate
-        )
-
-
-def summarize_items(
-    kind: CheckKind, items: Sequence[RecordedItem], thresholds: Any, context: Any
-) -> Summary:
-    """The aggregate of a check x suite: the kind's :attr:`CheckKind.summarize`, with its
-    items' degenerate findings counted (:func:`..metrics.degenerate.total_degenerate`; when
-    its items read generations) in its text, :attr:`Summary.degenerate` and a JUnit property
-    ``infercheck_degenerate``. The live run (:meth:`CheckRun.aggregate`) and
-    ``pytest-infercheck report`` call it alike."""
-    summary = kind.summarize(items, thresholds, context)
-    scans = [(item.name, item.degenerate) for item in items if item.degenerate is not None]
-    if scans:
-        total = total_degenerate(scans)
-        summary.degenerate = total
-        summary.text = f"{summary.text}\n{total.text}" if summary.text else total.text
-        summary.properties.append(("infercheck_degenerate", total.found))
-    return summary
 
 
 @dataclass
@@ -265,8 +140,6 @@ class CheckRun(Generic[S, T]):
     only_selected: bool = False
     """Aggregate only the selected prompts (under ``--infercheck-shard``: other shards run the
     rest, and ``pytest-infercheck report`` aggregates the union)."""
-    _outcomes: dict[str, Outcome] = field(default_factory=dict, init=False, repr=False)
-    """By the plan's full name: each item's outcome (see :meth:`outcome_of`)."""
 
     @property
     def spec(self) -> S:
@@ -288,51 +161,21 @@ class CheckRun(Generic[S, T]):
     def run_item(self, plan: ItemPlan) -> Outcome:
         raise NotImplementedError
 
-    def outcome_of(self, plan: ItemPlan) -> Outcome:
-        """``run_item(plan)`` with its degenerate findings said (:func:`with_degenerate`,
-        violations under ``fail_on_degenerate: true``), memoised: the item and the aggregate
-        share one outcome."""
-        fail = self.settings.fail_on_degenerate
-        return memoised(
-            self._outcomes, plan.full_name, lambda: with_degenerate(self.run_item(plan), fail)
-        )
-
     def prepare(self, plans: list[ItemPlan]) -> None:
-        """Called before the aggregate asks for the outcomes of ``plans``: a kind that serves
-        HTTP backends sends what they need all at once here (default: nothing)."""
+        """Called before the items of ``plans`` are asked for: a kind that serves HTTP
+        backends sends what they need all at once here (default: nothing)."""
 
     def context(self) -> Any:
-        """What the aggregate needs besides its items' records (:attr:`CheckKind.context`)."""
+        """What the aggregate needs besides its items' records (``CheckKind.context``)."""
         raise NotImplementedError
 
-    def recorded_items(self) -> list[RecordedItem]:
-        """The items the aggregate covers (every planned item, or under
-        ``--infercheck-shard`` the shard's selected ones), each with its record read back
-        from its plain form: what a results file holds of them. An item whose engine failed
-        (``BackendError``) is there with its error and no record."""
-        kind = self.check.check_kind
-        plans = [p for p in self.plan(self.check, self.suite) if self.in_scope(p.key)]
-        self.prepare(plans)
-        items = []
-        for plan in plans:
-            try:
-                outcome = self.outcome_of(plan)
-            except BackendError as exc:
-                items.append(RecordedItem(plan.role, plan.full_name, None, str(exc)))
-                continue
-            role = outcome.role or plan.role
-            record: Any = load_record(kind.records[role], plain_data(outcome.data))
-            items.append(
-                RecordedItem(role, plan.full_name, record, degenerate=_scan(outcome.degenerate))
-            )
-        return items
+    framework_aggregate: Callable[[], Outcome] | None = field(default=None, init=False, repr=False)
+    """The framework's aggregate of this check x suite (set by :func:`.framework.legacy.adapt`)."""
 
     def aggregate(self) -> Outcome:
-        """The suite gates: :attr:`CheckKind.summarize` of :meth:`recorded_items`."""
-        kind = self.check.check_kind
-        return summarize_items(
-            kind, self.recorded_items(), self.thresholds, self.context()
-        ).outcome()
+        """The aggregate: the framework's (see :mod:`.framework.items`); a kind may add to it."""
+        assert self.framework_aggregate is not None
+        return self.framework_aggregate()
 
     # -- helpers -------------------------------------------------------------------------------
     def resolve(self, side: Side) -> ResolvedTarget:
@@ -354,13 +197,6 @@ class CheckRun(Generic[S, T]):
         """Whether the aggregate covers the item planned under ``key``: every item, or under
         ``--infercheck-shard`` the shard's selected ones."""
         return not self.only_selected or key in self.selected
-
-
-def _scan(scan: DegenerateScan | DegenerateTotal | None) -> DegenerateScan | None:
-    """An item's scan as a results file holds it (read back from its plain form)."""
-    if not isinstance(scan, DegenerateScan):
-        return None
-    return load_record(DegenerateScan, plain_data(scan))
 
 
 @dataclass
@@ -421,67 +257,10 @@ def target_label(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
     return f"{target.model}.{target.backend}" if several else target.model
 
 
-Aggregates = list[tuple[str, bool, dict[str, Any]]]
-"""``(aggregate node id, passed, aggregate data)`` of one kind (or family) of check."""
-View = Callable[[Mapping[str, Any]], str]
-"""An item's HTML detail from its record's data."""
-MeasureSpec = tuple[str, tuple[str, ...], Callable[..., str]]
-"""A row of a summary table: title, the data keys it reads, how it shows them."""
-
-
 @dataclass(frozen=True)
-class BarSeries:
-    """A value with its interval that the summary charts as bars, one per column of every
-    aggregate of the kind: ``value``, ``low`` and ``high`` are keys of a column's numbers."""
-
-    title: str
-    y_label: str
-    value: str
-    low: str
-    high: str
-    by_suite: bool = False
-    """Label each bar ``suite/column`` rather than ``column``."""
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """A per-item value that the summary draws as a histogram, grouped per check x suite x
-    ``group`` (a key of the item's data)."""
-
-    role: str
-    value: str
-    group: str
-    title: str
-    x_label: str
-
-
-class Verdict(NamedTuple):
-    """One cell of the report's verdict matrix: a column of an aggregate (a test side, a
-    level, its target), its verdict and the number that decided it (the first broken gate,
-    value against threshold; the headline measure when it passed)."""
-
-    column: str
-    verdict: str
-    """``pass``, ``fail`` or ``ungated`` (passed, but no gate was written)."""
-    deciding: str
-    """Plain text (escaped where shown)."""
-
-
-VerdictsOf = Callable[[Mapping[str, Any], bool, Sequence[str]], list[Verdict]]
-"""``verdicts(aggregate data, passed, aggregate violations)``: a kind's cells."""
-
-
-def empty_lines(aggregates: Aggregates) -> list[str]:
-    return []
-
-
-def no_charts(name: str, data: Mapping[str, Any]) -> list[str]:
-    return []
-
-
-@dataclass(frozen=True)
-class CheckKind:
-    """One kind of check (see the module docstring)."""
+class LegacyKind:
+    """One kind of check not yet split into facets (see the module docstring); served
+    through :func:`.framework.legacy.adapt`."""
 
     name: str
     """The YAML key (``batch-invariance``) and the first word of the check's node id."""
@@ -552,11 +331,11 @@ def target_kind(
     records: Mapping[str, type],
     views: Mapping[str, View],
     **more: Any,
-) -> CheckKind:
+) -> LegacyKind:
     """A single-target kind: labelled by its target (:func:`target_label`), a family of its
     own, its aggregate shown by the shared single-target view unless it brings its own;
     ``more`` are the other fields."""
-    return CheckKind(
+    return LegacyKind(
         name=name,
         spec=spec,
         run=run,
@@ -569,24 +348,3 @@ def target_kind(
         views={"aggregate": target_aggregate, **views},
         **more,
     )
-
-
-# -- gates that can pass ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RateGate:
-    """A suite gate on the upper bound of a rate's Wilson interval (``flips.max_rate`` with
-    ``gate: upper``). At zero events over ``n`` trials the bound is ``z^2 / (n + z^2)``; when
-    that exceeds ``max_rate`` the gate cannot pass, which config reports at collection."""
-
-    field: tuple[str, ...]
-    """Where the limit is written under the check entry: ``("flips", "max_rate")``."""
-    max_rate: float
-    confidence: float
-    n: int
-    """Trials the rate is counted over in the whole selection (answered prompts, requests of
-    the smallest level)."""
-    trials: str
-    """What ``n`` counts, in words: ``30 answered prompts``."""
-    unit: str
-    """What the minimum counts: ``answered prompts``, ``requests per level``."""
-    events: str = "flips"

@@ -13,8 +13,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from .framework.kind import CheckKind
+from .framework.legacy import adapt
+
 if TYPE_CHECKING:
-    from .protocol import CheckKind
+    from .protocol import LegacyKind
 
 _MODULES: tuple[tuple[str, str, str], ...] = (
     ("compare", ".comparison", "COMPARE"),
@@ -49,7 +52,8 @@ def kind_named(name: object) -> CheckKind | None:
     if not isinstance(name, str) or name not in _WHERE:
         return None
     module, attr = _WHERE[name]
-    kind: CheckKind = getattr(importlib.import_module(module, __package__), attr)
+    found: CheckKind | LegacyKind = getattr(importlib.import_module(module, __package__), attr)
+    kind = found if isinstance(found, CheckKind) else adapt(found)
     if kind.name != name:
         raise RuntimeError(f"registry line {name!r} names {module}.{attr}, kind {kind.name!r}")
     return kind

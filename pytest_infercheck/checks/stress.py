@@ -125,7 +125,6 @@ from .protocol import (
     Summary,
     TargetContext,
     TargetRun,
-    errored_items,
     records_of,
     target_kind,
 )
@@ -814,7 +813,7 @@ def summarize(
     )
     return Summary(
         record=record,
-        violations=errored_items(items) + level_union_violations(levels),
+        violations=level_union_violations(levels),
         text="\n".join([*level_table(levels), f"divergences {record.divergence_labels}"]),
         properties=[
             ("infercheck_levels_failed", sum(bool(d.violations) for d in levels)),

@@ -81,9 +81,9 @@ from ..structured.request import (
 from ..tools import ToolCall, canonical_json
 from .protocol import (
     Aggregates,
-    CheckKind,
     CheckRun,
     ItemPlan,
+    LegacyKind,
     MeasureSpec,
     Outcome,
     RecordedItem,
@@ -359,30 +359,8 @@ def summarize(
         per_target=per_target(ordered, judged, context.sides),
         engines=context.engines,
     )
-    violations: list[str] = []
-    by_name = dict(records)
-    if failed:
-        why = {
-            name: ", ".join(_fields_of(by_name.get(name), thresholds)) or errors.get(name, "failed")
-            for name in failed[:10]
-        }
-        shown = ", ".join(f"{name} ({reason})" for name, reason in why.items())
-        more = f", ... {len(failed) - 10} more" if len(failed) > 10 else ""
-        violations.append(f"{len(failed)} of {data.items} items failed: {shown}{more}")
-    return Summary(data, violations, aggregate_text(data), aggregate_properties(data))
-
-
-def _fields_of(
-    record: StructuredParityPrompt | None, thresholds: StructuredParityThresholds
-) -> list[str]:
-    """What failed an item, in short: its failing fields, ``invalid: <kinds>``, ``error``."""
-    if record is None:
-        return []
-    allowed = set(thresholds.allow)
-    fields = [f for f in differing_fields(record) if f not in allowed]
-    kinds = sorted({i.kind for r in record.results for i in r.invalid})
-    errors = ["error"] if any(r.status == "error" for r in record.results) else []
-    return fields + ([f"invalid: {', '.join(kinds)}"] if kinds else []) + errors
+    # Failed and errored items fail the aggregate by the framework's rule.
+    return Summary(data, [], aggregate_text(data), aggregate_properties(data))
 
 
 def per_target(
@@ -941,7 +919,7 @@ def check_label(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
     return loaded.target(side.ref, side.loc).model
 
 
-STRUCTURED_PARITY = CheckKind(
+STRUCTURED_PARITY = LegacyKind(
     name="structured-parity",
     spec=StructuredParitySpec,
     run=StructuredParityRun,

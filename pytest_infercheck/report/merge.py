@@ -29,7 +29,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ..checks.protocol import BACKEND_ERROR, CheckKind, RecordedItem, summarize_items
+from ..checks.framework.items import RecordedItem, summarize_items
+from ..checks.framework.kind import CheckKind
+from ..checks.framework.outcome import BACKEND_ERROR
 from ..checks.registry import kind_named
 from ..metrics.degenerate import DegenerateScan
 from ..records import load_record, plain_data
@@ -178,8 +180,8 @@ def summarized(
     typed = [ItemModel.model_validate(item) for _, item in shards]
     suite = typed[0].suite_id
     try:
-        contexts: list[Any] = [load_record(kind.context, a.data) for a in typed if a.data]
-        thresholds = kind.thresholds.model_validate(typed[0].thresholds)
+        contexts: list[Any] = [load_record(kind.spec.context, a.data) for a in typed if a.data]
+        thresholds = kind.spec.thresholds.model_validate(typed[0].thresholds)
         recorded = [
             _recorded(kind, item)
             for item in map(ItemModel.model_validate, items)
@@ -216,9 +218,11 @@ def _recorded(kind: CheckKind, item: ItemModel) -> RecordedItem | None:
     or, for an item that failed or errored with no record (its engine failed, in its setup
     or its call), its error; None for one that was skipped."""
     if item.data:
-        record: Any = load_record(kind.records[item.role], item.data)
+        record: Any = load_record(kind.spec.records[item.role], item.data)
         scan = None if item.degenerate is None else load_record(DegenerateScan, item.degenerate)
-        return RecordedItem(item.role, item.name, record, degenerate=scan)
+        return RecordedItem(
+            item.role, item.name, record, degenerate=scan, violations=tuple(item.violations)
+        )
     if item.outcome in FAILING:
         error = (item.longrepr or item.outcome).removeprefix(BACKEND_ERROR)
         return RecordedItem(item.role, item.name, None, error)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pytest_html import extras
 
-from ..checks.protocol import Distribution
+from ..checks.framework.kind import Distribution
 from ..checks.registry import kind_named
 from ..render.markup import CSS, mapping
 from .html import COLUMNS, result_cells
@@ -59,7 +59,7 @@ class HtmlReport:
             links.append(extras.url(bundle, name="repro bundle"))
         report.extras = [*getattr(report, "extras", []), *links]  # type: ignore[attr-defined]
         kind = kind_named(record.get("kind"))
-        dist = None if kind is None else kind.distribution
+        dist = None if kind is None else kind.present.distribution
         if record.get("role") == "aggregate":
             self.items.append({**record, "nodeid": report.nodeid, "outcome": report.outcome})
         elif dist is not None and record.get("role") == dist.role:

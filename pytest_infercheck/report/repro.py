@@ -375,7 +375,7 @@ def _engines(item: _InfercheckItem) -> dict[str, Any]:
     """The engines' identities of the item's check (as the results file holds them), or
     none when its run could not start (an engine that failed to load)."""
     try:
-        context = item.suite_node.run().context()
+        context = item.suite_node.run().gatherer.context()
     except Exception:
         return {}
     engines: dict[str, Any] = redact_urls(plain(getattr(context, "engines", {}) or {}))

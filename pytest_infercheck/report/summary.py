@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checks.protocol import BarSeries, Distribution, MeasureSpec
+from ..checks.framework.kind import BarSeries, Distribution, MeasureSpec
 from ..checks.registry import kind_named
 from ..render.charts import bar_chart, histogram
 from ..render.markup import esc, is_number, kv_table, mapping, plain
@@ -51,8 +51,8 @@ def columns(item: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     test sides, a stress check's levels), else one for the target."""
     data = mapping(item.get("data"))
     kind = kind_named(item.get("kind"))
-    if kind is not None and kind.columns is not None:
-        return kind.columns(data)
+    if kind is not None and kind.present.columns is not None:
+        return kind.present.columns(data)
     return [(str(data.get("target", item.get("name", "?"))), data)]
 
 
@@ -61,9 +61,9 @@ def measures(kind_name: Any, cols: list[Mapping[str, Any]]) -> list[Measure]:
     otherwise) any other scalar recorded by any column, so a kind this report does not know
     still shows its numbers."""
     kind = kind_named(kind_name)
-    specs = list(kind.measures) if kind is not None else []
+    specs = list(kind.present.measures) if kind is not None else []
     known = [_measure(spec) for spec in specs]
-    if kind is not None and not kind.other_measures:
+    if kind is not None and not kind.present.other_measures:
         return known
     used = {k for _, keys, _ in specs for k in keys} | _NOT_MEASURES
     extra = dict.fromkeys(
@@ -208,14 +208,14 @@ def charts(runs: list[RunView]) -> list[str]:
         kind = kind_named(item.get("kind"))
         if kind is None:
             continue
-        if kind.bars is not None:
-            series = bars.setdefault(kind.bars, [])
+        if kind.present.bars is not None:
+            series = bars.setdefault(kind.present.bars, [])
             for title, c in columns(item):
-                label = f"{item.get('suite', '?')}/{title}" if kind.bars.by_suite else title
-                b = kind.bars
+                label = f"{item.get('suite', '?')}/{title}" if kind.present.bars.by_suite else title
+                b = kind.present.bars
                 series.append((f"{prefix}{label}", c.get(b.value), c.get(b.low), c.get(b.high)))
         name = f"{prefix}{item.get('check', '?')} · {item.get('suite', '?')}"
-        per_aggregate.extend(kind.charts(name, mapping(item.get("data"))))
+        per_aggregate.extend(kind.present.charts(name, mapping(item.get("data"))))
     out = [
         bar_chart(values[:MAX_BARS], title=series.title, y_label=series.y_label)
         for series, values in bars.items()
@@ -230,7 +230,7 @@ def _distributions(runs: list[RunView]) -> list[str]:
     for run in runs:
         for item in run.items:
             kind = kind_named(item.get("kind"))
-            dist = None if kind is None else kind.distribution
+            dist = None if kind is None else kind.present.distribution
             data = item.get("data")
             if dist is None or item.get("role") != dist.role or not isinstance(data, Mapping):
                 continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..checks.protocol import DEFERRED
+from ..checks.framework.outcome import DEFERRED
 from ..checks.registry import KIND_NAMES, kind_named
 from ..metrics.degenerate import DegenerateTotal
 from ..records import load_record
@@ -18,12 +18,12 @@ def summary_lines(records: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
     present = {r["kind"] for _, _, r in records}
     found = [kind_named(name) for name in KIND_NAMES if name in present]
     kinds_here = [k for k in found if k is not None]
-    for family in dict.fromkeys(k.family for k in kinds_here):
-        kinds = [k for k in kinds_here if k.family == family]
+    for family in dict.fromkeys(k.present.family for k in kinds_here):
+        kinds = [k for k in kinds_here if k.present.family == family]
         names = {k.name for k in kinds}
         group = [(n, p, r["data"]) for n, p, r in records if r["kind"] in names]
         if group:
-            lines += kinds[0].summary_lines(group)
+            lines += kinds[0].present.summary_lines(group)
     deferred = [(n, r["gates_deferred_to"]) for n, _, r in records if r.get("gates_deferred_to")]
     if deferred:
         shard = deferred[0][1]

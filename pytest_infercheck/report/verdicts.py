@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from html import unescape
 from typing import Any
 
-from ..checks.protocol import CheckKind, Verdict
+from ..checks.framework.kind import CheckKind, Verdict
 from ..checks.registry import kind_named
 from ..render.markup import esc, mapping
 
@@ -34,9 +34,11 @@ def _text(html: str) -> str:
 def _headline(kind: CheckKind | None, numbers: Mapping[str, Any]) -> str:
     """The kind's headline measure of ``numbers`` (``determinism score [CI] 1.000 [...]``);
     empty for a kind without measures."""
-    if kind is None or not kind.measures:
+    if kind is None or not kind.present.measures:
         return ""
-    specs = [s for s in kind.measures if s[0] == kind.headline] or list(kind.measures)
+    specs = [s for s in kind.present.measures if s[0] == kind.present.headline] or list(
+        kind.present.measures
+    )
     title, keys, show = specs[0]
     return f"{title} {_text(show(*(numbers.get(k) for k in keys)))}"
 
@@ -45,9 +47,9 @@ def default_verdicts(
     kind: CheckKind | None, data: Mapping[str, Any], passed: bool, violations: Sequence[str]
 ) -> list[Verdict]:
     """The cells of a kind that gives none (see the module docstring)."""
-    if kind is not None and kind.columns is not None:
+    if kind is not None and kind.present.columns is not None:
         cells = []
-        for title, numbers in kind.columns(data):
+        for title, numbers in kind.present.columns(data):
             own = numbers.get("violations")
             if isinstance(own, list):
                 ok, reasons = not own, [str(v) for v in own]
@@ -70,9 +72,9 @@ def verdicts_of(item: Mapping[str, Any]) -> list[Verdict]:
     data = mapping(item.get("data"))
     passed = item.get("outcome") == "passed"
     violations = [str(v) for v in item.get("violations") or []]
-    if kind is not None and kind.verdicts is not None:
+    if kind is not None and kind.present.verdicts is not None:
         try:
-            return kind.verdicts(data, passed, violations)
+            return kind.present.verdicts(data, passed, violations)
         except ValueError:
             pass
     return default_verdicts(kind, data, passed, violations)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..checks.protocol import DEFERRED
+from ..checks.framework.outcome import DEFERRED
 from ..checks.registry import kind_named
 from ..render.markup import esc, kv_table, mapping, violations_list
 from ..render.views import generic
@@ -40,7 +40,7 @@ def item_detail(record: Mapping[str, Any], outcome: str | None = None) -> str:
     whether it starts collapsed (passed) and colours its title."""
     data = mapping(record.get("data"))
     kind = kind_named(record.get("kind"))
-    view = None if kind is None else kind.views.get(str(record.get("role")))
+    view = None if kind is None else kind.present.views.get(str(record.get("role")))
     try:
         body = view(data) if view is not None else generic(data)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:

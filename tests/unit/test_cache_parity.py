@@ -19,7 +19,9 @@ from pytest_infercheck.checks.cache_parity import (
     sibling_text,
     summarize,
 )
+from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.protocol import RecordedItem
+from pytest_infercheck.checks.registry import kind_named
 
 REF = Generation("46", [55, 57, 2], "stop", [-0.1, -0.2, -0.3])
 
@@ -120,7 +122,7 @@ def test_summarize_counts_each_scenario_and_names_failing_prompts() -> None:
         RecordedItem("prompt", "s04", None, "HTTP 500"),
     ]
     context = CacheParityContext("adder@llama", {})
-    summary = summarize(items, CacheParityThresholds(), context)
+    summary = summarize_items(kind_named("cache-parity"), items, CacheParityThresholds(), context)  # type: ignore[arg-type]
     data = summary.record
     assert (data.prompts, data.parity_prompts, data.reference_kind) == (3, 2, "uncached")
     repeat, eviction = data.scenarios["exact-repeat"], data.scenarios["eviction"]

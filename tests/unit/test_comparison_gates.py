@@ -21,7 +21,9 @@ from pytest_infercheck.checks.comparison.gates import (
 from pytest_infercheck.checks.comparison.options import DiffThresholds, Thresholds
 from pytest_infercheck.checks.comparison.prompt import IDENTICAL
 from pytest_infercheck.checks.comparison.summary import ComparisonContext, summarize
+from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.protocol import RecordedItem
+from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.config import load_matrix
 from pytest_infercheck.metrics.sameness import compare_outputs
 from pytest_infercheck.yamlpos import SourceError
@@ -138,7 +140,7 @@ def test_an_ungated_aggregate_passes_but_says_so() -> None:
 
 def test_a_side_without_records_and_errored_items_fail_the_aggregate() -> None:
     errored = RecordedItem("prompt", "e01", None, "BackendError: down")
-    summary = summarize([errored], Thresholds(max_kl=1.0), CONTEXT)
+    summary = summarize_items(kind_named("compare"), [errored], Thresholds(max_kl=1.0), CONTEXT)  # type: ignore[arg-type]
     assert summary.violations == [
         "1 of 1 items errored: e01 (BackendError: down)",
         "q4@local: no prompt of this side has a record",

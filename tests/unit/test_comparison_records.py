@@ -34,7 +34,9 @@ from pytest_infercheck.checks.comparison.present import (
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
 from pytest_infercheck.checks.comparison.run import SelfCheckRecord
 from pytest_infercheck.checks.comparison.summary import SweepContext, summarize_sweep
+from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.protocol import RecordedItem
+from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.golden.record import GoldenRecording, PromptRecording, SuiteRecording
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.report.merge import summarized
@@ -445,7 +447,11 @@ def _merged(
         for i, items in enumerate(shards)
     ]
     prompts = [_item(r.name, r.role, plain_data(r.record)) for items in shards for r in items]
-    return summarized(SWEEP, f"{SWEEP_SUITE}::aggregate", aggregates, prompts)
+    return summarized(SWEEP_KIND, f"{SWEEP_SUITE}::aggregate", aggregates, prompts)
+
+
+SWEEP_KIND = kind_named("sweep")
+assert SWEEP_KIND is not None
 
 
 def test_a_sweep_merges_into_one_aggregate_with_its_cliff_again() -> None:
@@ -491,7 +497,7 @@ def test_a_merged_sweep_starts_from_the_self_check_items_record() -> None:
 def test_a_self_check_that_errored_leaves_the_first_level_unmeasured() -> None:
     a, b = (_recorded(r.prompt_id, "prompt", r) for r in (FLIPPED, UNCHANGED))
     errored = RecordedItem("self-check", "self-check", None, "engine down")
-    summary = summarize_sweep([errored, a, b], MEAN_KL_GATE, CONTEXT)
+    summary = summarize_items(SWEEP_KIND, [errored, a, b], MEAN_KL_GATE, CONTEXT)  # type: ignore[arg-type]
     assert summary.violations[0] == "1 of 3 items errored: self-check (engine down)"
     first = summary.record.cliff_steps[0]
     assert (first.level, first.failed, first.kl_within) == ("self-check", [], None)
@@ -504,11 +510,11 @@ def test_shards_whose_aggregate_or_prompts_cannot_be_read_are_not_merged() -> No
     good = _item("aggregate", "aggregate", plain_data(SWEEP_AGGREGATE))
     errored = _item("aggregate", "aggregate", {}, outcome="error")
     items = [_item("a", "prompt", plain_data(FLIPPED))]
-    both = summarized(SWEEP, f"{SWEEP_SUITE}::aggregate", [(1, good), (2, errored)], items)
+    both = summarized(SWEEP_KIND, f"{SWEEP_SUITE}::aggregate", [(1, good), (2, errored)], items)
     assert both is not None and both["outcome"] == "error"  # a shard's aggregate errored
     old = copy.deepcopy(items)
     del old[0]["data"]["test_finish"]
-    assert summarized(SWEEP, f"{SWEEP_SUITE}::aggregate", [(1, good)], old) is None
+    assert summarized(SWEEP_KIND, f"{SWEEP_SUITE}::aggregate", [(1, good)], old) is None
     # an aggregate of an older file, without its test sides: not recomputed
     older = _item("aggregate", "aggregate", _without(plain_data(SWEEP_AGGREGATE), "tests"))
-    assert summarized(SWEEP, f"{SWEEP_SUITE}::aggregate", [(1, older)], items) is None
+    assert summarized(SWEEP_KIND, f"{SWEEP_SUITE}::aggregate", [(1, older)], items) is None

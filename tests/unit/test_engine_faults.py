@@ -23,6 +23,7 @@ from pytest_infercheck.checks import parity
 from pytest_infercheck.checks.batch_invariance import BatchInvariancePrompt, BatchInvarianceRun
 from pytest_infercheck.checks.cache_pollution import CachePollutionRun, HostileRecord
 from pytest_infercheck.checks.determinism import DeterminismPrompt, DeterminismRun
+from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
 from pytest_infercheck.checks.parity import EndpointParityRun, ParityPrompt, StreamParityRun
 from pytest_infercheck.checks.protocol import CheckRun, ItemPlan
 from pytest_infercheck.config import CheckSpec, Settings
@@ -133,13 +134,16 @@ PROMPTS = (prompt("p1", "12+34="), prompt("p2", "40+35="))
 
 
 def make_run(run_type: type[CheckRun], entry: dict[str, Any], script: Script, **engine: Any) -> Any:
+    """The framework's run of the check ``entry`` (a kind whose run class is ``run_type``)."""
     check = CheckSpec.model_validate(entry)
     suite = Suite("s", Path("s.jsonl"), PROMPTS)
-    return run_type(Cache(Engine(script, **engine)), LOADED, check, 0, suite, Settings())  # type: ignore[arg-type]
+    context = RunContext(Cache(Engine(script, **engine)), LOADED, check, 0, suite, Settings())  # type: ignore[arg-type]
+    assert check.check_kind.gather(context).old.__class__ is run_type
+    return SuiteRun(check.check_kind, context)
 
 
 def outcome(run: Any, key: str, param: str | None = None) -> tuple[list[str], Any]:
-    result = run.run_item(ItemPlan(key, "prompt", key, param))
+    result = run.outcome_of(ItemPlan(key, "prompt", key, param))
     return result.violations, result.data
 
 
@@ -170,7 +174,8 @@ def test_determinism_names_a_nan_logprob_that_max_used_to_hide() -> None:
     assert [f.text for f in data.faults] == [violations[0]]
     assert outcome(run, "p1")[0] == []
     assert run.aggregate().violations == [
-        "non-finite logprob in 1 of 2 prompts: p2 (run 1 at position 1)"
+        "1 of 2 items failed: p2 (non-finite logprob in run 1 at position 1 (NaN))",
+        "non-finite logprob in 1 of 2 prompts: p2 (run 1 at position 1)",
     ]
     # the record keeps its faults through JSON
     assert load_record(DeterminismPrompt, plain_data(data)).faults == data.faults
@@ -194,6 +199,9 @@ def test_determinism_names_an_empty_run_and_a_logprob_off_its_token() -> None:
         for r in range(3)
     ]
     assert run.aggregate().violations == [
+        "2 of 2 items failed: p1 (empty generation: run 2 generated no tokens while run "
+        "0 generated 2), p2 (logprob does not match its token in run 0 at position 1 "
+        "(position 1: chosen -0.75, its top-k entry -0.25))",
         "empty generation in 1 of 2 prompts: p1 (run 2)",
         "logprob does not match its token in 1 of 2 prompts: p2 (run 0 at position 1), "
         "p2 (run 1 at position 1), p2 (run 2 at position 1)",
@@ -243,8 +251,10 @@ def test_batch_invariance_names_a_nan_logprob_that_max_used_to_hide() -> None:
         )
     ]
     assert run.aggregate().violations == [
+        "1 of 2 items failed: p1 (trial 0 (position 0 of 3): non-finite logprob in the "
+        "batched output at position 1 (NaN))",
         "non-finite logprob in 1 of 2 prompts: p1 (the batched output at position 1), "
-        "p1 (the batched output at position 1)"
+        "p1 (the batched output at position 1)",
     ]
     # JSON has no NaN: the difference reads back as null, the faults as they were
     back = load_record(BatchInvariancePrompt, plain_data(record))
@@ -309,8 +319,9 @@ def test_stream_parity_names_a_non_finite_logprob_it_used_to_skip(
         "0.0001",
     ]
     assert run.aggregate().violations == [
+        f"1 of 2 items failed: p1 (non-finite logprob in the streamed output at position 0 "
+        f"({label}))",
         "non-finite logprob in 1 of 2 items: p1 (the streamed output at position 0)",
-        "1 of 2 items failed: p1",
     ]
     assert load_record(ParityPrompt, plain_data(record)).faults == record.faults
 
@@ -372,6 +383,8 @@ def test_cache_pollution_names_an_output_that_became_empty() -> None:
         "empty generation"
     ]
     assert run.aggregate().violations == [
+        "1 of 1 items failed: invalid-utf8 (empty generation: p1 after the invalid-utf8 "
+        "request generated no tokens while p1 before it generated 2)",
         "reference outputs changed after: invalid-utf8",
         "empty generation in 1 of 1 hostile requests: invalid-utf8 (p1 after the invalid-utf8 "
         "request)",

@@ -25,7 +25,7 @@ from pytest_infercheck.checks.determinism import (
     DeterminismAggregate,
     DeterminismPrompt,
 )
-from pytest_infercheck.checks.protocol import CheckKind
+from pytest_infercheck.checks.protocol import LegacyKind as CheckKind
 from pytest_infercheck.checks.stress import (
     STRESS,
     Mismatch,

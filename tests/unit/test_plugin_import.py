@@ -83,8 +83,9 @@ def test_a_kind_outlives_no_module_dropped_from_sys_modules() -> None:
         "for name in [m for m in sys.modules if m.startswith('pytest_infercheck.checks.comp')]:\n"
         "    del sys.modules[name]\n"
         "kind = kind_named('compare')\n"
-        "assert kind is sys.modules['pytest_infercheck.checks.comparison'].COMPARE\n"
-        "print('<table' in kind.views['prompt'](data))\n"
+        "legacy = sys.modules['pytest_infercheck.checks.comparison'].COMPARE\n"
+        "assert kind.summarize is legacy.summarize\n"
+        "print('<table' in kind.present.views['prompt'](data))\n"
     )
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)

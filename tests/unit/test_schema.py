@@ -190,7 +190,7 @@ def test_one_kind_key_per_check_from_the_registry() -> None:
     assert [alt["required"] for alt in check["oneOf"]] == [[kind.name] for kind in KINDS]
     for kind in KINDS:
         assert check["properties"][kind.name]["description"] == inspect.cleandoc(
-            kind.spec.__doc__ or ""
+            kind.spec.options.__doc__ or ""
         )
 
 
@@ -288,11 +288,12 @@ def test_model_shorthand_strings_agree_with_parse_model_shorthand(spec: str) -> 
 
 
 @pytest.mark.parametrize(
-    "kind", [k for k in KINDS if issubclass(k.spec, TargetCheck)], ids=lambda k: k.name
+    "kind", [k for k in KINDS if issubclass(k.spec.options, TargetCheck)], ids=lambda k: k.name
 )
 def test_target_shorthand_is_the_target(kind: Any) -> None:
-    assert schema_errors("q4@llama", def_schema(kind.spec.__name__)) == []
-    assert kind.spec.model_validate("q4@llama") == kind.spec.model_validate({"target": "q4@llama"})
+    assert schema_errors("q4@llama", def_schema(kind.spec.options.__name__)) == []
+    options = kind.spec.options
+    assert options.model_validate("q4@llama") == options.model_validate({"target": "q4@llama"})
 
 
 # -- schema-valid <=> load_matrix succeeds -----------------------------------------------------

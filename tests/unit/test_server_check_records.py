@@ -26,6 +26,7 @@ from pytest_infercheck.checks.cache_pollution import (
     hostile_violations,
 )
 from pytest_infercheck.checks.cache_pollution import summary_lines as pollution_lines
+from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.parity import (
     ENDPOINT_PARITY,
     STREAM_PARITY,
@@ -48,6 +49,7 @@ from pytest_infercheck.checks.parity import (
     summary_lines,
 )
 from pytest_infercheck.checks.protocol import Outcome, RecordedItem, TargetContext
+from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.config import check_model, load_matrix
 from pytest_infercheck.metrics.consistency import Fault, similarity_fault
 from pytest_infercheck.records import load_record, plain_data
@@ -282,11 +284,18 @@ def streamed(prompt_id: str, other: Generation, ref: Generation = FAITHFUL) -> P
     )
 
 
-def read_back(role: str, name: str, record: Any) -> RecordedItem:
+def read_back(role: str, name: str, record: Any, violations: Any = ()) -> RecordedItem:
     """An item as the aggregate reads it: its record through plain data and back (the live
-    run and a results file alike: no non-finite number survives)."""
+    run and a results file alike: no non-finite number survives), and its violations."""
     data = json.loads(json.dumps(plain_data(record)))
-    return RecordedItem(role, name, load_record(type(record), data))
+    return RecordedItem(role, name, load_record(type(record), data), violations=tuple(violations))
+
+
+def aggregate_of(kind: str, items: list[RecordedItem], thresholds: Any, context: Any) -> Any:
+    """The framework's aggregate of ``items`` (the kind's summary and the rules)."""
+    found = kind_named(kind)
+    assert found is not None
+    return summarize_items(found, items, thresholds, context)
 
 
 STREAM_CONTEXT = TargetContext("adder@llama", ENGINES)
@@ -315,11 +324,14 @@ def test_every_fault_of_a_stream_fails_the_stream_parity_aggregate_from_its_reco
     record = streamed("s01", other)
     live = stream_violations(record, StreamParityThresholds())
     assert live  # the item fails
-    summary = STREAM_PARITY.summarize(
-        [read_back("prompt", "s01", record)], StreamParityThresholds(), STREAM_CONTEXT
+    summary = aggregate_of(
+        "stream-parity",
+        [read_back("prompt", "s01", record, live)],
+        StreamParityThresholds(),
+        STREAM_CONTEXT,
     )
-    assert summary.violations[-1] == "1 of 1 items failed: s01"
-    assert summary.violations[:-1] == ([] if line is None else [line])
+    assert summary.violations[0] == f"1 of 1 items failed: s01 ({live[0]})"
+    assert summary.violations[1:] == ([] if line is None else [line])
     assert summary.record.n_failed == 1
 
 
@@ -342,13 +354,19 @@ def test_a_drift_that_is_not_finite_is_a_fault_its_record_keeps() -> None:
 
 def test_the_stream_parity_aggregate_counts_records_and_errors_in_any_order() -> None:
     drifting = gen("46", [55, 57, 2], [-0.5, -0.26, -1.0])
+    strict = StreamParityThresholds()
+    s03 = streamed("s03", drifting)
     items = [
-        read_back("prompt", "s03", streamed("s03", drifting)),
+        read_back("prompt", "s03", s03, stream_violations(s03, strict)),
         read_back("prompt", "s01", streamed("s01", FAITHFUL)),
         RecordedItem("prompt", "s02", None, "HTTP 500 after 4 attempts"),
     ]
-    summary = STREAM_PARITY.summarize(items, StreamParityThresholds(), STREAM_CONTEXT)
-    assert summary.violations == ["2 of 3 items failed: s02, s03"]
+    summary = aggregate_of("stream-parity", items, strict, STREAM_CONTEXT)
+    assert summary.violations == [
+        "1 of 3 items errored: s02 (HTTP 500 after 4 attempts)",
+        "1 of 3 items failed: s03 (logprob drift 0.01 with identical tokens > "
+        "logprob_tolerance 0.0001)",
+    ]
     record = summary.record
     assert (record.items, record.n_match, record.n_mismatch, record.n_errors) == (3, 2, 0, 1)
     assert record.errors == {"s02": "HTTP 500 after 4 attempts"}
@@ -356,12 +374,7 @@ def test_the_stream_parity_aggregate_counts_records_and_errors_in_any_order() ->
         "adder@llama: 2/3 identical, 0 answer flips, 1 errors; "
         "divergences {'near-tie': 0, 'decisive': 0, 'unknown': 0}"
     )
-    assert STREAM_PARITY.summarize(items[::-1], StreamParityThresholds(), STREAM_CONTEXT) == summary
-    # judged with the thresholds given: a drift of 0.01 within a tolerance of 0.1
-    loose = STREAM_PARITY.summarize(
-        items, StreamParityThresholds(logprob_tolerance=0.1), STREAM_CONTEXT
-    )
-    assert loose.violations == ["1 of 3 items failed: s02"]
+    assert aggregate_of("stream-parity", items[::-1], strict, STREAM_CONTEXT) == summary
 
 
 def endpoint_record(
@@ -386,7 +399,6 @@ def test_the_endpoint_parity_aggregate_judges_similarity_and_flips_with_the_thre
     summary = ENDPOINT_PARITY.summarize(items, strict, context)
     assert summary.violations == [
         "non-finite similarity in 1 of 4 items: s03[messages] (chat vs completions)",
-        "3 of 4 items failed: s02[chat], s03[messages], s04[messages]",
     ]
     assert summary.record.reference == "completions"
     assert summary.record.endpoints == {
@@ -396,9 +408,12 @@ def test_the_endpoint_parity_aggregate_judges_similarity_and_flips_with_the_thre
     loose = EndpointParityThresholds.model_validate(
         {"min_similarity": 0.5, "flips": {"fail_item_on": "never"}}
     )
-    assert ENDPOINT_PARITY.summarize(items, loose, context).violations[-1] == (
-        "1 of 4 items failed: s03[messages]"  # a similarity that is not finite never passes
-    )
+    assert [endpoint_violations(i.record, loose) != [] for i in items] == [
+        False,
+        False,
+        True,  # a similarity that is not finite never passes
+        False,
+    ]
     # fail closed on a record alone: no similarity is no pass, even without its fault
     unknown = endpoint_record("unchanged", None, [])
     assert endpoint_violations(unknown, loose) == [
@@ -406,8 +421,13 @@ def test_the_endpoint_parity_aggregate_judges_similarity_and_flips_with_the_thre
         "at char 1)"
     ]
     flips = EndpointParityThresholds.model_validate({"min_similarity": 0.5})
-    assert ENDPOINT_PARITY.summarize(items, flips, context).violations[-1] == (
-        "2 of 4 items failed: s02[chat], s03[messages]"
+    judged = [
+        read_back("prompt", i.name, i.record, endpoint_violations(i.record, flips)) for i in items
+    ]
+    assert (
+        aggregate_of("endpoint-parity", judged, flips, context)
+        .violations[0]
+        .startswith("2 of 4 items failed: s02[chat] (answer flip correct_to_wrong")
     )
 
 
@@ -452,7 +472,7 @@ def test_the_cache_pollution_aggregate_judges_each_hostile_record_again() -> Non
     assert list(record.responses) == list(HOSTILE_KINDS)  # their order, whatever the items'
     assert CACHE_POLLUTION.summarize(items[::-1], KindThresholds(), context) == summary
     errored = [*items[3:4], RecordedItem("hostile", "disconnect", None, "server gone")]
-    summary = CACHE_POLLUTION.summarize(errored, KindThresholds(), context)
+    summary = aggregate_of("cache-pollution", errored, KindThresholds(), context)
     assert summary.violations == ["1 of 2 items errored: disconnect (server gone)"]
     assert (summary.record.n_hostile, summary.record.n_failed) == (2, 1)
 

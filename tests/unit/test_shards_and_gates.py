@@ -295,7 +295,8 @@ def test_batch_invariance_counts_the_prompts_of_both_shards() -> None:
     ]
     partial = BatchInvarianceAggregate("q4@local", 1, 1, 1.0, 1, "burst", ENGINES)
     aggregate = merged([shard_1, shard_2], [partial, partial], "batch-invariance")
-    assert aggregate["outcome"] == "passed"  # no suite gate: prompt c failed its own item
+    assert aggregate["outcome"] == "failed"  # no suite gate, but prompt c failed its item
+    assert aggregate["violations"] == ["1 of 3 items failed: c (x)"]
     # c's trial carries no labelled divergence (a record without ties): none counted.
     labels = {"near-tie": 0, "decisive": 0, "unknown": 0}
     assert aggregate["data"] == plain_data(
@@ -334,7 +335,10 @@ def test_stream_parity_counts_items_and_errors_of_both_shards() -> None:
     )
     assert aggregate["data"] == plain_data(record)
     assert aggregate["outcome"] == "failed"
-    assert aggregate["violations"] == ["2 of 4 items failed: b, c"]
+    assert aggregate["violations"] == [
+        "1 of 4 items errored: c (HTTP 500)",
+        "1 of 4 items failed: b (differs)",
+    ]
 
 
 def test_endpoint_parity_counts_each_endpoint_over_both_shards() -> None:
@@ -381,7 +385,7 @@ def test_endpoint_parity_counts_each_endpoint_over_both_shards() -> None:
         "chat": {"items": 2, "match": 2, "failed": 0},
         "messages": {"items": 2, "match": 1, "failed": 1},
     }
-    assert aggregate["violations"] == ["1 of 4 items failed: a[messages]"]
+    assert aggregate["violations"] == ["1 of 4 items failed: a[messages] (x)"]
 
 
 def test_cache_pollution_unites_the_hostile_items_of_both_shards() -> None:
@@ -398,7 +402,11 @@ def test_cache_pollution_unites_the_hostile_items_of_both_shards() -> None:
     assert aggregate["data"] == plain_data(
         CachePollutionAggregate("q4@local", 3, 1, 0, 1, 3, responses, ENGINES)
     )
-    assert aggregate["violations"] == ["the server died after: invalid-utf8"]
+    assert aggregate["violations"] == [
+        "1 of 3 items failed: invalid-utf8 (the server is not alive after the invalid-utf8 "
+        "request)",
+        "the server died after: invalid-utf8",
+    ]
 
 
 def level(n: int, violations: list[str], consistent: int = 8) -> StressLevel:
@@ -447,7 +455,9 @@ def test_stress_is_the_union_of_the_levels_measured_in_each_shard() -> None:
         StressAggregate("q4@local", [levels[1], levels[4], levels[16]], ENGINES, NONE)
     )
     assert aggregate["violations"] == [
-        "c4: consistency 0.500 (4/8 outputs equal to their reference) < min_consistency 1.0"
+        "1 of 3 items failed: c4 (consistency 0.500 (4/8 outputs equal to their reference) < "
+        "min_consistency 1.0)",
+        "c4: consistency 0.500 (4/8 outputs equal to their reference) < min_consistency 1.0",
     ]
 
 

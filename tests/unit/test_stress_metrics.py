@@ -12,7 +12,9 @@ from pydantic import ValidationError
 
 from pytest_infercheck.backends.http import HttpError
 from pytest_infercheck.backends.openai_compat import parse_choice
+from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
+from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.checks.stress import (
     STRESS,
     Mismatch,
@@ -327,7 +329,7 @@ def test_a_fault_of_a_level_fails_the_aggregate_whatever_the_thresholds(
 def test_a_level_that_errored_is_named_by_the_aggregate() -> None:
     clean = level_data(1, "m@srv", [Output("a", 0.0, 1.0, "46", [10, 11, 2], 3)], REFS, PROMPTS)
     items = [level_item(clean), RecordedItem("level", "c2", None, "server gone")]
-    summary = STRESS.summarize(items, check(), CONTEXT)
+    summary = summarize_items(kind_named("stress"), items, check(), CONTEXT)  # type: ignore[arg-type]
     assert summary.violations == ["1 of 2 items errored: c2 (server gone)"]
     assert [d.level for d in summary.record.levels] == [1]
 

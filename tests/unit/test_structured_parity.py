@@ -12,7 +12,9 @@ import pytest
 from pydantic import ValidationError
 
 from pytest_infercheck.backends import BackendError
+from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.protocol import RecordedItem
+from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.checks.structured_parity import (
     RequestFacts,
     StructuredParityAggregate,
@@ -444,7 +446,12 @@ def items() -> list[RecordedItem]:
     )
     invalid = record("tu004", "vllm", [result("chat-stream", choice(ToolCall("add", {"a": 1})))])
     out = [
-        RecordedItem("prompt", name, load_record(StructuredParityPrompt, plain_data(r)))
+        RecordedItem(
+            "prompt",
+            name,
+            load_record(StructuredParityPrompt, plain_data(r)),
+            violations=tuple(item_violations(r, StructuredParityThresholds())),
+        )
         for name, r in (
             ("tu001[llama]", good),
             ("tu002[llama]", nulled),
@@ -473,10 +480,12 @@ def test_item_violations_and_allow() -> None:
 
 def test_the_aggregate_is_the_same_for_any_order_of_its_items() -> None:
     thresholds = StructuredParityThresholds()
-    summary = summarize(items(), thresholds, CONTEXT)
+    kind = kind_named("structured-parity")
+    assert kind is not None
+    summary = summarize_items(kind, items(), thresholds, CONTEXT)
     shuffled = items()
     random.Random(3).shuffle(shuffled)
-    again = summarize(shuffled, thresholds, CONTEXT)
+    again = summarize_items(kind, shuffled, thresholds, CONTEXT)
     assert plain_data(summary.record) == plain_data(again.record)
     assert summary.violations == again.violations
     data: StructuredParityAggregate = summary.record
@@ -501,8 +510,10 @@ def test_the_aggregate_is_the_same_for_any_order_of_its_items() -> None:
         "errors": 1,
     }
     assert summary.violations == [
-        "3 of 5 items failed: tu002[llama] (tool_calls, finish_reason), tu004[vllm] "
-        "(tool_calls, invalid: arguments-schema), tu005[vllm] (HTTP 500: engine died)"
+        "1 of 5 items errored: tu005[vllm] (HTTP 500: engine died)",
+        "2 of 5 items failed: tu002[llama] (tool_calls differ: chat-stream vs chat: 0 vs 1 "
+        'calls: [] vs [add({"a":12,"b":34})]), tu004[vllm] (tool_calls: chat-stream: '
+        "add({\"a\":1}) violates add's parameters schema: 'b' is a required property)",
     ]
     props = dict(summary.properties)
     assert props["infercheck_differences_tool_calls"] == 2

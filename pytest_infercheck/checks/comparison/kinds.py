@@ -16,7 +16,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from ...golden.record import GoldenRecording
-from ..protocol import CheckKind
+from ..protocol import LegacyKind
 from .aggregate import SELF_CHECK, ComparisonAggregateRecord, SelfCheckRecord, SweepAggregateRecord
 from .gates import flip_rate_gates
 from .options import CompareSpec, DiffSpec, DiffThresholds, SweepSpec, Thresholds
@@ -66,7 +66,7 @@ _RECORDS = {"prompt": PromptComparison, "aggregate": ComparisonAggregateRecord}
 """What each item records, by role; a compare also records a golden (``record``), a sweep
 checks its baseline first (``self-check``) and names its cliff."""
 
-COMPARE = CheckKind(
+COMPARE = LegacyKind(
     name="compare",
     spec=CompareSpec,
     run=CompareRun,

@@ -112,7 +112,7 @@ def _compared(
 ) -> _Compared:
     results: list[PromptComparison] = records_of(items, "prompt")
     errored = errored_items(items)
-    violations = list(errored)
+    violations: list[str] = []
     levels: list[SuiteAggregate] = []
     per_level: list[list[PromptComparison]] = []
     texts: list[str] = []
