@@ -59,6 +59,7 @@ from .conversation import (
 from .golden import GoldenBackend, golden_path, load_golden
 from .servers import ServerPool, server_spec
 from .tools import Tool, canonical_json
+from .verdict.conduct import Abilities
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -124,6 +125,7 @@ class GenerationCache:
         on each backend created; None: backends are used as created."""
         self._backends: dict[TargetKey, Backend] = {}
         self._wrapped: dict[TargetKey, TargetKey] = {}
+        self._abilities: dict[TargetKey, Abilities] = {}
         """A wrapper's key -> the key of the backend it wraps (its server, if any)."""
         self._renders: dict[RenderKey, PromptInput] = {}
         self._message_renders: dict[tuple[Any, ...], PromptInput] = {}
@@ -179,6 +181,13 @@ class GenerationCache:
         if key not in self._backends:
             self._backends[key] = GoldenBackend(label, load_golden(path))
         return ResolvedTarget(label, key, self._backends[key])
+
+    def abilities(self, target: ResolvedTarget) -> Abilities:
+        """What ``target``'s engine offers and lacks, probed once (before the first check
+        that asks sends its requests: :meth:`~.backends.base.Backend.probe_abilities`)."""
+        if target.key not in self._abilities:
+            self._abilities[target.key] = self.call(target, target.backend.probe_abilities())
+        return self._abilities[target.key]
 
     # -- running coroutines ------------------------------------------------------------------
     def run(self, coro: Coroutine[Any, Any, T]) -> T:

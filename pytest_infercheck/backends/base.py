@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..tools import Tool, ToolCall, canonical_json
+from ..verdict.conduct import Abilities
 
 if TYPE_CHECKING:
     import numpy as np
@@ -393,6 +394,15 @@ class Backend(abc.ABC):
     async def ensure_ready(self) -> None:
         """Called once before first use: health checks, verifying the served model."""
         return None
+
+    async def probe_abilities(self) -> Abilities:
+        """What this engine offers and lacks of the optional paths and features a check may
+        use, probed once before a check's requests (``GET /v1/messages`` answering 404: the
+        ``messages`` path is lacking). A check calls a path ``unsupported`` only when this
+        probe found it lacking (:meth:`~pytest_infercheck.verdict.conduct.Abilities.
+        unsupported`); any other refusal or error of a request fails its item. Default: nothing
+        probed (every request is made and judged)."""
+        return Abilities()
 
     async def tokenize(self, text: str) -> list[int] | None:
         """``text``'s token ids by this engine's own tokenizer: special tokens spelled in the
