@@ -3,8 +3,9 @@ every fault the kind can see fails the item and the aggregate, named (a NaN or `
 logprob, a logprob that does not match its token, an empty generation, a non-finite
 similarity), while a ``-inf`` logprob and a position the server did not report do not.
 
-The run objects are the kinds' own (:class:`DeterminismRun`, ...), given a stub generation
-cache and matrix: only the engine is scripted."""
+The run objects are the framework's, serving the kinds' own gatherers
+(:class:`DeterminismGather`, ...; a kind not yet split into facets: its old run class), given
+a stub generation cache and matrix: only the engine is scripted."""
 
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ import pytest
 
 from pytest_infercheck.backends.base import Generation, GenerationParams, PromptInput
 from pytest_infercheck.checks import parity
-from pytest_infercheck.checks.batch_invariance import BatchInvariancePrompt, BatchInvarianceRun
+from pytest_infercheck.checks.batch_invariance import BatchInvarianceGather, BatchInvariancePrompt
 from pytest_infercheck.checks.cache_pollution import CachePollutionRun, HostileRecord
-from pytest_infercheck.checks.determinism import DeterminismPrompt, DeterminismRun
+from pytest_infercheck.checks.determinism import DeterminismGather, DeterminismPrompt
 from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
 from pytest_infercheck.checks.parity import EndpointParityRun, ParityPrompt, StreamParityRun
-from pytest_infercheck.checks.protocol import CheckRun, ItemPlan
+from pytest_infercheck.checks.protocol import ItemPlan
 from pytest_infercheck.config import CheckSpec, Settings
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.suites import Prompt, Suite
@@ -92,6 +93,9 @@ class Engine:
     def identity(self) -> dict[str, Any]:
         return {"kind": self.kind}
 
+    def logprob_unavailable_reason(self) -> str | None:
+        return None
+
 
 @dataclass
 class Cache:
@@ -133,12 +137,14 @@ def prompt(pid: str, text: str) -> Prompt:
 PROMPTS = (prompt("p1", "12+34="), prompt("p2", "40+35="))
 
 
-def make_run(run_type: type[CheckRun], entry: dict[str, Any], script: Script, **engine: Any) -> Any:
-    """The framework's run of the check ``entry`` (a kind whose run class is ``run_type``)."""
+def make_run(run_type: type, entry: dict[str, Any], script: Script, **engine: Any) -> Any:
+    """The framework's run of the check ``entry`` (a kind whose gatherer, or old run class,
+    is ``run_type``)."""
     check = CheckSpec.model_validate(entry)
     suite = Suite("s", Path("s.jsonl"), PROMPTS)
     context = RunContext(Cache(Engine(script, **engine)), LOADED, check, 0, suite, Settings())  # type: ignore[arg-type]
-    assert check.check_kind.gather(context).old.__class__ is run_type
+    gatherer = check.check_kind.gather(context)
+    assert getattr(gatherer, "old", gatherer).__class__ is run_type
     return SuiteRun(check.check_kind, context)
 
 
@@ -152,7 +158,7 @@ DETERMINISM = {"determinism": {"target": "adder@llama", "runs": 3}, "max_logprob
 
 
 def test_determinism_passes_a_faithful_engine() -> None:
-    run = make_run(DeterminismRun, DETERMINISM, lambda text, n: GOOD)
+    run = make_run(DeterminismGather, DETERMINISM, lambda text, n: GOOD)
     assert outcome(run, "p1")[0] == [] and run.aggregate().violations == []
 
 
@@ -164,12 +170,12 @@ def test_determinism_names_a_nan_logprob_that_max_used_to_hide() -> None:
             return gen("46", [55, 57, 2], [-0.5, NAN, -0.125])
         return GOOD
 
-    run = make_run(DeterminismRun, DETERMINISM, script)
+    run = make_run(DeterminismGather, DETERMINISM, script)
     violations, data = outcome(run, "p2")
     assert violations == [
         "non-finite logprob in run 1 at position 1 (NaN)",
-        "logprob drift nan among runs with identical tokens is not finite: fails "
-        "max_logprob_drift 1e-06",
+        "max_logprob_drift: logprob drift among runs with identical tokens is not finite "
+        "(nan): fails",
     ]
     assert [f.text for f in data.faults] == [violations[0]]
     assert outcome(run, "p1")[0] == []
@@ -188,7 +194,7 @@ def test_determinism_names_an_empty_run_and_a_logprob_off_its_token() -> None:
         # p2: token 57's logprob is -0.25 in its own top-k map but -0.75 as the chosen one
         return gen("46", [55, 57, 2], [-0.5, -0.75, -0.1], [{55: -0.5}, {57: -0.25}, {2: -0.1}])
 
-    run = make_run(DeterminismRun, DETERMINISM, script)
+    run = make_run(DeterminismGather, DETERMINISM, script)
     violations, _ = outcome(run, "p1")
     assert violations[0] == "empty generation: run 2 generated no tokens while run 0 generated 2"
     assert "2 distinct outputs in 3 runs (modal share 0.6667)" in violations
@@ -214,7 +220,7 @@ def test_determinism_takes_minus_inf_and_unreported_positions() -> None:
         top: list[dict[Any, float]] = [{55: -0.5}, {} if n == 0 else {57: -0.25}, {2: -INF}]
         return gen("46", [55, 57, 2], [-0.5, NAN if n == 0 else -0.25, -INF], top)
 
-    run = make_run(DeterminismRun, DETERMINISM, script)
+    run = make_run(DeterminismGather, DETERMINISM, script)
     violations, data = outcome(run, "p1")
     assert violations == [] and data.max_logprob_drift == 0.0
 
@@ -231,14 +237,14 @@ def needle_script(batched: Generation) -> Script:
 
 
 def test_batch_invariance_passes_a_faithful_engine() -> None:
-    run = make_run(BatchInvarianceRun, NEEDLE, needle_script(GOOD))
+    run = make_run(BatchInvarianceGather, NEEDLE, needle_script(GOOD))
     assert outcome(run, "p1")[0] == [] and run.aggregate().violations == []
 
 
 def test_batch_invariance_names_a_nan_logprob_that_max_used_to_hide() -> None:
     # |diffs| 0, NaN, 0: the old max(0.0, nan, 0.0) was 0.0, within any tolerance.
     run = make_run(
-        BatchInvarianceRun, NEEDLE, needle_script(gen("46", [55, 57, 2], [-0.5, NAN, -0.125]))
+        BatchInvarianceGather, NEEDLE, needle_script(gen("46", [55, 57, 2], [-0.5, NAN, -0.125]))
     )
     violations, record = outcome(run, "p1")
     where = [f"trial {t.trial} (position {t.position} of 3)" for t in record.trials]
@@ -263,7 +269,7 @@ def test_batch_invariance_names_a_nan_logprob_that_max_used_to_hide() -> None:
 
 
 def test_batch_invariance_names_an_empty_batched_output() -> None:
-    run = make_run(BatchInvarianceRun, NEEDLE, needle_script(gen("", [2], [-0.01])))
+    run = make_run(BatchInvarianceGather, NEEDLE, needle_script(gen("", [2], [-0.01])))
     violations, record = outcome(run, "p1")
     first = f"trial 0 (position {record.trials[0].position} of 3)"
     assert violations[0] == (
@@ -279,7 +285,7 @@ def test_batch_invariance_names_a_fault_of_the_output_alone_once() -> None:
             return gen("46", [55, 57, 2], [-0.5, -0.25, INF])
         return GOOD
 
-    run = make_run(BatchInvarianceRun, NEEDLE, script)
+    run = make_run(BatchInvarianceGather, NEEDLE, script)
     violations, _ = outcome(run, "p1")
     assert violations[0] == "non-finite logprob in the output alone at position 2 (+inf)"
     assert sum("non-finite" in v for v in violations) == 1
@@ -419,11 +425,11 @@ def test_the_html_detail_of_each_kind_lists_its_faults() -> None:
 
     after = {"after": lambda text, n: bad}
     records = [
-        ("determinism", "prompt", make_run(DeterminismRun, DETERMINISM, only_p1("")), "p1"),
+        ("determinism", "prompt", make_run(DeterminismGather, DETERMINISM, only_p1("")), "p1"),
         (
             "batch-invariance",
             "prompt",
-            make_run(BatchInvarianceRun, NEEDLE, only_p1("#batched")),
+            make_run(BatchInvarianceGather, NEEDLE, only_p1("#batched")),
             "p1",
         ),
         ("stream-parity", "prompt", make_run(StreamParityRun, STREAM, only_p1("#streamed")), "p1"),

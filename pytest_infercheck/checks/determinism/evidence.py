@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from ...metrics.determinism import DeterminismSummary
 from ...metrics.past_tie import Rescored
 from ...verdict.conduct import Conduct
-from ...verdict.measure import MeasureValue, Unmeasured
+from ...verdict.measure import MeasureValue, Reading, Unmeasured
 
 
 @dataclass
@@ -36,7 +36,9 @@ class DeterminismEvidence:
         """``error_rate`` (failed runs / runs) and ``logprob_drift`` (see :mod:`.spec`)."""
         s = self.summary
         return {
-            "error_rate": s.errors / s.runs if s.runs else Unmeasured("no runs were made"),
+            "error_rate": Reading(s.errors / s.runs, f"{s.errors}/{s.runs} runs failed")
+            if s.runs
+            else Unmeasured("no runs were made"),
             "logprob_drift": Unmeasured(self._why_no_drift())
             if s.max_logprob_drift is None
             else s.max_logprob_drift,

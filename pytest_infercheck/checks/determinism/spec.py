@@ -47,7 +47,7 @@ class DeterminismThresholds(ErrorRate, TieGates):
 
 
 GATES = (
-    Gate("max_error_rate", "error_rate", "max", "share of failed runs"),
+    Gate("max_error_rate", "error_rate", "max", "error rate"),
     Gate(
         "max_logprob_drift",
         "logprob_drift",
@@ -55,7 +55,7 @@ GATES = (
         "logprob drift among runs with identical tokens",
     ),
     Gate("min_determinism", "determinism_score", "min", "determinism score", scope="suite"),
-    Gate("max_error_rate", "error_rate", "max", "share of failed runs of the suite", scope="suite"),
+    Gate("max_error_rate", "error_rate", "max", "error rate over all runs", scope="suite"),
 )
 
 

@@ -19,7 +19,7 @@ from ...metrics.consistency import aggregate_faults
 from ...metrics.determinism import DeterminismSummary, determinism_score
 from ...metrics.finite import strict_max
 from ...metrics.ties import count_labels
-from ...verdict.measure import MeasureValue, Unmeasured
+from ...verdict.measure import MeasureValue, Reading, Unmeasured
 from ..framework.items import RecordedItem, Summary, records_of
 from .records import SCORE_INTERVAL, DeterminismAggregate, DeterminismContext, DeterminismPrompt
 from .spec import DeterminismThresholds
@@ -70,8 +70,12 @@ def summarize(
         ),
     ]
     measures: dict[str, MeasureValue] = {
-        "determinism_score": score if summaries else Unmeasured("no prompt was aggregated"),
-        "error_rate": errors / runs if runs else Unmeasured("no runs were recorded"),
+        "determinism_score": Reading(score, f"95% Wilson interval {low:.4f}-{high:.4f}")
+        if summaries
+        else Unmeasured("no prompt was aggregated"),
+        "error_rate": Reading(errors / runs, f"{errors}/{runs} runs failed")
+        if runs
+        else Unmeasured("no runs were recorded"),
     }
     violations = aggregate_faults(faulty, n_items=len(summaries))
     return Summary(data, violations, text, properties, measures)
