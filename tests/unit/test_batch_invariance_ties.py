@@ -82,12 +82,10 @@ def test_fail_on_decisive_passes_only_the_near_tie_trial() -> None:
         "batch-invariance", BatchInvarianceEvidence(record(near)), thresholds(**tolerance)
     ) == [differs.format(n=0)]
     # the near-tie trial is waived once both outputs were judged past it (scored)
-    scored = BatchInvarianceEvidence(
-        record(near, far), rescored([1, 5]), {0: rescored([1, 6])}
-    )
-    assert violations(
-        "batch-invariance", scored, thresholds(fail_on="decisive", **tolerance)
-    ) == [differs.format(n=1)]
+    scored = BatchInvarianceEvidence(record(near, far), rescored([1, 5]), {0: rescored([1, 6])})
+    assert violations("batch-invariance", scored, thresholds(fail_on="decisive", **tolerance)) == [
+        differs.format(n=1)
+    ]
 
 
 def test_the_record_text_and_aggregate_count_the_labels() -> None:

@@ -16,7 +16,6 @@ from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.checks.stress import (
-    STRESS,
     Mismatch,
     Output,
     Reference,

@@ -12,12 +12,12 @@ from pytest_infercheck.backends.base import Generation
 from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
 from pytest_infercheck.checks.stress import (
     STRESS,
+    NearTie,
     Output,
     Reference,
+    StressEvidence,
     StressLevel,
     StressThresholds,
-    NearTie,
-    StressEvidence,
     level_data,
     level_text,
     measure_level,
@@ -97,9 +97,7 @@ def evidence(scored: bool) -> StressEvidence:
 
 
 def test_fail_on_decisive_counts_near_ties_judged_past_as_consistent() -> None:
-    strict = (
-        "consistency (1/3 outputs equal to their reference) 0.333333 < min_consistency 0.6"
-    )
+    strict = "consistency (1/3 outputs equal to their reference) 0.333333 < min_consistency 0.6"
     assert violations("stress", evidence(True), thresholds(min_consistency=0.6)) == [strict]
     decisive = thresholds(min_consistency=0.6, fail_on="decisive")
     judged = violations("stress", evidence(True), decisive, "level")

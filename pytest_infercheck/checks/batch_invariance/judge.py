@@ -11,9 +11,9 @@ With ``fail_on: decisive``, a trial whose tokens part from the alone run at a ``
 is offered a :class:`~pytest_infercheck.verdict.waiver.Waiver` of its difference (source
 ``near-tie:trial <n>``), which applies only when the trial was judged past its near-tie
 (:func:`~pytest_infercheck.metrics.past_tie.judge_after_tie`: the output alone and the
-batched one, teacher-forced on the target); otherwise the difference stands and the item
-says why. A decisive disagreement after the near-tie is a finding of its own
-(``decisive-after-tie``).
+batched one, teacher-forced on the target) with no decisive disagreement after it;
+otherwise the difference stands and the item says why. A decisive disagreement after the
+near-tie is also a finding of its own (``decisive-after-tie``), named first.
 """
 
 from __future__ import annotations
@@ -66,10 +66,10 @@ def judge(
                     t.tie.token,
                     thresholds.tie_margin,
                 )
-                violations.append(Violation(differs, source))
                 if after.decisive_at is not None:
                     violations.append(Violation(f"{w}: {after.why}", "decisive-after-tie"))
-                waivers.append(Waiver(DECISIVE_RULE, frozenset({source}), after.judged, after.why))
+                violations.append(Violation(differs, source))
+                waivers.append(Waiver(DECISIVE_RULE, frozenset({source}), after.clean, after.why))
             else:
                 violations.append(Violation(differs, "outputs-differ"))
         diff = t.max_logprob_diff

@@ -12,9 +12,9 @@ With ``fail_on: decisive``, distinct outputs whose every non-modal output parts 
 modal one at a ``near-tie`` are offered a :class:`~pytest_infercheck.verdict.waiver.Waiver`
 (source ``near-tie``), which applies only when each was judged past its near-tie
 (:func:`~pytest_infercheck.metrics.past_tie.judge_after_tie`: the modal output and the
-other, teacher-forced on the target); otherwise the finding stands and the item says why.
-A decisive disagreement after the near-tie is a finding of its own
-(``decisive-after-tie``).
+other, teacher-forced on the target) with no decisive disagreement after it; otherwise the
+finding stands and the item says why. A decisive disagreement after the near-tie is also a
+finding of its own (``decisive-after-tie``), named first.
 """
 
 from __future__ import annotations
@@ -64,12 +64,14 @@ def judge(
             outputs = [
                 dataclasses.replace(o, after_tie=after.get(n)) for n, o in enumerate(outputs)
             ]
-            violations.append(Violation(text, NEAR_TIE))
             violations += [
-                Violation(f"output #{n + 1}: {a.why}", "decisive-after-tie")
+                Violation(
+                    f"output #{n + 1} against the modal output: {a.why}", "decisive-after-tie"
+                )
                 for n, a in after.items()
                 if a.decisive_at is not None
             ]
+            violations.append(Violation(text, NEAR_TIE))
             waivers.append(near_tie_waiver(after))
         else:
             violations.append(Violation(text, "outputs-differ"))
@@ -91,9 +93,10 @@ def judge(
 
 
 def near_tie_waiver(after: dict[int, AfterTie]) -> Waiver:
-    """The waiver of the near-tie finding: judged past only when every non-modal output
-    was (a decisive disagreement found there is its own finding)."""
-    unjudged = [f"output #{n + 1}: {a.why}" for n, a in after.items() if not a.judged]
+    """The waiver of the near-tie finding: it applies only when every non-modal output was
+    judged past its near-tie with no decisive disagreement after it (one found there is also
+    a finding of its own)."""
+    unjudged = [f"output #{n + 1}: {a.why}" for n, a in after.items() if not a.clean]
     if unjudged:
         return Waiver(DECISIVE_RULE, frozenset({NEAR_TIE}), False, "; ".join(unjudged))
     return Waiver(
