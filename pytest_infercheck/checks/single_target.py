@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..conversation import has_generated
+from ..verdict.conduct import RequestFailure
 from .protocol import TargetContext
 
 if TYPE_CHECKING:
@@ -41,3 +42,17 @@ def status_of(error: BaseException) -> int | None:
     """The HTTP status of a failed request, None when it had none."""
     status = getattr(error, "status", None)
     return status if isinstance(status, int) else None
+
+
+def request_failure(side: str, what: str, message: str, status: int | None) -> RequestFailure:
+    """A failed request as the framework's rule takes it (it fails the item with the
+    server's message); the status is left to the message when the message names it
+    (``backend 'llama': POST /completion -> HTTP 400: ...``)."""
+    if status is not None and f"HTTP {status}" in message:
+        status = None
+    return RequestFailure(side, what, message, status)
+
+
+def failure_of(side: str, what: str, error: BaseException) -> RequestFailure:
+    """:func:`request_failure` of an exception."""
+    return request_failure(side, what, str(error), status_of(error))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import BackendError
 from ..metrics.past_tie import Rescored, rescored_full, rescored_top_k
 from ..verdict.conduct import RequestFailure
+from .single_target import failure_of
 
 if TYPE_CHECKING:
     from ..generation_cache import GenerationCache, ResolvedTarget
@@ -88,12 +89,7 @@ def rescore(
     for job, result in zip(todo, results, strict=True):
         if isinstance(result, BackendError):
             failures.append(
-                RequestFailure(
-                    target.label,
-                    f"teacher-forced scoring of {job.what}",
-                    str(result),
-                    getattr(result, "status", None),
-                )
+                failure_of(target.label, f"teacher-forced scoring of {job.what}", result)
             )
             out[job] = Rescored(unscored=f"its scoring request failed: {result}")
         elif isinstance(result, BaseException):

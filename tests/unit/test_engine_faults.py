@@ -225,6 +225,46 @@ def test_determinism_takes_minus_inf_and_unreported_positions() -> None:
     assert violations == [] and data.max_logprob_drift == 0.0
 
 
+def test_determinism_fails_an_item_whose_every_run_failed_whatever_max_error_rate() -> None:
+    """Before: with max_error_rate 1.0 every run failing (3/3 <= 1.0) and no output (no
+    distinct outputs) passed the item and the aggregate. Nothing was judged: it fails with
+    the server's message."""
+    from pytest_infercheck.backends.http import HttpError
+
+    def script(text: str, n: int) -> Generation:
+        if text == "40+35=":
+            raise HttpError("backend 'llama': POST /completion -> HTTP 500: boom", 500)
+        return GOOD
+
+    entry = {**DETERMINISM, "max_error_rate": 1.0}
+    run = make_run(DeterminismGather, entry, script)
+    violations, data = outcome(run, "p2")
+    assert violations == [
+        "adder@llama: every run (3 of 3) of p2 failed: backend 'llama': POST /completion -> "
+        "HTTP 500: boom",
+        "max_logprob_drift: not measured: no two runs with identical tokens (0 distinct "
+        "outputs of 0 successful runs)",
+    ]
+    assert data.errors == 3 and data.error_messages[0].startswith("run 0: backend 'llama'")
+    assert outcome(run, "p1")[0] == []
+    assert run.aggregate().violations == [f"1 of 2 items failed: p2 ({violations[0]})"]
+
+
+def test_determinism_fails_a_written_drift_gate_it_cannot_measure() -> None:
+    """A server that returns no logprobs: ``max_logprob_drift`` written, the drift is never
+    measured. Before, the gate silently never applied (drift None) and the item passed."""
+    bare = gen("46", [55, 57, 2])
+    run = make_run(DeterminismGather, DETERMINISM, lambda text, n: bare)
+    violations, data = outcome(run, "p1")
+    assert data.max_logprob_drift is None
+    assert violations == [
+        "max_logprob_drift: not measured: no logprobs: adder@llama returned no logprobs with "
+        "its runs"
+    ]
+    unwritten = {"determinism": DETERMINISM["determinism"]}
+    assert outcome(make_run(DeterminismGather, unwritten, lambda text, n: bare), "p1")[0] == []
+
+
 # -- batch-invariance ----------------------------------------------------------------------------
 NEEDLE = {"batch-invariance": {"target": "adder@llama", "trials": 2, "batch_size": 3}}
 
@@ -289,6 +329,39 @@ def test_batch_invariance_names_a_fault_of_the_output_alone_once() -> None:
     violations, _ = outcome(run, "p1")
     assert violations[0] == "non-finite logprob in the output alone at position 2 (+inf)"
     assert sum("non-finite" in v for v in violations) == 1
+
+
+def test_batch_invariance_fails_a_failed_batched_request_with_the_servers_message() -> None:
+    from pytest_infercheck.backends.http import HttpError
+
+    def script(text: str, n: int) -> Generation:
+        if text == "12+34=#batched":
+            raise HttpError("backend 'llama': POST /completion -> HTTP 503: busy", 503)
+        return GOOD
+
+    run = make_run(BatchInvarianceGather, NEEDLE, script)
+    violations, record = outcome(run, "p1")
+    assert [t.error for t in record.trials] == [
+        "HttpError: backend 'llama': POST /completion -> HTTP 503: busy"
+    ] * 2
+    assert violations == [
+        f"trial {t.trial} (position {t.position} of 3): the batched request failed: "
+        "backend 'llama': POST /completion -> HTTP 503: busy"
+        for t in record.trials
+    ]
+
+
+def test_batch_invariance_fails_a_written_tolerance_it_cannot_measure() -> None:
+    """``logprob_tolerance`` written on a server that returns no logprobs: never measured,
+    so it fails; its default is not required of such a server."""
+    bare = gen("46", [55, 57, 2])
+    entry = {**NEEDLE, "logprob_tolerance": 0.001}
+    run = make_run(BatchInvarianceGather, entry, lambda text, n: bare)
+    assert outcome(run, "p1")[0] == [
+        "logprob_tolerance: not measured: no trial compared logprobs (no logprobs: "
+        "adder@llama returned no logprobs)"
+    ]
+    assert outcome(make_run(BatchInvarianceGather, NEEDLE, lambda text, n: bare), "p1")[0] == []
 
 
 # -- stream-parity and endpoint-parity -----------------------------------------------------------

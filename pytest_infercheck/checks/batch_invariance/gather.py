@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...backends import BackendError
 from ...metrics.consistency import read_generation
-from ...verdict.conduct import RequestFailure
 from ..protocol import TargetContext
-from ..single_target import render, status_of, target_context, target_of
+from ..single_target import failure_of, render, target_context, target_of
 from ..tie_scoring import ScoreJob, rescore
 from .evidence import BatchInvarianceEvidence
 from .records import AloneOutput, BatchInvariancePrompt
@@ -98,11 +97,7 @@ class BatchInvarianceGather:
             if not isinstance(batched, BaseException):
                 outputs[n] = batched
             else:
-                failures.append(
-                    RequestFailure(
-                        where(trial), "the batched request", str(batched), status_of(batched)
-                    )
-                )
+                failures.append(failure_of(where(trial), "the batched request", batched))
         record = BatchInvariancePrompt(
             prompt_id=prompt.id,
             target=target.label,

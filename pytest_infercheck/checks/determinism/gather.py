@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...backends import BackendError
 from ...metrics.determinism import RunOutput, run_output, summarize_runs
-from ...verdict.conduct import Conduct, RequestFailure
-from ..single_target import render, status_of, target_of
+from ...verdict.conduct import Conduct
+from ..single_target import failure_of, render, target_of
 from ..tie_scoring import ScoreJob, rescore
 from .evidence import DeterminismEvidence
 from .records import DeterminismContext
@@ -88,14 +88,8 @@ class DeterminismGather:
         summary = summarize_runs(outputs, thresholds.tie_margin)
         conduct = Conduct()
         if errors and len(errors) == len(outputs):  # nothing to judge: the runs failed
-            conduct.failures.append(
-                RequestFailure(
-                    target.label,
-                    f"every run ({len(errors)} of {len(outputs)}) of {prompt_id}",
-                    str(errors[0]),
-                    status_of(errors[0]),
-                )
-            )
+            what = f"every run ({len(errors)} of {len(outputs)}) of {prompt_id}"
+            conduct.failures.append(failure_of(target.label, what, errors[0]))
         evidence = DeterminismEvidence(
             prompt_id,
             target.label,

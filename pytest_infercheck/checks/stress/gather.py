@@ -43,9 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...records import load_record, plain_data
 from ...shared_work import SharedWork
-from ...verdict.conduct import RequestFailure
 from ..protocol import TargetContext
-from ..single_target import render, target_context, target_of
+from ..single_target import render, request_failure, target_context, target_of
 from ..tie_scoring import ScoreJob, rescore
 from .evidence import StressEvidence
 from .measure import Job, Output, batches, jobs_for, measure_level, output_of, reference_of
@@ -177,14 +176,9 @@ class StressGather:
         failed = [o for o in outputs if o.error is not None]
         if outputs and len(failed) == len(outputs):  # nothing to judge: every request failed
             first = failed[0]
-            evidence.failures.append(
-                RequestFailure(
-                    target.label,
-                    f"every request ({len(failed)} of {len(outputs)}) at c{level}",
-                    first.message or first.error or "",
-                    first.status,
-                )
-            )
+            what = f"every request ({len(failed)} of {len(outputs)}) at c{level}"
+            message = first.message or first.error or ""
+            evidence.failures.append(request_failure(target.label, what, message, first.status))
         if thresholds.fail_on == "decisive" and near:
             self._rescore(evidence, jobs, outputs, references)
         return evidence
