@@ -17,7 +17,7 @@ MATRIX = """\
 models: {a: {path: x}}
 backends:
   srv: {kind: openai, url: 'http://127.0.0.1:1', logprobs: false}
-  on: {kind: openai, url: 'http://127.0.0.1:1'}
+  full: {kind: openai, url: 'http://127.0.0.1:1'}
 suites: [r]
 checks:
 %s"""
@@ -57,8 +57,8 @@ def test_the_same_checks_load_where_logprobs_can_be_had_or_the_gate_is_not_writt
 ) -> None:
     load(
         tmp_path,
-        "  - determinism: {target: a@on, runs: 2}\n    max_logprob_drift: 0.0\n"
-        "  - batch-invariance: a@on\n    logprob_tolerance: 0.001\n"
+        "  - determinism: {target: a@full, runs: 2}\n    max_logprob_drift: 0.0\n"
+        "  - batch-invariance: a@full\n    logprob_tolerance: 0.001\n"
         # not written: its default applies where logprobs are measured, and is not required
         "  - determinism: {target: a@srv, runs: 2}\n  - batch-invariance: a@srv\n",
     )
