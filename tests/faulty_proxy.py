@@ -61,6 +61,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+import httpcore  # noqa: F401  (with httpx: see pytest_infercheck/backends/http.py)
 import httpx
 
 GENERATION_PATHS = frozenset(
