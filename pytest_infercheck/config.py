@@ -639,7 +639,7 @@ def unmeasurable_gates(loaded: LoadedMatrix, check: CheckEntry, index: int) -> l
         gate = gates.get(key)
         if gate is None or not gate.is_written(thresholds):
             continue
-        loc = ("checks", index, *key.split("."))
+        loc: tuple[str | int, ...] = ("checks", index, *key.split("."))
         out.append(
             loaded.source.error(
                 loc, f"{gate.limit(thresholds)} cannot be judged: it is never measured: {why}"
