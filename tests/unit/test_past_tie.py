@@ -133,7 +133,10 @@ def test_batch_invariance_waives_a_near_tie_trial_only_past_what_was_judged() ->
     assert trial.tie is not None and trial.tie.divergence_label == "near-tie"
     record = BatchInvariancePrompt("p", "m@x", 0, AloneOutput("bcdf", [1, 2, 3, 5]), [trial], "b")
     decisive = thresholds("batch-invariance", fail_on="decisive")
-    differs = "trial 0 (position 1 of 2): output differs from the prompt alone at 2: 'bcdf' alone vs 'bceg' batched"
+    differs = (
+        "trial 0 (position 1 of 2): output differs from the prompt alone at 2: 'bcdf' alone "
+        "vs 'bceg' batched"
+    )
     judged = BatchInvarianceEvidence(record, rescored([1, 2, 3, 5]), {0: rescored([1, 2, 4, 6])})
     assert violations("batch-invariance", judged, decisive) == []
     assert outcome("batch-invariance", judged, decisive).data.trials[0].after_tie.clean
