@@ -38,5 +38,6 @@ class BatchInvarianceEvidence:
             why = "no trial's batched request succeeded"
         else:
             no = self.no_logprobs or f"{self.record.target} returned no logprobs"
-            why = f"no trial compared logprobs (no logprobs: {no})"
+            no = no if no.startswith("no logprobs") else f"no logprobs: {no}"
+            why = f"no trial compared logprobs ({no})"
         return {"logprob_diff": Unmeasured(why)}

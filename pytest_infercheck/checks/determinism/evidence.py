@@ -52,4 +52,4 @@ class DeterminismEvidence:
                 f"{s.runs - s.errors} successful runs)"
             )
         why = self.no_logprobs or f"{self.target} returned no logprobs with its runs"
-        return f"no logprobs: {why}"
+        return why if why.startswith("no logprobs") else f"no logprobs: {why}"
