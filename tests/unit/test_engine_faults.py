@@ -324,9 +324,7 @@ def test_stream_parity_names_a_non_finite_logprob_it_used_to_skip(
     value: float, label: str, drift: str
 ) -> None:
     # The old drift skipped every position where a side was not finite.
-    run = make_run(
-        StreamGather, STREAM, streamed(gen("46", [55, 57, 2], [value, -0.25, -0.125]))
-    )
+    run = make_run(StreamGather, STREAM, streamed(gen("46", [55, 57, 2], [value, -0.25, -0.125])))
     violations, record = outcome(run, "p1")
     assert violations == [
         f"non-finite logprob in the streamed output at position 0 ({label})",

@@ -175,8 +175,8 @@ def test_endpoint_parity_waives_only_a_near_tie_with_nothing_after_it() -> None:
     violations, text = endpoint_verdict(item, **lenient)
     assert violations == ["chat vs completions: similarity 0.333333 < min_similarity 1"]
     assert (
-        f"fail_on: decisive not applied: what follows the near-tie at token 1 is not judged: {cannot}"
-        in text
+        "fail_on: decisive not applied: what follows the near-tie at token 1 is not judged: "
+        f"{cannot}" in text
     )
     # a written min_similarity is the framework's gate, waived alike
     written = endpoint_verdict(evidence(REF, NEAR, endpoints), min_similarity=0.9, **lenient)

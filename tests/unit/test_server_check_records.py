@@ -27,6 +27,7 @@ from pytest_infercheck.checks.cache_pollution import (
 )
 from pytest_infercheck.checks.cache_pollution import summary_lines as pollution_lines
 from pytest_infercheck.checks.framework.items import summarize_items
+from pytest_infercheck.checks.framework.run import item_outcome
 from pytest_infercheck.checks.parity import (
     ENDPOINT_PARITY,
     STREAM_PARITY,
@@ -48,7 +49,6 @@ from pytest_infercheck.checks.parity import (
     endpoint_summary_lines,
     summary_lines,
 )
-from pytest_infercheck.checks.framework.run import item_outcome
 from pytest_infercheck.checks.protocol import ItemPlan, RecordedItem, TargetContext
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.config import check_model, load_matrix
