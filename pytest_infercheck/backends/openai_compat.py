@@ -441,15 +441,22 @@ class OpenAICompatBackend(Backend):
         (``tokenize-endpoint``, also recorded as ``observed["tokenize"]``), one minimal
         request each (:mod:`.endpoint_probe`)."""
         paths = await probe_generation_paths(self)
+        return union(paths, await self.probe_tokenize(answered=bool(paths.offered)))
+
+    async def probe_tokenize(self, answered: bool = True) -> Abilities:
+        """``tokenize-endpoint``: offered when ``POST /tokenize`` answers ids, lacking when
+        it answers 404/405/501 and the server ``answered`` another probe (then
+        ``observed["tokenize"]`` is False and :meth:`prompt_ids` gives None), else not
+        probed (:mod:`.endpoint_probe`)."""
         try:
             await self._tokenize_ids(PromptInput("Hi", None, templated=self.chat))
         except BackendError as exc:
             evidence = lacking_evidence("POST /tokenize", exc)
-            if evidence is None or not paths.offered:
-                return paths
+            if evidence is None or not answered:
+                return Abilities()
             self.observed["tokenize"] = False
-            return union(paths, Abilities(lacking={TOKENIZE: evidence}))
-        return union(paths, Abilities(frozenset({TOKENIZE})))
+            return Abilities(lacking={TOKENIZE: evidence})
+        return Abilities(frozenset({TOKENIZE}))
 
     async def prompt_ids(self, prompt: PromptInput) -> list[int] | None:
         """The server's own ids of ``prompt`` from a vLLM-style ``POST /tokenize`` (chat: the

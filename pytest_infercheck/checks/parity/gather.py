@@ -22,16 +22,14 @@ verdict is the judge's.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import json
 from collections.abc import Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ...backends.base import BackendError, PromptInput
 from ...conversation import has_generated
 from ...specs import SERVER_KINDS
-from ...verdict.conduct import RequestFailure
+from ..framework.requests import request_failure, settle
 from ..protocol import TargetContext
 from .compare import continuation_divergence
 from .evidence import Forced, ParityEvidence
@@ -44,7 +42,6 @@ if TYPE_CHECKING:
     from ..framework.plan import ItemPlan
     from ..framework.run import RunContext
 
-T = TypeVar("T")
 MAX_CONTINUATIONS = 4
 """Continuations past near-ties per item (each one request)."""
 STREAMING = "streaming"
@@ -54,33 +51,6 @@ STREAMING = "streaming"
 def endpoint_ability(endpoint: str) -> str:
     """``chat`` -> ``chat-endpoint`` (:mod:`...backends.endpoint_probe`)."""
     return f"{endpoint}-endpoint"
-
-
-def server_message(exc: BackendError) -> tuple[str, int | None]:
-    """What the server said of a failed request, and its HTTP status: the ``error.message``
-    (or ``detail``, ``error``, ``message``) of a JSON error body, else the body, else the
-    exception's text."""
-    status = getattr(exc, "status", None)
-    body = str(getattr(exc, "body", "") or "").strip()
-    if status is None or not body:
-        return str(exc), status
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return body[:500], status
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"]), status
-        for key in ("detail", "error", "message"):
-            if data.get(key):
-                return str(data[key]), status
-    return body[:500], status
-
-
-def failure(side: str, what: str, exc: BackendError) -> RequestFailure:
-    message, status = server_message(exc)
-    return RequestFailure(side, what, message, status)
 
 
 def served_target(run: RunContext) -> ResolvedTarget:
@@ -95,30 +65,6 @@ def served_target(run: RunContext) -> ResolvedTarget:
             f"{target.label} runs in-process ({kind})"
         )
     return run.resolve(side)
-
-
-class _Requests:
-    """Concurrent requests of one target: each one's result or its ``BackendError``."""
-
-    def __init__(self, run: RunContext, target: ResolvedTarget) -> None:
-        self.run, self.target = run, target
-
-    def settle(self, coros: Sequence[Coroutine[Any, Any, T]]) -> list[T | BackendError]:
-        """Run ``coros`` at once; a ``BackendError`` is its result, any other exception is
-        raised (a bug). A managed server that died meanwhile is reported as its death."""
-
-        async def all_of() -> list[Any]:
-            return await asyncio.gather(*coros, return_exceptions=True)
-
-        if not coros:
-            return []
-        results = self.run.cache.call(self.target, all_of())
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, BackendError):
-                raise result
-        if any(isinstance(r, BackendError) for r in results):
-            self.run.cache.check_alive(self.target, after_failures=True)
-        return results
 
 
 class _ParityGather:
@@ -191,7 +137,9 @@ class StreamGather(_ParityGather):
                     out[prompt.id] = cache.render(target, prompt, thinking)
             except BackendError as exc:
                 what = f"rendering prompt {prompt.id}"
-                evidence[prompt.id].conduct.failures.append(failure(target.label, what, exc))
+                evidence[prompt.id].conduct.failures.append(
+                    request_failure(target.label, what, exc)
+                )
         return out
 
     def _references(
@@ -213,7 +161,9 @@ class StreamGather(_ParityGather):
                 generation = cache.generate(target, rendered[prompt.id], self.params(prompt))
             except BackendError as exc:
                 what = "the non-streamed request"
-                evidence[prompt.id].conduct.failures.append(failure(target.label, what, exc))
+                evidence[prompt.id].conduct.failures.append(
+                    request_failure(target.label, what, exc)
+                )
                 continue
             evidence[prompt.id].reference = generation
 
@@ -226,13 +176,17 @@ class StreamGather(_ParityGather):
     ) -> None:
         todo = [p for p in prompts if p.id in rendered]
         backend = target.backend
-        results = _Requests(self.run, target).settle(
-            [backend.generate_stream(rendered[p.id], self.params(p)) for p in todo]
+        results = settle(
+            self.run.cache,
+            target,
+            [backend.generate_stream(rendered[p.id], self.params(p)) for p in todo],
         )
         for prompt, result in zip(todo, results, strict=True):
             item = evidence[prompt.id]
             if isinstance(result, BackendError):
-                item.conduct.failures.append(failure(target.label, "the streamed request", result))
+                item.conduct.failures.append(
+                    request_failure(target.label, "the streamed request", result)
+                )
             else:
                 item.other = result
 
@@ -255,15 +209,17 @@ class StreamGather(_ParityGather):
             if not starts:
                 return
             todo = list(starts.items())
-            results = _Requests(self.run, target).settle(
-                [self._continuation(target, rendered[pid], evidence[pid], s) for pid, s in todo]
+            results = settle(
+                self.run.cache,
+                target,
+                [self._continuation(target, rendered[pid], evidence[pid], s) for pid, s in todo],
             )
             starts = {}
             for (pid, start), result in zip(todo, results, strict=True):
                 item = evidence[pid]
                 if isinstance(result, BackendError):
                     what = f"the streamed request continued from token {start}"
-                    item.conduct.failures.append(failure(target.label, what, result))
+                    item.conduct.failures.append(request_failure(target.label, what, result))
                     continue
                 item.forced.append(Forced(start, result))
                 assert item.reference is not None
@@ -338,11 +294,13 @@ class EndpointGather(_ParityGather):
         }
         todo = sorted((pid, e) for pid, e in wanted if lacking[e] is None)
         backend = target.backend
-        results = _Requests(run, target).settle(
+        results = settle(
+            run.cache,
+            target,
             [
                 backend.generate_via(e, self.messages(prompts[pid]), self.params(prompts[pid]))
                 for pid, e in todo
-            ]
+            ],
         )
         done = dict(zip(todo, results, strict=True))
         out: dict[str, Any] = {}
@@ -365,7 +323,7 @@ class EndpointGather(_ParityGather):
                 result = done[(plan.key, label)]
                 if isinstance(result, BackendError):
                     what = f"the {label} endpoint's request"
-                    item.conduct.failures.append(failure(target.label, what, result))
+                    item.conduct.failures.append(request_failure(target.label, what, result))
                 elif side == 0:
                     item.reference = result
                 else:
