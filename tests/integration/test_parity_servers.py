@@ -93,6 +93,61 @@ def test_endpoint_parity_fails_when_one_endpoint_is_altered(
     assert props["s01[chat]"]["infercheck_match"] == "False"
 
 
+def run_with_results(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[str, Any]]:
+    result = pytester.runpytest_subprocess(
+        "-q", "-p", "no:cacheprovider", "--infercheck-results=r.json"
+    )
+    doc = load_results(pytester.path / "r.json")
+    return result, {item["name"]: item for item in doc["items"]}
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_a_refused_or_failed_stream_fails_every_item_naming_the_servers_message(
+    pytester: pytest.Pytester, llama_url: str, adder: str, status: int
+) -> None:
+    """Every streamed request refused (4xx) or failed (5xx) by a proxy in front of a real
+    llama-server: the probe's streamed request is refused too, which is no proof that the
+    server lacks streaming, so each prompt's streamed request is made, and each item fails
+    with the server's words; the aggregate names them. (Before the facets, the items failed
+    as well, each with the backend's exception.)"""
+    with FaultyProxy(llama_url, Fault(refuse_streams=status)) as proxy:
+        write_project(pytester, llama_at(proxy.url), "  - stream-parity: adder@llama", adder)
+        result, items = run_with_results(pytester)
+        assert proxy.altered == 1 + len(PROMPTS)  # the probe's, then one per prompt
+    assert result.parseoutcomes() == {"failed": 4 + 1}, result.stdout.str()
+    said = (
+        f"adder@llama: the streamed request failed: HTTP {status}: faulty proxy: streaming refused"
+    )
+    for prompt_id, _, _ in PROMPTS:
+        assert items[prompt_id]["violations"] == [said], prompt_id
+        assert items[prompt_id]["role"] == "incomplete"
+        assert items[prompt_id]["data"]["failures"] == [said]
+    names = ", ".join(f"{i} ({said})" for i, _, _ in PROMPTS)
+    assert items["aggregate"]["violations"] == [f"4 of 4 items failed: {names}"]
+    assert items["aggregate"]["data"]["n_failed"] == 4
+
+
+def test_a_stream_path_the_probe_found_lacking_is_unsupported(
+    pytester: pytest.Pytester, llama_url: str, adder: str
+) -> None:
+    """A proxy answering 404 to every streamed request while the server answers the rest:
+    the probe finds streaming lacking, no streamed request is made, and each item says it is
+    unsupported and compares nothing (it passes: the target does not offer the path)."""
+    with FaultyProxy(llama_url, Fault(refuse_streams=404)) as proxy:
+        write_project(pytester, llama_at(proxy.url), "  - stream-parity: adder@llama", adder)
+        result, items = run_with_results(pytester)
+        assert proxy.altered == 1  # the probe's streamed request only
+    assert result.parseoutcomes() == {"passed": 4 + 1}, result.stdout.str()
+    lacking = (
+        'a streamed request: HTTP 404: {"error": {"code": 404, "message": "faulty proxy: '
+        'streaming refused"}}'
+    )
+    assert items["s01"]["data"]["unsupported"] == [
+        f"the streamed request: unsupported (streaming not offered: {lacking})"
+    ]
+    assert items["aggregate"]["data"]["unsupported"] == [i for i, _, _ in PROMPTS]
+
+
 def test_parity_passes_on_vllm_mlx_and_names_mlx_lm_servers_logprobs(
     pytester: pytest.Pytester,
     tiny_models: dict[str, Path],
