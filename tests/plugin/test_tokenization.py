@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.backends import Backend, Generation, GenerationParams, PromptInput
+from pytest_infercheck.backends.http import HttpError
 from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
 from pytest_infercheck.checks.tokenization import (
@@ -51,6 +52,9 @@ class TokenFault(Backend):
         self.inner, self.fault, self.kind = inner, fault, inner.kind
 
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        if self.fault == "refused":
+            body = '{"error": {"message": "tokenizer crashed"}}'
+            raise HttpError(f"backend {self.name!r}: POST /tokenize -> HTTP 500", 500, body)
         rendered = await self.inner.render(user_text, system, thinking)
         text, ids = rendered.text, list(rendered.token_ids or ())
         if self.fault == "template":
@@ -79,7 +83,7 @@ def pytest_infercheck_wrap_backend(
 ) -> Backend | None:
     """Wrap backends named ``tok-<fault>``."""
     fault = name.removeprefix("tok-")
-    return TokenFault(backend, fault, name) if fault in FAULTS else None
+    return TokenFault(backend, fault, name) if fault in (*FAULTS, "refused") else None
 
 
 SUITE = [("p01", "12+34="), ("p02", "<b>7</b>+8=")]
@@ -191,6 +195,36 @@ def test_faithful_passes_and_each_fault_fails_naming_position_and_cause(
     cells = [c.text() for c in parse(html).all("td")]
     assert cells[-40:-35] == ["0", "1", "<s>", "-", "None"]  # position 0 of the window
     assert "&lt;s&gt;" in html and "<s>" not in html
+
+
+def test_a_failed_request_fails_the_item_with_the_servers_words(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path]
+) -> None:
+    backends = "  local: {kind: mlx-lm}\n  tok-refused: {kind: mlx-lm}\n"
+    write(
+        pytester,
+        f"  adder: {{path: '{tiny_models['bf16']}'}}\n",
+        backends,
+        "  - tokenization: {targets: [adder@local, adder@tok-refused]}\n",
+    )
+    run = pytester.runpytest("-q", "-p", "no:cacheprovider", "--infercheck-results=r.json")
+    assert run.parseoutcomes() == {"failed": 2 + 1}, run.stdout.str()
+    items = results(pytester)
+    for prompt_id, _ in SUITE:
+        item = items[f"{prompt_id}[tok-refused]"]
+        said = (
+            f"adder@tok-refused: rendering prompt {prompt_id} failed: HTTP 500: tokenizer crashed"
+        )
+        assert item["violations"] == [said] and item["role"] == "incomplete"
+        assert item["data"] == {
+            "prompt_id": prompt_id,
+            "reference": "adder@local",
+            "other": "adder@tok-refused",
+            "failures": [said],
+        }
+    aggregate = items["aggregate"]["data"]
+    assert (aggregate["items"], aggregate["incomplete"], aggregate["identical"]) == (2, 2, 0)
+    assert items["aggregate"]["violations"][0].startswith("2 of 2 items failed: p01[tok-refused]")
 
 
 def nfc_copy(source: Path, dest: Path) -> Path:

@@ -232,3 +232,36 @@ async def test_the_probe_sends_one_minimal_request_per_path() -> None:
     assert sorted(server.asked) == ["chat:Hi", "completions:Hi", "messages:Hi", "stream:Hi"]
     assert found.offered == frozenset({"completions-endpoint", "chat-endpoint", "streaming"})
     assert list(found.lacking) == ["messages-endpoint"]
+
+
+# -- a written logprob_tolerance known unmeasurable from the matrix ---------------------------
+MATRIX = """\
+models: {{adder: {{path: ./adder}}}}
+backends: {{srv: {{kind: {kind}, url: 'http://127.0.0.1:9'{options}}}}}
+suites: [addition]
+checks:
+  - stream-parity: adder@srv
+    logprob_tolerance: 0.001
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "why"),
+    [
+        ("vllm-mlx", "", "backend 'srv' (vllm-mlx) returns no logprobs"),
+        ("openai", ", logprobs: false", "backend 'srv' has logprobs: false"),
+        ("openai", "", None),
+    ],
+)
+def test_stream_parity_says_which_written_gate_the_matrix_makes_unmeasurable(
+    tmp_path: Path, kind: str, options: str, why: str | None
+) -> None:
+    from pytest_infercheck.checks.parity.spec import stream_unmeasurable
+    from pytest_infercheck.config import load_matrix
+
+    path = tmp_path / "infercheck.yaml"
+    path.write_text(MATRIX.format(kind=kind, options=options))
+    loaded = load_matrix(path)
+    found = stream_unmeasurable(loaded, loaded.matrix.checks[0], 0)
+    expected = {} if why is None else {"logprob_tolerance": f"not measured on any item: {why}"}
+    assert found == expected
