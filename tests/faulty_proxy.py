@@ -30,6 +30,9 @@ With ``empty_body``, a request chosen for alteration is not forwarded at all: th
 answers it with HTTP 200 and an empty body (no content type), as a broken server or gateway
 may, streamed or not.
 
+With ``alter_paths``, every generation response on those paths (``/v1/chat/completions``)
+is altered, whatever the order of the requests.
+
 With ``refuse_streams`` (an HTTP status), every generation request that asks for a streamed
 answer (``stream: true``) is not forwarded: the proxy answers it with that status and an
 OpenAI-style error body (``{"error": {"code", "message": "faulty proxy: streaming
@@ -122,6 +125,7 @@ class Fault:
     calls_to_content: bool = False  # non-streamed answers: tool calls moved into content
     null_stream_tool_calls: bool = False  # streamed chat: tool_calls null, finish_reason stop
     refuse_streams: int = 0  # a streamed generation request is answered with this HTTP status
+    alter_paths: frozenset[str] = frozenset()  # every generation response on these paths
 
 
 # --------------------------------------------------------------------------------------
@@ -754,6 +758,8 @@ class FaultyProxy:
         path = handler.path.split("?", 1)[0]
         generation = handler.command == "POST" and path in GENERATION_PATHS
         request = self._begin(*prompt_of(body)) if generation else None
+        if request is not None and path in self.fault.alter_paths:
+            request.history = True  # selected for alteration, as by its history
         self._check_poison(body)  # after _begin: the poison request itself stays intact
         try:
             if request is not None and self.fault.delay_s > 0:
