@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from ...render.views import target_aggregate
 from ..framework.kind import CheckKind, PresentFacet, SpecFacet
-from ..protocol import TargetContext, target_label
+from ..framework.target import TargetContext, target_label
 from .compare import NON_FINITE_DRIFT, SideComparison, compare_generations
 from .evidence import Forced, ParityEvidence
 from .gather import EndpointGather, StreamGather

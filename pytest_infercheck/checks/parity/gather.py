@@ -28,19 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 from ...backends.base import BackendError, PromptInput
 from ...conversation import has_generated
-from ...specs import SERVER_KINDS
 from ..framework.requests import request_failure, settle
-from ..protocol import TargetContext
+from ..framework.target import TargetContext, TargetGatherer
 from .compare import continuation_divergence
 from .evidence import Forced, ParityEvidence
 from .records import EndpointParityContext
 
 if TYPE_CHECKING:
-    from ...backends.base import Generation, GenerationParams
+    from ...backends.base import Generation
     from ...generation_cache import ResolvedTarget
     from ...suites import Prompt
     from ..framework.plan import ItemPlan
-    from ..framework.run import RunContext
 
 MAX_CONTINUATIONS = 4
 """Continuations past near-ties per item (each one request)."""
@@ -53,32 +51,13 @@ def endpoint_ability(endpoint: str) -> str:
     return f"{endpoint}-endpoint"
 
 
-def served_target(run: RunContext) -> ResolvedTarget:
-    """The check's target, which must be served over HTTP (checked before anything loads):
-    an in-process target is a ``BackendError`` naming the server kinds."""
-    side = run.check.baseline_side(run.index)
-    target = run.loaded.target(side.ref, side.loc)
-    kind = run.loaded.matrix.backends[target.backend].kind
-    if kind not in SERVER_KINDS:
-        raise BackendError(
-            f"{run.check.kind} needs a server backend ({', '.join(SERVER_KINDS)}): "
-            f"{target.label} runs in-process ({kind})"
-        )
-    return run.resolve(side)
-
-
-class _ParityGather:
-    """What both parity kinds' gatherers share."""
-
-    def __init__(self, run: RunContext) -> None:
-        self.run = run
+class _ParityGather(TargetGatherer[Any]):
+    """What both parity kinds' gatherers share: the target, which must be served over HTTP
+    (an in-process one fails every item and the aggregate)."""
 
     @property
-    def target(self) -> ResolvedTarget:
-        return served_target(self.run)
-
-    def params(self, prompt: Prompt) -> GenerationParams:
-        return self.run.params(prompt)
+    def served(self) -> ResolvedTarget:
+        return self.served_target()
 
     def _engines(self, target: ResolvedTarget) -> dict[str, dict[str, Any]]:
         return {target.label: target.backend.identity()}
@@ -90,7 +69,7 @@ class StreamGather(_ParityGather):
     decisive``."""
 
     def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, Any]:
-        run, target = self.run, self.target
+        run, target = self.run, self.served
         cache, thresholds = run.cache, run.thresholds
         lacking = cache.abilities(target).unsupported(STREAMING, "the streamed request")
         prompts = list({p.key: run.prompt(p.key) for p in plans}.values())
@@ -125,16 +104,12 @@ class StreamGather(_ParityGather):
     ) -> dict[str, PromptInput]:
         """Each prompt as the target receives it (a conversation's ``generate`` turns filled
         in by the target); a render that fails is the item's failed request."""
-        cache, thinking = self.run.cache, self.run.settings.thinking
-        cache.render_many(target, [p for p in prompts if not has_generated(p)], thinking)
+        ready = [p for p in prompts if not has_generated(p)]
+        self.run.cache.render_many(target, ready, self.run.settings.thinking)
         out: dict[str, PromptInput] = {}
         for prompt in prompts:
             try:
-                if has_generated(prompt):
-                    conversation = cache.conversation(target, prompt, thinking, self.params(prompt))
-                    out[prompt.id] = conversation.final
-                else:
-                    out[prompt.id] = cache.render(target, prompt, thinking)
+                out[prompt.id] = self.render(prompt)
             except BackendError as exc:
                 what = f"rendering prompt {prompt.id}"
                 evidence[prompt.id].conduct.failures.append(
@@ -265,7 +240,7 @@ class StreamGather(_ParityGather):
         return target.backend.generate_stream(forced, budget)
 
     def context(self) -> TargetContext:
-        target = self.target
+        target = self.served
         return TargetContext(target.label, self._engines(target))
 
 
@@ -283,7 +258,7 @@ class EndpointGather(_ParityGather):
         return list(self.run.spec.endpoints)
 
     def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, Any]:
-        run, target = self.run, self.target
+        run, target = self.run, self.served
         abilities = run.cache.abilities(target)
         reference = self.endpoints[0]
         prompts = {p.key: run.prompt(p.key) for p in plans}
@@ -341,5 +316,5 @@ class EndpointGather(_ParityGather):
         )
 
     def context(self) -> EndpointParityContext:
-        target = self.target
+        target = self.served
         return EndpointParityContext(target.label, self.endpoints[0], self._engines(target))  # type: ignore[arg-type]

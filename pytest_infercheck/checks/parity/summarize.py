@@ -19,7 +19,7 @@ from ...metrics.answers import FlipKind
 from ...metrics.consistency import aggregate_faults
 from ...metrics.ties import count_labels
 from ..framework.items import RecordedItem, Summary
-from ..protocol import TargetContext
+from ..framework.target import TargetContext
 from .records import (
     EndpointCounts,
     EndpointParityAggregate,

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from ...specs import KindThresholds
 from ..framework.kind import CheckKind, PresentFacet, SpecFacet
-from ..protocol import TargetContext
+from ..framework.target import TargetContext
 from .evidence import Measured, TokenEvidence
 from .gather import TokenizationGather, measure
 from .judge import item_violations, judge, window

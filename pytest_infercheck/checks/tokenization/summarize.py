@@ -14,7 +14,7 @@ from typing import Any
 from ...metrics.tokenization import Status
 from ...specs import KindThresholds
 from ..framework.items import RecordedItem, Summary
-from ..protocol import TargetContext
+from ..framework.target import TargetContext
 from .records import SideCounts, TokenizationAggregate, TokenizationIncomplete, TokenizationPrompt
 
 
