@@ -265,3 +265,24 @@ def test_stream_parity_says_which_written_gate_the_matrix_makes_unmeasurable(
     found = stream_unmeasurable(loaded, loaded.matrix.checks[0], 0)
     expected = {} if why is None else {"logprob_tolerance": f"not measured on any item: {why}"}
     assert found == expected
+
+
+def test_the_views_of_an_item_that_compared_nothing_escape_the_servers_words() -> None:
+    from pytest_infercheck.checks.parity import ParityIncomplete
+    from pytest_infercheck.checks.tokenization import TokenizationIncomplete
+    from pytest_infercheck.records import plain_data
+    from pytest_infercheck.report.views import item_detail
+    from tests.htmldom import parse
+
+    said = "adder@llama: the streamed request failed: HTTP 400: <b>no</b>"
+    records = [
+        (
+            "stream-parity",
+            ParityIncomplete("s01", "adder@llama", "non-streamed", "streamed", [said]),
+        ),
+        ("tokenization", TokenizationIncomplete("p1", "adder@local", "adder@llama", [said])),
+    ]
+    for kind, record in records:
+        html = item_detail({"kind": kind, "role": "incomplete", "data": plain_data(record)})
+        assert "<b>" not in html and "&lt;b&gt;no&lt;/b&gt;" in html
+        assert said in parse(html).text()
