@@ -128,12 +128,16 @@ class StreamGather(_ParityGather):
         checks of the target), concurrently."""
         cache = self.run.cache
         jobs = [(rendered[p.id], self.params(p)) for p in prompts if p.id in rendered]
-        cache.prefetch(target, jobs)
+        failed = cache.prefetch(target, jobs)  # (a failed job is not asked again)
         for prompt in prompts:
             if prompt.id not in rendered:
                 continue
+            params = self.params(prompt)
             try:
-                generation = cache.generate(target, rendered[prompt.id], self.params(prompt))
+                error = failed.get((rendered[prompt.id].key(), params.key(), 0))
+                if error is not None:
+                    raise error
+                generation = cache.generate(target, rendered[prompt.id], params)
             except BackendError as exc:
                 what = "the non-streamed request"
                 evidence[prompt.id].conduct.failures.append(
