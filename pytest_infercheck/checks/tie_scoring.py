@@ -16,7 +16,6 @@ server's message), never a quiet "not judged".
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import BackendError
 from ..metrics.past_tie import Rescored, rescored_full, rescored_top_k
 from ..verdict.conduct import RequestFailure
-from .single_target import failure_of
+from .framework.requests import request_failure, settle
 
 if TYPE_CHECKING:
     from ..generation_cache import GenerationCache, ResolvedTarget
@@ -81,19 +80,13 @@ def rescore(
             return await backend.score(list(job.prompt_ids), list(job.ids))
         return await backend.score_top_k(list(job.prompt_ids), list(job.ids))
 
-    async def every() -> list[Any]:
-        return await asyncio.gather(*(one(job) for job in todo), return_exceptions=True)
-
-    failures = []
-    results = cache.call(target, every()) if todo else []
+    failures: list[RequestFailure] = []
+    results = settle(cache, target, [one(job) for job in todo])
     for job, result in zip(todo, results, strict=True):
         if isinstance(result, BackendError):
-            failures.append(
-                failure_of(target.label, f"teacher-forced scoring of {job.what}", result)
-            )
+            what = f"teacher-forced scoring of {job.what}"
+            failures.append(request_failure(target.label, what, result))
             out[job] = Rescored(unscored=f"its scoring request failed: {result}")
-        elif isinstance(result, BaseException):
-            raise result
         else:
             assert job.ids is not None
             out[job] = rescored_full(result, job.ids) if full else rescored_top_k(result, job.ids)

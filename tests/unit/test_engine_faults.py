@@ -25,11 +25,13 @@ from pytest_infercheck.checks.batch_invariance import BatchInvarianceGather, Bat
 from pytest_infercheck.checks.cache_pollution import CachePollutionRun, HostileRecord
 from pytest_infercheck.checks.determinism import DeterminismGather, DeterminismPrompt
 from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
-from pytest_infercheck.checks.parity import EndpointParityRun, ParityPrompt, StreamParityRun
+from pytest_infercheck.checks.parity import ParityPrompt
+from pytest_infercheck.checks.parity.gather import EndpointGather, StreamGather
 from pytest_infercheck.checks.protocol import ItemPlan
 from pytest_infercheck.config import CheckSpec, Settings
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.suites import Prompt, Suite
+from pytest_infercheck.verdict.conduct import Abilities
 
 NAN, INF = math.nan, math.inf
 Script = Callable[[str, int], Generation]
@@ -120,6 +122,15 @@ class Cache:
     def call(self, target: Any, work: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run(work)
 
+    def abilities(self, target: Any) -> Abilities:
+        return Abilities()  # nothing probed: every request is made
+
+    def render_many(self, target: Any, prompts: Any, thinking: bool) -> None:
+        return None
+
+    def check_alive(self, target: Any, *, after_failures: bool = False) -> None:
+        return None
+
     def run(self, work: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run(work)
 
@@ -144,7 +155,7 @@ def make_run(run_type: type, entry: dict[str, Any], script: Script, **engine: An
     suite = Suite("s", Path("s.jsonl"), PROMPTS)
     context = RunContext(Cache(Engine(script, **engine)), LOADED, check, 0, suite, Settings())  # type: ignore[arg-type]
     gatherer = check.check_kind.gather(context)
-    assert getattr(gatherer, "old", gatherer).__class__ is run_type
+    assert isinstance(gatherer, run_type) or gatherer.old.__class__ is run_type
     return SuiteRun(check.check_kind, context)
 
 
@@ -233,15 +244,15 @@ def test_determinism_fails_an_item_whose_every_run_failed_whatever_max_error_rat
 
     def script(text: str, n: int) -> Generation:
         if text == "40+35=":
-            raise HttpError("backend 'llama': POST /completion -> HTTP 500: boom", 500)
+            body = '{"error": {"code": 500, "message": "boom"}}'
+            raise HttpError(f"backend 'llama': POST /completion -> HTTP 500: {body}", 500, body)
         return GOOD
 
     entry = {**DETERMINISM, "max_error_rate": 1.0}
     run = make_run(DeterminismGather, entry, script)
     violations, data = outcome(run, "p2")
     assert violations == [
-        "adder@llama: every run (3 of 3) of p2 failed: backend 'llama': POST /completion -> "
-        "HTTP 500: boom",
+        "adder@llama: every run (3 of 3) of p2 failed: HTTP 500: boom",
         "max_logprob_drift: not measured: no two runs with identical tokens (0 distinct "
         "outputs of 0 successful runs)",
     ]
@@ -336,17 +347,18 @@ def test_batch_invariance_fails_a_failed_batched_request_with_the_servers_messag
 
     def script(text: str, n: int) -> Generation:
         if text == "12+34=#batched":
-            raise HttpError("backend 'llama': POST /completion -> HTTP 503: busy", 503)
+            body = '{"error": {"code": 503, "message": "busy"}}'
+            raise HttpError(f"backend 'llama': POST /completion -> HTTP 503: {body}", 503, body)
         return GOOD
 
     run = make_run(BatchInvarianceGather, NEEDLE, script)
     violations, record = outcome(run, "p1")
     assert [t.error for t in record.trials] == [
-        "HttpError: backend 'llama': POST /completion -> HTTP 503: busy"
+        "HttpError: backend 'llama': POST /completion -> HTTP 503: "
+        '{"error": {"code": 503, "message": "busy"}}'
     ] * 2
     assert violations == [
-        f"trial {t.trial} (position {t.position} of 3): the batched request failed: "
-        "backend 'llama': POST /completion -> HTTP 503: busy"
+        f"trial {t.trial} (position {t.position} of 3): the batched request failed: HTTP 503: busy"
         for t in record.trials
     ]
 
@@ -374,10 +386,10 @@ def streamed(other: Generation) -> Script:
 
 
 def test_stream_parity_passes_a_faithful_engine_and_an_unreported_position() -> None:
-    run = make_run(StreamParityRun, STREAM, streamed(GOOD))
+    run = make_run(StreamGather, STREAM, streamed(GOOD))
     assert outcome(run, "p1")[0] == []
     gap = gen("46", [55, 57, 2], [-0.5, NAN, -0.125], [{55: -0.5}, {}, {2: -0.125}])
-    run = make_run(StreamParityRun, STREAM, streamed(gap))
+    run = make_run(StreamGather, STREAM, streamed(gap))
     violations, record = outcome(run, "p1")
     assert violations == [] and record.logprob_drift == 0.0
     assert run.aggregate().violations == []
@@ -388,14 +400,12 @@ def test_stream_parity_names_a_non_finite_logprob_it_used_to_skip(
     value: float, label: str, drift: str
 ) -> None:
     # The old drift skipped every position where a side was not finite.
-    run = make_run(
-        StreamParityRun, STREAM, streamed(gen("46", [55, 57, 2], [value, -0.25, -0.125]))
-    )
+    run = make_run(StreamGather, STREAM, streamed(gen("46", [55, 57, 2], [value, -0.25, -0.125])))
     violations, record = outcome(run, "p1")
     assert violations == [
         f"non-finite logprob in the streamed output at position 0 ({label})",
-        f"logprob drift {drift} with identical tokens is not finite: fails logprob_tolerance "
-        "0.0001",
+        # logprob_tolerance at its default (not written) judges the measured drift
+        f"logprob_tolerance: logprob drift with identical tokens is not finite ({drift}): fails",
     ]
     assert run.aggregate().violations == [
         f"1 of 2 items failed: p1 (non-finite logprob in the streamed output at position 0 "
@@ -406,7 +416,7 @@ def test_stream_parity_names_a_non_finite_logprob_it_used_to_skip(
 
 
 def test_stream_parity_names_an_empty_streamed_output() -> None:
-    run = make_run(StreamParityRun, STREAM, streamed(gen("", [], [])))
+    run = make_run(StreamGather, STREAM, streamed(gen("", [], [])))
     violations, _ = outcome(run, "p1")
     assert violations[0] == (
         "empty generation: the streamed output generated no tokens while the non-streamed "
@@ -421,20 +431,20 @@ def test_endpoint_parity_names_an_empty_endpoint_and_a_nan_similarity(
     def script(text: str, n: int) -> Generation:
         return gen("" if text.endswith("#chat") else "46", None)
 
-    run = make_run(EndpointParityRun, ENDPOINTS, script)
+    run = make_run(EndpointGather, ENDPOINTS, script)
     violations, _ = outcome(run, "p1", "chat")
     assert violations == [
         "empty generation: the chat output generated no characters while the completions "
         "output generated 2",
-        "chat vs completions: similarity 0.0000 < min_similarity 1.0 (first divergence at char 0)",
+        "chat vs completions: similarity 0 < min_similarity 1",  # the default, 1.0
     ]
     # a similarity that is NaN (here patched in) never passes min_similarity
-    monkeypatch.setattr(parity, "similarity", lambda a, b: NAN)
-    run = make_run(EndpointParityRun, ENDPOINTS, lambda text, n: gen("46", None))
+    monkeypatch.setattr(parity.compare, "similarity", lambda a, b: NAN)
+    run = make_run(EndpointGather, ENDPOINTS, lambda text, n: gen("46", None))
     violations, _ = outcome(run, "p1", "chat")
     assert violations == [
         "non-finite similarity of chat vs completions (NaN)",
-        "chat vs completions: similarity nan < min_similarity 1.0 (first divergence at None None)",
+        "min_similarity: chat vs completions: similarity is not finite (nan): fails",
     ]
 
 
@@ -505,7 +515,7 @@ def test_the_html_detail_of_each_kind_lists_its_faults() -> None:
             make_run(BatchInvarianceGather, NEEDLE, only_p1("#batched")),
             "p1",
         ),
-        ("stream-parity", "prompt", make_run(StreamParityRun, STREAM, only_p1("#streamed")), "p1"),
+        ("stream-parity", "prompt", make_run(StreamGather, STREAM, only_p1("#streamed")), "p1"),
         (
             "cache-pollution",
             "hostile",

@@ -5,63 +5,63 @@ that fails, or passes, later."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from pytest_infercheck.checks.registry import kind_named
-from pytest_infercheck.config import load_matrix
-from pytest_infercheck.yamlpos import SourceError
 
 MATRIX = """\
 models: {a: {path: x}}
 backends:
   srv: {kind: openai, url: 'http://127.0.0.1:1', logprobs: false}
+  vmlx: {kind: vllm-mlx, url: 'http://127.0.0.1:1'}
   full: {kind: openai, url: 'http://127.0.0.1:1'}
-suites: [r]
+suites: [r.jsonl]
 checks:
 %s"""
 
 
-def load(tmp_path: Path, checks: str) -> object:
-    path = tmp_path / "infercheck.yaml"
-    path.write_text(MATRIX % checks)
-    return load_matrix(path)
+def collect(pytester: pytest.Pytester, checks: str) -> pytest.RunResult:
+    """Collect the matrix with ``checks`` (no request is made: collection fails first)."""
+    pytester.makefile(".jsonl", r='{"id": "p", "prompt": "1+1=", "max_tokens": 2}')
+    pytester.makefile(".yaml", infercheck=MATRIX % checks)
+    return pytester.runpytest_subprocess("--collect-only", "-q", "-p", "no:cacheprovider")
 
 
 def test_a_logprob_gate_on_a_backend_without_logprobs_is_an_error_at_its_line(
-    tmp_path: Path,
+    pytester: pytest.Pytester,
 ) -> None:
     checks = (
         "  - determinism: {target: a@srv, runs: 2}\n"
-        "    max_logprob_drift: 0.0\n"  # line 8
-        "  - batch-invariance: a@srv\n"
-        "    logprob_tolerance: 0.001\n"  # line 10
+        "    max_logprob_drift: 0.0\n"  # line 9
+        "  - batch-invariance: a@vmlx\n"
+        "    logprob_tolerance: 0.001\n"  # line 11
     )
-    with pytest.raises(SourceError) as info:
-        load(tmp_path, checks)
-    text = str(info.value)
+    result = collect(pytester, checks)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
     assert (
-        "infercheck.yaml:8: checks[0].max_logprob_drift: 0.0 cannot be judged: it is never "
-        "measured: backend 'srv' has logprobs: false: no run exposes logprobs, so no drift "
-        "among runs can be measured"
-    ) in text
+        "infercheck.yaml:9: checks[0].max_logprob_drift: not measured on any item: backend "
+        "'srv' has logprobs: false"
+    ) in out
+    result = collect(pytester, checks.replace("a@srv", "a@full"))
+    assert result.ret == pytest.ExitCode.INTERRUPTED
     assert (
-        "infercheck.yaml:10: checks[1].logprob_tolerance: 0.001 cannot be judged: it is never "
-        "measured: backend 'srv' has logprobs: false"
-    ) in text
+        "infercheck.yaml:11: checks[1].logprob_tolerance: not measured on any item: backend "
+        "'vmlx' (vllm-mlx) returns no logprobs"
+    ) in result.stdout.str()
 
 
-def test_the_same_checks_load_where_logprobs_can_be_had_or_the_gate_is_not_written(
-    tmp_path: Path,
+def test_the_same_checks_collect_where_logprobs_can_be_had_or_the_gate_is_not_written(
+    pytester: pytest.Pytester,
 ) -> None:
-    load(
-        tmp_path,
+    result = collect(
+        pytester,
         "  - determinism: {target: a@full, runs: 2}\n    max_logprob_drift: 0.0\n"
         "  - batch-invariance: a@full\n    logprob_tolerance: 0.001\n"
         # not written: its default applies where logprobs are measured, and is not required
-        "  - determinism: {target: a@srv, runs: 2}\n  - batch-invariance: a@srv\n",
+        "  - determinism: {target: a@srv, runs: 2}\n  - batch-invariance: a@vmlx\n",
     )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ records in :mod:`.records` (:class:`BatchInvariancePrompt`, role ``prompt``, its
 from __future__ import annotations
 
 from ..framework.kind import CheckKind, SpecFacet
-from ..protocol import TargetContext, target_label
+from ..framework.target import TargetContext, target_label
 from .gather import BatchInvarianceGather
 from .judge import judge
 from .present import PRESENT, batch_invariance_prompt, describe, summary_lines

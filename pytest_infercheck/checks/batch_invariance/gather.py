@@ -25,33 +25,26 @@ from typing import TYPE_CHECKING, Any
 
 from ...backends import BackendError
 from ...metrics.consistency import read_generation
-from ..protocol import TargetContext
-from ..single_target import failure_of, render, target_context, target_of
+from ...verdict.conduct import RequestFailure
+from ..framework.requests import request_failure
+from ..framework.target import TargetGatherer
 from ..tie_scoring import ScoreJob, rescore
 from .evidence import BatchInvarianceEvidence
 from .records import AloneOutput, BatchInvariancePrompt
+from .spec import BatchInvarianceSpec
 from .trials import batched_by, compare_to_alone, trial_labels, where
 
 if TYPE_CHECKING:
     from ...backends import Generation, PromptInput
-    from ...generation_cache import ResolvedTarget
     from ...suites import Prompt
     from ..framework.plan import ItemPlan
-    from ..framework.run import RunContext
 
 MAX_REPEAT = 3
 """Companions are other prompts repeated 1..MAX_REPEAT times (mixed lengths)."""
 
 
-class BatchInvarianceGather:
+class BatchInvarianceGather(TargetGatherer[BatchInvarianceSpec]):
     """The trials of one check x suite in this process (see the module docstring)."""
-
-    def __init__(self, run: RunContext) -> None:
-        self.run = run
-
-    @property
-    def target(self) -> ResolvedTarget:
-        return target_of(self.run)
 
     def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, Any]:
         out: dict[str, Any] = {}
@@ -64,9 +57,9 @@ class BatchInvarianceGather:
 
     def _prompt(self, prompt: Prompt) -> BatchInvarianceEvidence:
         run, target = self.run, self.target
-        spec, backend = run.spec, target.backend
-        params = run.params(prompt)
-        needle = render(run, target, prompt)
+        spec, backend = self.spec, target.backend
+        params = self.params(prompt)
+        needle = self.render(prompt)
         alone = run.cache.call(target, backend.generate(needle, params))
         alone_read = read_generation("the output alone", alone)
         rng = random.Random(f"{spec.seed}:{prompt.id}")
@@ -94,10 +87,13 @@ class BatchInvarianceGather:
                 tie_margin=run.thresholds.tie_margin,
             )
             trials.append(trial)
-            if not isinstance(batched, BaseException):
-                outputs[n] = batched
+            if isinstance(batched, BackendError):
+                failures.append(request_failure(where(trial), "the batched request", batched))
+            elif isinstance(batched, BaseException):  # the engine's own error, in-process
+                said = f"{type(batched).__name__}: {batched}"
+                failures.append(RequestFailure(where(trial), "the batched request", said))
             else:
-                failures.append(failure_of(where(trial), "the batched request", batched))
+                outputs[n] = batched
         record = BatchInvariancePrompt(
             prompt_id=prompt.id,
             target=target.label,
@@ -154,8 +150,4 @@ class BatchInvarianceGather:
         if other.messages is not None:
             repeat = 1
         name = other.id if repeat == 1 else f"{other.id}*{repeat}"
-        target = self.target
-        return name, render(self.run, target, dataclasses.replace(other, text=other.text * repeat))
-
-    def context(self) -> TargetContext:
-        return target_context(self.target)
+        return name, self.render(dataclasses.replace(other, text=other.text * repeat))

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from ...specs import LogprobTolerance, TargetCheck, TieGates
 from ...verdict.gate import Gate
+from ..framework.target import no_logprobs_reason
 
 if TYPE_CHECKING:
     from ...config import CheckSpec, LoadedMatrix
@@ -55,14 +56,8 @@ GATES = (
 
 
 def unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> dict[str, str]:
-    """``logprob_tolerance`` on a backend written ``logprobs: false``: no output exposes
-    logprobs, so no difference can be measured."""
-    side = check.baseline_side(index)
-    target = loaded.target(side.ref, side.loc)
-    backend = loaded.matrix.backends.get(target.backend)
-    if backend is not None and not backend.logprobs:
-        return {
-            "logprob_tolerance": f"backend {target.backend!r} has logprobs: false: no output "
-            "exposes logprobs, so no difference alone vs batched can be measured"
-        }
-    return {}
+    """``logprob_tolerance`` written on a target known from the matrix to return no
+    logprobs: no difference alone vs batched can be measured (a collection error at its
+    line)."""
+    reason = no_logprobs_reason(loaded, check, index)
+    return {} if reason is None else {"logprob_tolerance": f"not measured on any item: {reason}"}

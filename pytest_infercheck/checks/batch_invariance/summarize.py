@@ -14,7 +14,7 @@ from typing import Any
 from ...metrics.consistency import aggregate_faults
 from ...metrics.ties import count_labels
 from ..framework.items import RecordedItem, Summary
-from ..protocol import TargetContext
+from ..framework.target import TargetContext
 from .records import BatchInvarianceAggregate, BatchInvariancePrompt
 from .spec import BatchInvarianceThresholds
 from .trials import record_faults

@@ -21,7 +21,7 @@ role ``aggregate``).
 from __future__ import annotations
 
 from ..framework.kind import CheckKind, SpecFacet
-from ..protocol import target_label
+from ..framework.target import target_label
 from .gather import DeterminismGather
 from .judge import judge
 from .present import PRESENT, describe, determinism_prompt, summary_lines

@@ -21,37 +21,29 @@ from typing import TYPE_CHECKING, Any
 from ...backends import BackendError
 from ...metrics.determinism import RunOutput, run_output, summarize_runs
 from ...verdict.conduct import Conduct
-from ..single_target import failure_of, render, target_of
+from ..framework.requests import request_failure
+from ..framework.target import TargetGatherer
 from ..tie_scoring import ScoreJob, rescore
 from .evidence import DeterminismEvidence
 from .records import DeterminismContext
+from .spec import DeterminismSpec
 
 if TYPE_CHECKING:
     from ...backends import GenerationParams, PromptInput
-    from ...generation_cache import ResolvedTarget
     from ..framework.plan import ItemPlan
-    from ..framework.run import RunContext
 
 
-class DeterminismGather:
+class DeterminismGather(TargetGatherer[DeterminismSpec]):
     """The runs of one check x suite in this process (see the module docstring)."""
-
-    def __init__(self, run: RunContext) -> None:
-        self.run = run
-
-    @property
-    def target(self) -> ResolvedTarget:
-        return target_of(self.run)
 
     @property
     def runs(self) -> int:
-        runs: int = self.run.spec.runs
-        return runs
+        return self.spec.runs
 
     def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, Any]:
         run, target = self.run, self.target
         prompts = [run.prompt(plan.key) for plan in plans]
-        jobs = [(render(run, target, p), run.params(p)) for p in prompts]
+        jobs = [(self.render(p), self.params(p)) for p in prompts]
         failures = run.cache.prefetch(target, jobs, runs=self.runs)
         if failures:
             run.cache.check_alive(target, after_failures=True)
@@ -89,7 +81,7 @@ class DeterminismGather:
         conduct = Conduct()
         if errors and len(errors) == len(outputs):  # nothing to judge: the runs failed
             what = f"every run ({len(errors)} of {len(outputs)}) of {prompt_id}"
-            conduct.failures.append(failure_of(target.label, what, errors[0]))
+            conduct.failures.append(request_failure(target.label, what, errors[0]))
         evidence = DeterminismEvidence(
             prompt_id,
             target.label,

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from ...specs import ErrorRate, TargetCheck, TieGates
 from ...verdict.gate import Gate
+from ..framework.target import no_logprobs_reason
 
 if TYPE_CHECKING:
     from ...config import CheckSpec, LoadedMatrix
@@ -60,14 +61,7 @@ GATES = (
 
 
 def unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> dict[str, str]:
-    """``max_logprob_drift`` on a backend written ``logprobs: false``: no run exposes
-    logprobs, so no drift can be measured."""
-    side = check.baseline_side(index)
-    target = loaded.target(side.ref, side.loc)
-    backend = loaded.matrix.backends.get(target.backend)
-    if backend is not None and not backend.logprobs:
-        return {
-            "max_logprob_drift": f"backend {target.backend!r} has logprobs: false: no run "
-            "exposes logprobs, so no drift among runs can be measured"
-        }
-    return {}
+    """``max_logprob_drift`` on a target known from the matrix to return no logprobs: no
+    run exposes logprobs, so no drift can be measured (a collection error at its line)."""
+    reason = no_logprobs_reason(loaded, check, index)
+    return {} if reason is None else {"max_logprob_drift": f"not measured on any item: {reason}"}

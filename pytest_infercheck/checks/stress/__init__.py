@@ -17,7 +17,7 @@ records in :mod:`.records` (:class:`StressLevel`, role ``level``, its mismatches
 from __future__ import annotations
 
 from ..framework.kind import CheckKind, SpecFacet
-from ..protocol import TargetContext, target_label
+from ..framework.target import TargetContext, target_label
 from .evidence import NearTie, StressEvidence
 from .gather import StressGather, send_batches, send_burst
 from .judge import judge

@@ -43,18 +43,17 @@ from typing import TYPE_CHECKING, Any
 
 from ...records import load_record, plain_data
 from ...shared_work import SharedWork
-from ..protocol import TargetContext
-from ..single_target import render, request_failure, target_context, target_of
+from ...verdict.conduct import RequestFailure
+from ..framework.target import TargetGatherer
 from ..tie_scoring import ScoreJob, rescore
 from .evidence import StressEvidence
 from .measure import Job, Output, batches, jobs_for, measure_level, output_of, reference_of
 from .records import Reference
+from .spec import StressSpec
 
 if TYPE_CHECKING:
     from ...backends import Backend
-    from ...generation_cache import ResolvedTarget
     from ..framework.plan import ItemPlan
-    from ..framework.run import RunContext
 
 
 async def send_burst(backend: Backend, jobs: Sequence[Job], level: int) -> list[Output]:
@@ -92,15 +91,8 @@ async def send_batches(backend: Backend, jobs: Sequence[Job], level: int) -> lis
     return [output_of(*one) for one in done]  # checked after the level: no gap between batches
 
 
-class StressGather:
+class StressGather(TargetGatherer[StressSpec]):
     """The stress check of one target x suite in this process (see the module docstring)."""
-
-    def __init__(self, run: RunContext) -> None:
-        self.run = run
-
-    @property
-    def target(self) -> ResolvedTarget:
-        return target_of(self.run)
 
     @cached_property
     def shared(self) -> SharedWork:
@@ -135,7 +127,7 @@ class StressGather:
                         reference_of(
                             run.cache.call(
                                 target,
-                                target.backend.generate(render(run, target, p), run.params(p)),
+                                target.backend.generate(self.render(p), self.params(p)),
                             )
                         )
                     )
@@ -157,8 +149,8 @@ class StressGather:
         run, target = self.run, self.target
         references = self.references()
         jobs = [
-            (p, render(run, target, p), run.params(p))
-            for p in jobs_for(run.suite.prompts, level, run.spec.repeats)
+            (p, self.render(p), self.params(p))
+            for p in jobs_for(run.suite.prompts, level, self.spec.repeats)
         ]
         send = send_batches if target.backend.batching is not None else send_burst
         run.cache.check_alive(target)
@@ -178,7 +170,7 @@ class StressGather:
             first = failed[0]
             what = f"every request ({len(failed)} of {len(outputs)}) at c{level}"
             message = first.message or first.error or ""
-            evidence.failures.append(request_failure(target.label, what, message, first.status))
+            evidence.failures.append(RequestFailure(target.label, what, message, first.status))
         if thresholds.fail_on == "decisive" and near:
             self._rescore(evidence, jobs, outputs, references)
         return evidence
@@ -212,6 +204,3 @@ class StressGather:
         for tie, (output, reference) in zip(evidence.near_ties, pairs, strict=True):
             tie.output, tie.reference = scored[output], scored[reference]
         evidence.failures.extend(failures)
-
-    def context(self) -> TargetContext:
-        return target_context(self.target)

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...backends.base import BackendError
 from ...metrics.answers import judge_answers
 from ...metrics.consistency import (
     EMPTY_GENERATION,
@@ -53,6 +54,7 @@ from ...metrics.sameness import compare_outputs
 from ...metrics.stats import percentile
 from ...metrics.ties import DEFAULT_TIE_MARGIN, SideTokens, count_labels, tie_divergence
 from ...tools import ToolCall, canonical_calls
+from ..framework.requests import server_message
 from .evidence import NearTie
 from .records import Mismatch, Reference, StressLevel
 
@@ -156,14 +158,16 @@ def batches(jobs: Sequence[Job], level: int) -> list[list[Job]]:
 def output_of(prompt_id: str, start: float, end: float, result: Any) -> Output:
     """One request's :class:`Output` from what it returned (a generation or an error)."""
     if isinstance(result, BaseException):
-        status = getattr(result, "status", None)
+        message, status = (
+            server_message(result)
+            if isinstance(result, BackendError)
+            else (
+                f"{type(result).__name__}: {result}",
+                None,
+            )
+        )
         return Output(
-            prompt_id,
-            start,
-            end,
-            error=error_kind(result),
-            message=str(result),
-            status=status if isinstance(status, int) else None,
+            prompt_id, start, end, error=error_kind(result), message=message, status=status
         )
     reading = read_generation(f"the output of {prompt_id}", result)
     return Output(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ...metrics.ties import count_labels
 from ..framework.items import RecordedItem, Summary
-from ..protocol import TargetContext
+from ..framework.target import TargetContext
 from .present import level_table
 from .records import StressAggregate, StressLevel
 from .spec import StressThresholds
