@@ -4,6 +4,7 @@ that crossed processes as JSON (top-k id keys as strings): margins computed by h
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -130,3 +131,21 @@ def test_the_aggregate_sums_the_levels_labels() -> None:
     summary = STRESS.summarize(items, thresholds(), TargetContext("m@srv", {}))
     assert summary.record.divergence_labels == {"near-tie": 1, "decisive": 1, "unknown": 0}
     assert ("infercheck_divergences_decisive", 1) in summary.properties
+
+
+def test_a_levels_evidence_crosses_processes_as_json_unchanged() -> None:
+    """What a worker publishes of a level (its near-ties scored, a failure of its requests)
+    is what another worker reads back: a NaN score stays NaN, the failure its words."""
+    from pytest_infercheck.metrics.past_tie import Rescored, ScoredToken
+    from pytest_infercheck.verdict.conduct import RequestFailure
+
+    data = evidence(True)
+    assert data.near_ties[0].output is not None
+    data.near_ties[0].output = Rescored([ScoredToken(1, float("nan"), -0.5, 1)])
+    data.failures.append(RequestFailure("m@srv", "every request (3 of 3) at c3", "boom", 500))
+    back = load_record(StressEvidence, json.loads(json.dumps(plain_data(data))))
+    assert back.level == data.level and back.failures == data.failures
+    (tie,) = back.near_ties
+    assert tie.reference == data.near_ties[0].reference and tie.output is not None
+    assert tie.output.tokens is not None and math.isnan(tie.output.tokens[0].chosen)
+    assert back.conduct.failures == data.failures
