@@ -532,9 +532,12 @@ class LlamaToy(ToyBackend):
         request, fault = self.injector.begin(self.name, "render", asked.key())
         self.injector.refuse(request, fault, "/tokenize")
         self.injector.done(request, positions=len(ids), content=len(ids))
-        if fault is not None and fault.kind == "changed-token":
-            t = min(fault.position, len(ids) - 1)
-            ids[t] = _other_id(ids[t])
+        if fault is not None and fault.kind in ("changed-token", "empty", "truncated") and ids:
+            if fault.kind == "changed-token":
+                t = min(fault.position, len(ids) - 1)
+                ids[t] = _other_id(ids[t])
+            else:
+                ids = ids[: fault.position] if fault.kind == "truncated" else []
             text = toy.detokenize(ids)
             self.injector.changed(fault.describe(), request)
         return dataclasses.replace(

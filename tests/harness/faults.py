@@ -137,9 +137,9 @@ def applicable(kind: str, request: Request) -> bool:
     if kind == "duplicated":
         return (request.generation or request.structured) and request.positions > 0
     if kind == "truncated":
-        return request.content >= 2 and request.path != "render"
+        return request.content >= 2
     if kind == "empty":
-        return request.positions > 0 and request.path != "render"
+        return request.positions > 0
     if kind == "changed-token":
         return request.content > 0
     raise ValueError(f"unknown fault kind {kind!r}")

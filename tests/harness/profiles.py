@@ -26,12 +26,15 @@ _COMPARED = {
 }
 """Every comparison gate, as tight as an identical engine passes."""
 
-RENDERED_ONCE = Blind(
-    "a prompt is rendered once and every side (run, path) receives that rendering: a wrong "
-    "rendering changes the prompt, not whether the outputs agree on it (tokenization checks "
-    "renderings)",
-    fault="changed-token",
-    path="render",
+RENDERED_ONCE = tuple(
+    Blind(
+        "a prompt is rendered once and every side (run, path) receives that rendering: a "
+        "wrong rendering changes the prompt, not whether the outputs agree on it "
+        "(tokenization checks renderings)",
+        fault=fault,
+        path="render",
+    )
+    for fault in ("changed-token", "empty", "truncated")
 )
 TEACHER_FORCED = Blind(
     "on a teacher-forcing engine the comparison's measures come from the full rows of "
@@ -48,9 +51,9 @@ NO_LOGPROB_GATE = Blind(
     "logprobs for faults): an output without logprobs has no fault to show",
     fault="no-logprobs",
 )
-_COMPARISON = (RENDERED_ONCE, TEACHER_FORCED, NO_COLD_REFERENCE)
+_COMPARISON = (*RENDERED_ONCE, TEACHER_FORCED, NO_COLD_REFERENCE)
 _SELF = (
-    RENDERED_ONCE,
+    *RENDERED_ONCE,
     Blind(
         "a fault that changes every generation of the target alike is invisible to a kind "
         "that compares the target with itself",
@@ -103,7 +106,7 @@ PROFILES: dict[str, HarnessProfile] = {
     ),
     "stream-parity": HarnessProfile(
         {"stream-parity": {"target": "{target}"}, "logprob_tolerance": TIGHT},
-        blind=(RENDERED_ONCE,),
+        blind=RENDERED_ONCE,
     ),
     "endpoint-parity": HarnessProfile(
         {
@@ -132,7 +135,7 @@ PROFILES: dict[str, HarnessProfile] = {
             "require_hits": True,
         },
         blind=(
-            RENDERED_ONCE,
+            *RENDERED_ONCE,
             Blind(
                 "an engine with no uncached request serves the reference through the same "
                 "cache as the scenarios: a fault that changes every generation alike changes "
@@ -146,7 +149,7 @@ PROFILES: dict[str, HarnessProfile] = {
     ),
     "structured-parity": HarnessProfile(
         {"structured-parity": {"targets": ["{reference}", "{target}"]}},
-        blind=(RENDERED_ONCE,),
+        blind=RENDERED_ONCE,
         suite=STRUCTURED_SUITE,
     ),
 }
