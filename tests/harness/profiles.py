@@ -13,6 +13,9 @@ from pytest_infercheck.checks.framework.kind import Blind, CheckKind, HarnessPro
 
 from .structured_suite import STRUCTURED_SUITE
 
+BOTH = ("llama-server", "openai")
+"""The fake engine's shapes: ids, full rows and teacher forcing; text and top-k only."""
+
 TIGHT = 1.0e-6
 """A logprob tolerance a faithful engine (bit-identical logprobs) passes."""
 
@@ -54,6 +57,7 @@ NO_LOGPROB_GATE = Blind(
 _COMPARISON = (*RENDERED_ONCE, TEACHER_FORCED, NO_COLD_REFERENCE)
 _SELF = (
     *RENDERED_ONCE,
+    NO_COLD_REFERENCE,
     Blind(
         "a fault that changes every generation of the target alike is invisible to a kind "
         "that compares the target with itself",
@@ -66,11 +70,12 @@ PROFILES: dict[str, HarnessProfile] = {
     "compare": HarnessProfile(
         {"compare": {"baseline": "{reference}", "test": "{target}"}, **_COMPARED},
         blind=_COMPARISON,
-        shapes=("llama-server", "openai"),
+        shapes=BOTH,
     ),
     "sweep": HarnessProfile(
         {"sweep": {"baseline": "{reference}", "models": ["{target}"]}, **_COMPARED},
         blind=_COMPARISON,
+        shapes=BOTH,
     ),
     "diff": HarnessProfile(
         {
@@ -79,6 +84,7 @@ PROFILES: dict[str, HarnessProfile] = {
             **_COMPARED,
         },
         blind=_COMPARISON,
+        shapes=BOTH,
     ),
     "determinism": HarnessProfile(
         {
@@ -88,6 +94,7 @@ PROFILES: dict[str, HarnessProfile] = {
             "max_error_rate": 0.0,
         },
         blind=_SELF,
+        shapes=BOTH,
     ),
     "batch-invariance": HarnessProfile(
         {
@@ -95,6 +102,7 @@ PROFILES: dict[str, HarnessProfile] = {
             "logprob_tolerance": TIGHT,
         },
         blind=_SELF,
+        shapes=BOTH,
     ),
     "stress": HarnessProfile(
         {
@@ -103,10 +111,12 @@ PROFILES: dict[str, HarnessProfile] = {
             "max_error_rate": 0.0,
         },
         blind=(*_SELF, NO_LOGPROB_GATE),
+        shapes=BOTH,
     ),
     "stream-parity": HarnessProfile(
         {"stream-parity": {"target": "{target}"}, "logprob_tolerance": TIGHT},
-        blind=RENDERED_ONCE,
+        blind=(*RENDERED_ONCE, NO_COLD_REFERENCE),
+        shapes=BOTH,
     ),
     "endpoint-parity": HarnessProfile(
         {
@@ -117,13 +127,17 @@ PROFILES: dict[str, HarnessProfile] = {
             "min_similarity": 1.0,
             "flips": {"fail_item_on": "any"},
         },
+        blind=(NO_COLD_REFERENCE,),
+        shapes=BOTH,
     ),
     "tokenization": HarnessProfile(
+        # llama-server only: the openai shape has no tokenizer (tokenization compares counts)
         {"tokenization": {"targets": ["{reference}", "{target}"]}},
     ),
     "cache-pollution": HarnessProfile(
         {"cache-pollution": {"target": "{target}", "hostile": ["special-tokens", "invalid-utf8"]}},
         blind=(*_SELF, NO_LOGPROB_GATE),
+        shapes=BOTH,
     ),
     "cache-parity": HarnessProfile(
         {
@@ -145,12 +159,13 @@ PROFILES: dict[str, HarnessProfile] = {
                 backend="openai",
             ),
         ),
-        shapes=("llama-server", "openai"),
+        shapes=BOTH,
     ),
     "structured-parity": HarnessProfile(
         {"structured-parity": {"targets": ["{reference}", "{target}"]}},
-        blind=RENDERED_ONCE,
+        blind=(*RENDERED_ONCE, NO_COLD_REFERENCE),
         suite=STRUCTURED_SUITE,
+        shapes=BOTH,
     ),
 }
 

@@ -104,7 +104,7 @@ KNOWN: dict[tuple[str, str], str] = {
     ("cache-parity", "http-5xx"): NOT_EXERCISED,
     ("cache-parity", "warm-reference"): COLD,
     ("cache-parity", "no-logprobs"): UNMEASURED.format(gate="logprob_tolerance"),
-    ("compare", "no-logprobs"): TEXT_METHOD,
+    **{(kind, "no-logprobs"): TEXT_METHOD for kind in ("compare", "sweep", "diff")},
     ("determinism", "no-logprobs"): UNMEASURED.format(gate="max_logprob_drift"),
     ("batch-invariance", "no-logprobs"): UNMEASURED.format(gate="logprob_tolerance"),
     ("stream-parity", "no-logprobs"): UNMEASURED.format(gate="logprob_tolerance"),
