@@ -11,7 +11,9 @@ a fault may hit either (the fault space aims at any request the faithful run mad
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -106,7 +108,10 @@ class Setup:
 
 @cache
 def _folder() -> Path:
-    return Path(tempfile.mkdtemp(prefix="infercheck-harness-"))
+    """A folder for the matrices of this process, removed when it exits."""
+    folder = Path(tempfile.mkdtemp(prefix="infercheck-harness-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def setup(kind: CheckKind, profile: HarnessProfile, shape: str) -> Setup:
