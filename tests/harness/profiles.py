@@ -1,7 +1,8 @@
 """The harness profiles of the kinds that do not carry one yet (a kind written as one
 ``CheckRun`` class, served through ``checks/framework/legacy.py``, or a ported kind whose
 spec facet has no ``harness``). Each belongs in its kind's spec facet
-(``SpecFacet(harness=...)``); :func:`profile_of` prefers the kind's own.
+(``SpecFacet(harness=...)``, as tokenization's ``spec.HARNESS``); :func:`profile_of` prefers
+the kind's own.
 
 Every entry writes the gates the kind can judge, as strictly as a faithful engine passes
 them; ``blind`` lists the faults the kind cannot see, with the reason.
@@ -129,10 +130,6 @@ PROFILES: dict[str, HarnessProfile] = {
         },
         blind=(NO_COLD_REFERENCE,),
         shapes=BOTH,
-    ),
-    "tokenization": HarnessProfile(
-        # llama-server only: the openai shape has no tokenizer (tokenization compares counts)
-        {"tokenization": {"targets": ["{reference}", "{target}"]}},
     ),
     "cache-pollution": HarnessProfile(
         {"cache-pollution": {"target": "{target}", "hostile": ["special-tokens", "invalid-utf8"]}},

@@ -225,6 +225,15 @@ def test_a_drawn_fault_can_change_the_request_it_aims_at(data: st.DataObject) ->
 
 
 # -- profiles and what the harness reads -------------------------------------------------------
+def test_a_kind_brings_its_own_profile_through_its_spec_facet() -> None:
+    from tests.harness import profiles
+
+    kind = kind_named("tokenization")
+    assert kind is not None and kind.spec.harness is not None
+    assert "tokenization" not in profiles.PROFILES
+    assert profile("tokenization") is kind.spec.harness
+
+
 def test_a_kind_without_a_profile_fails_saying_what_to_add(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
