@@ -139,13 +139,18 @@ def _profile(name: str) -> Any:
         pytest.fail(str(exc))
 
 
+STRICT = bool(settings().derandomize)
+"""Known bugs are strict xfails under the derandomized CI profile (the same examples every
+run: a pass means the bug is fixed); a random run may miss a rare one, so not there."""
+
+
 def _cases() -> Iterator[Any]:
     for name in KIND_NAMES:
         for fault in FAULT_KINDS:
             marks = []
             if (name, fault) in KNOWN:
                 why = KNOWN[(name, fault)]
-                marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=why))
+                marks.append(pytest.mark.xfail(strict=STRICT, raises=AssertionError, reason=why))
             elif (name, fault) in SOMETIMES:
                 why = SOMETIMES[(name, fault)]
                 marks.append(pytest.mark.xfail(strict=False, raises=AssertionError, reason=why))
