@@ -73,16 +73,6 @@ UNMEASURED = (
     "side) and the item passes"
 )
 REFUSED = "a request the target offers and refuses (4xx) or fails (5xx) fails the item"
-PREFETCHED = FINDING.format(rule=REFUSED) + (
-    "a generation or render that fails while prefetched ahead of the items "
-    "(GenerationCache.prefetch, render_many) is not kept: the item asks again, and when the "
-    "second request succeeds the first one's refusal is forgotten and the item passes"
-)
-RENDERED_AHEAD = FINDING.format(rule=REFUSED) + (
-    "a render that fails in GenerationCache.render_many (which the ported gather calls "
-    "ahead of the items) is not kept: the gather renders again, and when that succeeds the "
-    "first refusal is forgotten and the item passes"
-)
 COMPANION = FINDING.format(rule=REFUSED) + (
     "a companion's request in a batch that is refused or fails is dropped with its output "
     "(only the needle's result is read), and the item passes"
@@ -112,16 +102,6 @@ KNOWN: dict[tuple[str, str], str] = {
     **{(kind, "no-logprobs"): TEXT_METHOD for kind in ("compare", "sweep", "diff")},
     ("determinism", "no-logprobs"): UNMEASURED.format(gate="max_logprob_drift"),
     ("batch-invariance", "no-logprobs"): UNMEASURED.format(gate="logprob_tolerance"),
-    **{
-        (kind, f"http-{x}"): PREFETCHED
-        for kind in ("compare", "sweep", "diff")
-        for x in ("4xx", "5xx")
-    },
-    **{
-        (kind, f"http-{x}"): RENDERED_AHEAD
-        for kind in ("stream-parity", "tokenization")
-        for x in ("4xx", "5xx")
-    },
     ("batch-invariance", "http-4xx"): COMPANION,
     ("batch-invariance", "http-5xx"): COMPANION,
     ("stress", "http-4xx"): UNNAMED,
