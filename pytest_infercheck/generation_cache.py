@@ -56,7 +56,9 @@ from .conversation import (
     history,
     prompt_turns,
 )
-from .golden import GoldenBackend, golden_path, load_golden
+from .golden.file import load_golden
+from .golden.names import golden_path
+from .golden.replay import GoldenBackend
 from .servers import ServerPool, server_spec
 from .tools import Tool, canonical_json
 from .verdict.conduct import Abilities
@@ -66,7 +68,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from .config import LoadedMatrix, Target
+    from .matrix import LoadedMatrix, Target
     from .metrics.kl import PositionStats
     from .suites import Prompt
 

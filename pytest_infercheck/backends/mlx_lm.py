@@ -57,9 +57,9 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
     from .mlx_lockstep import Stepper
     from .options import MlxLmOptions
+    from .spec import MlxLmSpec
 
 
 @dataclass(frozen=True)
@@ -612,14 +612,11 @@ class MlxLmBackend(Backend):
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: MlxLmSpec, source: str, revision: str | None, url: str | None
 ) -> MlxLmBackend:
     """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
-    from .options import MlxLmOptions
-
     model = MlxModelSpec(source, revision, spec.dtype)
-    options = spec.options if isinstance(spec.options, MlxLmOptions) else None
-    return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos, options=options)
+    return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos, options=spec.options)
 
 
 def _written(**options: Any) -> dict[str, Any]:

@@ -68,7 +68,7 @@ from .llama_server import FULL_VOCAB_SCORING_LIMIT
 from .openai_compat import OpenAICompatBackend
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
+    from .spec import SglangSpec
 
 TOP_K = 8
 
@@ -363,7 +363,7 @@ class SglangBackend(OpenAICompatBackend):
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: SglangSpec, source: str, revision: str | None, url: str | None
 ) -> SglangBackend:
     """The ``sglang`` backend of a ``backends:`` entry (see :mod:`.registry`): raw prompts
     unless ``chat: true``; the model is ``model_name`` or the model's source."""

@@ -78,7 +78,7 @@ from .vllm_metrics import SETTLE_READS, activity_delta, counted, parse_counters
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..config import BackendSpec
+    from .spec import OpenAIServerSpec
 
 GENERATION_TOP_K = 8
 """Top-k logprobs asked with each generated token (the teacher-forced scoring asks for as many
@@ -516,7 +516,7 @@ class VllmBackend(OpenAICompatBackend):
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: OpenAIServerSpec, source: str, revision: str | None, url: str | None
 ) -> VllmBackend:
     """The ``vllm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
     backend = create_served(VllmBackend, name, spec, source, url)
