@@ -77,8 +77,7 @@ def backend_spec(data: Mapping[str, Any], context: Any = None) -> BackendSpec:
         why = (
             "a backend needs a kind"
             if given is None
-            else f"unknown backend kind {given!r} (known kinds: "
-            f"{', '.join(BACKEND_NAMES)})"
+            else f"unknown backend kind {given!r} (known kinds: {', '.join(BACKEND_NAMES)})"
         )
         raise ValidationError.from_exception_data("BackendSpec", [error_at("kind", why, given)])
     fields = kind.spec.model_fields
