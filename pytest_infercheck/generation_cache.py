@@ -47,6 +47,7 @@ from .backends import (
     create_backend,
 )
 from .backends.base import TopKRow
+from .backends.capabilities import Scoring, TopKScoring
 from .conversation import (
     Conversation,
     GeneratedTurn,
@@ -514,7 +515,12 @@ class GenerationCache:
         if cached is not None:
             self._scores.move_to_end(key)
             return cached
-        result = self.call(target, target.backend.score(prompt_ids, continuation_ids))
+        backend = target.backend
+        if not isinstance(backend, Scoring):
+            raise BackendError(
+                f"backend {backend.name!r} ({backend.kind}) cannot score teacher-forced"
+            )
+        result = self.call(target, backend.score(prompt_ids, continuation_ids))
         self._scores[key] = result
         self._score_bytes += result.nbytes
         while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:
@@ -530,8 +536,13 @@ class GenerationCache:
         scored by its top k against several test sides is asked once."""
         key = (target.key, tuple(prompt_ids), tuple(continuation_ids))
         if key not in self._top_k_scores:
+            backend = target.backend
+            if not isinstance(backend, TopKScoring):
+                raise BackendError(
+                    f"backend {backend.name!r} ({backend.kind}) cannot score top-k teacher-forced"
+                )
             self._top_k_scores[key] = self.call(
-                target, target.backend.score_top_k(prompt_ids, continuation_ids)
+                target, backend.score_top_k(prompt_ids, continuation_ids)
             )
         return self._top_k_scores[key]
 

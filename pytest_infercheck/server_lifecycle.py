@@ -38,6 +38,7 @@ from .stash import GENERATION_CACHE_KEY, SERVERS_DIR_KEY, generation_cache_for
 if TYPE_CHECKING:
     from .servers import ServerPool, ServerState
 
+
 def item_servers(item: pytest.Item, memo: dict[int, frozenset[str]]) -> frozenset[str] | None:
     """The keys of the managed servers ``item`` may use; None when unknown (a Python test
     using ``infercheck_engine``, directly or through ``infercheck_target``). ``memo`` keeps

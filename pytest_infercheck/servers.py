@@ -60,6 +60,8 @@ EXIT_CODE_WAIT_S = 1.0
 """How long a stop waits for a watchdog (which gives its server 10 s after SIGTERM)."""
 ANY = "*"
 """In the counts of finished items: an item that may have used any server."""
+
+
 class ServerError(BackendError):
     """A managed server failed to start or died; the message carries its last log lines."""
 

@@ -471,7 +471,11 @@ class VllmBackend(OpenAICompatBackend):
         import numpy as np
 
         if not self.full_rows or self.vocab_size is None:
-            return await super().score(prompt_ids, continuation_ids)
+            raise BackendError(
+                f"backend {self.name!r} ({self.kind}) cannot score teacher-forced: its "
+                f"--max-logprobs ({self.max_logprobs}) does not cover the vocabulary "
+                f"({self.vocab_size})"
+            )
         rows = await self.score_top_k(prompt_ids, continuation_ids)
         out = np.full((len(rows), self.vocab_size), -np.inf, dtype=np.float32)
         for t, (row, token) in enumerate(zip(rows, continuation_ids, strict=True)):
