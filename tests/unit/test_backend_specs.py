@@ -263,3 +263,18 @@ def test_a_started_servers_key_on_an_attached_server_is_an_error_at_its_line(
     assert f"backends.b.{key}: {key} applies to a server the plugin starts ('serve')" in str(
         caught.value
     )
+
+
+@pytest.mark.parametrize("kind", BACKENDS, ids=lambda k: k.name)
+def test_every_spec_answers_what_code_handling_every_kind_reads(kind: Any) -> None:
+    """``url``, ``serve``, ``api_key_env``, ``logprobs``, ``batching``, ``chat`` and
+    ``options`` are read on any backend entry (the managed servers, the repro bundle, the
+    comparisons' batching licence): a kind whose entry does not take one answers what its
+    engine does, without the key becoming writable."""
+    entry = {"kind": kind.name, **_needed(kind.name)}
+    spec = backend_spec(entry)
+    served = "url" in HONOURED[kind.name]
+    assert (spec.url, spec.serve) == ((VALUES["url"], None) if served else (None, None))
+    assert spec.api_key_env is None and spec.chat is None
+    assert spec.logprobs is True and spec.batching is True
+    assert (spec.options is not None) == (kind.name == "mlx-lm")
