@@ -39,14 +39,10 @@ def test_each_failed_item_has_a_bundle_that_fails_it_again(
     result = pytester.runpytest_subprocess("--infercheck-repro", "repro", "--junitxml", "j.xml")
     props = junit_properties(pytester.path / "j.xml")
     failed = {p[0] for p in ADDITION}  # KL > 1e-9 on every prompt
-    # ... and the aggregate, which fails for its failed items (the framework's rule): its
-    # bundle holds the whole suite.
-    assert result.parseoutcomes()["failed"] == len(failed) + 1
+    assert result.parseoutcomes()["failed"] == len(failed) + 1  # the aggregate fails with them
     bundles = {p.name for p in (pytester.path / "repro").iterdir()}
     assert bundles == {safe_name(f"{CHECK}::{p}") for p in [*failed, "aggregate"]}
-    assert props["aggregate"]["infercheck_repro"] == f"repro/{safe_name(CHECK + '::aggregate')}"
-    rows = (pytester.path / props["aggregate"]["infercheck_repro"] / "addition.jsonl").read_text()
-    assert len(rows.splitlines()) == len(ADDITION)
+    assert props["aggregate"]["infercheck_repro"] == f"repro/{safe_name(f'{CHECK}::aggregate')}"
     folder = pytester.path / "repro" / safe_name(f"{CHECK}::s03")
     assert props["s03"]["infercheck_repro"] == f"repro/{folder.name}"
     rows = (folder / "addition.jsonl").read_text().splitlines()
@@ -68,7 +64,7 @@ def test_each_failed_item_has_a_bundle_that_fails_it_again(
     # "<s>7+8=": BOS 1, a digit d is 51 + d, "+" 46, "=" 64 (as "12+34=" is 1 52 53 46 54 55 64)
     assert "prompt_inputs.base_ids: [1, 58, 46, 59, 64]" in bug
     again = run_in(folder)
-    assert "2 failed" in again.stdout, again.stdout  # the item, and its aggregate for it
+    assert "2 failed" in again.stdout, again.stdout  # s03 and the aggregate that names it
     assert f"FAILED {CHECK}::s03 - " in again.stdout
 
 
