@@ -47,6 +47,7 @@ from .backends import (
     create_backend,
 )
 from .backends.base import TopKRow
+from .backends.capabilities import Scoring, TopKScoring
 from .conversation import (
     Conversation,
     GeneratedTurn,
@@ -56,7 +57,9 @@ from .conversation import (
     history,
     prompt_turns,
 )
-from .golden import GoldenBackend, golden_path, load_golden
+from .golden.file import load_golden
+from .golden.names import golden_path
+from .golden.replay import GoldenBackend
 from .servers import ServerPool, server_spec
 from .tools import Tool, canonical_json
 from .verdict.conduct import Abilities
@@ -66,7 +69,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from .config import LoadedMatrix, Target
+    from .matrix import LoadedMatrix, Target
     from .metrics.kl import PositionStats
     from .suites import Prompt
 
@@ -523,7 +526,12 @@ class GenerationCache:
         if cached is not None:
             self._scores.move_to_end(key)
             return cached
-        result = self.call(target, target.backend.score(prompt_ids, continuation_ids))
+        backend = target.backend
+        if not isinstance(backend, Scoring):
+            raise BackendError(
+                f"backend {backend.name!r} ({backend.kind}) cannot score teacher-forced"
+            )
+        result = self.call(target, backend.score(prompt_ids, continuation_ids))
         self._scores[key] = result
         self._score_bytes += result.nbytes
         while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:
@@ -539,8 +547,13 @@ class GenerationCache:
         scored by its top k against several test sides is asked once."""
         key = (target.key, tuple(prompt_ids), tuple(continuation_ids))
         if key not in self._top_k_scores:
+            backend = target.backend
+            if not isinstance(backend, TopKScoring):
+                raise BackendError(
+                    f"backend {backend.name!r} ({backend.kind}) cannot score top-k teacher-forced"
+                )
             self._top_k_scores[key] = self.call(
-                target, target.backend.score_top_k(prompt_ids, continuation_ids)
+                target, backend.score_top_k(prompt_ids, continuation_ids)
             )
         return self._top_k_scores[key]
 

@@ -29,17 +29,17 @@ from ...verdict.conduct import Conduct
 from ...verdict.gate import Gate, Violation
 from ...verdict.measure import MeasureValue
 from ...verdict.waiver import Waiver
-from .items import RecordedItem, Summary
 from .plan import ItemPlan
+from .summary import RecordedItem, Summary
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from ...config import CheckSpec, LoadedMatrix
+    from ...matrix import CheckSpec, LoadedMatrix
     from ...metrics.degenerate import DegenerateScan
     from ...specs import KindThresholds
     from ...suites import Suite
-    from .run import RunContext
+    from .context import RunContext
 
 
 # -- spec ------------------------------------------------------------------------------------

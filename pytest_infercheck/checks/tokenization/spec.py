@@ -15,7 +15,7 @@ from ..framework.kind import HarnessProfile
 from ..framework.plan import ItemPlan
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec, LoadedMatrix
+    from ...matrix import CheckSpec, LoadedMatrix
     from ...suites import Suite
 
 Allowed = Literal["normalization", "control-tokens"]
