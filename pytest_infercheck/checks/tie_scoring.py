@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import BackendError
+from ..backends.capabilities import Scoring, TopKScoring
 from ..metrics.past_tie import Rescored, rescored_full, rescored_top_k
 from ..verdict.conduct import RequestFailure
 from .framework.requests import request_failure, settle
@@ -39,10 +40,23 @@ class ScoreJob:
     what: str
 
 
+def full_rows(backend: Any) -> bool:
+    """Whether ``backend`` scores teacher-forced full rows in this configuration."""
+    caps = getattr(backend, "capabilities", None)
+    return bool(caps is not None and caps.teacher_forcing and isinstance(backend, Scoring))
+
+
+def top_k_rows(backend: Any) -> bool:
+    """Whether ``backend`` scores teacher-forced top-k rows in this configuration."""
+    caps = getattr(backend, "capabilities", None)
+    return bool(
+        caps is not None and caps.teacher_forcing_top_k and isinstance(backend, TopKScoring)
+    )
+
+
 def cannot_score(backend: Any) -> str | None:
     """Why ``backend`` cannot score teacher-forced, or None when it can."""
-    caps = getattr(backend, "capabilities", None)
-    if caps is not None and (caps.teacher_forcing or caps.teacher_forcing_top_k):
+    if full_rows(backend) or top_k_rows(backend):
         return None
     return f"backend {backend.name!r} ({backend.kind}) cannot score teacher-forced"
 
@@ -72,12 +86,13 @@ def rescore(
             out[job] = Rescored([])
         else:
             todo.append(job)
-    full = bool(todo) and bool(backend.capabilities.teacher_forcing)
+    full = bool(todo) and full_rows(backend)
 
     async def one(job: ScoreJob) -> Any:
         assert job.prompt_ids is not None and job.ids is not None
-        if full:
+        if full and isinstance(backend, Scoring):
             return await backend.score(list(job.prompt_ids), list(job.ids))
+        assert isinstance(backend, TopKScoring)
         return await backend.score_top_k(list(job.prompt_ids), list(job.ids))
 
     failures: list[RequestFailure] = []

@@ -276,6 +276,21 @@ def test_determinism_fails_a_written_drift_gate_it_cannot_measure() -> None:
     assert outcome(make_run(DeterminismGather, unwritten, lambda text, n: bare), "p1")[0] == []
 
 
+def test_determinism_fails_a_drift_gate_over_a_run_that_dropped_its_logprobs() -> None:
+    """Run 1 of p1 comes back with no logprobs, the others with theirs: the drift was 0.0
+    over the runs that had them, and the item passed; the drift over run 1 is unknown."""
+
+    def script(text: str, n: int) -> Generation:
+        return gen("46", [55, 57, 2]) if text == "12+34=" and n == 1 else GOOD
+
+    run = make_run(DeterminismGather, DETERMINISM, script)
+    assert outcome(run, "p1")[0] == [
+        "max_logprob_drift: not measured: run 1 of 3 successful runs returned no logprobs: "
+        "the drift over them is unknown"
+    ]
+    assert outcome(run, "p2")[0] == []
+
+
 # -- batch-invariance ----------------------------------------------------------------------------
 NEEDLE = {"batch-invariance": {"target": "adder@llama", "trials": 2, "batch_size": 3}}
 
@@ -357,9 +372,24 @@ def test_batch_invariance_fails_a_failed_batched_request_with_the_servers_messag
         "HttpError: backend 'llama': POST /completion -> HTTP 503: "
         '{"error": {"code": 503, "message": "busy"}}'
     ] * 2
+    # the scripted batch fails as a whole (its needle raised): each of its requests failed
+    expected = []
+    for t in record.trials:
+        where = f"trial {t.trial} (position {t.position} of 3)"
+        for i, name in enumerate(t.batch):
+            what = "the batched request" if i == t.position else f"companion {name} at position {i}"
+            expected.append(f"{where}: {what} failed: HTTP 503: busy")
+    assert violations == expected and len(expected) == 6
+
+
+def test_batch_invariance_fails_a_written_tolerance_over_an_output_without_logprobs() -> None:
+    entry = {**NEEDLE, "logprob_tolerance": 0.001}
+    run = make_run(BatchInvarianceGather, entry, needle_script(gen("46", [55, 57, 2])))
+    violations, record = outcome(run, "p1")
+    where = [f"trial {t.trial} (position {t.position} of 3)" for t in record.trials]
     assert violations == [
-        f"trial {t.trial} (position {t.position} of 3): the batched request failed: HTTP 503: busy"
-        for t in record.trials
+        f"logprob_tolerance: not measured: {where[0]}'s batched output, {where[1]}'s batched "
+        "output returned no logprobs: its difference is unknown"
     ]
 
 

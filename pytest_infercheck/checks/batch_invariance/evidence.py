@@ -26,12 +26,24 @@ class BatchInvarianceEvidence:
     rescored: dict[int, Rescored] = field(default_factory=dict)
     no_logprobs: str | None = None
     """Why the target's generations carry no logprobs, when it says."""
+    bare: list[str] = field(default_factory=list)
+    """The successful outputs that returned no logprobs at all (``the output alone``,
+    ``trial 0 (position 2 of 8)'s batched output``)."""
     conduct: Conduct = field(default_factory=Conduct)
 
     @property
     def measures(self) -> Mapping[str, MeasureValue]:
-        """``logprob_diff``: the largest difference of the trials (see :mod:`.spec`)."""
+        """``logprob_diff``: the largest difference of the trials (see :mod:`.spec`);
+        unmeasured when an output returned no logprobs while others did (its difference is
+        unknown, not 0), or when no trial compared any."""
         diff = max_diff(self.record.trials)
+        outputs = 1 + sum(t.error is None for t in self.record.trials)
+        if self.bare and len(self.bare) < outputs:
+            return {
+                "logprob_diff": Unmeasured(
+                    f"{', '.join(self.bare)} returned no logprobs: its difference is unknown"
+                )
+            }
         if diff is not None:
             return {"logprob_diff": diff}
         if all(t.error is not None for t in self.record.trials):

@@ -11,7 +11,8 @@ requests on a server; trials follow one another (a trial's batch is what is test
 
 A failed request alone errors the item (nothing to compare with); a failed batched request
 is the trial's ``error`` and a :class:`~pytest_infercheck.verdict.conduct.RequestFailure`
-(it fails the item with the server's message). Under ``fail_on: decisive`` the output alone
+(it fails the item with the server's message), and so is a companion's (the batch tested
+was not the one drawn). Under ``fail_on: decisive`` the output alone
 and each trial's batched output that parts from it at a near-tie are scored on the target
 (:mod:`..tie_scoring`), so the judge can judge what follows the near-tie before it waives it.
 """
@@ -41,6 +42,13 @@ if TYPE_CHECKING:
 
 MAX_REPEAT = 3
 """Companions are other prompts repeated 1..MAX_REPEAT times (mixed lengths)."""
+
+
+def failure(side: str, what: str, error: BaseException) -> RequestFailure:
+    """A failed request of a trial: a server's (its words) or an in-process engine's."""
+    if isinstance(error, BackendError):
+        return request_failure(side, what, error)
+    return RequestFailure(side, what, f"{type(error).__name__}: {error}")
 
 
 class BatchInvarianceGather(TargetGatherer[BatchInvarianceSpec]):
@@ -74,10 +82,12 @@ class BatchInvarianceGather(TargetGatherer[BatchInvarianceSpec]):
             names = [name for name, _ in companions]
             names.insert(position, prompt.id)
             try:
-                results = run.cache.call(target, backend.generate_batch(inputs, params))
-                batched: Generation | BaseException = results[position]
+                results: list[Generation | BaseException] = run.cache.call(
+                    target, backend.generate_batch(inputs, params)
+                )
             except BackendError as exc:  # the whole batch failed
-                batched = exc
+                results = [exc] * len(inputs)
+            batched = results[position]
             trial = compare_to_alone(
                 alone,
                 batched,
@@ -87,12 +97,15 @@ class BatchInvarianceGather(TargetGatherer[BatchInvarianceSpec]):
                 tie_margin=run.thresholds.tie_margin,
             )
             trials.append(trial)
-            if isinstance(batched, BackendError):
-                failures.append(request_failure(where(trial), "the batched request", batched))
-            elif isinstance(batched, BaseException):  # the engine's own error, in-process
-                said = f"{type(batched).__name__}: {batched}"
-                failures.append(RequestFailure(where(trial), "the batched request", said))
-            else:
+            for i, result in enumerate(results):
+                if isinstance(result, BaseException):  # the batch was not the one tested
+                    what = (
+                        "the batched request"
+                        if i == position
+                        else f"companion {names[i]} at position {i}"
+                    )
+                    failures.append(failure(where(trial), what, result))
+            if not isinstance(batched, BaseException):
                 outputs[n] = batched
         record = BatchInvariancePrompt(
             prompt_id=prompt.id,
@@ -105,7 +118,12 @@ class BatchInvarianceGather(TargetGatherer[BatchInvarianceSpec]):
             batched_by=batched_by(backend),
             divergence_labels=trial_labels(trials),
         )
-        evidence = BatchInvarianceEvidence(record, no_logprobs=backend.logprob_unavailable_reason())
+        bare = [] if alone.chosen_logprobs is not None else ["the output alone"]
+        bare += [f"{where(t)}'s batched output" for t in trials if t.error is None and
+                 outputs[t.trial].chosen_logprobs is None]  # fmt: skip
+        evidence = BatchInvarianceEvidence(
+            record, no_logprobs=backend.logprob_unavailable_reason(), bare=bare
+        )
         evidence.conduct.failures.extend(failures)
         if run.thresholds.fail_on == "decisive":
             self._rescore(evidence, needle, alone, outputs)

@@ -29,6 +29,8 @@ class DeterminismEvidence:
     no_logprobs: str | None = None
     """Why the target's generations carry no logprobs, when it says (a server's
     negotiation)."""
+    bare_runs: list[int] = field(default_factory=list)
+    """The successful runs that returned no logprobs at all."""
     conduct: Conduct = field(default_factory=Conduct)
 
     @property
@@ -39,10 +41,24 @@ class DeterminismEvidence:
             "error_rate": Reading(s.errors / s.runs, f"{s.errors}/{s.runs} runs failed")
             if s.runs
             else Unmeasured("no runs were made"),
-            "logprob_drift": Unmeasured(self._why_no_drift())
-            if s.max_logprob_drift is None
-            else s.max_logprob_drift,
+            "logprob_drift": self._drift(),
         }
+
+    def _drift(self) -> float | Unmeasured:
+        """The drift, unmeasured when no two runs with identical tokens expose logprobs, or
+        when a successful run exposes none (its drift from the others is then unknown: an
+        engine that drops a run's logprobs is not drifting by 0)."""
+        s = self.summary
+        done = s.runs - s.errors
+        if self.bare_runs and len(self.bare_runs) < done:
+            runs = ", ".join(str(n) for n in self.bare_runs)
+            return Unmeasured(
+                f"run{'s' if len(self.bare_runs) > 1 else ''} {runs} of {done} successful "
+                "runs returned no logprobs: the drift over them is unknown"
+            )
+        if s.max_logprob_drift is None:
+            return Unmeasured(self._why_no_drift())
+        return s.max_logprob_drift
 
     def _why_no_drift(self) -> str:
         s = self.summary

@@ -88,6 +88,7 @@ class DeterminismGather(TargetGatherer[DeterminismSpec]):
             summary,
             messages,
             no_logprobs=target.backend.logprob_unavailable_reason(),
+            bare_runs=[n for n, o in enumerate(outputs) if o is not None and o.logprobs is None],
             conduct=conduct,
         )
         if thresholds.fail_on == "decisive":

@@ -26,7 +26,7 @@ from ...verdict.gate import Gate
 from ..framework.target import no_logprobs_reason
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec, LoadedMatrix
+    from ...matrix import CheckSpec, LoadedMatrix
 
 
 class DeterminismSpec(TargetCheck):

@@ -40,7 +40,7 @@ from ..framework.plan import ItemPlan
 from ..framework.target import no_logprobs_reason
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec, LoadedMatrix
+    from ...matrix import CheckSpec, LoadedMatrix
     from ...suites import Suite
 
 Endpoint = Literal["completions", "chat", "messages"]

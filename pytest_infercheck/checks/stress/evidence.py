@@ -38,6 +38,9 @@ class StressEvidence:
     near_ties: list[NearTie] = field(default_factory=list)
     failures: list[RequestFailure] = field(default_factory=list)
     confidence: float = 0.95
+    first_error: str | None = None
+    """The first failed request's error in the server's words (``HTTP 503: busy``), which
+    the error rate's violation names."""
 
     @property
     def conduct(self) -> Conduct:
@@ -58,9 +61,12 @@ class StressEvidence:
             )
         failed = sum(d.errors.values())
         kinds = ", ".join(f"{k} x{v}" for k, v in d.errors.items())
+        first = f"; first: {self.first_error}" if self.first_error else ""
         upper = wilson_interval(d.flips, n, self.confidence)[1]
         return {
-            "error_rate": Reading(d.error_rate, f"{failed}/{n}" + (f": {kinds}" if kinds else "")),
+            "error_rate": Reading(
+                d.error_rate, f"{failed}/{n}" + (f": {kinds}{first}" if kinds else "")
+            ),
             "consistency": Reading(
                 d.consistency, f"{d.consistent}/{n} outputs equal to their reference"
             ),

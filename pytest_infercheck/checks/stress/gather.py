@@ -166,6 +166,10 @@ class StressGather(TargetGatherer[StressSpec]):
         data.measured_by = os.environ.get("PYTEST_XDIST_WORKER", "main")
         evidence = StressEvidence(data, near, confidence=thresholds.flips.confidence)
         failed = [o for o in outputs if o.error is not None]
+        if failed:
+            said = failed[0].message or failed[0].error or ""
+            status = failed[0].status
+            evidence.first_error = f"HTTP {status}: {said}" if status is not None else said
         if outputs and len(failed) == len(outputs):  # nothing to judge: every request failed
             first = failed[0]
             what = f"every request ({len(failed)} of {len(outputs)}) at c{level}"

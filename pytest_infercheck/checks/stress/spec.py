@@ -26,7 +26,7 @@ from ..framework.plan import ItemPlan
 from .measure import jobs_for
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec
+    from ...matrix import CheckSpec
     from ...suites import Suite
 
 
