@@ -15,7 +15,7 @@ is listed in :data:`DROPPED` with why.
 
 Usage::
 
-    python scripts/check_docs_cover.py                  # README.md of the work tree
+    python scripts/check_docs_cover.py                  # the last full README (FULL_README)
     python scripts/check_docs_cover.py --rev main       # README.md of a git revision
     python scripts/check_docs_cover.py OLD-README.md    # any file
 
@@ -35,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
+FULL_README = "57cc573a4f6a5c56bcbaa3df4a9bbd9c0247d97e"
+"""The last commit whose README.md held everything (before it became a landing page)."""
 
 DROPPED: dict[str, str] = {
     # unit (as normalised: one line, links as text) -> why it is not in the docs
@@ -126,20 +128,28 @@ def missing(readme: str, docs: Path) -> list[Unit]:
     return [u for u in units(readme) if u.text not in DROPPED and u.text not in text]
 
 
+def readme_at(rev: str) -> str:
+    """README.md at git revision ``rev`` (CalledProcessError when git does not have it)."""
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:README.md"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("readme", nargs="?", default=str(ROOT / "README.md"))
-    parser.add_argument("--rev", help="read README.md at this git revision instead")
+    parser.add_argument("readme", nargs="?", help="a README file (default: --rev FULL_README)")
+    parser.add_argument("--rev", help="read README.md at this git revision")
     parser.add_argument("--docs", default=str(DOCS))
     args = parser.parse_args(argv)
-    if args.rev:
-        name = f"{args.rev}:README.md"
-        readme = subprocess.run(
-            ["git", "-C", str(ROOT), "show", name], capture_output=True, text=True, check=True
-        ).stdout
-    else:
+    if args.readme:
         name = args.readme
         readme = Path(args.readme).read_text()
+    else:
+        name = f"{args.rev or FULL_README}:README.md"
+        readme = readme_at(args.rev or FULL_README)
     lost = missing(readme, Path(args.docs))
     for unit in lost:
         print(f"{name}:{unit.line}: {unit.text}")
