@@ -602,19 +602,36 @@ def load_matrix(path: Path) -> LoadedMatrix:
             ):
                 errors.append(source.error(("checks", i, "require_engaged"), NOTHING_TO_ENGAGE))
         baseline = check.baseline_side(i)
+        resolved = True
         for side in [baseline, *check.test_sides(i)]:
             try:
                 target = loaded.target(side.ref, side.loc)
             except SourceError as err:
                 errors.append(err)
+                resolved = False
                 continue
             if target.golden is not None and (
                 side is not baseline or not check.spec.golden_baseline
             ):
                 errors.append(source.error(side.loc, GOLDEN_PLACE))
+        if resolved:
+            errors += unmeasurable_gates(loaded, check, i)
     if errors:
         raise SourceError.of(errors)
     return loaded
+
+
+def unmeasurable_gates(loaded: LoadedMatrix, check: CheckSpec, index: int) -> list[SourceError]:
+    """A written gate whose measure no item can have, known from the matrix (the kind's
+    :attr:`~.checks.framework.kind.SpecFacet.unmeasurable`): an error at the gate's line,
+    ``checks[0].max_kl: cannot be measured: method text, backend 'vmlx' (vllm-mlx) ...``."""
+    find = check.check_kind.spec.unmeasurable
+    if find is None:
+        return []
+    return [
+        loaded.source.error(("checks", index, *key.split(".")), f"cannot be measured: {why}")
+        for key, why in find(loaded, check, index).items()
+    ]
 
 
 def _error_message(
