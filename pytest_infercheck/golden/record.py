@@ -32,7 +32,7 @@ from .names import golden_path
 from .replay import GoldenBackend
 
 if TYPE_CHECKING:
-    from ..checks.comparison.run import ComparisonRun as CheckRun
+    from ..checks.comparison.gather import ComparisonGatherer as CheckRun
     from ..generation_cache import ResolvedTarget
     from ..specs import Side
     from ..suites import Prompt

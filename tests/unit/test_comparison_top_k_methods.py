@@ -13,12 +13,13 @@ import pytest
 
 from pytest_infercheck.backends import Generation
 from pytest_infercheck.backends.base import Capabilities, TopKRow
+from pytest_infercheck.checks.comparison.judge import item_verdict as item_violations
 from pytest_infercheck.checks.comparison.prompt import (
     TEACHER_FORCED_TOP_K,
     TEXT_ONLY,
     TOP_K_LOWER_BOUND,
 )
-from pytest_infercheck.checks.comparison.verdicts import describe, item_violations
+from pytest_infercheck.checks.comparison.verdicts import describe
 from pytest_infercheck.specs import Thresholds
 
 from .comparison_fakes import (
@@ -170,7 +171,7 @@ def test_a_side_without_logprobs_is_named() -> None:
 
 def test_a_text_only_comparison_says_why_the_backend_gave_no_logprobs() -> None:
     """The backend's own reason (a server's logprob negotiation) is part of the note."""
-    from pytest_infercheck.checks.comparison.prompt import _text_only_reason
+    from pytest_infercheck.checks.comparison.scoring import text_only_reason as _text_only_reason
 
     with_top = Generation("a", None, "stop", [-0.1], [{"a": -0.1}], top_keys="text")
     without = Generation("a", None, "stop")

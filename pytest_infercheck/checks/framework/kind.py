@@ -149,6 +149,10 @@ class Judged:
     golden_entries: list[Any] | None = None
     text: str | None = None
     """The item's report when the judge writes it (else :attr:`PresentFacet.describe`)."""
+    gated: bool = True
+    """Whether the kind's item gates judge this item: False for an item of another role than
+    the gates are about (a sweep's ``self-check``, a golden recording), whose evidence has
+    none of their measures."""
 
 
 Judge = Callable[[ItemPlan, Any, Any], Judged]
