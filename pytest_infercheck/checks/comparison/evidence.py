@@ -30,7 +30,7 @@ from ...verdict.measure import Finding, MeasureValue, Reading, Unmeasured
 from .spec import IDENTICAL_OUTPUTS, KL_MAX, KL_MEAN, SIMILARITY
 
 if TYPE_CHECKING:
-    from ...backends import Generation
+    from ...backends import Generation as Generation  # the judge's annotations read it here
     from ...features import FeatureRecord
     from ...golden.record import GoldenRecording
     from ...metrics.forced import ForcedArgmax

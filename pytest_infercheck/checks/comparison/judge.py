@@ -52,10 +52,10 @@ from .turns import final_turn, first_divergent_turn, judge_turns
 from .verdicts import item_problems
 
 if TYPE_CHECKING:
-    from ...backends import Generation
     from ...metrics.sameness import Sameness
     from ...specs import Thresholds
     from ..framework.plan import ItemPlan
+    from .evidence import Generation
 
 SELF_CHECK_FAILED = (
     "baseline self-check FAILED: the baseline is not deterministic, so no sweep level can be "

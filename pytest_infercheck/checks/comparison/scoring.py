@@ -13,7 +13,6 @@ for its teacher-forced rows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -401,14 +400,10 @@ def _in_hand(
     test side's most likely token under the same prefix)."""
     if isinstance(rows, np.ndarray) and at < len(rows):
         return full_row_margin(rows[at], mine, theirs)
-    if forced is None or at >= len(forced) or not all(forced.exact[at : at + 1]):
+    if forced is None or at >= len(forced) or not forced.exact[at]:
         return None
     base_token, test_token = (mine, theirs) if name == "baseline" else (theirs, mine)
     if forced.chosen[at] != base_token or forced.test_top[at] != test_token:
         return None
     base_margin, test_margin = forced.margins(at)
     return base_margin if name == "baseline" else test_margin
-
-
-def _as_map(row: Any) -> Mapping[int, float] | None:
-    return row if isinstance(row, Mapping) else None
