@@ -343,7 +343,7 @@ def level_measures(agg: SuiteAggregate, thresholds: Thresholds) -> dict[str, Mea
         none = Unmeasured("no prompt of the suite has an answer kind: no flip rate")
         out["flip_rate"] = out["flip_rate_high"] = none
     else:
-        counted = f"{agg.n_flips} of {agg.n_answered} answered"
+        counted = f"{agg.n_flips}/{agg.n_answered} answered"
         out["flip_rate"] = Reading(agg.flip_rate, counted)
         out["flip_rate_high"] = Reading(
             agg.flip_rate_high,
