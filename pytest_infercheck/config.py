@@ -602,36 +602,19 @@ def load_matrix(path: Path) -> LoadedMatrix:
             ):
                 errors.append(source.error(("checks", i, "require_engaged"), NOTHING_TO_ENGAGE))
         baseline = check.baseline_side(i)
-        resolved = True
         for side in [baseline, *check.test_sides(i)]:
             try:
                 target = loaded.target(side.ref, side.loc)
             except SourceError as err:
                 errors.append(err)
-                resolved = False
                 continue
             if target.golden is not None and (
                 side is not baseline or not check.spec.golden_baseline
             ):
                 errors.append(source.error(side.loc, GOLDEN_PLACE))
-        if resolved:
-            errors += unmeasurable_gates(loaded, check, i)
     if errors:
         raise SourceError.of(errors)
     return loaded
-
-
-def unmeasurable_gates(loaded: LoadedMatrix, check: CheckSpec, index: int) -> list[SourceError]:
-    """A written gate whose measure no item can have, known from the matrix (the kind's
-    :attr:`~.checks.framework.kind.SpecFacet.unmeasurable`): an error at the gate's line,
-    ``checks[0].max_kl: cannot be measured: method text, backend 'vmlx' (vllm-mlx) ...``."""
-    find = check.check_kind.spec.unmeasurable
-    if find is None:
-        return []
-    return [
-        loaded.source.error(("checks", index, *key.split(".")), f"cannot be measured: {why}")
-        for key, why in find(loaded, check, index).items()
-    ]
 
 
 def _error_message(
@@ -683,6 +666,30 @@ def check_rate_gates(loaded: LoadedMatrix, check: CheckSpec, index: int, suite: 
         if upper <= gate.max_rate:
             continue
         raise infeasible_gate(loaded, ("checks", index, *gate.field), gate, upper, suite.name)
+
+
+def check_measurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> None:
+    """Refuse a written gate whose measure the matrix alone shows can never be measured (the
+    kind's ``SpecFacet.unmeasurable``: a KL gate on a backend that returns no logprobs): a
+    :class:`SourceError` at the gate's line, naming it and why, for each such gate."""
+    unmeasurable = check.check_kind.spec.unmeasurable
+    if unmeasurable is None:
+        return
+    reasons = unmeasurable(loaded, check, index)
+    if not reasons:
+        return
+    thresholds = check.kind_thresholds()
+    gates = {gate.key: gate for gate in check.check_kind.spec.gates}
+    errors = []
+    for key, reason in reasons.items():
+        gate = gates.get(key)
+        if gate is None or not gate.is_written(thresholds):
+            continue
+        loc: tuple[str | int, ...] = ("checks", index, *key.split("."))
+        line = loaded.source.line_of(loc)
+        errors.append(SourceError(loaded.path, line, f"{format_loc(loc)}: {reason}"))
+    if errors:
+        raise SourceError.of(errors)
 
 
 def infeasible_gate(

@@ -187,9 +187,9 @@ def test_a_kl_gate_known_unmeasurable_from_the_matrix_is_a_collection_error(
     result = pytester.runpytest("-q", "--collect-only")
     assert result.ret != 0
     result.stdout.fnmatch_lines(
-        [f"infercheck.yaml:12: checks[[]0].max_kl: cannot be measured: method text, {why}"]
+        [f"*infercheck.yaml:12: checks[[]0].max_kl: not measured: method text, {why}"]
     )
-    result.stdout.no_fnmatch_line("*min_similarity*cannot be measured*")
+    result.stdout.no_fnmatch_line("*min_similarity*not measured*")
 
 
 def test_min_same_top_on_the_top_k_lower_bound_fails_as_not_measured(
@@ -343,4 +343,4 @@ def test_a_sharded_diff_whose_items_fail_merges_to_a_failed_gate(
     assert shown.startswith(f"{len(failed)} of 9 items failed: ")
     for name in sorted(failed)[:5]:
         assert f"{name} (" in shown
-    assert "gate failed" in merged.stderr and "items failed" in merged.stderr
+    assert "items failed" in merged.stderr

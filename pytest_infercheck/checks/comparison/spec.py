@@ -222,7 +222,9 @@ def unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> dict[str
     thresholds = check.kind_thresholds()
     keys = [*KL_GATES, *SAME_TOP_GATES]
     return {
-        key: f"method text, {why}" for key in keys if getattr(thresholds, key, None) is not None
+        key: f"not measured: method text, {why}"
+        for key in keys
+        if getattr(thresholds, key, None) is not None
     }
 
 
