@@ -247,14 +247,7 @@ def test_a_near_tie_is_waived_only_when_judged_past_with_no_later_decisive_disag
     )
     faithful = pytester.runpytest("-q", "--infercheck-results=r.json")
     faithful.assert_outcomes(passed=3)
-    e11 = _items(pytester)["e11"]["data"]
-    assert (e11["divergence_label"], e11["first_divergence"], e11["judged_past"]) == (
-        "near-tie",
-        0,
-        True,
-    )
-    assert "later_first" not in e11
-    assert e11["margins"] == [0.03125, 0.03125]
+    waived = _items(pytester)["e11"]
 
     _matrix(
         pytester,
@@ -264,7 +257,16 @@ def test_a_near_tie_is_waived_only_when_judged_past_with_no_later_decisive_disag
         TIE_PROMPTS,
     )
     late = pytester.runpytest("-q", "--infercheck-results=r.json")
-    late.assert_outcomes(passed=1, failed=2)
+    late.assert_outcomes(passed=1, failed=2)  # e11 and the aggregate for it
+
+    e11 = waived["data"]
+    assert (e11["divergence_label"], e11["first_divergence"], e11["judged_past"]) == (
+        "near-tie",
+        0,
+        True,
+    )
+    assert "later_first" not in e11
+    assert e11["margins"] == [0.03125, 0.03125]  # from the lockstep's rows, no scoring pass
     items = _items(pytester)
     e11 = items["e11"]["data"]
     assert (e11["divergence_label"], e11["first_divergence"], e11["judged_past"]) == (
