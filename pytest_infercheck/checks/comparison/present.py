@@ -24,7 +24,7 @@ from .aggregate import (
 )
 from .gates import side_verdict
 from .prompt import LOWER_BOUND_METHODS, PromptComparison, SelfCheckRecord
-from .verdicts import describe, item_problems
+from .verdicts import describe, item_problems, past_line
 
 UNGATED_NOTE = (
     "ungated: this check writes no gate (no max_kl, max_kl_position, min_similarity, "
@@ -111,6 +111,9 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
         ("first divergence", _divergence(r)),
         ("noise floor (nats)", _measured(r.noise_floor)),
     ]
+    past = past_line(r)
+    if past:
+        facts.append(("past the divergence", past.partition(": ")[2] or past))
     parts = [
         table([esc(k) for k, _ in facts], [[esc(v) for _, v in facts]]),
         *([f'<p class="ic-method-note">{esc(r.method_note)}</p>'] if r.method_note else []),
