@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from ..config import BackendSpec
     from ..structured.records import Path as StructuredPath
     from ..structured.records import StructuredRequest, StructuredResponse
+    from ..verdict.conduct import Abilities
 
 TOP_K = 8
 FULL_VOCAB_SCORING_LIMIT = 32_768
@@ -420,6 +421,16 @@ class LlamaServerBackend(Backend):
 
         client = ChatServerClient(self.http, None, self.structured_paths())
         return await client.structured(request, path)
+
+    async def probe_abilities(self) -> Abilities:
+        """The structured paths the server offers and lacks: one minimal request per path
+        (:func:`~..structured.probe.probe_paths`). Measured on llama-cpp-python 0.3.36's
+        llama.cpp: every path answers; ``n: 2`` with one slot (``-np 1``) is HTTP 400
+        "Field 'n': Value must be between 1 <= value <= 1" where ``chat`` answered:
+        ``chat-n2`` lacking; with two slots it answers two choices: offered."""
+        from ..structured.probe import probe_paths
+
+        return await probe_paths(self)
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ..config import BackendSpec
     from ..structured.records import Path as StructuredPath
     from ..structured.records import StructuredRequest, StructuredResponse
+    from ..verdict.conduct import Abilities
 
 
 class OllamaBackend(Backend):
@@ -203,6 +204,15 @@ class OllamaBackend(Backend):
         from ..structured.client import OllamaChatClient
 
         return await OllamaChatClient(self.http, self.model).structured(request, path)
+
+    async def probe_abilities(self) -> Abilities:
+        """The structured paths the server offers and lacks
+        (:func:`~..structured.probe.probe_paths`): ``chat`` and ``chat-stream`` probed with
+        one minimal ``/api/chat`` request each; ``chat-n2`` and both ``messages`` paths
+        lacking without a request (``/api/chat`` has one answer and no Anthropic form)."""
+        from ..structured.probe import probe_paths
+
+        return await probe_paths(self)
 
     async def aclose(self) -> None:
         await self.http.aclose()
