@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from tests.faulty_proxy import Fault, FaultyProxy
+from tests.faulty_proxy import TOOLS_REFUSED, Fault, FaultyProxy
 from tests.integration.served import llama_flags, running
 from tests.plugin.conftest import INI
 
@@ -207,6 +207,59 @@ def test_streamed_tool_calls_nulled_fail_naming_tool_calls(
         assert texts[1] == "finish_reason: chat-stream 'stop' vs chat 'tool_calls'"
     assert items["aggregate"]["data"]["differences"] == {"tool_calls": 4, "finish_reason": 4}
     result.stdout.fnmatch_lines(["*tool_calls differ: chat-stream vs chat*"])
+
+
+def test_every_tool_request_refused_fails_every_item_with_tools(
+    pytester: pytest.Pytester, llama_tool: str, tiny_tool: Path, tiny_tool_gguf: Path
+) -> None:
+    """llama-server behind a proxy that answers HTTP 400 to every request offering tools (a
+    server whose tool parser broke), as the first target (the reference) of the direct
+    server: nothing is excused. Its probe (no tools) found every path but ``n: 2`` (one
+    slot) offered, so each refused request fails its item naming the 400 and the server's
+    message, and the direct server's items with tools fail on their refused reference; the
+    lines without tools pass; the aggregate fails. (Before: every refusal was recorded
+    ``unsupported`` and every item and the aggregate passed.)"""
+    lines = [json.loads(x) for x in TOOL_USE.read_text().splitlines()]
+    wanted = ("tu001", "tu015", "tu019", "tu029", "tu039", "tu041")
+    sample = [x for x in lines if x["id"] in wanted]
+    with FaultyProxy(llama_tool, Fault(refuse_tools=True)) as proxy:
+        backends = {"proxied": ("llama-server", proxy.url), "llama": ("llama-server", llama_tool)}
+        check = "  - structured-parity: {targets: [tiny@proxied, tiny@llama]}\n"
+        result, items = run(pytester, tiny_tool, tiny_tool_gguf, backends, check, "refused", sample)
+    print(result.stdout.str()[-4000:])
+    refused = f"HTTP 400: {TOOLS_REFUSED}"
+    with_tools = [x["id"] for x in sample if x.get("tools")]
+    assert with_tools == ["tu001", "tu015", "tu019", "tu029"]
+    assert proxy.altered == 4 * len(with_tools)  # chat, chat-stream, both messages paths
+    failed = {k for k, v in items.items() if v["outcome"] == "failed"}
+    assert failed == {f"{i}[{s}]" for i in with_tools for s in ("proxied", "llama")} | {"aggregate"}
+    for line in with_tools:
+        proxied = items[f"{line}[proxied]"]
+        assert proxied["violations"] == [
+            f"tiny@proxied: {path} failed: {refused}"
+            for path in ("chat", "chat-stream", "messages", "messages-stream")
+        ], line
+        status = {r["path"]: r["status"] for r in proxied["data"]["results"]}
+        assert status == {
+            "chat": "error",
+            "chat-stream": "error",
+            "chat-n2": "unsupported",  # probed: one slot refuses n: 2
+            "messages": "error",
+            "messages-stream": "error",
+        }, line
+        assert items[f"{line}[llama]"]["violations"] == [
+            f"tiny@proxied (the reference): chat failed: {refused}"
+        ], line
+    for line in ("tu039", "tu041"):
+        assert items[f"{line}[proxied]"]["outcome"] == "passed", line
+        assert items[f"{line}[llama]"]["outcome"] == "passed", line
+    aggregate = items["aggregate"]
+    assert aggregate["violations"][0].startswith(
+        f"8 of 12 items failed: tu001[llama] (tiny@proxied (the reference): chat failed: "
+        f"{refused}), tu001[proxied] (tiny@proxied: chat failed: {refused})"
+    )
+    assert aggregate["data"]["paths"]["chat"]["failed"] == 4
+    result.stdout.fnmatch_lines([f"*tiny@proxied: chat failed: {refused}*"])
 
 
 @pytest.fixture(scope="module")
