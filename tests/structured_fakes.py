@@ -41,8 +41,8 @@ from pytest_infercheck.structured.records import (
     StructuredResponse,
     Usage,
 )
-from pytest_infercheck.verdict.conduct import Abilities
 from pytest_infercheck.tools import ToolCall
+from pytest_infercheck.verdict.conduct import Abilities
 
 
 def _tool(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:

@@ -16,11 +16,11 @@ from pytest_infercheck.backends.openai_compat import OpenAICompatBackend
 from pytest_infercheck.structured.client import ChatServerClient
 from pytest_infercheck.structured.records import (
     ChatTurn,
+    Inexpressible,
     MalformedResponse,
     PlacedCall,
-    StructuredChat,
-    Inexpressible,
     RequestFailed,
+    StructuredChat,
     StructuredRequest,
     Usage,
 )

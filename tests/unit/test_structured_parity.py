@@ -43,12 +43,12 @@ from pytest_infercheck.structured.records import (
     StructuredResponse,
     Usage,
 )
-from pytest_infercheck.structured.results import NotAnswered, PathResult
 from pytest_infercheck.structured.request import (
     UnfilledTurn,
     response_schema,
     structured_request,
 )
+from pytest_infercheck.structured.results import NotAnswered, PathResult
 from pytest_infercheck.suites import Prompt
 from pytest_infercheck.tools import Tool, ToolCall
 
@@ -170,7 +170,7 @@ def test_a_malformed_call_left_in_content_is_a_fault_and_never_a_call() -> None:
     assert fields(c) == ["tool_calls", "finish_reason"]
     assert texts(c)[0] == (
         f"tool_calls differ: chat vs chat: call 1 function '' vs 'add': malformed call "
-        f"{body!r} vs add({{\"a\":12,\"b\":34}})"
+        f'{body!r} vs add({{"a":12,"b":34}})'
     )
     assert moved.choices[0].calls[0].name == "add"
 
@@ -459,9 +459,10 @@ def record(
     )
 
 
-def items(
-    thresholds: StructuredParityThresholds = StructuredParityThresholds(),
-) -> list[RecordedItem]:
+STRICT = StructuredParityThresholds()
+
+
+def items(thresholds: StructuredParityThresholds = STRICT) -> list[RecordedItem]:
     """Items as a run records them: each record with its violations, as judged under
     ``thresholds``."""
     good = record("tu001", "llama", [result("chat-stream", choice(ADD))])

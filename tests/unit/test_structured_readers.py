@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.backends.base import BackendError
+from pytest_infercheck.metrics.answers import extract_answer
 from pytest_infercheck.structured.read_chat import read_chat
 from pytest_infercheck.structured.read_messages import read_message
 from pytest_infercheck.structured.read_ollama import read_ollama_chat
-from pytest_infercheck.metrics.answers import extract_answer
 from pytest_infercheck.structured.records import (
     MalformedResponse,
     PlacedCall,

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pytest_infercheck.structured.call_ids import link_calls
-from pytest_infercheck.structured.records import ChatTurn, StructuredRequest, Inexpressible
+from pytest_infercheck.structured.records import ChatTurn, Inexpressible, StructuredRequest
 from pytest_infercheck.structured.wire_chat import chat_payload
 from pytest_infercheck.structured.wire_messages import messages_payload
 from pytest_infercheck.structured.wire_ollama import ollama_payload
