@@ -117,8 +117,10 @@ class PathResult:
     status: str
     """A :data:`Status`."""
     message: str | None = None
-    """The server's message when it refused (``unsupported``), failed (``error``) or the
-    reader's when it could not read the answer (``malformed``)."""
+    """Why there is no answer: what the target's probe saw of the lacking path
+    (``unsupported``), why the path cannot express the request (``not exercised``), the
+    server's status and message (``error``: refused or failed), the reader's complaint
+    (``malformed``)."""
     choices: list[ChoiceRecord] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
