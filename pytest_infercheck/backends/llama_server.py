@@ -37,6 +37,7 @@ import numpy as np
 
 from ..features import FeatureActivity
 from ..tools import Tool
+from ..verdict.conduct import Abilities
 from .base import (
     Backend,
     BackendError,
@@ -48,6 +49,7 @@ from .base import (
     TopKRow,
     chat_input,
 )
+from .endpoint_probe import probe_generation_paths, union
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import (
@@ -314,6 +316,12 @@ class LlamaServerBackend(Backend):
             self.http, kind, "/completion", body, n_ctx=n_ctx if isinstance(n_ctx, int) else None
         )
 
+    async def probe_abilities(self) -> Abilities:
+        """Its streamed ``/completion`` and its ``/v1/completions``, ``/v1/chat/completions``
+        and ``/v1/messages``, one one-token request each (:mod:`.endpoint_probe`), then its
+        structured paths (:meth:`probe_structured`)."""
+        return union(await probe_generation_paths(self), await self.probe_structured())
+
     async def alive(self) -> bool:
         return await probe_alive(
             self.http, "/health", lambda doc: isinstance(doc, dict) and doc.get("status") == "ok"
@@ -422,7 +430,7 @@ class LlamaServerBackend(Backend):
         client = ChatServerClient(self.http, None, self.structured_paths())
         return await client.structured(request, path)
 
-    async def probe_abilities(self) -> Abilities:
+    async def probe_structured(self) -> Abilities:
         """The structured paths the server offers and lacks: one minimal request per path
         (:func:`~..structured.probe.probe_paths`). Measured on llama-cpp-python 0.3.36's
         llama.cpp: every path answers; ``n: 2`` with one slot (``-np 1``) is HTTP 400

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..tools import Tool, ToolCall
+from ..verdict.conduct import Abilities
 from .base import (
     Backend,
     BackendError,
@@ -26,6 +27,7 @@ from .base import (
     PromptInput,
     chat_input,
 )
+from .endpoint_probe import probe_generation_paths, union
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages, message_calls
@@ -178,6 +180,12 @@ class OllamaBackend(Backend):
 
         return await send_hostile(self.http, kind, "/api/generate", body)
 
+    async def probe_abilities(self) -> Abilities:
+        """Its streamed (NDJSON) request, one one-token request (:mod:`.endpoint_probe`);
+        it has no other endpoint here; then its structured paths (:meth:`probe_structured`)."""
+        paths = await probe_generation_paths(self, endpoints=())
+        return union(paths, await self.probe_structured())
+
     async def alive(self) -> bool:
         return await probe_alive(self.http, "/api/tags", lambda doc: isinstance(doc, dict))
 
@@ -205,7 +213,7 @@ class OllamaBackend(Backend):
 
         return await OllamaChatClient(self.http, self.model).structured(request, path)
 
-    async def probe_abilities(self) -> Abilities:
+    async def probe_structured(self) -> Abilities:
         """The structured paths the server offers and lacks
         (:func:`~..structured.probe.probe_paths`): ``chat`` and ``chat-stream`` probed with
         one minimal ``/api/chat`` request each; ``chat-n2`` and both ``messages`` paths

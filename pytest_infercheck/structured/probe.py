@@ -20,10 +20,12 @@ one token.
   mlx_lm.server measured so);
 - HTTP 404, 405 or 501: lacking (the endpoint is not there: mlx_lm.server's
   ``/v1/messages`` answers 404);
-- HTTP 400 or 422 on a variant of a path the probe found answering (``chat-stream`` or
-  ``chat-n2`` of ``chat``, ``messages-stream`` of ``messages``): lacking, the server refuses
-  the variant's parameter (llama-server with one slot: ``n: 2`` is 400 "Field 'n': Value
-  must be between 1 <= value <= 1"; vLLM: 400 "n must be 1 when using greedy sampling");
+- HTTP 400 or 422 on ``chat-n2`` where ``chat`` answered: lacking, the server refuses the
+  parameter ``n: 2`` (llama-server with one slot: 400 "Field 'n': Value must be between 1
+  <= value <= 1"; vLLM: 400 "n must be 1 when using greedy sampling"). A stream is not
+  excused so (no engine measured refuses ``stream: true`` with a 400; the generation-path
+  probe of :mod:`~pytest_infercheck.backends.endpoint_probe` holds streams to 404/405/501
+  too);
 - a path the client cannot send at all (:class:`~.records.Inexpressible`: Ollama has no
   ``messages``, no ``n``): lacking, with why, and nothing sent;
 - anything else (a 5xx, a 400 on ``chat`` or ``messages`` themselves, no answer, an answer
@@ -58,17 +60,15 @@ PROBE = StructuredRequest(
 )
 """The probe's request (each path sends it in its own shape; ``chat-n2`` with ``n: 2``)."""
 ORDER: tuple[Path, ...] = ("chat", "chat-stream", "chat-n2", "messages", "messages-stream")
-"""The paths probed, each after the path it is a variant of."""
-VARIANT_OF: dict[Path, Path] = {
-    "chat-stream": "chat",
-    "chat-n2": "chat",
-    "messages-stream": "messages",
-}
+"""The paths probed, ``chat-n2`` after its control ``chat``."""
+PARAMETER_OF: dict[Path, Path] = {"chat-n2": "chat"}
+"""A path that is another path with a parameter a server may refuse (``n: 2``), and that
+path (the control: it must have answered)."""
 ABSENT = frozenset({404, 405, 501})
 """Statuses that say the endpoint is not there."""
 REFUSED = frozenset({400, 422})
-"""Statuses that say the server refuses a parameter (read so only on a variant of a path
-that answered)."""
+"""Statuses that say the server refuses a parameter (read so only on a path of
+:data:`PARAMETER_OF` whose control answered)."""
 
 
 def ability(path: Path) -> str:
@@ -81,7 +81,7 @@ def decide(
 ) -> tuple[bool | None, str]:
     """Whether the probe of ``path`` shows it offered (True), lacking (False) or neither
     (None: not decided), and what the probe saw. ``offered``: the paths found answering so
-    far (the control of a variant)."""
+    far (the controls of :data:`PARAMETER_OF`)."""
     if isinstance(got, StructuredResponse):
         if path == "chat-n2" and len(got.choices) != 2:
             n = len(got.choices)
@@ -92,7 +92,7 @@ def decide(
     if isinstance(got, RequestFailed):
         if got.status in ABSENT:
             return False, f"the probe got HTTP {got.status}: {got.message}"
-        base = VARIANT_OF.get(path)
+        base = PARAMETER_OF.get(path)
         if got.status in REFUSED and base is not None and base in offered:
             return False, (f"the probe got HTTP {got.status} where {base} answered: {got.message}")
     if isinstance(got, MalformedResponse):

@@ -249,7 +249,7 @@ async def test_openai_backend_probes_its_paths() -> None:
     )
     with fake_server(script) as url:
         backend = OpenAICompatBackend("fake", HttpSettings(base_url=url, **FAST), model="served")  # type: ignore[arg-type]
-        abilities = await backend.probe_abilities()
+        abilities = await backend.probe_structured()
     assert abilities.lacking == {
         "structured chat-n2": "n: 2 answered 1 choice: the server ignores n",
         "structured messages": "the probe got HTTP 404: Not Found",
@@ -358,7 +358,7 @@ async def test_ollama_probe_sends_chat_paths_only() -> None:
     stream = (json.dumps(done) + "\n").encode()
     script = Script([Reply(body=done), Reply(raw=stream)])
     with fake_server(script) as url:
-        abilities = await ollama(url).probe_abilities()
+        abilities = await ollama(url).probe_structured()
     assert abilities.offered == {"structured chat", "structured chat-stream"}
     assert set(abilities.lacking) == {
         "structured chat-n2",

@@ -123,9 +123,10 @@ def answers(
 
 
 async def probe(backend: Any) -> Abilities:
-    """The backend's ability probe (one minimal request per path), its client closed."""
+    """The backend's probe of its structured paths (one minimal request per path), its
+    client closed."""
     try:
-        abilities: Abilities = await backend.probe_abilities()
+        abilities: Abilities = await backend.probe_structured()
     finally:
         await backend.aclose()
     return abilities

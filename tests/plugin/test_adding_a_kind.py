@@ -2,10 +2,10 @@
 
 The test copies the package, writes one new kind package of facets (``prompt-budget``: every
 prompt of a suite must fit a character budget; no model is loaded; a suite gate on the
-longest prompt) and adds it to ``checks/registry.py`` (one line). Then a matrix that uses the new kind runs through everything that
-asks the registry: the YAML config, collection and node ids, items and the aggregate, the
-terminal summary, the JSON results, the HTML report (the kind's own view), xdist and the
-matrix's JSON Schema.
+longest prompt) and adds it to ``checks/registry.py`` (one line). Then a matrix that uses the
+new kind runs through everything that asks the registry: the YAML config, collection and
+node ids, items and the aggregate, the terminal summary, the JSON results, the HTML report
+(the kind's own view), xdist, a sharded run merged, and the matrix's JSON Schema.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ SPEC = SpecFacet(
     records={"prompt": BudgetPrompt, "aggregate": BudgetAggregate},
 )
 ''',
-    "gather.py": '''\
+    "gather.py": """\
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,8 +114,8 @@ class BudgetGather(TargetGatherer[PromptBudgetSpec]):
 
     def context(self) -> TargetContext:
         return TargetContext(self.spec.target, {})  # no model is loaded
-''',
-    "judge.py": '''\
+""",
+    "judge.py": """\
 from collections.abc import Sequence
 from typing import Any
 
@@ -139,8 +139,8 @@ def summarize(items: Sequence[RecordedItem], thresholds: Any, context: TargetCon
     sizes = [r.chars for r in records_of(items, "prompt")]
     record = BudgetAggregate(context.target, len(sizes), max(sizes), context.engines)
     return Summary(record, [], measures={"longest": float(record.longest)})
-''',
-    "present.py": '''\
+""",
+    "present.py": """\
 from collections.abc import Mapping
 from typing import Any
 
@@ -164,7 +164,7 @@ PRESENT = PresentFacet(
     summary_lines=summary_lines,
     views={"prompt": budget_view},
 )
-''',
+""",
 }
 """The new kind's package ``checks/prompt_budget/``, file by file."""
 
