@@ -78,8 +78,10 @@ def answer(path: str, n: int = 1) -> StructuredResponse:
         ("messages", RequestFailed("x messages", 404, "Not Found"), {"chat"}, False, None),
         ("messages-stream", RequestFailed("x", 405, "no"), {"chat"}, False, None),
         ("chat", RequestFailed("x chat", 501, "no"), set(), False, None),
-        # a 400 on an endpoint itself, a 5xx, an unreadable answer, no answer: not decided
+        # a 400 on an endpoint itself or on a stream, a 5xx, an unreadable answer: not decided
         ("messages", RequestFailed("x messages", 400, "bad"), {"chat"}, None, None),
+        ("chat-stream", RequestFailed("x", 400, "streaming refused"), {"chat"}, None, None),
+        ("messages-stream", RequestFailed("x", 422, "no"), {"chat", "messages"}, None, None),
         ("chat-stream", RequestFailed("x", 500, "engine died"), {"chat"}, None, None),
         ("chat-stream", MalformedResponse("no [DONE]"), {"chat"}, None, None),
         ("chat", RequestFailed("x", 503, "busy"), set(), None, None),
