@@ -21,7 +21,7 @@ from ..protocol import target_label
 from ..tokenization import side_label
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec, LoadedMatrix
+    from ...matrix import CheckSpec, LoadedMatrix
     from ...suites import Suite
 
 PATHS: tuple[Path, ...] = get_args(Path)
