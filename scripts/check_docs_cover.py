@@ -38,11 +38,79 @@ DOCS = ROOT / "docs"
 FULL_README = "57cc573a4f6a5c56bcbaa3df4a9bbd9c0247d97e"
 """The last commit whose README.md held everything (before it became a landing page)."""
 
+REPLACED_IN_ISSUE_27: tuple[str, ...] = (
+    (
+        "`paths` (default: every one the target offers) must list `chat`; a listed path the "
+        "server does not offer is recorded `unsupported`."
+    ),
+    (
+        "The backend must be a chat server (llama-server and vllm-mlx offer all five paths, "
+        "other OpenAI-compatible servers the three chat paths, Ollama `chat` and "
+        "`chat-stream`); an in-process target fails its items saying so."
+    ),
+    (
+        "Every answer is also checked for validity, each fault failing the item whatever "
+        "`allow` says: arguments that are not JSON, a call to a function not offered, "
+        "arguments that violate the function's `parameters` schema (`jsonschema`), content "
+        "that is not JSON or violates the `response_format` schema, `tool_choice` not "
+        "obeyed (`none` with a parsed call, `required` without one, a named function and "
+        "another called), `finish_reason: tool_calls` without a parsed call, a number of "
+        "choices other than `n`, and a malformed answer (a body or stream the path's reader "
+        "cannot read)."
+    ),
+    (
+        "A request the server refuses (HTTP 400/404/405/422/501: llama-server allows `n` up "
+        "to its `-np` slots) is recorded `unsupported` with the server's message, and does "
+        "not fail; a server error (5xx, a timeout, a stream cut off) fails the item with "
+        "its message while the other paths and items go on."
+    ),
+    (
+        "The aggregate counts differences by field, validity faults by kind, answers by "
+        "path (answered, unsupported, failed, differing) and items per target; the terminal "
+        "summary shows `passed`, the differences by field, faults, refusals and errors; the "
+        "HTML item view shows each path's calls, content, reasoning and usage, every "
+        "difference and fault (model output escaped); JUnit gets "
+        "`infercheck_differing_fields` per item and `infercheck_differences_<field>` per "
+        "aggregate."
+    ),
+    (
+        "`n: 2` at temperature 0 is refused by both (llama-server with one slot: `Field "
+        "'n': Value must be between 1 <= value <= 1`; vLLM: `n must be 1 when using greedy "
+        "sampling`), recorded `unsupported`."
+    ),
+    (
+        "vllm-mlx and mlx_lm.server ignore `n: 2` (one choice: a `choices` fault). "
+        "vllm-mlx's streamed messages report 0 input tokens; its streams keep the newline "
+        'the model writes between two calls as content (`"\\n"`, none in its non-streamed '
+        "answers); on requests without tools its non-streamed answers count one completion "
+        "token less (7) than its streams and llama-server (8). mlx_lm.server keeps that "
+        "newline as content on both its paths."
+    ),
+    (
+        "The faulty proxy (`tests/faulty_proxy.py`): moving non-streamed calls into "
+        "`content` fails every item with a call, naming `tool_calls.place` (`tool_calls "
+        'place: chat-stream returned call 1 add({"a":2,"b":2}) in tool_calls, chat in '
+        "content`) and the `finish_reason: tool_calls` left without a parsed call; nulling "
+        "streamed `tool_calls` with `finish_reason: stop` fails each item naming "
+        "`tool_calls` and `finish_reason`."
+    ),
+)
+"""Units of structured-parity's old rule (a refusal recorded ``unsupported``) and the engine
+facts measured under it, replaced in the docs by the probed-abilities rule (issue 27)."""
+
 DROPPED: dict[str, str] = {
     # unit (as normalised: one line, links as text) -> why it is not in the docs
     "ungated), verdicts.py, present.py": (
         "a stray duplicate line in the README's architecture tree (the line before it says it)"
     ),
+    **{
+        unit: (
+            "issue 27: structured-parity no longer records a refusal `unsupported`; only a "
+            "path the target's probe found lacking is (the docs say the new rule and the "
+            "engine facts re-measured under it)"
+        )
+        for unit in REPLACED_IN_ISSUE_27
+    },
 }
 """Units deliberately left out of the docs, with why."""
 
