@@ -28,7 +28,8 @@ bug's output; streams pass unaltered.
 
 With ``empty_body``, a request chosen for alteration is not forwarded at all: the proxy
 answers it with HTTP 200 and an empty body (no content type), as a broken server or gateway
-may, streamed or not.
+may, streamed or not. With ``error_status`` (a 4xx or 5xx), such a request is answered with
+that status and a JSON error (``faulty proxy: injected HTTP 500``) instead.
 
 With ``alter_paths``, every generation response on those paths (``/v1/chat/completions``)
 is altered, whatever the order of the requests.
@@ -50,6 +51,10 @@ generation response they apply to:
   becomes ``null`` and a ``finish_reason`` of ``tool_calls`` becomes ``stop`` (a server with
   a reasoning and a tool parser both on, as users reported it); non-streamed answers pass.
 
+With ``refuse_tools``, a generation request whose body offers ``tools`` is not forwarded: the
+proxy answers HTTP 400 with an OpenAI error body (:data:`TOOLS_REFUSED`), as a server whose
+tool parser broke refuses every tool request; requests without tools pass.
+
 Streams (SSE, and Ollama's NDJSON) are forwarded event by event. When a stream may be
 altered, the proxy holds back the events from the last content-carrying event on (usually
 one event), so it can alter that event at the end of the stream.
@@ -68,6 +73,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+import httpcore  # noqa: F401  (with httpx: see pytest_infercheck/backends/http.py)
 import httpx
 
 GENERATION_PATHS = frozenset(
@@ -119,6 +125,7 @@ class Fault:
     poison: str | None = None  # after a request whose body contains this, alter every later one
     delay_s: float = 0.0  # added latency per generation request
     empty_body: bool = False  # an altered request gets HTTP 200 with an empty body instead
+    error_status: int = 0  # an altered request gets this HTTP status (a JSON error) instead
     stutter: bool = False  # an altered non-streamed llama-server /completion: every token twice
     perturb_repeat: bool = False  # alter the second request with a prompt seen once before
     perturb_later_turns: bool = False  # alter a cacheable request extending an earlier prompt
@@ -126,6 +133,20 @@ class Fault:
     null_stream_tool_calls: bool = False  # streamed chat: tool_calls null, finish_reason stop
     refuse_streams: int = 0  # a streamed generation request is answered with this HTTP status
     alter_paths: frozenset[str] = frozenset()  # every generation response on these paths
+    refuse_tools: bool = False  # a request offering tools: HTTP 400, not forwarded
+
+
+TOOLS_REFUSED = "faulty proxy: the tool parser failed to load"
+"""The error message of a tool request refused under ``refuse_tools``."""
+
+
+def offers_tools(body: bytes) -> bool:
+    """Whether a request body is JSON offering a non-empty ``tools`` list."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and bool(payload.get("tools"))
 
 
 # --------------------------------------------------------------------------------------
@@ -770,9 +791,27 @@ class FaultyProxy:
                 self._end(request)
 
     def _forward(self, handler: _Handler, body: bytes, request: _Request | None) -> None:
+        if request is not None and self.fault.refuse_tools and offers_tools(body):
+            self._count_altered()
+            error = {
+                "error": {"code": 400, "message": TOOLS_REFUSED, "type": "invalid_request_error"}
+            }
+            data = json.dumps(error).encode()
+            self._send_whole(handler, 400, [("Content-Type", "application/json")], data)
+            return
         if request is not None and self.fault.empty_body and self._should_alter(request):
             self._count_altered()
             self._send_whole(handler, 200, [], b"")
+            return
+        status = self.fault.error_status
+        if request is not None and status and self._should_alter(request):
+            self._count_altered()
+            message = json.dumps(
+                {"error": {"code": status, "message": f"faulty proxy: injected HTTP {status}"}}
+            )
+            self._send_whole(
+                handler, status, [("Content-Type", "application/json")], message.encode()
+            )
             return
         if request is not None and self.fault.refuse_streams and streamed(body):
             self._count_altered()

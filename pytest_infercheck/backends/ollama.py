@@ -27,15 +27,15 @@ from .base import (
     PromptInput,
     chat_input,
 )
-from .endpoint_probe import probe_generation_paths
+from .endpoint_probe import probe_generation_paths, union
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages, message_calls
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
     from ..structured.records import Path as StructuredPath
     from ..structured.records import StructuredRequest, StructuredResponse
+    from .spec import OllamaSpec
 
 
 class OllamaBackend(Backend):
@@ -181,8 +181,9 @@ class OllamaBackend(Backend):
 
     async def probe_abilities(self) -> Abilities:
         """Its streamed (NDJSON) request, one one-token request (:mod:`.endpoint_probe`);
-        it has no other endpoint here."""
-        return await probe_generation_paths(self, endpoints=())
+        it has no other endpoint here; then its structured paths (:meth:`probe_structured`)."""
+        paths = await probe_generation_paths(self, endpoints=())
+        return union(paths, await self.probe_structured())
 
     async def alive(self) -> bool:
         return await probe_alive(self.http, "/api/tags", lambda doc: isinstance(doc, dict))
@@ -211,6 +212,15 @@ class OllamaBackend(Backend):
 
         return await OllamaChatClient(self.http, self.model).structured(request, path)
 
+    async def probe_structured(self) -> Abilities:
+        """The structured paths the server offers and lacks
+        (:func:`~..structured.probe.probe_paths`): ``chat`` and ``chat-stream`` probed with
+        one minimal ``/api/chat`` request each; ``chat-n2`` and both ``messages`` paths
+        lacking without a request (``/api/chat`` has one answer and no Anthropic form)."""
+        from ..structured.probe import probe_paths
+
+        return await probe_paths(self)
+
     async def aclose(self) -> None:
         await self.http.aclose()
 
@@ -235,7 +245,7 @@ def ollama_messages(prompt: PromptInput) -> list[dict[str, Any]]:
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: OllamaSpec, source: str, revision: str | None, url: str | None
 ) -> OllamaBackend:
     """The ``ollama`` backend of a ``backends:`` entry (see :mod:`.registry`): the model
     ``model_name`` (default: the source, the name Ollama knows it by), chat unless

@@ -16,13 +16,9 @@ from pytest_infercheck.backends import Generation, GenerationParams, PromptInput
 from pytest_infercheck.backends.base import Backend, BackendError, Message, chat_input
 from pytest_infercheck.backends.openai_compat import chat_messages, messages_payload
 from pytest_infercheck.checks.comparison.gather_prompt import gather_turns
-from pytest_infercheck.checks.comparison.judge import item_verdict
+from pytest_infercheck.checks.comparison.judge import final_turn, item_verdict
 from pytest_infercheck.checks.comparison.spec import DiffThresholds
-from pytest_infercheck.checks.comparison.turns import (
-    final_turn,
-    first_divergent_turn,
-    judge_turns,
-)
+from pytest_infercheck.checks.comparison.turns import first_divergent_turn, judge_turns
 from pytest_infercheck.conversation import Turn, concrete, generated_indices, history
 from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.suites import SuiteError, derive_prompt_id, load_suite

@@ -29,7 +29,7 @@ import pytest
 from .spec import requires_engaged, ungated_reason
 
 if TYPE_CHECKING:
-    from ...config import LoadedMatrix
+    from ...matrix import LoadedMatrix
     from .aggregate import ComparisonAggregateRecord, SuiteAggregate
 
 

@@ -48,7 +48,7 @@ from .evidence import (
 )
 from .prompt import Disagreement, PromptComparison, SelfCheckRecord
 from .spec import GATES, WAIVABLE, expects_identical, requires_engaged
-from .turns import final_turn, first_divergent_turn, judge_turns
+from .turns import TurnComparison, first_divergent_turn, judge_turns
 from .verdicts import item_problems
 
 if TYPE_CHECKING:
@@ -159,6 +159,22 @@ def build_record(evidence: PromptEvidence, thresholds: Thresholds) -> PromptComp
     turns, faults, turn_readings = judge_turns(evidence.turns)
     turns.append(final_turn(len(evidence.turns), record))
     return _with_turns(record, turns, faults, turn_readings)
+
+
+def final_turn(index: int, result: PromptComparison) -> TurnComparison:
+    """The final answer (turn ``index``) as its comparison found it."""
+    unit = None if result.first_divergence is None else "token"
+    return TurnComparison(
+        index,
+        "assistant",
+        "final",
+        result.base_text,
+        result.test_text,
+        result.identical,
+        result.sameness,
+        result.first_divergence,
+        unit,
+    )
 
 
 def _with_turns(

@@ -36,7 +36,7 @@ from ..framework.kind import RateGate
 from ..framework.plan import ItemPlan
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec, LoadedMatrix, Target
+    from ...matrix import CheckSpec, LoadedMatrix, Target
     from ...suites import Suite
 
 __all__ = [

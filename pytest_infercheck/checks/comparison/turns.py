@@ -26,8 +26,6 @@ from .evidence import TurnEvidence, outputs_verdict
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .prompt import PromptComparison
-
 TurnKind = Literal["given", "generated", "final"]
 
 
@@ -106,22 +104,6 @@ def judge_turns(
         if empty is not None:
             faults.append(empty.text)
     return out, faults, readings
-
-
-def final_turn(index: int, result: PromptComparison) -> TurnComparison:
-    """The final answer (turn ``index``) as its comparison found it."""
-    unit = None if result.first_divergence is None else "token"
-    return TurnComparison(
-        index,
-        "assistant",
-        "final",
-        result.base_text,
-        result.test_text,
-        result.identical,
-        result.sameness,
-        result.first_divergence,
-        unit,
-    )
 
 
 def first_divergent_turn(turns: list[TurnComparison]) -> int | None:
