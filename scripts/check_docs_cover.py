@@ -98,6 +98,73 @@ REPLACED_IN_ISSUE_27: tuple[str, ...] = (
 """Units of structured-parity's old rule (a refusal recorded ``unsupported``) and the engine
 facts measured under it, replaced in the docs by the probed-abilities rule (issue 27)."""
 
+COMPARISON_REPLACED: tuple[str, ...] = (
+    (
+        "The outcome is decided by the thresholds in `examples/quickstart/infercheck.yaml`: "
+        "8-bit turns one right answer wrong (`1+0`), fails that item and passes its suite "
+        "gates; 4-bit shows real divergence (mean KL 0.015, changed tokens, 3 right answers "
+        "turned wrong) and fails 9 items and both suite gates."
+    ),
+    (
+        "A sweep of both levels names q4 as the degradation cliff (9 prompts above `max_kl` "
+        "where q8 has none, exact McNemar p = 0.0039; mean KL 0.015 crosses `max_mean_kl` "
+        "0.005 where q8's 0.00028 does not), failing those items and its mean-KL gate."
+    ),
+    (
+        "The infercheck section opens with the **verdict matrix** (element id "
+        "`infercheck-verdicts`): a row per check x suite, a column per test side, sweep "
+        "level, stress level or target, each cell the verdict (`pass`, `fail`, `ungated`) "
+        "and the number that decided it: the first gate it broke, value against threshold "
+        "(`mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005`), else its failed items (`1/60 "
+        "items failed`), else its headline measure when it passed (mean KL ± SE, determinism "
+        "score, consistency)."
+    ),
+    (
+        "`FAILED ...::sweep(bf16)::addition::aggregate - q4@local: mean KL 0.0151764 +- "
+        "0.0084 > max_mean_kl 0.005`."
+    ),
+    (
+        "In the suite aggregate each kind of problem is a violation naming the prompts "
+        "(`non-finite KL in 2 of 60 prompts: r003 (positions 2, 5), r007 (position 0)`); the "
+        "pooled mean and max KL are NaN when any value is, and a NaN mean is not within "
+        "`max_mean_kl` (only a suite with no compared position, text only, has no mean KL to "
+        "gate)."
+    ),
+    (
+        "Gates of a comparison (`checks/comparison/gates.py`): an item fails on any problem "
+        "or fault above, on a per-item threshold (`max_kl`, `max_kl_position`, "
+        "`min_similarity`, `flips.fail_item_on`) and, for a diff expecting identical "
+        "outputs, on outputs that are not the same; the suite gates are `max_mean_kl`, "
+        "`min_same_top` and `flips.max_rate`."
+    ),
+    (
+        "Sources, in order: the generation's full rows; its top-k when it holds the other "
+        "token; the side's teacher-forced full rows; else its top-k's **lower bound** `log "
+        "p(own) - min(top-k)` (the other token is below the whole top-k), recorded with "
+        "`margins_exact: false`."
+    ),
+    (
+        "`fail_on: any` (default, strict) fails a divergent item as its gates say; `fail_on: "
+        "decisive`, for engines that promise no bitwise identity, lets an item whose only "
+        "fault is a near-tie divergence pass: the verdicts that only say the outputs differ "
+        "(a diff's `expect: identical`, `min_similarity`) are waived for it; problems, "
+        "faults, KL and answer-flip gates still fail it. stream-parity waives a near-tie "
+        "only once what follows it was judged: the streamed path, continued from the "
+        "non-streamed tokens up to and including the near-tie, must reproduce the rest (a "
+        "later near-tie is continued past in turn, a later decisive divergence fails the "
+        "item); endpoint-parity cannot continue an endpoint from given tokens, so it waives "
+        "only a near-tie at the output's last token."
+    ),
+    "comparison/ (compare, sweep, diff): kinds.py, options.py (specs,",
+    "thresholds, diff's expect), run.py, prompt.py (one prompt),",
+    "aggregate.py (suite statistics, the cliff), summary.py (the aggregate",
+    "from the records), gates.py (item verdict, flip-rate gate,",
+    "ungated), verdicts.py, present.py, turns.py (a conversation",
+)
+"""Units of the comparison kinds' old rules (a KL gate skipped on a text comparison, a
+near-tie waived without judging what follows, an aggregate that forgot its items, the gate
+texts and the module tree before the facets), replaced in the docs by the new ones (issue 27)."""
+
 DROPPED: dict[str, str] = {
     # unit (as normalised: one line, links as text) -> why it is not in the docs
     "ungated), verdicts.py, present.py": (
@@ -110,6 +177,14 @@ DROPPED: dict[str, str] = {
             "engine facts re-measured under it)"
         )
         for unit in REPLACED_IN_ISSUE_27
+    },
+    **{
+        unit: (
+            "issue 27: the comparison kinds as facets: a written gate is measured or fails, a "
+            "near-tie is waived only past what was judged, every aggregate fails for its "
+            "failed items (the docs say the new rules, texts and modules)"
+        )
+        for unit in COMPARISON_REPLACED
     },
 }
 """Units deliberately left out of the docs, with why."""
