@@ -122,7 +122,7 @@ class Cache:
     def call(self, target: Any, work: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run(work)
 
-    def abilities(self, target: Any) -> Abilities:
+    def abilities(self, target: Any, topic: str) -> Abilities:
         return Abilities()  # nothing probed: every request is made
 
     def render_many(self, target: Any, prompts: Any, thinking: bool) -> None:
