@@ -20,6 +20,7 @@ Measured (mlx-lm 0.32.2's mlx_lm.server; vllm-mlx 0.6.0 with its pinned mlx-lm 0
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,8 +91,7 @@ def run(
         ".yaml",
         infercheck=f"models:\n  q: {{path: '{model.path}'}}\n"
         f"backends:\n  srv: {{kind: {kind}, url: '{url}', chat: true{backend}}}\n"
-        f"suites: [conv.jsonl]\nchecks:\n  - cache-parity: {{target: q@srv{options}}}\n"
-        "    logprob_tolerance: 0.0\n",
+        f"suites: [conv.jsonl]\nchecks:\n  - cache-parity: {{target: q@srv{options}}}\n",
     )
     return pytester.runpytest_subprocess(
         "-q", "-p", "no:cacheprovider", "--infercheck-results=results.json", "-rA"
@@ -207,3 +207,47 @@ def test_vllm_mlx_cache_that_changes_a_repeat_fails_naming_the_scenario(
     pytester: pytest.Pytester, qwen2_vllm_mlx: str, realistic_qwen2: Any
 ) -> None:
     assert_repeat_fault_fails_shared_prefix(pytester, qwen2_vllm_mlx, "vllm-mlx", realistic_qwen2)
+
+
+def test_a_cache_that_changes_every_hit_alike_fails_against_a_cold_reference(
+    pytester: pytest.Pytester, qwen2_mlx_server: str, realistic_qwen2: Any
+) -> None:
+    """The proxy alters every warm request (a prompt seen or extended before, through the
+    cache) the same way: a cache that corrupts every hit alike. Each reference is sent before
+    any scenario's request, so it is the prompt's first sight and stays intact, and every
+    scenario differs from it. Before the fix single1's "first request" came after
+    single0's multi-turn had sent single1 as its first turn: a hit, altered like every
+    scenario of single1, which all matched it, and single1 passed (run against main's
+    code: ``single0`` failed, ``single1`` passed)."""
+    suite = conversation_suite([], singles=2)
+    with FaultyProxy(qwen2_mlx_server, Fault(perturb_warm=True)) as proxy:
+        result = run(pytester, proxy.url, "openai", realistic_qwen2, suite, "", MLX_SERVER)
+    assert proxy.altered > 0
+    items = records(pytester)
+    outcomes = {
+        item["name"]: item["outcome"]
+        for item in json.loads((pytester.path / "results.json").read_text())["items"]
+    }
+    assert outcomes == {"single0": "failed", "single1": "failed", "aggregate": "failed"}
+    for name in ("single0", "single1"):
+        s = scenarios(items[name])
+        assert [k for k, r in s.items() if r["exercised"]] == [
+            "shared-prefix",
+            "exact-repeat",
+            "concurrent",
+        ], name
+        # every hit differs from the reference in its last character, the same way
+        assert all(s[k]["match"] is False for k in ("shared-prefix", "exact-repeat")), name
+        assert s["exact-repeat"]["text"][:-1] == items[name]["reference_text"][:-1], name
+        assert s["exact-repeat"]["text"] != items[name]["reference_text"], name
+    # single1's reference, sent second, reuses the template's opening that single0's left in
+    # the cache: the engine says so, and the item fails for that too.
+    assert items["single0"]["reference_cached_tokens"] == 0
+    assert items["single1"]["reference_cached_tokens"] > 0
+    result.stdout.fnmatch_lines(
+        [
+            "FAILED *::single1 - the reference is not cold: the engine reports * cached prompt "
+            "tokens on it (+3 more)",
+            "  - exact-repeat: output differs from the reference, first at char *",
+        ]
+    )
