@@ -69,7 +69,7 @@ def test_llama_server_cache_is_identical_to_no_cache(
     assert all(s["match"] and s["max_logprob_diff"] == 0.0 for s in s01.values() if s["exercised"])
     # The adder is served as raw text (no chat): no conversation to render (later turns are
     # shown on the realistic Qwen2's chat template below).
-    assert "cannot render a conversation" in s01["multi-turn"]["note"]
+    assert "renders no conversation (raw text" in s01["multi-turn"]["note"]
     # 8 prompts of 9 tokens filled the slot (64), and the prefix came back whole: llama.cpp's
     # host-RAM prompt cache (--cache-ram) restored it (a finding, shown on the item).
     assert s01["eviction"]["note"].startswith("after 8 prompts of 9 tokens (capacity 64)")

@@ -21,7 +21,7 @@ import pytest
 from pytest_infercheck.backends.base import Generation, GenerationParams, PromptInput
 from pytest_infercheck.checks import parity
 from pytest_infercheck.checks.batch_invariance import BatchInvariancePrompt, BatchInvarianceRun
-from pytest_infercheck.checks.cache_pollution import CachePollutionRun, HostileRecord
+from pytest_infercheck.checks.cache_pollution import HostileRecord
 from pytest_infercheck.checks.determinism import DeterminismPrompt, DeterminismRun
 from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
 from pytest_infercheck.checks.parity import EndpointParityRun, ParityPrompt, StreamParityRun
@@ -133,12 +133,16 @@ def prompt(pid: str, text: str) -> Prompt:
 PROMPTS = (prompt("p1", "12+34="), prompt("p2", "40+35="))
 
 
-def make_run(run_type: type[CheckRun], entry: dict[str, Any], script: Script, **engine: Any) -> Any:
-    """The framework's run of the check ``entry`` (a kind whose run class is ``run_type``)."""
+def make_run(
+    run_type: type[CheckRun] | None, entry: dict[str, Any], script: Script, **engine: Any
+) -> Any:
+    """The framework's run of the check ``entry`` (a legacy kind whose run class is
+    ``run_type``; None: a kind split into facets)."""
     check = CheckSpec.model_validate(entry)
     suite = Suite("s", Path("s.jsonl"), PROMPTS)
     context = RunContext(Cache(Engine(script, **engine)), LOADED, check, 0, suite, Settings())  # type: ignore[arg-type]
-    assert check.check_kind.gather(context).old.__class__ is run_type
+    if run_type is not None:
+        assert check.check_kind.gather(context).old.__class__ is run_type
     return SuiteRun(check.check_kind, context)
 
 
@@ -364,7 +368,7 @@ POLLUTION = {"cache-pollution": {"target": "adder@llama", "hostile": ["invalid-u
 
 
 def test_cache_pollution_passes_a_faithful_engine() -> None:
-    run = make_run(CachePollutionRun, POLLUTION, lambda text, n: GOOD)
+    run = make_run(None, POLLUTION, lambda text, n: GOOD)
     assert outcome(run, "invalid-utf8")[0] == [] and run.aggregate().violations == []
 
 
@@ -372,7 +376,7 @@ def test_cache_pollution_names_an_output_that_became_empty() -> None:
     def after(text: str, n: int) -> Generation:
         return gen("", [2], [-0.01]) if text == "12+34=" else GOOD
 
-    run = make_run(CachePollutionRun, POLLUTION, lambda text, n: GOOD, after=after)
+    run = make_run(None, POLLUTION, lambda text, n: GOOD, after=after)
     violations, record = outcome(run, "invalid-utf8")
     assert violations == [
         "empty generation: p1 after the invalid-utf8 request generated no tokens while p1 "
@@ -398,7 +402,7 @@ def test_cache_pollution_names_non_finite_logprobs_before_and_after() -> None:
     def after(text: str, n: int) -> Generation:
         return gen("46", [55, 57, 2], [NAN, -0.25, -0.125]) if text == "12+34=" else GOOD
 
-    run = make_run(CachePollutionRun, POLLUTION, before, after=after)
+    run = make_run(None, POLLUTION, before, after=after)
     violations, _ = outcome(run, "invalid-utf8")
     assert violations == [
         "non-finite logprob in the output of p2 before any hostile request at position 2 (NaN)",
@@ -430,7 +434,7 @@ def test_the_html_detail_of_each_kind_lists_its_faults() -> None:
         (
             "cache-pollution",
             "hostile",
-            make_run(CachePollutionRun, POLLUTION, only_p1("#"), **after),
+            make_run(None, POLLUTION, only_p1("#"), **after),
             "invalid-utf8",
         ),
     ]

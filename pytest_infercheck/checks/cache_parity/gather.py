@@ -252,22 +252,23 @@ class CacheParityGather:
         """The scenarios of ``item`` that cannot be exercised, from the matrix, the backend's
         declared capabilities and its cache capacity (no generation request yet)."""
         backend = self.target.backend
+        named = f"backend {backend.name!r} ({backend.kind})"
         wanted = [s for s in SCENARIOS if s in self.spec.scenarios]
         if not self.uncached and has_generated(item.prompt):
             reason = (
-                f"no cold reference: {backend.kind} has no uncached request, and this "
+                f"no cold reference: {named} has no uncached request, and this "
                 "conversation's generate turns go through its cache before its last turn"
             )
             item.skipped = dict.fromkeys(wanted, reason)
         if "multi-turn" in wanted and "multi-turn" not in item.skipped:
             if not backend.capabilities.chat_template:
                 item.skipped["multi-turn"] = (
-                    f"{backend.kind} renders no conversation (raw text, no chat template)"
+                    f"{named} renders no conversation (raw text, no chat template)"
                 )
             elif item.prompt.messages is None and not self.uncached:
                 item.skipped["multi-turn"] = (
                     f"a single-turn prompt's later turn needs the composed conversation's own "
-                    f"cold reference, and {backend.kind} has no uncached request (the first "
+                    f"cold reference, and {named} has no uncached request (the first "
                     "turn's answer would warm it)"
                 )
         if "concurrent" in wanted and backend.concurrency < 2:
