@@ -6,8 +6,9 @@ from the union of the shards' items, its suite gates judged there) and write one
 HTML report with the runs side by side; ``--json OUT`` also writes the merged run as a
 results file (the same schema and shape as an unsharded run's, so a merge can be compared
 field by field with the run it came from). Exit status 0 when every gate of merged shards
-passes; 1 when one fails or errors (each printed on stderr; the report is written all the
-same), so the merge of a sharded run is its gate; 2 when a file cannot be read, is not a
+passes and no item of merged shards failed; 1 when a gate or an item fails or errors (each
+printed on stderr, aggregates first; the report is written all the same), so the merge of a
+sharded run is its gate; 2 when a file cannot be read, is not a
 results file of a supported version, or the shards cannot be merged (nothing written).
 Unsharded files are shown as they are: pytest judged their gates and exited accordingly.
 
@@ -110,9 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json is not None:
         print(f"wrote {args.json}")
     for line in failed:
-        print(f"{PROG}: gate failed: {line}", file=sys.stderr)
+        print(f"{PROG}: failed: {line}", file=sys.stderr)
     if failed:
-        print(f"{PROG}: {len(failed)} merged suite gate(s) failed", file=sys.stderr)
+        print(f"{PROG}: {len(failed)} failure(s) in the merged run", file=sys.stderr)
         return 1
     return 0
 

@@ -668,6 +668,30 @@ def check_rate_gates(loaded: LoadedMatrix, check: CheckSpec, index: int, suite: 
         raise infeasible_gate(loaded, ("checks", index, *gate.field), gate, upper, suite.name)
 
 
+def check_measurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> None:
+    """Refuse a written gate whose measure the matrix alone shows can never be measured (the
+    kind's ``SpecFacet.unmeasurable``: a KL gate on a backend that returns no logprobs): a
+    :class:`SourceError` at the gate's line, naming it and why, for each such gate."""
+    unmeasurable = check.check_kind.spec.unmeasurable
+    if unmeasurable is None:
+        return
+    reasons = unmeasurable(loaded, check, index)
+    if not reasons:
+        return
+    thresholds = check.kind_thresholds()
+    gates = {gate.key: gate for gate in check.check_kind.spec.gates}
+    errors = []
+    for key, reason in reasons.items():
+        gate = gates.get(key)
+        if gate is None or not gate.is_written(thresholds):
+            continue
+        loc: tuple[str | int, ...] = ("checks", index, *key.split("."))
+        line = loaded.source.line_of(loc)
+        errors.append(SourceError(loaded.path, line, f"{format_loc(loc)}: {reason}"))
+    if errors:
+        raise SourceError.of(errors)
+
+
 def infeasible_gate(
     loaded: LoadedMatrix, loc: tuple[str | int, ...], gate: RateGate, upper: float, suite: str
 ) -> SourceError:

@@ -40,6 +40,14 @@ false``, no ``cache_salt``) whose prompt was seen before, or extends one seen be
 turn), is altered as above: on a server that caches every prompt, every cache hit changes
 its last token the same way, while the first sight of each prompt stays intact.
 
+With ``alter_paths``, every generation response on those paths (``/v1/chat/completions``)
+is altered, whatever the order of the requests.
+
+With ``refuse_streams`` (an HTTP status), every generation request that asks for a streamed
+answer (``stream: true``) is not forwarded: the proxy answers it with that status and an
+OpenAI-style error body (``{"error": {"code", "message": "faulty proxy: streaming
+refused"}}``), as a gateway or server that refuses (4xx) or fails (5xx) streams would.
+
 Two faults of structured answers (tool calls), independent of the above, alter every
 generation response they apply to:
 
@@ -129,6 +137,8 @@ class Fault:
     fail_nth_of_prompt: int = 0  # the Nth request of a prompt is answered fail_status (0: never)
     fail_status: int = 500
     perturb_warm: bool = False  # alter every cacheable request of a prompt seen or extended before
+    refuse_streams: int = 0  # a streamed generation request is answered with this HTTP status
+    alter_paths: frozenset[str] = frozenset()  # every generation response on these paths
 
 
 # --------------------------------------------------------------------------------------
@@ -542,6 +552,15 @@ def prompt_of(body: bytes) -> tuple[Any, bool]:
     return doc.get("prompt", doc.get("messages")), cacheable
 
 
+def streamed(body: bytes) -> bool:
+    """Whether a request body asks for a streamed answer (``stream: true``)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("stream") is True
+
+
 def extends(later: Any, earlier: Any) -> bool:
     """Whether prompt ``later`` strictly extends prompt ``earlier`` (a text, a list of token
     ids or of messages with ``earlier`` as its proper prefix): a later turn."""
@@ -764,6 +783,8 @@ class FaultyProxy:
         path = handler.path.split("?", 1)[0]
         generation = handler.command == "POST" and path in GENERATION_PATHS
         request = self._begin(*prompt_of(body)) if generation else None
+        if request is not None and path in self.fault.alter_paths:
+            request.history = True  # selected for alteration, as by its history
         self._check_poison(body)  # after _begin: the poison request itself stays intact
         try:
             if request is not None and self.fault.delay_s > 0:
@@ -786,6 +807,13 @@ class FaultyProxy:
         if request is not None and self.fault.empty_body and self._should_alter(request):
             self._count_altered()
             self._send_whole(handler, 200, [], b"")
+            return
+        if request is not None and self.fault.refuse_streams and streamed(body):
+            self._count_altered()
+            status = self.fault.refuse_streams
+            error = {"error": {"code": status, "message": "faulty proxy: streaming refused"}}
+            data = json.dumps(error).encode()
+            self._send_whole(handler, status, [("Content-Type", "application/json")], data)
             return
         headers = {
             k: v for k, v in handler.headers.items() if k.lower() not in _SKIP_REQUEST_HEADERS

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..features import FeatureActivity
 from ..tools import Tool
+from ..verdict.conduct import Abilities
 from .base import (
     Backend,
     BackendError,
@@ -48,6 +49,7 @@ from .base import (
     TopKRow,
     chat_input,
 )
+from .endpoint_probe import probe_generation_paths
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import (
@@ -312,6 +314,11 @@ class LlamaServerBackend(Backend):
         return await send_hostile(
             self.http, kind, "/completion", body, n_ctx=n_ctx if isinstance(n_ctx, int) else None
         )
+
+    async def probe_abilities(self) -> Abilities:
+        """Its streamed ``/completion`` and its ``/v1/completions``, ``/v1/chat/completions``
+        and ``/v1/messages``, one one-token request each (:mod:`.endpoint_probe`)."""
+        return await probe_generation_paths(self)
 
     async def alive(self) -> bool:
         return await probe_alive(

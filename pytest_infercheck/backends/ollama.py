@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..tools import Tool, ToolCall
+from ..verdict.conduct import Abilities
 from .base import (
     Backend,
     BackendError,
@@ -26,6 +27,7 @@ from .base import (
     PromptInput,
     chat_input,
 )
+from .endpoint_probe import probe_generation_paths
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages, message_calls
@@ -176,6 +178,11 @@ class OllamaBackend(Backend):
             }
 
         return await send_hostile(self.http, kind, "/api/generate", body)
+
+    async def probe_abilities(self) -> Abilities:
+        """Its streamed (NDJSON) request, one one-token request (:mod:`.endpoint_probe`);
+        it has no other endpoint here."""
+        return await probe_generation_paths(self, endpoints=())
 
     async def alive(self) -> bool:
         return await probe_alive(self.http, "/api/tags", lambda doc: isinstance(doc, dict))

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..metrics.consistency import unsorted_positions
 from ..tools import Tool, ToolCall
+from ..verdict.conduct import Abilities
 from .base import (
     Backend,
     BackendError,
@@ -66,6 +67,7 @@ from .base import (
     openai_messages,
     single_turn,
 )
+from .endpoint_probe import TOKENIZE, lacking_evidence, probe_generation_paths, union
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpError, HttpSettings
 
@@ -433,13 +435,39 @@ class OpenAICompatBackend(Backend):
     async def aclose(self) -> None:
         await self.http.aclose()
 
+    async def probe_abilities(self) -> Abilities:
+        """Its streamed request, its ``completions``, ``chat`` and (where the kind has a
+        client for it) ``messages`` endpoints, and a vLLM-style ``POST /tokenize``
+        (``tokenize-endpoint``, also recorded as ``observed["tokenize"]``), one minimal
+        request each (:mod:`.endpoint_probe`)."""
+        paths = await probe_generation_paths(self)
+        return union(paths, await self.probe_tokenize(answered=bool(paths.offered)))
+
+    async def probe_tokenize(self, answered: bool = True) -> Abilities:
+        """``tokenize-endpoint``: offered when ``POST /tokenize`` answers ids, lacking when
+        it answers 404/405/501 and the server ``answered`` another probe (then
+        ``observed["tokenize"]`` is False and :meth:`prompt_ids` gives None), else not
+        probed (:mod:`.endpoint_probe`)."""
+        try:
+            await self._tokenize_ids(PromptInput("Hi", None, templated=self.chat))
+        except BackendError as exc:
+            evidence = lacking_evidence("POST /tokenize", exc)
+            if evidence is None or not answered:
+                return Abilities()
+            self.observed["tokenize"] = False
+            return Abilities(lacking={TOKENIZE: evidence})
+        return Abilities(frozenset({TOKENIZE}))
+
     async def prompt_ids(self, prompt: PromptInput) -> list[int] | None:
         """The server's own ids of ``prompt`` from a vLLM-style ``POST /tokenize`` (chat: the
         messages with the generation prompt; raw: the text, special tokens added as for a
-        completion), probed once: a server without one (HTTP 404/405/501) is recorded as
-        ``observed["tokenize"] = False`` and gives None from then on."""
+        completion); None when the probe (:meth:`probe_abilities`) found it lacking
+        (``observed["tokenize"] = False``). Any failure of the request is raised."""
         if self.observed.get("tokenize") is False:
             return None
+        return await self._tokenize_ids(prompt)
+
+    async def _tokenize_ids(self, prompt: PromptInput) -> list[int]:
         body: dict[str, Any] = {"model": self.model} if self.model is not None else {}
         if self.chat:
             body["messages"] = chat_messages(prompt)
@@ -447,13 +475,7 @@ class OpenAICompatBackend(Backend):
             body["chat_template_kwargs"] = {"enable_thinking": prompt.thinking}
         else:
             body["prompt"] = prompt.text
-        try:
-            answer = await self.http.request("POST", "/tokenize", body)
-        except HttpError as exc:
-            if exc.status not in (404, 405, 501):
-                raise
-            self.observed["tokenize"] = False
-            return None
+        answer = await self.http.request("POST", "/tokenize", body)
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list):
             raise BackendError(

@@ -58,6 +58,7 @@ from .framework.kind import (
 )
 from .framework.outcome import BACKEND_ERROR, DEFERRED, Outcome, defer_gates, with_degenerate
 from .framework.plan import ItemPlan
+from .framework.target import TargetContext, target_label
 
 __all__ = [
     "BACKEND_ERROR",
@@ -200,15 +201,6 @@ class CheckRun(Generic[S, T]):
 
 
 @dataclass
-class TargetContext:
-    """The context of a single-target kind's aggregate (:attr:`CheckKind.context`): the
-    target's label and its engine's identity by target label."""
-
-    target: str
-    engines: dict[str, dict[str, Any]]
-
-
-@dataclass
 class TargetRun(CheckRun[S, T]):
     """A check of one ``model@backend`` on its own (determinism, stress, ...)."""
 
@@ -246,15 +238,6 @@ class TargetRun(CheckRun[S, T]):
                 f"{target.label} runs in-process ({kind})"
             )
         return self.target
-
-
-def target_label(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
-    """A single-target check's name in node ids: its model, with the backend when the matrix
-    has several (``stress(q4.llama)``)."""
-    side = check.baseline_side(index)
-    target = loaded.target(side.ref, side.loc)
-    several = len(loaded.matrix.backends) > 1
-    return f"{target.model}.{target.backend}" if several else target.model
 
 
 @dataclass(frozen=True)

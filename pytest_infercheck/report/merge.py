@@ -262,15 +262,19 @@ def _kept_per_shard(
 
 
 def failed_gates(runs: list[dict[str, Any]]) -> list[str]:
-    """``<aggregate node id>: <violation>`` for every aggregate of merged shards that failed
-    (its reason, for one that errored): the gates judged by the merge."""
+    """``<node id>: <violation>`` for every item and aggregate of merged shards that failed
+    (its reason, for one that errored): what the merge judged, the aggregates' gates by
+    recomputing them, the items as their shards judged them (aggregates first)."""
     lines: list[str] = []
-    for run in runs:
-        if not run["run"].get("merged_shards"):
-            continue
-        for item in run["items"]:
-            if item["role"] != "aggregate" or item["outcome"] not in FAILING:
+    for role_is_aggregate in (True, False):
+        for run in runs:
+            if not run["run"].get("merged_shards"):
                 continue
-            reasons = item["violations"] or [str(item["longrepr"] or item["outcome"])]
-            lines += [f"{item['nodeid']}: {reason}" for reason in reasons]
+            for item in run["items"]:
+                if (item["role"] == "aggregate") != role_is_aggregate:
+                    continue
+                if item["outcome"] not in FAILING:
+                    continue
+                reasons = item["violations"] or [str(item["longrepr"] or item["outcome"])]
+                lines += [f"{item['nodeid']}: {reason}" for reason in reasons]
     return lines

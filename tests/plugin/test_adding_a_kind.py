@@ -1,11 +1,11 @@
-"""Adding a check kind touches its own module and the registry, nothing else.
+"""Adding a check kind touches its own package and the registry, nothing else.
 
-The test copies the package, writes one new kind module (``prompt-budget``: every prompt of a
-suite must fit a character budget; no model is loaded) and adds it to ``checks/registry.py``
-(one line). Then a matrix that uses the new kind runs through everything that
-asks the registry: the YAML config, collection and node ids, items and the aggregate, the
-terminal summary, the JSON results, the HTML report (the kind's own view), xdist and the
-matrix's JSON Schema.
+The test copies the package, writes one new kind package of facets (``prompt-budget``: every
+prompt of a suite must fit a character budget; no model is loaded; a suite gate on the
+longest prompt) and adds it to ``checks/registry.py`` (one line). Then a matrix that uses the
+new kind runs through everything that asks the registry: the YAML config, collection and
+node ids, items and the aggregate, the terminal summary, the JSON results, the HTML report
+(the kind's own view), xdist, a sharded run merged, and the matrix's JSON Schema.
 """
 
 from __future__ import annotations
@@ -23,31 +23,31 @@ import pytest_infercheck
 from tests.htmldom import parse
 from tests.plugin.test_html_report import report_parts
 
-KIND_MODULE = '''\
-"""prompt-budget: every prompt fits ``max_chars`` characters (an example kind)."""
+KIND_FILES = {
+    "__init__.py": '''\
+"""prompt-budget: every prompt fits ``max_chars`` characters (an example kind, as a package
+of facets: spec, gather, judge, summarize, present)."""
 
-from __future__ import annotations
+from ..framework.kind import CheckKind
+from .gather import BudgetGather
+from .judge import judge, summarize
+from .present import PRESENT
+from .spec import SPEC
 
-from collections.abc import Mapping, Sequence
+PROMPT_BUDGET = CheckKind(
+    "prompt-budget", SPEC, gather=BudgetGather, judge=judge, summarize=summarize, present=PRESENT
+)
+''',
+    "spec.py": '''\
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
 
-from ..render.markup import esc
-from ..render.table import check_table
-from ..specs import KindThresholds, TargetCheck
-from .protocol import (
-    Aggregates,
-    ItemPlan,
-    Outcome,
-    RecordedItem,
-    Summary,
-    TargetContext,
-    TargetRun,
-    records_of,
-    target_kind,
-)
+from ...specs import KindThresholds, TargetCheck
+from ...verdict.gate import Gate
+from ..framework.kind import SpecFacet
+from ..framework.target import TargetContext, target_label
 
 
 class PromptBudgetSpec(TargetCheck):
@@ -56,9 +56,16 @@ class PromptBudgetSpec(TargetCheck):
     max_chars: int = Field(default=100, ge=1)
 
 
+class BudgetThresholds(KindThresholds):
+    """``max_longest``: suite gate on the longest prompt, in characters."""
+
+    max_longest: int | None = Field(default=None, ge=1)
+
+
 @dataclass
 class BudgetPrompt:
     chars: int
+    limit: int
 
 
 @dataclass
@@ -69,24 +76,77 @@ class BudgetAggregate:
     engines: dict[str, dict[str, Any]]
 
 
-class PromptBudgetRun(TargetRun[PromptBudgetSpec, KindThresholds]):
-    def run_item(self, plan: ItemPlan) -> Outcome:
-        size = len(self.prompt(plan.key).text)
-        limit = self.spec.max_chars
-        violations = [f"{size} characters > max_chars {limit}"] if size > limit else []
-        properties = [("infercheck_chars", size)]
-        return Outcome(violations, f"prompt {plan.key}", BudgetPrompt(size), properties)
+GATES = (Gate("max_longest", "longest", "max", "longest prompt", scope="suite"),)
+SPEC = SpecFacet(
+    options=PromptBudgetSpec,
+    thresholds=BudgetThresholds,
+    gates=GATES,
+    label=target_label,
+    context=TargetContext,
+    records={"prompt": BudgetPrompt, "aggregate": BudgetAggregate},
+)
+''',
+    "gather.py": """\
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...verdict.conduct import Conduct
+from ..framework.plan import ItemPlan
+from ..framework.target import TargetContext, TargetGatherer
+from .spec import PromptBudgetSpec
+
+
+@dataclass
+class BudgetEvidence:
+    chars: int
+    limit: int
+    measures: dict[str, Any] = field(default_factory=dict)
+    conduct: Conduct = field(default_factory=Conduct)
+
+
+class BudgetGather(TargetGatherer[PromptBudgetSpec]):
+    def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, Any]:
+        return {
+            p.full_name: BudgetEvidence(len(self.run.prompt(p.key).text), self.spec.max_chars)
+            for p in plans
+        }
 
     def context(self) -> TargetContext:
         return TargetContext(self.spec.target, {})  # no model is loaded
+""",
+    "judge.py": """\
+from collections.abc import Sequence
+from typing import Any
+
+from ...verdict.gate import Violation
+from ..framework.items import RecordedItem, Summary, records_of
+from ..framework.kind import Judged
+from ..framework.plan import ItemPlan
+from ..framework.target import TargetContext
+from .gather import BudgetEvidence
+from .spec import BudgetAggregate, BudgetPrompt
 
 
-def summarize(
-    items: Sequence[RecordedItem], thresholds: KindThresholds, context: TargetContext
-) -> Summary:
+def judge(plan: ItemPlan, evidence: BudgetEvidence, thresholds: Any) -> Judged:
+    over = evidence.chars > evidence.limit
+    text = f"{evidence.chars} characters > max_chars {evidence.limit}"
+    violations = [Violation(text, "max_chars")] if over else []
+    return Judged(BudgetPrompt(evidence.chars, evidence.limit), violations)
+
+
+def summarize(items: Sequence[RecordedItem], thresholds: Any, context: TargetContext) -> Summary:
     sizes = [r.chars for r in records_of(items, "prompt")]
     record = BudgetAggregate(context.target, len(sizes), max(sizes), context.engines)
-    return Summary(record, [])
+    return Summary(record, [], measures={"longest": float(record.longest)})
+""",
+    "present.py": """\
+from collections.abc import Mapping
+from typing import Any
+
+from ...render.markup import esc
+from ...render.table import check_table
+from ..framework.kind import Aggregates, PresentFacet
 
 
 def summary_lines(aggregates: Aggregates) -> list[str]:
@@ -97,18 +157,16 @@ def budget_view(data: Mapping[str, Any]) -> str:
     return f'<p class="budget">{esc(data.get("chars"))} characters</p>'
 
 
-PROMPT_BUDGET = target_kind(
-    "prompt-budget",
-    PromptBudgetSpec,
-    PromptBudgetRun,
-    thresholds=KindThresholds,
-    context=TargetContext,
-    summarize=summarize,
-    records={"prompt": BudgetPrompt, "aggregate": BudgetAggregate},
+PRESENT = PresentFacet(
+    family="prompt-budget",
+    describe=lambda record: f"a prompt of {record.chars} characters",
+    properties=lambda record: [("infercheck_chars", record.chars)],
     summary_lines=summary_lines,
     views={"prompt": budget_view},
 )
-'''
+""",
+}
+"""The new kind's package ``checks/prompt_budget/``, file by file."""
 
 SUITE = """\
 {"id": "short", "prompt": "1+1="}
@@ -125,8 +183,10 @@ checks:
 
 
 def add_kind(package: Path) -> list[str]:
-    """Write the kind's module and register it; the registry lines that changed."""
-    (package / "checks" / "prompt_budget.py").write_text(KIND_MODULE)
+    """Write the kind's package and register it; the registry lines that changed."""
+    (package / "checks" / "prompt_budget").mkdir()
+    for name, text in KIND_FILES.items():
+        (package / "checks" / "prompt_budget" / name).write_text(text)
     registry = package / "checks" / "registry.py"
     before = registry.read_text().splitlines()
     text = registry.read_text()
@@ -191,14 +251,17 @@ def test_a_new_kind_runs_through_config_collection_reports_and_xdist(
     ]
     long = items["infercheck.yaml::prompt-budget(m)::budget::long"]
     assert (long["kind"], long["role"], long["outcome"]) == ("prompt-budget", "prompt", "failed")
-    assert long["data"] == {"chars": 59} and "max_chars" not in long["thresholds"]
+    assert long["data"] == {"chars": 59, "limit": 20} and "max_chars" not in long["thresholds"]
+    aggregate = items["infercheck.yaml::prompt-budget(m)::budget::aggregate"]
+    assert aggregate["outcome"] == "failed"  # an aggregate fails when one of its items fails
+    assert aggregate["violations"] == ["1 of 2 items failed: long (59 characters > max_chars 20)"]
     _, tests = report_parts(work / "r.html")
     (long_test,) = tests["infercheck.yaml::prompt-budget(m)::budget::long"]
     detail = parse("".join(e["content"] for e in long_test["extras"]))
     assert detail.one("p", "budget").text() == "59 characters"  # the kind's own view
 
     spread = _pytest(work, env, "-n", "2", "-q")
-    assert spread.returncode == 1 and "1 failed, 2 passed" in spread.stdout, spread.stdout[-2000:]
+    assert spread.returncode == 1 and "2 failed, 1 passed" in spread.stdout, spread.stdout[-2000:]
 
 
 def test_the_new_kind_is_validated_like_the_others(project: tuple[Path, dict[str, str]]) -> None:
@@ -242,7 +305,8 @@ def test_the_new_kind_merges_its_shards_into_the_unsharded_aggregate(
         text=True,
         check=False,
     )
-    assert merged.returncode == 0, merged.stderr
+    assert merged.returncode == 1, merged.stderr  # the merged aggregate fails for item long
+    assert "1 of 2 items failed: long (59 characters > max_chars 20)" in merged.stderr
     whole, union = (json.loads((work / f).read_text()) for f in ("whole.json", "merged.json"))
     assert union["schema"] == whole["schema"] and union["version"] == whole["version"]
 
@@ -261,7 +325,8 @@ def test_the_new_kind_merges_its_shards_into_the_unsharded_aggregate(
             "engines": {},
         }
     )
-    assert aggregate(union)["outcome"] == aggregate(whole)["outcome"] == "passed"
+    assert aggregate(union)["outcome"] == aggregate(whole)["outcome"] == "failed"
+    assert aggregate(union)["violations"] == aggregate(whole)["violations"]
 
 
 def test_a_threshold_the_new_kind_does_not_use_is_an_error_at_its_line(

@@ -177,14 +177,16 @@ def test_the_workflow_fails_in_the_merge_when_the_engine_changes(
     merged = _run(work, merge_command)
     assert merged.returncode == 1, merged.stderr
     assert merged.stdout == "wrote infercheck-report.html\n"
-    failed = re.findall(r"gate failed: (\S+): (.*)", merged.stderr)
+    failed = re.findall(r"failed: (\S+::aggregate): (.*)", merged.stderr)
     gate = f"infercheck.yaml::{GATE}::addition::aggregate"
     assert {nodeid for nodeid, _ in failed} == {gate}, merged.stderr  # determinism passes
+    items = re.findall(r"failed: (\S+::addition::e\d+): (.*)", merged.stderr)
+    assert items and all("answer flip correct_to_wrong" in why for _, why in items)
     flip = re.compile(
         r"adder@local: flip rate [1-9]\d*/60: upper 95% Wilson bound 0\.\d+ > max_rate 0\.1"
     )
     assert any(flip.fullmatch(reason) for _, reason in failed), merged.stderr
-    assert merged.stderr.endswith(f"{len(failed)} merged suite gate(s) failed\n")
+    assert merged.stderr.endswith(f"{len(failed) + len(items)} failure(s) in the merged run\n")
 
 
 @pytest.fixture(autouse=True)

@@ -18,10 +18,13 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.backends import Backend, Generation, GenerationParams, PromptInput
+from pytest_infercheck.backends.http import HttpError
+from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
 from pytest_infercheck.checks.tokenization import (
     TOKENIZATION,
     SideCounts,
+    TokenizationIncomplete,
     TokenizationPrompt,
     TokenSideRecord,
 )
@@ -29,6 +32,7 @@ from pytest_infercheck.config import BackendSpec
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.report.results import load_results
 from pytest_infercheck.specs import KindThresholds
+from pytest_infercheck.verdict.conduct import Abilities
 from tests.htmldom import parse
 from tests.plugin.helpers import junit_properties
 from tests.plugin.test_html_report import report_parts
@@ -48,6 +52,9 @@ class TokenFault(Backend):
         self.inner, self.fault, self.kind = inner, fault, inner.kind
 
     async def render(self, user_text: str, system: str | None, thinking: bool) -> PromptInput:
+        if self.fault == "refused":
+            body = '{"error": {"message": "tokenizer crashed"}}'
+            raise HttpError(f"backend {self.name!r}: POST /tokenize -> HTTP 500", 500, body)
         rendered = await self.inner.render(user_text, system, thinking)
         text, ids = rendered.text, list(rendered.token_ids or ())
         if self.fault == "template":
@@ -76,7 +83,7 @@ def pytest_infercheck_wrap_backend(
 ) -> Backend | None:
     """Wrap backends named ``tok-<fault>``."""
     fault = name.removeprefix("tok-")
-    return TokenFault(backend, fault, name) if fault in FAULTS else None
+    return TokenFault(backend, fault, name) if fault in (*FAULTS, "refused") else None
 
 
 SUITE = [("p01", "12+34="), ("p02", "<b>7</b>+8=")]
@@ -190,6 +197,36 @@ def test_faithful_passes_and_each_fault_fails_naming_position_and_cause(
     assert "&lt;s&gt;" in html and "<s>" not in html
 
 
+def test_a_failed_request_fails_the_item_with_the_servers_words(
+    pytester: pytest.Pytester, tiny_models: dict[str, Path]
+) -> None:
+    backends = "  local: {kind: mlx-lm}\n  tok-refused: {kind: mlx-lm}\n"
+    write(
+        pytester,
+        f"  adder: {{path: '{tiny_models['bf16']}'}}\n",
+        backends,
+        "  - tokenization: {targets: [adder@local, adder@tok-refused]}\n",
+    )
+    run = pytester.runpytest("-q", "-p", "no:cacheprovider", "--infercheck-results=r.json")
+    assert run.parseoutcomes() == {"failed": 2 + 1}, run.stdout.str()
+    items = results(pytester)
+    for prompt_id, _ in SUITE:
+        item = items[f"{prompt_id}[tok-refused]"]
+        said = (
+            f"adder@tok-refused: rendering prompt {prompt_id} failed: HTTP 500: tokenizer crashed"
+        )
+        assert item["violations"] == [said] and item["role"] == "incomplete"
+        assert item["data"] == {
+            "prompt_id": prompt_id,
+            "reference": "adder@local",
+            "other": "adder@tok-refused",
+            "failures": [said],
+        }
+    aggregate = items["aggregate"]["data"]
+    assert (aggregate["items"], aggregate["incomplete"], aggregate["identical"]) == (2, 2, 0)
+    assert items["aggregate"]["violations"][0].startswith("2 of 2 items failed: p01[tok-refused]")
+
+
 def nfc_copy(source: Path, dest: Path) -> Path:
     """A copy of the model folder ``source`` whose tokenizer normalizes NFC (as Qwen's)."""
     shutil.copytree(source, dest)
@@ -255,28 +292,53 @@ def test_targets_and_allow_are_validated(
 
 @pytest.mark.asyncio
 async def test_a_servers_tokenize_endpoint_is_probed_once_and_recorded() -> None:
-    from pytest_infercheck.backends.http import HttpSettings
+    from pytest_infercheck.backends.http import HttpError, HttpSettings
     from pytest_infercheck.backends.openai_compat import OpenAICompatBackend
     from tests.http.fake_server import Reply, Script, fake_server
 
     prompt = PromptInput("12+34=", None, templated=True)
-    ids = Script([Reply(200, {"count": 3, "tokens": [1, 52, 53], "max_model_len": 64})])
+    answer = {"count": 3, "tokens": [1, 52, 53], "max_model_len": 64}
+    ids = Script([Reply(200, answer), Reply(200, answer)])
     with fake_server(ids) as url:
         server = OpenAICompatBackend("v", HttpSettings(base_url=url, retries=0), model="m")
+        probed = await server.probe_tokenize()
+        assert probed.offers("tokenize-endpoint") and not probed.lacking
         assert await server.prompt_ids(prompt) == [1, 52, 53]
         await server.aclose()
     assert server.observed["tokenize"] is True
-    assert ids.requests[0]["path"] == "/tokenize"
-    assert ids.requests[0]["json"]["messages"] == [{"role": "user", "content": "12+34="}]
-    assert ids.requests[0]["json"]["add_generation_prompt"] is True
+    assert ids.requests[1]["path"] == "/tokenize"
+    assert ids.requests[1]["json"]["messages"] == [{"role": "user", "content": "12+34="}]
+    assert ids.requests[1]["json"]["add_generation_prompt"] is True
 
+    # no /tokenize: lacking (the server answered other probes), its ids never asked again
     missing = Script([Reply(404, {"detail": "Not Found"})])
     with fake_server(missing) as url:
         server = OpenAICompatBackend("v", HttpSettings(base_url=url, retries=0), model="m")
-        assert await server.prompt_ids(prompt) is None
-        assert await server.prompt_ids(prompt) is None  # not asked again
+        probed = await server.probe_tokenize(answered=True)
+        assert probed.lacking == {
+            "tokenize-endpoint": 'POST /tokenize: HTTP 404: {"detail": "Not Found"}'
+        }
+        assert await server.prompt_ids(prompt) is None  # not asked
         await server.aclose()
     assert server.observed["tokenize"] is False and len(missing.requests) == 1
+
+    # a server that answered no probe is not read as lacking /tokenize (nothing probed)
+    refused = Script([Reply(404, {"detail": "Not Found"})])
+    with fake_server(refused) as url:
+        server = OpenAICompatBackend("v", HttpSettings(base_url=url, retries=0), model="m")
+        assert await server.probe_tokenize(answered=False) == Abilities()
+        await server.aclose()
+    assert "tokenize" not in server.observed
+
+    # offered at the probe, then refused: the failure is raised (it used to become None, a
+    # count-only comparison that passed on equal counts)
+    broken = Script([Reply(200, answer), Reply(404, {"detail": "Not Found"})])
+    with fake_server(broken) as url:
+        server = OpenAICompatBackend("v", HttpSettings(base_url=url, retries=0), model="m")
+        assert (await server.probe_tokenize()).offers("tokenize-endpoint")
+        with pytest.raises(HttpError, match="HTTP 404"):
+            await server.prompt_ids(prompt)
+        await server.aclose()
 
 
 @pytest.mark.asyncio
@@ -321,32 +383,48 @@ def token_record(prompt_id: str, other: str, status: str, **verdict: Any) -> Tok
     )
 
 
-def recorded(name: str, record: TokenizationPrompt) -> RecordedItem:
-    """An item as the aggregate reads it: its record through plain data and back."""
-    return RecordedItem("prompt", name, load_record(TokenizationPrompt, plain_data(record)))
+def recorded(
+    name: str, record: TokenizationPrompt, violations: tuple[str, ...] | list[str] = ()
+) -> RecordedItem:
+    """An item as the aggregate reads it: its record through plain data and back, and its
+    violations."""
+    back = load_record(TokenizationPrompt, plain_data(record))
+    return RecordedItem("prompt", name, back, violations=tuple(violations))
 
 
-def test_the_aggregate_judges_each_record_again_and_counts_errors() -> None:
+def test_the_aggregate_counts_the_items_and_fails_for_their_violations() -> None:
     differs = {"cause": "ids", "first_difference": 2, "explanation": "ids differ from 2"}
     nfc = {"cause": "normalization", "allowed": True, "first_difference": 1}
+    failed = "adder@llama vs adder@local: ids differ from 2"
     items = [
-        recorded("p02[llama]", token_record("p02", "llama", "differs", **differs)),
+        recorded("p02[llama]", token_record("p02", "llama", "differs", **differs), [failed]),
         recorded("p01[llama]", token_record("p01", "llama", "identical")),
         recorded("p01[nfc]", token_record("p01", "nfc", "differs", **nfc)),
         RecordedItem("prompt", "p02[nfc]", None, "HTTP 500 from /tokenize"),
     ]
     context = TargetContext("adder@local", {"adder@local": {"kind": "mlx-lm"}})
-    summary = TOKENIZATION.summarize(items, KindThresholds(), context)
-    assert summary.violations == ["2 of 4 items failed: p02[llama], p02[nfc]"]
+    summary = summarize_items(TOKENIZATION, items, KindThresholds(), context)
+    assert summary.violations == [
+        "1 of 4 items errored: p02[nfc] (HTTP 500 from /tokenize)",
+        f"1 of 4 items failed: p02[llama] ({failed})",
+    ]
     record = summary.record
     assert (record.items, record.identical, record.differing, record.allowed) == (4, 1, 2, 1)
     assert record.by_cause == {"ids": 1, "normalization": 1}
     assert record.errors == {"p02[nfc]": "HTTP 500 from /tokenize"} and record.n_errors == 1
+    assert record.failed == ["p02[llama]", "p02[nfc]"]
     assert list(record.sides) == ["llama", "nfc"]
     assert record.sides["nfc"] == SideCounts(
         items=2, identical=0, count_only=0, differing=1, errors=1
     )
-    assert TOKENIZATION.summarize(items[::-1], KindThresholds(), context) == summary
-    # a subset: only its items are counted, and judged
-    part = TOKENIZATION.summarize(items[1:3], KindThresholds(), context)
+    assert summarize_items(TOKENIZATION, items[::-1], KindThresholds(), context) == summary
+    # a subset: only its items are counted
+    part = summarize_items(TOKENIZATION, items[1:3], KindThresholds(), context)
     assert part.violations == [] and part.record.items == 2
+    # an item whose request failed compared nothing: counted apart, and failing
+    incomplete = TokenizationIncomplete("p03", "adder@local", "adder@llama", ["HTTP 500"])
+    back = load_record(TokenizationIncomplete, plain_data(incomplete))
+    with_failed = [*items, RecordedItem("incomplete", "p03[llama]", back, violations=("x",))]
+    counted = summarize_items(TOKENIZATION, with_failed, KindThresholds(), context).record
+    assert counted.incomplete == 1 and counted.sides["llama"].incomplete == 1
+    assert counted.failed == ["p02[llama]", "p02[nfc]", "p03[llama]"]

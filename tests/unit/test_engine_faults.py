@@ -22,13 +22,16 @@ from pytest_infercheck.backends.base import Generation, GenerationParams, Prompt
 from pytest_infercheck.checks import parity
 from pytest_infercheck.checks.batch_invariance import BatchInvariancePrompt, BatchInvarianceRun
 from pytest_infercheck.checks.cache_pollution import HostileRecord
+from pytest_infercheck.checks.cache_pollution.gather import CachePollutionGather
 from pytest_infercheck.checks.determinism import DeterminismPrompt, DeterminismRun
 from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
-from pytest_infercheck.checks.parity import EndpointParityRun, ParityPrompt, StreamParityRun
-from pytest_infercheck.checks.protocol import CheckRun, ItemPlan
+from pytest_infercheck.checks.parity import ParityPrompt
+from pytest_infercheck.checks.parity.gather import EndpointGather, StreamGather
+from pytest_infercheck.checks.protocol import ItemPlan
 from pytest_infercheck.config import CheckSpec, Settings
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.suites import Prompt, Suite
+from pytest_infercheck.verdict.conduct import Abilities
 
 NAN, INF = math.nan, math.inf
 Script = Callable[[str, int], Generation]
@@ -92,6 +95,9 @@ class Engine:
     def identity(self) -> dict[str, Any]:
         return {"kind": self.kind}
 
+    def logprob_unavailable_reason(self) -> str | None:
+        return None
+
 
 @dataclass
 class Cache:
@@ -116,6 +122,15 @@ class Cache:
     def call(self, target: Any, work: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run(work)
 
+    def abilities(self, target: Any) -> Abilities:
+        return Abilities()  # nothing probed: every request is made
+
+    def render_many(self, target: Any, prompts: Any, thinking: bool) -> None:
+        return None
+
+    def check_alive(self, target: Any, *, after_failures: bool = False) -> None:
+        return None
+
     def run(self, work: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run(work)
 
@@ -133,16 +148,13 @@ def prompt(pid: str, text: str) -> Prompt:
 PROMPTS = (prompt("p1", "12+34="), prompt("p2", "40+35="))
 
 
-def make_run(
-    run_type: type[CheckRun] | None, entry: dict[str, Any], script: Script, **engine: Any
-) -> Any:
-    """The framework's run of the check ``entry`` (a legacy kind whose run class is
-    ``run_type``; None: a kind split into facets)."""
+def make_run(run_type: type, entry: dict[str, Any], script: Script, **engine: Any) -> Any:
+    """The framework's run of the check ``entry`` (a kind whose run class is ``run_type``)."""
     check = CheckSpec.model_validate(entry)
     suite = Suite("s", Path("s.jsonl"), PROMPTS)
     context = RunContext(Cache(Engine(script, **engine)), LOADED, check, 0, suite, Settings())  # type: ignore[arg-type]
-    if run_type is not None:
-        assert check.check_kind.gather(context).old.__class__ is run_type
+    gatherer = check.check_kind.gather(context)
+    assert isinstance(gatherer, run_type) or gatherer.old.__class__ is run_type
     return SuiteRun(check.check_kind, context)
 
 
@@ -299,10 +311,10 @@ def streamed(other: Generation) -> Script:
 
 
 def test_stream_parity_passes_a_faithful_engine_and_an_unreported_position() -> None:
-    run = make_run(StreamParityRun, STREAM, streamed(GOOD))
+    run = make_run(StreamGather, STREAM, streamed(GOOD))
     assert outcome(run, "p1")[0] == []
     gap = gen("46", [55, 57, 2], [-0.5, NAN, -0.125], [{55: -0.5}, {}, {2: -0.125}])
-    run = make_run(StreamParityRun, STREAM, streamed(gap))
+    run = make_run(StreamGather, STREAM, streamed(gap))
     violations, record = outcome(run, "p1")
     assert violations == [] and record.logprob_drift == 0.0
     assert run.aggregate().violations == []
@@ -313,14 +325,12 @@ def test_stream_parity_names_a_non_finite_logprob_it_used_to_skip(
     value: float, label: str, drift: str
 ) -> None:
     # The old drift skipped every position where a side was not finite.
-    run = make_run(
-        StreamParityRun, STREAM, streamed(gen("46", [55, 57, 2], [value, -0.25, -0.125]))
-    )
+    run = make_run(StreamGather, STREAM, streamed(gen("46", [55, 57, 2], [value, -0.25, -0.125])))
     violations, record = outcome(run, "p1")
     assert violations == [
         f"non-finite logprob in the streamed output at position 0 ({label})",
-        f"logprob drift {drift} with identical tokens is not finite: fails logprob_tolerance "
-        "0.0001",
+        # logprob_tolerance at its default (not written) judges the measured drift
+        f"logprob_tolerance: logprob drift with identical tokens is not finite ({drift}): fails",
     ]
     assert run.aggregate().violations == [
         f"1 of 2 items failed: p1 (non-finite logprob in the streamed output at position 0 "
@@ -331,7 +341,7 @@ def test_stream_parity_names_a_non_finite_logprob_it_used_to_skip(
 
 
 def test_stream_parity_names_an_empty_streamed_output() -> None:
-    run = make_run(StreamParityRun, STREAM, streamed(gen("", [], [])))
+    run = make_run(StreamGather, STREAM, streamed(gen("", [], [])))
     violations, _ = outcome(run, "p1")
     assert violations[0] == (
         "empty generation: the streamed output generated no tokens while the non-streamed "
@@ -346,20 +356,20 @@ def test_endpoint_parity_names_an_empty_endpoint_and_a_nan_similarity(
     def script(text: str, n: int) -> Generation:
         return gen("" if text.endswith("#chat") else "46", None)
 
-    run = make_run(EndpointParityRun, ENDPOINTS, script)
+    run = make_run(EndpointGather, ENDPOINTS, script)
     violations, _ = outcome(run, "p1", "chat")
     assert violations == [
         "empty generation: the chat output generated no characters while the completions "
         "output generated 2",
-        "chat vs completions: similarity 0.0000 < min_similarity 1.0 (first divergence at char 0)",
+        "chat vs completions: similarity 0 < min_similarity 1",  # the default, 1.0
     ]
     # a similarity that is NaN (here patched in) never passes min_similarity
-    monkeypatch.setattr(parity, "similarity", lambda a, b: NAN)
-    run = make_run(EndpointParityRun, ENDPOINTS, lambda text, n: gen("46", None))
+    monkeypatch.setattr(parity.compare, "similarity", lambda a, b: NAN)
+    run = make_run(EndpointGather, ENDPOINTS, lambda text, n: gen("46", None))
     violations, _ = outcome(run, "p1", "chat")
     assert violations == [
         "non-finite similarity of chat vs completions (NaN)",
-        "chat vs completions: similarity nan < min_similarity 1.0 (first divergence at None None)",
+        "min_similarity: chat vs completions: similarity is not finite (nan): fails",
     ]
 
 
@@ -368,7 +378,7 @@ POLLUTION = {"cache-pollution": {"target": "adder@llama", "hostile": ["invalid-u
 
 
 def test_cache_pollution_passes_a_faithful_engine() -> None:
-    run = make_run(None, POLLUTION, lambda text, n: GOOD)
+    run = make_run(CachePollutionGather, POLLUTION, lambda text, n: GOOD)
     assert outcome(run, "invalid-utf8")[0] == [] and run.aggregate().violations == []
 
 
@@ -376,7 +386,7 @@ def test_cache_pollution_names_an_output_that_became_empty() -> None:
     def after(text: str, n: int) -> Generation:
         return gen("", [2], [-0.01]) if text == "12+34=" else GOOD
 
-    run = make_run(None, POLLUTION, lambda text, n: GOOD, after=after)
+    run = make_run(CachePollutionGather, POLLUTION, lambda text, n: GOOD, after=after)
     violations, record = outcome(run, "invalid-utf8")
     assert violations == [
         "empty generation: p1 after the invalid-utf8 request generated no tokens while p1 "
@@ -402,7 +412,7 @@ def test_cache_pollution_names_non_finite_logprobs_before_and_after() -> None:
     def after(text: str, n: int) -> Generation:
         return gen("46", [55, 57, 2], [NAN, -0.25, -0.125]) if text == "12+34=" else GOOD
 
-    run = make_run(None, POLLUTION, before, after=after)
+    run = make_run(CachePollutionGather, POLLUTION, before, after=after)
     violations, _ = outcome(run, "invalid-utf8")
     assert violations == [
         "non-finite logprob in the output of p2 before any hostile request at position 2 (NaN)",
@@ -430,11 +440,11 @@ def test_the_html_detail_of_each_kind_lists_its_faults() -> None:
             make_run(BatchInvarianceRun, NEEDLE, only_p1("#batched")),
             "p1",
         ),
-        ("stream-parity", "prompt", make_run(StreamParityRun, STREAM, only_p1("#streamed")), "p1"),
+        ("stream-parity", "prompt", make_run(StreamGather, STREAM, only_p1("#streamed")), "p1"),
         (
             "cache-pollution",
             "hostile",
-            make_run(None, POLLUTION, only_p1("#"), **after),
+            make_run(CachePollutionGather, POLLUTION, only_p1("#"), **after),
             "invalid-utf8",
         ),
     ]

@@ -27,6 +27,7 @@ from pytest_infercheck.checks.cache_pollution import (
 )
 from pytest_infercheck.checks.cache_pollution import summary_lines as pollution_lines
 from pytest_infercheck.checks.framework.items import summarize_items
+from pytest_infercheck.checks.framework.run import item_outcome
 from pytest_infercheck.checks.parity import (
     ENDPOINT_PARITY,
     STREAM_PARITY,
@@ -36,6 +37,8 @@ from pytest_infercheck.checks.parity import (
     EndpointParityThresholds,
     EndpointSide,
     ParityAggregate,
+    ParityEvidence,
+    ParityIncomplete,
     ParityItem,
     ParityPrompt,
     StreamParityThresholds,
@@ -44,11 +47,9 @@ from pytest_infercheck.checks.parity import (
     count_items,
     endpoint_counts,
     endpoint_summary_lines,
-    endpoint_violations,
-    stream_violations,
     summary_lines,
 )
-from pytest_infercheck.checks.protocol import Outcome, RecordedItem, TargetContext
+from pytest_infercheck.checks.protocol import ItemPlan, RecordedItem, TargetContext
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.config import check_model, load_matrix
 from pytest_infercheck.metrics.consistency import Fault, similarity_fault
@@ -154,9 +155,14 @@ def test_side_labels_keep_their_json_keys() -> None:
 
 
 def test_kinds_register_their_records() -> None:
-    assert STREAM_PARITY.records == {"prompt": ParityPrompt, "aggregate": ParityAggregate}
-    assert ENDPOINT_PARITY.records == {
+    assert STREAM_PARITY.spec.records == {
         "prompt": ParityPrompt,
+        "incomplete": ParityIncomplete,
+        "aggregate": ParityAggregate,
+    }
+    assert ENDPOINT_PARITY.spec.records == {
+        "prompt": ParityPrompt,
+        "incomplete": ParityIncomplete,
         "aggregate": EndpointParityAggregate,
     }
     assert CACHE_POLLUTION.spec.records == {
@@ -166,7 +172,7 @@ def test_kinds_register_their_records() -> None:
 
 
 def item(record: ParityPrompt, violations: list[str] | None = None) -> ParityItem:
-    return ParityItem(record, Outcome(violations or []))
+    return ParityItem(record, tuple(violations or ()))
 
 
 def test_the_aggregate_counts_flips_with_the_one_taxonomy() -> None:
@@ -284,6 +290,15 @@ def streamed(prompt_id: str, other: Generation, ref: Generation = FAITHFUL) -> P
     )
 
 
+def stream_violations(other: Generation, ref: Generation = FAITHFUL) -> list[str]:
+    """The violations of a stream-parity item of ``ref`` (not streamed) against ``other``
+    (streamed), as the framework judges its evidence under the default thresholds."""
+    evidence = ParityEvidence(PROMPT, "adder@llama", ("non-streamed", "streamed"), ref, other, 0.01)
+    thresholds = StreamParityThresholds()
+    judged = STREAM_PARITY.judge(ItemPlan("s01", "prompt", "s01"), evidence, thresholds)
+    return item_outcome(STREAM_PARITY, judged, evidence, thresholds).violations
+
+
 def read_back(role: str, name: str, record: Any, violations: Any = ()) -> RecordedItem:
     """An item as the aggregate reads it: its record through plain data and back (the live
     run and a results file alike: no non-finite number survives), and its violations."""
@@ -322,7 +337,7 @@ def test_every_fault_of_a_stream_fails_the_stream_parity_aggregate_from_its_reco
 ) -> None:
     other, line = BROKEN_STREAMS[fault]
     record = streamed("s01", other)
-    live = stream_violations(record, StreamParityThresholds())
+    live = stream_violations(other)
     assert live  # the item fails
     summary = aggregate_of(
         "stream-parity",
@@ -338,13 +353,13 @@ def test_every_fault_of_a_stream_fails_the_stream_parity_aggregate_from_its_reco
 def test_a_drift_that_is_not_finite_is_a_fault_its_record_keeps() -> None:
     record = streamed("s01", BROKEN_STREAMS["-inf beside a finite logprob"][0])
     assert record.logprob_drift == math.inf
-    assert stream_violations(record, StreamParityThresholds()) == [
+    assert stream_violations(BROKEN_STREAMS["-inf beside a finite logprob"][0]) == [
         "non-finite logprob drift of streamed vs non-streamed (+inf)",
-        "logprob drift inf with identical tokens is not finite: fails logprob_tolerance 0.0001",
+        "logprob_tolerance: logprob drift with identical tokens is not finite (inf): fails",
     ]
     back = read_back("prompt", "s01", record).record
-    assert back.logprob_drift is None  # JSON has no inf
-    assert stream_violations(back, StreamParityThresholds()) == [
+    assert back.logprob_drift is None  # JSON has no inf: its fault says so
+    assert [f.text for f in back.faults] == [
         "non-finite logprob drift of streamed vs non-streamed (+inf)"
     ]
     # a NaN logprob explains its NaN drift: no second fault
@@ -357,14 +372,14 @@ def test_the_stream_parity_aggregate_counts_records_and_errors_in_any_order() ->
     strict = StreamParityThresholds()
     s03 = streamed("s03", drifting)
     items = [
-        read_back("prompt", "s03", s03, stream_violations(s03, strict)),
+        read_back("prompt", "s03", s03, stream_violations(drifting)),
         read_back("prompt", "s01", streamed("s01", FAITHFUL)),
         RecordedItem("prompt", "s02", None, "HTTP 500 after 4 attempts"),
     ]
     summary = aggregate_of("stream-parity", items, strict, STREAM_CONTEXT)
     assert summary.violations == [
         "1 of 3 items errored: s02 (HTTP 500 after 4 attempts)",
-        "1 of 3 items failed: s03 (logprob drift 0.01 with identical tokens > "
+        "1 of 3 items failed: s03 (logprob drift with identical tokens 0.01 > "
         "logprob_tolerance 0.0001)",
     ]
     record = summary.record
@@ -384,14 +399,22 @@ def endpoint_record(
     return dataclasses.replace(record, similarity=similarity, faults=faults)
 
 
-def test_the_endpoint_parity_aggregate_judges_similarity_and_flips_with_the_thresholds() -> None:
+def test_the_endpoint_parity_aggregate_counts_its_items_by_their_violations() -> None:
     nan = similarity_fault("chat vs completions", math.nan)
     assert nan is not None
+    flip = "answer flip correct_to_wrong (fail_item_on: correct_to_wrong)"
     items = [
         read_back("prompt", "s01[chat]", endpoint_record("unchanged", 1.0, [])),
-        read_back("prompt", "s02[chat]", endpoint_record("correct_to_wrong", 0.5, [])),
-        read_back("prompt", "s03[messages]", endpoint_record(None, math.nan, [nan])),
-        read_back("prompt", "s04[messages]", endpoint_record("wrong_to_wrong", 0.9, [])),
+        read_back(
+            "prompt",
+            "s02[chat]",
+            endpoint_record("correct_to_wrong", 0.5, []),
+            ["similarity", flip],
+        ),
+        read_back("prompt", "s03[messages]", endpoint_record(None, math.nan, [nan]), [nan.text]),
+        read_back(
+            "prompt", "s04[messages]", endpoint_record("wrong_to_wrong", 0.9, []), ["similarity"]
+        ),
     ]
     assert items[2].record.similarity is None  # NaN read back: its fault says so
     context = EndpointParityContext("adder@llama", "completions", ENGINES)
@@ -405,29 +428,10 @@ def test_the_endpoint_parity_aggregate_judges_similarity_and_flips_with_the_thre
         "chat": EndpointCounts(items=2, match=1, failed=1),
         "messages": EndpointCounts(items=2, match=0, failed=2),
     }
-    loose = EndpointParityThresholds.model_validate(
-        {"min_similarity": 0.5, "flips": {"fail_item_on": "never"}}
-    )
-    assert [endpoint_violations(i.record, loose) != [] for i in items] == [
-        False,
-        False,
-        True,  # a similarity that is not finite never passes
-        False,
-    ]
-    # fail closed on a record alone: no similarity is no pass, even without its fault
-    unknown = endpoint_record("unchanged", None, [])
-    assert endpoint_violations(unknown, loose) == [
-        "chat vs completions: similarity not finite < min_similarity 0.5 (first divergence "
-        "at char 1)"
-    ]
-    flips = EndpointParityThresholds.model_validate({"min_similarity": 0.5})
-    judged = [
-        read_back("prompt", i.name, i.record, endpoint_violations(i.record, flips)) for i in items
-    ]
-    assert (
-        aggregate_of("endpoint-parity", judged, flips, context)
-        .violations[0]
-        .startswith("2 of 4 items failed: s02[chat] (answer flip correct_to_wrong")
+    # the framework names the failed items, each by its first violation
+    assert aggregate_of("endpoint-parity", items, strict, context).violations[0] == (
+        "3 of 4 items failed: s02[chat] (similarity), s03[messages] (non-finite similarity "
+        "of chat vs completions (NaN)), s04[messages] (similarity)"
     )
 
 

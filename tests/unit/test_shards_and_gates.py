@@ -508,14 +508,14 @@ def test_report_exits_1_naming_a_merged_gate_that_fails(
     assert captured.out == f"wrote {out}\n" and out.exists()
     low, high = wilson_interval(10, 12)  # 4 + 4 + 2 modal runs of 12
     assert captured.err.splitlines() == [
-        "pytest-infercheck: gate failed: infercheck.yaml::determinism(q4)::addition::aggregate: "
+        "pytest-infercheck: failed: infercheck.yaml::determinism(q4)::addition::aggregate: "
         "determinism score 0.8333 < min_determinism 0.9 "
         f"(95% Wilson interval {low:.4f}-{high:.4f})",
-        "pytest-infercheck: 1 merged suite gate(s) failed",
+        "pytest-infercheck: 1 failure(s) in the merged run",
     ]
     runs, _ = merge_results([(p, json.loads(Path(p).read_text())) for p in paths])
     assert runs[0]["run"]["exitstatus"] == 1 and runs[0]["run"]["merged_shards"] == [1, 2]
-    assert failed_gates(runs) == [captured.err.splitlines()[0].split("gate failed: ")[1]]
+    assert failed_gates(runs) == [captured.err.splitlines()[0].split("failed: ", 1)[1]]
 
 
 def test_report_exits_0_when_every_merged_gate_passes(

@@ -71,7 +71,8 @@ def adapt(old: LegacyKind) -> CheckKind:
             )
 
         def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, Any]:
-            self.old.prepare(list(plans))
+            if not getattr(self.old, "recording", False):  # a golden recording prefetches nothing
+                self.old.prepare(list(plans))
             out: dict[str, Any] = {}
             for plan in plans:
                 try:
