@@ -5,6 +5,9 @@ gates, waivers), and ``summarize`` over hand-built records. Numbers are worked b
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+import pytest
 
 from pytest_infercheck.backends import Generation
 from pytest_infercheck.backends.base import Message
@@ -18,13 +21,14 @@ from pytest_infercheck.checks.cache_parity.records import (
     ScenarioResult,
     hit_of,
 )
-from pytest_infercheck.checks.cache_parity.spec import CacheParityThresholds
+from pytest_infercheck.checks.cache_parity.spec import CacheParityThresholds, unmeasurable
 from pytest_infercheck.checks.cache_parity.summarize import summarize
 from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
 from pytest_infercheck.checks.framework.outcome import Outcome
 from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.checks.framework.run import item_outcome
 from pytest_infercheck.checks.registry import kind_named
+from pytest_infercheck.config import check_measurable, load_matrix
 from pytest_infercheck.verdict.conduct import (
     ColdReference,
     Conduct,
@@ -32,6 +36,7 @@ from pytest_infercheck.verdict.conduct import (
     not_exercised_before_requests,
 )
 from pytest_infercheck.verdict.measure import Finding, Reading, Unmeasured
+from pytest_infercheck.yamlpos import SourceError
 
 KIND = kind_named("cache-parity")
 assert KIND is not None
@@ -370,3 +375,50 @@ def test_every_generation_a_scenario_reads_is_scanned_for_degenerate_output() ->
     broken = Generation("46", [55, 57, 2], "stop", [-0.1, math.nan, -0.3])
     own = compare_scenario("multi-turn", broken, broken, tie_margin=0.01, own_reference=True)
     assert [f.where for f in own.faults] == ["the scenario's reference", "the multi-turn output"]
+
+
+# -- written gates the matrix makes unmeasurable ---------------------------------------------
+MATRIX = """\
+models: {{adder: {{path: ./adder}}}}
+backends: {{srv: {{kind: {kind}, url: 'http://127.0.0.1:9'{options}}}}}
+suites: [addition]
+checks:
+  - cache-parity: adder@srv
+    logprob_tolerance: 0.001
+    require_hits: true
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "expected"),
+    [
+        (
+            "vllm-mlx",
+            "",
+            {
+                "logprob_tolerance": "backend 'srv' (vllm-mlx) returns no logprobs",
+                "require_hits": "backend 'srv' (vllm-mlx) reports no cached tokens",
+            },
+        ),
+        ("openai", ", logprobs: false", {"logprob_tolerance": "backend 'srv' has logprobs: false"}),
+        ("openai", "", {}),
+    ],
+)
+def test_a_written_gate_the_matrix_makes_unmeasurable_is_an_error_at_its_line(
+    tmp_path: Path, kind: str, options: str, expected: dict[str, str]
+) -> None:
+    path = tmp_path / "infercheck.yaml"
+    path.write_text(MATRIX.format(kind=kind, options=options))
+    loaded = load_matrix(path)
+    check = loaded.matrix.checks[0]
+    found = unmeasurable(loaded, check, 0)
+    assert found == {k: f"not measured on any item: {why}" for k, why in expected.items()}
+    if not expected:
+        check_measurable(loaded, check, 0)
+        return
+    with pytest.raises(SourceError) as error:
+        check_measurable(loaded, check, 0)
+    lines = {"logprob_tolerance": 6, "require_hits": 7}
+    for key, why in expected.items():
+        assert f"infercheck.yaml:{lines[key]}" in str(error.value)
+        assert why in str(error.value)

@@ -17,12 +17,12 @@ the engine's cache and is compared with it. The facets:
 from __future__ import annotations
 
 from ..framework.kind import CheckKind, SpecFacet
-from ..protocol import target_label
+from ..framework.target import target_label
 from .gather import CacheParityGather
 from .judge import judge
 from .present import PRESENT
 from .records import CacheParityAggregate, CacheParityContext, CacheParityPrompt
-from .spec import GATES, CacheParitySpec, CacheParityThresholds
+from .spec import GATES, CacheParitySpec, CacheParityThresholds, unmeasurable
 from .summarize import summarize
 
 CACHE_PARITY = CheckKind(
@@ -34,6 +34,7 @@ CACHE_PARITY = CheckKind(
         label=target_label,
         context=CacheParityContext,
         records={"prompt": CacheParityPrompt, "aggregate": CacheParityAggregate},
+        unmeasurable=unmeasurable,
     ),
     gather=CacheParityGather,
     judge=judge,

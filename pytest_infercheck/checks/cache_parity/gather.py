@@ -40,11 +40,9 @@ the server's message, and the scenario it belongs to is not compared: the item f
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ...backends.base import BackendError, Generation, GenerationParams, Message, PromptInput
@@ -53,16 +51,16 @@ from ...conversation import concrete, has_generated, prompt_turns
 from ...verdict.conduct import (
     ColdReference,
     Conduct,
-    RequestFailure,
     not_exercised_before_requests,
 )
 from ..framework.plan import ItemPlan
+from ..framework.requests import request_failure, settle
+from ..framework.target import TargetGatherer
 from .evidence import PromptEvidence, ScenarioEvidence
 from .records import CacheParityContext
 from .spec import SCENARIOS, CacheParitySpec, Scenario
 
 if TYPE_CHECKING:
-    from ...generation_cache import ResolvedTarget
     from ...suites import Prompt
     from ..framework.run import RunContext
 
@@ -94,15 +92,6 @@ class Failed(Exception):
     """A request of a scenario failed (already recorded in the item's conduct)."""
 
 
-def request_failure(side: str, what: str, exc: BaseException) -> RequestFailure:
-    """``exc`` as a :class:`RequestFailure` with the server's message (its HTTP status said
-    once: the message of an HTTP error already names it)."""
-    status = getattr(exc, "status", None)
-    message = str(exc) if isinstance(exc, BackendError) else f"{type(exc).__name__}: {exc}"
-    said = isinstance(status, int) and f"HTTP {status}" in message
-    return RequestFailure(side, what, message, None if said else status)
-
-
 @dataclass
 class _Item:
     """One prompt's gathering under way."""
@@ -123,22 +112,13 @@ class _Item:
     scenarios: list[ScenarioEvidence] = field(default_factory=list)
 
 
-class CacheParityGather:
+class CacheParityGather(TargetGatherer[CacheParitySpec]):
     """The gather facet of one check x suite (see the module docstring)."""
 
     def __init__(self, run: RunContext) -> None:
-        self.run = run
+        super().__init__(run)
         self.sent: set[str] = set()
         """The keys of every prompt this gatherer sent, for :attr:`ColdReference.sent_first`."""
-
-    @cached_property
-    def target(self) -> ResolvedTarget:
-        return self.run.resolve(self.run.check.baseline_side(self.run.index))
-
-    @property
-    def spec(self) -> CacheParitySpec:
-        spec: CacheParitySpec = self.run.spec
-        return spec
 
     @property
     def uncached(self) -> bool:
@@ -228,24 +208,11 @@ class CacheParityGather:
         """``prompt``'s concrete turns: a conversation's with its ``generate`` turns as the
         target filled them in, else its system turn (if any) and its user turn."""
         if prompt.messages is not None:
-            return self._conversation(prompt).messages
+            return self.conversation(prompt).messages
         return concrete(prompt_turns(prompt), {})
-
-    def _conversation(self, prompt: Prompt) -> Any:
-        return self.run.cache.conversation(
-            self.target, prompt, self.run.settings.thinking, self.run.params(prompt)
-        )
 
     def _render_turns(self, prompt: Prompt, turns: Sequence[Message]) -> PromptInput:
         return self.run.cache.render_turns(self.target, prompt, turns, self.run.settings.thinking)
-
-    def _rendered(self, prompt: Prompt) -> PromptInput:
-        """``prompt`` as the target receives it (a conversation's ``generate`` turns filled
-        in by the target first)."""
-        if has_generated(prompt):
-            final: PromptInput = self._conversation(prompt).final
-            return final
-        return self.run.cache.render(self.target, prompt, self.run.settings.thinking)
 
     # -- before any request: what cannot be exercised ------------------------------------------
     def _decide(self, item: _Item) -> None:
@@ -345,7 +312,7 @@ class CacheParityGather:
         backend = self.target.backend
         try:
             item.rendered = self._render(
-                item, REFERENCE, "rendering the prompt", lambda: self._rendered(item.prompt)
+                item, REFERENCE, "rendering the prompt", lambda: self.render(item.prompt)
             )
             rendered = item.rendered
             first = rendered.key() not in self.sent
@@ -504,19 +471,23 @@ class CacheParityGather:
         evidence.companion = sibling
         other = self._with_last_turn(item, "concurrent", sibling)
 
-        async def together() -> list[Generation | BaseException]:
-            return list(
-                await asyncio.gather(
+        try:
+            outs = settle(
+                self.run.cache,
+                self.target,
+                [
                     self._through_cache(rendered, item.params),
                     self._through_cache(other, item.params),
-                    return_exceptions=True,
-                )
+                ],
             )
-
-        outs = self._call(item, "concurrent", "the pair in flight", together)
+        except BackendError as exc:  # the server died meanwhile
+            failure = request_failure("concurrent", "the pair in flight", exc)
+            item.conduct.failures.append(failure)
+            raise Failed(failure.text()) from exc
         for what, out in zip(("its request", "the sibling beside it"), outs, strict=True):
-            if isinstance(out, BaseException):
+            if isinstance(out, BackendError):
                 failure = request_failure("concurrent", what, out)
                 item.conduct.failures.append(failure)
                 raise Failed(failure.text())
+        assert isinstance(outs[0], Generation)
         evidence.output = outs[0]

@@ -23,12 +23,16 @@ rule of the judge:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from ...specs import LogprobTolerance, TargetCheck, TieGates
 from ...verdict.gate import Gate
+
+if TYPE_CHECKING:
+    from ...config import CheckSpec, LoadedMatrix
 
 Scenario = Literal["shared-prefix", "exact-repeat", "multi-turn", "eviction", "concurrent"]
 SCENARIOS: tuple[Scenario, ...] = (
@@ -95,3 +99,26 @@ HITS_GATE = Gate(
 
 GATES: tuple[Gate, ...] = (LOGPROB_GATE, HITS_GATE)
 """The gates the framework judges on each item's measures (:mod:`.evidence`)."""
+
+
+def unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> Mapping[str, str]:
+    """The gates the matrix alone shows can never be measured (written, a collection error at
+    their line): ``logprob_tolerance`` on a backend that returns no logprobs (``logprobs:
+    false``, vllm-mlx), ``require_hits`` on one that reports no cached tokens (vllm-mlx)."""
+    side = check.baseline_side(index)
+    target = loaded.target(side.ref, side.loc)
+    backend = loaded.matrix.backends.get(target.backend)
+    if backend is None:
+        return {}
+    name = f"backend {target.backend!r}"
+    out = {}
+    if backend.kind == "vllm-mlx":
+        out["logprob_tolerance"] = (
+            f"not measured on any item: {name} (vllm-mlx) returns no logprobs"
+        )
+        out["require_hits"] = (
+            f"not measured on any item: {name} (vllm-mlx) reports no cached tokens"
+        )
+    elif not getattr(backend, "logprobs", True):
+        out["logprob_tolerance"] = f"not measured on any item: {name} has logprobs: false"
+    return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ...specs import KindThresholds
 from ..framework.kind import CheckKind, SpecFacet
-from ..protocol import target_label
+from ..framework.target import target_label
 from .gather import CachePollutionGather
 from .judge import changed_outputs, hostile_violations, judge
 from .present import PRESENT, summary_lines

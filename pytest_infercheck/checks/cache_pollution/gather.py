@@ -23,70 +23,29 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ...backends.base import BackendError
-from ...conversation import has_generated
-from ...specs import SERVER_KINDS
 from ...verdict.conduct import Conduct, RequestFailure
 from ..framework.plan import ItemPlan
+from ..framework.requests import request_failure
+from ..framework.target import TargetGatherer
 from .evidence import HostileEvidence, Outputs
 from .records import CachePollutionContext
+from .spec import CachePollutionSpec
 
 if TYPE_CHECKING:
-    from ...backends.base import PromptInput
     from ...generation_cache import ResolvedTarget
-    from ...suites import Prompt
-    from ..framework.run import RunContext
 
 BEFORE = "the reference prompts before any hostile request"
 
 
-def failure_of(side: str, what: str, exc: BackendError) -> RequestFailure:
-    """``exc`` as a :class:`RequestFailure` (its HTTP status said once: the message of an
-    HTTP error already names it)."""
-    status = getattr(exc, "status", None)
-    said = isinstance(status, int) and f"HTTP {status}" in str(exc)
-    return RequestFailure(side, what, str(exc), None if said else status)
-
-
-class CachePollutionGather:
-    """The gather facet of one check x suite (see the module docstring)."""
-
-    def __init__(self, run: RunContext) -> None:
-        self.run = run
-
-    def served_target(self) -> ResolvedTarget:
-        """The run's target, which must be served over HTTP (checked before anything
-        loads).
-
-        Raises:
-            BackendError: it runs in-process.
-        """
-        run = self.run
-        side = run.check.baseline_side(run.index)
-        target = run.loaded.target(side.ref, side.loc)
-        kind = run.loaded.matrix.backends[target.backend].kind
-        if kind not in SERVER_KINDS:
-            raise BackendError(
-                f"{run.check.kind} needs a server backend ({', '.join(SERVER_KINDS)}): "
-                f"{target.label} runs in-process ({kind})"
-            )
-        return run.resolve(side)
+class CachePollutionGather(TargetGatherer[CachePollutionSpec]):
+    """The gather facet of one check x suite (see the module docstring); its target must
+    be a server (:meth:`served_target`, checked before anything loads)."""
 
     def context(self) -> CachePollutionContext:
         target = self.served_target()
         return CachePollutionContext(
             target.label, len(self.run.suite.prompts), {target.label: target.backend.identity()}
         )
-
-    def _render(self, target: ResolvedTarget, prompt: Prompt) -> PromptInput:
-        """``prompt`` as the target receives it (a conversation's ``generate`` turns filled
-        in by the target)."""
-        run = self.run
-        if has_generated(prompt):
-            final: PromptInput = run.cache.conversation(
-                target, prompt, run.settings.thinking, run.params(prompt)
-            ).final
-            return final
-        return run.cache.render(target, prompt, run.settings.thinking)
 
     def _references(
         self, target: ResolvedTarget, side: str
@@ -97,11 +56,11 @@ class CachePollutionGather:
         failures = []
         for prompt in self.run.suite.prompts:
             try:
-                rendered = self._render(target, prompt)
+                rendered = self.render(prompt)
                 work = target.backend.generate(rendered, self.run.params(prompt))
                 outputs.append((prompt.id, self.run.cache.call(target, work)))
             except BackendError as exc:
-                failures.append(failure_of(side, prompt.id, exc))
+                failures.append(request_failure(side, prompt.id, exc))
         return outputs, failures
 
     def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, HostileEvidence]:
@@ -120,7 +79,9 @@ class CachePollutionGather:
                 try:
                     response = self.run.cache.run(backend.send_hostile(kind))
                 except BackendError as exc:
-                    conduct.failures.append(failure_of(f"the {kind} request", "sending it", exc))
+                    conduct.failures.append(
+                        request_failure(f"the {kind} request", "sending it", exc)
+                    )
                     response = f"not sent: {exc}"
             alive = self.run.cache.run(backend.alive())
             after: Outputs | None = None
