@@ -32,7 +32,7 @@ class Engine:
     cache, answers ``46`` and reports ``cached`` tokens (0 the first time a text is seen);
     ``fail`` maps (text, its n-th request) to an HTTP status."""
 
-    capabilities: Capabilities = Capabilities(chat_template=True)
+    capabilities: Capabilities = field(default_factory=lambda: Capabilities(chat_template=True))
     concurrency: int = 1
     kind: str = "openai"
     name: str = "srv"
