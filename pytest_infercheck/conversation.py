@@ -17,13 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from .backends.base import Generation, Message, PromptInput
 from .tools import ToolCall
-
-if TYPE_CHECKING:
-    from .suites import Prompt
 
 __all__ = [
     "Conversation",
@@ -60,6 +57,20 @@ class Turn:
     def generated(self) -> bool:
         """Whether the target produces this turn (an assistant ``generate`` turn)."""
         return self.content is None
+
+
+class Prompt(Protocol):
+    """What a suite's prompt (:class:`~.suites.Prompt`, a module above this one) gives of its
+    turns: its ``messages``, or a single turn's ``system`` and ``text``."""
+
+    @property
+    def messages(self) -> tuple[Turn, ...] | None: ...
+
+    @property
+    def system(self) -> str | None: ...
+
+    @property
+    def text(self) -> str: ...
 
 
 def prompt_turns(prompt: Prompt) -> tuple[Turn, ...]:

@@ -31,7 +31,7 @@ import httpx
 from .base import BackendError
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
+    from .spec import ServedSpec
 
 RETRY_STATUS = frozenset({429, 503})
 T = TypeVar("T")
@@ -94,6 +94,22 @@ def liveness_check(check: Callable[[], None]) -> Iterator[None]:
         _LIVENESS.reset(token)
 
 
+def error_message(body: str) -> str:
+    """A server's error message from its error body (OpenAI ``{"error": {"message"}}``,
+    ``{"error": "..."}``, ``{"detail": ...}``), else the body; at most 200 characters."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        error = doc.get("error", doc.get("detail", doc.get("message")))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if error is not None:
+            body = str(error)
+    return body.strip()[:200]
+
+
 @dataclass(frozen=True)
 class HttpSettings:
     """How to talk to one server."""
@@ -106,7 +122,7 @@ class HttpSettings:
     api_key_env: str | None = None
 
     @classmethod
-    def of(cls, spec: BackendSpec, url: str | None) -> HttpSettings:
+    def of(cls, spec: ServedSpec, url: str | None) -> HttpSettings:
         """The settings of a server backend's entry: at ``url`` (where a managed server was
         started), else at the entry's ``url``."""
         base_url = url or spec.url

@@ -13,10 +13,10 @@ from ...specs import SERVER_KINDS
 
 if TYPE_CHECKING:
     from ...backends.base import GenerationParams, PromptInput
-    from ...config import CheckSpec, LoadedMatrix
     from ...generation_cache import ResolvedTarget
+    from ...matrix import CheckSpec, LoadedMatrix
     from ...suites import Prompt
-    from .run import RunContext
+    from .context import RunContext
 
 
 @dataclass

@@ -39,7 +39,7 @@ from ...verdict.gate import Gate
 from ..framework.plan import ItemPlan
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec, LoadedMatrix
+    from ...matrix import CheckSpec, LoadedMatrix
     from ...suites import Suite
 
 Endpoint = Literal["completions", "chat", "messages"]
