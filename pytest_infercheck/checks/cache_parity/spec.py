@@ -32,7 +32,7 @@ from ...specs import LogprobTolerance, TargetCheck, TieGates
 from ...verdict.gate import Gate
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec, LoadedMatrix
+    from ...matrix import CheckSpec, LoadedMatrix
 
 Scenario = Literal["shared-prefix", "exact-repeat", "multi-turn", "eviction", "concurrent"]
 SCENARIOS: tuple[Scenario, ...] = (

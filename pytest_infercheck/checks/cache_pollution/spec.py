@@ -17,7 +17,7 @@ from ...verdict.gate import Gate
 from ..framework.plan import ItemPlan
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec
+    from ...matrix import CheckSpec
     from ...suites import Suite
 
 HostileKind = Literal[
