@@ -113,15 +113,28 @@ def test_without_logprobs_a_written_tolerance_fails_and_the_default_says_so() ->
     same = out([55, 57, 2], "46", None)
     same.token_ids = None
     ev = evidence(ScenarioEvidence("exact-repeat", output=same), reference=ref)
-    assert ev.measures["max_logprob_diff"] == Unmeasured(
-        "the engine returned no logprobs on the reference"
-    )
+    said = "the engine returned no logprobs on the reference, the exact-repeat output"
+    assert ev.measures["max_logprob_diff"] == Unmeasured(said)
     assert outcome(ev, logprob_tolerance=0.0).violations == [
-        "logprob_tolerance: not measured: the engine returned no logprobs on the reference"
+        f"logprob_tolerance: not measured: {said}"
     ]
     passed = outcome(ev)
     assert passed.violations == []
-    assert "logprobs not compared: the engine returned no logprobs on the reference" in passed.text
+    assert f"logprobs not compared: {said}" in passed.text
+
+
+def test_one_output_without_logprobs_leaves_a_written_tolerance_unmeasured() -> None:
+    """The exact repeat has logprobs (difference 0), the shared-prefix output none: the
+    largest difference is not known, so a written tolerance fails naming the output."""
+    bare = out([55, 57, 2], "46", None)
+    ev = evidence(
+        ScenarioEvidence("shared-prefix", output=bare),
+        ScenarioEvidence("exact-repeat", output=SAME),
+    )
+    assert outcome(ev, logprob_tolerance=0.0).violations == [
+        "logprob_tolerance: not measured: the engine returned no logprobs on the shared-prefix "
+        "output"
+    ]
 
 
 def test_truncated_and_empty_outputs_are_named() -> None:
@@ -274,6 +287,34 @@ def test_a_reference_the_engine_reports_warm_fails() -> None:
     )
     assert result.violations == [
         "the reference is not cold: the engine reports 5 cached prompt tokens on it"
+    ]
+
+
+def test_a_reference_sent_first_that_reuses_less_than_its_prompt_served_whole_is_cold() -> None:
+    """Sent first on an engine without an uncached request: 24 cached tokens on the reference,
+    112 on its prompt served whole (mlx_lm.server's counts for mt001-like chat prompts): only
+    the prefix it shares with prompts sent before it. 112 of 112: a prompt the engine held."""
+    part = ColdReference("the reference", "reported-zero", 24, sent_first=True, whole=112)
+    result = outcome(evidence(ScenarioEvidence("exact-repeat", output=SAME), cold=part))
+    assert result.violations == []
+    assert result.data.reference_cold == (
+        "the reference sent first, 24 cached tokens reported, fewer than the 112 on its prompt "
+        "served whole: only a prefix it shares with prompts sent before it (the engine has no "
+        "uncached request)"
+    )
+    held = ColdReference("the reference", "reported-zero", 112, sent_first=True, whole=112)
+    assert outcome(
+        evidence(ScenarioEvidence("exact-repeat", output=SAME), cold=held)
+    ).violations == [
+        "the reference is not cold: the engine reports 112 cached prompt tokens on it, as many "
+        "as on its prompt served whole (112)"
+    ]
+    late = ColdReference("the reference", "reported-zero", 24, sent_first=False, whole=112)
+    assert outcome(
+        evidence(ScenarioEvidence("exact-repeat", output=SAME), cold=late)
+    ).violations == [
+        "the reference is not cold: the engine reports 24 cached prompt tokens on it, as many "
+        "as on its prompt served whole (112)"
     ]
 
 

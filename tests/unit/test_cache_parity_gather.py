@@ -38,6 +38,8 @@ class Engine:
     name: str = "srv"
     sent: list[str] = field(default_factory=list)
     fail: dict[tuple[str, int], int] = field(default_factory=dict)
+    shared: dict[str, int] = field(default_factory=dict)
+    """Cached tokens reported on a text's first request (a prefix it shares with others)."""
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         n = self.sent.count(prompt.text)
@@ -46,7 +48,7 @@ class Engine:
         if status is not None:
             raise HttpError(f"backend 'srv': POST /v1/chat/completions -> HTTP {status}", status)
         g = Generation("46", None, "stop", None)
-        g.cached_tokens = 3 if n else 0
+        g.cached_tokens = 5 if n else self.shared.get(prompt.text, 0)
         return g
 
     def identity(self) -> dict[str, Any]:
@@ -154,7 +156,7 @@ def test_a_failed_priming_request_fails_the_item_not_its_scenario_left_out() -> 
     ]
     shared, repeat = outcome.data.scenarios
     assert (shared.exercised, shared.match, shared.error) == (True, False, outcome.violations[0])
-    assert (repeat.match, repeat.cached_tokens) == (True, 3)
+    assert (repeat.match, repeat.cached_tokens) == (True, 5)
     assert run.aggregate().violations[0].startswith("1 of 2 items failed: p1 (shared-prefix:")
 
 
@@ -174,10 +176,33 @@ def test_a_failed_reference_fails_its_item_and_sends_none_of_its_scenarios() -> 
 
 
 def test_a_server_that_answers_a_reference_from_its_cache_fails_it_as_not_cold() -> None:
-    """The server saw p1 before this check (an earlier run): it reports cached tokens on the
-    reference, which is therefore not cold, whatever the scenarios show."""
+    """The server saw p1 before this check (an earlier run): it reports as many cached
+    tokens on the reference as on the prompt served whole (sent twice more after the
+    scenarios), so the reference is not cold, whatever the scenarios show."""
     engine = Engine(sent=["12+34="])
     outcome = suite_run(engine).outcome_of(plan("p1"))
     assert outcome.violations == [
-        "the reference is not cold: the engine reports 3 cached prompt tokens on it"
+        "the reference is not cold: the engine reports 5 cached prompt tokens on it, as many "
+        "as on its prompt served whole (5)"
     ]
+    # seen before, its reference, its two scenario requests, twice more to count it whole
+    assert engine.sent.count("12+34=") == 1 + 1 + 2 + 2
+
+
+def test_a_reference_that_reuses_only_a_prefix_shared_with_other_prompts_is_cold_for_it() -> None:
+    """An engine that reuses any prefix two prompts share (mlx_lm.server) reports 2 cached
+    tokens on p2's reference, sent before anything of p2: fewer than the 5 it reports on p2
+    served whole. The reference is cold for its own prompt; the item says how it knows."""
+    engine = Engine(shared={"40+35=": 2})
+    run = suite_run(engine)
+    outcome = run.outcome_of(plan("p2"))
+    assert outcome.violations == []
+    said = (
+        "the reference sent first, 2 cached tokens reported, fewer than the 5 on its prompt "
+        "served whole: only a prefix it shares with prompts sent before it (the engine has no "
+        "uncached request)"
+    )
+    assert outcome.data.reference_cold == said and said in outcome.text
+    assert outcome.data.reference_cached_tokens == 2
+    # p1 reported 0: cold as it is, not sent again to be counted
+    assert engine.sent.count("12+34=") == 3 and engine.sent.count("40+35=") == 5

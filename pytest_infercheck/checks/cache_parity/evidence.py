@@ -18,6 +18,7 @@ Measures (:attr:`PromptEvidence.measures`):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ...backends.base import Generation
@@ -96,7 +97,7 @@ class PromptEvidence:
         """The measures the gates read (see the module docstring)."""
         results = self.results(DEFAULT_TIE_MARGIN)
         return {
-            "max_logprob_diff": max_logprob_diff(self.reference, results),
+            "max_logprob_diff": max_logprob_diff(self.reference, results, self.scenarios),
             "cache_hits": cache_hits(results),
         }
 
@@ -105,17 +106,39 @@ def _compared(results: list[ScenarioResult]) -> list[ScenarioResult]:
     return [r for r in results if r.exercised and r.error is None]
 
 
-def max_logprob_diff(reference: Generation | None, results: list[ScenarioResult]) -> MeasureValue:
-    """``max_logprob_diff`` (see the module docstring)."""
+def _without_logprobs(
+    reference: Generation, gathered: Sequence[ScenarioEvidence], compared: set[str]
+) -> list[str]:
+    """The generations of the compared scenarios that returned no logprobs: ``the reference``,
+    a scenario's output or own reference."""
+    missing = [] if reference.chosen_logprobs is not None else ["the reference"]
+    for s in gathered:
+        if s.scenario not in compared:
+            continue
+        if s.reference is not None and s.reference.chosen_logprobs is None:
+            missing.append(f"the {s.scenario} scenario's own reference")
+        if s.output is not None and s.output.chosen_logprobs is None:
+            missing.append(f"the {s.scenario} output")
+    return missing
+
+
+def max_logprob_diff(
+    reference: Generation | None,
+    results: list[ScenarioResult],
+    gathered: Sequence[ScenarioEvidence] = (),
+) -> MeasureValue:
+    """``max_logprob_diff`` (see the module docstring); unmeasured, naming them, when a
+    compared generation returned no logprobs (``gathered``: the scenarios as gathered)."""
     if reference is None:
         return Unmeasured("the reference request failed")
     compared = _compared(results)
     if not compared:
         return Unmeasured("no scenario was compared")
+    missing = _without_logprobs(reference, gathered, {r.scenario for r in compared})
+    if missing:
+        return Unmeasured(f"the engine returned no logprobs on {', '.join(missing)}")
     diffs = [(r.scenario, r.max_logprob_diff) for r in compared if r.max_logprob_diff is not None]
     if not diffs:
-        if reference.chosen_logprobs is None:
-            return Unmeasured("the engine returned no logprobs on the reference")
         return Unmeasured("no scenario's output has logprobs where its tokens agree")
     nan = [name for name, d in diffs if math.isnan(d)]
     if nan:

@@ -146,6 +146,7 @@ class CacheParityGather(TargetGatherer[CacheParitySpec]):
             item.scenarios = [
                 self._scenario(name, item) for name in SCENARIOS if name in self.spec.scenarios
             ]
+            self._whole(item)
         kind = "uncached" if self.uncached else "first-request"
         return {
             item.plan.full_name: PromptEvidence(
@@ -330,6 +331,28 @@ class CacheParityGather(TargetGatherer[CacheParitySpec]):
             item.reference_error = str(exc)
             return
         item.conduct.cold.append(self._cold(REFERENCE, item.reference, first))
+
+    def _whole(self, item: _Item) -> None:
+        """A reference sent first on an engine without an uncached request that reported
+        cached tokens: its prompt sent twice more through the cache, after its scenarios,
+        and the second's count kept as the engine's count of the prompt served whole
+        (:attr:`ColdReference.whole`: fewer on the reference is a prefix it shares with
+        prompts sent before it; as many, a prompt the engine already held)."""
+        cold = item.conduct.cold
+        if self.uncached or not cold or item.rendered is None:
+            return
+        reference = cold[0]
+        if not reference.sent_first or not reference.cached_tokens:
+            return
+        rendered = item.rendered
+        try:
+            self._cached(item, REFERENCE, "its prompt again (to count it served whole)", rendered)
+            again = self._cached(
+                item, REFERENCE, "its prompt a third time (to count it served whole)", rendered
+            )
+        except Failed:
+            return
+        cold[0] = dataclasses.replace(reference, whole=again.cached_tokens)
 
     def _cold(self, side: str, reference: Generation, first: bool) -> ColdReference:
         """How ``reference`` was kept cold, with the cached tokens the engine reported."""

@@ -100,7 +100,7 @@ def judge(plan: ItemPlan, evidence: PromptEvidence, thresholds: CacheParityThres
     reference = evidence.reference
     reading = read_generation("the reference", reference) if reference is not None else None
     notes = []
-    diff = max_logprob_diff(reference, results)
+    diff = max_logprob_diff(reference, results, evidence.scenarios)
     default_violations: list[Violation] = []
     if not tolerance_written(thresholds):
         if isinstance(diff, Unmeasured):
