@@ -271,12 +271,12 @@ def test_a_warm_request_that_fails_fails_the_item_naming_the_servers_answer(
     pytester: pytest.Pytester, qwen2_llama: str, realistic_qwen2: Any
 ) -> None:
     """The proxy answers HTTP 500 to the second request of a prompt: for a single-turn
-    prompt's multi-turn scenario that is its first turn through the cache (the first request
-    was its uncached reference). The item fails naming the server's answer, under
-    ``require_hits: true`` too; the scenario is failed, not "not exercised". Before the fix
-    the 500 made multi-turn "not exercised" and both items passed (run against main's code:
-    ``passed=2``, ``multi-turn: not exercised: no conversation: backend 'srv': ... HTTP
-    500``)."""
+    prompt's multi-turn scenario (the prompt is its own first turn: the suite has no other)
+    that is its first turn (the first request was its uncached reference). The item fails
+    naming the server's answer, under ``require_hits: true`` too; the scenario is failed, not
+    "not exercised". Before the fix the 500 (there on its first turn through the cache) made
+    multi-turn "not exercised" and both items passed (run against main's code: ``passed=2``,
+    ``multi-turn: not exercised: no conversation: backend 'srv': ... HTTP 500``)."""
     suite = conversation_suite([], singles=1)
     with FaultyProxy(qwen2_llama, Fault(fail_nth_of_prompt=2)) as proxy:
         result = run_conversations(
@@ -292,10 +292,10 @@ def test_a_warm_request_that_fails_fails_the_item_naming_the_servers_answer(
     multi = scenarios(records(pytester)["single0"])["multi-turn"]
     assert multi["exercised"] is True and multi["match"] is False
     said = "HTTP 500: faulty proxy: HTTP 500 on purpose"  # the server's words, from its body
-    assert multi["error"] == f"multi-turn: the first turn failed: {said}"
+    assert multi["error"] == f"multi-turn: the first turn, uncached failed: {said}"
     result.stdout.fnmatch_lines(
         [
-            f"*multi-turn: the first turn failed: {said}",
-            f"*1 of 1 items failed: single0 (multi-turn: the first turn failed: {said})*",
+            f"*multi-turn: the first turn, uncached failed: {said}",
+            f"*1 of 1 items failed: single0 (multi-turn: the first turn, uncached failed: {said})*",
         ]
     )

@@ -463,3 +463,33 @@ def test_a_written_gate_the_matrix_makes_unmeasurable_is_an_error_at_its_line(
     for key, why in expected.items():
         assert f"infercheck.yaml:{lines[key]}" in str(error.value)
         assert why in str(error.value)
+
+
+def test_a_first_turn_the_cache_changes_fails_the_composed_multi_turn() -> None:
+    """A single-turn prompt's multi-turn: the answer written into the conversation is the
+    first turn uncached; the first turn through the cache must equal it (a cache that
+    changed it would otherwise feed both the conversation's reference and the later turn
+    alike, unseen). Its logprobs count toward logprob_tolerance too."""
+    cold = Generation("46", [55, 57, 2], "stop", [-0.1, -0.2, -0.3])
+    changed = out([55, 58, 2], "45", [-0.1, -0.2, -0.3])
+    own = Generation("7", [60, 2], "stop", [-0.5, -0.1])
+    composed = ScenarioEvidence(
+        "multi-turn", output=own, reference=own, companion="p2", first_turn=(cold, changed)
+    )
+    result = outcome(evidence(composed))
+    assert result.violations[0] == (
+        "multi-turn: the first turn through the cache differs from it uncached: '46' vs '45'"
+    )
+    [multi] = result.data.scenarios
+    assert (multi.first_turn, multi.first_turn_cached, multi.first_turn_match) == (
+        "46",
+        "45",
+        False,
+    )
+    drifted = out([55, 57, 2], "46", [-0.1, -0.25, -0.3])
+    same = ScenarioEvidence("multi-turn", output=own, reference=own, first_turn=(cold, drifted))
+    # |-0.2 - -0.25| = 0.05 on the first turn: the largest difference of the item
+    assert outcome(evidence(same), logprob_tolerance=0.01).violations == [
+        "logprob difference from the reference where the tokens agree (multi-turn's first "
+        "turn) 0.05 > logprob_tolerance 0.01"
+    ]

@@ -22,7 +22,7 @@ from .gather import CacheParityGather
 from .judge import judge
 from .present import PRESENT
 from .records import CacheParityAggregate, CacheParityContext, CacheParityPrompt
-from .spec import GATES, CacheParitySpec, CacheParityThresholds, unmeasurable
+from .spec import GATES, HARNESS, CacheParitySpec, CacheParityThresholds, unmeasurable
 from .summarize import summarize
 
 CACHE_PARITY = CheckKind(
@@ -31,6 +31,7 @@ CACHE_PARITY = CheckKind(
         options=CacheParitySpec,
         thresholds=CacheParityThresholds,
         gates=GATES,
+        harness=HARNESS,
         label=target_label,
         context=CacheParityContext,
         records={"prompt": CacheParityPrompt, "aggregate": CacheParityAggregate},

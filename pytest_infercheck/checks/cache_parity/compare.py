@@ -31,10 +31,13 @@ def compare_scenario(
     note: str | None = None,
     companion: str | None = None,
     own_reference: bool = False,
+    first_turn: tuple[Generation, Generation] | None = None,
 ) -> ScenarioResult:
     """``output`` of ``scenario`` against ``reference`` (see the module docstring);
     ``own_reference``: the reference is the scenario's own (multi-turn's composed
-    conversation), recorded beside it and read for faults too."""
+    conversation), recorded beside it and read for faults too; ``first_turn``: that
+    conversation's first turn uncached and through the cache, both read for faults and
+    compared (``first_turn_match``)."""
     base = ScenarioResult(
         scenario,
         True,
@@ -43,6 +46,19 @@ def compare_scenario(
         reference=reference.text if own_reference else None,
     )
     own = [read_generation("the scenario's reference", reference)] if own_reference else []
+    if first_turn is not None:
+        cold, cached = first_turn
+        own.append(read_generation("the first turn, uncached", cold))
+        own.append(read_generation("the first turn through the cache", cached))
+        base.first_turn = cold.text
+        base.first_turn_cached = cached.text
+        turn = same_generation(cold, cached)
+        base.first_turn_match = turn.same
+        base.first_turn_logprob_diff = logprob_diff(
+            reported_logprobs(cold.chosen_logprobs, cold.top_logprobs),
+            reported_logprobs(cached.chosen_logprobs, cached.top_logprobs),
+            turn.first_divergence if turn.divergence_unit == "token" else None,
+        )
     reading = read_generation(f"the {scenario} output", output)
     base.degenerate = DegenerateScan.of([r.degenerate for r in [*own, reading]])
     verdict = same_generation(reference, output)

@@ -46,6 +46,9 @@ class ScenarioEvidence:
     companion: str | None = None
     reference: Generation | None = None
     """The scenario's own reference (None: the prompt's)."""
+    first_turn: tuple[Generation, Generation] | None = None
+    """Multi-turn's composed conversation: its first turn uncached (the answer written into
+    the conversation) and through the cache (the state the later turn reuses)."""
 
     def result(self, reference: Generation | None, tie_margin: float) -> ScenarioResult:
         """This scenario's record against the prompt's ``reference`` (None: it failed)."""
@@ -72,6 +75,7 @@ class ScenarioEvidence:
             note=self.note,
             companion=self.companion,
             own_reference=own,
+            first_turn=self.first_turn,
         )
 
 
@@ -119,6 +123,9 @@ def _without_logprobs(
             missing.append(f"the {s.scenario} scenario's own reference")
         if s.output is not None and s.output.chosen_logprobs is None:
             missing.append(f"the {s.scenario} output")
+        turns = s.first_turn or ()
+        if any(g.chosen_logprobs is None for g in turns):
+            missing.append(f"the {s.scenario} scenario's first turn")
     return missing
 
 
@@ -138,6 +145,11 @@ def max_logprob_diff(
     if missing:
         return Unmeasured(f"the engine returned no logprobs on {', '.join(missing)}")
     diffs = [(r.scenario, r.max_logprob_diff) for r in compared if r.max_logprob_diff is not None]
+    diffs += [
+        (f"{r.scenario}'s first turn", r.first_turn_logprob_diff)
+        for r in compared
+        if r.first_turn_logprob_diff is not None
+    ]
     if not diffs:
         return Unmeasured("no scenario's output has logprobs where its tokens agree")
     nan = [name for name, d in diffs if math.isnan(d)]

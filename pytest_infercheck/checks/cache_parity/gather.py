@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
 REFERENCE = "the reference"
 OWN_REFERENCE = "the multi-turn scenario's own reference"
+FIRST_TURN = "the multi-turn scenario's first turn, uncached"
 
 
 def sibling_text(text: str) -> str:
@@ -432,10 +433,11 @@ class CacheParityGather(TargetGatherer[CacheParitySpec]):
 
     def _composed_turn(self, item: _Item, evidence: ScenarioEvidence) -> None:
         """``item``'s prompt as the second user turn of a conversation: another single-turn
-        suite prompt (its system turn, its user turn), its answer through the cache, then
-        this prompt. Its own reference is that conversation uncached (an engine without an
-        uncached request does not get here); then the first turn goes through the cache
-        again and the conversation after it."""
+        suite prompt (its system turn, its user turn), its answer, then this prompt. The
+        answer written into the conversation is the first turn's uncached generation; then
+        the first turn goes through the cache (compared with that answer: a cache that
+        changes it fails here too) and the conversation after it, against the conversation's
+        own uncached reference (an engine without an uncached request does not get here)."""
         prompt = item.prompt
         backend = self.target.backend
         assert isinstance(backend, UncachedGeneration)
@@ -450,7 +452,14 @@ class CacheParityGather(TargetGatherer[CacheParitySpec]):
             lambda: self._render_turns(first, first_turns),
         )
         first_params = self.run.params(first)
-        answer = self._cached(item, "multi-turn", "the first turn", first_turn, first_params)
+        self.sent.add(first_turn.key())
+        answer: Generation = self._call(
+            item,
+            "multi-turn",
+            "the first turn, uncached",
+            lambda: backend.generate_uncached(first_turn, first_params),
+        )
+        item.conduct.cold.append(self._cold(FIRST_TURN, answer, True))
         turns = (*first_turns, Message("assistant", answer.text), Message("user", prompt.text))
         second = self._render(
             item,
@@ -458,6 +467,10 @@ class CacheParityGather(TargetGatherer[CacheParitySpec]):
             "rendering the conversation",
             lambda: self._render_turns(prompt, turns),
         )
+        primed = self._cached(
+            item, "multi-turn", "the first turn through the cache", first_turn, first_params
+        )
+        evidence.first_turn = (answer, primed)
         self.sent.add(second.key())
         own: Generation = self._call(
             item,
@@ -467,7 +480,6 @@ class CacheParityGather(TargetGatherer[CacheParitySpec]):
         )
         evidence.reference = own
         item.conduct.cold.append(self._cold(OWN_REFERENCE, own, True))
-        self._cached(item, "multi-turn", "the first turn again", first_turn, first_params)
         evidence.output = self._cached(item, "multi-turn", "the later turn", second)
 
     def _eviction(self, item: _Item, evidence: ScenarioEvidence) -> None:

@@ -6,6 +6,8 @@ Findings of a scenario (:func:`scenario_findings`):
 
 - every fault of its output (and of its own reference): ``exact-repeat: empty generation:
   ...`` (source ``fault``);
+- multi-turn's composed conversation: its first turn through the cache that differs from
+  that turn uncached (the answer written into the conversation), never waived;
 - an output that differs from the reference (``truncated output`` when its tokens are a
   strict prefix of the reference's), naming the first divergent token and its label
   (source ``outputs-differ:<scenario>``). Under ``fail_on: decisive`` a near-tie would be
@@ -53,6 +55,14 @@ def scenario_findings(
         return [], None
     name = result.scenario
     found = [Violation(f"{name}: {f.text}", "fault") for f in result.faults]
+    if result.first_turn_match is False:
+        found.append(
+            Violation(
+                f"{name}: the first turn through the cache differs from it uncached: "
+                f"{result.first_turn!r} vs {result.first_turn_cached!r}",
+                f"first-turn-differs:{name}",
+            )
+        )
     if result.error is not None or result.match is not False:
         return found, None
     ref = result.reference if result.reference is not None else reference_text

@@ -51,6 +51,15 @@ class ScenarioResult:
     """The text of the scenario's own reference when it is not the prompt's (multi-turn)."""
     companion: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """The other prompt the scenario sent (the prefix-sharing sibling, the first turn)."""
+    first_turn: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """Multi-turn's composed conversation: its first turn's answer, uncached (written into
+    the conversation)."""
+    first_turn_cached: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """... and that first turn's answer through the cache."""
+    first_turn_match: bool | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """Whether the two are the same (tokens and text)."""
+    first_turn_logprob_diff: float | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """``max_t |lp_uncached[t] - lp_cached[t]|`` of the first turn where its tokens agree."""
     error: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """Why it could not be compared: one of its requests (or the reference's) failed, with
     the server's message (a violation: the item fails)."""

@@ -30,6 +30,7 @@ from pydantic import Field
 
 from ...specs import LogprobTolerance, TargetCheck, TieGates
 from ...verdict.gate import Gate
+from ..framework.kind import Blind, HarnessProfile
 
 if TYPE_CHECKING:
     from ...matrix import CheckSpec, LoadedMatrix
@@ -122,3 +123,49 @@ def unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> Mapping[
     elif not getattr(backend, "logprobs", True):
         out["logprob_tolerance"] = f"not measured on any item: {name} has logprobs: false"
     return out
+
+
+HARNESS = HarnessProfile(
+    {
+        "cache-parity": {
+            "target": "{target}",
+            "scenarios": ["shared-prefix", "exact-repeat", "multi-turn", "concurrent"],
+        },
+        "logprob_tolerance": 1.0e-6,
+        "require_hits": True,
+    },
+    blind=(
+        *(
+            Blind(
+                "a prompt is rendered once and every request receives that rendering: a wrong "
+                "rendering changes the prompt, not whether the outputs agree on it "
+                "(tokenization checks renderings)",
+                fault=fault,
+                path="render",
+            )
+            for fault in ("changed-token", "empty", "truncated")
+        ),
+        Blind(
+            "an engine with no uncached request serves the reference through the same path as "
+            "the scenarios: a fault that changes every generation alike changes the reference "
+            "too",
+            fault="changed-token",
+            every=True,
+            backend="openai",
+        ),
+        Blind(
+            "the cached tokens of a priming request (the prefix-sharing sibling, earlier "
+            "turns: the first request of its own prompt, which the fake engine counts as a "
+            "reference) are not judged: an engine that already held one changes nothing the "
+            "scenarios compare. (A warm reference on this shape, sent first, is caught: "
+            "tests/unit/test_cache_parity_gather.py.)",
+            fault="warm-reference",
+            path="generate",
+            backend="openai",
+        ),
+    ),
+    shapes=("llama-server", "openai"),
+)
+"""The verdict harness's check (``tests/harness``): every scenario but eviction (the fake
+engine's cache holds more than ``max_eviction_prompts`` of its prompts), every gate written,
+on both shapes."""

@@ -27,7 +27,7 @@ from .records import (
     ChangedOutput,
     HostileRecord,
 )
-from .spec import GATES, HOSTILE_KINDS, CachePollutionSpec, plan
+from .spec import GATES, HARNESS, HOSTILE_KINDS, CachePollutionSpec, plan
 from .summarize import summarize
 
 CACHE_POLLUTION = CheckKind(
@@ -36,6 +36,7 @@ CACHE_POLLUTION = CheckKind(
         options=CachePollutionSpec,
         thresholds=KindThresholds,
         gates=GATES,
+        harness=HARNESS,
         label=target_label,
         context=CachePollutionContext,
         records={"hostile": HostileRecord, "aggregate": CachePollutionAggregate},

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from ...specs import TargetCheck
 from ...verdict.gate import Gate
+from ..framework.kind import Blind, HarnessProfile
 from ..framework.plan import ItemPlan
 
 if TYPE_CHECKING:
@@ -46,3 +47,38 @@ def plan(check: CheckSpec, suite: Suite) -> list[ItemPlan]:
 
 GATES: tuple[Gate, ...] = ()
 """No thresholds: every finding is a rule of the judge."""
+
+
+HARNESS = HarnessProfile(
+    {"cache-pollution": {"target": "{target}", "hostile": ["special-tokens", "invalid-utf8"]}},
+    blind=(
+        *(
+            Blind(
+                "a prompt is rendered once and every request receives that rendering: a wrong "
+                "rendering changes the prompt, not whether the outputs agree on it "
+                "(tokenization checks renderings)",
+                fault=fault,
+                path="render",
+            )
+            for fault in ("changed-token", "empty", "truncated")
+        ),
+        Blind(
+            "the kind has no reference that must be cold: it compares outputs whatever the "
+            "cache served",
+            fault="warm-reference",
+        ),
+        Blind(
+            "a fault that changes every generation of the target alike is invisible to a kind "
+            "that compares the target with itself",
+            fault="changed-token",
+            every=True,
+        ),
+        Blind(
+            "no gate of the kind reads logprobs (it compares tokens and checks each output's "
+            "own logprobs for faults): an output without logprobs has no fault to show",
+            fault="no-logprobs",
+        ),
+    ),
+    shapes=("llama-server", "openai"),
+)
+"""The verdict harness's check (``tests/harness``): two hostile requests on both shapes."""
