@@ -292,10 +292,10 @@ def test_a_warm_request_that_fails_fails_the_item_naming_the_servers_answer(
     multi = scenarios(records(pytester)["single0"])["multi-turn"]
     assert multi["exercised"] is True and multi["match"] is False
     said = "HTTP 500: faulty proxy: HTTP 500 on purpose"  # the server's words, from its body
-    assert multi["error"] == f"multi-turn: the first turn, uncached failed: {said}"
+    assert multi["error"] == f"multi-turn: the uncached first turn failed: {said}"
     result.stdout.fnmatch_lines(
         [
-            f"*multi-turn: the first turn, uncached failed: {said}",
-            f"*1 of 1 items failed: single0 (multi-turn: the first turn, uncached failed: {said})*",
+            f"*multi-turn: the uncached first turn failed: {said}",
+            f"*1 of 1 items failed: single0 (multi-turn: the uncached first turn failed: {said})*",
         ]
     )

@@ -48,7 +48,7 @@ def compare_scenario(
     own = [read_generation("the scenario's reference", reference)] if own_reference else []
     if first_turn is not None:
         cold, cached = first_turn
-        own.append(read_generation("the first turn, uncached", cold))
+        own.append(read_generation("the uncached first turn", cold))
         own.append(read_generation("the first turn through the cache", cached))
         base.first_turn = cold.text
         base.first_turn_cached = cached.text

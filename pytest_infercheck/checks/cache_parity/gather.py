@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 REFERENCE = "the reference"
 OWN_REFERENCE = "the multi-turn scenario's own reference"
-FIRST_TURN = "the multi-turn scenario's first turn, uncached"
+FIRST_TURN = "the multi-turn scenario's uncached first turn"
 
 
 def sibling_text(text: str) -> str:
@@ -456,7 +456,7 @@ class CacheParityGather(TargetGatherer[CacheParitySpec]):
         answer: Generation = self._call(
             item,
             "multi-turn",
-            "the first turn, uncached",
+            "the uncached first turn",
             lambda: backend.generate_uncached(first_turn, first_params),
         )
         item.conduct.cold.append(self._cold(FIRST_TURN, answer, True))
