@@ -61,15 +61,6 @@ UNMEASURED = (
     "the gate and why: an output without logprobs leaves {gate} unmeasured (for that run or "
     "side) and the item passes"
 )
-REFUSED = "a request the target offers and refuses (4xx) or fails (5xx) fails the item"
-COMPANION = FINDING.format(rule=REFUSED) + (
-    "a companion's request in a batch that is refused or fails is dropped with its output "
-    "(only the needle's result is read), and the item passes"
-)
-UNNAMED = FINDING.format(rule=REFUSED + " with the server's message") + (
-    "the failed request fails the item through max_error_rate, but nothing the item says "
-    "names the server's status or message"
-)
 SOMETIMES: dict[tuple[str, str], str] = {}
 """(kind, fault kind) -> a verdict bug the kind has that CI's derandomized examples do not
 reach (a random run may): ``xfail`` without ``strict``."""
@@ -77,12 +68,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("structured-parity", "http-4xx"): UNSUPPORTED,
     ("structured-parity", "http-5xx"): UNKNOWN,
     **{(kind, "no-logprobs"): TEXT_METHOD for kind in ("compare", "sweep", "diff")},
-    ("determinism", "no-logprobs"): UNMEASURED.format(gate="max_logprob_drift"),
-    ("batch-invariance", "no-logprobs"): UNMEASURED.format(gate="logprob_tolerance"),
-    ("batch-invariance", "http-4xx"): COMPANION,
-    ("batch-invariance", "http-5xx"): COMPANION,
-    ("stress", "http-4xx"): UNNAMED,
-    ("stress", "http-5xx"): UNNAMED,
 }
 """(kind, fault kind) -> the verdict bug its kind still has: the issue's words, or what the
 harness found (each in the report to the lead)."""
