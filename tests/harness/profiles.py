@@ -131,33 +131,6 @@ PROFILES: dict[str, HarnessProfile] = {
         blind=(NO_COLD_REFERENCE,),
         shapes=BOTH,
     ),
-    "cache-pollution": HarnessProfile(
-        {"cache-pollution": {"target": "{target}", "hostile": ["special-tokens", "invalid-utf8"]}},
-        blind=(*_SELF, NO_LOGPROB_GATE),
-        shapes=BOTH,
-    ),
-    "cache-parity": HarnessProfile(
-        {
-            "cache-parity": {
-                "target": "{target}",
-                "scenarios": ["shared-prefix", "exact-repeat", "multi-turn", "concurrent"],
-            },
-            "logprob_tolerance": TIGHT,
-            "require_hits": True,
-        },
-        blind=(
-            *RENDERED_ONCE,
-            Blind(
-                "an engine with no uncached request serves the reference through the same "
-                "cache as the scenarios: a fault that changes every generation alike changes "
-                "the reference too",
-                fault="changed-token",
-                every=True,
-                backend="openai",
-            ),
-        ),
-        shapes=BOTH,
-    ),
     "structured-parity": HarnessProfile(
         {"structured-parity": {"targets": ["{reference}", "{target}"]}},
         blind=(*RENDERED_ONCE, NO_COLD_REFERENCE),
