@@ -17,13 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from .backends.base import Generation, Message, PromptInput
 from .tools import ToolCall
-
-if TYPE_CHECKING:
-    from .suites import Prompt
 
 __all__ = [
     "Conversation",
@@ -62,7 +59,22 @@ class Turn:
         return self.content is None
 
 
-def prompt_turns(prompt: Prompt) -> tuple[Turn, ...]:
+class SuitePrompt(Protocol):
+    """What this module reads of a suite's prompt (:class:`~.suite_spec.Prompt`; a protocol,
+    so that the suite modules, which build prompts of :class:`Turn` s, are not imported
+    here)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def system(self) -> str | None: ...
+
+    @property
+    def messages(self) -> tuple[Turn, ...] | None: ...
+
+
+def prompt_turns(prompt: SuitePrompt) -> tuple[Turn, ...]:
     """``prompt``'s turns: its ``messages``, or for a single-turn prompt the system turn (if
     any) and the user turn."""
     if prompt.messages is not None:
@@ -76,7 +88,7 @@ def generated_indices(turns: Sequence[Turn]) -> tuple[int, ...]:
     return tuple(i for i, turn in enumerate(turns) if turn.generated)
 
 
-def has_generated(prompt: Prompt) -> bool:
+def has_generated(prompt: SuitePrompt) -> bool:
     """Whether ``prompt`` is a conversation with at least one ``generate`` turn."""
     return prompt.messages is not None and bool(generated_indices(prompt.messages))
 

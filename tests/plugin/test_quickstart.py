@@ -36,7 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,8 +132,16 @@ def _pytest(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "COLUMNS": "300"},  # -rf lines whole
+        env={**outside_xdist(os.environ), "COLUMNS": "300"},  # -rf lines whole
     )
+
+
+def outside_xdist(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without pytest-xdist's variables: the quickstart is its own run, in one
+    process, even when this module runs in an xdist worker (``-n 2``), whose
+    ``PYTEST_XDIST_WORKER`` the run would otherwise inherit and take for its own (stress
+    records it as ``measured_by``: ``gw1`` where the snapshot says ``main``)."""
+    return {k: v for k, v in environ.items() if not k.startswith("PYTEST_XDIST_")}
 
 
 @pytest.fixture(scope="module")
