@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from _pytest.pathlib import bestrelpath
 
+from . import nodeid as node_ids
 from .backends import BackendError
 from .checks.framework.outcome import BACKEND_ERROR, Outcome, defer_gates
 from .checks.framework.plan import ItemPlan
 from .checks.framework.run import RunContext, SuiteRun
 from .config import LoadedMatrix, check_measurable, check_rate_gates, load_matrix
-from .nodeid import in_file
 from .options import effective_settings
 from .records import ItemRecord, plain_data
 from .state import generation_cache_for
@@ -231,7 +231,7 @@ class _InfercheckItem(pytest.Item):
         return self.parent
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, in_file(self.nodeid)
+        return self.path, None, node_ids.in_file(self.nodeid)
 
     def repr_failure(
         self, excinfo: ExceptionInfo[BaseException], style: Any = None

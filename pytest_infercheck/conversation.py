@@ -59,22 +59,21 @@ class Turn:
         return self.content is None
 
 
-class SuitePrompt(Protocol):
-    """What this module reads of a suite's prompt (:class:`~.suite_spec.Prompt`; a protocol,
-    so that the suite modules, which build prompts of :class:`Turn` s, are not imported
-    here)."""
+class Prompt(Protocol):
+    """What a suite's prompt (:class:`~.suites.Prompt`, a module above this one) gives of its
+    turns: its ``messages``, or a single turn's ``system`` and ``text``."""
 
     @property
-    def text(self) -> str: ...
+    def messages(self) -> tuple[Turn, ...] | None: ...
 
     @property
     def system(self) -> str | None: ...
 
     @property
-    def messages(self) -> tuple[Turn, ...] | None: ...
+    def text(self) -> str: ...
 
 
-def prompt_turns(prompt: SuitePrompt) -> tuple[Turn, ...]:
+def prompt_turns(prompt: Prompt) -> tuple[Turn, ...]:
     """``prompt``'s turns: its ``messages``, or for a single-turn prompt the system turn (if
     any) and the user turn."""
     if prompt.messages is not None:
@@ -88,7 +87,7 @@ def generated_indices(turns: Sequence[Turn]) -> tuple[int, ...]:
     return tuple(i for i, turn in enumerate(turns) if turn.generated)
 
 
-def has_generated(prompt: SuitePrompt) -> bool:
+def has_generated(prompt: Prompt) -> bool:
     """Whether ``prompt`` is a conversation with at least one ``generate`` turn."""
     return prompt.messages is not None and bool(generated_indices(prompt.messages))
 
