@@ -69,12 +69,13 @@ def _healthy(url: str) -> bool:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, SIGKILL it if it lingers 10 s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    """SIGTERM the watchdog (it stops the server's group: SIGTERM, 10 s, SIGKILL); SIGKILL
+    the watchdog if it lingers past that."""
+    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=wait_s)
             return
         except subprocess.TimeoutExpired:
             continue
@@ -92,14 +93,16 @@ def running(
     is not healthy within ``timeout_s``; stops the group on exit."""
     port = free_port()
     log = log_dir / f"{name}-{port}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            command(port),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group: killpg reaches its children
-        )
+    # Under the plugin's own watchdog: a test run that is killed (SIGTERM, SIGKILL: no
+    # ``finally`` runs) leaves no server behind; stopping the watchdog stops the server.
+    watchdog = [sys.executable, "-m", "pytest_infercheck.supervise", "--watch", str(os.getpid())]
+    process = subprocess.Popen(
+        [*watchdog, "--log", str(log), "--", *command(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # own process group: killpg reaches the watchdog
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s

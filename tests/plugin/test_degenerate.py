@@ -96,7 +96,7 @@ def test_fail_on_degenerate_fails_the_looping_items(
 ) -> None:
     _matrix(pytester, random_model, "settings: {fail_on_degenerate: true}\n")
     result = pytester.runpytest("-q")
-    result.assert_outcomes(passed=8, failed=2)
+    result.assert_outcomes(passed=6, failed=4)  # the items and their aggregates
     result.stdout.fnmatch_lines(
         [
             f"*- degenerate output: {LOOP.format(where='run 0')}",
@@ -105,6 +105,7 @@ def test_fail_on_degenerate_fails_the_looping_items(
             f"*- degenerate output: {LOOP.format(where='the test output')}",
             "FAILED *determinism(rnd.local)::s::d1 - degenerate*",
             "FAILED *compare(rnd.local-vs-rnd.local32)::s::d1 - degenerate*",
+            "FAILED *compare(rnd.local-vs-rnd.local32)::s::aggregate - 1 o*",
         ]
     )
 

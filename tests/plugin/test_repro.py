@@ -39,10 +39,10 @@ def test_each_failed_item_has_a_bundle_that_fails_it_again(
     result = pytester.runpytest_subprocess("--infercheck-repro", "repro", "--junitxml", "j.xml")
     props = junit_properties(pytester.path / "j.xml")
     failed = {p[0] for p in ADDITION}  # KL > 1e-9 on every prompt
-    assert result.parseoutcomes()["failed"] == len(failed)
+    assert result.parseoutcomes()["failed"] == len(failed) + 1  # the aggregate fails with them
     bundles = {p.name for p in (pytester.path / "repro").iterdir()}
-    assert bundles == {safe_name(f"{CHECK}::{p}") for p in failed}  # no aggregate: it passed
-    assert "infercheck_repro" not in props["aggregate"]
+    assert bundles == {safe_name(f"{CHECK}::{p}") for p in [*failed, "aggregate"]}
+    assert props["aggregate"]["infercheck_repro"] == f"repro/{safe_name(f'{CHECK}::aggregate')}"
     folder = pytester.path / "repro" / safe_name(f"{CHECK}::s03")
     assert props["s03"]["infercheck_repro"] == f"repro/{folder.name}"
     rows = (folder / "addition.jsonl").read_text().splitlines()
@@ -64,7 +64,7 @@ def test_each_failed_item_has_a_bundle_that_fails_it_again(
     # "<s>7+8=": BOS 1, a digit d is 51 + d, "+" 46, "=" 64 (as "12+34=" is 1 52 53 46 54 55 64)
     assert "prompt_inputs.base_ids: [1, 58, 46, 59, 64]" in bug
     again = run_in(folder)
-    assert "1 failed, 1 passed" in again.stdout, again.stdout
+    assert "2 failed" in again.stdout, again.stdout  # s03 and the aggregate that names it
     assert f"FAILED {CHECK}::s03 - " in again.stdout
 
 
@@ -95,7 +95,7 @@ def test_a_server_items_bundle_holds_its_requests_and_never_the_key(
             "  - compare: {baseline: bf16@local, test: bf16@srv}\n    min_similarity: 1.0\n",
         )
         result = pytester.runpytest_subprocess("--infercheck-repro", "repro")
-        assert result.parseoutcomes()["failed"] == 2
+        assert result.parseoutcomes()["failed"] == 3  # both items and their aggregate
         folder = (
             pytester.path
             / "repro"
@@ -105,7 +105,7 @@ def test_a_server_items_bundle_holds_its_requests_and_never_the_key(
     assert "FAILED infercheck.yaml::compare(bf16.local-vs-bf16.srv)::addition::s01" in again.stdout
     assert all(r["auth"] == f"Bearer {key}" for r in script.requests)
     files = [p for p in (pytester.path / "repro").rglob("*") if p.is_file()]
-    assert len(files) == 2 * 7 and not [p for p in files if key in p.read_text()]
+    assert len(files) == 3 * 7 and not [p for p in files if key in p.read_text()]
     requests = json.loads((folder / "requests.json").read_text())
     assert [(r["method"], r["url"], r["status"]) for r in requests] == [
         ("POST", f"{url}/v1/chat/completions", 200)

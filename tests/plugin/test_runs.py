@@ -137,7 +137,7 @@ def pytest_unconfigure(config):
     (check,) = [i["data"] for i in items if i["role"] == "self-check"]
     assert check["failed"] and check["failed"] == [p.split(":")[0] for p in check["problems"]]
     again = pytester.runpytest("-q", "-k", "self-check or aggregate", "--infercheck-results=r.json")
-    again.assert_outcomes(failed=1, passed=1)  # no gate written: the aggregate passes
+    again.assert_outcomes(failed=2)  # the aggregate fails with its self-check
     items = json.loads((pytester.path / "r.json").read_text())["items"]
     (aggregate,) = [i["data"] for i in items if i["role"] == "aggregate"]
     (check,) = [i["data"] for i in items if i["role"] == "self-check"]
@@ -242,9 +242,10 @@ def test_a_diff_without_thresholds_fails_the_items_whose_outputs_differ(
 ) -> None:
     _pair_matrix(pytester, tiny_models, DIFF)
     result = pytester.runpytest("-q", "--infercheck-results=r.json", "--junitxml=out.xml")
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=1, failed=2)  # one[f32] and the aggregate naming it
     items = _results(pytester)
     assert items["one[f32]"]["outcome"] == "failed"
+    assert items["aggregate"]["violations"] == [f"1 of 2 items failed: one[f32] ({NOT_IDENTICAL})"]
     assert items["one[f32]"]["violations"] == [NOT_IDENTICAL]
     assert items["add[f32]"]["outcome"] == "passed"
     assert items["aggregate"]["thresholds"] == {
@@ -277,7 +278,7 @@ def test_expect_identical_fails_a_changed_token_within_a_loose_budget(
 ) -> None:
     _pair_matrix(pytester, tiny_models, DIFF + "    expect: identical\n    max_kl: 10.0\n")
     result = pytester.runpytest("-q", "--infercheck-results=r.json")
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=1, failed=2)  # one[f32] and its aggregate
     assert _results(pytester)["one[f32]"]["violations"] == [NOT_IDENTICAL]
 
 
