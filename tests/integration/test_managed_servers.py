@@ -208,13 +208,19 @@ def test_no_orphan_when_pytest_is_killed_or_interrupted(
     Each wait is for the event, with a deadline stretched by the machine's load: under load
     (7-10 on 2 cores) an interrupted pytest took more than the 60 s once allowed to end (its
     end-of-run work, a few CPU seconds, among others' processes), and the inner run slept a
-    fixed 120 s where it now waits for the signal."""
+    fixed 120 s where it now waits for the signal. The inner run takes SIGINT as Ctrl-C
+    whatever the test run was started with (started as a background job of a shell script,
+    it would ignore SIGINT and never end)."""
     serve_project()
     marker = pytester.path / "server-is-up"
     pytester.makeconftest(
         f"""
-import os, time
+import os, signal, time
 from pathlib import Path
+
+# Ctrl-C as in a terminal: a run started in the background of a non-interactive shell (a CI
+# step's "&") inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def pytest_runtest_teardown(item):
     if item.name == "s01":
