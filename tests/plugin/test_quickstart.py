@@ -522,3 +522,13 @@ def test_quickstart_results_unchanged(quickstart_run: QuickstartRun) -> None:
         pytest.fail(
             "results differ from snapshots/quickstart/results.json\n" + problem, pytrace=False
         )
+
+
+def test_the_quickstart_is_measured_in_its_own_process(quickstart_run: QuickstartRun) -> None:
+    """The quickstart is one run in one process even when this module runs in an xdist worker
+    (``-n 2``): each stress level says it was measured by ``main``. Before, the run inherited
+    the worker's ``PYTEST_XDIST_WORKER`` and its levels said ``gw0`` or ``gw1``, so
+    ``test_quickstart_results_unchanged`` failed under ``-n 2`` only."""
+    levels = [i for i in quickstart_run.results["items"] if i["role"] == "level"]
+    assert {i["name"] for i in levels} == {"c1", "c4", "c16"}
+    assert {i["data"]["measured_by"] for i in levels} == {"main"}
