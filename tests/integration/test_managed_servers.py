@@ -4,12 +4,9 @@ a server that fails to start, a server killed mid-session, one server for two xd
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +14,7 @@ import pytest
 
 from pytest_infercheck.supervise import alive
 from tests.integration.served import backend, llama_flags, llama_serve
+from tests.integration.waiting import wait_for
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import suite_jsonl
 
@@ -178,22 +176,6 @@ def test_two_xdist_workers_share_one_server(
     result.stdout.no_fnmatch_line("*backend error*")
     assert starts.read_text().splitlines() == ["started"]
     assert server_processes(pytester.path.name) == []
-
-
-def under_load(seconds: float) -> float:
-    """``seconds`` on an idle machine, stretched by the load at this moment (the 1-minute
-    load average per core, at least 1): how long to allow work whose CPU time is bounded but
-    whose wall time is not, on a machine shared with other runs."""
-    return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-
-
-def wait_for(done: Callable[[], bool], idle_s: float, what: str) -> None:
-    """Poll ``done`` until it holds; fail naming ``what`` once ``idle_s``, stretched by the
-    load as it is at each poll (:func:`under_load`), has passed."""
-    started = time.monotonic()
-    while not done():
-        assert time.monotonic() - started < under_load(idle_s), f"{what} after {idle_s:g} s"
-        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT", "SIGTERM"])
