@@ -30,7 +30,7 @@ from .checks.framework.run import RunContext, SuiteRun
 from .config import LoadedMatrix, check_measurable, check_rate_gates, load_matrix
 from .options import effective_settings
 from .records import ItemRecord, plain_data
-from .state import generation_cache_for
+from .stash import generation_cache_for
 from .suites import Suite, SuiteError, load_suite
 from .yamlpos import SourceError
 

@@ -2,273 +2,58 @@
 
 Every error names the file, the line and the field (``infercheck.yaml:14: checks[0].compare
 .test: unknown model 'q5'``); the plugin shows it as a collection error, not a traceback.
+
+The check entries are assembled from the registry of kinds (:func:`check_model`), a backend
+entry is its kind's spec (:func:`.backends.registry.backend_spec`); the models that need no
+kind, and the Protocols through which the code below this module reads the matrix, are in
+:mod:`.matrix`.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
-import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Union, cast, get_args, get_origin
 
 from pydantic import (
     BaseModel,
     Field,
-    SerializeAsAny,
-    StrictBool,
+    PlainValidator,
     ValidationError,
-    ValidationInfo,
     create_model,
     field_validator,
     model_validator,
 )
 from pydantic.fields import FieldInfo
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from .backends.options import BackendOptions
-from .backends.registry import BACKEND_NAMES, BACKENDS, OPTION_OWNERS, SHORTHANDS, backend_kind
+from .backends.registry import BACKENDS, backend_kind, backend_spec, validate_backend_entry
+from .backends.spec import BackendSpec as BackendSpec
+from .backends.spec import ServedSpec
 from .checks.framework.kind import CheckKind, RateGate
 from .checks.registry import KIND_NAMES, kind_named
-from .golden import GOLDEN_NAME, GOLDEN_PLACE
+from .golden.names import GOLDEN_NAME, GOLDEN_PLACE
+from .matrix import ModelSpec as ModelSpec
+from .matrix import Settings as Settings
+from .matrix import SuiteRef as SuiteRef
+from .matrix import Target as Target
+from .matrix import parse_model_shorthand as parse_model_shorthand
 from .metrics.stats import wilson_interval, wilson_min_trials
-from .servers import serve_problems
 from .specs import KindThresholds, Side, _Strict
+from .strict import unknown_key
 from .yamlpos import PositionedYaml, SourceError, format_loc, load_positioned
 
 if TYPE_CHECKING:
-    from .backends.kind import BackendKind
+    from . import matrix as view
     from .suites import Suite
 
-
-class ModelSpec(_Strict):
-    """Where each kind of backend finds a model.
-
-    ``path`` (a local mlx/Hugging Face folder) or ``repo`` (a hub id, with ``revision``) for
-    mlx-lm, mlx_lm.server and vllm-mlx; ``gguf`` (a file) for llama-server; ``served_name`` for
-    a server that knows the model by name (an OpenAI model id, an Ollama ``name:tag``).
-    ``quantization`` is a label. The infer-check shorthand is accepted as a plain string:
-    ``mlx:DIR``, ``gguf:FILE``, ``ollama:NAME:TAG``, ``vllm-mlx:DIR``, ``openai:NAME``, or a
-    bare value detected as a ``.gguf`` file, an ``org/name`` hub repo, an Ollama ``name:tag``,
-    or else a folder.
-    """
-
-    path: str | None = None
-    repo: str | None = None
-    revision: str | None = None
-    gguf: str | None = None
-    served_name: str | None = None
-    quantization: str | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, value: Any) -> Any:
-        return parse_model_shorthand(value) if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _some_source(self) -> ModelSpec:
-        if self.path is not None and self.repo is not None:
-            raise ValueError("give 'path' or 'repo', not both")
-        if not any((self.path, self.repo, self.gguf, self.served_name)):
-            raise ValueError("give one of 'path', 'repo', 'gguf' or 'served_name'")
-        return self
-
-
-def parse_model_shorthand(spec: str) -> dict[str, str]:
-    """``gguf:./m.gguf`` -> ``{"gguf": "./m.gguf"}`` and so on (see :class:`ModelSpec`; the
-    prefixes are the backend registry's shorthands)."""
-    prefix, sep, rest = spec.partition(":")
-    field = SHORTHANDS[prefix].shorthand_field if sep and prefix in SHORTHANDS else None
-    if field == "path":
-        return (
-            parse_model_shorthand(rest) if "/" in rest and not _is_local(rest) else {"path": rest}
-        )
-    if field is not None:
-        return {field: rest}
-    if spec.endswith(".gguf"):
-        return {"gguf": spec}
-    if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not _is_local(spec):
-        return {"repo": spec}
-    if re.fullmatch(r"[\w.-]+:[\w.-]+", spec):
-        return {"served_name": spec}
-    return {"path": spec}
-
-
-def _is_local(spec: str) -> bool:
-    return spec.startswith((".", "/", "~"))
-
-
-class BackendSpec(_Strict):
-    """An engine.
-
-    ``mlx-lm`` runs in-process. Server kinds (``openai``, ``vllm-mlx``) attach to ``url``.
-    ``chat``: use the chat template (mlx-lm default: when the tokenizer has one; servers:
-    ``/v1/chat/completions``, or ``/v1/completions`` with ``chat: false``). ``model_name``: the
-    ``model`` field sent to a server (default: the model's path or repo). ``api_key_env``: the
-    environment variable holding the API key (never the key itself). ``serve``: start the
-    server with this command (``{model}``, ``{port}`` filled in, other braces kept; ``env``
-    added), wait for ``health_path`` up to ``startup_timeout`` seconds, stop it once no
-    remaining item needs it. ``logprobs: false``: an OpenAI-compatible server is not asked
-    for logprobs (one whose logprobs are known to be wrong, such as mlx_lm.server 0.32.2's
-    unsorted top-k: its text and answers are compared, and the items say why).
-
-    A kind's own options (:mod:`.backends.options`, e.g. mlx-lm's ``draft_model`` and
-    ``kv_bits``) are written flat on the entry and held in ``options``
-    (:meth:`_kind_options`).
-    """
-
-    kind: str
-    chat: bool | None = None
-    add_bos: bool = True
-    dtype: Literal["float32", "bfloat16", "float16"] | None = None
-    url: str | None = Field(default=None, pattern=r"^https?://")
-    serve: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    health_path: str = "/health"
-    startup_timeout: float = Field(default=180.0, gt=0)
-    model_name: str | None = None
-    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    timeout: float = Field(default=120.0, gt=0)
-    max_concurrency: int = Field(default=4, ge=1)
-    retries: int = Field(default=4, ge=0)
-    logprobs: bool = True
-    batching: bool = True
-    """Whether the comparisons may batch this backend's in-process generations (after a
-    probe shows batching changes nothing); false: one prompt at a time."""
-    options: SerializeAsAny[BackendOptions] | None = None
-    """The kind's own options (None: none written), lifted from the entry's flat keys."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _kind_options(cls, data: Any, info: ValidationInfo) -> Any:
-        """Lift the keys that are backend options (:data:`~.backends.registry.OPTION_OWNERS`)
-        into ``options``, validated by the kind's model (a draft folder resolved against the
-        YAML's folder, the validation context's ``base_dir``). An option of another kind, a
-        refused value and a combination the engine cannot run are errors at their key."""
-        if isinstance(data, dict) and "options" in data:
-            raise ValueError("write a kind's options on the entry itself, not under 'options'")
-        if not isinstance(data, dict) or not any(key in OPTION_OWNERS for key in data):
-            return data
-        kind = backend_kind(data.get("kind"))
-        model = kind.options if kind is not None else None
-        mine = {k: v for k, v in data.items() if model is not None and k in model.model_fields}
-        errors = [
-            _error_at(
-                key,
-                f"{key} is an option of {' and '.join(OPTION_OWNERS[key])} "
-                f"backends, not of a {data.get('kind')} backend",
-                value,
-            )
-            for key, value in data.items()
-            if key in OPTION_OWNERS and key not in mine
-        ]
-        options = None
-        if model is not None:
-            try:
-                options = model.model_validate(mine, context=info.context)
-            except ValidationError as exc:
-                errors += [_reraised(e) for e in exc.errors()]
-            else:
-                errors += [_error_at(k, why, mine.get(k)) for k, why in options.problems()]
-        if errors:
-            raise ValidationError.from_exception_data(cls.__name__, errors)
-        rest = {k: v for k, v in data.items() if k not in OPTION_OWNERS}
-        return {**rest, "options": options}
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, value: str) -> str:
-        if backend_kind(value) is None:
-            raise ValueError(
-                f"unknown backend kind {value!r} (known kinds: {', '.join(BACKEND_NAMES)})"
-            )
-        return value
-
-    @field_validator("serve")
-    @classmethod
-    def _serve_command(cls, value: str | None) -> str | None:
-        problems = [] if value is None else serve_problems(value)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return value
-
-    @model_validator(mode="after")
-    def _server_needs_url(self) -> BackendSpec:
-        server = self.backend_kind.server
-        if server and (self.url is None) == (self.serve is None):
-            raise ValueError(
-                f"a {self.kind} backend needs exactly one of 'url' (attach to a running "
-                "server) or 'serve' (a command with {model} and {port} to start one)"
-            )
-        if not server and (self.url is not None or self.serve is not None):
-            raise ValueError(f"backend kind {self.kind!r} runs in-process: remove 'url'/'serve'")
-        if not self.logprobs and not self.backend_kind.openai_logprobs:
-            users = ", ".join(k.name for k in BACKENDS if k.openai_logprobs)
-            raise ValueError(
-                f"'logprobs: false' is not applied by a {self.kind} backend (only {users})"
-            )
-        return self
-
-    @property
-    def backend_kind(self) -> BackendKind:
-        """This entry's kind, from the backend registry."""
-        kind = backend_kind(self.kind)
-        assert kind is not None  # validated
-        return kind
-
-
-def _error_at(key: str, message: str, value: Any) -> InitErrorDetails:
-    """A validation error at the entry's ``key`` (its YAML line)."""
-    return InitErrorDetails(
-        type=PydanticCustomError("backend_option", "{message}", {"message": message}),
-        loc=(key,),
-        input=value,
-    )
-
-
-def _reraised(error: Any) -> InitErrorDetails:
-    """An error of a kind's options model, kept at its key."""
-    return _error_at(str(error["loc"][0]) if error["loc"] else "kind", error["msg"], error["input"])
-
-
-class SuiteRef(_Strict):
-    """A bundled suite name or a path to a JSONL/YAML suite, with an optional prompt limit."""
-
-    suite: str
-    limit: int | None = Field(default=None, gt=0)
-
-
-class Settings(_Strict):
-    """Run-wide settings; the command line and ini file override these.
-
-    Golden baselines (see :mod:`.golden`): ``golden_dir`` (folder of the golden files,
-    relative to the matrix), ``golden_gzip`` (record ``.json.gz`` instead of ``.json``),
-    ``golden_top_k`` (most logprobs recorded per position). ``record`` is set by
-    ``--infercheck-record`` only.
-    """
-
-    num_prompts: int | None = Field(default=None, gt=0)
-    max_tokens: int | None = Field(default=None, gt=0)
-    default_max_tokens: int = Field(default=256, gt=0)
-    thinking: bool = False
-    seed: int | None = None
-    golden_dir: str = "goldens"
-    golden_gzip: bool = False
-    golden_top_k: int = Field(default=20, ge=1, le=1000)
-    record: bool = False
-    batching: bool = True
-    """Whether comparisons may batch in-process generations at all
-    (``--infercheck-no-batching`` turns it off)."""
-    fail_on_degenerate: StrictBool = False
-    """Whether a degenerate output (a loop or a stutter, :mod:`.metrics.degenerate`) fails
-    its item; off: it is counted and shown only (random-weight test models loop)."""
-
-    @field_validator("record")
-    @classmethod
-    def _record_is_an_option(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("recording is a command-line option: pytest --infercheck-record")
-        return value
+BackendEntry = Annotated[
+    BackendSpec,
+    PlainValidator(
+        validate_backend_entry,
+        json_schema_input_type=Union[tuple(dict.fromkeys(k.spec for k in BACKENDS))],  # noqa: UP007
+    ),
+]
+"""A ``backends:`` entry: validated by its kind's spec (:func:`.backends.registry.backend_spec`)."""
 
 
 class CheckEntry(_Strict):
@@ -402,8 +187,8 @@ class MatrixFields(_Strict):
     """Every section of ``infercheck.yaml`` but ``checks`` (see :func:`matrix_model`)."""
 
     models: dict[str, ModelSpec] = Field(min_length=1)
-    backends: dict[str, BackendSpec] = Field(
-        default_factory=lambda: {"local": BackendSpec(kind="mlx-lm")}
+    backends: dict[str, BackendEntry] = Field(
+        default_factory=lambda: {"local": backend_spec({"kind": "mlx-lm"})}
     )
     suites: list[SuiteRef] = Field(min_length=1)
     settings: Settings = Settings()
@@ -452,19 +237,6 @@ else:
         if name == "Matrix":
             return matrix_model(frozenset(KIND_NAMES))
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class Target(_Strict):
-    """A ``model@backend`` pair, the unit a check runs; or a golden baseline
-    (``golden:NAME``, model ``golden.NAME``), replayed from its file."""
-
-    model: str
-    backend: str
-    golden: str | None = None
-
-    @property
-    def label(self) -> str:
-        return f"golden:{self.golden}" if self.golden else f"{self.model}@{self.backend}"
 
 
 class LoadedMatrix:
@@ -540,10 +312,12 @@ class LoadedMatrix:
                     self._check_local(target.model, self.matrix.backends[target.backend])
 
     def _check_local(self, name: str, backend: BackendSpec) -> None:
-        if backend.backend_kind.server and backend.serve is None:
+        if isinstance(backend, ServedSpec) and backend.serve is None:
             return  # a running server holds the model
         spec = self.matrix.models[name]
-        field = backend.backend_kind.loads
+        kind = backend_kind(backend.kind)
+        assert kind is not None  # validated
+        field = kind.loads
         value = spec.gguf if field == "gguf" else spec.path
         if value is None or Path(self._local(value)).exists():
             return
@@ -715,13 +489,7 @@ def infeasible_gate(
 def unknown_key_message(loc: tuple[str | int, ...]) -> str:
     """``unknown key 'max_kll' (did you mean 'max_kl'?)`` for the key at the end of ``loc``,
     suggesting the nearest key the mapping it is in accepts."""
-    key = str(loc[-1])
-    allowed = keys_at(loc[:-1])
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    if not close and allowed:
-        hint = f" (expected one of: {', '.join(sorted(allowed))})"
-    return f"unknown key {key!r}{hint}"
+    return unknown_key(str(loc[-1]), keys_at(loc[:-1]))
 
 
 def keys_at(loc: tuple[str | int, ...]) -> list[str]:
@@ -761,3 +529,11 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
 def _yaml_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
     """Drop pydantic's union/tag segments (e.g. ``function-after[...]``) from a location."""
     return tuple(p for p in loc if not (isinstance(p, str) and "[" in p))
+
+
+if TYPE_CHECKING:
+
+    def _satisfies(loaded: LoadedMatrix) -> view.LoadedMatrix:
+        """The type checker's proof that config's classes (the loaded matrix, its
+        :class:`Matrix`, its check entries) satisfy the Protocols of :mod:`.matrix`."""
+        return loaded

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from .records import OMIT_WHEN_EMPTY
 
 if TYPE_CHECKING:
-    from .config import BackendSpec
+    from .backends.spec import BackendSpec
 
 FeatureName = Literal["speculative decoding", "KV cache quantization"]
 SPECULATIVE: Final = "speculative decoding"

@@ -17,7 +17,7 @@ import pytest
 
 from .backends import GenerationParams
 from .options import matrix_paths
-from .state import generation_cache_for
+from .stash import generation_cache_for
 
 if TYPE_CHECKING:
     import numpy as np

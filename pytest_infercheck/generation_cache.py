@@ -47,6 +47,7 @@ from .backends import (
     create_backend,
 )
 from .backends.base import TopKRow
+from .backends.capabilities import Scoring, TopKScoring
 from .conversation import (
     Conversation,
     GeneratedTurn,
@@ -56,7 +57,9 @@ from .conversation import (
     history,
     prompt_turns,
 )
-from .golden import GoldenBackend, golden_path, load_golden
+from .golden.file import load_golden
+from .golden.names import golden_path
+from .golden.replay import GoldenBackend
 from .servers import ServerPool, server_spec
 from .tools import Tool, canonical_json
 from .verdict.conduct import Abilities
@@ -66,7 +69,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from .config import LoadedMatrix, Target
+    from .matrix import LoadedMatrix, Target
     from .metrics.kl import PositionStats
     from .suites import Prompt
 
@@ -128,6 +131,10 @@ class GenerationCache:
         self._abilities: dict[TargetKey, Abilities] = {}
         """A wrapper's key -> the key of the backend it wraps (its server, if any)."""
         self._renders: dict[RenderKey, PromptInput] = {}
+        self._failed: dict[Any, BackendError] = {}
+        """Render and generation keys whose request failed ahead of their items (prefetched
+        or rendered ahead): the item that needs one fails with that error, never asks again
+        (an engine that refuses once and answers the second time has refused)."""
         self._message_renders: dict[tuple[Any, ...], PromptInput] = {}
         """Renders of concrete turn lists per (target, turns' keys, thinking[, tools])."""
         self._conversations: dict[tuple[RenderKey, tuple[Any, ...]], Conversation] = {}
@@ -249,6 +256,8 @@ class GenerationCache:
                 :meth:`conversation` can fill in (a caller's bug).
         """
         key = _render_key(target, prompt, thinking)
+        if key in self._failed:
+            raise self._failed[key]
         if key not in self._renders:
             if prompt.messages is None and not prompt.tools:
                 coro = target.backend.render(prompt.text, prompt.system, thinking)
@@ -340,8 +349,8 @@ class GenerationCache:
     ) -> None:
         """Render ``prompts`` for ``target`` ahead of their items, concurrently on a concurrent
         backend (bounded by its own ``max_concurrency``); the same renders, cached as
-        :meth:`render` caches them. A failed render is not cached: the item that needs it
-        renders it again and fails with the error."""
+        :meth:`render` caches them. The item that needs a failed render
+        fails with the same error (:attr:`_failed`), without asking again."""
         if target.backend.concurrency <= 1:
             return
         missing = list(
@@ -367,6 +376,8 @@ class GenerationCache:
         for prompt, result in zip(missing, results, strict=True):
             if isinstance(result, PromptInput):
                 self._renders[_render_key(target, prompt, thinking)] = result
+            elif isinstance(result, BackendError):
+                self._failed[_render_key(target, prompt, thinking)] = result
 
     def detokenize(self, target: ResolvedTarget, ids: Sequence[int]) -> str | None:
         """``target``'s text of ``ids`` (cached; None: its engine exposes no tokenizer)."""
@@ -413,6 +424,8 @@ class GenerationCache:
         """``target``'s generation of ``prompt`` (cached; ``run`` > 0: an independent
         repeat)."""
         key = (target.key, prompt.key(), params.key(), run)
+        if key in self._failed:
+            raise self._failed[key]
         if key not in self._generations:
             generation = self.call(target, target.backend.generate(prompt, params))
             self._generations[key] = generation
@@ -479,8 +492,8 @@ class GenerationCache:
 
         Returns the jobs that failed with a :class:`BackendError`, keyed by
         ``(prompt.key(), params.key(), run)``, for checks that count errors (determinism);
-        others may ignore it: a failed job is not cached, so the item that needs it generates
-        it again and fails with the error."""
+        others may ignore it: the item that needs a failed job fails with its error
+        (:meth:`generate` raises it), without asking the engine again."""
         if target.backend.concurrency <= 1:
             return {}
         missing = [
@@ -500,6 +513,7 @@ class GenerationCache:
                 self._generations[(target.key, prompt.key(), params.key(), run)] = result
             elif isinstance(result, BackendError):
                 failures[(prompt.key(), params.key(), run)] = result
+                self._failed[(target.key, prompt.key(), params.key(), run)] = result
         return failures
 
     def score(
@@ -512,7 +526,12 @@ class GenerationCache:
         if cached is not None:
             self._scores.move_to_end(key)
             return cached
-        result = self.call(target, target.backend.score(prompt_ids, continuation_ids))
+        backend = target.backend
+        if not isinstance(backend, Scoring):
+            raise BackendError(
+                f"backend {backend.name!r} ({backend.kind}) cannot score teacher-forced"
+            )
+        result = self.call(target, backend.score(prompt_ids, continuation_ids))
         self._scores[key] = result
         self._score_bytes += result.nbytes
         while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:
@@ -528,8 +547,13 @@ class GenerationCache:
         scored by its top k against several test sides is asked once."""
         key = (target.key, tuple(prompt_ids), tuple(continuation_ids))
         if key not in self._top_k_scores:
+            backend = target.backend
+            if not isinstance(backend, TopKScoring):
+                raise BackendError(
+                    f"backend {backend.name!r} ({backend.kind}) cannot score top-k teacher-forced"
+                )
             self._top_k_scores[key] = self.call(
-                target, target.backend.score_top_k(prompt_ids, continuation_ids)
+                target, backend.score_top_k(prompt_ids, continuation_ids)
             )
         return self._top_k_scores[key]
 

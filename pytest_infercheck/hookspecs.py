@@ -12,7 +12,7 @@ import pytest
 
 if TYPE_CHECKING:
     from .backends import Backend
-    from .config import BackendSpec
+    from .backends.spec import BackendSpec
 
 
 @pytest.hookspec(firstresult=True)

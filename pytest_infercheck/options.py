@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from .config import Settings
+    from .matrix import Settings
 
 INT_OPTIONS = {
     "num_prompts": "keep the first N prompts of every suite",

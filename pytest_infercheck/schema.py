@@ -11,7 +11,8 @@ where it is produced (:class:`_EditorSchema`), one counterpart per validator of 
 - an after-validator narrows what is valid; its counterpart, where JSON Schema can say the
   same (exactly one kind key per check, from the registry; a model's source; a server's
   ``url`` or ``serve``), narrows the schema alike. A kind's own options declare theirs in
-  their model (``json_schema_extra``).
+  their model (``json_schema_extra``). A backend entry is one alternative per backend spec
+  of the registry, each with its ``kind`` s (:func:`_backend_kinds`).
 
 What stays with :func:`.config.load_matrix`: references (``model@backend`` names a model and a
 backend of the file, ``golden:NAME`` only as a baseline), and pydantic's lax coercions (the
@@ -29,14 +30,9 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
-from .backends.registry import (
-    BACKEND_NAMES,
-    BACKENDS,
-    IN_PROCESS_KINDS,
-    OPTION_OWNERS,
-    SERVER_KINDS,
-    SHORTHANDS,
-)
+from .backends.options import MlxLmOptionKeys
+from .backends.registry import BACKENDS, SHORTHANDS
+from .backends.spec import SERVE_ONLY, BackendSpec
 from .checks.registry import KINDS
 from .config import Matrix
 
@@ -98,6 +94,8 @@ class _EditorSchema(GenerateJsonSchema):
             counterpart = COUNTERPARTS.get(_name(func))
             if counterpart is not None:
                 json_schema = counterpart(json_schema, keys)
+        if issubclass(cls, BackendSpec):
+            json_schema = _backend_kinds(cls, json_schema)
         return json_schema
 
     def function_before_schema(
@@ -202,52 +200,54 @@ def _model_source(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaV
     return schema
 
 
-def _known_backend_kind(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
-    """:meth:`.config.BackendSpec._known_kind`: a kind of the backend registry."""
-    for key in keys:
-        schema["properties"][key] = {"enum": list(BACKEND_NAMES), **schema["properties"][key]}
+def _present(*names: str) -> JsonSchemaValue:
+    """The fields ``names`` are present and not null."""
+    return {"required": list(names), "properties": {n: {"not": {"type": "null"}} for n in names}}
+
+
+def _backend_entry(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
+    """:func:`.backends.registry.validate_backend_entry`: an entry is validated by its kind's
+    spec; its schema is one alternative per spec of the registry (pydantic's, from the
+    validator's ``json_schema_input_type``), each narrowed to its kinds
+    (:func:`_backend_kinds`)."""
+    return schema
+
+
+def _backend_kinds(cls: type[BackendSpec], schema: JsonSchemaValue) -> JsonSchemaValue:
+    """A kind's spec (:mod:`.backends.spec`): ``kind`` is one of the kinds whose registry line
+    names this spec (a key of another kind then has no branch that takes it, as
+    :func:`.backends.registry.backend_spec` refuses it); mlx-lm's options in the combinations
+    mlx-lm can run (:meth:`.backends.options.MlxLmOptionKeys.option_problems`)."""
+    kinds = [kind.name for kind in BACKENDS if kind.spec is cls]
+    schema["properties"]["kind"] = {"enum": kinds, "description": "the backend kind"}
+    if issubclass(cls, MlxLmOptionKeys):
+        needs = [("num_draft_tokens", "draft_model")]
+        needs += [(key, "kv_bits") for key in ("kv_group_size", "quantized_kv_start")]
+        apart = [("draft_model", "max_kv_size"), ("kv_bits", "max_kv_size")]
+        apart += [("kv_bits", "draft_model")]
+        schema.setdefault("allOf", []).extend(
+            [{"if": _present(key), "then": _present(need)} for key, need in needs]
+            + [{"not": _present(*pair)} for pair in apart]
+        )
     return schema
 
 
 def _url_or_serve(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
-    """:meth:`.config.BackendSpec._server_needs_url`: a server kind has one of ``url`` and
-    ``serve``, an in-process kind (mlx-lm) neither; ``serve`` has ``{port}``."""
+    """:meth:`.backends.spec.ServedSpec._url_or_serve` (and ``problems``): a server has one of
+    ``url`` and ``serve``; ``serve`` has ``{port}``; the keys of a started server
+    (:data:`.backends.spec.SERVE_ONLY`) only with ``serve``."""
     for branch in _branches(schema["properties"]["serve"]):
         if branch.get("type") == "string":
             branch["pattern"] = r"\{port\}"
-
-    def kind_is(*kinds: str) -> JsonSchemaValue:
-        return {"required": ["kind"], "properties": {"kind": {"enum": list(kinds)}}}
-
     schema.setdefault("allOf", []).extend(
         [
-            {"if": kind_is(*SERVER_KINDS), "then": {"oneOf": [_given("url"), _given("serve")]}},
+            {"oneOf": [_given("url"), _given("serve")]},
             {
-                "if": kind_is(*IN_PROCESS_KINDS),
-                "then": {"properties": {"url": {"type": "null"}, "serve": {"type": "null"}}},
+                "if": {"not": _given("serve")},
+                "then": {"properties": {key: {"not": {}} for key in SERVE_ONLY}},
             },
         ]
     )
-    return schema
-
-
-def _kind_options(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
-    """:meth:`.config.BackendSpec._kind_options`: each kind's options are keys of the entry
-    (not an ``options`` mapping), allowed only with a kind that takes them."""
-    del schema["properties"]["options"]
-    for kind in BACKENDS:
-        if kind.options is None:
-            continue
-        for key, prop in kind.options.model_json_schema()["properties"].items():
-            prop.pop("title", None)
-            schema["properties"].setdefault(key, prop)
-    for key, owners in OPTION_OWNERS.items():
-        schema.setdefault("allOf", []).append(
-            {
-                "if": {"required": [key]},
-                "then": {"required": ["kind"], "properties": {"kind": {"enum": owners}}},
-            }
-        )
     return schema
 
 
@@ -309,9 +309,8 @@ def _target_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSch
 COUNTERPARTS: dict[str, Counterpart] = {
     "ModelSpec._shorthand": _model_shorthand,
     "ModelSpec._some_source": _model_source,
-    "BackendSpec._known_kind": _known_backend_kind,
-    "BackendSpec._server_needs_url": _url_or_serve,
-    "BackendSpec._kind_options": _kind_options,
+    "validate_backend_entry": _backend_entry,
+    "ServedSpec._url_or_serve": _url_or_serve,
     "Settings._record_is_an_option": _record_off_file,
     "MatrixFields._suite_shorthand": _suite_shorthand,
     "CheckEntry._suite_shorthand": _suite_shorthand,

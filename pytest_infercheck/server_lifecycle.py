@@ -1,5 +1,6 @@
 """When managed servers stop, and what the run tells about them: a pytest plugin object
-(:class:`ServerLifecycle`, registered by :mod:`.state` in every process).
+(:class:`ServerLifecycle`, registered by :mod:`.state` in every process; the servers
+folder and the generation cache it reads are in :mod:`.stash`).
 
 - **Stopped once no remaining item needs it.** After collection each process counts, per
   server (:attr:`~.servers.ServerSpec.key`), the selected items that may use it
@@ -26,28 +27,16 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .stash import GENERATION_CACHE_KEY, SERVERS_DIR_KEY, generation_cache_for
+
 if TYPE_CHECKING:
     from .servers import ServerPool, ServerState
-
-FOLDER_NAME = "infercheck-servers"
-
-
-def new_servers_dir(config: pytest.Config) -> Path:
-    """A fresh servers folder in pytest's base temporary folder (where pytest keeps the last
-    runs' folders), or in the system's temporary folder when pytest's is off."""
-    factory = getattr(config, "_tmp_path_factory", None)
-    if factory is None:
-        return Path(tempfile.mkdtemp(prefix=f"{FOLDER_NAME}-"))
-    folder: Path = factory.getbasetemp() / FOLDER_NAME
-    folder.mkdir()
-    return folder
 
 
 def item_servers(item: pytest.Item, memo: dict[int, frozenset[str]]) -> frozenset[str] | None:
@@ -110,8 +99,6 @@ class ServerLifecycle:
         self.summary: list[str] = []
 
     def _pool(self) -> ServerPool | None:
-        from .state import generation_cache_for
-
         return generation_cache_for(self.config).servers
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -125,8 +112,6 @@ class ServerLifecycle:
             self._show_started(item)
 
     def _show_started(self, item: pytest.Item) -> None:
-        from .state import GENERATION_CACHE_KEY
-
         cache = self.config.stash.get(GENERATION_CACHE_KEY, None)
         if cache is None or cache.servers is None:
             return
@@ -151,8 +136,6 @@ class ServerLifecycle:
         """The controller stops every server still running, then keeps the logs of a
         failed run or removes the folder of a passing one (before pytest's own end-of-session
         clean-up of its temporary folders)."""
-        from .state import SERVERS_DIR_KEY
-
         folder = self.config.stash.get(SERVERS_DIR_KEY, None)
         if not self.controller or folder is None:
             return

@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import signal
 import socket
 import subprocess
@@ -41,10 +40,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .backends.base import BackendError
+from .backends.serve_command import PLACEHOLDERS as PLACEHOLDERS
+from .backends.serve_command import fill_command as fill_command
+from .backends.serve_command import serve_problems as serve_problems
+from .backends.spec import ServedSpec
 from .supervise import alive, stop_group
 
 if TYPE_CHECKING:
-    from .config import BackendSpec
+    from .backends.spec import BackendSpec
 
 ADDRESS_IN_USE = ("address already in use", "couldn't bind", "could not bind", "errno 98")
 PORT_ATTEMPTS = 3
@@ -57,43 +60,10 @@ EXIT_CODE_WAIT_S = 1.0
 """How long a stop waits for a watchdog (which gives its server 10 s after SIGTERM)."""
 ANY = "*"
 """In the counts of finished items: an item that may have used any server."""
-PLACEHOLDERS = ("model", "port")
-_PLACEHOLDER = re.compile(r"\{(model|port)\}")
-_WORD_IN_BRACES = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
-"""``{word}`` not preceded by ``$`` (``${HOME}`` is the shell's): a placeholder or a typo."""
 
 
 class ServerError(BackendError):
     """A managed server failed to start or died; the message carries its last log lines."""
-
-
-def serve_problems(template: str) -> list[str]:
-    """What is certainly wrong with a ``serve:`` command: it cannot be split into arguments
-    (an unclosed quote), it has no ``{port}`` (the plugin picks the port and waits on it), or
-    it has a ``{word}`` other than ``{model}`` and ``{port}`` (a misspelt placeholder: it
-    would be passed as it is). Other braces (JSON, ``${VAR}``) are fine."""
-    problems = []
-    try:
-        shlex.split(template)
-    except ValueError as exc:
-        problems.append(f"cannot split it into arguments: {exc}")
-    unknown = [w for w in dict.fromkeys(_WORD_IN_BRACES.findall(template)) if w not in PLACEHOLDERS]
-    for word in unknown:
-        problems.append(
-            f"unknown placeholder {{{word}}}: only {{model}} and {{port}} are filled in "
-            "(other braces, such as JSON, are passed as they are)"
-        )
-    if "{port}" not in template:
-        problems.append("it must contain {port} (the plugin picks a free port and waits on it)")
-    return problems
-
-
-def fill_command(template: str, model: str, port: int) -> list[str]:
-    """The arguments of a ``serve:`` command: split as a shell would (no shell runs it),
-    then ``{model}`` and ``{port}`` replaced in each argument; every other brace is kept
-    (``--speculative-config '{"method": "ngram"}'`` reaches the server as written)."""
-    values = {"model": model, "port": str(port)}
-    return [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in shlex.split(template)]
 
 
 @dataclass(frozen=True)
@@ -113,7 +83,7 @@ class ServerSpec:
 
 def server_spec(spec: BackendSpec, model: str) -> ServerSpec:
     """The managed-server description of a backend with ``serve:``."""
-    assert spec.serve is not None
+    assert isinstance(spec, ServedSpec) and spec.serve is not None
     return ServerSpec(
         command=spec.serve,
         model=model,

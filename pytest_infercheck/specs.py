@@ -10,15 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from .backends.registry import SERVER_KINDS as SERVER_KINDS  # from the backend registry
 from .metrics.ties import DEFAULT_TIE_MARGIN
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+from .strict import Strict as _Strict
 
 Loc = tuple[str | int, ...]
 """Where a value is written in the YAML: ``("checks", 0, <kind key>, "test")``."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
@@ -23,17 +23,17 @@ from .fast_exit import freeze_at_exit
 from .golden import GoldenWriter
 from .options import is_worker, matrix_paths, results_path
 from .report.terminal_plugin import TerminalSummary
-from .server_lifecycle import ServerLifecycle, close_servers_dir, new_servers_dir
+from .server_lifecycle import ServerLifecycle, close_servers_dir
+from .stash import (
+    GENERATION_CACHE_KEY,
+    SERVERS_DIR_KEY,
+    WORKER_CONTROLLER,
+    WORKER_DIR,
+    servers_dir,
+)
 
-if TYPE_CHECKING:
-    from .generation_cache import GenerationCache
-
-GENERATION_CACHE_KEY = pytest.StashKey["GenerationCache"]()
-SERVERS_DIR_KEY = pytest.StashKey[Path]()
 PLUGINS_KEY = pytest.StashKey[list[object]]()
 """The plugin objects this process registered, unregistered at unconfigure."""
-WORKER_DIR = "infercheck_servers"
-WORKER_CONTROLLER = "infercheck_controller"
 
 
 def _register(config: pytest.Config, plugin: object, name: str) -> None:
@@ -123,33 +123,6 @@ def configure_node(node: Any) -> None:
     node.workerinput.update(
         {WORKER_DIR: str(servers_dir(node.config)), WORKER_CONTROLLER: os.getpid()}
     )
-
-
-def servers_dir(config: pytest.Config) -> Path:
-    """The controller's folder of managed servers, made on first use (see
-    :mod:`.server_lifecycle`: where it lives and when it is removed)."""
-    folder = config.stash.get(SERVERS_DIR_KEY, None)
-    if folder is None:
-        folder = config.stash[SERVERS_DIR_KEY] = new_servers_dir(config)
-    return folder
-
-
-def generation_cache_for(config: pytest.Config) -> GenerationCache:
-    """The process's generation cache, with its server pool, created on first use (so
-    collection never loads a model)."""
-    cache = config.stash.get(GENERATION_CACHE_KEY, None)
-    if cache is None:
-        from .generation_cache import GenerationCache  # the backends: numpy
-        from .servers import ServerPool
-
-        workerinput = getattr(config, "workerinput", {})
-        if WORKER_DIR in workerinput:
-            pool = ServerPool(Path(workerinput[WORKER_DIR]), int(workerinput[WORKER_CONTROLLER]))
-        else:
-            pool = ServerPool(servers_dir(config), os.getpid())
-        cache = GenerationCache(servers=pool, hook=config.hook)
-        config.stash[GENERATION_CACHE_KEY] = cache
-    return cache
 
 
 def finish(config: pytest.Config) -> None:

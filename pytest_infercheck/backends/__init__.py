@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from .base import Backend, BackendError, Capabilities, Generation, GenerationParams, PromptInput
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
+    from .spec import BackendSpec
 
 __all__ = [
     "Backend",

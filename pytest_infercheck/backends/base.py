@@ -340,23 +340,6 @@ class Backend(abc.ABC):
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """Generate a continuation of ``prompt``."""
 
-    async def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
-        """Teacher-forced full-vocabulary log-probabilities, shape (len(continuation), V).
-
-        Row i is the distribution that predicts ``continuation_ids[i]`` given the prompt and
-        ``continuation_ids[:i]``. Only backends with ``capabilities.teacher_forcing``.
-        """
-        raise BackendError(f"backend {self.name!r} ({self.kind}) cannot score teacher-forced")
-
-    async def score_top_k(
-        self, prompt_ids: list[int], continuation_ids: list[int]
-    ) -> list[TopKRow]:
-        """Teacher-forced top-k: row i holds the log-probability of ``continuation_ids[i]``
-        given the prompt and ``continuation_ids[:i]``, and the top
-        ``capabilities.teacher_forcing_top_k`` of that distribution. Only backends with
-        ``capabilities.teacher_forcing_top_k``."""
-        raise BackendError(f"backend {self.name!r} ({self.kind}) cannot score top-k teacher-forced")
-
     async def generate_batch(
         self, prompts: list[PromptInput], params: GenerationParams
     ) -> list[Generation | BaseException]:

@@ -14,8 +14,40 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .base import Generation, GenerationParams, PromptInput
+    import numpy as np
+
+    from .base import Generation, GenerationParams, PromptInput, TopKRow
     from .mlx_lockstep import Stepper
+
+
+@runtime_checkable
+class Scoring(Protocol):
+    """A backend that scores a continuation teacher-forced, full rows. Whether the engine
+    gives them in this configuration is probed at readiness and said by
+    ``capabilities.teacher_forcing`` (vLLM: only when its ``--max-logprobs`` covers the
+    vocabulary); the comparisons read that flag, the generation cache this Protocol."""
+
+    async def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
+        """Teacher-forced full-vocabulary log-probabilities, shape (len(continuation), V).
+
+        Row i is the distribution that predicts ``continuation_ids[i]`` given the prompt and
+        ``continuation_ids[:i]``."""
+        ...
+
+
+@runtime_checkable
+class TopKScoring(Protocol):
+    """A backend that scores a continuation teacher-forced by its top k only (vLLM's
+    ``prompt_logprobs``, llama-server, SGLang); ``k`` is ``capabilities.teacher_forcing_top_k``
+    (0: not in this configuration)."""
+
+    async def score_top_k(
+        self, prompt_ids: list[int], continuation_ids: list[int]
+    ) -> list[TopKRow]:
+        """Row i holds the log-probability of ``continuation_ids[i]`` given the prompt and
+        ``continuation_ids[:i]``, and the top ``capabilities.teacher_forcing_top_k`` of
+        that distribution."""
+        ...
 
 
 @runtime_checkable

@@ -26,12 +26,22 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import httpcore  # noqa: F401  (loaded with httpx: see below)
 import httpx
 
 from .base import BackendError
 
+# httpx imports httpcore lazily, at its first transport, and keeps a process-wide map of
+# httpcore's exception classes to its own (``httpx._transports.default.HTTPCORE_EXC_MAP``),
+# filled at the first request. A test run that unloads the modules a test imported (pytest's
+# ``pytester`` does, at teardown) would then unload httpcore alone, when its first request
+# was made inside such a test: the httpcore imported again afterwards raises classes that
+# map no longer knows, and a timeout or a refused connection escapes as a raw
+# ``httpcore.ReadTimeout`` instead of the ``HttpError`` that names it. Importing httpcore
+# with httpx keeps the two together, loaded and unloaded at once.
+
 if TYPE_CHECKING:
-    from ..config import BackendSpec
+    from .spec import ServedSpec
 
 RETRY_STATUS = frozenset({429, 503})
 T = TypeVar("T")
@@ -94,6 +104,22 @@ def liveness_check(check: Callable[[], None]) -> Iterator[None]:
         _LIVENESS.reset(token)
 
 
+def error_message(body: str) -> str:
+    """A server's error message from its error body (OpenAI ``{"error": {"message"}}``,
+    ``{"error": "..."}``, ``{"detail": ...}``), else the body; at most 200 characters."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        error = doc.get("error", doc.get("detail", doc.get("message")))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if error is not None:
+            body = str(error)
+    return body.strip()[:200]
+
+
 @dataclass(frozen=True)
 class HttpSettings:
     """How to talk to one server."""
@@ -106,7 +132,7 @@ class HttpSettings:
     api_key_env: str | None = None
 
     @classmethod
-    def of(cls, spec: BackendSpec, url: str | None) -> HttpSettings:
+    def of(cls, spec: ServedSpec, url: str | None) -> HttpSettings:
         """The settings of a server backend's entry: at ``url`` (where a managed server was
         started), else at the entry's ``url``."""
         base_url = url or spec.url

@@ -1,11 +1,11 @@
-"""What a backend kind declares: its YAML ``kind`` name, the module that builds it, and the
-static facts the matrix reads (served over HTTP or in-process, which model field it loads,
-its model shorthand).
+"""What a backend kind declares: its YAML ``kind`` name, the module that builds it, its spec
+(the keys its ``backends:`` entry may hold) and the static facts the matrix reads (which
+model field it loads, its model shorthand).
 
-The facts are plain data on the kind's line in :mod:`.registry`, so the matrix, its JSON
-Schema and the shorthand parser read them without importing the backend's module (which
-brings httpx, or mlx and numpy); :meth:`BackendKind.create` imports the module, when a target
-first runs on the backend.
+The facts are plain data on the kind's line in :mod:`.registry`, and its spec a light model
+(:mod:`.spec`), so the matrix, its JSON Schema and the shorthand parser read them without
+importing the backend's module (which brings httpx, or mlx and numpy);
+:meth:`BackendKind.create` imports the module, when a target first runs on the backend.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .options import BackendOptions
+from .spec import BackendSpec, ServedSpec
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
     from .base import Backend
 
 
@@ -30,23 +29,24 @@ class BackendKind:
     module: str
     """The module (relative to :mod:`pytest_infercheck.backends`, or absolute) whose
     ``create(name, spec, source, revision, url)`` builds the backend."""
-    server: bool
-    """Served over HTTP: the entry needs ``url`` (attach) or ``serve`` (start it); a model
-    may be given by ``served_name``. Else in-process: neither ``url`` nor ``serve``."""
+    spec: type[BackendSpec]
+    """The model of the kind's ``backends:`` entry (:mod:`.spec`): the keys its engine
+    honours. A :class:`~.spec.ServedSpec` is served over HTTP (``url`` or ``serve``; a model
+    may be given by ``served_name``); an :class:`~.spec.InProcessSpec` runs in-process.
+    Several kinds may share one spec (openai, vllm and vllm-mlx take the same keys)."""
     loads: Literal["path", "gguf"] = "path"
     """The model field the engine loads: ``path`` (a folder, or ``repo``) or ``gguf``."""
     shorthand: str | None = None
     """The kind's model shorthand as help texts show it, ``PREFIX:VALUE`` (``gguf:FILE``): a
     model written ``gguf:./m.gguf`` in ``models:`` is ``{gguf: ./m.gguf}``."""
-    openai_logprobs: bool = False
-    """The kind asks an OpenAI-compatible server for logprobs (negotiated), so a
-    ``backends:`` entry may turn that off with ``logprobs: false``."""
     by_name: bool = False
     """The shorthand gives the model by name: its value is the name the server knows the
     model by (``served_name``), not a file or folder it loads."""
-    options: type[BackendOptions] | None = None
-    """The kind's own options (:mod:`.options`), written flat on its ``backends:`` entry;
-    None: the kind takes only the shared keys."""
+
+    @property
+    def server(self) -> bool:
+        """Served over HTTP (its spec is a :class:`~.spec.ServedSpec`)."""
+        return issubclass(self.spec, ServedSpec)
 
     @property
     def prefix(self) -> str | None:

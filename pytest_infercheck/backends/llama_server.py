@@ -61,9 +61,9 @@ from .openai_compat import (
 )
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
     from ..structured.records import Path as StructuredPath
     from ..structured.records import StructuredRequest, StructuredResponse
+    from .spec import LlamaServerSpec
 
 TOP_K = 8
 FULL_VOCAB_SCORING_LIMIT = 32_768
@@ -453,7 +453,7 @@ class LlamaServerBackend(Backend):
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: LlamaServerSpec, source: str, revision: str | None, url: str | None
 ) -> LlamaServerBackend:
     """The ``llama-server`` backend of a ``backends:`` entry (see :mod:`.registry`); the
     server was given the model (``source``, its gguf) by its own command line."""

@@ -30,13 +30,8 @@ or scores for it, never a plain cache in their place:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -55,59 +50,13 @@ from .base import (
     openai_messages,
     single_turn,
 )
+from .mlx_load import _LOADED as _LOADED
+from .mlx_load import Loaded, MlxModelSpec, load_model, token_piece, version
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
     from .mlx_lockstep import Stepper
     from .options import MlxLmOptions
-
-
-@dataclass(frozen=True)
-class MlxModelSpec:
-    """Where the weights come from: a local folder or a hub repo (users' real models)."""
-
-    source: str
-    revision: str | None = None
-    dtype: str | None = None
-    """Cast the weights (e.g. ``float32``, to compare exactly with a float32 engine)."""
-
-
-@dataclass
-class _Loaded:
-    model: Any
-    tokenizer: Any
-    config: dict[str, Any]
-    fingerprint: str
-
-
-_LOADED: dict[MlxModelSpec, _Loaded] = {}
-_LOAD_LOCK = threading.Lock()
-
-
-def _load(spec: MlxModelSpec) -> _Loaded:
-    """Load (once per process) the model and tokenizer for ``spec``."""
-    with _LOAD_LOCK:
-        if spec not in _LOADED:
-            try:
-                from mlx_lm import load
-            except ImportError as exc:  # pragma: no cover - depends on the environment
-                raise BackendError(
-                    "the mlx-lm backend needs mlx and mlx-lm: pip install 'pytest-infercheck[mlx]'"
-                ) from exc
-            try:
-                model, tokenizer, config = load(  # type: ignore[misc]
-                    spec.source, revision=spec.revision, return_config=True
-                )
-            except Exception as exc:
-                raise BackendError(f"mlx-lm could not load {spec.source!r}: {exc}") from exc
-            if spec.dtype is not None:
-                import mlx.core as mx
-
-                model.set_dtype(getattr(mx, spec.dtype))
-            vocab = sorted(tokenizer.get_vocab().items())
-            fingerprint = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
-            _LOADED[spec] = _Loaded(model, tokenizer, dict(config), fingerprint)
-        return _LOADED[spec]
+    from .spec import MlxLmSpec
 
 
 class MlxLmBackend(Backend):
@@ -152,7 +101,7 @@ class MlxLmBackend(Backend):
     def _draft_model(self) -> Any:
         """The draft model (loaded once), which must share the target's tokenizer."""
         assert self.draft is not None
-        draft = _load(self.draft)
+        draft = load_model(self.draft)
         if draft.fingerprint != self._loaded.fingerprint:
             raise BackendError(
                 f"backend {self.name!r}: the draft model {self.draft.source} has another "
@@ -165,8 +114,8 @@ class MlxLmBackend(Backend):
         return Capabilities.token_level(0, self._uses_chat_template())
 
     @property
-    def _loaded(self) -> _Loaded:
-        return _load(self.spec)
+    def _loaded(self) -> Loaded:
+        return load_model(self.spec)
 
     def _uses_chat_template(self) -> bool:
         has_template = bool(getattr(self._loaded.tokenizer, "has_chat_template", False))
@@ -596,8 +545,8 @@ class MlxLmBackend(Backend):
             "revision": self.spec.revision,
             "quantization": config.get("quantization"),
             "tokenizer": self._loaded.fingerprint,
-            "mlx": _version("mlx"),
-            "mlx-lm": _version("mlx-lm"),
+            "mlx": version("mlx"),
+            "mlx-lm": version("mlx-lm"),
             **({"options": self.options.written()} if not self.options.plain_cache else {}),
         }
 
@@ -612,14 +561,11 @@ class MlxLmBackend(Backend):
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: MlxLmSpec, source: str, revision: str | None, url: str | None
 ) -> MlxLmBackend:
     """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
-    from .options import MlxLmOptions
-
     model = MlxModelSpec(source, revision, spec.dtype)
-    options = spec.options if isinstance(spec.options, MlxLmOptions) else None
-    return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos, options=options)
+    return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos, options=spec.options)
 
 
 def _written(**options: Any) -> dict[str, Any]:
@@ -634,37 +580,3 @@ def _attempt(generate: Any) -> Generation | BaseException:
     except Exception as exc:
         return exc
     return result
-
-
-def token_piece(decoded: str, symbol: str) -> str:
-    """A token's text for reports: its decoded text, or, when that is part of a multi-byte
-    character (decodes to U+FFFD), its bytes as ``<0xE4><0xB8>`` read from the byte-level
-    symbol (GPT-2's byte-to-unicode map) or a SentencePiece ``<0xE4>`` byte token."""
-    if "\ufffd" not in decoded:
-        return decoded
-    if symbol.startswith("<0x") and symbol.endswith(">"):
-        return symbol
-    table = _unicode_to_byte()
-    if symbol and all(ch in table for ch in symbol):
-        return "".join(f"<0x{table[ch]:02X}>" for ch in symbol)
-    return decoded
-
-
-def _unicode_to_byte() -> dict[str, int]:
-    """The inverse of GPT-2's ``bytes_to_unicode`` (byte-level BPE symbols to bytes)."""
-    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
-    codes = list(printable)
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            codes.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, codes, strict=True)}
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None

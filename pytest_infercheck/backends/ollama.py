@@ -33,9 +33,9 @@ from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages, message_calls
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
     from ..structured.records import Path as StructuredPath
     from ..structured.records import StructuredRequest, StructuredResponse
+    from .spec import OllamaSpec
 
 
 class OllamaBackend(Backend):
@@ -235,7 +235,7 @@ def ollama_messages(prompt: PromptInput) -> list[dict[str, Any]]:
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: OllamaSpec, source: str, revision: str | None, url: str | None
 ) -> OllamaBackend:
     """The ``ollama`` backend of a ``backends:`` entry (see :mod:`.registry`): the model
     ``model_name`` (default: the source, the name Ollama knows it by), chat unless

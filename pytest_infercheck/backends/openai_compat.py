@@ -45,15 +45,12 @@ format it knows (``<tool_call>`` with ``tool_call.name``: its ``json_tools`` par
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..metrics.consistency import unsorted_positions
-from ..tools import Tool, ToolCall
+from ..tools import Tool
 from ..verdict.conduct import Abilities
 from .base import (
     Backend,
@@ -64,79 +61,38 @@ from .base import (
     Message,
     PromptInput,
     chat_input,
-    openai_messages,
     single_turn,
 )
 from .endpoint_probe import TOKENIZE, lacking_evidence, probe_generation_paths, union
 from .hostile import probe_alive, send_hostile
-from .http import HttpClient, HttpError, HttpSettings
+from .http import HttpClient, HttpError, HttpSettings, error_message
+from .openai_logprobs import BOOL_TOP as BOOL_TOP
+from .openai_logprobs import INTEGER as INTEGER
+from .openai_logprobs import PROBE_PROMPT, SHAPES, logprob_fields
+from .openai_logprobs import LogprobNegotiation as LogprobNegotiation
+from .openai_logprobs import ShapeTried as ShapeTried
+from .openai_wire import anthropic_messages as anthropic_messages
+from .openai_wire import assemble_chunks as assemble_chunks
+from .openai_wire import chat_endpoint as chat_endpoint
+from .openai_wire import chat_messages as chat_messages
+from .openai_wire import chat_path as chat_path
+from .openai_wire import delta_calls as delta_calls
+from .openai_wire import message_calls as message_calls
+from .openai_wire import messages_payload as messages_payload
+from .openai_wire import parse_choice as parse_choice
+from .openai_wire import parse_logprobs as parse_logprobs
+from .openai_wire import parse_message as parse_message
+from .openai_wire import read_usage as read_usage
+from .openai_wire import text_generation as text_generation
+from .openai_wire import tool_fields as tool_fields
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
     from ..structured.records import Path as StructuredPath
     from ..structured.records import StructuredRequest, StructuredResponse
+    from .spec import OpenAIServerSpec
 
 TOP_K = 5
 B = TypeVar("B", bound="OpenAICompatBackend")
-THINK_BLOCK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.DOTALL)
-
-
-INTEGER = "integer"
-"""``logprobs: k``: the legacy completions shape."""
-BOOL_TOP = "bool+top_logprobs"
-"""``logprobs: true, top_logprobs: k``: the chat shape, which some servers take on
-``/v1/completions`` too."""
-SHAPES = {False: (INTEGER, BOOL_TOP), True: (BOOL_TOP,)}
-"""The logprob request shapes tried, in order, by endpoint (``chat``)."""
-PROBE_PROMPT = "1"
-
-
-@dataclass(frozen=True)
-class ShapeTried:
-    """One logprob request shape tried at negotiation, and what the server did."""
-
-    shape: str
-    outcome: str
-    """``logprobs`` (it worked), ``HTTP 400: logprobs must be of type bool``, or ``answered
-    without logprobs``."""
-
-
-@dataclass(frozen=True)
-class LogprobNegotiation:
-    """Which logprob request shape a server's endpoint answers (:data:`INTEGER`,
-    :data:`BOOL_TOP`), None when none; the shapes tried, in order."""
-
-    endpoint: str
-    shape: str | None
-    tried: tuple[ShapeTried, ...] = ()
-    declared: str = ""
-    """Why nothing was tried: the backend kind is known to return no logprobs."""
-
-    def reason(self) -> str | None:
-        """Why there are no logprobs, in a sentence; None when a shape worked."""
-        if self.shape is not None:
-            return None
-        if self.declared:
-            return f"no logprobs from /v1/{self.endpoint} ({self.declared})"
-        said = "; ".join(f"{t.shape}: {t.outcome}" for t in self.tried) or "not asked"
-        return f"no logprobs from /v1/{self.endpoint} ({said})"
-
-    def to_plain(self) -> dict[str, Any]:
-        return {
-            "endpoint": self.endpoint,
-            "shape": self.shape,
-            "tried": [{"shape": t.shape, "outcome": t.outcome} for t in self.tried],
-            **({"declared": self.declared} if self.declared else {}),
-        }
-
-
-def logprob_fields(shape: str | None, top_k: int) -> dict[str, Any]:
-    """The request fields of a logprob ``shape`` (none for None)."""
-    if shape == INTEGER:
-        return {"logprobs": top_k}
-    if shape == BOOL_TOP:
-        return {"logprobs": True, "top_logprobs": top_k}
-    return {}
 
 
 class OpenAICompatBackend(Backend):
@@ -206,7 +162,7 @@ class OpenAICompatBackend(Backend):
             except HttpError as exc:
                 if exc.status is None or not 400 <= exc.status < 500:
                     raise
-                tried.append(ShapeTried(shape, f"HTTP {exc.status}: {_message(exc.body)}"))
+                tried.append(ShapeTried(shape, f"HTTP {exc.status}: {error_message(exc.body)}"))
                 continue
             if parse_choice(answer, chat=chat).chosen_logprobs is None:
                 tried.append(ShapeTried(shape, "answered without logprobs"))
@@ -515,14 +471,14 @@ class OpenAICompatBackend(Backend):
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: OpenAIServerSpec, source: str, revision: str | None, url: str | None
 ) -> OpenAICompatBackend:
     """The ``openai`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
     return create_served(OpenAICompatBackend, name, spec, source, url)
 
 
 def create_served(
-    cls: Callable[..., B], name: str, spec: BackendSpec, source: str, url: str | None
+    cls: Callable[..., B], name: str, spec: OpenAIServerSpec, source: str, url: str | None
 ) -> B:
     """A server backend of class ``cls`` (an :class:`OpenAICompatBackend`) for a
     ``backends:`` entry: it asks for the model ``model_name`` (default: the model's source)
@@ -538,333 +494,3 @@ def create_served(
     if not spec.logprobs:
         backend.no_logprobs = f"backend {name!r} has logprobs: false in the matrix: not asked"
     return backend
-
-
-def chat_path(chat: bool) -> str:
-    return "/v1/chat/completions" if chat else "/v1/completions"
-
-
-def chat_endpoint(chat: bool) -> str:
-    """The endpoint's name: ``chat`` or ``completions``."""
-    return "chat" if chat else "completions"
-
-
-def _message(body: str) -> str:
-    """A server's error message from its error body (OpenAI ``{"error": {"message"}}``,
-    ``{"error": "..."}``, ``{"detail": ...}``), else the body; at most 200 characters."""
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict):
-        error = doc.get("error", doc.get("detail", doc.get("message")))
-        if isinstance(error, dict):
-            error = error.get("message", error)
-        if error is not None:
-            body = str(error)
-    return body.strip()[:200]
-
-
-def chat_messages(prompt: PromptInput, *, object_arguments: bool = False) -> list[dict[str, Any]]:
-    """The messages of ``prompt`` in the OpenAI chat shape: every turn of a conversation
-    (:func:`~.base.openai_messages`: assistant calls as ``tool_calls``, tool turns with their
-    ``tool_call_id``; ``object_arguments`` for a chat template), else the system (if any)
-    and user messages."""
-    if prompt.messages is not None:
-        return openai_messages(prompt.messages, object_arguments=object_arguments)
-    messages = [{"role": "system", "content": prompt.system}] if prompt.system else []
-    messages.append({"role": "user", "content": prompt.text})
-    return messages
-
-
-def tool_fields(prompt: PromptInput, *, choice: bool = True) -> dict[str, Any]:
-    """The request fields that offer ``prompt``'s tools: ``tools`` (OpenAI function schemas)
-    and, with ``choice``, its ``tool_choice``; nothing for a prompt without tools (a
-    request without tools stays as it was). A template endpoint (``/tokenize``,
-    ``/apply-template``) is sent no ``tool_choice``: a template does not see it."""
-    fields: dict[str, Any] = {}
-    if prompt.tools:
-        fields["tools"] = [tool.openai() for tool in prompt.tools]
-    if choice and prompt.tool_choice is not None:
-        fields["tool_choice"] = prompt.tool_choice
-    return fields
-
-
-def parse_choice(answer: Any, *, chat: bool) -> Generation:
-    """The first choice of a (chat) completion response as a :class:`Generation`."""
-    choice = _first_choice(answer)
-    if chat:
-        message = choice.get("message") or {}
-        text = message.get("content") or ""
-        reasoning = message.get("reasoning_content") or message.get("reasoning")
-    else:
-        text, reasoning = choice.get("text") or "", None
-    generation = text_generation(
-        text, reasoning, choice.get("finish_reason"), choice.get("logprobs")
-    )
-    if chat:
-        generation.tool_calls = message_calls(message.get("tool_calls"))
-    read_usage(generation, answer.get("usage") if isinstance(answer, dict) else None)
-    return generation
-
-
-def message_calls(tool_calls: Any) -> tuple[ToolCall, ...]:
-    """A chat message's ``tool_calls`` (``[{"id", "type", "function": {"name",
-    "arguments"}}]``; Ollama's ``arguments`` are an object) as calls, in order: arguments
-    text that is not JSON is kept as a call with ``arguments_valid=False``, a missing name
-    as ``""``; ``null`` or no list: none."""
-    if not isinstance(tool_calls, list):
-        return ()
-    calls = []
-    for entry in tool_calls:
-        function = entry.get("function") if isinstance(entry, dict) else None
-        function = function if isinstance(function, dict) else {}
-        calls.append(ToolCall.parse(str(function.get("name") or ""), function.get("arguments")))
-    return tuple(calls)
-
-
-def delta_calls(deltas: Sequence[Any]) -> tuple[ToolCall, ...]:
-    """The calls of a stream's ``delta.tool_calls`` fragments, assembled: by ``index`` (in
-    order of first appearance when a server sends none), the name as sent (first non-empty
-    one), the ``arguments`` fragments concatenated, then parsed as :func:`message_calls`
-    parses a whole call."""
-    names: dict[Any, str] = {}
-    arguments: dict[Any, list[str]] = {}
-    for position, fragment in enumerate(deltas):
-        if not isinstance(fragment, dict):
-            continue
-        index = fragment.get("index", position)
-        function = fragment.get("function")
-        if not isinstance(function, dict):
-            function = {}
-        if function.get("name") and not names.get(index):
-            names[index] = str(function["name"])
-        names.setdefault(index, "")
-        piece = function.get("arguments")
-        arguments.setdefault(index, []).append(
-            piece if isinstance(piece, str) else json.dumps(piece) if piece is not None else ""
-        )
-    return tuple(ToolCall.parse(names[i], "".join(arguments[i])) for i in names)
-
-
-def read_usage(generation: Generation, usage: Any) -> None:
-    """The counts of a response's ``usage`` on ``generation``: ``completion_tokens``, and
-    ``prompt_tokens_details.cached_tokens`` (prompt tokens served from the prefix cache: vLLM
-    with ``--enable-prompt-tokens-details``, llama-server), where given."""
-    if not isinstance(usage, dict):
-        return
-    if isinstance(usage.get("completion_tokens"), int):
-        generation.completion_tokens = usage["completion_tokens"]
-    details = usage.get("prompt_tokens_details")
-    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-        generation.cached_tokens = details["cached_tokens"]
-
-
-def _first_choice(answer: Any) -> dict[str, Any]:
-    try:
-        choice: dict[str, Any] = answer["choices"][0]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise HttpError(f"response has no choices: {str(answer)[:200]!r}") from exc
-    return choice
-
-
-def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
-    """A streamed (chat) completion's chunks as one :class:`Generation`: the texts and
-    logprobs concatenated in order, the last finish reason. Logprobs of either shape: chat's
-    ``content`` entries, or the legacy completions lists (``tokens``, ``token_logprobs``,
-    ``top_logprobs``), joined list by list. Chunks without choices (a final usage chunk)
-    are skipped."""
-    text, reasoning, finish = [], [], None
-    entries: list[Any] = []
-    calls: list[Any] = []
-    legacy: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
-    for chunk in chunks:
-        if not isinstance(chunk, dict) or not chunk.get("choices"):
-            continue
-        choice = _first_choice(chunk)
-        if chat:
-            delta = choice.get("delta") or {}
-            text.append(delta.get("content") or "")
-            reasoning.append(delta.get("reasoning_content") or delta.get("reasoning") or "")
-            calls.extend(delta.get("tool_calls") or [])
-        else:
-            text.append(choice.get("text") or "")
-        logprobs = choice.get("logprobs")
-        if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
-            entries.extend(logprobs["content"])
-        elif isinstance(logprobs, dict) and isinstance(logprobs.get("token_logprobs"), list):
-            for key, values in legacy.items():
-                values.extend(logprobs.get(key) or [])
-        finish = choice.get("finish_reason") or finish
-    joined: dict[str, Any] | None = None
-    if entries:
-        joined = {"content": entries}
-    elif legacy["token_logprobs"]:
-        joined = {key: values for key, values in legacy.items() if values}
-    generation = text_generation("".join(text), "".join(reasoning) or None, finish, joined)
-    generation.tool_calls = delta_calls(calls)
-    return generation
-
-
-def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any) -> Generation:
-    """A text-only :class:`Generation`: a leading ``<think>`` block moved to ``reasoning``,
-    logprobs of either shape parsed, token texts in ``token_texts``."""
-    match = THINK_BLOCK.match(text)
-    if match:
-        reasoning, text = match.group(1), text[match.end() :]
-    chosen, top, tokens = parse_logprobs(logprobs)
-    ids = _entry_ids(logprobs)
-    if ids is not None and unsorted_positions(ids[1], keyed_by="id"):
-        # A server whose top-k lists are not most likely first need not report the ids it
-        # generated: mlx_lm.server 0.32.2 copies each chosen id from the first entry of its
-        # unsorted list ("46" generated, ids of "5", "7", "3" reported). Its text is what is
-        # compared; the unsorted lists stay a fault of the item (text-keyed).
-        ids = None
-    return Generation(
-        text=text,
-        token_ids=None if ids is None else ids[0],
-        finish_reason=str(finish or "unknown"),
-        chosen_logprobs=chosen,
-        top_logprobs=top if ids is None else ids[1],
-        top_keys="text" if ids is None else "id",
-        token_texts=tokens,
-        reasoning=reasoning or None,
-    )
-
-
-def _int_id(entry: Any) -> int | None:
-    value = entry.get("id") if isinstance(entry, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _entry_ids(logprobs: Any) -> tuple[list[int], list[dict[Any, float]]] | None:
-    """The token ids and the id-keyed top-k maps of a ``content`` logprobs list whose every
-    entry and top-k entry carries an integer ``id`` (the server's own ids); else None."""
-    entries = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not isinstance(entries, list) or not entries:
-        return None
-    ids = [_int_id(e) for e in entries]
-    tops = [e.get("top_logprobs") or [] for e in entries]
-    if any(i is None for i in ids) or any(_int_id(t) is None for row in tops for t in row):
-        return None
-    maps: list[dict[Any, float]] = [{t["id"]: float(t["logprob"]) for t in row} for row in tops]
-    return [int(i) for i in ids if i is not None], maps
-
-
-def messages_payload(prompt: PromptInput, params: GenerationParams, model: str | None) -> Any:
-    """An Anthropic-style ``/v1/messages`` request (greedy) for ``prompt``: its turns
-    (:func:`anthropic_messages`), ``system`` apart, and its tools as Anthropic tools
-    (``{"name", "description", "input_schema"}``) with the tool choice mapped (``auto`` ->
-    ``{"type": "auto"}``, ``required`` -> ``any``, ``none`` -> ``none``, a named function ->
-    ``{"type": "tool", "name"}``)."""
-    body: dict[str, Any] = {
-        "max_tokens": params.max_tokens,
-        "temperature": params.temperature,
-        "messages": anthropic_messages(prompt),
-    }
-    if model is not None:
-        body["model"] = model
-    if prompt.system:
-        body["system"] = prompt.system
-    if prompt.tools:
-        body["tools"] = [
-            {
-                "name": tool.name,
-                **({"description": tool.description} if tool.description is not None else {}),
-                "input_schema": dict(tool.parameters),
-            }
-            for tool in prompt.tools
-        ]
-    choice = prompt.tool_choice
-    if isinstance(choice, Mapping):
-        body["tool_choice"] = {"type": "tool", "name": choice["function"]["name"]}
-    elif choice is not None:
-        body["tool_choice"] = {"type": {"required": "any"}.get(choice, choice)}
-    return body
-
-
-def anthropic_messages(prompt: PromptInput) -> list[dict[str, Any]]:
-    """``prompt``'s turns but the system turn, as Anthropic messages: plain turns as they are
-    (``{"role", "content"}``); an assistant turn's calls as ``tool_use`` blocks (``{"type":
-    "tool_use", "id", "name", "input"}``, after a ``text`` block of its content, if any); tool
-    turns as ``tool_result`` blocks (``{"type": "tool_result", "tool_use_id", "content"}``),
-    the results of one turn's calls in one user message."""
-    out: list[dict[str, Any]] = []
-    for message in chat_messages(prompt, object_arguments=True):
-        if message["role"] == "system":
-            continue
-        if message["role"] == "tool":
-            block = {
-                "type": "tool_result",
-                "tool_use_id": message["tool_call_id"],
-                "content": message["content"],
-            }
-            last = out[-1] if out else None
-            if last is not None and last["role"] == "user" and isinstance(last["content"], list):
-                last["content"].append(block)
-            else:
-                out.append({"role": "user", "content": [block]})
-        elif "tool_calls" in message:
-            text = [{"type": "text", "text": message["content"]}] if message["content"] else []
-            uses = [
-                {
-                    "type": "tool_use",
-                    "id": call["id"],
-                    "name": call["function"]["name"],
-                    "input": call["function"]["arguments"],
-                }
-                for call in message["tool_calls"]
-            ]
-            out.append({"role": "assistant", "content": [*text, *uses]})
-        else:
-            out.append(message)
-    return out
-
-
-def parse_message(answer: Any) -> Generation:
-    """An Anthropic-style message: its text blocks joined; ``thinking`` blocks are the
-    reasoning; ``stop_reason`` ``end_turn``/``stop_sequence`` -> ``stop``, ``max_tokens`` ->
-    ``length``."""
-    if not isinstance(answer, dict) or not isinstance(answer.get("content"), list):
-        raise HttpError(f"response is not a message: {str(answer)[:200]!r}")
-    blocks = [b for b in answer["content"] if isinstance(b, dict)]
-    text = "".join(str(b.get("text") or "") for b in blocks if b.get("type") == "text")
-    thinking = "".join(str(b.get("thinking") or "") for b in blocks if b.get("type") == "thinking")
-    stop = answer.get("stop_reason")
-    finish = {
-        "end_turn": "stop",
-        "stop_sequence": "stop",
-        "max_tokens": "length",
-        "tool_use": "tool_calls",
-    }.get(str(stop), stop)
-    generation = text_generation(text, thinking or None, finish, None)
-    generation.tool_calls = tuple(
-        ToolCall.parse(str(b.get("name") or ""), b.get("input"))
-        for b in blocks
-        if b.get("type") == "tool_use"
-    )
-    return generation
-
-
-def parse_logprobs(
-    logprobs: Any,
-) -> tuple[list[float] | None, list[dict[Any, float]] | None, list[str] | None]:
-    """Chosen-token logprobs, top-k maps (keyed by token text) and the chosen tokens' texts,
-    from either shape; ``(None, None, None)`` when the server sent none."""
-    if not logprobs or not isinstance(logprobs, dict):
-        return None, None, None
-    if isinstance(logprobs.get("content"), list):
-        entries = logprobs["content"]
-        chosen = [float(e["logprob"]) for e in entries]
-        top = [
-            {t["token"]: float(t["logprob"]) for t in e.get("top_logprobs") or []} for e in entries
-        ]
-        return chosen, top, [str(e.get("token", "")) for e in entries]
-    if isinstance(logprobs.get("token_logprobs"), list):
-        chosen = [float(v) for v in logprobs["token_logprobs"] if v is not None]
-        top = [
-            {k: float(v) for k, v in (entry or {}).items()}
-            for entry in logprobs.get("top_logprobs") or []
-        ]
-        return chosen, top or None, [str(t) for t in logprobs.get("tokens") or []]
-    return None, None, None

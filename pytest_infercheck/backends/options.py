@@ -1,11 +1,12 @@
 """A backend kind's own options: keys written flat on its ``backends:`` entry beside the
-shared ones (``kind``, ``chat``, ``serve``, ...), owned by the kind's line in
-:mod:`.registry` (:attr:`~.kind.BackendKind.options`).
+shared ones (``kind``, ``chat``, ``serve``, ...), declared by the kind's spec
+(:mod:`.spec`), and handed to its engine as one object (:class:`BackendOptions`).
 
-:class:`~pytest_infercheck.config.BackendSpec` lifts them into its ``options``: an option of
+mlx-lm's keys are a field group (:class:`MlxLmOptionKeys`) that its spec
+(:class:`~.spec.MlxLmSpec`) and its options (:class:`MlxLmOptions`) share: an option of
 another kind (``kv_bits`` on a llama-server) is an error at its line naming the kinds that
 take it, a value the kind's model refuses an error at its line, and a combination the engine
-cannot run (:meth:`BackendOptions.problems`) an error at the key that makes it so.
+cannot run (:meth:`MlxLmOptionKeys.option_problems`) an error at the key that makes it so.
 
 Light on purpose (pydantic only): the registry imports it without the engine.
 """
@@ -32,7 +33,7 @@ class BackendOptions(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
-class MlxLmOptions(BackendOptions):
+class MlxLmOptionKeys(BaseModel):
     """mlx-lm's generation options (``mlx_lm.generate_step`` and
     ``speculative_generate_step``), applied on every path that generates or scores for the
     backend (:class:`~.mlx_lm.MlxLmBackend`).
@@ -45,6 +46,8 @@ class MlxLmOptions(BackendOptions):
     mlx-lm's default 5,000, so short prompts are never quantized unless it is lowered).
     ``prefill_step_size``: prompt tokens per prefill pass. ``max_kv_size``: a rotating KV
     cache of at most this many tokens."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     draft_model: str | None = None
     num_draft_tokens: int | None = Field(default=None, ge=0)
@@ -68,7 +71,8 @@ class MlxLmOptions(BackendOptions):
         path = path if path.is_absolute() else (Path(base) / path).resolve()
         return str(path)
 
-    def problems(self) -> list[tuple[str, str]]:
+    def option_problems(self) -> list[tuple[str, str]]:
+        """``(key, message)`` for each combination of these options mlx-lm cannot run."""
         out = []
         if self.num_draft_tokens is not None and self.draft_model is None:
             out.append(("num_draft_tokens", "num_draft_tokens needs draft_model"))
@@ -100,6 +104,14 @@ class MlxLmOptions(BackendOptions):
                 )
             )
         return out
+
+
+class MlxLmOptions(MlxLmOptionKeys, BackendOptions):
+    """mlx-lm's options as its engine takes them (:class:`~.mlx_lm.MlxLmBackend`): the
+    keys of :class:`MlxLmOptionKeys` written on the entry (:attr:`~.spec.MlxLmSpec.options`)."""
+
+    def problems(self) -> list[tuple[str, str]]:
+        return self.option_problems()
 
     @property
     def draft_tokens(self) -> int:

@@ -1,36 +1,47 @@
 """The one list of backend kinds. Adding a backend: its module (a :class:`~.base.Backend`
 subclass and a ``create`` factory) and one line here (see :class:`~.kind.BackendKind`).
 
-Each line holds the kind's YAML name, its module and the facts the matrix reads (server or
-in-process, the model field it loads, its model shorthand). Reading them imports nothing
-heavy; a kind's module (httpx, mlx, numpy) is imported when a backend of the kind is first
-created (:meth:`~.kind.BackendKind.create`). The YAML ``kind:`` values, the check that a
-server has ``url`` or ``serve``, which model field a backend is given, the model shorthand
-and the JSON Schema of the matrix all follow from this list.
+Each line holds the kind's YAML name, its module, its spec (:mod:`.spec`: the keys its
+entry may hold) and the facts the matrix reads (the model field it loads, its model
+shorthand). Reading them imports nothing heavy; a kind's module (httpx, mlx, numpy) is
+imported when a backend of the kind is first created (:meth:`~.kind.BackendKind.create`).
+The YAML ``kind:`` values, which keys each entry may hold (:func:`backend_spec`), the check
+that a server has ``url`` or ``serve``, which model field a backend is given, the model
+shorthand and the JSON Schema of the matrix all follow from this list.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError, ValidationInfo
+from pydantic_core import InitErrorDetails
+
+from ..strict import unknown_key
 from .kind import BackendKind
-from .options import MlxLmOptions
+from .spec import (
+    BackendSpec,
+    LlamaServerSpec,
+    MlxLmSpec,
+    OllamaSpec,
+    OpenAIServerSpec,
+    SglangSpec,
+    error_at,
+)
 
 BACKENDS: tuple[BackendKind, ...] = (
-    BackendKind("mlx-lm", ".mlx_lm", server=False, shorthand="mlx:DIR", options=MlxLmOptions),
+    BackendKind("mlx-lm", ".mlx_lm", MlxLmSpec, shorthand="mlx:DIR"),
     BackendKind(
-        "openai",
-        ".openai_compat",
-        server=True,
-        shorthand="openai:NAME",
-        by_name=True,
-        openai_logprobs=True,
+        "openai", ".openai_compat", OpenAIServerSpec, shorthand="openai:NAME", by_name=True
     ),
-    BackendKind("vllm", ".vllm", server=True, shorthand="vllm:DIR", openai_logprobs=True),
+    BackendKind("vllm", ".vllm", OpenAIServerSpec, shorthand="vllm:DIR"),
+    BackendKind("vllm-mlx", ".vllm_mlx", OpenAIServerSpec, shorthand="vllm-mlx:DIR"),
+    BackendKind("sglang", ".sglang", SglangSpec, shorthand="sglang:DIR"),
     BackendKind(
-        "vllm-mlx", ".vllm_mlx", server=True, shorthand="vllm-mlx:DIR", openai_logprobs=True
+        "llama-server", ".llama_server", LlamaServerSpec, loads="gguf", shorthand="gguf:FILE"
     ),
-    BackendKind("sglang", ".sglang", server=True, shorthand="sglang:DIR", openai_logprobs=True),
-    BackendKind("llama-server", ".llama_server", server=True, loads="gguf", shorthand="gguf:FILE"),
-    BackendKind("ollama", ".ollama", server=True, shorthand="ollama:NAME:TAG", by_name=True),
+    BackendKind("ollama", ".ollama", OllamaSpec, shorthand="ollama:NAME:TAG", by_name=True),
 )
 """Every backend kind, in the order error messages and the JSON Schema list them."""
 
@@ -41,15 +52,75 @@ IN_PROCESS_KINDS = tuple(kind.name for kind in BACKENDS if not kind.server)
 SHORTHANDS = {kind.prefix: kind for kind in BACKENDS if kind.prefix is not None}
 """The kinds with a model shorthand, by its prefix (``gguf`` -> llama-server)."""
 _BY_NAME = {kind.name: kind for kind in BACKENDS}
-OPTION_OWNERS: dict[str, list[str]] = {
-    key: [k.name for k in BACKENDS if k.options is not None and key in k.options.model_fields]
+KEY_OWNERS: dict[str, list[str]] = {
+    key: [k.name for k in BACKENDS if key in k.spec.model_fields]
     for kind in BACKENDS
-    if kind.options is not None
-    for key in kind.options.model_fields
+    for key in kind.spec.model_fields
 }
-"""Each backend option key (:attr:`~.kind.BackendKind.options`) and the kinds that take it."""
+"""Each key a ``backends:`` entry may hold, and the kinds whose spec takes it."""
 
 
 def backend_kind(name: object) -> BackendKind | None:
     """The backend kind whose YAML name is ``name`` (None for an unknown one)."""
     return _BY_NAME.get(name) if isinstance(name, str) else None
+
+
+def backend_spec(data: Mapping[str, Any], context: Any = None) -> BackendSpec:
+    """A ``backends:`` entry validated by its kind's spec (``context``: pydantic's, e.g. the
+    YAML's folder as ``base_dir``). Raises a ``ValidationError`` with every error at its key:
+    an unknown kind (naming the known ones), a key of other kinds that this one would ignore
+    (naming the kinds that take it), an unknown key (the nearest one this kind takes), and
+    what the kind's spec refuses."""
+    kind = backend_kind(data.get("kind"))
+    if kind is None:
+        given = data.get("kind")
+        why = (
+            "a backend needs a kind"
+            if given is None
+            else f"unknown backend kind {given!r} (known kinds: {', '.join(BACKEND_NAMES)})"
+        )
+        raise ValidationError.from_exception_data("BackendSpec", [error_at("kind", why, given)])
+    fields = kind.spec.model_fields
+    errors = [
+        error_at(key, _foreign(key, kind), value)
+        for key, value in data.items()
+        if key not in fields
+    ]
+    try:
+        spec = kind.spec.model_validate(
+            {k: v for k, v in data.items() if k in fields}, context=context
+        )
+    except ValidationError as exc:
+        errors += [_kept(e) for e in exc.errors()]
+    if errors:
+        raise ValidationError.from_exception_data(kind.spec.__name__, errors)
+    return spec
+
+
+def validate_backend_entry(value: Any, info: ValidationInfo) -> BackendSpec:
+    """The matrix's validator of a ``backends:`` entry (:func:`backend_spec`)."""
+    if isinstance(value, BackendSpec):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"a backend is a mapping with a kind ({', '.join(BACKEND_NAMES)})")
+    return backend_spec(value, info.context)
+
+
+def _foreign(key: str, kind: BackendKind) -> str:
+    """Why ``key`` is refused on an entry of ``kind``: the kinds that take it, or the keys
+    this kind takes."""
+    owners = KEY_OWNERS.get(key)
+    if not owners:
+        return unknown_key(key, kind.spec.model_fields)
+    names = ", ".join(owners[:-1]) + (" and " if len(owners) > 1 else "") + owners[-1]
+    if not kind.server and key in ("url", "serve"):
+        return f"a {kind.name} backend runs in-process: remove {key!r} (a key of {names} backends)"
+    return f"{key} is an option of {names} backends, not of a {kind.name} backend"
+
+
+def _kept(error: Any) -> InitErrorDetails:
+    """An error of a kind's spec, kept at its place with its message."""
+    loc = tuple(error["loc"])
+    details = error_at(str(loc[0]) if loc else "kind", error["msg"], error["input"])
+    details["loc"] = loc
+    return details

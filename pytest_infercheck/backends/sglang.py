@@ -68,7 +68,7 @@ from .llama_server import FULL_VOCAB_SCORING_LIMIT
 from .openai_compat import OpenAICompatBackend
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
+    from .spec import SglangSpec
 
 TOP_K = 8
 
@@ -306,7 +306,10 @@ class SglangBackend(OpenAICompatBackend):
         """Full-vocabulary rows, shape (len(continuation), V): the top V of each position
         (only when the vocabulary size is known and at most the scoring limit)."""
         if not self.capabilities.teacher_forcing or self.n_vocab is None:
-            return await super().score(prompt_ids, continuation_ids)
+            raise BackendError(
+                f"backend {self.name!r} ({self.kind}) cannot score teacher-forced: full rows "
+                f"need a known vocabulary of at most the scoring limit ({self.n_vocab})"
+            )
         rows = await self._teacher_forced(prompt_ids, continuation_ids, self.n_vocab)
         return full_rows(self.name, rows, self.n_vocab)
 
@@ -363,7 +366,7 @@ class SglangBackend(OpenAICompatBackend):
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: SglangSpec, source: str, revision: str | None, url: str | None
 ) -> SglangBackend:
     """The ``sglang`` backend of a ``backends:`` entry (see :mod:`.registry`): raw prompts
     unless ``chat: true``; the model is ``model_name`` or the model's source."""

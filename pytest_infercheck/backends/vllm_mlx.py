@@ -34,7 +34,7 @@ from .http import HttpClient
 from .openai_compat import OpenAICompatBackend, create_served, messages_payload, parse_message
 
 if TYPE_CHECKING:
-    from ..config import BackendSpec
+    from .spec import OpenAIServerSpec
 
 
 class VllmMlxBackend(OpenAICompatBackend):
@@ -93,7 +93,7 @@ class VllmMlxBackend(OpenAICompatBackend):
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: OpenAIServerSpec, source: str, revision: str | None, url: str | None
 ) -> VllmMlxBackend:
     """The ``vllm-mlx`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
     return create_served(VllmMlxBackend, name, spec, source, url)

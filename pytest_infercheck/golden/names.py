@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..config import LoadedMatrix
+    from ..matrix import LoadedMatrix
 
 GOLDEN_PREFIX = "golden:"
 GOLDEN_NAME = re.compile(r"[A-Za-z0-9_.+-]+")

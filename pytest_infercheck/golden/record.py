@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .file import (
     GoldenError,
@@ -32,10 +32,50 @@ from .names import golden_path
 from .replay import GoldenBackend
 
 if TYPE_CHECKING:
-    from ..checks.comparison.run import ComparisonRun as CheckRun
-    from ..generation_cache import ResolvedTarget
+    from ..backends.base import GenerationParams
+    from ..generation_cache import GenerationCache, ResolvedTarget
+    from ..matrix import CheckSpec, LoadedMatrix, Settings
     from ..specs import Side
-    from ..suites import Prompt
+    from ..suites import Prompt, Suite
+
+
+class CheckRun(Protocol):
+    """What recording and replay read of a compare check's run (the comparison kind's, which
+    imports this module: the run is described here, not imported)."""
+
+    @property
+    def check(self) -> CheckSpec: ...
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def loaded(self) -> LoadedMatrix: ...
+
+    @property
+    def cache(self) -> GenerationCache: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def suite(self) -> Suite: ...
+
+    @property
+    def golden_payloads(self) -> dict[str, dict[str, Any]]:
+        """By prompt id: what :func:`record_prompts` recorded of the prompt (memoised)."""
+        ...
+
+    @property
+    def baseline(self) -> ResolvedTarget: ...
+
+    def tests(self) -> list[Side]: ...
+
+    def resolve(self, side: Side) -> ResolvedTarget: ...
+
+    def prompt(self, prompt_id: str) -> Prompt: ...
+
+    def params(self, prompt: Prompt) -> GenerationParams: ...
 
 
 def golden_name(run: CheckRun) -> str | None:

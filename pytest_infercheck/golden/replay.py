@@ -13,7 +13,7 @@ golden continuation on the test side instead, full rows or top-k (``golden-top-k
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..backends.base import (
     Backend,
@@ -26,10 +26,15 @@ from ..backends.base import (
 from ..tools import Tool
 from .file import GoldenFile, shown
 
-if TYPE_CHECKING:
-    from ..generation_cache import ResolvedTarget
-
 GOLDEN_KIND = "golden"
+
+
+class ResolvedTarget(Protocol):
+    """A side of a comparison as :func:`golden_scorable` reads it (the generation cache's
+    :class:`~..generation_cache.ResolvedTarget`, which replays goldens with this module)."""
+
+    @property
+    def backend(self) -> Backend: ...
 
 
 class GoldenBackend(Backend):

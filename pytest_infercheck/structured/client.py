@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends.http import DONE, HttpClient, HttpError, MalformedEvent
-from ..backends.openai_compat import _message
+from ..backends.http import error_message as _message
 from .read_chat import read_chat
 from .read_chat_stream import assemble_chat_stream
 from .read_messages import assemble_message_stream, read_message

@@ -382,17 +382,17 @@ def test_model_name_names_the_served_model_and_the_source_stays_the_folder(
     tmp_path: Path,
 ) -> None:
     from pytest_infercheck.backends.openai_compat import create
-    from pytest_infercheck.config import BackendSpec
+    from pytest_infercheck.backends.spec import OpenAIServerSpec
 
     folder = tmp_path / "tiny"
     folder.mkdir()
     (folder / "config.json").write_text('{"max_position_embeddings": 512}')
-    spec = BackendSpec(kind="openai", url="http://127.0.0.1:9", model_name="served")
+    spec = OpenAIServerSpec(kind="openai", url="http://127.0.0.1:9", model_name="served")
     b = create("srv", spec, str(folder), None, None)
     assert b.model == "served" and b.model_folder() == folder and b.context_size() == 512
     assert b.identity()["model"] == "served" and b.identity()["source"] == str(folder)
     plain = create(
-        "srv", BackendSpec(kind="openai", url="http://127.0.0.1:9"), str(folder), None, None
+        "srv", OpenAIServerSpec(kind="openai", url="http://127.0.0.1:9"), str(folder), None, None
     )
     assert plain.model == str(folder) and "source" not in plain.identity()
 
@@ -405,13 +405,13 @@ async def test_completions_with_a_model_name_render_the_source_folders_template(
     the request naming the served model (before: "cannot render the chat template ... the
     model 'served' is not a local folder")."""
     from pytest_infercheck.backends.openai_compat import create
-    from pytest_infercheck.config import BackendSpec
+    from pytest_infercheck.backends.spec import OpenAIServerSpec
     from tests.integration.served import chat_model
 
     folder = chat_model(tiny_models["bf16"], tmp_path / "chat")
     script = Script([Reply(body=LEGACY)])
     with fake_server(script) as url:
-        spec = BackendSpec(kind="openai", url=url, model_name="served", retries=0)
+        spec = OpenAIServerSpec(kind="openai", url=url, model_name="served", retries=0)
         b = create("srv", spec, str(folder), None, None)
         prompt = await b.render("12+34=", None, False)
         gen = await b.generate_via("completions", prompt, GenerationParams(2))
@@ -480,9 +480,9 @@ def test_logprobs_false_asks_for_none_and_says_why() -> None:
     import asyncio
 
     from pytest_infercheck.backends.openai_compat import create_served
-    from pytest_infercheck.config import BackendSpec
+    from pytest_infercheck.backends.spec import OpenAIServerSpec
 
-    spec = BackendSpec(kind="openai", url="http://127.0.0.1:9", chat=False, logprobs=False)
+    spec = OpenAIServerSpec(kind="openai", url="http://127.0.0.1:9", chat=False, logprobs=False)
     backend = create_served(OpenAICompatBackend, "srv", spec, "/models/m", None)
     negotiation = asyncio.run(backend.negotiate_logprobs(False))
     assert negotiation.shape is None

@@ -46,7 +46,7 @@ from .base import Backend, Capabilities, Generation, GenerationParams, PromptInp
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..config import BackendSpec
+    from .spec import MlxLmSpec
 
 
 class MlxRelayBackend(Backend):
@@ -99,13 +99,13 @@ class MlxRelayBackend(Backend):
 
 
 def create(
-    name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+    name: str, spec: MlxLmSpec, source: str, revision: str | None, url: str | None
 ) -> MlxRelayBackend:
     """The relay of an ``mlx-relay`` entry, around mlx-lm's backend of the same options."""
     return MlxRelayBackend(name, mlx_lm.create(name, spec, source, revision, url))
 '''
 
-REGISTRY_LINE = '    BackendKind("mlx-relay", ".mlx_relay", server=False, shorthand="relay:DIR"),'
+REGISTRY_LINE = '    BackendKind("mlx-relay", ".mlx_relay", MlxLmSpec, shorthand="relay:DIR"),'
 
 MATRIX = """\
 models:
@@ -228,18 +228,33 @@ def test_the_new_kind_is_validated_like_the_others(
     )
     known = "mlx-lm, openai, vllm, vllm-mlx, sglang, llama-server, ollama, mlx-relay)"
     assert known in result.stdout.str()
-    # An in-process kind takes no url, as mlx-lm.
+    # Its spec is mlx-lm's (its registry line says so): an in-process kind takes no url, and
+    # no key that only servers honour, each refused at its line.
     matrix.write_text(
-        matrix.read_text().replace("{kind: mlx-rel}", "{kind: mlx-relay, url: 'http://x'}")
+        matrix.read_text().replace(
+            "{kind: mlx-rel}",
+            "{kind: mlx-relay, dtype: float32,\n    url: 'http://x',\n    model_name: m}",
+        )
     )
     result = _run(pytester, "--collect-only", "-q")
-    result.stdout.fnmatch_lines(["*infercheck.yaml:5: backends.relay: *remove 'url'/'serve'*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*infercheck.yaml:6: backends.relay.url: a mlx-relay backend runs in-process: "
+            "remove 'url' (a key of openai, *",
+            "*infercheck.yaml:7: backends.relay.model_name: model_name is an option of openai, "
+            "vllm, vllm-mlx, sglang and ollama backends, not of a mlx-relay backend",
+        ]
+    )
+    assert "dtype" not in result.stdout.str()
 
 
 def test_the_new_kind_is_in_the_matrix_schema(pytester: pytest.Pytester, project: Path) -> None:
     result = pytester.run(sys.executable, "-m", "pytest_infercheck.cli", "schema")
     assert result.ret == 0, result.stderr.str()
     defs = json.loads(result.stdout.str())["$defs"]
-    assert "mlx-relay" in defs["BackendSpec"]["properties"]["kind"]["enum"]
+    assert defs["MlxLmSpec"]["properties"]["kind"]["enum"] == ["mlx-lm", "mlx-relay"]
+    backends = json.loads(result.stdout.str())["properties"]["backends"]
+    specs = [ref["$ref"] for ref in backends["additionalProperties"]["anyOf"]]
+    assert specs.count("#/$defs/MlxLmSpec") == 1  # one definition per spec, not per kind
     shorthand = defs["ModelSpec"]["anyOf"][0]
     assert "relay:DIR" in shorthand["description"] and "|relay):" in shorthand["pattern"]

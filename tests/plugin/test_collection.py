@@ -211,3 +211,38 @@ checks:
     result.stdout.fnmatch_lines(
         ["*infercheck.yaml:4: checks[[]0].diff.backends[[]1]: unknown backend*"]
     )
+
+
+def test_a_key_the_backends_kind_does_not_honour_is_a_collection_error_at_its_line(
+    pytester: pytest.Pytester,
+) -> None:
+    """A vLLM entry with ``dtype`` (mlx-lm's key: vLLM's dtype is its serve command's) and an
+    SGLang entry with ``logprobs`` (read by the OpenAI kinds only): each refused at its line,
+    naming the kinds that honour it, before anything runs."""
+    pytester.makefile(".jsonl", arith=SUITE)
+    pytester.makefile(
+        ".yaml",
+        infercheck="""\
+models: {bf16: {path: ./m}}
+backends:
+  local: {kind: mlx-lm, dtype: float32}
+  vllm:
+    kind: vllm
+    url: 'http://127.0.0.1:8000'
+    dtype: float32
+  sgl: {kind: sglang, url: 'http://127.0.0.1:30000', logprobs: false}
+suites: [arith.jsonl]
+checks:
+  - diff: {model: bf16, backends: [local, vllm, sgl]}
+""",
+    )
+    result = pytester.runpytest("--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*infercheck.yaml:7: backends.vllm.dtype: dtype is an option of mlx-lm backends, "
+            "not of a vllm backend",
+            "*infercheck.yaml:8: backends.sgl.logprobs: logprobs is an option of openai, vllm "
+            "and vllm-mlx backends, not of a sglang backend",
+        ]
+    )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_infercheck.backends.llama_server import TIMINGS_SOURCE, timings_activity
+from pytest_infercheck.backends.registry import backend_spec
 from pytest_infercheck.backends.vllm_metrics import (
     ACCEPTED,
     DRAFT_TOKENS,
@@ -19,7 +20,7 @@ from pytest_infercheck.backends.vllm_metrics import (
     counted,
     parse_counters,
 )
-from pytest_infercheck.config import BackendSpec, load_matrix
+from pytest_infercheck.config import load_matrix
 from pytest_infercheck.features import (
     KV_QUANTIZATION,
     SPECULATIVE,
@@ -141,18 +142,23 @@ def test_unexercised_rules() -> None:
 
 
 def test_declared_features_from_serve_commands() -> None:
-    vllm = BackendSpec(
-        kind="vllm",
-        serve="""python -m vllm --port {port} --kv-cache-dtype=fp8 """
-        """--speculative-config '{"method":"ngram","num_speculative_tokens":3}'""",
+    vllm = backend_spec(
+        {
+            "kind": "vllm",
+            "serve": """python -m vllm --port {port} --kv-cache-dtype=fp8 """
+            """--speculative-config '{"method":"ngram","num_speculative_tokens":3}'""",
+        }
     )
     assert [f.describe() for f in declared_features(vllm)] == [
         "KV cache quantization (--kv-cache-dtype fp8)",
         'speculative decoding (ngram (--speculative-config {"method":"ngram",'
         '"num_speculative_tokens":3}))',
     ]
-    llama = BackendSpec(
-        kind="llama-server", serve="llama-server -m {model} --port {port} -md d.gguf -ctk f16"
+    llama = backend_spec(
+        {
+            "kind": "llama-server",
+            "serve": "llama-server -m {model} --port {port} -md d.gguf -ctk f16",
+        }
     )
     assert [f.name for f in declared_features(llama)] == [SPECULATIVE]
     for flags, names in [
@@ -161,17 +167,21 @@ def test_declared_features_from_serve_commands() -> None:
         ("--spec-type none", []),
         ("-fa on -ctk q8_0 -ctv q8_0", [KV_QUANTIZATION]),
     ]:
-        spec = BackendSpec(
-            kind="llama-server", serve=f"llama-server -m {{model}} --port {{port}} {flags}"
+        spec = backend_spec(
+            {"kind": "llama-server", "serve": f"llama-server -m {{model}} --port {{port}} {flags}"}
         )
         assert [f.name for f in declared_features(spec)] == names, flags
-    kv8 = BackendSpec(kind="llama-server", serve="llama-server --port {port} -ctk q8_0 -ctv q8_0")
+    kv8 = backend_spec(
+        {"kind": "llama-server", "serve": "llama-server --port {port} -ctk q8_0 -ctv q8_0"}
+    )
     assert declared_features(kv8) == (
         Feature(KV_QUANTIZATION, "-ctk q8_0", kv_bits=8, server_wide=True),
     )
-    plain = BackendSpec(kind="vllm", serve="python -m vllm --port {port} --kv-cache-dtype auto")
+    plain = backend_spec(
+        {"kind": "vllm", "serve": "python -m vllm --port {port} --kv-cache-dtype auto"}
+    )
     assert declared_features(plain) == ()
-    mlx = BackendSpec.model_validate({"kind": "mlx-lm", "kv_bits": 8, "quantized_kv_start": 0})
+    mlx = backend_spec({"kind": "mlx-lm", "kv_bits": 8, "quantized_kv_start": 0})
     (kv,) = declared_features(mlx)
     assert (kv.kv_bits, kv.detail) == (8, "8 bits from token 0")
 

@@ -69,14 +69,18 @@ def test_renders_ahead_are_the_items_renders_made_concurrently() -> None:
         cache.close()
 
 
-def test_a_failed_render_ahead_is_not_cached() -> None:
+def test_a_failed_render_ahead_fails_its_item_without_asking_again() -> None:
+    """A server that refuses a render once and answers the second time has refused: the item
+    fails with the first error (it used to ask again and pass on the second answer)."""
     server = RenderingServer(concurrency=4, broken={"prompt 1"})
     target = ResolvedTarget("m@srv", ("m", "srv"), server)
     cache = GenerationCache()
     try:
         cache.render_many(target, [prompt(0), prompt(1)], thinking=False)
-        assert cache.render(target, prompt(1), thinking=False).text == "<s>prompt 1"
-        assert server.calls.count("prompt 1") == 2  # asked again by the item
+        with pytest.raises(BackendError):
+            cache.render(target, prompt(1), thinking=False)
+        assert server.calls.count("prompt 1") == 1  # never asked again
+        assert cache.render(target, prompt(0), thinking=False).text == "<s>prompt 0"
     finally:
         cache.close()
 

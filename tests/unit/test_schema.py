@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from jsonschema import Draft202012Validator, ValidationError
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator, PlainValidator, WrapValidator
 
 from pytest_infercheck import schema as schema_module
 from pytest_infercheck.checks.registry import KINDS
@@ -202,14 +202,23 @@ def test_record_is_not_offered() -> None:
 
 
 # -- every validator has its counterpart ---------------------------------------------------------
-def _models(cls: type[BaseModel], seen: set[type[BaseModel]]) -> None:
+def _models(cls: type[BaseModel], seen: set[type[BaseModel]], found: dict[str, str]) -> None:
+    """The models reachable from ``cls`` into ``seen``; the validators given as annotations
+    (``Annotated[..., PlainValidator(f)]``) into ``found``, with the models of their
+    ``json_schema_input_type`` (a backend entry: each kind's spec)."""
+
     def walk(annotation: Any) -> None:
         model = isinstance(annotation, type) and issubclass(annotation, BaseModel)
         if model and annotation not in seen:
             seen.add(annotation)
             for field in annotation.model_fields.values():
                 walk(field.annotation)
+        if isinstance(annotation, PlainValidator | BeforeValidator | WrapValidator):
+            found[annotation.func.__qualname__] = type(annotation).__name__
+            walk(getattr(annotation, "json_schema_input_type", None))
         for arg in typing.get_args(annotation):
+            walk(arg)
+        for arg in getattr(annotation, "__metadata__", ()):
             walk(arg)
 
     walk(cls)
@@ -218,8 +227,8 @@ def _models(cls: type[BaseModel], seen: set[type[BaseModel]]) -> None:
 def _validators() -> dict[str, str]:
     """Qualified name -> mode of every validator of the matrix's models."""
     models: set[type[BaseModel]] = set()
-    _models(Matrix, models)
     found: dict[str, str] = {}
+    _models(Matrix, models, found)
     for model in models:
         decorators = model.__pydantic_decorators__
         for d in decorators.model_validators.values():
@@ -234,7 +243,7 @@ def test_every_before_validator_has_a_counterpart_and_none_is_stale() -> None:
     before = {name for name, mode in validators.items() if mode != "after"}
     assert before == {
         "ModelSpec._shorthand",
-        "BackendSpec._kind_options",
+        "validate_backend_entry",
         "TargetCheck._shorthand",
         "MatrixFields._suite_shorthand",
         "CheckEntry._suite_shorthand",
@@ -382,6 +391,20 @@ MUTATIONS: list[tuple[str, list[Edit], bool]] = [
         True,
     ),
     ("an integer threshold", [(c(0, "max_kl"), 1)], True),
+    ("mlx-lm options", [(b("local", "kv_bits"), 4), (b("local", "quantized_kv_start"), 0)], True),
+    (
+        "mlx-lm draft model",
+        [(b("local", "draft_model"), "./d"), (b("local", "num_draft_tokens"), 0)],
+        True,
+    ),
+    ("mlx-lm batching off", [(b("local", "batching"), False)], True),
+    ("openai logprobs off", [(b("remote", "logprobs"), False)], True),
+    ("ollama model_name", [(b("ollama", "model_name"), "qwen3:4b")], True),
+    (
+        "sglang model_name",
+        [(b("ollama", "kind"), "sglang"), (b("ollama", "model_name"), "m")],
+        True,
+    ),
     ("no settings", [(("settings",), DELETE)], True),
     ("null setting", [(("settings", "num_prompts"), None)], True),
     # Rejected by both.
@@ -411,6 +434,36 @@ MUTATIONS: list[tuple[str, list[Edit], bool]] = [
     ("unknown backend key", [(b("vllm", "gpu"), True)], False),
     ("unknown dtype", [(b("local", "dtype"), "float64")], False),
     ("env value a number", [(b("llama", "env"), {"A": 1})], False),
+    ("backend without kind", [(b("ollama", "kind"), DELETE)], False),
+    ("vllm-mlx with dtype", [(b("vllm", "dtype"), "float32")], False),
+    ("openai with add_bos", [(b("remote", "add_bos"), False)], False),
+    ("llama-server with model_name", [(b("llama", "model_name"), "x")], False),
+    ("ollama with logprobs", [(b("ollama", "logprobs"), False)], False),
+    (
+        "sglang with logprobs",
+        [(b("ollama", "kind"), "sglang"), (b("ollama", "logprobs"), False)],
+        False,
+    ),
+    ("mlx-lm with max_concurrency", [(b("local", "max_concurrency"), 2)], False),
+    ("mlx-lm with env", [(b("local", "env"), {"A": "b"})], False),
+    ("env on an attached server", [(b("vllm", "env"), {"A": "b"})], False),
+    ("health_path on an attached server", [(b("remote", "health_path"), "/x")], False),
+    ("startup_timeout on an attached server", [(b("ollama", "startup_timeout"), 5)], False),
+    ("num_draft_tokens without draft_model", [(b("local", "num_draft_tokens"), 2)], False),
+    ("kv_group_size without kv_bits", [(b("local", "kv_group_size"), 32)], False),
+    (
+        "kv_bits with max_kv_size",
+        [(b("local", "kv_bits"), 4), (b("local", "max_kv_size"), 64)],
+        False,
+    ),
+    (
+        "draft with max_kv_size",
+        [(b("local", "draft_model"), "d"), (b("local", "max_kv_size"), 64)],
+        False,
+    ),
+    ("draft with kv_bits", [(b("local", "draft_model"), "d"), (b("local", "kv_bits"), 4)], False),
+    ("kv_bits 7", [(b("local", "kv_bits"), 7)], False),
+    ("a backend a string", [(b("ollama"), "ollama")], False),
     ("no suites", [(("suites",), [])], False),
     ("suites a string", [(("suites",), "reasoning")], False),
     ("suite without suite", [(("suites",), [{"limit": 5}])], False),

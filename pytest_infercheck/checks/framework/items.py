@@ -16,37 +16,18 @@ applies, for every kind alike (:func:`summarize_items`):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...metrics.degenerate import DegenerateScan, DegenerateTotal, total_degenerate
+from ...metrics.degenerate import total_degenerate
 from ...verdict.gate import judge_gates
-from ...verdict.measure import MeasureValue
-from .outcome import Outcome
+from .summary import RecordedItem as RecordedItem
+from .summary import Summary as Summary
 
 if TYPE_CHECKING:
     from .kind import CheckKind
 
 SHOWN_ITEMS = 5
 """Failed or errored items an aggregate names before ``... N more``."""
-
-
-@dataclass(frozen=True)
-class RecordedItem:
-    """One item of a check x suite as its aggregate sees it: its role, its name in the node
-    id (``r017[q4]``), its record (the kind's dataclass for that role, read back from its
-    plain form, exactly as a results file holds it) and its violations."""
-
-    role: str
-    name: str
-    record: Any
-    """None when the item errored (:attr:`error`)."""
-    error: str | None = None
-    """Why the item produced no record (an engine error), else None."""
-    degenerate: DegenerateScan | None = None
-    """What its generations showed of degenerate output."""
-    violations: tuple[str, ...] = ()
-    """Why the item failed (empty: it passed)."""
 
 
 def records_of(items: Sequence[RecordedItem], role: str) -> list[Any]:
@@ -81,27 +62,6 @@ def failed_items(items: Sequence[RecordedItem]) -> list[str]:
         return []
     names = _named(failed, lambda item: f"{item.name} ({item.violations[0]})")
     return [f"{len(failed)} of {len(items)} items failed: {names}"]
-
-
-@dataclass
-class Summary:
-    """What a kind's ``summarize`` facet makes of its items: the aggregate's record, the
-    kind's own findings (``violations``), the measures its suite gates read, its text and its
-    JUnit properties."""
-
-    record: Any
-    violations: list[str]
-    text: str = ""
-    properties: list[tuple[str, Any]] = field(default_factory=list)
-    measures: dict[str, MeasureValue] = field(default_factory=dict)
-    """What the kind's suite gates read (:mod:`~pytest_infercheck.verdict.gate`)."""
-    degenerate: DegenerateTotal | None = None
-    """The items' degenerate findings counted (:func:`summarize_items`)."""
-
-    def outcome(self) -> Outcome:
-        return Outcome(
-            self.violations, self.text, self.record, self.properties, degenerate=self.degenerate
-        )
 
 
 def summarize_items(

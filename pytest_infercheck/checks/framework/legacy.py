@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...backends.base import BackendError
 from ...metrics.degenerate import DegenerateScan
@@ -23,7 +23,7 @@ from .plan import ItemPlan
 
 if TYPE_CHECKING:
     from ..protocol import LegacyKind
-    from .run import RunContext
+    from .context import RunContext
 
 
 @dataclass
@@ -59,10 +59,12 @@ def adapt(old: LegacyKind) -> CheckKind:
 
     class Gather:
         def __init__(self, run: RunContext) -> None:
+            # The legacy protocol is typed with config's classes, whose objects the run's
+            # context holds (as the Protocols of ..matrix they satisfy).
             self.old = old.run(
                 cache=run.cache,
-                loaded=run.loaded,
-                check=run.check,
+                loaded=cast(Any, run.loaded),
+                check=cast(Any, run.check),
                 index=run.index,
                 suite=run.suite,
                 settings=run.settings,
@@ -97,11 +99,11 @@ def adapt(old: LegacyKind) -> CheckKind:
             options=old.spec,
             thresholds=old.thresholds,
             gates=(),
-            label=old.label,
+            label=cast(Any, old.label),
             context=old.context,
             records=old.records,
-            plan=old.run.plan,
-            rate_gates=old.rate_gates,
+            plan=cast(Any, old.run.plan),
+            rate_gates=cast(Any, old.rate_gates),
             spread_over_workers=old.spread_over_workers,
         ),
         gather=Gather,

@@ -23,74 +23,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...backends.base import BackendError, GenerationParams
+from ...backends.base import BackendError
 from ...metrics.degenerate import DegenerateScan, DegenerateTotal
 from ...records import load_record, plain_data
 from ...verdict.conduct import conduct_notes, conduct_violations
 from ...verdict.gate import judge_gates
 from ...verdict.waiver import apply_waivers
+from .context import RunContext as RunContext
 from .items import RecordedItem, summarize_items
 from .outcome import Outcome, with_degenerate
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec, LoadedMatrix, Settings
-    from ...generation_cache import GenerationCache, ResolvedTarget
-    from ...specs import Side
-    from ...suites import Prompt, Suite
     from .kind import CheckKind, Judged
     from .plan import ItemPlan
-
-
-@dataclass
-class RunContext:
-    """What one check x suite runs in: the process's generation cache, the matrix, the check
-    entry, the suite and the settings; the selection this process runs."""
-
-    cache: GenerationCache
-    loaded: LoadedMatrix
-    check: CheckSpec
-    index: int
-    suite: Suite
-    settings: Settings
-    selected: frozenset[str] = frozenset()
-    """Plan keys whose items survived selection (-k, --lf); empty means all."""
-    only_selected: bool = False
-    """Aggregate only the selected items (under ``--infercheck-shard``: other shards run the
-    rest, and ``pytest-infercheck report`` aggregates the union)."""
-
-    @property
-    def spec(self) -> Any:
-        """The options under the kind key (the kind's own model)."""
-        return self.check.spec
-
-    @property
-    def thresholds(self) -> Any:
-        """The thresholds this check is held to (the kind's own model)."""
-        return self.check.kind_thresholds()
-
-    def resolve(self, side: Side) -> ResolvedTarget:
-        """The live target of one side of the check."""
-        return self.cache.resolve(self.loaded, self.loaded.target(side.ref, side.loc))
-
-    def prompt(self, prompt_id: str) -> Prompt:
-        return next(p for p in self.suite.prompts if p.id == prompt_id)
-
-    def params(self, prompt: Prompt) -> GenerationParams:
-        """Greedy params of ``prompt`` under the run's settings: an explicit ``max_tokens``
-        setting replaces the prompt's own."""
-        s = self.settings
-        tokens = s.max_tokens if s.max_tokens is not None else prompt.max_tokens
-        tokens = tokens or s.default_max_tokens
-        return GenerationParams(max_tokens=tokens, temperature=0.0, seed=s.seed)
-
-    def in_scope(self, key: str) -> bool:
-        """Whether the aggregate covers the item planned under ``key``: every item, or under
-        ``--infercheck-shard`` the shard's selected ones."""
-        return not self.only_selected or key in self.selected
-
-    def wanted(self, key: str) -> bool:
-        """Whether this process runs the item planned under ``key``."""
-        return not self.selected or key in self.selected
 
 
 def item_outcome(kind: CheckKind, judged: Judged, evidence: Any, thresholds: Any) -> Outcome:
@@ -139,17 +84,21 @@ class SuiteRun:
 
     def evidence(self, plan: ItemPlan) -> Any:
         """``plan``'s evidence (a ``BackendError`` when its target failed outright); the
-        first call gathers every item this process runs, at once."""
+        first call gathers every item this process runs, at once (a kind whose items spread
+        over xdist workers, each its own scope, gathers each item when it is asked for:
+        another worker may be running the others)."""
         if plan.full_name not in self._evidence:
             ctx = self.context
-            todo = [plan] + [
-                p
-                for p in self.plans()
-                if p.full_name not in self._evidence
-                and p.full_name != plan.full_name
-                and ctx.wanted(p.key)
-                and ctx.in_scope(p.key)
-            ]
+            todo = [plan]
+            if not self.kind.spec.spread_over_workers:
+                todo += [
+                    p
+                    for p in self.plans()
+                    if p.full_name not in self._evidence
+                    and p.full_name != plan.full_name
+                    and ctx.wanted(p.key)
+                    and ctx.in_scope(p.key)
+                ]
             self._gather(todo)
         return self._evidence[plan.full_name]
 

@@ -50,7 +50,7 @@ from .records import (
     TokenSideRecord,
     WindowRow,
 )
-from .spec import TokenizationSpec, plan, reference_model, side_label
+from .spec import HARNESS, TokenizationSpec, plan, reference_model, side_label
 from .summarize import TokenItem, count_items, summarize
 
 TOKENIZATION = CheckKind(
@@ -67,6 +67,7 @@ TOKENIZATION = CheckKind(
             "aggregate": TokenizationAggregate,
         },
         plan=plan,
+        harness=HARNESS,
     ),
     gather=TokenizationGather,
     judge=judge,

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Literal, cast
 from pydantic import Field
 
 from ...specs import KindSpec, Loc, Side
+from ..framework.kind import HarnessProfile
 from ..framework.plan import ItemPlan
 
 if TYPE_CHECKING:
-    from ...config import CheckSpec, LoadedMatrix
+    from ...matrix import CheckSpec, LoadedMatrix
     from ...suites import Suite
 
 Allowed = Literal["normalization", "control-tokens"]
@@ -63,3 +64,9 @@ def reference_model(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
     """``tokenization(adder)``: the reference target's model."""
     side = check.baseline_side(index)
     return loaded.target(side.ref, side.loc).model
+
+
+HARNESS = HarnessProfile({"tokenization": {"targets": ["{reference}", "{target}"]}})
+"""The verdict harness's check (``tests/harness``): the reference and the target under test
+(the fake engine as ``llama-server``; its ``openai`` shape has no tokenizer). Blind to
+nothing: a rendering the harness changes, empties or cuts must fail."""
