@@ -187,12 +187,13 @@ def test_no_orphan_when_pytest_is_killed_or_interrupted(
     run ends as after Ctrl-C, stopping its servers) or terminated (SIGTERM: Python's default
     action ends the process at once, the watchdog again). No server process is left.
 
-    Each wait is for the event, with a deadline stretched by the machine's load: under load
-    (7-10 on 2 cores) an interrupted pytest took more than the 60 s once allowed to end (its
-    end-of-run work, a few CPU seconds, among others' processes), and the inner run slept a
-    fixed 120 s where it now waits for the signal. The inner run takes SIGINT as Ctrl-C
-    whatever the test run was started with (started as a background job of a shell script,
-    it would ignore SIGINT and never end)."""
+    The inner run takes SIGINT as Ctrl-C whatever the test run was started with: started as
+    a background job of a shell script (as test runs are, several at once, on a loaded
+    machine), it inherited SIGINT ignored and never ended, and the test timed out after 60 s.
+    Each wait is for the event, with a deadline stretched by the machine's load (an
+    interrupted pytest's end-of-run work is a few CPU seconds: 6.6 s on a loaded machine,
+    25.6 s with a fifth of a core), and the inner run waits for the signal where it slept a
+    fixed 120 s."""
     serve_project()
     marker = pytester.path / "server-is-up"
     pytester.makeconftest(
