@@ -28,6 +28,7 @@ from .finite import (
     non_finite_positions,
     row_problems,
 )
+from .keys import ambiguous_key
 
 __all__ = [
     "DEFAULT_MASS_TOL",
@@ -294,8 +295,12 @@ def topk_kl_lower_bound(
     """Lower bound of ``KL(base || test)`` at one position from the two sides' top-k lists.
 
     Each mapping is ``token id -> natural-log probability`` for the tokens that side
-    reported. Nothing is renormalised. Let ``S`` be the ids present in *both* maps and ``T``
-    every other token of the vocabulary (the tail). With ``p``, ``q`` the two sides'
+    reported (or ``token text -> ...`` for a server that returns no ids). Nothing is
+    renormalised. Let ``S`` be the ids present in *both* maps and ``T`` every other token of
+    the vocabulary (the tail). A text key that may name more than one token
+    (:func:`~.keys.ambiguous_key`: ``\ufffd``, ``bytes:``, empty, or carried by two entries)
+    is left out of ``S``: the two sides' values under it may be two different tokens'; its
+    mass stays in the side's reported mass ``M``, so in its tail. With ``p``, ``q`` the two sides'
     probabilities (``exp`` of the logprobs, whatever their total mass)::
 
         KL = sum_v p(v) log(p(v) / q(v))
@@ -342,7 +347,11 @@ def topk_kl_lower_bound(
         x = float(value)
         if math.isnan(x) or x == math.inf:
             return math.nan
-    shared = [tok for tok in base_top if tok in test_top]
+    shared = [
+        tok
+        for tok in base_top
+        if tok in test_top and not ambiguous_key(tok, base_top) and not ambiguous_key(tok, test_top)
+    ]
     log_b = [float(base_top[tok]) for tok in shared]
     log_t = [float(test_top[tok]) for tok in shared]
     p_b = [math.exp(x) for x in log_b]
