@@ -28,7 +28,8 @@ bug's output; streams pass unaltered.
 
 With ``empty_body``, a request chosen for alteration is not forwarded at all: the proxy
 answers it with HTTP 200 and an empty body (no content type), as a broken server or gateway
-may, streamed or not.
+may, streamed or not. With ``error_status`` (a 4xx or 5xx), such a request is answered with
+that status and a JSON error (``faulty proxy: injected HTTP 500``) instead.
 
 With ``alter_paths``, every generation response on those paths (``/v1/chat/completions``)
 is altered, whatever the order of the requests.
@@ -68,6 +69,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+import httpcore  # noqa: F401  (with httpx: see pytest_infercheck/backends/http.py)
 import httpx
 
 GENERATION_PATHS = frozenset(
@@ -119,6 +121,7 @@ class Fault:
     poison: str | None = None  # after a request whose body contains this, alter every later one
     delay_s: float = 0.0  # added latency per generation request
     empty_body: bool = False  # an altered request gets HTTP 200 with an empty body instead
+    error_status: int = 0  # an altered request gets this HTTP status (a JSON error) instead
     stutter: bool = False  # an altered non-streamed llama-server /completion: every token twice
     perturb_repeat: bool = False  # alter the second request with a prompt seen once before
     perturb_later_turns: bool = False  # alter a cacheable request extending an earlier prompt
@@ -773,6 +776,16 @@ class FaultyProxy:
         if request is not None and self.fault.empty_body and self._should_alter(request):
             self._count_altered()
             self._send_whole(handler, 200, [], b"")
+            return
+        status = self.fault.error_status
+        if request is not None and status and self._should_alter(request):
+            self._count_altered()
+            message = json.dumps(
+                {"error": {"code": status, "message": f"faulty proxy: injected HTTP {status}"}}
+            )
+            self._send_whole(
+                handler, status, [("Content-Type", "application/json")], message.encode()
+            )
             return
         if request is not None and self.fault.refuse_streams and streamed(body):
             self._count_altered()

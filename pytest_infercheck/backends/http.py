@@ -26,9 +26,19 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import httpcore  # noqa: F401  (loaded with httpx: see below)
 import httpx
 
 from .base import BackendError
+
+# httpx imports httpcore lazily, at its first transport, and keeps a process-wide map of
+# httpcore's exception classes to its own (``httpx._transports.default.HTTPCORE_EXC_MAP``),
+# filled at the first request. A test run that unloads the modules a test imported (pytest's
+# ``pytester`` does, at teardown) would then unload httpcore alone, when its first request
+# was made inside such a test: the httpcore imported again afterwards raises classes that
+# map no longer knows, and a timeout or a refused connection escapes as a raw
+# ``httpcore.ReadTimeout`` instead of the ``HttpError`` that names it. Importing httpcore
+# with httpx keeps the two together, loaded and unloaded at once.
 
 if TYPE_CHECKING:
     from .spec import ServedSpec

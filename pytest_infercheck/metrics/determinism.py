@@ -21,6 +21,7 @@ from ..records import OMIT_WHEN_EMPTY
 from .consistency import Fault, empty_fault, is_empty, read_generation, reported_logprobs
 from .degenerate import Degenerate, DegenerateScan
 from .finite import strict_max
+from .past_tie import AfterTie
 from .sameness import compare_outputs
 from .stats import wilson_interval
 from .ties import DEFAULT_TIE_MARGIN, SideTokens, TieDivergence, tie_divergence
@@ -117,6 +118,9 @@ class DistinctOutput:
     (:mod:`.ties`: the margins of the modal output's first run and this output's first run
     under their own logprobs); absent for the modal output and when the outputs differ only
     in text."""
+    after_tie: AfterTie | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """Under ``fail_on: decisive``, a near-tie output judged past its near-tie
+    (:mod:`.past_tie`: both outputs teacher-forced); absent otherwise."""
 
 
 @dataclass

@@ -72,15 +72,6 @@ UNMEASURED = (
     "the gate and why: an output without logprobs leaves {gate} unmeasured (for that run or "
     "side) and the item passes"
 )
-REFUSED = "a request the target offers and refuses (4xx) or fails (5xx) fails the item"
-COMPANION = FINDING.format(rule=REFUSED) + (
-    "a companion's request in a batch that is refused or fails is dropped with its output "
-    "(only the needle's result is read), and the item passes"
-)
-UNNAMED = FINDING.format(rule=REFUSED + " with the server's message") + (
-    "the failed request fails the item through max_error_rate, but nothing the item says "
-    "names the server's status or message"
-)
 FIRST_TURN = FINDING.format(rule="a fault under a written gate fails an item") + (
     "cache-parity's multi-turn scenario generates its first turn through the cache and feeds "
     "that answer to both the reference and the scenario: a cache hit that corrupts it (a "
@@ -100,12 +91,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("cache-parity", "warm-reference"): COLD,
     ("cache-parity", "no-logprobs"): UNMEASURED.format(gate="logprob_tolerance"),
     **{(kind, "no-logprobs"): TEXT_METHOD for kind in ("compare", "sweep", "diff")},
-    ("determinism", "no-logprobs"): UNMEASURED.format(gate="max_logprob_drift"),
-    ("batch-invariance", "no-logprobs"): UNMEASURED.format(gate="logprob_tolerance"),
-    ("batch-invariance", "http-4xx"): COMPANION,
-    ("batch-invariance", "http-5xx"): COMPANION,
-    ("stress", "http-4xx"): UNNAMED,
-    ("stress", "http-5xx"): UNNAMED,
     ("cache-parity", "changed-token"): FIRST_TURN,
 }
 """(kind, fault kind) -> the verdict bug its kind still has: the issue's words, or what the

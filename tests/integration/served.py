@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpcore  # noqa: F401  (with httpx: see pytest_infercheck/backends/http.py)
 import httpx
 import pytest
 

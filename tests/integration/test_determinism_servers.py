@@ -13,6 +13,8 @@ faithful engines and failing on faulty ones.
   not, so every batch-invariance item must fail.
 - A prompt longer than a slot's context: a real HTTP 400 on every run, counted as failed
   runs (modal share 0, the suite's error rate gate fails).
+- The same prompt with ``max_error_rate: 1.0``: every run of it failed, so nothing was
+  judged: the item fails with the server's message (it used to pass).
 - vllm-mlx, simple engine (one request at a time) and ``--continuous-batching``: identical
   text for the addition prompts (measured 0 changes in 2 x 540 determinism runs and 180
   needle trials at 8 in flight). The continuous-batching engine is not deterministic for
@@ -140,7 +142,7 @@ def test_determinism_fails_on_exactly_the_perturbed_prompts(
     result.stdout.fnmatch_lines(
         [
             "*2 distinct outputs in 3 runs (modal share 0.6667)*",
-            "*determinism score 0.8750 < min_determinism 1.0*",
+            "*determinism score (95% Wilson interval *) 0.875 < min_determinism 1*",
             "*det*adder@llama*3*5/8*0.8750*FAIL*",
         ]
     )
@@ -180,8 +182,47 @@ def test_failed_runs_count_in_the_denominator(
         [
             "*3 runs: modal share 0.0000, 0 distinct outputs, 3 failed*",
             "*run 0: *HTTP 400*exceeds the available context size*",
-            "*3/3 runs failed (max_error_rate 0.0)*",
-            "*3/6 runs failed: error rate 0.5000 > max_error_rate 0.0*",
+            "*adder@llama: every run (3 of 3) of long failed: HTTP 400: *exceeds the available*",
+            "*error rate (3/3 runs failed) 1 > max_error_rate 0*",
+            "*error rate over all runs (3/6 runs failed) 0.5 > max_error_rate 0*",
+        ]
+    )
+
+
+def test_an_item_whose_every_run_failed_fails_whatever_the_error_rate_allows(
+    pytester: pytest.Pytester, llama: str, adder: str
+) -> None:
+    """``max_error_rate: 1.0`` allows failed runs, but a prompt whose every run failed (a
+    real HTTP 400: longer than a slot's context) has nothing to judge. Before, its item
+    passed (3/3 <= 1.0, no distinct outputs) and so did the aggregate; it fails with the
+    server's message."""
+    _write(
+        pytester,
+        adder,
+        llama_at(llama),
+        "  - determinism: {target: adder@llama, runs: 3}\n    name: det\n"
+        "    max_error_rate: 1.0\n    suites: [long.jsonl]\n",
+        suites=", long.jsonl",
+    )
+    long = "12+34=" * 20  # 121 tokens
+    pytester.makefile(
+        ".jsonl",
+        long=f'{{"id": "ok", "prompt": "7+8=", "max_tokens": 5}}\n'
+        f'{{"id": "long", "prompt": "{long}", "max_tokens": 5}}',
+    )
+    result = _run(pytester)
+    cases = _outcomes(pytester)
+    assert {k: v["outcome"] for k, v in cases.items()} == {
+        "determinism(det)::ok": "passed",
+        "determinism(det)::long": "failed",
+        "determinism(det)::aggregate": "failed",
+    }, result.stdout.str()
+    assert cases["determinism(det)::long"]["infercheck_errors"] == "3"
+    result.stdout.fnmatch_lines(
+        [
+            "*adder@llama: every run (3 of 3) of long failed: HTTP 400: *exceeds the available "
+            "context size*",
+            "*1 of 2 items failed: long (adder@llama: every run (3 of 3) of long failed: *",
         ]
     )
 
@@ -237,7 +278,7 @@ def test_vllm_mlx_engines(pytester: pytest.Pytester, adder: str, vllm_mlx_bin: P
     result = _run(pytester)
     cases = _outcomes(pytester)
     failed = sorted(k for k, v in cases.items() if v["outcome"] == "failed")
-    assert failed == ["determinism(flip)::z10"], result.stdout.str()
+    assert failed == ["determinism(flip)::aggregate", "determinism(flip)::z10"], result.stdout.str()
     assert len(cases) == 4 * 9 + 2
     flip = cases["determinism(flip)::z10"]
     assert int(flip["infercheck_distinct"]) >= 2 and float(flip["infercheck_modal_share"]) < 1

@@ -4,6 +4,8 @@
   both workers, all hit the one server, every output equals its reference: pass.
 - The faulty proxy (alters a response whenever another generation overlapped it) in front
   of a real llama-server: level 1 passes, every level above fails on consistency.
+- The faulty proxy answering every request of a level with HTTP 500: the level fails with
+  the server's message, whatever ``max_error_rate`` and ``min_consistency`` allow.
 - vllm-mlx's simple engine without ``VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION=wait`` answers
   concurrent requests with HTTP 503: level 1 passes, levels above fail with the 503s counted.
 - vllm-mlx ``--continuous-batching``: the sums below are stable under 8-way concurrency and
@@ -146,8 +148,36 @@ def test_faulty_proxy_altering_concurrent_answers_fails_every_level_above_one(
         assert data["mismatches"] and data["mismatches"][0]["unit"] == "token"
     assert proxy.altered > 0 and proxy.max_in_flight >= 2
     result.stdout.fnmatch_lines(
-        ["*c2*FAIL*", "*consistency * outputs equal to their reference) < min_consistency 1.0*"]
+        ["*c2*FAIL*", "*consistency (*/16 outputs equal to their reference) * < min_consistency 1*"]
     )
+
+
+def test_a_level_whose_every_request_failed_fails_whatever_its_gates_allow(
+    pytester: pytest.Pytester, adder: str, llama_np4: str
+) -> None:
+    """The proxy answers every prompt's second request (the level's: the references were the
+    first) with HTTP 500. ``max_error_rate: 1.0`` and ``min_consistency: 0.0`` allow all of
+    it; before, the level of nothing but errors passed. Nothing was judged: it fails with
+    the server's message."""
+    with FaultyProxy(llama_np4, Fault(perturb_repeat=True, error_status=500)) as proxy:
+        write_project(
+            pytester,
+            f"  adder: {adder}",
+            llama_at(proxy.url),
+            "  - stress: {target: adder@llama, levels: [1], repeats: 1}\n"
+            "    max_error_rate: 1.0\n    min_consistency: 0.0\n",
+        )
+        pytester.makeconftest(CONFTEST.replace("MARK", "no-managed-server"))
+        result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+        assert proxy.requests == 16 and proxy.altered == 8
+    assert result.parseoutcomes() == {"failed": 2}, result.stdout.str()
+    recs = records(pytester.path)
+    data = recs["c1"]["data"]
+    assert data["errors"] == {"http_500": 8} and data["error_rate"] == 1.0
+    assert recs["c1"]["violations"] == [
+        "adder@llama: every request (8 of 8) at c1 failed: HTTP 500: faulty proxy: injected "
+        "HTTP 500"
+    ]
 
 
 def _vllm_project(pytester: pytest.Pytester, model: Path, vllm: Path, flags: str) -> None:
@@ -177,7 +207,7 @@ def test_vllm_mlx_simple_engine_answers_concurrent_requests_busy(
         assert busy > 0 and set(data["errors"]) == {"http_503"}, name
         # errors stay in the denominators; what did get an answer is still right
         assert data["error_rate"] == busy / 16 and data["consistent"] == 16 - busy, name
-    result.stdout.fnmatch_lines(["*error rate * (*/16: http_503 x*) > max_error_rate 0.0*"])
+    result.stdout.fnmatch_lines(["*error rate (*/16: http_503 x*) * > max_error_rate 0*"])
 
 
 def test_vllm_mlx_continuous_batching_passes_on_stable_sums(

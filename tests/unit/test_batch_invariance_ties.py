@@ -17,11 +17,12 @@ from pytest_infercheck.checks.batch_invariance import (
     describe,
     summarize,
     trial_labels,
-    trial_violations,
 )
+from pytest_infercheck.checks.batch_invariance.evidence import BatchInvarianceEvidence
 from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
 from pytest_infercheck.config import CheckSpec
 from pytest_infercheck.records import load_record, plain_data
+from tests.unit.engine_verdicts import rescored, violations
 
 
 def gen(ids: list[int], lps: list[float], top: list[dict[Any, float]]) -> Generation:
@@ -77,8 +78,12 @@ def test_fail_on_decisive_passes_only_the_near_tie_trial() -> None:
         "'bf' alone vs 'bg' batched"
     )
     tolerance = {"logprob_tolerance": 1.0}
-    assert trial_violations(record(near), thresholds(**tolerance)) == [differs.format(n=0)]
-    assert trial_violations(record(near, far), thresholds(fail_on="decisive", **tolerance)) == [
+    assert violations(
+        "batch-invariance", BatchInvarianceEvidence(record(near)), thresholds(**tolerance)
+    ) == [differs.format(n=0)]
+    # the near-tie trial is waived once both outputs were judged past it (scored)
+    scored = BatchInvarianceEvidence(record(near, far), rescored([1, 5]), {0: rescored([1, 6])})
+    assert violations("batch-invariance", scored, thresholds(fail_on="decisive", **tolerance)) == [
         differs.format(n=1)
     ]
 

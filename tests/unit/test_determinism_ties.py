@@ -15,13 +15,20 @@ from pytest_infercheck.checks.determinism import (
     DeterminismPrompt,
     DeterminismThresholds,
     describe,
-    item_violations,
     summarize,
 )
+from pytest_infercheck.checks.determinism.evidence import DeterminismEvidence
 from pytest_infercheck.checks.protocol import RecordedItem
 from pytest_infercheck.config import CheckSpec
-from pytest_infercheck.metrics.determinism import RunOutput, run_output, summarize_runs
+from pytest_infercheck.metrics.determinism import (
+    DeterminismSummary,
+    RunOutput,
+    run_output,
+    summarize_runs,
+)
+from pytest_infercheck.metrics.past_tie import Rescored
 from pytest_infercheck.records import load_record, plain_data
+from tests.unit.engine_verdicts import rescored, violations
 
 
 def gen(ids: list[int], lps: list[float], top: list[dict[Any, float]], **kw: Any) -> RunOutput:
@@ -115,27 +122,47 @@ def test_full_rows_give_exact_margins_and_text_keyed_top_k_is_read_by_token_text
     assert tie.divergence_label == "near-tie"
 
 
+def item_violations(
+    summary: DeterminismSummary,
+    thresholds: DeterminismThresholds,
+    scored: dict[int, Rescored] | None = None,
+) -> list[str]:
+    evidence = DeterminismEvidence("p", "m@local", summary, [], scored or {})
+    return violations("determinism", evidence, thresholds)
+
+
+# Both outputs scored on the engine: every token its engine's own choice.
+SCORED = {0: rescored([1, 2, 3]), 1: rescored([1, 2, 4])}
+
+
 def test_fail_on_decisive_passes_only_distinct_outputs_that_all_part_at_a_near_tie() -> None:
     near = summarize_runs([MODAL, NEAR, MODAL])
     distinct = "2 distinct outputs in 3 runs (modal share 0.6667)"
     assert item_violations(near, check()) == [distinct]
-    assert item_violations(near, check(fail_on="decisive")) == []
+    assert item_violations(near, check(fail_on="decisive"), SCORED) == []
     assert item_violations(
-        summarize_runs([MODAL, NEAR, MODAL], 0.004), check(fail_on="decisive")
+        summarize_runs([MODAL, NEAR, MODAL], 0.004), check(fail_on="decisive"), SCORED
     ) == [distinct]
     bare = run_output(Generation("abe", [1, 2, 4], "stop"), 0)
     mixed = summarize_runs([MODAL, NEAR, MODAL, bare])
     assert mixed.divergence_labels == ["near-tie", "unknown"]
-    assert item_violations(mixed, check(fail_on="decisive")) == [
+    assert item_violations(mixed, check(fail_on="decisive"), SCORED) == [
         "3 distinct outputs in 4 runs (modal share 0.5000)"
     ]
+
+
+def prompt_record(s: DeterminismSummary) -> DeterminismPrompt:
+    return DeterminismPrompt(
+        "p", "m@local", s.runs, s.modal_share, s.distinct, s.errors, [],
+        s.first_divergences, s.max_logprob_drift, s.outputs,
+    )  # fmt: skip
 
 
 def test_the_item_text_record_and_aggregate_count_the_labels() -> None:
     s = summarize_runs([MODAL, NEAR, MODAL])
     assert (
         "    near-tie at token 2 (margins: modal 0.005, this 0.002 nats; noise floor 0.0005)"
-        in (describe(s, []).splitlines())
+        in describe(prompt_record(s)).splitlines()
     )
     record = DeterminismPrompt(
         "p",

@@ -3,8 +3,9 @@ every fault the kind can see fails the item and the aggregate, named (a NaN or `
 logprob, a logprob that does not match its token, an empty generation, a non-finite
 similarity), while a ``-inf`` logprob and a position the server did not report do not.
 
-The run objects are the kinds' own (:class:`DeterminismRun`, ...), given a stub generation
-cache and matrix: only the engine is scripted."""
+The run objects are the framework's, serving the kinds' own gatherers
+(:class:`DeterminismGather`, ...; a kind not yet split into facets: its old run class), given
+a stub generation cache and matrix: only the engine is scripted."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ import pytest
 
 from pytest_infercheck.backends.base import Generation, GenerationParams, PromptInput
 from pytest_infercheck.checks import parity
-from pytest_infercheck.checks.batch_invariance import BatchInvariancePrompt, BatchInvarianceRun
+from pytest_infercheck.checks.batch_invariance import BatchInvarianceGather, BatchInvariancePrompt
 from pytest_infercheck.checks.cache_pollution import CachePollutionRun, HostileRecord
-from pytest_infercheck.checks.determinism import DeterminismPrompt, DeterminismRun
+from pytest_infercheck.checks.determinism import DeterminismGather, DeterminismPrompt
 from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
 from pytest_infercheck.checks.parity import ParityPrompt
 from pytest_infercheck.checks.parity.gather import EndpointGather, StreamGather
@@ -148,7 +149,8 @@ PROMPTS = (prompt("p1", "12+34="), prompt("p2", "40+35="))
 
 
 def make_run(run_type: type, entry: dict[str, Any], script: Script, **engine: Any) -> Any:
-    """The framework's run of the check ``entry`` (a kind whose run class is ``run_type``)."""
+    """The framework's run of the check ``entry`` (a kind whose gatherer, or old run class,
+    is ``run_type``)."""
     check = CheckSpec.model_validate(entry)
     suite = Suite("s", Path("s.jsonl"), PROMPTS)
     context = RunContext(Cache(Engine(script, **engine)), LOADED, check, 0, suite, Settings())  # type: ignore[arg-type]
@@ -167,7 +169,7 @@ DETERMINISM = {"determinism": {"target": "adder@llama", "runs": 3}, "max_logprob
 
 
 def test_determinism_passes_a_faithful_engine() -> None:
-    run = make_run(DeterminismRun, DETERMINISM, lambda text, n: GOOD)
+    run = make_run(DeterminismGather, DETERMINISM, lambda text, n: GOOD)
     assert outcome(run, "p1")[0] == [] and run.aggregate().violations == []
 
 
@@ -179,12 +181,12 @@ def test_determinism_names_a_nan_logprob_that_max_used_to_hide() -> None:
             return gen("46", [55, 57, 2], [-0.5, NAN, -0.125])
         return GOOD
 
-    run = make_run(DeterminismRun, DETERMINISM, script)
+    run = make_run(DeterminismGather, DETERMINISM, script)
     violations, data = outcome(run, "p2")
     assert violations == [
         "non-finite logprob in run 1 at position 1 (NaN)",
-        "logprob drift nan among runs with identical tokens is not finite: fails "
-        "max_logprob_drift 1e-06",
+        "max_logprob_drift: logprob drift among runs with identical tokens is not finite "
+        "(nan): fails",
     ]
     assert [f.text for f in data.faults] == [violations[0]]
     assert outcome(run, "p1")[0] == []
@@ -203,7 +205,7 @@ def test_determinism_names_an_empty_run_and_a_logprob_off_its_token() -> None:
         # p2: token 57's logprob is -0.25 in its own top-k map but -0.75 as the chosen one
         return gen("46", [55, 57, 2], [-0.5, -0.75, -0.1], [{55: -0.5}, {57: -0.25}, {2: -0.1}])
 
-    run = make_run(DeterminismRun, DETERMINISM, script)
+    run = make_run(DeterminismGather, DETERMINISM, script)
     violations, _ = outcome(run, "p1")
     assert violations[0] == "empty generation: run 2 generated no tokens while run 0 generated 2"
     assert "2 distinct outputs in 3 runs (modal share 0.6667)" in violations
@@ -229,9 +231,64 @@ def test_determinism_takes_minus_inf_and_unreported_positions() -> None:
         top: list[dict[Any, float]] = [{55: -0.5}, {} if n == 0 else {57: -0.25}, {2: -INF}]
         return gen("46", [55, 57, 2], [-0.5, NAN if n == 0 else -0.25, -INF], top)
 
-    run = make_run(DeterminismRun, DETERMINISM, script)
+    run = make_run(DeterminismGather, DETERMINISM, script)
     violations, data = outcome(run, "p1")
     assert violations == [] and data.max_logprob_drift == 0.0
+
+
+def test_determinism_fails_an_item_whose_every_run_failed_whatever_max_error_rate() -> None:
+    """Before: with max_error_rate 1.0 every run failing (3/3 <= 1.0) and no output (no
+    distinct outputs) passed the item and the aggregate. Nothing was judged: it fails with
+    the server's message."""
+    from pytest_infercheck.backends.http import HttpError
+
+    def script(text: str, n: int) -> Generation:
+        if text == "40+35=":
+            body = '{"error": {"code": 500, "message": "boom"}}'
+            raise HttpError(f"backend 'llama': POST /completion -> HTTP 500: {body}", 500, body)
+        return GOOD
+
+    entry = {**DETERMINISM, "max_error_rate": 1.0}
+    run = make_run(DeterminismGather, entry, script)
+    violations, data = outcome(run, "p2")
+    assert violations == [
+        "adder@llama: every run (3 of 3) of p2 failed: HTTP 500: boom",
+        "max_logprob_drift: not measured: no two runs with identical tokens (0 distinct "
+        "outputs of 0 successful runs)",
+    ]
+    assert data.errors == 3 and data.error_messages[0].startswith("run 0: backend 'llama'")
+    assert outcome(run, "p1")[0] == []
+    assert run.aggregate().violations == [f"1 of 2 items failed: p2 ({violations[0]})"]
+
+
+def test_determinism_fails_a_written_drift_gate_it_cannot_measure() -> None:
+    """A server that returns no logprobs: ``max_logprob_drift`` written, the drift is never
+    measured. Before, the gate silently never applied (drift None) and the item passed."""
+    bare = gen("46", [55, 57, 2])
+    run = make_run(DeterminismGather, DETERMINISM, lambda text, n: bare)
+    violations, data = outcome(run, "p1")
+    assert data.max_logprob_drift is None
+    assert violations == [
+        "max_logprob_drift: not measured: no logprobs: adder@llama returned no logprobs with "
+        "its runs"
+    ]
+    unwritten = {"determinism": DETERMINISM["determinism"]}
+    assert outcome(make_run(DeterminismGather, unwritten, lambda text, n: bare), "p1")[0] == []
+
+
+def test_determinism_fails_a_drift_gate_over_a_run_that_dropped_its_logprobs() -> None:
+    """Run 1 of p1 comes back with no logprobs, the others with theirs: the drift was 0.0
+    over the runs that had them, and the item passed; the drift over run 1 is unknown."""
+
+    def script(text: str, n: int) -> Generation:
+        return gen("46", [55, 57, 2]) if text == "12+34=" and n == 1 else GOOD
+
+    run = make_run(DeterminismGather, DETERMINISM, script)
+    assert outcome(run, "p1")[0] == [
+        "max_logprob_drift: not measured: run 1 of 3 successful runs returned no logprobs: "
+        "the drift over them is unknown"
+    ]
+    assert outcome(run, "p2")[0] == []
 
 
 # -- batch-invariance ----------------------------------------------------------------------------
@@ -246,14 +303,14 @@ def needle_script(batched: Generation) -> Script:
 
 
 def test_batch_invariance_passes_a_faithful_engine() -> None:
-    run = make_run(BatchInvarianceRun, NEEDLE, needle_script(GOOD))
+    run = make_run(BatchInvarianceGather, NEEDLE, needle_script(GOOD))
     assert outcome(run, "p1")[0] == [] and run.aggregate().violations == []
 
 
 def test_batch_invariance_names_a_nan_logprob_that_max_used_to_hide() -> None:
     # |diffs| 0, NaN, 0: the old max(0.0, nan, 0.0) was 0.0, within any tolerance.
     run = make_run(
-        BatchInvarianceRun, NEEDLE, needle_script(gen("46", [55, 57, 2], [-0.5, NAN, -0.125]))
+        BatchInvarianceGather, NEEDLE, needle_script(gen("46", [55, 57, 2], [-0.5, NAN, -0.125]))
     )
     violations, record = outcome(run, "p1")
     where = [f"trial {t.trial} (position {t.position} of 3)" for t in record.trials]
@@ -278,7 +335,7 @@ def test_batch_invariance_names_a_nan_logprob_that_max_used_to_hide() -> None:
 
 
 def test_batch_invariance_names_an_empty_batched_output() -> None:
-    run = make_run(BatchInvarianceRun, NEEDLE, needle_script(gen("", [2], [-0.01])))
+    run = make_run(BatchInvarianceGather, NEEDLE, needle_script(gen("", [2], [-0.01])))
     violations, record = outcome(run, "p1")
     first = f"trial 0 (position {record.trials[0].position} of 3)"
     assert violations[0] == (
@@ -294,10 +351,59 @@ def test_batch_invariance_names_a_fault_of_the_output_alone_once() -> None:
             return gen("46", [55, 57, 2], [-0.5, -0.25, INF])
         return GOOD
 
-    run = make_run(BatchInvarianceRun, NEEDLE, script)
+    run = make_run(BatchInvarianceGather, NEEDLE, script)
     violations, _ = outcome(run, "p1")
     assert violations[0] == "non-finite logprob in the output alone at position 2 (+inf)"
     assert sum("non-finite" in v for v in violations) == 1
+
+
+def test_batch_invariance_fails_a_failed_batched_request_with_the_servers_message() -> None:
+    from pytest_infercheck.backends.http import HttpError
+
+    def script(text: str, n: int) -> Generation:
+        if text == "12+34=#batched":
+            body = '{"error": {"code": 503, "message": "busy"}}'
+            raise HttpError(f"backend 'llama': POST /completion -> HTTP 503: {body}", 503, body)
+        return GOOD
+
+    run = make_run(BatchInvarianceGather, NEEDLE, script)
+    violations, record = outcome(run, "p1")
+    assert [t.error for t in record.trials] == [
+        "HttpError: backend 'llama': POST /completion -> HTTP 503: "
+        '{"error": {"code": 503, "message": "busy"}}'
+    ] * 2
+    # the scripted batch fails as a whole (its needle raised): each of its requests failed
+    expected = []
+    for t in record.trials:
+        where = f"trial {t.trial} (position {t.position} of 3)"
+        for i, name in enumerate(t.batch):
+            what = "the batched request" if i == t.position else f"companion {name} at position {i}"
+            expected.append(f"{where}: {what} failed: HTTP 503: busy")
+    assert violations == expected and len(expected) == 6
+
+
+def test_batch_invariance_fails_a_written_tolerance_over_an_output_without_logprobs() -> None:
+    entry = {**NEEDLE, "logprob_tolerance": 0.001}
+    run = make_run(BatchInvarianceGather, entry, needle_script(gen("46", [55, 57, 2])))
+    violations, record = outcome(run, "p1")
+    where = [f"trial {t.trial} (position {t.position} of 3)" for t in record.trials]
+    assert violations == [
+        f"logprob_tolerance: not measured: {where[0]}'s batched output, {where[1]}'s batched "
+        "output returned no logprobs: its difference is unknown"
+    ]
+
+
+def test_batch_invariance_fails_a_written_tolerance_it_cannot_measure() -> None:
+    """``logprob_tolerance`` written on a server that returns no logprobs: never measured,
+    so it fails; its default is not required of such a server."""
+    bare = gen("46", [55, 57, 2])
+    entry = {**NEEDLE, "logprob_tolerance": 0.001}
+    run = make_run(BatchInvarianceGather, entry, lambda text, n: bare)
+    assert outcome(run, "p1")[0] == [
+        "logprob_tolerance: not measured: no trial compared logprobs (no logprobs: "
+        "adder@llama returned no logprobs)"
+    ]
+    assert outcome(make_run(BatchInvarianceGather, NEEDLE, lambda text, n: bare), "p1")[0] == []
 
 
 # -- stream-parity and endpoint-parity -----------------------------------------------------------
@@ -432,11 +538,11 @@ def test_the_html_detail_of_each_kind_lists_its_faults() -> None:
 
     after = {"after": lambda text, n: bad}
     records = [
-        ("determinism", "prompt", make_run(DeterminismRun, DETERMINISM, only_p1("")), "p1"),
+        ("determinism", "prompt", make_run(DeterminismGather, DETERMINISM, only_p1("")), "p1"),
         (
             "batch-invariance",
             "prompt",
-            make_run(BatchInvarianceRun, NEEDLE, only_p1("#batched")),
+            make_run(BatchInvarianceGather, NEEDLE, only_p1("#batched")),
             "p1",
         ),
         ("stream-parity", "prompt", make_run(StreamGather, STREAM, only_p1("#streamed")), "p1"),

@@ -25,7 +25,7 @@ from pytest_infercheck.checks.determinism import (
     DeterminismAggregate,
     DeterminismPrompt,
 )
-from pytest_infercheck.checks.protocol import LegacyKind as CheckKind
+from pytest_infercheck.checks.framework.kind import CheckKind
 from pytest_infercheck.checks.stress import (
     STRESS,
     Mismatch,
@@ -173,14 +173,17 @@ def test_a_trials_error_is_in_the_json_only_when_its_request_failed() -> None:
 
 
 def test_every_role_has_a_record() -> None:
-    assert DETERMINISM.records == {"prompt": DeterminismPrompt, "aggregate": DeterminismAggregate}
-    assert BATCH_INVARIANCE.records == {
+    assert DETERMINISM.spec.records == {
+        "prompt": DeterminismPrompt,
+        "aggregate": DeterminismAggregate,
+    }
+    assert BATCH_INVARIANCE.spec.records == {
         "prompt": BatchInvariancePrompt,
         "aggregate": BatchInvarianceAggregate,
     }
-    assert STRESS.records == {"level": StressLevel, "aggregate": StressAggregate}
+    assert STRESS.spec.records == {"level": StressLevel, "aggregate": StressAggregate}
     for kind, role, record, _ in ITEMS:
-        assert isinstance(record, kind.records[role])
+        assert isinstance(record, kind.spec.records[role])
 
 
 # -- the recorded quickstart ---------------------------------------------------------------
@@ -210,10 +213,10 @@ def test_the_recorded_quickstart_items_read_back_key_for_key() -> None:
     kinds = {k.name: k for k in (DETERMINISM, BATCH_INVARIANCE, STRESS)}
     items = [i for i in json.loads(SNAPSHOT.read_text()) if i["kind"] in kinds]
     assert {(i["kind"], i["role"]) for i in items} == {
-        (kind, role) for kind, k in kinds.items() for role in k.records
+        (kind, role) for kind, k in kinds.items() for role in k.spec.records
     }
     for item in items:
-        record_type = kinds[item["kind"]].records[item["role"]]
+        record_type = kinds[item["kind"]].spec.records[item["role"]]
         record: Any = load_record(record_type, _undrop(item["data"]))
         assert _drop(plain_data(record)) == item["data"], item["nodeid"]
 
@@ -232,8 +235,14 @@ def test_views_render_and_fall_back_on_a_missing_field(
     broken = {k: v for k, v in plain.items() if k != first}
     page = parse(item_detail({**item, "data": broken}, "failed"))
     assert page.one("details")
-    if role in kind.views and kind.views[role].__module__ == type(record).__module__:
+    views = kind.present.views
+    if role in views and views[role].__module__.rpartition(".")[0] == kind_package(record):
         assert "(ValidationError in the detail view)" in page.text()
+
+
+def kind_package(record: Any) -> str:
+    """The kind's package a record belongs to (``pytest_infercheck.checks.stress``)."""
+    return type(record).__module__.rpartition(".")[0]
 
 
 def test_views_read_the_records() -> None:
@@ -286,13 +295,15 @@ def test_terminal_summary_from_plain_records() -> None:
 def _column_record(kind: CheckKind) -> type:
     """The record whose plain form is one column of the kind's summary table: the level of a
     kind whose columns are its levels, else the aggregate."""
-    return kind.records["level"] if kind.columns is not None else kind.records["aggregate"]
+    records = kind.spec.records
+    return records["level"] if kind.present.columns is not None else records["aggregate"]
 
 
 @pytest.mark.parametrize("kind", [DETERMINISM, BATCH_INVARIANCE, STRESS], ids=lambda k: k.name)
 def test_measure_keys_are_record_fields(kind: CheckKind) -> None:
     fields = {f.name for f in dataclasses.fields(_column_record(kind))}
-    keys = {key for _, measure_keys, _ in kind.measures for key in measure_keys}
+    keys = {key for _, measure_keys, _ in kind.present.measures for key in measure_keys}
     assert keys and keys <= fields, keys - fields
-    if kind.bars is not None:
-        assert {kind.bars.value, kind.bars.low, kind.bars.high} <= fields
+    bars = kind.present.bars
+    if bars is not None:
+        assert {bars.value, bars.low, bars.high} <= fields

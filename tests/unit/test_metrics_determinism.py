@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.backends.base import Generation
-from pytest_infercheck.checks.determinism import item_violations
+from pytest_infercheck.checks.determinism.evidence import DeterminismEvidence
 from pytest_infercheck.config import CheckSpec
 from pytest_infercheck.metrics.determinism import (
+    DeterminismSummary,
     DistinctOutput,
     RunOutput,
     determinism_score,
@@ -18,6 +19,7 @@ from pytest_infercheck.metrics.determinism import (
     output_key,
     summarize_runs,
 )
+from tests.unit.engine_verdicts import violations
 
 
 def ids(*tokens: int, lp: tuple[float, ...] | None = None, text: str = "") -> RunOutput:
@@ -194,8 +196,8 @@ def test_a_needle_with_the_same_text_but_other_token_ids_is_not_invariant(
         AloneOutput,
         BatchInvariancePrompt,
         compare_to_alone,
-        trial_violations,
     )
+    from pytest_infercheck.checks.batch_invariance.evidence import BatchInvarianceEvidence
 
     alone = Generation("46", [55, 57, 2], "stop", [-0.25, -0.5, -1.0])
     batched = Generation("46", batched_ids, "stop", [-0.25, -0.5, -1.0][: len(batched_ids)])
@@ -204,8 +206,8 @@ def test_a_needle_with_the_same_text_but_other_token_ids_is_not_invariant(
     record = BatchInvariancePrompt(
         "needle", "q4@local", 0, AloneOutput("46", [55, 57, 2]), [trial], "burst"
     )
-    spec = CheckSpec.model_validate({"batch-invariance": "m"})
-    assert trial_violations(record, spec) == [
+    spec = CheckSpec.model_validate({"batch-invariance": "m"}).kind_thresholds()
+    assert violations("batch-invariance", BatchInvarianceEvidence(record), spec) == [
         f"trial 0 (position 1 of 2): output differs from the prompt alone at {at}: "
         "'46' alone vs '46' batched"
     ]
@@ -298,12 +300,18 @@ def check(**thresholds: object) -> CheckSpec:
     return CheckSpec.model_validate({"determinism": "m", **thresholds})
 
 
+def item_violations(summary: DeterminismSummary, entry: CheckSpec) -> list[str]:
+    """The prompt's violations, as the framework judges its evidence."""
+    evidence = DeterminismEvidence("p", "m@local", summary, [])
+    return violations("determinism", evidence, entry.kind_thresholds())
+
+
 def test_item_violations_name_the_faults_and_a_nan_drift_fails_the_limit() -> None:
     runs = [ids(1, 2, lp=(-0.5, -0.1)), ids(1, 2, lp=(-0.5, NAN))]
     summary = summarize_runs(runs)
     assert item_violations(summary, check(max_logprob_drift=1e-6)) == [
-        "logprob drift nan among runs with identical tokens is not finite: fails "
-        "max_logprob_drift 1e-06"
+        "max_logprob_drift: logprob drift among runs with identical tokens is not finite "
+        "(nan): fails"
     ]
     from pytest_infercheck.metrics.determinism import run_output
 
@@ -311,6 +319,6 @@ def test_item_violations_name_the_faults_and_a_nan_drift_fails_the_limit() -> No
     assert item_violations(summary, check()) == ["non-finite logprob in run 3 at position 0 (NaN)"]
     apart = summarize_runs([ids(1, lp=(-INF,)), ids(1, lp=(-2.0,))])
     assert item_violations(apart, check(max_logprob_drift=1.0)) == [
-        "logprob drift inf among runs with identical tokens is not finite: fails "
-        "max_logprob_drift 1.0"
+        "max_logprob_drift: logprob drift among runs with identical tokens is not finite "
+        "(inf): fails"
     ]

@@ -16,17 +16,16 @@ from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.checks.stress import (
-    STRESS,
     Mismatch,
     Output,
     Reference,
+    StressEvidence,
     StressLevel,
     StressThresholds,
     batches,
     error_kind,
     jobs_for,
     level_data,
-    level_violations,
     token_count,
 )
 from pytest_infercheck.config import check_model
@@ -35,6 +34,7 @@ from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.shared_work import SharedWork
 from pytest_infercheck.suites import Prompt
 from pytest_infercheck.xdist_scheduling import scope_of
+from tests.unit.engine_verdicts import violations
 
 
 def prompt(pid: str, answer: str | None = None, kind: str | None = "number") -> Prompt:
@@ -129,6 +129,12 @@ def check(**thresholds: object) -> StressThresholds:
     return typed
 
 
+def level_violations(data: StressLevel, thresholds: StressThresholds) -> list[str]:
+    """The level's violations, as the framework judges its evidence."""
+    evidence = StressEvidence(data, confidence=thresholds.flips.confidence)
+    return violations("stress", evidence, thresholds, "level")
+
+
 def test_gates() -> None:
     data = StressLevel(
         target="m@srv",
@@ -147,17 +153,19 @@ def test_gates() -> None:
         max_in_flight=4,
         mismatches=[],
     )
-    violations = level_violations(data, check())
-    assert violations == [
-        "error rate 0.100 (2/20: http_503 x2) > max_error_rate 0.0",
-        "consistency 0.850 (17/20 outputs equal to their reference) < min_consistency 1.0",
+    found = level_violations(data, check())
+    assert found == [
+        "error rate (2/20: http_503 x2) 0.1 > max_error_rate 0",
+        "consistency (17/20 outputs equal to their reference) 0.85 < min_consistency 1",
     ]
     assert level_violations(data, check(max_error_rate=0.1, min_consistency=0.85)) == []
     # flip gate: the Wilson upper bound of 1/20 at 95% (z = 1.96) is
-    # (0.05 + z^2/40 + z sqrt(0.05 * 0.95 / 20 + z^2/1600)) / (1 + z^2/20) = 0.236
+    # (0.05 + z^2/40 + z sqrt(0.05 * 0.95 / 20 + z^2/1600)) / (1 + z^2/20) = 0.236131
     upper = check(max_error_rate=0.1, min_consistency=0.8, flips={"max_rate": 0.2})
     (flip,) = level_violations(data, upper)
-    assert flip == ("flip rate 0.050 (1/20; Wilson upper bound at 0.95 0.236) > flips.max_rate 0.2")
+    assert flip == "flip rate (1/20; Wilson upper bound at 0.95) 0.236131 > flips.max_rate 0.2"
+    wider = check(max_error_rate=0.1, min_consistency=0.8, flips={"max_rate": 0.24})
+    assert level_violations(data, wider) == []
     point = check(
         max_error_rate=0.1, min_consistency=0.8, flips={"max_rate": 0.05, "gate": "point"}
     )
@@ -292,38 +300,69 @@ def level_item(data: StressLevel) -> RecordedItem:
 CONTEXT = TargetContext("m@srv", {"m@srv": {"kind": "llama-server"}})
 
 
-def test_the_aggregate_judges_each_level_record_again_in_level_order() -> None:
+def judged_item(data: StressLevel, thresholds: StressThresholds) -> RecordedItem:
+    """A level as the aggregate reads it: its record through plain data and back, with the
+    violations its item was judged to have."""
+    found = level_violations(data, thresholds)
+    record = load_record(StressLevel, plain_data(data))
+    return RecordedItem("level", f"c{data.level}", record, violations=tuple(found))
+
+
+def test_the_aggregate_is_every_level_in_level_order_with_its_items_verdict() -> None:
     clean = level_data(1, "m@srv", [Output("a", 0.0, 1.0, "46", [10, 11, 2], 3)], REFS, PROMPTS)
     changed = level_data(4, "m@srv", [Output("a", 0.0, 1.0, "47", [10, 14, 2], 3)], REFS, PROMPTS)
-    assert clean.violations == changed.violations == []  # as recorded: never judged
-    items = [level_item(changed), level_item(clean)]
-    summary = STRESS.summarize(items, check(), CONTEXT)
-    assert summary.violations == [
-        "c4: consistency 0.000 (0/1 outputs equal to their reference) < min_consistency 1.0"
-    ]
+    assert clean.violations == changed.violations == []  # as measured: never judged
+    items = [judged_item(changed, check()), judged_item(clean, check())]
+    stress = kind_named("stress")
+    assert stress is not None
+    summary = summarize_items(stress, items, check(), CONTEXT)
+    gate = "consistency (0/1 outputs equal to their reference) 0 < min_consistency 1"
+    assert summary.violations == [f"1 of 2 items failed: c4 ({gate})"]
     assert [d.level for d in summary.record.levels] == [1, 4]
     assert summary.record.levels[0].violations == []
-    assert summary.record.levels[1].violations == [summary.violations[0].removeprefix("c4: ")]
+    assert summary.record.levels[1].violations == [gate]
     assert summary.properties[0] == ("infercheck_levels_failed", 1)
-    assert STRESS.summarize(items, check(min_consistency=0.0), CONTEXT).violations == []
-    assert STRESS.summarize(items[::-1], check(), CONTEXT) == summary
+    loose = [judged_item(d, check(min_consistency=0.0)) for d in (changed, clean)]
+    assert summarize_items(stress, loose, check(min_consistency=0.0), CONTEXT).violations == []
+    assert summarize_items(stress, items[::-1], check(), CONTEXT) == summary
 
 
 @pytest.mark.parametrize(
     ("outputs", "words"),
     [
-        ([Output("a", 0.0, math.nan, "46")], "c2: non-finite latency at request 0 (NaN)"),
-        ([Output("a", 0.0, 1.0, "")], "c2: empty generation in 1 of 1 requests"),
+        ([Output("a", 0.0, math.nan, "46")], "non-finite latency at request 0 (NaN)"),
+        ([Output("a", 0.0, 1.0, "")], "empty generation in 1 of 1 requests"),
     ],
     ids=["nan-latency", "empty"],
 )
-def test_a_fault_of_a_level_fails_the_aggregate_whatever_the_thresholds(
+def test_a_fault_of_a_level_fails_it_and_the_aggregate_whatever_the_thresholds(
     outputs: list[Output], words: str
 ) -> None:
     data = level_data(2, "m@srv", outputs, {"a": Reference("46", None)}, [prompt("a", "46")])
     loose = check(max_error_rate=1.0, min_consistency=0.0)
-    violations = STRESS.summarize([level_item(data)], loose, CONTEXT).violations
-    assert len(violations) == 1 and violations[0].startswith(words), violations
+    item = judged_item(data, loose)
+    assert len(item.violations) == 1 and item.violations[0].startswith(words), item.violations
+    stress = kind_named("stress")
+    assert stress is not None
+    (line,) = summarize_items(stress, [item], loose, CONTEXT).violations
+    assert line.startswith(f"1 of 1 items failed: c2 ({words}"), line
+
+
+def test_a_level_whose_every_request_failed_fails_whatever_the_thresholds() -> None:
+    """Before: error rate 1.0 within max_error_rate 1.0 and consistency 0 within
+    min_consistency 0 passed a level of nothing but errors. A level with nothing to judge
+    fails with the server's message (the gather's RequestFailure)."""
+    from pytest_infercheck.verdict.conduct import RequestFailure
+
+    outputs = [Output("a", 0.0, 0.1, error="http_500", message="boom", status=500)] * 2
+    data = level_data(2, "m@srv", outputs, REFS, PROMPTS)
+    loose = check(max_error_rate=1.0, min_consistency=0.0)
+    assert level_violations(data, loose) == []  # the gates alone pass it
+    failure = RequestFailure("m@srv", "every request (2 of 2) at c2", "boom", 500)
+    evidence = StressEvidence(data, failures=[failure])
+    assert violations("stress", evidence, loose, "level") == [
+        "m@srv: every request (2 of 2) at c2 failed: HTTP 500: boom"
+    ]
 
 
 def test_a_level_that_errored_is_named_by_the_aggregate() -> None:

@@ -4,6 +4,7 @@ that crossed processes as JSON (top-k id keys as strings): margins computed by h
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -12,19 +13,22 @@ from pytest_infercheck.backends.base import Generation
 from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
 from pytest_infercheck.checks.stress import (
     STRESS,
+    NearTie,
     Output,
     Reference,
+    StressEvidence,
     StressLevel,
     StressThresholds,
     level_data,
     level_text,
-    level_violations,
+    measure_level,
     reference_of,
 )
 from pytest_infercheck.config import CheckSpec
 from pytest_infercheck.metrics.determinism import side_tokens
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.suites import Prompt
+from tests.unit.engine_verdicts import outcome, rescored, violations
 
 PROMPTS = [Prompt("a", "a=", None, 5, None, None, None, "t:1")]
 
@@ -83,14 +87,40 @@ def test_margins_and_labels_against_the_shared_reference() -> None:
     assert "  divergences {'near-tie': 1, 'decisive': 1, 'unknown': 0}" in text
 
 
-def test_fail_on_decisive_counts_near_ties_as_consistent() -> None:
-    data = level()
-    strict = "consistency 0.333 (1/3 outputs equal to their reference) < min_consistency 0.6"
-    assert level_violations(data, thresholds(min_consistency=0.6)) == [strict]
-    assert level_violations(data, thresholds(min_consistency=0.6, fail_on="decisive")) == []
-    assert level_violations(data, thresholds(fail_on="decisive")) == [
-        "consistency 0.333 (1/3 outputs equal to their reference, 1 more at a near-tie) "
-        "< min_consistency 1.0"
+def evidence(scored: bool) -> StressEvidence:
+    """The level with its near-tie output (request 0) scored on the engine, or not."""
+    outputs = [output(NEAR), output(FAR), output(REF)]
+    data, near = measure_level(3, "m@srv", outputs, {"a": shared_reference()}, PROMPTS)
+    assert near == [NearTie(0, "a", 1, 0)]
+    if scored:
+        near[0].output, near[0].reference = rescored([1, 6]), rescored([1, 5])
+    return StressEvidence(data, near)
+
+
+def test_fail_on_decisive_counts_near_ties_judged_past_as_consistent() -> None:
+    strict = "consistency (1/3 outputs equal to their reference) 0.333333 < min_consistency 0.6"
+    assert violations("stress", evidence(True), thresholds(min_consistency=0.6)) == [strict]
+    decisive = thresholds(min_consistency=0.6, fail_on="decisive")
+    judged = violations("stress", evidence(True), decisive, "level")
+    assert judged == []
+    # Not scored (an engine that cannot score): nothing is judged past the near-tie, the
+    # gate's violation stands and the item says why.
+    unjudged = evidence(False)
+    found = outcome("stress", unjudged, decisive, "level")
+    assert found.violations == [strict] and found.data.violations == [strict]
+    assert found.text.splitlines()[-1] == (
+        "fail_on: decisive not applied: counting the 0 of 1 near-tie outputs judged past "
+        "their near-tie, consistency 0.333 is still < min_consistency 0.6; 1 not: a's "
+        "reference not judged past the near-tie at token 1: not scored"
+    )
+    waived = outcome("stress", evidence(True), decisive, "level")
+    assert waived.data.violations == [] and waived.text.splitlines()[-1].endswith(
+        "(1 outputs that leave their reference at a near-tie were judged past it by teacher "
+        "forcing and count as consistent: 2/3 = 0.667 >= min_consistency 0.6)"
+    )
+    # Scored, but even counting its near-tie output 2/3 < 1.0: the gate stands.
+    assert violations("stress", evidence(True), thresholds(fail_on="decisive"), "level") == [
+        "consistency (1/3 outputs equal to their reference) 0.333333 < min_consistency 1"
     ]
 
 
@@ -101,3 +131,21 @@ def test_the_aggregate_sums_the_levels_labels() -> None:
     summary = STRESS.summarize(items, thresholds(), TargetContext("m@srv", {}))
     assert summary.record.divergence_labels == {"near-tie": 1, "decisive": 1, "unknown": 0}
     assert ("infercheck_divergences_decisive", 1) in summary.properties
+
+
+def test_a_levels_evidence_crosses_processes_as_json_unchanged() -> None:
+    """What a worker publishes of a level (its near-ties scored, a failure of its requests)
+    is what another worker reads back: a NaN score stays NaN, the failure its words."""
+    from pytest_infercheck.metrics.past_tie import Rescored, ScoredToken
+    from pytest_infercheck.verdict.conduct import RequestFailure
+
+    data = evidence(True)
+    assert data.near_ties[0].output is not None
+    data.near_ties[0].output = Rescored([ScoredToken(1, float("nan"), -0.5, 1)])
+    data.failures.append(RequestFailure("m@srv", "every request (3 of 3) at c3", "boom", 500))
+    back = load_record(StressEvidence, json.loads(json.dumps(plain_data(data))))
+    assert back.level == data.level and back.failures == data.failures
+    (tie,) = back.near_ties
+    assert tie.reference == data.near_ties[0].reference and tie.output is not None
+    assert tie.output.tokens is not None and math.isnan(tie.output.tokens[0].chosen)
+    assert back.conduct.failures == data.failures

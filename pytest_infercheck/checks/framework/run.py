@@ -84,17 +84,21 @@ class SuiteRun:
 
     def evidence(self, plan: ItemPlan) -> Any:
         """``plan``'s evidence (a ``BackendError`` when its target failed outright); the
-        first call gathers every item this process runs, at once."""
+        first call gathers every item this process runs, at once (a kind whose items spread
+        over xdist workers, each its own scope, gathers each item when it is asked for:
+        another worker may be running the others)."""
         if plan.full_name not in self._evidence:
             ctx = self.context
-            todo = [plan] + [
-                p
-                for p in self.plans()
-                if p.full_name not in self._evidence
-                and p.full_name != plan.full_name
-                and ctx.wanted(p.key)
-                and ctx.in_scope(p.key)
-            ]
+            todo = [plan]
+            if not self.kind.spec.spread_over_workers:
+                todo += [
+                    p
+                    for p in self.plans()
+                    if p.full_name not in self._evidence
+                    and p.full_name != plan.full_name
+                    and ctx.wanted(p.key)
+                    and ctx.in_scope(p.key)
+                ]
             self._gather(todo)
         return self._evidence[plan.full_name]
 

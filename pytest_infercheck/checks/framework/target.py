@@ -37,6 +37,21 @@ def target_label(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
     return f"{target.model}.{target.backend}" if several else target.model
 
 
+def no_logprobs_reason(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str | None:
+    """Why the check's target returns no logprobs, known from the matrix alone (its backend
+    entry says ``logprobs: false``, or its kind ignores logprob requests); None otherwise."""
+    side = check.baseline_side(index)
+    target = loaded.target(side.ref, side.loc)
+    backend = loaded.matrix.backends.get(target.backend)
+    if backend is None:
+        return None
+    if backend.kind == "vllm-mlx":
+        return f"backend {target.backend!r} (vllm-mlx) returns no logprobs"
+    if not getattr(backend, "logprobs", True):
+        return f"backend {target.backend!r} has logprobs: false"
+    return None
+
+
 S = TypeVar("S")
 
 

@@ -37,6 +37,7 @@ from ...specs import (
 )
 from ...verdict.gate import Gate
 from ..framework.plan import ItemPlan
+from ..framework.target import no_logprobs_reason
 
 if TYPE_CHECKING:
     from ...matrix import CheckSpec, LoadedMatrix
@@ -133,21 +134,6 @@ def endpoint_plan(check: CheckSpec, suite: Suite) -> list[ItemPlan]:
         for p in suite.prompts
         for endpoint in endpoints[1:]
     ]
-
-
-def no_logprobs_reason(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str | None:
-    """Why the check's target returns no logprobs, known from the matrix alone (its backend
-    entry says ``logprobs: false``, or its kind ignores logprob requests); None otherwise."""
-    side = check.baseline_side(index)
-    target = loaded.target(side.ref, side.loc)
-    backend = loaded.matrix.backends.get(target.backend)
-    if backend is None:
-        return None
-    if backend.kind == "vllm-mlx":
-        return f"backend {target.backend!r} (vllm-mlx) returns no logprobs"
-    if not getattr(backend, "logprobs", True):
-        return f"backend {target.backend!r} has logprobs: false"
-    return None
 
 
 def stream_unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> Mapping[str, str]:

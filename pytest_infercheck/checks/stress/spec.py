@@ -1,0 +1,112 @@
+"""The ``stress`` kind's YAML, items and gates: the suite at increasing concurrency.
+
+Items: one per level (``c1``, ``c2``, ... role ``level``) plus ``aggregate``. Gates, per
+level (each reads a measure of :class:`~.evidence.StressEvidence`):
+
+- ``max_error_rate``: ``error_rate``, failed requests / requests;
+- ``min_consistency``: ``consistency``, outputs equal to their reference / requests (an
+  error counts as inconsistent); with ``fail_on: decisive`` the outputs that leave their
+  reference at a near-tie and were judged past it count as consistent (:mod:`.judge`);
+- ``flips.max_rate``: the flip rate, on the upper bound of its Wilson interval at
+  ``flips.confidence`` (``flip_rate_upper``) or the point estimate with ``gate: point``
+  (``flip_rate``); a bound that cannot pass at the smallest level's size is a collection
+  error (:func:`flip_rate_gates`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from pydantic import Field, field_validator
+
+from ...specs import ErrorRate, FlipGates, FlipThresholds, TargetCheck, TieGates
+from ...verdict.gate import Gate
+from ..framework.kind import RateGate
+from ..framework.plan import ItemPlan
+from .measure import jobs_for
+
+if TYPE_CHECKING:
+    from ...matrix import CheckSpec
+    from ...suites import Suite
+
+
+class StressSpec(TargetCheck):
+    """The suite at each concurrency level; ``repeats`` copies of every prompt per level, so a
+    prompt is also in flight with itself."""
+
+    levels: list[int] = Field(
+        default_factory=lambda: [1, 2, 4, 8, 16],
+        min_length=1,
+        json_schema_extra={"uniqueItems": True, "items": {"type": "integer", "minimum": 1}},
+    )
+    repeats: int = Field(default=2, ge=1)
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, value: list[int]) -> list[int]:
+        if any(level < 1 for level in value) or len(set(value)) != len(value):
+            raise ValueError("levels must be distinct integers >= 1")
+        return sorted(value)
+
+
+class StressThresholds(ErrorRate, FlipGates, TieGates):
+    """Per level: ``min_consistency`` (the share of outputs equal to their reference; with
+    ``fail_on: decisive`` an output that leaves it at a near-tie and was judged past it counts
+    as consistent, :class:`~pytest_infercheck.specs.TieGates`, whose ``tie_margin`` labels a
+    divergence), ``max_error_rate`` (the share of failed requests), ``flips.max_rate`` (the
+    flip rate, on the upper bound of its Wilson interval at ``flips.confidence`` or the point
+    estimate with ``gate: point``). A level has no single answer, so ``flips.fail_item_on``
+    other than its default is refused rather than ignored."""
+
+    min_consistency: float = Field(default=1.0, ge=0, le=1)
+
+    @field_validator("flips")
+    @classmethod
+    def _rate_only(cls, value: FlipThresholds) -> FlipThresholds:
+        if value.fail_item_on != FlipThresholds().fail_item_on:
+            raise ValueError(
+                "stress does not use flips.fail_item_on: it gates each level's flip rate "
+                "(flips.max_rate)"
+            )
+        return value
+
+
+def flip_measure(thresholds: Any) -> str:
+    """The measure ``flips.max_rate`` reads: the Wilson upper bound, or the point estimate
+    with ``gate: point``."""
+    return "flip_rate_upper" if thresholds.flips.gate == "upper" else "flip_rate"
+
+
+GATES = (
+    Gate("max_error_rate", "error_rate", "max", "error rate"),
+    Gate("min_consistency", "consistency", "min", "consistency"),
+    Gate("flips.max_rate", flip_measure, "max", "flip rate"),
+)
+
+
+def plan(check: CheckSpec, suite: Suite) -> list[ItemPlan]:
+    """One item per level, ``c<level>``."""
+    levels = cast(StressSpec, check.spec).levels
+    return [ItemPlan(f"c{level}", "level", str(level)) for level in levels]
+
+
+def flip_rate_gates(check: CheckSpec, suite: Suite) -> list[RateGate]:
+    """``flips.max_rate`` on the upper Wilson bound of each level's flip rate, counted over
+    the level's requests: the smallest level sends the fewest."""
+    gate = cast(StressThresholds, check.kind_thresholds()).flips
+    if gate.max_rate is None or gate.gate != "upper":
+        return []
+    spec = cast(StressSpec, check.spec)
+    level = min(spec.levels)
+    n = len(jobs_for(suite.prompts, level, spec.repeats))
+    copies = n // max(len(suite.prompts), 1)
+    return [
+        RateGate(
+            field=("flips", "max_rate"),
+            max_rate=gate.max_rate,
+            confidence=gate.confidence,
+            n=n,
+            trials=f"{n} requests at c{level} ({len(suite.prompts)} prompts x {copies})",
+            unit="requests per level (prompts x repeats)",
+        )
+    ]
