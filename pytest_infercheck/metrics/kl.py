@@ -10,6 +10,7 @@ positions in chunks and only ever holds ``O(chunk_size * V)`` float64 temporarie
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,12 +30,15 @@ from .finite import (
     row_problems,
 )
 from .keys import ambiguous_key
+from .precision import MASS_TOL, mass_tolerance
 
 __all__ = [
     "DEFAULT_MASS_TOL",
+    "MassTol",
     "PositionStats",
     "Tail",
     "position_stats",
+    "side_mass_tol",
     "tail_term_bound",
     "topk_kl_lower_bound",
     "topk_kl_lower_bound_positions",
@@ -230,16 +234,11 @@ def _kl_term(p: float, log_p: float, log_q: float) -> float:
     return p * (log_p - log_q)
 
 
-DEFAULT_MASS_TOL = 1e-5
-"""How far from 1 the total probability mass of a side known only by its top-k may be for
-:func:`topk_kl_lower_bound` to hold (see there). float32 log-softmax rows (``x -
-logsumexp(x)`` in float32) were measured within 5e-7 of 1 (numpy, V = 5 .. 152k, logit
-scales 0.5 .. 30); a golden's logprobs rounded to 6 decimals move it by at most 5e-7 more:
-1e-5 leaves ten times that. The slack it costs is at most ``mass_tol / e`` = 3.7e-6 nats
-at a position where both tails are below it (a larger ``mass_tol`` loosens the bound at
-near-certain positions: with 1e-4 a float32 repro with a true KL of 2.4e-3 bounds to 0). Rows
-summed less carefully (bfloat16 logprobs are off by up to ~0.5%) need a larger ``mass_tol``,
-or their value is an estimate, not a bound."""
+DEFAULT_MASS_TOL = MASS_TOL["float32"]
+"""How far from 1 the total probability mass of a float32 row is taken to be at most (1e-3:
+mlx's float32 log-softmax was measured 2.5e-4 off at V = 152k). With ``mass_tol=None`` the
+functions below read each top-k side's precision from its values
+(:func:`~.precision.mass_tolerance`: bfloat16 rows are off by up to 0.15, so 0.3)."""
 
 
 @dataclass(frozen=True)
@@ -284,11 +283,27 @@ def tail_term_bound(base: Tail, test: Tail) -> float:
     return x * math.log(x / y) if x > 0.0 else 0.0
 
 
+MassTol = float | tuple[float | None, float | None] | None
+"""A mass tolerance for both sides, or ``(base, test)``; None: read from the values."""
+
+
+def side_mass_tol(maps: Sequence[Mapping[Any, float]], chosen: Sequence[float] = ()) -> float:
+    """One side's mass tolerance read from every value it reported (all its positions' top-k
+    and its chosen logprobs: :func:`~.precision.mass_tolerance`). A side's precision is its
+    engine's, so all positions vote: a position whose only value is ``0.0`` does not tell."""
+    return mass_tolerance(itertools.chain((v for m in maps for v in m.values()), chosen))
+
+
+def _tol(mass_tol: MassTol, side: int, top: Mapping[Any, float]) -> float:
+    tol = mass_tol[side] if isinstance(mass_tol, tuple) else mass_tol
+    return mass_tolerance(top.values()) if tol is None else tol
+
+
 def topk_kl_lower_bound(
     base_top: Mapping[int, float],
     test_top: Mapping[int, float],
     *,
-    mass_tol: float = DEFAULT_MASS_TOL,
+    mass_tol: MassTol = None,
     base_tail: float | None = None,
     test_tail: float | None = None,
 ) -> float:
@@ -315,7 +330,11 @@ def topk_kl_lower_bound(
         KL_S = sum_{v in S} p(v) log(p(v) / q(v)) + min_{P in [P_lo, P_hi], Q <= Q_hi} P log(P / Q)
 
     For a side known by its top-k, with ``M_S`` its mass on ``S`` and ``M`` on every id it
-    reported: ``[max(1 - mass_tol, M) - M_S, max(1, M) + mass_tol - M_S]``
+    reported: ``[max(1 - mass_tol, M) - M_S, max(1, M) + mass_tol - M_S]``, ``mass_tol``
+    given (one for both sides, or ``(base, test)``), or read from that side's values'
+    precision where None (:func:`~.precision.mass_tolerance`: 1e-3 for float32 rows, 0.3
+    for bfloat16 ones; a position whose only value is ``0.0`` does not tell: the functions
+    over positions read a side's precision from all of them, :func:`side_mass_tol`)
     (:meth:`Tail.of_top_k`); for a side whose full row is known, its exact tail
     (``base_tail`` / ``test_tail``: the mass of that side's tokens outside ``S``, i.e. outside
     the other map's ids when both maps hold the same ids). So the result never exceeds the
@@ -338,10 +357,11 @@ def topk_kl_lower_bound(
     entries are legitimate.
 
     Raises:
-        ValueError: if ``mass_tol < 0``.
+        ValueError: if ``mass_tol`` is given and not ``>= 0``.
     """
-    if not mass_tol >= 0.0:
-        raise ValueError(f"mass_tol must be >= 0, got {mass_tol}")
+    for tol in mass_tol if isinstance(mass_tol, tuple) else (mass_tol,):
+        if tol is not None and not tol >= 0.0:
+            raise ValueError(f"mass_tol must be >= 0, got {tol}")
     exact_tails = [t for t in (base_tail, test_tail) if t is not None]
     for value in (*base_top.values(), *test_top.values(), *exact_tails):
         x = float(value)
@@ -363,9 +383,13 @@ def topk_kl_lower_bound(
         Tail.exact(exact)
         if exact is not None
         else Tail.of_top_k(
-            math.fsum(on_shared), math.fsum(math.exp(float(v)) for v in top.values()), mass_tol
+            math.fsum(on_shared),
+            math.fsum(math.exp(float(v)) for v in top.values()),
+            _tol(mass_tol, side, top),
         )
-        for exact, on_shared, top in ((base_tail, p_b, base_top), (test_tail, p_t, test_top))
+        for side, (exact, on_shared, top) in enumerate(
+            ((base_tail, p_b, base_top), (test_tail, p_t, test_top))
+        )
     ]
     tail = tail_term_bound(tails[0], tails[1])
     if tail == math.inf:
@@ -377,10 +401,11 @@ def topk_kl_lower_bound_positions(
     base: Sequence[Mapping[int, float]],
     test: Sequence[Mapping[int, float]],
     *,
-    mass_tol: float = DEFAULT_MASS_TOL,
+    mass_tol: MassTol = None,
 ) -> NDArray[np.float64]:
     """:func:`topk_kl_lower_bound` for each position (both sides known by their top-k, each
-    row's mass within ``mass_tol`` of 1); returns a ``(T,)`` float64 array.
+    row's mass within ``mass_tol`` of 1; None: each side's from all its positions' values,
+    :func:`side_mass_tol`); returns a ``(T,)`` float64 array.
 
     Raises:
         ValueError: if the two sequences have different lengths.
@@ -390,9 +415,23 @@ def topk_kl_lower_bound_positions(
             f"base and test must have one top-k map per position, got {len(base)} and "
             f"{len(test)} positions"
         )
+    tols = _sides_tol(mass_tol, (base, ()), (test, ()))
     return np.array(
-        [topk_kl_lower_bound(b, t, mass_tol=mass_tol) for b, t in zip(base, test, strict=True)],
+        [topk_kl_lower_bound(b, t, mass_tol=tols) for b, t in zip(base, test, strict=True)],
         dtype=np.float64,
+    )
+
+
+def _sides_tol(
+    mass_tol: MassTol,
+    base: tuple[Sequence[Mapping[Any, float]], Sequence[float]],
+    test: tuple[Sequence[Mapping[Any, float]], Sequence[float]],
+) -> tuple[float, float]:
+    """Each side's tolerance: given, else :func:`side_mass_tol` over all its positions."""
+    given = mass_tol if isinstance(mass_tol, tuple) else (mass_tol, mass_tol)
+    return (
+        side_mass_tol(*base) if given[0] is None else given[0],
+        side_mass_tol(*test) if given[1] is None else given[1],
     )
 
 
@@ -408,7 +447,7 @@ def topk_pair_stats(
     test_chosen: Sequence[float],
     chosen_ids: Sequence[int],
     *,
-    mass_tol: float = DEFAULT_MASS_TOL,
+    mass_tol: MassTol = None,
     topk_tol: float = TOPK_LOGSUMEXP_TOL,
     base_name: str = "baseline",
     test_name: str = "test",
@@ -446,6 +485,7 @@ def topk_pair_stats(
         raise ValueError(
             f"need one top-k map and chosen logprob per side and position: {lengths} for {n} tokens"
         )
+    tols = _sides_tol(mass_tol, (base_top, base_chosen), (test_top, test_chosen))
     kl = np.empty(n, dtype=np.float64)
     same_top = np.empty(n, dtype=np.bool_)
     delta_p = np.empty(n, dtype=np.float64)
@@ -456,7 +496,7 @@ def topk_pair_stats(
             raise ValueError(f"position {t}: a top-k is empty")
         base_known.append({**base_top[t], int(token): float(base_chosen[t])})
         test_known.append({**test_top[t], int(token): float(test_chosen[t])})
-        kl[t] = topk_kl_lower_bound(base_known[t], test_known[t], mass_tol=mass_tol)
+        kl[t] = topk_kl_lower_bound(base_known[t], test_known[t], mass_tol=tols)
         same_top[t] = top_one(base_top[t]) == top_one(test_top[t])
         delta_p[t] = math.exp(float(test_chosen[t])) - math.exp(float(base_chosen[t]))
     problems: list[Problem] = [

@@ -24,7 +24,7 @@ from .finite import (
     row_logsumexp,
     row_problems,
 )
-from .kl import DEFAULT_MASS_TOL, PositionStats, top_one, topk_kl_lower_bound
+from .kl import PositionStats, side_mass_tol, top_one, topk_kl_lower_bound
 
 
 def topk_vs_full_stats(
@@ -33,7 +33,7 @@ def topk_vs_full_stats(
     test_logprobs: ArrayLike,
     chosen_ids: Sequence[int],
     *,
-    mass_tol: float = DEFAULT_MASS_TOL,
+    mass_tol: float | None = None,
     row_tol: float | None = None,
     topk_tol: float = TOPK_LOGSUMEXP_TOL,
     base_name: str = "baseline",
@@ -81,6 +81,7 @@ def topk_vs_full_stats(
             f"top-k maps, {len(base_chosen)} chosen logprobs, test shape {test.shape}, "
             f"{n} tokens"
         )
+    tol = side_mass_tol(base_top, base_chosen) if mass_tol is None else mass_tol
     kl = np.empty(n, dtype=np.float64)
     same_top = np.empty(n, dtype=np.bool_)
     delta_p = np.empty(n, dtype=np.float64)
@@ -91,7 +92,7 @@ def topk_vs_full_stats(
         kl[t] = topk_kl_lower_bound(
             top,
             {v: float(row[v]) for v in top},
-            mass_tol=mass_tol,
+            mass_tol=tol,
             test_tail=tail_mass(row, top),
         )
         best = max(top, key=lambda v: (top[v], -v))
@@ -119,7 +120,7 @@ def full_vs_topk_stats(
     test_chosen: Sequence[float],
     chosen_ids: Sequence[int],
     *,
-    mass_tol: float = DEFAULT_MASS_TOL,
+    mass_tol: float | None = None,
     row_tol: float | None = None,
     topk_tol: float = TOPK_LOGSUMEXP_TOL,
     base_name: str = "baseline",
@@ -165,6 +166,7 @@ def full_vs_topk_stats(
     same_top = np.empty(n, dtype=np.bool_)
     delta_p = np.empty(n, dtype=np.float64)
     known: list[dict[int, float]] = []
+    tol = side_mass_tol(test_top, test_chosen) if mass_tol is None else mass_tol
     for t, token in enumerate(chosen_ids):
         if not test_top[t]:
             raise ValueError(f"position {t}: the test side's top-k is empty")
@@ -173,7 +175,7 @@ def full_vs_topk_stats(
         kl[t] = topk_kl_lower_bound(
             {v: float(row[v]) for v in known[t]},
             known[t],
-            mass_tol=mass_tol,
+            mass_tol=tol,
             base_tail=tail_mass(row, known[t]),
         )
         same_top[t] = int(np.argmax(row)) == top_one(test_top[t])

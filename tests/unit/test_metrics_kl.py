@@ -192,24 +192,25 @@ def test_position_stats_validation(
 # ------------------------------------------------------------------ top-k lower bound
 # The bound's tails (kl.Tail): a side known by its top-k with mass M_S on the shared ids and
 # M on all it reported has a tail in [max(1 - D, M) - M_S, max(1, M) + D - M_S] (D = mass_tol,
-# default 1e-5); the tail term is min x ln(x / y) over them: y at its top end, x = y / e
-# clipped to the base tail's range.
+# read from the values: float64 and float32 values take 1e-3, lists of 0.0 only 0.3); the tail
+# term is min x ln(x / y) over them: y at its top end, x = y / e clipped to the base tail's
+# range.
 D = DEFAULT_MASS_TOL
 
 
 def test_the_default_mass_tolerance() -> None:
-    assert D == 1e-5
+    assert D == 1e-3
 
 
 def test_topk_lower_bound_by_hand_with_tail() -> None:
     base = {1: math.log(0.5), 2: math.log(0.3)}
     test = {1: math.log(0.4), 3: math.log(0.3)}
     # S = {1}. Buckets: token 1 (0.5 vs 0.4) and the tail: base in [1 - D - 0.5, 1 + D - 0.5]
-    # = [0.49999, 0.50001], test at most 1 + D - 0.4 = 0.60001. y / e = 0.2207 is below the
-    # base range, so x = 0.49999: 0.5 ln(0.5/0.4) + 0.49999 ln(0.49999 / 0.60001).
-    expected = 0.5 * math.log(0.5 / 0.4) + 0.49999 * math.log(0.49999 / 0.60001)
+    # = [0.499, 0.501], test at most 1 + D - 0.4 = 0.601. y / e = 0.221 is below the base
+    # range, so x = 0.499: 0.5 ln(0.5/0.4) + 0.499 ln(0.499 / 0.601) = 0.018763.
+    expected = 0.5 * math.log(0.5 / 0.4) + (0.5 - D) * math.log((0.5 - D) / (0.6 + D))
     assert topk_kl_lower_bound(base, test) == pytest.approx(expected, rel=1e-12)
-    assert expected == pytest.approx(0.0203945, abs=1e-7)
+    assert expected == pytest.approx(0.018763, abs=1e-6)
     # mass_tol = 0 (rows normalised exactly): the tails are 0.5 and 0.6.
     exact = 0.5 * math.log(0.5 / 0.4) + 0.5 * math.log(0.5 / 0.6)
     assert topk_kl_lower_bound(base, test, mass_tol=0.0) == pytest.approx(exact, rel=1e-12)
@@ -219,12 +220,12 @@ def test_topk_lower_bound_by_hand_with_tail() -> None:
 def test_topk_lower_bound_two_shared_tokens() -> None:
     base = {0: math.log(0.6), 1: math.log(0.3), 7: math.log(0.05)}
     test = {1: math.log(0.5), 0: math.log(0.2), 9: math.log(0.1)}
-    # S = {0, 1}; base tail in [0.09999, 0.10001], test tail at most 1 + D - 0.7 = 0.30001;
-    # y / e = 0.1104 is above the base range: x = 0.10001.
+    # S = {0, 1}; base tail in [0.099, 0.101], test tail at most 1 + D - 0.7 = 0.301;
+    # y / e = 0.1107 is above the base range: x = 0.101.
     expected = (
         0.6 * math.log(0.6 / 0.2)
         + 0.3 * math.log(0.3 / 0.5)
-        + 0.10001 * math.log(0.10001 / 0.30001)
+        + (0.1 + D) * math.log((0.1 + D) / (0.3 + D))
     )
     assert topk_kl_lower_bound(base, test) == pytest.approx(expected, rel=1e-12)
 
@@ -232,28 +233,38 @@ def test_topk_lower_bound_two_shared_tokens() -> None:
 @pytest.mark.parametrize(
     ("base", "test", "expected"),
     [
-        # Identical: tails in [0.09999, 0.10001] on both sides, 0.09999 ln(0.09999/0.10001) < 0
+        # Identical: tails in [0.099, 0.101] on both sides, 0.099 ln(0.099 / 0.101) < 0
         # -> clamped to 0.
         ({1: math.log(0.7), 2: math.log(0.2)}, {1: math.log(0.7), 2: math.log(0.2)}, 0.0),
-        # Disjoint lists: only the tail bucket, [0.99999, 1.00001] vs 1.00001 -> < 0 -> 0.
+        # Disjoint lists: only the tail bucket, [0.999, 1.001] vs 1.001 -> < 0 -> 0.
         ({1: math.log(0.7)}, {2: math.log(0.7)}, 0.0),
         ({}, {}, 0.0),
         # Shared token with p_test = 0 while p_base > 0 -> inf.
         ({1: math.log(0.5)}, {1: NEG_INF}, math.inf),
-        # Shared token with p_base = 0 contributes 0; tails [0.99999, 1.00001] vs at most
-        # 0.50001: 0.99999 ln(0.99999 / 0.50001) (ln 2 with exact rows).
-        ({1: NEG_INF}, {1: math.log(0.5)}, 0.99999 * math.log(0.99999 / 0.50001)),
-        # Test puts all mass on S (logprob 0.0) while base has a real tail (0.5): the test
-        # tail 1 - 1 = 0 may be up to D = 1e-5 of a row that sums to 1 + D:
-        # 0.5 ln(0.5 / 1) + 0.49999 ln(0.49999 / 1e-5) = 5.0632 (was inf, then 6.2146 with
-        # the test tail floored at 1e-6: above the KL of a test row holding 1e-5 there).
-        ({1: math.log(0.5)}, {1: 0.0}, -0.5 * LN2 + 0.49999 * math.log(0.49999 / 1e-5)),
+        # Shared token with p_base = 0 contributes 0. The base list tells no precision (only
+        # -inf): its tail in [1 - 0.3, 1 + 0.3]; the test's at most 0.501; 0.501 / e is below:
+        # 0.7 ln(0.7 / 0.501) = 0.234132 (ln 2 with exact rows).
+        ({1: NEG_INF}, {1: math.log(0.5)}, 0.7 * math.log(0.7 / (0.5 + D))),
+        # Test puts all mass on S (logprob 0.0) while base has a real tail (0.5). A list of
+        # 0.0 only does not tell its precision: its row may hold up to 0.3 outside S (a
+        # bfloat16 row's rounding), so 0.5 ln 0.5 + 0.499 ln(0.499 / 0.3) = -0.0927 -> 0. It
+        # was inf, then 6.2146 with the test tail floored at 1e-6. Told it is float32
+        # (mass_tol 1e-3 on that side): see test_a_float32_test_row_at_logprob_zero.
+        ({1: math.log(0.5)}, {1: 0.0}, 0.0),
     ],
 )
 def test_topk_lower_bound_cases(
     base: dict[int, float], test: dict[int, float], expected: float
 ) -> None:
     assert topk_kl_lower_bound(base, test) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_a_float32_test_row_at_logprob_zero() -> None:
+    # As the last case, the test side's mass tolerance given as 1e-3: its tail at most 1e-3:
+    # 0.5 ln 0.5 + 0.499 ln(0.499 / 1e-3) = -0.346574 + 3.100090 = 2.753517
+    value = topk_kl_lower_bound({1: math.log(0.5)}, {1: 0.0}, mass_tol=(None, 1e-3))
+    assert value == pytest.approx(-0.5 * LN2 + 0.499 * math.log(499.0), rel=1e-12)
+    assert value == pytest.approx(2.753517, abs=1e-6)
 
 
 def test_topk_lower_bound_full_coverage_rounding_is_not_inf() -> None:
@@ -387,36 +398,40 @@ def test_float32_zero_logprob_repro_is_finite_and_below_true_kl() -> None:
     base_top = {0: float(b32[0])}
     test_top = {0: float(t32[0])}
     assert _old_topk_kl_lower_bound(base_top, test_top) == math.inf  # the defect
-    bound = topk_kl_lower_bound(base_top, test_top)
-    # The base tail is in [3.375e-4 - D, 3.375e-4 + D], the test tail at most D = 1e-5 (the
-    # row may hold up to 1 + D): y / e is below the base range, x = 3.275e-4:
-    # p0 ln(p0 / 1) + x ln(x / D) = (1 - 3.375e-4)(-3.376e-4) + 3.275e-4 ln(32.75)
-    #                             = -3.375e-4 + 1.1426e-3 = 8.053e-4
+    # Told both rows are float32 to 1e-5 (they are: 1 + 7.8e-7 and 1 + 1.1e-7): the base
+    # tail is in [3.375e-4 - 1e-5, 3.375e-4 + 1e-5], the test tail at most 1e-5; y / e is
+    # below the base range, x = 3.275e-4:
+    # p0 ln(p0 / 1) + x ln(x / 1e-5) = (1 - 3.375e-4)(-3.376e-4) + 3.275e-4 ln(32.75)
+    #                                = -3.375e-4 + 1.1426e-3 = 8.053e-4
+    bound = topk_kl_lower_bound(base_top, test_top, mass_tol=1e-5)
     p0 = math.exp(float(b32[0]))
-    x = 1.0 - p0 - D
-    expected = p0 * float(b32[0]) + x * math.log(x / D)
+    x = 1.0 - p0 - 1e-5
+    expected = p0 * float(b32[0]) + x * math.log(x / 1e-5)
     assert bound == pytest.approx(expected, rel=1e-12)
     assert bound == pytest.approx(8.053e-4, rel=1e-3)
     assert 0.0 < bound <= true_kl
-    # With mass_tol = 1e-4 the slack eats it all: x = 2.375e-4, 2.375e-4 ln(2.375) < 3.375e-4.
-    assert topk_kl_lower_bound(base_top, test_top, mass_tol=1e-4) == 0.0
+    # At the default the values must tell: a lone 0.0 does not (the test side may be a
+    # bfloat16 row 30% off), nor does 1e-3 leave room (x = 0 is in the base range): 0.
+    assert topk_kl_lower_bound(base_top, test_top) == 0.0
+    assert topk_kl_lower_bound(base_top, test_top, mass_tol=D) == 0.0
 
-    # Several k: the base's top-k ids, the test side read at those ids.
+    # Several k: the base's top-k ids, the test side read at those ids: finite, below the KL.
     order = np.argsort(b32)[::-1]
-    for k in (1, 2, 3, 5, 50):
+    for k in (1, 2, 3, 5, 50, 1000):
         ids = [int(i) for i in order[:k]]
         b_top = {i: float(b32[i]) for i in ids}
         t_top = {i: float(t32[i]) for i in ids}
         value = topk_kl_lower_bound(b_top, t_top)
-        assert math.isfinite(value) and 0.0 < value <= true_kl, k
-    # k = V: both tails are in [0, D] (the rows sum to 1 + 7.8e-7 and 1 + 1.1e-7): the full
-    # float32 KL less at most D / e = 3.7e-6, below the float64 KL too.
+        assert math.isfinite(value) and 0.0 <= value <= true_kl, k
+    # k = V at 1e-5: both tails in [0, 1e-5]: the full float32 KL less at most 1e-5 / e,
+    # below the float64 KL too.
     all_ids = {i: float(b32[i]) for i in range(1000)}
-    value = topk_kl_lower_bound(all_ids, {i: float(t32[i]) for i in range(1000)})
-    assert full32 - D / math.e - 1e-15 <= value <= true_kl
-    # The golden-replay path knows the test row, so its tail exactly: k = 1 gives
-    # p0 ln p0 + x ln(x / 1.135e-7) at x = 3.375e-4 - D = 2.2721e-3; k = V the float32 KL.
-    replay = topk_vs_full_stats([base_top], [float(b32[0])], t32[None, :], [0])
+    every_t = {i: float(t32[i]) for i in range(1000)}
+    value = topk_kl_lower_bound(all_ids, every_t, mass_tol=1e-5)
+    assert full32 - 1e-5 / math.e - 1e-15 <= value <= true_kl
+    # The golden-replay path knows the test row, so its tail exactly (1.135e-7); k = 1 at
+    # 1e-5: p0 ln p0 + x ln(x / 1.135e-7), x = 3.275e-4: 2.2721e-3; k = V the float32 KL.
+    replay = topk_vs_full_stats([base_top], [float(b32[0])], t32[None, :], [0], mass_tol=1e-5)
     test_tail = float(np.exp(t32[1:].astype(np.float64)).sum())
     assert test_tail == pytest.approx(1.135e-7, rel=1e-3)
     assert replay.kl[0] == pytest.approx(p0 * float(b32[0]) + x * math.log(x / test_tail), rel=1e-9)
@@ -524,20 +539,20 @@ def test_topk_both_tails_near_zero_cost_at_most_mass_tol_over_e() -> None:
 
 def test_a_top_k_reporting_more_than_one_counts_its_excess_as_mass() -> None:
     # The test top-k reports 0.7 + 0.4 = 1.1 (a row whose rounding shows): its row holds at
-    # least 1.1, so its tail outside S = {1} is in [1.1 - 0.7, 1.1 + D - 0.7] = [0.4, 0.40001]
-    # (not 1 - 0.7 = 0.3). Base {1: 0.2}: tail in [0.79999, 0.80001]; y / e is below: x =
-    # 0.79999. KL = 0.2 ln(0.2 / 0.7) + 0.79999 ln(0.79999 / 0.40001) = 0.30393; read with
-    # the tail 0.3 it was 0.2 ln(2/7) + 0.8 ln(0.8/0.3) = 0.53411, above any row holding 1.1.
+    # least 1.1, so its tail outside S = {1} is in [1.1 - 0.7, 1.1 + D - 0.7] = [0.4, 0.401]
+    # (not 1 - 0.7 = 0.3). Base {1: 0.2}: tail in [0.799, 0.801]; y / e is below: x = 0.799.
+    # KL = 0.2 ln(0.2 / 0.7) + 0.799 ln(0.799 / 0.401) = 0.30028; read with the tail 0.3 it
+    # was 0.2 ln(2/7) + 0.8 ln(0.8/0.3) = 0.53411, above any row holding 1.1.
     value = topk_kl_lower_bound({1: math.log(0.2)}, {1: math.log(0.7), 2: math.log(0.4)})
-    expected = 0.2 * math.log(0.2 / 0.7) + 0.79999 * math.log(0.79999 / 0.40001)
+    expected = 0.2 * math.log(0.2 / 0.7) + (0.8 - D) * math.log((0.8 - D) / (0.4 + D))
     assert value == pytest.approx(expected, rel=1e-12)
-    assert value == pytest.approx(0.30393, abs=1e-5)
-    # Swapped: the base reports 1.1, its tail in [0.4, 0.40001]; the test's at most 0.80001:
-    # 0.7 ln(0.7 / 0.2) + 0.4 ln(0.4 / 0.80001) = 0.59967.
+    assert value == pytest.approx(0.30028, abs=1e-5)
+    # Swapped: the base reports 1.1, its tail in [0.4, 0.401]; the test's at most 0.801:
+    # 0.7 ln(0.7 / 0.2) + 0.4 ln(0.4 / 0.801) = 0.59917.
     value = topk_kl_lower_bound({1: math.log(0.7), 2: math.log(0.4)}, {1: math.log(0.2)})
-    expected = 0.7 * math.log(0.7 / 0.2) + 0.4 * math.log(0.4 / 0.80001)
+    expected = 0.7 * math.log(0.7 / 0.2) + 0.4 * math.log(0.4 / (0.8 + D))
     assert value == pytest.approx(expected, rel=1e-12)
-    assert value == pytest.approx(0.59967, abs=1e-5)
+    assert value == pytest.approx(0.59917, abs=1e-5)
 
 
 def test_tail_term_bound_by_hand() -> None:

@@ -157,13 +157,14 @@ def test_the_old_bound_exceeds_the_true_kl() -> None:
     old = _old_bound(base_top, test_top)
     assert old == pytest.approx(0.8955288, abs=1e-7)
     assert old > true
-    # New: the test tail is at most 5e-6 + D = 1.5e-5, the base's in [0.1 - D, 0.1 + D]; y / e
-    # is below that: x = 0.09999: -0.0948200 + 0.09999 ln(0.09999 / 1.5e-5) = 0.7855695
+    # New: the test tail is at most 5e-6 + D = 1.005e-3 (D = 1e-3: a float32 row's mass may
+    # be 1e-3 off), the base's in [0.1 - D, 0.1 + D]; y / e is below that: x = 0.099:
+    # -0.0948200 + 0.099 ln(0.099 / 1.005e-3) = -0.0948200 + 0.4544231 = 0.3596031
     new = topk_kl_lower_bound(base_top, test_top)
     assert new == pytest.approx(
-        0.9 * math.log(0.9 / 0.999995) + 0.09999 * math.log(0.09999 / 1.5e-5), rel=1e-9
+        0.9 * math.log(0.9 / 0.999995) + 0.099 * math.log(0.099 / 1.005e-3), rel=1e-9
     )
-    assert new == pytest.approx(0.7855695, abs=1e-7)
+    assert new == pytest.approx(0.3596031, abs=1e-7)
     assert new <= true
 
 
@@ -180,3 +181,53 @@ def test_the_bound_is_finite_where_the_full_kl_is(case: Case) -> None:
     )
     if shared_finite:
         assert math.isfinite(topk_kl_lower_bound(base_top, test_top))
+
+
+def bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 number (ties to even), as float32."""
+    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    out: np.ndarray = rounded.astype(np.uint32).view(np.float32)
+    return out
+
+
+def log_softmax_bf16(logits: np.ndarray) -> np.ndarray:
+    """A bfloat16 engine's log-softmax: logits, their logsumexp and the difference each
+    rounded to bfloat16 (the logsumexp's rounding moves the whole row's mass by up to
+    |lse| 2^-9: the rows sum to 1 +- several percent)."""
+    x = bfloat16(logits.astype(np.float32))
+    m = float(x.max())
+    lse = bfloat16(np.array([m + math.log(float(np.exp(x.astype(np.float64) - m).sum()))]))
+    return bfloat16(x - lse[0])
+
+
+@st.composite
+def bf16_cases(draw: st.DrawFn) -> Case:
+    vocab = draw(st.integers(5, 300))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    scale = draw(st.sampled_from([0.3, 1.0, 3.0, 10.0]))
+    offset = draw(st.sampled_from([0.0, 5.0, 20.0]))  # raw logits far from 0: a coarse lse
+    logits = rng.standard_normal(vocab) * scale + offset
+    test_logits = logits + rng.standard_normal(vocab) * draw(st.sampled_from([0.0, 0.1, 1.0]))
+    logits[0] += draw(st.sampled_from([0.0, 8.0, 20.0]))
+    return Case(
+        base=log_softmax_bf16(logits),
+        test=log_softmax_bf16(test_logits),
+        k_base=min(draw(st.integers(1, 20)), vocab),
+        k_test=min(draw(st.integers(1, 20)), vocab),
+        chosen=draw(st.integers(0, vocab - 1)),
+    )
+
+
+@SETTINGS
+@given(bf16_cases())
+def test_bfloat16_rows_are_read_as_such_and_stay_below_the_full_kl(case: Case) -> None:
+    # Rows 1-3% off their mass (measured on the tiny adder's bf16 rows): the values are
+    # bfloat16 numbers, so the bound allows each top-k side's mass 0.3 off.
+    true = case.true_kl
+    base_top, test_top = top_k(case.base, case.k_base), top_k(case.test, case.k_test)
+    c = case.chosen
+    base_c, test_c = float(case.base[c]), float(case.test[c])
+    assert topk_pair_stats([base_top], [base_c], [test_top], [test_c], [c]).kl[0] <= true + TINY
+    assert full_vs_topk_stats(case.base[None, :], [test_top], [test_c], [c]).kl[0] <= true + TINY
+    assert topk_vs_full_stats([base_top], [base_c], case.test[None, :], [c]).kl[0] <= true + TINY

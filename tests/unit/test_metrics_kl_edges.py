@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
+from pytest_infercheck.metrics.kl import DEFAULT_MASS_TOL as D
 from pytest_infercheck.metrics.kl import position_stats, topk_kl_lower_bound_positions
 
 NAN, INF = math.nan, math.inf
@@ -33,10 +34,10 @@ def test_topk_positions_pass_the_mass_tolerance_down() -> None:
     got = topk_kl_lower_bound_positions(base, test, mass_tol=0.2)
     assert got[0] == pytest.approx(shared - 0.7 / math.e, rel=1e-12)
     assert got[0] == pytest.approx(0.27149, abs=1e-5)
-    # default 1e-5: base tail in [0.09999, 0.10001], test at most 0.50001; 0.50001 / e is
-    # above the base range: x = 0.10001.
+    # default D = 1e-3: base tail in [0.099, 0.101], test at most 0.501; 0.501 / e is
+    # above the base range: x = (0.1 + D).
     default = topk_kl_lower_bound_positions(base, test)
-    expected = shared + 0.10001 * math.log(0.10001 / 0.50001)
+    expected = shared + (0.1 + D) * math.log((0.1 + D) / (0.5 + D))
     assert default[0] == pytest.approx(expected, rel=1e-12)
 
 

@@ -24,6 +24,7 @@ from pytest_infercheck.metrics.keys import (
     step_texts,
     text_top_k,
 )
+from pytest_infercheck.metrics.kl import DEFAULT_MASS_TOL as D
 from pytest_infercheck.metrics.kl import topk_kl_lower_bound
 from pytest_infercheck.metrics.ties import (
     Margin,
@@ -207,16 +208,16 @@ def test_an_ambiguous_text_key_is_not_a_shared_token_of_the_kl_bound() -> None:
     # Both sides report U+FFFD at 0.4; the keys do not say whether it is the same byte token
     # (the base's 0xC3, the test's 0xE2, say), so it is no shared bucket: its mass stays in
     # each side's tail. Base {"a": .5, U+FFFD: .4}, test {"a": .2, U+FFFD: .4}: S = {"a"};
-    # base tail in [.49999, .50001] (1 -+ D - .5), test tail at most 1.00001 - .2 = .80001;
-    # .80001 / e = .294 < .49999: x = .49999.
-    #   KL >= .5 ln(.5/.2) + .49999 ln(.49999/.80001) = 0.458145 - 0.235013 = 0.223132
+    # base tail in [(.5 - D), (.5 + D)] (1 -+ D - .5), test tail at most (1 + D) - .2 = (.8 + D);
+    # (.8 + D) / e = .294 < (.5 - D): x = (.5 - D).
+    #   KL >= .5 ln(.5/.2) + (.5 - D) ln((.5 - D)/(.8 + D)) = 0.458145 - 0.236154 = 0.221991
     # (main shared it: .5 ln 2.5 + .4 ln 1 + .1 ln(.1/.4) = 0.319516, a term comparing two
     # tokens' numbers as one's).
     base = {"a": math.log(0.5), FFFD: math.log(0.4)}
     test = {"a": math.log(0.2), FFFD: math.log(0.4)}
-    expected = 0.5 * math.log(0.5 / 0.2) + 0.49999 * math.log(0.49999 / 0.80001)
+    expected = 0.5 * math.log(0.5 / 0.2) + (0.5 - D) * math.log((0.5 - D) / (0.8 + D))
     assert topk_kl_lower_bound(base, test) == pytest.approx(expected, rel=1e-12)
-    assert expected == pytest.approx(0.223132, abs=1e-6)
+    assert expected == pytest.approx(0.221991, abs=1e-6)
     # " b" carried by two entries on the test side: out of S too, so the bound is the one
     # with " b" renamed on the base side (S = {"a"} either way).
     collided_top = text_top_k([("a", math.log(0.2)), (" b", math.log(0.3)), (" b", -5.0)])

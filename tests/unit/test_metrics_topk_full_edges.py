@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pytest_infercheck.metrics.finite import NotNormalised
+from pytest_infercheck.metrics.kl import DEFAULT_MASS_TOL as D
 from pytest_infercheck.metrics.topk_full import topk_vs_full_stats
 
 HALF = [math.log(0.5), math.log(0.5)]
@@ -44,9 +45,9 @@ def test_mass_tolerance_and_top_k_tolerance_are_passed_down() -> None:
     # 0.184 is inside it: the tail term is -0.5 / e.
     loose = topk_vs_full_stats(top, chosen, row, [0], mass_tol=0.2)
     assert loose.kl[0] == pytest.approx(shared - 0.5 / math.e, rel=1e-12)
-    # default 1e-5: the base tail in [0.09999, 0.10001]; 0.184 is above it: x = 0.10001.
+    # default D = 1e-3: the base tail in [0.099, 0.101]; 0.184 is above it: x = 0.101.
     default = topk_vs_full_stats(top, chosen, row, [0])
-    assert default.kl[0] == pytest.approx(shared + 0.10001 * math.log(0.10001 / 0.5), rel=1e-12)
+    assert default.kl[0] == pytest.approx(shared + (0.1 + D) * math.log((0.1 + D) / 0.5), rel=1e-12)
     # a top-k holding 1.05 of mass: logsumexp log(1.05) = 0.0488 > 0.02, but <= 0.1
     heavy = [{0: math.log(0.6), 1: math.log(0.45)}]
     assert topk_vs_full_stats(heavy, [math.log(0.6)], [HALF], [0], topk_tol=0.1).problems == ()
