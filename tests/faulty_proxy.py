@@ -51,6 +51,10 @@ generation response they apply to:
   becomes ``null`` and a ``finish_reason`` of ``tool_calls`` becomes ``stop`` (a server with
   a reasoning and a tool parser both on, as users reported it); non-streamed answers pass.
 
+With ``refuse_tools``, a generation request whose body offers ``tools`` is not forwarded: the
+proxy answers HTTP 400 with an OpenAI error body (:data:`TOOLS_REFUSED`), as a server whose
+tool parser broke refuses every tool request; requests without tools pass.
+
 Streams (SSE, and Ollama's NDJSON) are forwarded event by event. When a stream may be
 altered, the proxy holds back the events from the last content-carrying event on (usually
 one event), so it can alter that event at the end of the stream.
@@ -129,6 +133,20 @@ class Fault:
     null_stream_tool_calls: bool = False  # streamed chat: tool_calls null, finish_reason stop
     refuse_streams: int = 0  # a streamed generation request is answered with this HTTP status
     alter_paths: frozenset[str] = frozenset()  # every generation response on these paths
+    refuse_tools: bool = False  # a request offering tools: HTTP 400, not forwarded
+
+
+TOOLS_REFUSED = "faulty proxy: the tool parser failed to load"
+"""The error message of a tool request refused under ``refuse_tools``."""
+
+
+def offers_tools(body: bytes) -> bool:
+    """Whether a request body is JSON offering a non-empty ``tools`` list."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and bool(payload.get("tools"))
 
 
 # --------------------------------------------------------------------------------------
@@ -773,6 +791,14 @@ class FaultyProxy:
                 self._end(request)
 
     def _forward(self, handler: _Handler, body: bytes, request: _Request | None) -> None:
+        if request is not None and self.fault.refuse_tools and offers_tools(body):
+            self._count_altered()
+            error = {
+                "error": {"code": 400, "message": TOOLS_REFUSED, "type": "invalid_request_error"}
+            }
+            data = json.dumps(error).encode()
+            self._send_whole(handler, 400, [("Content-Type", "application/json")], data)
+            return
         if request is not None and self.fault.empty_body and self._should_alter(request):
             self._count_altered()
             self._send_whole(handler, 200, [], b"")

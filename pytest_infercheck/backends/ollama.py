@@ -27,7 +27,7 @@ from .base import (
     PromptInput,
     chat_input,
 )
-from .endpoint_probe import probe_generation_paths
+from .endpoint_probe import probe_generation_paths, union
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages, message_calls
@@ -181,8 +181,9 @@ class OllamaBackend(Backend):
 
     async def probe_abilities(self) -> Abilities:
         """Its streamed (NDJSON) request, one one-token request (:mod:`.endpoint_probe`);
-        it has no other endpoint here."""
-        return await probe_generation_paths(self, endpoints=())
+        it has no other endpoint here; then its structured paths (:meth:`probe_structured`)."""
+        paths = await probe_generation_paths(self, endpoints=())
+        return union(paths, await self.probe_structured())
 
     async def alive(self) -> bool:
         return await probe_alive(self.http, "/api/tags", lambda doc: isinstance(doc, dict))
@@ -210,6 +211,15 @@ class OllamaBackend(Backend):
         from ..structured.client import OllamaChatClient
 
         return await OllamaChatClient(self.http, self.model).structured(request, path)
+
+    async def probe_structured(self) -> Abilities:
+        """The structured paths the server offers and lacks
+        (:func:`~..structured.probe.probe_paths`): ``chat`` and ``chat-stream`` probed with
+        one minimal ``/api/chat`` request each; ``chat-n2`` and both ``messages`` paths
+        lacking without a request (``/api/chat`` has one answer and no Anthropic form)."""
+        from ..structured.probe import probe_paths
+
+        return await probe_paths(self)
 
     async def aclose(self) -> None:
         await self.http.aclose()

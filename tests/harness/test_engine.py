@@ -22,9 +22,9 @@ from pytest_infercheck.checks.framework.kind import Blind, HarnessProfile
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.structured.records import (
     ChatTurn,
+    RequestFailed,
     StructuredChat,
     StructuredRequest,
-    UnsupportedRequest,
 )
 from pytest_infercheck.tools import Tool
 
@@ -185,12 +185,13 @@ def test_http_faults_raise_what_the_real_clients_raise() -> None:
     sync(engine.structured(req, "chat-stream"))
     structured = engine.injector.log[-1]
     refused = Fault("http-4xx", structured, status=400)
-    with pytest.raises(UnsupportedRequest, match="HTTP 400"):  # the structured client's reading
+    with pytest.raises(RequestFailed, match="HTTP 400") as caught:  # the client's reading
         sync(llama(refused).structured(req, "chat-stream"))
+    assert caught.value.status == 400
     failing = Fault("http-5xx", structured, status=500)
-    with pytest.raises(HttpError) as error:
+    with pytest.raises(RequestFailed) as error:
         sync(llama(failing).structured(req, "chat-stream"))
-    assert not isinstance(error.value, UnsupportedRequest) and error.value.status == 500
+    assert error.value.status == 500
 
 
 def test_every_request_of_a_path_and_a_warm_reference() -> None:

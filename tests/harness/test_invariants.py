@@ -42,15 +42,6 @@ SEEDS = range(3)
 
 ISSUE = "issue 27: "
 FINDING = "harness finding (issue 27's rule: {rule}): "
-UNSUPPORTED = (
-    ISSUE + "structured-parity records any HTTP 400/404/405/422/501 as `unsupported` and "
-    "compares nothing, so a target whose tool parser broke and refuses every tool request "
-    "passes every item and the aggregate"
-)
-UNKNOWN = (
-    ISSUE + "no fault becomes a passing `unsupported`, `not exercised` or `unknown`: a "
-    "render that fails leaves structured-parity's prompt ids `unknown` and the item passes"
-)
 NOT_EXERCISED = (
     ISSUE + "cache-parity catches every `BackendError` around its multi-turn scenario, so an "
     'HTTP 500 on a warm turn becomes "not exercised" and passes, even under '
@@ -84,8 +75,6 @@ SOMETIMES: dict[tuple[str, str], str] = {
 """(kind, fault kind) -> a verdict bug the kind has that CI's derandomized examples do not
 reach (a random run may): ``xfail`` without ``strict``."""
 KNOWN: dict[tuple[str, str], str] = {
-    ("structured-parity", "http-4xx"): UNSUPPORTED,
-    ("structured-parity", "http-5xx"): UNKNOWN,
     ("cache-parity", "http-4xx"): NOT_EXERCISED,
     ("cache-parity", "http-5xx"): NOT_EXERCISED,
     ("cache-parity", "warm-reference"): COLD,

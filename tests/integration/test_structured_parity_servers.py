@@ -9,7 +9,10 @@ hermes``: the session's ``vllm_tiny_tool``). What is asserted, as measured:
   (``chat``, ``chat-stream``, ``messages``, ``messages-stream``) and across the two: the same
   calls, places, finish reasons, content, and usage (the same prompt ids on both, rendered by
   each: llama-server ``/apply-template`` + ``/tokenize``, vLLM ``/tokenize``). ``n: 2`` at
-  temperature 0 is refused by both (recorded ``unsupported`` with each server's message).
+  temperature 0 is refused by both (HTTP 400): each one's ability probe finds it lacking, so
+  ``chat-n2`` is recorded ``unsupported`` with what the probe saw.
+- A proxy that answers HTTP 400 to every request offering tools fails every item with tools
+  (its own and those that compare with it), naming the 400 and its message.
 - A proxy that moves the calls of non-streamed answers into ``content`` fails the check
   naming ``tool_calls`` (their place, against the stream and against the other target) and
   the ``finish_reason: tool_calls`` left without a parsed call; a proxy that nulls a stream's
@@ -32,7 +35,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from tests.faulty_proxy import Fault, FaultyProxy
+from tests.faulty_proxy import TOOLS_REFUSED, Fault, FaultyProxy
 from tests.integration.served import llama_flags, running
 from tests.plugin.conftest import INI
 
@@ -108,13 +111,14 @@ def test_tool_use_suite_agrees_on_llama_server_and_vllm(
     result.assert_outcomes(passed=89)  # 44 lines x 2 targets + the aggregate
     aggregate = items["aggregate"]["data"]
     assert aggregate["differences"] == {} and aggregate["invalid"] == {}
-    assert aggregate["unsupported"] == {
-        "tiny@llama chat-n2": "llama chat-n2: HTTP 400: Field 'n': Value must be between 1 "
-        "<= value <= 1, but got 2",
-        "tiny@vllm chat-n2": "vllm chat-n2: HTTP 400: n must be 1 when using greedy sampling, "
-        "got 2.",
-    }
     paths = aggregate["paths"]
+    assert aggregate["unsupported"] == {
+        "tiny@llama chat-n2": "the probe got HTTP 400 where chat answered: Field 'n': Value "
+        "must be between 1 <= value <= 1, but got 2",
+        "tiny@vllm chat-n2": "the probe got HTTP 400 where chat answered: n must be 1 when "
+        "using greedy sampling, got 2.",
+    }
+    assert paths["chat-n2"] == {**paths["chat-n2"], "unsupported": 88, "answered": 0}
     for path in ("chat", "chat-stream", "messages", "messages-stream"):
         assert paths[path]["answered"] == 88, path
     assert paths["cross-target"] == {
@@ -123,6 +127,7 @@ def test_tool_use_suite_agrees_on_llama_server_and_vllm(
         "failed": 0,
         "compared": 44,
         "differing": 0,
+        "not_exercised": 0,
     }
     vllm_items = [v["data"] for k, v in items.items() if k.endswith("[vllm]")]
     assert len(vllm_items) == 44
@@ -207,6 +212,59 @@ def test_streamed_tool_calls_nulled_fail_naming_tool_calls(
         assert texts[1] == "finish_reason: chat-stream 'stop' vs chat 'tool_calls'"
     assert items["aggregate"]["data"]["differences"] == {"tool_calls": 4, "finish_reason": 4}
     result.stdout.fnmatch_lines(["*tool_calls differ: chat-stream vs chat*"])
+
+
+def test_every_tool_request_refused_fails_every_item_with_tools(
+    pytester: pytest.Pytester, llama_tool: str, tiny_tool: Path, tiny_tool_gguf: Path
+) -> None:
+    """llama-server behind a proxy that answers HTTP 400 to every request offering tools (a
+    server whose tool parser broke), as the first target (the reference) of the direct
+    server: nothing is excused. Its probe (no tools) found every path but ``n: 2`` (one
+    slot) offered, so each refused request fails its item naming the 400 and the server's
+    message, and the direct server's items with tools fail on their refused reference; the
+    lines without tools pass; the aggregate fails. (Before: every refusal was recorded
+    ``unsupported`` and every item and the aggregate passed.)"""
+    lines = [json.loads(x) for x in TOOL_USE.read_text().splitlines()]
+    wanted = ("tu001", "tu015", "tu019", "tu029", "tu039", "tu041")
+    sample = [x for x in lines if x["id"] in wanted]
+    with FaultyProxy(llama_tool, Fault(refuse_tools=True)) as proxy:
+        backends = {"proxied": ("llama-server", proxy.url), "llama": ("llama-server", llama_tool)}
+        check = "  - structured-parity: {targets: [tiny@proxied, tiny@llama]}\n"
+        result, items = run(pytester, tiny_tool, tiny_tool_gguf, backends, check, "refused", sample)
+    print(result.stdout.str()[-4000:])
+    refused = f"HTTP 400: {TOOLS_REFUSED}"
+    with_tools = [x["id"] for x in sample if x.get("tools")]
+    assert with_tools == ["tu001", "tu015", "tu019", "tu029"]
+    assert proxy.altered == 4 * len(with_tools)  # chat, chat-stream, both messages paths
+    failed = {k for k, v in items.items() if v["outcome"] == "failed"}
+    assert failed == {f"{i}[{s}]" for i in with_tools for s in ("proxied", "llama")} | {"aggregate"}
+    for line in with_tools:
+        proxied = items[f"{line}[proxied]"]
+        assert proxied["violations"] == [
+            f"tiny@proxied: {path} failed: {refused}"
+            for path in ("chat", "chat-stream", "messages", "messages-stream")
+        ], line
+        status = {r["path"]: r["status"] for r in proxied["data"]["results"]}
+        assert status == {
+            "chat": "error",
+            "chat-stream": "error",
+            "chat-n2": "unsupported",  # probed: one slot refuses n: 2
+            "messages": "error",
+            "messages-stream": "error",
+        }, line
+        assert items[f"{line}[llama]"]["violations"] == [
+            f"tiny@proxied (the reference): chat failed: {refused}"
+        ], line
+    for line in ("tu039", "tu041"):
+        assert items[f"{line}[proxied]"]["outcome"] == "passed", line
+        assert items[f"{line}[llama]"]["outcome"] == "passed", line
+    aggregate = items["aggregate"]
+    assert aggregate["violations"][0].startswith(
+        f"8 of 12 items failed: tu001[llama] (tiny@proxied (the reference): chat failed: "
+        f"{refused}), tu001[proxied] (tiny@proxied: chat failed: {refused})"
+    )
+    assert aggregate["data"]["paths"]["chat"]["failed"] == 4
+    result.stdout.fnmatch_lines([f"*tiny@proxied: chat failed: {refused}*"])
 
 
 @pytest.fixture(scope="module")
@@ -398,10 +456,13 @@ def test_mlx_servers_against_llama_server(
     tiny_tool: Path,
     tiny_tool_gguf: Path,
 ) -> None:
-    """vllm-mlx 0.6.0 (all five paths) and mlx_lm.server (mlx-lm 0.32.2, the chat paths)
-    against llama-server on the ``tool-use`` suite. Measured, and named by the check:
+    """vllm-mlx 0.6.0 and mlx_lm.server (mlx-lm 0.32.2) against llama-server on the
+    ``tool-use`` suite, every path each backend can send. Measured, and named by the check:
 
-    - both ignore ``n: 2`` (one choice back: a ``choices`` fault on every line);
+    - the ability probes: both ignore ``n: 2`` (one choice back) and llama-server with one
+      slot refuses it: ``chat-n2`` lacking on all three; mlx_lm.server has no
+      ``/v1/messages`` (404): both messages paths lacking. Each is recorded ``unsupported``
+      with what its probe saw, and fails nothing;
     - vllm-mlx's streamed messages count 0 input tokens (``usage.prompt_tokens``), its
       streams keep the model's newline between two calls as content (``"\n"``, where its
       non-streamed answers have none: ``content``), and on a request without tools its
@@ -427,6 +488,15 @@ def test_mlx_servers_against_llama_server(
     tools = {x["id"]: bool(x.get("tools")) for x in suite}
     assert all(items[f"{i}[llama]"]["outcome"] == "passed" for i in lines)
 
+    assert items["aggregate"]["data"]["unsupported"] == {
+        "tiny@llama chat-n2": "the probe got HTTP 400 where chat answered: Field 'n': Value "
+        "must be between 1 <= value <= 1, but got 2",
+        "tiny@mlxserver chat-n2": "n: 2 answered 1 choice: the server ignores n",
+        "tiny@mlxserver messages": "the probe got HTTP 404: Not Found",
+        "tiny@mlxserver messages-stream": "the probe got HTTP 404: Not Found",
+        "tiny@vmlx chat-n2": "n: 2 answered 1 choice: the server ignores n",
+    }
+
     def results(name: str) -> dict[str, dict[str, Any]]:
         return {r["path"]: r for r in items[name]["data"]["results"]}
 
@@ -444,14 +514,25 @@ def test_mlx_servers_against_llama_server(
         two_calls = len(llama["calls"]) >= 2
         for side in ("vmlx", "mlxserver"):
             name = f"{line}[{side}]"
-            assert items[name]["outcome"] == "failed", name
-            assert items[name]["violations"][0] == "n: chat-n2 returned 1 choices for n: 2"
+            status = {p: r["status"] for p, r in results(name).items()}
+            lacking = ["chat-n2"] + (["messages", "messages-stream"] if side != "vmlx" else [])
+            assert [p for p, x in status.items() if x != "answered"] == lacking, name
+            assert {status[p] for p in lacking} == {"unsupported"}, name
+            comparisons = items[name]["data"]["comparisons"]
+            found = [d["field"] for c in comparisons for d in c["differences"]]
+            # an item fails exactly for its differences (no validity fault, no failed request)
+            assert (items[name]["outcome"] == "failed") == bool(found), name
+            assert len(items[name]["violations"]) == len(found), name
             assert items[name]["data"]["prompt_ids"].startswith("unknown: ")
             for d in differences(name, "tool_calls"):
                 assert d["side"] == f"{side} chat" and " arguments " in d["text"], d
                 arguments[side].add(line)
         vmlx = results(f"{line}[vmlx]")
         assert vmlx["messages-stream"]["prompt_tokens"] == 0
+        assert (
+            f"usage.prompt_tokens: messages-stream 0 vs chat {vmlx['chat']['prompt_tokens']} "
+            "(the same prompt ids)" in items[f"{line}[vmlx]"]["violations"]
+        ), line
         assert vmlx["messages"]["prompt_tokens"] == vmlx["chat"]["prompt_tokens"] > 0
         streamed_content = {
             vmlx[p]["choices"][0]["content"] for p in ("chat-stream", "messages-stream")
@@ -469,3 +550,7 @@ def test_mlx_servers_against_llama_server(
     # the same calls differ from llama-server's on both mlx servers (bfloat16 on both)
     assert arguments["vmlx"] == arguments["mlxserver"]
     print("arguments differ from llama-server on", sorted(arguments["vmlx"]))
+    per_target = items["aggregate"]["data"]["per_target"]
+    # measured: every vllm-mlx item fails (its streamed messages' 0 input tokens); 28 of 44
+    # mlx_lm.server items pass (the others: the newline between two calls, bf16 arguments)
+    assert (per_target["vmlx"]["passed"], per_target["mlxserver"]["passed"]) == (0, 28)

@@ -514,3 +514,25 @@ def test_quickstart_results_unchanged(quickstart_run: QuickstartRun) -> None:
         pytest.fail(
             "results differ from snapshots/quickstart/results.json\n" + problem, pytrace=False
         )
+
+
+ANNOTATED = [REPO / "docs" / "tutorials" / "quickstart.md"]
+"""Pages that show q4's failed item e12 as pytest prints it, with ``# (n)`` notes."""
+
+
+@pytest.mark.parametrize("page", ANNOTATED, ids=lambda p: str(p.relative_to(REPO)))
+def test_the_annotated_failure_is_what_pytest_prints(
+    quickstart_run: QuickstartRun, page: Path
+) -> None:
+    """The sample failure of the docs is the quickstart's own, line for line (the notes
+    aside): a change of the failure text that leaves the docs behind fails here."""
+    title = "compare(bf16-vs-q4)::addition::e12"
+    blocks = re.findall(r"^```text\n(.*?)^```", page.read_text(), re.S | re.M)
+    (shown,) = [b for b in blocks if re.match(rf"_+ {re.escape(title)} _+\n", b)]
+    shown_lines = [re.sub(r"\s+# \(\d\)$", "", line) for line in shown.splitlines()[1:]]
+    printed = quickstart_run.stdout.splitlines()
+    start = next(
+        i for i, line in enumerate(printed) if re.fullmatch(rf"_+ {re.escape(title)} _+", line)
+    )
+    end = next(i for i in range(start + 1, len(printed)) if re.match(r"^_{3,} ", printed[i]))
+    assert shown_lines == [line.rstrip() for line in printed[start + 1 : end]]

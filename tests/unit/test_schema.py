@@ -35,6 +35,10 @@ from .test_golden import MATRIX as GOLDEN_MATRIX
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOC_PAGES = [*sorted((ROOT / "docs").rglob("*.md")), README]
+"""The pages whose YAML blocks are checked: the docs site and the README."""
+EDITOR_SUPPORT = ROOT / "docs" / "reference" / "matrix.md"
+"""The page that shows the schema command and the modeline."""
 SCHEMA = matrix_schema()
 VALIDATOR = Draft202012Validator(SCHEMA)
 
@@ -85,14 +89,16 @@ def def_schema(name: str) -> dict[str, Any]:
 
 # -- the shipped matrices ----------------------------------------------------------------------
 def readme_matrices() -> dict[str, str]:
-    """The README's YAML blocks that are (parts of) matrices, those with ``checks:``, by
-    ``README.md:LINE``."""
-    text = README.read_text()
-    return {
-        f"README.md:{text.count(chr(10), 0, block.start()) + 1}": block.group(1)
-        for block in re.finditer(r"^```yaml\n(.*?)^```", text, re.S | re.M)
-        if re.search(r"^checks:", block.group(1), re.M)
-    }
+    """The YAML blocks of the docs and the README that are (parts of) matrices, those with
+    ``checks:``, by ``PAGE:LINE``."""
+    found = {}
+    for page in DOC_PAGES:
+        text = page.read_text()
+        for block in re.finditer(r"^```yaml\n(.*?)^```", text, re.S | re.M):
+            if re.search(r"^checks:", block.group(1), re.M):
+                where = f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, block.start()) + 1}"
+                found[where] = block.group(1)
+    return found
 
 
 EXAMPLES = sorted(ROOT.glob("examples/**/*.yaml"))
@@ -596,7 +602,7 @@ def test_cli_cannot_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 def test_readme_editor_support_runs_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    text = README.read_text()
+    text = EDITOR_SUPPORT.read_text()
     command = re.search(r"^pytest-infercheck (schema .*)$", text, re.M)
     modeline = re.search(r"^# yaml-language-server: \$schema=\./(\S+)$", text, re.M)
     assert command and modeline

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Every fact of a README is in the docs site: nothing is lost when the README shrinks.
+
+The README is read as units of fact:
+
+- every sentence of its prose (paragraphs, list items, table-free text), markdown links read
+  as their text, whitespace collapsed;
+- every row of its tables (cells stripped);
+- every non-blank line of its code blocks.
+
+Headings are not facts (the docs have their own). A unit is covered when it occurs, written
+the same way up to whitespace, links and line wrapping, in some page of ``docs/``. What is
+deliberately not in the docs (a duplicate, a sentence that only pointed to a README section)
+is listed in :data:`DROPPED` with why.
+
+Usage::
+
+    python scripts/check_docs_cover.py                  # the last full README (FULL_README)
+    python scripts/check_docs_cover.py --rev main       # README.md of a git revision
+    python scripts/check_docs_cover.py OLD-README.md    # any file
+
+Prints each unit no page holds (``README.md:LINE: ...``) and exits 1 when there is one.
+Merging a branch that still edits README sections: run it with ``--rev BRANCH`` to see what
+of that branch's README has yet to move into the docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+FULL_README = "57cc573a4f6a5c56bcbaa3df4a9bbd9c0247d97e"
+"""The last commit whose README.md held everything (before it became a landing page)."""
+
+REPLACED_IN_ISSUE_27: tuple[str, ...] = (
+    (
+        "`paths` (default: every one the target offers) must list `chat`; a listed path the "
+        "server does not offer is recorded `unsupported`."
+    ),
+    (
+        "The backend must be a chat server (llama-server and vllm-mlx offer all five paths, "
+        "other OpenAI-compatible servers the three chat paths, Ollama `chat` and "
+        "`chat-stream`); an in-process target fails its items saying so."
+    ),
+    (
+        "Every answer is also checked for validity, each fault failing the item whatever "
+        "`allow` says: arguments that are not JSON, a call to a function not offered, "
+        "arguments that violate the function's `parameters` schema (`jsonschema`), content "
+        "that is not JSON or violates the `response_format` schema, `tool_choice` not "
+        "obeyed (`none` with a parsed call, `required` without one, a named function and "
+        "another called), `finish_reason: tool_calls` without a parsed call, a number of "
+        "choices other than `n`, and a malformed answer (a body or stream the path's reader "
+        "cannot read)."
+    ),
+    (
+        "A request the server refuses (HTTP 400/404/405/422/501: llama-server allows `n` up "
+        "to its `-np` slots) is recorded `unsupported` with the server's message, and does "
+        "not fail; a server error (5xx, a timeout, a stream cut off) fails the item with "
+        "its message while the other paths and items go on."
+    ),
+    (
+        "The aggregate counts differences by field, validity faults by kind, answers by "
+        "path (answered, unsupported, failed, differing) and items per target; the terminal "
+        "summary shows `passed`, the differences by field, faults, refusals and errors; the "
+        "HTML item view shows each path's calls, content, reasoning and usage, every "
+        "difference and fault (model output escaped); JUnit gets "
+        "`infercheck_differing_fields` per item and `infercheck_differences_<field>` per "
+        "aggregate."
+    ),
+    (
+        "`n: 2` at temperature 0 is refused by both (llama-server with one slot: `Field "
+        "'n': Value must be between 1 <= value <= 1`; vLLM: `n must be 1 when using greedy "
+        "sampling`), recorded `unsupported`."
+    ),
+    (
+        "vllm-mlx and mlx_lm.server ignore `n: 2` (one choice: a `choices` fault). "
+        "vllm-mlx's streamed messages report 0 input tokens; its streams keep the newline "
+        'the model writes between two calls as content (`"\\n"`, none in its non-streamed '
+        "answers); on requests without tools its non-streamed answers count one completion "
+        "token less (7) than its streams and llama-server (8). mlx_lm.server keeps that "
+        "newline as content on both its paths."
+    ),
+    (
+        "The faulty proxy (`tests/faulty_proxy.py`): moving non-streamed calls into "
+        "`content` fails every item with a call, naming `tool_calls.place` (`tool_calls "
+        'place: chat-stream returned call 1 add({"a":2,"b":2}) in tool_calls, chat in '
+        "content`) and the `finish_reason: tool_calls` left without a parsed call; nulling "
+        "streamed `tool_calls` with `finish_reason: stop` fails each item naming "
+        "`tool_calls` and `finish_reason`."
+    ),
+)
+"""Units of structured-parity's old rule (a refusal recorded ``unsupported``) and the engine
+facts measured under it, replaced in the docs by the probed-abilities rule (issue 27)."""
+
+DROPPED: dict[str, str] = {
+    # unit (as normalised: one line, links as text) -> why it is not in the docs
+    "ungated), verdicts.py, present.py": (
+        "a stray duplicate line in the README's architecture tree (the line before it says it)"
+    ),
+    **{
+        unit: (
+            "issue 27: structured-parity no longer records a refusal `unsupported`; only a "
+            "path the target's probe found lacking is (the docs say the new rule and the "
+            "engine facts re-measured under it)"
+        )
+        for unit in REPLACED_IN_ISSUE_27
+    },
+}
+"""Units deliberately left out of the docs, with why."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    line: int
+    text: str
+
+
+LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*(\"])")
+
+
+def normalise(text: str) -> str:
+    """Links as their text, whitespace collapsed."""
+    return " ".join(LINK.sub(r"\1", text).split())
+
+
+def units(markdown: str) -> list[Unit]:
+    """The README's units of fact, each with the line it starts on."""
+    found: list[Unit] = []
+    lines = markdown.splitlines()
+    fence: str | None = None
+    paragraph: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        if paragraph:
+            start = paragraph[0][0]
+            text = normalise(" ".join(line for _, line in paragraph))
+            found.extend(Unit(start, s) for s in SENTENCE_END.split(text) if s.strip())
+            paragraph.clear()
+
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if fence is not None:
+            if stripped.startswith(fence) and stripped.strip("`~") == "":
+                fence = None
+            elif stripped:
+                found.append(Unit(number, " ".join(stripped.split())))
+            continue
+        opening = re.match(r"(`{3,}|~{3,})", stripped)
+        if opening:
+            flush()
+            fence = opening.group(1)
+            continue
+        if not stripped or stripped.startswith("#"):
+            flush()
+            continue
+        if stripped.startswith("|"):
+            flush()
+            if not re.fullmatch(r"\|[\s:|-]+\|", stripped):
+                found.append(Unit(number, table_row(stripped)))
+            continue
+        item = re.match(r"([-*+]|\d+\.)\s+", stripped)
+        if item:
+            flush()  # a list item starts a unit of its own, its marker left out
+            stripped = stripped[item.end() :]
+        paragraph.append((number, stripped))
+    flush()
+    return found
+
+
+def table_row(line: str) -> str:
+    cells = [normalise(cell) for cell in line.strip().strip("|").split("|")]
+    return normalise("| " + " | ".join(cells) + " |")
+
+
+def docs_text(docs: Path) -> str:
+    """Every page, normalised as the units are (tables' rows normalised as rows)."""
+    parts = []
+    for page in sorted(docs.rglob("*.md")):
+        for line in page.read_text().splitlines():
+            stripped = line.strip()
+            parts.append(table_row(stripped) if stripped.startswith("|") else stripped)
+    return normalise("\n".join(parts))
+
+
+def missing(readme: str, docs: Path) -> list[Unit]:
+    """The units of ``readme`` that no page of ``docs`` holds and :data:`DROPPED` does not
+    list."""
+    text = docs_text(docs)
+    return [u for u in units(readme) if u.text not in DROPPED and u.text not in text]
+
+
+def readme_at(rev: str) -> str:
+    """README.md at git revision ``rev`` (CalledProcessError when git does not have it)."""
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:README.md"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("readme", nargs="?", help="a README file (default: --rev FULL_README)")
+    parser.add_argument("--rev", help="read README.md at this git revision")
+    parser.add_argument("--docs", default=str(DOCS))
+    args = parser.parse_args(argv)
+    if args.readme:
+        name = args.readme
+        readme = Path(args.readme).read_text()
+    else:
+        name = f"{args.rev or FULL_README}:README.md"
+        readme = readme_at(args.rev or FULL_README)
+    lost = missing(readme, Path(args.docs))
+    for unit in lost:
+        print(f"{name}:{unit.line}: {unit.text}")
+    total = len(units(readme))
+    print(f"{total - len(lost)} of {total} units of {name} are in {args.docs}", file=sys.stderr)
+    return 1 if lost else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
