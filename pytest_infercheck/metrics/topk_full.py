@@ -196,7 +196,7 @@ def tail_mass(row: NDArray[np.float64], ids: Iterable[int]) -> float:
     """``sum_{v not in ids} exp(row[v])`` in float64, summed over the tail itself (not
     ``total - known``, which cancels to noise when the tail is tiny); NaN when the row
     holds a NaN or ``+inf`` (the row's problem is named apart)."""
-    keep = np.ones(row.shape[0], dtype=np.bool_)
-    keep[np.fromiter((int(v) for v in ids), dtype=np.int64)] = False
     with np.errstate(over="ignore", invalid="ignore"):
-        return float(np.exp(row[keep]).sum())
+        mass = np.exp(row)
+    mass[np.fromiter((int(v) for v in ids), dtype=np.int64)] = 0.0
+    return float(mass.sum())
