@@ -19,7 +19,6 @@ from pytest_infercheck.checks.comparison.prompt import (
     TOP_K_LOWER_BOUND,
 )
 from pytest_infercheck.checks.comparison.verdicts import describe, item_violations
-from pytest_infercheck.metrics.kl import DEFAULT_MASS_TOL as D
 from pytest_infercheck.specs import Thresholds
 
 from .comparison_fakes import (
@@ -34,6 +33,8 @@ from .comparison_fakes import (
 )
 
 ln = math.log
+D = 1e-3
+"""A float32 top-k side's mass tolerance (``metrics.kl.DEFAULT_MASS_TOL``)."""
 
 
 class TopKFake(FakeBackend):
