@@ -25,7 +25,8 @@ from unittest import mock
 import yaml
 
 from pytest_infercheck.backends import Backend, BackendError
-from pytest_infercheck.checks.framework.kind import CheckKind, HarnessProfile
+from pytest_infercheck.checks.framework.harness import HarnessProfile
+from pytest_infercheck.checks.framework.kind import CheckKind
 from pytest_infercheck.checks.framework.outcome import BACKEND_ERROR, Outcome
 from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
 from pytest_infercheck.config import LoadedMatrix, load_matrix

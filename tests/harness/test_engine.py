@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pytest_infercheck.backends import GenerationParams, PromptInput
 from pytest_infercheck.backends.capabilities import CachedGeneration, UncachedGeneration
 from pytest_infercheck.backends.http import HttpError
-from pytest_infercheck.checks.framework.kind import Blind, HarnessProfile
+from pytest_infercheck.checks.framework.harness import Blind, HarnessProfile
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.structured.records import (
     ChatTurn,
@@ -238,13 +238,14 @@ def test_a_kind_brings_its_own_profile_through_its_spec_facet() -> None:
 def test_a_kind_without_a_profile_fails_saying_what_to_add(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tests.harness import profiles
+    from tests.harness import profiles, verdicts
 
-    monkeypatch.delitem(profiles.PROFILES, "stress")
+    kind = kind_named("stress")
+    assert kind is not None and kind.spec.harness is not None  # stress brings its own
+    bare = dataclasses.replace(kind, spec=dataclasses.replace(kind.spec, harness=None))
+    monkeypatch.setattr(verdicts, "kind_named", lambda name: bare)
     with pytest.raises(NoProfile, match=r"stress: no harness profile: add `harness=Harness"):
         profile("stress")
-    kind = kind_named("stress")
-    assert kind is not None
     own = HarnessProfile({"stress": {"target": "{target}"}}, blind=(Blind("why", "empty"),))
     spec = dataclasses.replace(kind.spec, harness=own)
     assert profiles.profile_of(dataclasses.replace(kind, spec=spec)) is own

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 
-from pytest_infercheck.checks.framework.kind import HarnessProfile
+from pytest_infercheck.checks.framework.harness import HarnessProfile
 from pytest_infercheck.checks.registry import kind_named
 
 from .faults import STATUS, Fault, Request
