@@ -186,6 +186,70 @@ DROPPED: dict[str, str] = {
         )
         for unit in COMPARISON_REPLACED
     },
+    ("The server's answer to the hostile request is recorded, not judged."): (
+        "superseded (issue 27, cache-pollution as facets): a reference request that fails "
+        "around a hostile request now fails the item with the server's message; "
+        "docs/reference/checks/cache-pollution.md says so"
+    ),
+    (
+        "One item per prompt (`cache-parity(adder)::multi-turn::c07`); each item generates a "
+        "**reference**, then runs each scenario through the cache and compares it with the "
+        "reference: tokens identical (ids and text), chosen logprobs within "
+        "`logprob_tolerance` where the tokens agree (a NaN never is), the first divergent "
+        "token labelled `near-tie`/`decisive` (`fail_on: decisive` passes near-ties)."
+    ): (
+        "superseded (issue 27): fail_on: decisive no longer passes a near-tie cache-parity "
+        "cannot judge past; docs/reference/checks/cache-parity.md says what replaced it"
+    ),
+    (
+        "| `multi-turn` | a conversation (`messages`, `generate` turns filled in by the "
+        "target): its turns up to the previous user turn (their answer generated and kept); a "
+        "single-turn prompt: the second user turn of a conversation the backend's chat "
+        "template renders (another single-turn suite prompt, its answer, this prompt), the "
+        "first turn sent through the cache, compared with that conversation uncached; `not "
+        "exercised` on raw text (no turns to render) |"
+    ): (
+        "superseded (issue 27): the composed conversation's first turn is its uncached "
+        "answer, compared with the first turn through the cache; the new row is in "
+        "docs/reference/checks/cache-parity.md"
+    ),
+    (
+        "The reference, per backend: llama-server `cache_prompt: false`; vLLM a unique "
+        "`cache_salt` (no block shared with any other request); mlx-lm in-process a fresh "
+        "prompt cache (its scenarios go through a kept cache reusing the longest common "
+        "prefix, as `mlx_lm.server` does). vllm-mlx, mlx_lm.server and `openai` servers have "
+        "no way around their cache: the reference is the first request for the prompt in this "
+        "check (`reference_kind: first-request`, said on the item; a hit if the server saw "
+        "the prompt before)."
+    ): (
+        "superseded (issue 27): references on engines without an uncached request are sent "
+        "before any scenario's request and shown cold; docs/reference/checks/cache-parity.md "
+        "says how"
+    ),
+    (
+        "Measured hits: llama-server on a later turn of the bundled conversations reuses "
+        "exactly the earlier turns (49 tokens of mt001's 113), logprobs through its cache "
+        "move by float32 steps (up to 3.3e-6, tokens identical); vLLM reports 128 cached "
+        "tokens per scenario on a 378-token prompt, bitwise equal. vLLM reuses its prefix "
+        "cache only in whole blocks, 128 tokens by default on CPU: a prompt shorter than one "
+        "block gets no hit (`no hit`, measured on the bundled conversations); serve with "
+        "`--block-size 32` (the CPU build takes multiples of 32) and the same conversations "
+        "get 96 cached tokens per scenario, bitwise equal. mlx_lm.server (mlx-lm 0.32.2) "
+        "reports `usage.prompt_tokens_details.cached_tokens` on every answer; its LRU cache "
+        "keeps 10 prompts, so the reference's own entry serves the later scenarios whole: "
+        "start it with `--prompt-cache-size 1` to have each scenario served from the state it "
+        "sets up (a later turn reuses mt001's 49 earlier-turn tokens) and any other prompt "
+        "evict it (`eviction_tokens`), all identical. vllm-mlx 0.6.0 reports no cached tokens "
+        "(`unreported`); its simple engine reuses a system turn's KV state on streamed chat "
+        "requests only, so its cache-parity requests stream (`/v1/cache/stats` counts the "
+        "hits, 5 per conversation, all identical), it takes one request at a time "
+        "(`concurrent` not exercised), and `--continuous-batching` never stores into its "
+        "prefix cache with its pinned mlx-lm 0.31.3."
+    ): (
+        "superseded (issue 27): the same measurements, reworded where cache-parity's rules "
+        "changed (vllm-mlx's 5 hits are for a conversation with a system turn); "
+        "docs/explanation/engine-notes.md#prompt-caches"
+    ),
 }
 """Units deliberately left out of the docs, with why."""
 

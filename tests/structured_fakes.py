@@ -32,6 +32,7 @@ import re
 from typing import Any
 
 from pytest_infercheck.backends import Backend, BackendError, PromptInput
+from pytest_infercheck.backends.capabilities import STRUCTURED
 from pytest_infercheck.structured.probe import probe_paths
 from pytest_infercheck.structured.records import (
     PlacedCall,
@@ -177,8 +178,10 @@ class ScriptedChat(Backend):
     def structured_paths(self) -> tuple[str, ...]:
         return PATHS
 
-    async def probe_abilities(self) -> Abilities:
+    async def probe_abilities(self, topic: str) -> Abilities:
         """The structured probe of a real server (one minimal request per path)."""
+        if topic != STRUCTURED:
+            return Abilities()
         return await probe_paths(self)  # type: ignore[arg-type]
 
     async def render_messages(

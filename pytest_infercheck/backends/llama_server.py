@@ -49,7 +49,8 @@ from .base import (
     TopKRow,
     chat_input,
 )
-from .endpoint_probe import probe_generation_paths, union
+from .capabilities import GENERATION_PATHS, STRUCTURED
+from .endpoint_probe import probe_generation_paths
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import (
@@ -315,11 +316,16 @@ class LlamaServerBackend(Backend):
             self.http, kind, "/completion", body, n_ctx=n_ctx if isinstance(n_ctx, int) else None
         )
 
-    async def probe_abilities(self) -> Abilities:
-        """Its streamed ``/completion`` and its ``/v1/completions``, ``/v1/chat/completions``
-        and ``/v1/messages``, one one-token request each (:mod:`.endpoint_probe`), then its
-        structured paths (:meth:`probe_structured`)."""
-        return union(await probe_generation_paths(self), await self.probe_structured())
+    async def probe_abilities(self, topic: str) -> Abilities:
+        """``generation-paths``: its streamed ``/completion`` and its ``/v1/completions``,
+        ``/v1/chat/completions`` and ``/v1/messages``, one one-token request each
+        (:mod:`.endpoint_probe`); ``structured``: its structured paths
+        (:meth:`probe_structured`)."""
+        if topic == GENERATION_PATHS:
+            return await probe_generation_paths(self)
+        if topic == STRUCTURED:
+            return await self.probe_structured()
+        return Abilities()
 
     async def alive(self) -> bool:
         return await probe_alive(

@@ -27,7 +27,8 @@ from .base import (
     PromptInput,
     chat_input,
 )
-from .endpoint_probe import probe_generation_paths, union
+from .capabilities import GENERATION_PATHS, STRUCTURED
+from .endpoint_probe import probe_generation_paths
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages, message_calls
@@ -179,11 +180,14 @@ class OllamaBackend(Backend):
 
         return await send_hostile(self.http, kind, "/api/generate", body)
 
-    async def probe_abilities(self) -> Abilities:
+    async def probe_abilities(self, topic: str) -> Abilities:
         """Its streamed (NDJSON) request, one one-token request (:mod:`.endpoint_probe`);
         it has no other endpoint here; then its structured paths (:meth:`probe_structured`)."""
-        paths = await probe_generation_paths(self, endpoints=())
-        return union(paths, await self.probe_structured())
+        if topic == GENERATION_PATHS:
+            return await probe_generation_paths(self, endpoints=())
+        if topic == STRUCTURED:
+            return await self.probe_structured()
+        return Abilities()
 
     async def alive(self) -> bool:
         return await probe_alive(self.http, "/api/tags", lambda doc: isinstance(doc, dict))

@@ -68,7 +68,8 @@ from .base import (
     chat_input,
     single_turn,
 )
-from .endpoint_probe import TOKENIZE, lacking_evidence, probe_generation_paths, union
+from .capabilities import GENERATION_PATHS, STRUCTURED, TOKENIZE_TOPIC
+from .endpoint_probe import TOKENIZE, lacking_evidence, probe_generation_paths
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpError, HttpSettings, error_message
 from .openai_logprobs import BOOL_TOP as BOOL_TOP
@@ -396,15 +397,20 @@ class OpenAICompatBackend(Backend):
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def probe_abilities(self) -> Abilities:
-        """Its streamed request, its ``completions``, ``chat`` and (where the kind has a
-        client for it) ``messages`` endpoints, and a vLLM-style ``POST /tokenize``
-        (``tokenize-endpoint``, also recorded as ``observed["tokenize"]``), one minimal
-        request each (:mod:`.endpoint_probe`); then its structured paths
-        (:meth:`probe_structured`)."""
-        paths = await probe_generation_paths(self)
-        tokenize = await self.probe_tokenize(answered=bool(paths.offered))
-        return union(paths, tokenize, await self.probe_structured())
+    async def probe_abilities(self, topic: str) -> Abilities:
+        """``generation-paths``: its streamed request, its ``completions``, ``chat`` and
+        (where the kind has a client for it) ``messages`` endpoints, one minimal request each
+        (:mod:`.endpoint_probe`); ``tokenize``: a vLLM-style ``POST /tokenize``
+        (``tokenize-endpoint``, also recorded as ``observed["tokenize"]``), judged lacking
+        only when the server answers ``GET /v1/models`` (it is up); ``structured``: its
+        structured paths (:meth:`probe_structured`)."""
+        if topic == GENERATION_PATHS:
+            return await probe_generation_paths(self)
+        if topic == TOKENIZE_TOPIC:
+            return await self.probe_tokenize(answered=await self.alive())
+        if topic == STRUCTURED:
+            return await self.probe_structured()
+        return Abilities()
 
     async def probe_tokenize(self, answered: bool = True) -> Abilities:
         """``tokenize-endpoint``: offered when ``POST /tokenize`` answers ids, lacking when

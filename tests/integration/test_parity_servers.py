@@ -186,8 +186,8 @@ class NearTieStream(Backend):
     async def ensure_ready(self) -> None:
         await self.inner.ensure_ready()
 
-    async def probe_abilities(self) -> Abilities:
-        return await self.inner.probe_abilities()
+    async def probe_abilities(self, topic: str) -> Abilities:
+        return await self.inner.probe_abilities(topic)
 
     def identity(self) -> dict[str, Any]:
         return self.inner.identity()

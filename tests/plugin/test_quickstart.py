@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,8 +133,16 @@ def _pytest(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "COLUMNS": "300"},  # -rf lines whole
+        env={**outside_xdist(os.environ), "COLUMNS": "300"},  # -rf lines whole
     )
+
+
+def outside_xdist(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without pytest-xdist's variables: the quickstart is its own run, in one
+    process, even when this module runs in an xdist worker (``-n 2``), whose
+    ``PYTEST_XDIST_WORKER`` the run would otherwise inherit and take for its own (stress
+    records it as ``measured_by``: ``gw1`` where the snapshot says ``main``)."""
+    return {k: v for k, v in environ.items() if not k.startswith("PYTEST_XDIST_")}
 
 
 @pytest.fixture(scope="module")
@@ -524,6 +532,16 @@ def test_quickstart_results_unchanged(quickstart_run: QuickstartRun) -> None:
         pytest.fail(
             "results differ from snapshots/quickstart/results.json\n" + problem, pytrace=False
         )
+
+
+def test_the_quickstart_is_measured_in_its_own_process(quickstart_run: QuickstartRun) -> None:
+    """The quickstart is one run in one process even when this module runs in an xdist worker
+    (``-n 2``): each stress level says it was measured by ``main``. Before, the run inherited
+    the worker's ``PYTEST_XDIST_WORKER`` and its levels said ``gw0`` or ``gw1``, so
+    ``test_quickstart_results_unchanged`` failed under ``-n 2`` only."""
+    levels = [i for i in quickstart_run.results["items"] if i["role"] == "level"]
+    assert {i["name"] for i in levels} == {"c1", "c4", "c16"}
+    assert {i["data"]["measured_by"] for i in levels} == {"main"}
 
 
 ANNOTATED = [REPO / "docs" / "tutorials" / "quickstart.md"]

@@ -571,7 +571,10 @@ def test_a_top_k_test_side_is_bounded_against_the_baselines_full_rows() -> None:
     top-2 maps: each position's KL is the lower bound from the baseline's full row restricted
     to the test's top-2 ids. Baseline p = (1/2, 1/6, 1/6, 1/6), test top-2 {0: 1/4, 1: 1/4}:
     S = {0, 1}, tails P = 1 - 1/2 - 1/6 = 1/3, Q = 1/2, so
-    KL_S = 1/2 ln 2 + 1/6 ln(2/3) + 1/3 ln(2/3) = 0.346574 - 0.067578 - 0.135155 = 0.143841."""
+    KL_S = 1/2 ln 2 + 1/6 ln(2/3) + 1/3 ln(2/3) = 0.346574 - 0.067578 - 0.135155 = 0.143841.
+    Each tail is read as known only to D = 1e-3 (a float32 row's mass within 1e-3 of 1: the
+    bound stays one for rounded rows): P >= 1/3 - D, Q <= 1/2 + D, and Q / e lies below P's
+    range: 1/2 ln 2 + 1/6 ln(2/3) + (1/3 - D) ln((1/3 - D) / (1/2 + D)) = 0.142584."""
     quarter = math.log(0.25)
     top = {0: quarter, 1: quarter}
     test_caps = Capabilities(top_k_logprobs=2, token_ids=True)
@@ -584,9 +587,12 @@ def test_a_top_k_test_side_is_bounded_against_the_baselines_full_rows() -> None:
     result = compare(base, test)
     assert base.scored == [(PROMPT_IDS, (1, 2, 0))] and test.scored == []
     assert result.method == "top-k-lower-bound"
-    by_hand = 0.5 * math.log(2) + (1 / 6) * math.log(2 / 3) + (1 / 3) * math.log(2 / 3)
-    assert round(by_hand, 6) == 0.143841
-    assert result.kl_per_position == pytest.approx([by_hand] * 3, rel=1e-5)
+    exact = 0.5 * math.log(2) + (1 / 6) * math.log(2 / 3) + (1 / 3) * math.log(2 / 3)
+    assert round(exact, 6) == 0.143841
+    x, y = 1 / 3 - 1e-3, 1 / 2 + 1e-3
+    by_hand = 0.5 * math.log(2) + (1 / 6) * math.log(2 / 3) + x * math.log(x / y)
+    assert round(by_hand, 6) == 0.142584
+    assert result.kl_per_position == pytest.approx([by_hand] * 3, rel=1e-7)  # float32 rows
     assert not result.problems
 
 

@@ -36,7 +36,10 @@ from .present import (
 )
 from .prompt import SELF_CHECK, PromptComparison, SelfCheckRecord
 from .spec import (
+    COMPARE_HARNESS,
+    DIFF_HARNESS,
     GATES,
+    SWEEP_HARNESS,
     CompareSpec,
     DiffSpec,
     DiffThresholds,
@@ -69,6 +72,7 @@ COMPARE = CheckKind(
         plan=plan,
         rate_gates=flip_rate_gates,
         unmeasurable=unmeasurable,
+        harness=COMPARE_HARNESS,
     ),
     gather=ComparisonGatherer,
     judge=judge,
@@ -96,6 +100,7 @@ SWEEP = dataclasses.replace(
         label=baseline_model,
         context=SweepContext,
         records={**_RECORDS, "aggregate": SweepAggregateRecord, SELF_CHECK: SelfCheckRecord},
+        harness=SWEEP_HARNESS,
     ),
     summarize=summarize_sweep,
     present=dataclasses.replace(
@@ -111,5 +116,6 @@ DIFF = dataclasses.replace(
         thresholds=DiffThresholds,
         label=baseline_model,
         records=_RECORDS,
+        harness=DIFF_HARNESS,
     ),
 )

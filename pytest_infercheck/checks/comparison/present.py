@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...metrics.answers import shown_reference
+from ...nodeid import NodeId
 from ...records import load_record, plain_data
 from ...render.charts import line_chart
 from ...render.markup import clip, esc, interval, num, plain, rate, table
@@ -367,8 +368,8 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
     rows: list[list[str]] = []
     for nodeid, passed, data in aggregates:
         record = aggregate_record(data)
-        parts = nodeid.split("::")
-        check = parts[-3] if len(parts) >= 3 else record.check
+        node = NodeId.parse(nodeid)
+        check = node.check if node is not None else record.check
         verdicts = {v.column: v.verdict for v in side_verdicts(data, passed, [])}
         for test, level in _sides(record).items():
             verdict = "FAIL" if verdicts[test] == "fail" else verdicts[test]
@@ -431,11 +432,12 @@ def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]
     for nodeid, _, data in aggregates:
         record = aggregate_record(data)
         if isinstance(record, SweepAggregateRecord):
-            parts = nodeid.split("::")
+            node = NodeId.parse(nodeid)
+            check = node.check if node is not None else record.check
             cliff = record.cliff
             if record.cliff_steps:
                 cliff = cliff_evidence(record.cliff, record.cliff_steps, record.cliff_alpha)
-            lines.append(f"{parts[-3]} {record.suite}: degradation cliff: {cliff}")
+            lines.append(f"{check} {record.suite}: degradation cliff: {cliff}")
     return lines
 
 

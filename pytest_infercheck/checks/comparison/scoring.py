@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...golden import golden_scorable
+from ...metrics import keys
 from ...metrics.finite import Problem, check_logprob_rows, check_topk_rows, check_values
 from ...metrics.forced import ForcedArgmax, ForcedStats, forced_full, forced_rows
 from ...metrics.kl import (
@@ -314,21 +315,13 @@ def token_divergence(
 
 def step_texts(generation: Generation) -> list[str] | None:
     """Each generated token's text: the generation's own (``token_texts``), else, for top-k
-    logprobs keyed by text, each step's entry whose logprob equals the chosen token's (it
-    must be the only one), kept only when they join into the generation's text exactly;
-    None otherwise."""
+    logprobs keyed by text, each step's token located by :func:`.keys.step_texts` (never
+    through an ambiguous key); None otherwise."""
     if generation.token_texts is not None:
         return list(generation.token_texts)
-    top, chosen = generation.top_logprobs, generation.chosen_logprobs
-    if generation.top_keys != "text" or not top or not chosen or len(top) != len(chosen):
+    if generation.top_keys != "text":
         return None
-    texts = []
-    for step, value in zip(top, chosen, strict=True):
-        matches = [key for key, lp in step.items() if lp == value]
-        if len(matches) != 1:
-            return None
-        texts.append(str(matches[0]))
-    return texts if "".join(texts) == generation.text else None
+    return keys.step_texts(generation.top_logprobs, generation.chosen_logprobs, generation.text)
 
 
 # -- margins at the first divergent token ---------------------------------------------------

@@ -32,6 +32,13 @@ from pydantic import Field
 
 from ...specs import KindSpec, Loc, Side, Thresholds
 from ...verdict.gate import Gate
+from ..framework.harness import (
+    BOTH_SHAPES,
+    NO_COLD_REFERENCE,
+    RENDERED_ONCE,
+    TEACHER_FORCED,
+    HarnessProfile,
+)
 from ..framework.kind import RateGate
 from ..framework.plan import ItemPlan
 
@@ -300,3 +307,50 @@ def _side(target: Target, other: Target) -> str:
     if target.backend == other.backend:
         return target.model
     return target.model if target.model != other.model else f"{target.model}.{target.backend}"
+
+
+# -- the verdict harness's checks (tests/harness) ---------------------------------------------
+_COMPARED = {
+    "max_kl": 0.001,
+    "max_kl_position": 0.01,
+    "min_similarity": 1.0,
+    "max_mean_kl": 0.001,
+    "min_same_top": 1.0,
+    "flips": {"fail_item_on": "any"},
+}
+"""Every comparison gate, as tight as an identical engine passes."""
+_BLIND = (*RENDERED_ONCE, TEACHER_FORCED, NO_COLD_REFERENCE)
+"""What a comparison of two targets cannot see: a fault in the one rendering both sides
+share, in the teacher-forced pass, or in a prompt cache it never compares against cold."""
+_TOP_K_ONLY = {
+    "openai": {
+        "min_same_top": (
+            "an engine that returns text and top-k only cannot teacher-force: its comparisons "
+            "are top-k lower bounds, with no argmax at every position (writing the gate fails "
+            "every run: `min_same_top: not measured`)"
+        )
+    }
+}
+
+COMPARE_HARNESS = HarnessProfile(
+    {"compare": {"baseline": "{reference}", "test": "{target}"}, **_COMPARED},
+    blind=_BLIND,
+    shapes=BOTH_SHAPES,
+    unwritten=_TOP_K_ONLY,
+)
+SWEEP_HARNESS = HarnessProfile(
+    {"sweep": {"baseline": "{reference}", "models": ["{target}"]}, **_COMPARED},
+    blind=_BLIND,
+    shapes=BOTH_SHAPES,
+    unwritten=_TOP_K_ONLY,
+)
+DIFF_HARNESS = HarnessProfile(
+    {
+        "diff": {"model": "{model}", "backends": ["{reference_backend}", "{backend}"]},
+        "expect": "identical",
+        **_COMPARED,
+    },
+    blind=_BLIND,
+    shapes=BOTH_SHAPES,
+    unwritten=_TOP_K_ONLY,
+)

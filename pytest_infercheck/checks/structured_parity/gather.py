@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...backends.base import BackendError, Message
+from ...backends.capabilities import STRUCTURED
 from ...structured.probe import ability
 from ...structured.records import (
     ChatTurn,
@@ -161,7 +162,7 @@ class StructuredGatherer:
                         f"requests: {target.resolved.label} ({type(backend).__name__}) does not"
                     )
                 target.chat = backend
-                target.abilities = self.run.cache.abilities(target.resolved)
+                target.abilities = self.run.cache.abilities(target.resolved, STRUCTURED)
             except BackendError as exc:
                 target.error = exc
         return self._targets[label]
