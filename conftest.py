@@ -53,8 +53,16 @@ def tiny_tool() -> Path:
     """The trained tiny tool-calling model (``tiny-tool``: Qwen 2.5 chat template, Hermes-format
     ``<tool_call>`` blocks, the four tools of the ``tool-use`` suite), a copy of the committed
     folder with its f32 GGUF inside (:func:`tiny_tool_gguf`)."""
-    path: Path = _make_models_module().make_tool_model(MODELS_CACHE / "tool")
+    path: Path = _make_models_module().make_tool_model(MODELS_CACHE / "tool" / tool_cache_key())
     return path
+
+
+def tool_cache_key() -> str:
+    """The committed tool model's own cache folder name (its files' hash): a worktree with
+    another tool model builds beside this one instead of replacing a folder that another
+    session's servers may be reading."""
+    module = _make_models_module()
+    return str(module.dir_hash(module.TOOL_SOURCE_DIR))[:12]
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from _pytest.pathlib import bestrelpath
 
+from . import nodeid as node_ids
 from .backends import BackendError
 from .checks.framework.outcome import BACKEND_ERROR, Outcome, defer_gates
 from .checks.framework.plan import ItemPlan
@@ -230,7 +231,7 @@ class _InfercheckItem(pytest.Item):
         return self.parent
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.path, None, self.nodeid.split("::", 1)[-1]
+        return self.path, None, node_ids.in_file(self.nodeid)
 
     def repr_failure(
         self, excinfo: ExceptionInfo[BaseException], style: Any = None

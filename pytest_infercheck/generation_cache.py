@@ -128,7 +128,7 @@ class GenerationCache:
         on each backend created; None: backends are used as created."""
         self._backends: dict[TargetKey, Backend] = {}
         self._wrapped: dict[TargetKey, TargetKey] = {}
-        self._abilities: dict[TargetKey, Abilities] = {}
+        self._abilities: dict[tuple[Any, ...], Abilities] = {}
         """A wrapper's key -> the key of the backend it wraps (its server, if any)."""
         self._renders: dict[RenderKey, PromptInput] = {}
         self._failed: dict[Any, BackendError] = {}
@@ -189,12 +189,14 @@ class GenerationCache:
             self._backends[key] = GoldenBackend(label, load_golden(path))
         return ResolvedTarget(label, key, self._backends[key])
 
-    def abilities(self, target: ResolvedTarget) -> Abilities:
-        """What ``target``'s engine offers and lacks, probed once (before the first check
-        that asks sends its requests: :meth:`~.backends.base.Backend.probe_abilities`)."""
-        if target.key not in self._abilities:
-            self._abilities[target.key] = self.call(target, target.backend.probe_abilities())
-        return self._abilities[target.key]
+    def abilities(self, target: ResolvedTarget, topic: str) -> Abilities:
+        """What ``target``'s engine offers and lacks of ``topic``, probed once per topic
+        (before the first check that asks sends its requests:
+        :meth:`~.backends.base.Backend.probe_abilities`)."""
+        key = (*target.key, topic)
+        if key not in self._abilities:
+            self._abilities[key] = self.call(target, target.backend.probe_abilities(topic))
+        return self._abilities[key]
 
     # -- running coroutines ------------------------------------------------------------------
     def run(self, coro: Coroutine[Any, Any, T]) -> T:

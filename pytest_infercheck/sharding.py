@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from .collect import is_aggregate
+from .nodeid import NodeId
 
 SHARD_PATTERN = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 
@@ -52,7 +53,8 @@ def parse_shard(text: str) -> Shard:
 def shard_of(nodeid: str, count: int) -> int:
     """The 1-based shard of ``nodeid``: ``1 + int(sha256(key)[:8]) mod count``, where ``key``
     is the node id without its ``[parameters]``."""
-    key = nodeid.split("[", 1)[0]
+    node = NodeId.parse(nodeid)
+    key = node.unparametrized if node is not None else nodeid.split("[", 1)[0]
     digest = hashlib.sha256(key.encode("utf-8")).digest()
     return 1 + int.from_bytes(digest[:8], "big") % count
 

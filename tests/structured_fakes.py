@@ -9,7 +9,12 @@ The backends named in a matrix pick the behaviour (the conftest hook
 :data:`BEHAVIOURS`; the wrapped engine is never asked anything):
 
 - ``faithful``: every path answers the same; ``chat-n2`` two identical choices;
-- ``oneslot``: as ``faithful``, but ``chat-n2`` is refused (llama-server with one slot);
+- ``oneslot``: as ``faithful``, but ``chat-n2`` is refused, HTTP 400 (llama-server with one
+  slot): its probe finds it lacking;
+- ``ignoresn``: as ``faithful``, but ``chat-n2`` answers one choice (vllm-mlx): its probe
+  finds it lacking;
+- ``refusestools``: every request with tools is refused, HTTP 400 (a broken tool parser):
+  its probe (no tools) finds every path offered, so each refusal fails its item;
 - ``nulls``: ``chat-stream`` loses its calls (``tool_calls: null``) and says ``stop``;
 - ``moves``: every path leaves its calls in ``content`` (``finish_reason`` kept);
 - ``broken``: ``chat-stream`` fails with a server error;
@@ -27,15 +32,18 @@ import re
 from typing import Any
 
 from pytest_infercheck.backends import Backend, BackendError, PromptInput
+from pytest_infercheck.backends.capabilities import STRUCTURED
+from pytest_infercheck.structured.probe import probe_paths
 from pytest_infercheck.structured.records import (
     PlacedCall,
+    RequestFailed,
     StructuredChoice,
     StructuredRequest,
     StructuredResponse,
-    UnsupportedRequest,
     Usage,
 )
 from pytest_infercheck.tools import ToolCall
+from pytest_infercheck.verdict.conduct import Abilities
 
 
 def _tool(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +101,16 @@ def suite_jsonl(lines: list[dict[str, Any]] = SUITE) -> str:
     return "\n".join(json.dumps(line) for line in lines)
 
 
-BEHAVIOURS = ("faithful", "oneslot", "nulls", "moves", "broken", "hostile")
+BEHAVIOURS = (
+    "faithful",
+    "oneslot",
+    "ignoresn",
+    "refusestools",
+    "nulls",
+    "moves",
+    "broken",
+    "hostile",
+)
 PATHS = ("chat", "chat-stream", "chat-n2", "messages", "messages-stream")
 HOSTILE = "<script>alert('x')</script>"
 
@@ -161,6 +178,12 @@ class ScriptedChat(Backend):
     def structured_paths(self) -> tuple[str, ...]:
         return PATHS
 
+    async def probe_abilities(self, topic: str) -> Abilities:
+        """The structured probe of a real server (one minimal request per path)."""
+        if topic != STRUCTURED:
+            return Abilities()
+        return await probe_paths(self)  # type: ignore[arg-type]
+
     async def render_messages(
         self, messages: Any, thinking: bool, *, tools: Any = (), tool_choice: Any = None
     ) -> PromptInput:
@@ -174,16 +197,19 @@ class ScriptedChat(Backend):
         if self.behaviour == "hostile" and choice.content and request.response_format is None:
             choice = StructuredChoice(HOSTILE, None, choice.calls, choice.finish_reason)
         notes: tuple[str, ...] = ()
+        label = f"{self.behaviour} {path}"
         if self.behaviour == "oneslot" and path == "chat-n2":
-            raise UnsupportedRequest("HTTP 400: only n = 1 is supported")
+            raise RequestFailed(label, 400, "only n = 1 is supported")
+        if self.behaviour == "refusestools" and request.tools:
+            raise RequestFailed(label, 400, "tools: the tool parser failed to load")
         if self.behaviour == "broken" and path == "chat-stream":
-            raise BackendError("HTTP 500: the engine is gone")
+            raise RequestFailed(label, 500, "the engine is gone")
         if self.behaviour == "nulls" and path == "chat-stream" and choice.calls:
             choice = StructuredChoice(None, None, (), "stop")
             notes = ("a delta had tool_calls: null",)
         if self.behaviour == "moves":
             choice = moved(choice)
-        n = 2 if path == "chat-n2" else 1
+        n = 2 if path == "chat-n2" and self.behaviour != "ignoresn" else 1
         usage = Usage(10 * len(request.messages), 5 * n)
         return StructuredResponse(path, (choice,) * n, usage, notes)  # type: ignore[arg-type]
 

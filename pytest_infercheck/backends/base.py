@@ -378,13 +378,15 @@ class Backend(abc.ABC):
         """Called once before first use: health checks, verifying the served model."""
         return None
 
-    async def probe_abilities(self) -> Abilities:
-        """What this engine offers and lacks of the optional paths and features a check may
-        use, probed once before a check's requests (``GET /v1/messages`` answering 404: the
-        ``messages`` path is lacking). A check calls a path ``unsupported`` only when this
-        probe found it lacking (:meth:`~pytest_infercheck.verdict.conduct.Abilities.
-        unsupported`); any other refusal or error of a request fails its item. Default: nothing
-        probed (every request is made and judged)."""
+    async def probe_abilities(self, topic: str) -> Abilities:
+        """What this engine offers and lacks of one ``topic`` of optional paths and features
+        (:data:`~.capabilities.PROBE_TOPICS`: ``generation-paths``, ``tokenize``,
+        ``structured``), probed once, before the first check that asks sends its requests
+        (``POST /v1/messages`` answering 404: the ``messages`` path is lacking). A check calls a
+        path ``unsupported`` only when this probe found it lacking (:meth:`~pytest_infercheck.
+        verdict.conduct.Abilities.unsupported`); any other refusal or error of a request fails
+        its item. A probe that generates can warm a prefix cache, so a check probes only the
+        topics it uses. Default: nothing probed (every request is made and judged)."""
         return Abilities()
 
     async def tokenize(self, text: str) -> list[int] | None:

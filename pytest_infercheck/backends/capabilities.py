@@ -117,3 +117,16 @@ class CacheCapacity(Protocol):
     async def cache_capacity(self) -> int | None:
         """Tokens the prompt cache holds at most; None when the server does not say."""
         ...
+
+
+GENERATION_PATHS = "generation-paths"
+"""A probe topic (:meth:`~.base.Backend.probe_abilities`): the streamed request and the
+completions, chat and messages endpoints (one one-token generation each)."""
+TOKENIZE_TOPIC = "tokenize"
+"""A probe topic: a server's own tokenize endpoint."""
+STRUCTURED = "structured"
+"""A probe topic: the structured-output paths (chat, chat-stream, chat-n2, messages,
+messages-stream)."""
+PROBE_TOPICS = (GENERATION_PATHS, TOKENIZE_TOPIC, STRUCTURED)
+"""Every probe topic; a check asks only for the ones it uses (a generating probe can warm a
+prefix cache)."""

@@ -49,6 +49,7 @@ from .base import (
     TopKRow,
     chat_input,
 )
+from .capabilities import GENERATION_PATHS, STRUCTURED
 from .endpoint_probe import probe_generation_paths
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
@@ -315,10 +316,16 @@ class LlamaServerBackend(Backend):
             self.http, kind, "/completion", body, n_ctx=n_ctx if isinstance(n_ctx, int) else None
         )
 
-    async def probe_abilities(self) -> Abilities:
-        """Its streamed ``/completion`` and its ``/v1/completions``, ``/v1/chat/completions``
-        and ``/v1/messages``, one one-token request each (:mod:`.endpoint_probe`)."""
-        return await probe_generation_paths(self)
+    async def probe_abilities(self, topic: str) -> Abilities:
+        """``generation-paths``: its streamed ``/completion`` and its ``/v1/completions``,
+        ``/v1/chat/completions`` and ``/v1/messages``, one one-token request each
+        (:mod:`.endpoint_probe`); ``structured``: its structured paths
+        (:meth:`probe_structured`)."""
+        if topic == GENERATION_PATHS:
+            return await probe_generation_paths(self)
+        if topic == STRUCTURED:
+            return await self.probe_structured()
+        return Abilities()
 
     async def alive(self) -> bool:
         return await probe_alive(
@@ -427,6 +434,16 @@ class LlamaServerBackend(Backend):
 
         client = ChatServerClient(self.http, None, self.structured_paths())
         return await client.structured(request, path)
+
+    async def probe_structured(self) -> Abilities:
+        """The structured paths the server offers and lacks: one minimal request per path
+        (:func:`~..structured.probe.probe_paths`). Measured on llama-cpp-python 0.3.36's
+        llama.cpp: every path answers; ``n: 2`` with one slot (``-np 1``) is HTTP 400
+        "Field 'n': Value must be between 1 <= value <= 1" where ``chat`` answered:
+        ``chat-n2`` lacking; with two slots it answers two choices: offered."""
+        from ..structured.probe import probe_paths
+
+        return await probe_paths(self)
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -27,6 +27,7 @@ from .base import (
     PromptInput,
     chat_input,
 )
+from .capabilities import GENERATION_PATHS, STRUCTURED
 from .endpoint_probe import probe_generation_paths
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
@@ -179,10 +180,14 @@ class OllamaBackend(Backend):
 
         return await send_hostile(self.http, kind, "/api/generate", body)
 
-    async def probe_abilities(self) -> Abilities:
+    async def probe_abilities(self, topic: str) -> Abilities:
         """Its streamed (NDJSON) request, one one-token request (:mod:`.endpoint_probe`);
-        it has no other endpoint here."""
-        return await probe_generation_paths(self, endpoints=())
+        it has no other endpoint here; then its structured paths (:meth:`probe_structured`)."""
+        if topic == GENERATION_PATHS:
+            return await probe_generation_paths(self, endpoints=())
+        if topic == STRUCTURED:
+            return await self.probe_structured()
+        return Abilities()
 
     async def alive(self) -> bool:
         return await probe_alive(self.http, "/api/tags", lambda doc: isinstance(doc, dict))
@@ -210,6 +215,15 @@ class OllamaBackend(Backend):
         from ..structured.client import OllamaChatClient
 
         return await OllamaChatClient(self.http, self.model).structured(request, path)
+
+    async def probe_structured(self) -> Abilities:
+        """The structured paths the server offers and lacks
+        (:func:`~..structured.probe.probe_paths`): ``chat`` and ``chat-stream`` probed with
+        one minimal ``/api/chat`` request each; ``chat-n2`` and both ``messages`` paths
+        lacking without a request (``/api/chat`` has one answer and no Anthropic form)."""
+        from ..structured.probe import probe_paths
+
+        return await probe_paths(self)
 
     async def aclose(self) -> None:
         await self.http.aclose()

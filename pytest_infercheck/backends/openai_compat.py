@@ -35,11 +35,16 @@ template rendered once, in-process, by the served model folder's tokenizer (the 
 template, so the endpoints see the same input). ``messages`` (Anthropic) is for the
 subclasses whose server offers it. Hostile requests go to the backend's own endpoint.
 
-Structured requests (:mod:`~..structured.client`): ``chat``, ``chat-stream``, ``chat-n2``
-(:attr:`OpenAICompatBackend.structured_offer`; kinds whose servers have ``/v1/messages`` add
-it). mlx_lm.server (0.32.2) parses tool calls itself when the model's template names a
-format it knows (``<tool_call>`` with ``tool_call.name``: its ``json_tools`` parser), ignores
-``n`` and ``response_format``, and has no ``/v1/messages`` (404).
+Structured requests (:mod:`~..structured.client`): every path, ``chat``, ``chat-stream``,
+``chat-n2``, ``messages``, ``messages-stream``; which of them the server offers is probed
+before a check's requests (:meth:`OpenAICompatBackend.probe_abilities`, one minimal request
+per path: :mod:`~..structured.probe`), for every kind built on this one (vLLM, vllm-mlx,
+SGLang, ``openai``). Measured: vLLM 0.32 (CPU) offers every path but refuses ``n: 2`` at
+temperature 0 (HTTP 400 "n must be 1 when using greedy sampling"); vllm-mlx 0.6.0 offers every
+path and ignores ``n`` (one choice back); mlx_lm.server (0.32.2) parses tool calls itself
+when the model's template names a format it knows (``<tool_call>`` with ``tool_call.name``:
+its ``json_tools`` parser), ignores ``n`` and ``response_format``, and has no
+``/v1/messages`` (404): both ``messages`` paths are lacking.
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ from .base import (
     chat_input,
     single_turn,
 )
-from .endpoint_probe import TOKENIZE, lacking_evidence, probe_generation_paths, union
+from .capabilities import GENERATION_PATHS, STRUCTURED, TOKENIZE_TOPIC
+from .endpoint_probe import TOKENIZE, lacking_evidence, probe_generation_paths
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpError, HttpSettings, error_message
 from .openai_logprobs import BOOL_TOP as BOOL_TOP
@@ -391,13 +397,20 @@ class OpenAICompatBackend(Backend):
     async def aclose(self) -> None:
         await self.http.aclose()
 
-    async def probe_abilities(self) -> Abilities:
-        """Its streamed request, its ``completions``, ``chat`` and (where the kind has a
-        client for it) ``messages`` endpoints, and a vLLM-style ``POST /tokenize``
-        (``tokenize-endpoint``, also recorded as ``observed["tokenize"]``), one minimal
-        request each (:mod:`.endpoint_probe`)."""
-        paths = await probe_generation_paths(self)
-        return union(paths, await self.probe_tokenize(answered=bool(paths.offered)))
+    async def probe_abilities(self, topic: str) -> Abilities:
+        """``generation-paths``: its streamed request, its ``completions``, ``chat`` and
+        (where the kind has a client for it) ``messages`` endpoints, one minimal request each
+        (:mod:`.endpoint_probe`); ``tokenize``: a vLLM-style ``POST /tokenize``
+        (``tokenize-endpoint``, also recorded as ``observed["tokenize"]``), judged lacking
+        only when the server answers ``GET /v1/models`` (it is up); ``structured``: its
+        structured paths (:meth:`probe_structured`)."""
+        if topic == GENERATION_PATHS:
+            return await probe_generation_paths(self)
+        if topic == TOKENIZE_TOPIC:
+            return await self.probe_tokenize(answered=await self.alive())
+        if topic == STRUCTURED:
+            return await self.probe_structured()
+        return Abilities()
 
     async def probe_tokenize(self, answered: bool = True) -> Abilities:
         """``tokenize-endpoint``: offered when ``POST /tokenize`` answers ids, lacking when
@@ -449,15 +462,27 @@ class OpenAICompatBackend(Backend):
         count = usage.get("prompt_tokens") if isinstance(usage, dict) else None
         return count if isinstance(count, int) and not isinstance(count, bool) else None
 
-    structured_offer: tuple[StructuredPath, ...] = ("chat", "chat-stream", "chat-n2")
-    """The structured paths the kind's servers have endpoints for (a kind whose servers
-    have ``/v1/messages`` adds ``messages`` and ``messages-stream``). A request a server
-    then refuses (``n: 2`` where it allows one choice) is unsupported, answered by the
-    server itself."""
+    structured_offer: tuple[StructuredPath, ...] = (
+        "chat",
+        "chat-stream",
+        "chat-n2",
+        "messages",
+        "messages-stream",
+    )
+    """The structured paths the client sends to the kind's servers; which of them a server
+    offers is probed (:meth:`probe_abilities`)."""
 
     def structured_paths(self) -> tuple[StructuredPath, ...]:
-        """The :class:`~..structured.records.StructuredChat` paths offered."""
+        """The :class:`~..structured.records.StructuredChat` paths the client sends."""
         return self.structured_offer
+
+    async def probe_structured(self) -> Abilities:
+        """The structured paths the server offers and lacks: one minimal request per path
+        (:func:`~..structured.probe.probe_paths`; what is measured per engine: the module
+        docstring)."""
+        from ..structured.probe import probe_paths
+
+        return await probe_paths(self)
 
     async def structured(
         self, request: StructuredRequest, path: StructuredPath

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..nodeid import NodeId
+
 
 def render_table(rows: list[list[str]], columns: tuple[tuple[str, str], ...]) -> list[str]:
     """Fixed-width lines for ``rows`` under ``columns`` (name, ``<`` or ``>`` alignment)."""
@@ -31,8 +33,8 @@ def check_table(
     every prompt deterministic, since a failed item does not fail its aggregate)."""
     rows = []
     for nodeid, passed, data in aggregates:
-        parts = nodeid.split("::")
-        check, suite = (parts[-3], parts[-2]) if len(parts) >= 3 else (nodeid, "?")
+        node = NodeId.parse(nodeid)
+        check, suite = (node.check, node.suite) if node is not None else (nodeid, "?")
         verdict = "PASS" if passed and complete(data) else "FAIL"
         rows.append([check, suite, str(data.get("target", "?")), *cells(data), verdict])
     head = (("check", "<"), ("suite", "<"), ("target", "<"))

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from .. import __version__
+from ..nodeid import file_of
 from ..sharding import configured_shard
 from .results import SCHEMA, VERSION, item_sort_key, write_results
 
@@ -110,7 +111,7 @@ def load_matrices(rootpath: Path, items: list[dict[str, Any]]) -> dict[str, Any]
     import yaml
 
     matrices: dict[str, Any] = {}
-    for rel in dict.fromkeys(i["nodeid"].split("::", 1)[0] for i in items):
+    for rel in dict.fromkeys(file_of(i["nodeid"]) for i in items):
         try:
             data = yaml.safe_load((rootpath / rel).read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as exc:

@@ -49,6 +49,7 @@ import pytest
 
 from .. import __version__
 from ..backends.http import Exchange, record_exchanges
+from ..nodeid import SEP, NodeId, in_file
 from ..plain_data import plain
 from .collector import REDACTED, redact, redact_urls
 
@@ -163,7 +164,9 @@ def markdown_text(text: str) -> str:
 def safe_name(nodeid: str) -> str:
     """A folder name for a node id: runs of characters other than letters, digits and
     ``. _ -`` made ``_``; a long name cut, with 8 hex digits of its hash to stay unique."""
-    name = SAFE.sub("_", nodeid.replace("::", "-")).strip("_.") or "item"
+    node = NodeId.parse(nodeid)
+    parts = node.parts if node is not None else nodeid.split(SEP)
+    name = SAFE.sub("_", "-".join(parts)).strip("_.") or "item"
     if len(name) <= MAX_NAME:
         return name
     return f"{name[:MAX_NAME]}-{hashlib.sha256(nodeid.encode()).hexdigest()[:8]}"
@@ -265,7 +268,7 @@ def bug_markdown(
     data = record.get("data") or {}
     violations = list(record.get("violations") or [])
     title = violations[0] if violations else (failure.splitlines() or ["failed"])[0]
-    out = [f"# {markdown_text(nodeid.split('::', 1)[-1] + ': ' + title)}", ""]
+    out = [f"# {markdown_text(in_file(nodeid) + ': ' + title)}", ""]
     out += ["## Environment", ""]
     out += [f"- {k}: `{v}`" for k, v in environment().items()]
     out += ["", "Engines (also `engines.json`):", "", fence(json.dumps(engines, indent=2), "json")]
@@ -287,7 +290,7 @@ def bug_markdown(
         out += ["", "## Token ids", ""]
         out += [fence("\n".join(f"{k}: {v}" for k, v in ids.items()))]
     out += ["", "## Reproduce", "", "In this folder:", "", fence("pytest", "sh")]
-    out += [f"fails `{nodeid.split('::', 1)[-1]}` again (matrix `infercheck.yaml`)."]
+    out += [f"fails `{in_file(nodeid)}` again (matrix `infercheck.yaml`)."]
     if redacted_env:
         out += [f"The values of the backends' `env` were redacted: set {', '.join(redacted_env)}."]
     if exchanges:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..nodeid import suite_id_of
 from ..plain_data import plain
 from ..records import ItemRecord
 
@@ -83,7 +84,7 @@ class ItemModel(ItemRecord):
     @property
     def suite_id(self) -> str:
         """The node id of its check x suite."""
-        return self.nodeid.rsplit("::", 1)[0]
+        return suite_id_of(self.nodeid)
 
 
 class ResultsModel(_Model):
@@ -99,7 +100,7 @@ def item_sort_key(item: dict[str, Any]) -> tuple[str, bool, str]:
     """Items grouped by check x suite, the aggregate last: the same order for a serial run,
     an xdist run and merged shards."""
     nodeid: str = item["nodeid"]
-    return nodeid.rsplit("::", 1)[0], item["role"] == "aggregate", nodeid
+    return suite_id_of(nodeid), item["role"] == "aggregate", nodeid
 
 
 def dumps(results: dict[str, Any]) -> str:

@@ -17,18 +17,19 @@ Ollama (:class:`OllamaChatClient`): ``chat`` and ``chat-stream`` are ``/api/chat
 
 What comes back:
 
-- HTTP 400, 404, 405, 422 or 501 (:data:`REFUSED`): the server refused the request, e.g.
-  ``n: 2`` on a llama-server with one slot, or a server without ``/v1/messages``:
-  :class:`~.records.UnsupportedRequest` with the server's own message. A path the server
-  does not offer at all (not in :meth:`ChatServerClient.structured_paths`), or a request
-  the path cannot express (``response_format`` on messages), is unsupported too, and
-  nothing is sent.
+- An error status, 4xx or 5xx: :class:`~.records.RequestFailed` with the status and the
+  server's own message. A refusal is a failure like any other: whether the server offers a
+  path at all (``/v1/messages``, ``n: 2`` on a llama-server with one slot) is what its
+  ability probe decides before the check's requests (:mod:`.probe`), and a path it lacks
+  is not sent.
+- A path the client does not have (not in :meth:`ChatServerClient.structured_paths`), or
+  a request the path cannot express (``response_format`` on messages):
+  :class:`~.records.Inexpressible`, and nothing is sent.
 - A 2xx body that is not JSON or is empty, a stream line that is not JSON, and any answer
   the path's reader cannot read (no choices, a stream without its end):
   :class:`~.records.MalformedResponse`.
-- Any other error (5xx, 401/403, a timeout after the retries, a stream cut off, an error
-  event in a stream) stays the :class:`~..backends.http.HttpError` /
-  :class:`~..backends.base.BackendError` it is: the server failed, it did not refuse.
+- No answer (a timeout after the retries, a stream cut off) or an error event in a stream:
+  the :class:`~..backends.http.HttpError` / :class:`~..backends.base.BackendError` it is.
 """
 
 from __future__ import annotations
@@ -42,30 +43,29 @@ from .read_chat_stream import assemble_chat_stream
 from .read_messages import assemble_message_stream, read_message
 from .read_ollama import read_ollama_chat
 from .records import (
+    Inexpressible,
     MalformedResponse,
     Path,
+    RequestFailed,
     StructuredRequest,
     StructuredResponse,
-    UnsupportedRequest,
 )
 from .wire_chat import chat_payload
 from .wire_messages import messages_payload
 from .wire_ollama import ollama_payload
-
-REFUSED = frozenset({400, 404, 405, 422, 501})
-"""HTTP statuses read as the server refusing a request it does not support."""
 
 CHAT_PATHS: tuple[Path, ...] = ("chat", "chat-stream", "chat-n2")
 ALL_PATHS: tuple[Path, ...] = (*CHAT_PATHS, "messages", "messages-stream")
 
 
 def classified(exc: HttpError, label: str) -> Exception:
-    """The structured error of a failed request: refused -> :class:`UnsupportedRequest`,
-    unreadable -> :class:`MalformedResponse`, else ``exc`` itself."""
-    if exc.status in REFUSED:
-        return UnsupportedRequest(f"{label}: HTTP {exc.status}: {_message(exc.body)}")
+    """The structured error of a failed request: unreadable -> :class:`MalformedResponse`,
+    an error status -> :class:`RequestFailed` (with the server's message), else ``exc``
+    itself (no answer)."""
     if isinstance(exc, MalformedEvent) or (exc.status is not None and exc.status < 400):
         return MalformedResponse(f"{label}: {exc}")
+    if exc.status is not None:
+        return RequestFailed(label, exc.status, _message(exc.body))
     return exc
 
 
@@ -96,7 +96,8 @@ async def post_stream(
 
 
 class ChatServerClient:
-    """An OpenAI-compatible chat server's paths (``paths``: those it offers)."""
+    """An OpenAI-compatible chat server's paths (``paths``: those the client sends; which
+    the server offers is probed)."""
 
     def __init__(self, http: HttpClient, model: str | None, paths: tuple[Path, ...]) -> None:
         self.http = http
@@ -110,7 +111,7 @@ class ChatServerClient:
     async def structured(self, request: StructuredRequest, path: Path) -> StructuredResponse:
         label = f"{self.http.name} {path}"
         if path not in self.paths:
-            raise UnsupportedRequest(f"{label}: not offered (offered: {', '.join(self.paths)})")
+            raise Inexpressible(f"{label}: not offered (offered: {', '.join(self.paths)})")
         if path in ("chat", "chat-n2"):
             n = 2 if path == "chat-n2" else request.n
             body = chat_payload(request, self.model, n=n)
@@ -143,7 +144,7 @@ class OllamaChatClient:
     async def structured(self, request: StructuredRequest, path: Path) -> StructuredResponse:
         label = f"{self.http.name} {path}"
         if path not in self.PATHS:
-            raise UnsupportedRequest(f"{label}: not offered (offered: {', '.join(self.PATHS)})")
+            raise Inexpressible(f"{label}: not offered (offered: {', '.join(self.PATHS)})")
         stream = path == "chat-stream"
         body = ollama_payload(request, self.model, stream=stream)
         if not stream:

@@ -5,7 +5,7 @@ Per choice (ordered by ``index``): ``message.content`` as returned (a ``<think>`
 compared); ``reasoning_content`` (llama-server, vLLM) or ``reasoning`` (vLLM's newer name);
 ``tool_calls`` with each call's JSON-string arguments parsed by :meth:`~..tools.ToolCall.
 parse` (text that is not JSON stays text, ``arguments_valid=False``), then the calls left
-in the content (:func:`~.content_calls.content_calls`); ``finish_reason`` as the server
+in the content (:func:`~.records.calls_left_in`); ``finish_reason`` as the server
 said it. ``usage``: ``prompt_tokens`` and ``completion_tokens``.
 
 What is not a chat completion is :class:`~.records.MalformedResponse`: not an object, no
@@ -20,13 +20,13 @@ from typing import Any
 
 from ..backends.base import BackendError
 from ..tools import ToolCall
-from .content_calls import content_calls
 from .records import (
     MalformedResponse,
     Path,
     PlacedCall,
     StructuredChoice,
     StructuredResponse,
+    calls_left_in,
 )
 from .usage import read_usage
 
@@ -106,7 +106,7 @@ def read_chat(answer: Any, path: Path, *, asked_n: int = 1) -> StructuredRespons
             StructuredChoice(
                 content=content,
                 reasoning=reasoning_of(message, where, notes),
-                calls=calls + content_calls(content),
+                calls=calls + calls_left_in(content),
                 finish_reason=finish if isinstance(finish, str) else None,
             )
         )

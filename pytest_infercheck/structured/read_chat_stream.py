@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..tools import ToolCall
-from .content_calls import content_calls
 from .read_chat import server_error
 from .records import (
     MalformedResponse,
@@ -45,6 +44,7 @@ from .records import (
     StructuredChoice,
     StructuredResponse,
     Usage,
+    calls_left_in,
 )
 from .usage import read_usage
 
@@ -195,7 +195,7 @@ def assemble_chat_stream(
             StructuredChoice(
                 content=content,
                 reasoning="".join(state.reasoning) if state.reasoning else None,
-                calls=_finish_calls(state, where, notes) + content_calls(content),
+                calls=_finish_calls(state, where, notes) + calls_left_in(content),
                 finish_reason=state.finish,
             )
         )

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..tools import ToolCall
-from .content_calls import content_calls
 from .read_chat import server_error
 from .records import (
     MalformedResponse,
@@ -39,6 +38,7 @@ from .records import (
     StructuredChoice,
     StructuredResponse,
     Usage,
+    calls_left_in,
 )
 from .usage import count
 
@@ -77,7 +77,7 @@ def _choice(
     return StructuredChoice(
         content=content,
         reasoning="".join(thinking) if thinking else None,
-        calls=calls + content_calls(content),
+        calls=calls + calls_left_in(content),
         finish_reason=finish_reason(stop),
     )
 

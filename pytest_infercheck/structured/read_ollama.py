@@ -20,9 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .content_calls import content_calls
 from .read_chat import openai_call, server_error, text_field
-from .records import MalformedResponse, Path, PlacedCall, StructuredChoice, StructuredResponse
+from .records import (
+    MalformedResponse,
+    Path,
+    PlacedCall,
+    StructuredChoice,
+    StructuredResponse,
+    calls_left_in,
+)
 from .usage import read_usage
 
 ollama_call = openai_call
@@ -62,7 +68,7 @@ def read_ollama_chat(objects: Sequence[Any], path: Path) -> StructuredResponse:
     choice = StructuredChoice(
         content=text,
         reasoning="".join(thinking) if thinking else None,
-        calls=tuple(calls) + content_calls(text),
+        calls=tuple(calls) + calls_left_in(text),
         finish_reason=reason if isinstance(reason, str) else None,
     )
     return StructuredResponse(

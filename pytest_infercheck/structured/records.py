@@ -2,11 +2,19 @@
 path it took (see :mod:`pytest_infercheck.structured`).
 
 Every path's reader (non-streamed, assembled from a stream's deltas, Anthropic
-``tool_use`` blocks, Ollama) returns a :class:`StructuredResponse`; a server that refuses a
-request it does not support (llama-server allows ``n: 1`` only) raises
-:class:`UnsupportedRequest` with the server's own message, which the check records as
-``unsupported`` rather than failed. A response that cannot be read (not JSON, no choices) is
-a :class:`MalformedResponse`.
+``tool_use`` blocks, Ollama) returns a :class:`StructuredResponse`. What can go wrong:
+
+- :class:`Inexpressible`: the path cannot express the request (``response_format`` on
+  Anthropic messages, ``n: 2`` on Ollama's ``/api/chat``, a path the client does not have),
+  raised before anything is sent;
+- :class:`RequestFailed`: the server answered an error status, a refusal (4xx) or a failure
+  (5xx), with its own message: the item fails. Whether a path or feature is offered at all
+  is what the backend's ability probe says (:mod:`.probe`), never a refusal of the check's
+  own request;
+- :class:`MalformedResponse`: an answer that cannot be read (not JSON, no choices).
+
+Calls left in a text are read by the one parser of ``<tool_call>`` blocks,
+:func:`~pytest_infercheck.tools.calls_in_text` (:func:`calls_left_in`).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..backends.base import BackendError
-from ..tools import Tool, ToolCall
+from ..tools import Tool, ToolCall, calls_in_text
 
 Path = Literal["chat", "chat-stream", "chat-n2", "messages", "messages-stream"]
 """How a request was sent: chat completions non-streamed (the reference), streamed (assembled
@@ -101,9 +109,26 @@ class StructuredResponse:
     call's arguments sent as ``""``), each a short sentence."""
 
 
-class UnsupportedRequest(BackendError):
-    """The server refused a request it does not support (its message is kept): recorded as
-    ``unsupported``, never as a failure."""
+def calls_left_in(text: str | None) -> tuple[PlacedCall, ...]:
+    """The calls a server left in ``text`` (``<tool_call>`` blocks, read by
+    :func:`~pytest_infercheck.tools.calls_in_text`: a malformed block is a malformed call,
+    never dropped), each placed in ``content``."""
+    return tuple(PlacedCall(call, "content") for call in calls_in_text(text or ""))
+
+
+class Inexpressible(ValueError):
+    """The path cannot express the request: nothing was sent (an engine never raises it, so
+    it is never an engine's refusal or failure)."""
+
+
+class RequestFailed(BackendError):
+    """The server answered a request with an error status: a refusal (4xx) or a failure
+    (5xx); ``status`` and the server's own ``message`` are kept."""
+
+    def __init__(self, label: str, status: int, message: str) -> None:
+        super().__init__(f"{label}: HTTP {status}: {message}")
+        self.status = status
+        self.message = message
 
 
 class MalformedResponse(BackendError):
@@ -116,15 +141,18 @@ class StructuredChat(Protocol):
     """A backend that answers structured chat requests through some of the paths."""
 
     def structured_paths(self) -> tuple[Path, ...]:
-        """The paths this server offers (``messages`` only where it has
-        ``/v1/messages``)."""
+        """The paths this backend can send (``messages`` only for a kind of server that may
+        have ``/v1/messages``); which of them the server offers is probed
+        (:func:`~.probe.probe_paths`)."""
         ...
 
     async def structured(self, request: StructuredRequest, path: Path) -> StructuredResponse:
         """``request`` sent through ``path`` and read back.
 
         Raises:
-            UnsupportedRequest: the server refused what it does not support.
+            Inexpressible: the path cannot express the request (nothing sent).
+            RequestFailed: the server answered an error status.
             MalformedResponse: the answer could not be read as the path defines.
+            BackendError: no answer (a transport error after the retries, a broken stream).
         """
         ...

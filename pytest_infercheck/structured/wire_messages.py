@@ -12,7 +12,7 @@
   form: ``auto`` -> ``{type: auto}``, ``required`` -> ``{type: any}``, ``none`` ->
   ``{type: none}``, ``{type: function, function: {name}}`` -> ``{type: tool, name}``.
 
-What the messages API cannot say is :class:`~.records.UnsupportedRequest` before anything
+What the messages API cannot say is :class:`~.records.Inexpressible` before anything
 is sent: ``n`` other than 1, a ``response_format``, another ``tool_choice``, a history
 call whose arguments are not JSON.
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 from ..tools import Tool
 from .call_ids import link_calls
-from .records import StructuredRequest, UnsupportedRequest
+from .records import Inexpressible, StructuredRequest
 
 CHOICES = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}
 
@@ -47,7 +47,7 @@ def anthropic_tool_choice(choice: str | Mapping[str, Any]) -> dict[str, Any]:
         name = function.get("name") if isinstance(function, Mapping) else None
         if isinstance(name, str):
             return {"type": "tool", "name": name}
-    raise UnsupportedRequest(f"messages: tool_choice {choice!r} has no Anthropic form")
+    raise Inexpressible(f"messages: tool_choice {choice!r} has no Anthropic form")
 
 
 def anthropic_messages(request: StructuredRequest) -> tuple[str | None, list[dict[str, Any]]]:
@@ -75,7 +75,7 @@ def anthropic_messages(request: StructuredRequest) -> tuple[str | None, list[dic
                 blocks.append({"type": "text", "text": turn.content})
             for call, call_id in zip(turn.tool_calls, linked.call_ids, strict=True):
                 if not call.arguments_valid:
-                    raise UnsupportedRequest(
+                    raise Inexpressible(
                         f"messages: the arguments of {call.name!r} are not JSON: a tool_use "
                         "block cannot carry them"
                     )
@@ -99,9 +99,9 @@ def messages_payload(
 ) -> dict[str, Any]:
     """The body of ``request`` for ``/v1/messages``."""
     if request.n != 1:
-        raise UnsupportedRequest(f"messages: n={request.n}: the messages API has one answer")
+        raise Inexpressible(f"messages: n={request.n}: the messages API has one answer")
     if request.response_format is not None:
-        raise UnsupportedRequest("messages: the messages API has no response_format")
+        raise Inexpressible("messages: the messages API has no response_format")
     system, messages = anthropic_messages(request)
     body: dict[str, Any] = {}
     if model is not None:

@@ -9,7 +9,7 @@ documentation, ``docs/api.md``).
   ``temperature``, ``seed``, ``num_predict`` (the request's ``max_tokens``); ``stream``
   (NDJSON when true).
 
-What ``/api/chat`` cannot say is :class:`~.records.UnsupportedRequest` before anything is
+What ``/api/chat`` cannot say is :class:`~.records.Inexpressible` before anything is
 sent: ``n`` other than 1, a ``tool_choice`` other than ``auto``, a history call whose
 arguments are not JSON.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .records import StructuredRequest, UnsupportedRequest
+from .records import Inexpressible, StructuredRequest
 
 
 def ollama_messages(request: StructuredRequest) -> list[dict[str, Any]]:
@@ -30,7 +30,7 @@ def ollama_messages(request: StructuredRequest) -> list[dict[str, Any]]:
             calls = []
             for call in turn.tool_calls:
                 if not call.arguments_valid:
-                    raise UnsupportedRequest(
+                    raise Inexpressible(
                         f"ollama: the arguments of {call.name!r} are not JSON: /api/chat "
                         "sends them as an object"
                     )
@@ -47,9 +47,9 @@ def ollama_payload(
 ) -> dict[str, Any]:
     """The body of ``request`` for ``/api/chat``."""
     if request.n != 1:
-        raise UnsupportedRequest(f"ollama: n={request.n}: /api/chat has one answer")
+        raise Inexpressible(f"ollama: n={request.n}: /api/chat has one answer")
     if request.tool_choice not in (None, "auto"):
-        raise UnsupportedRequest(f"ollama: /api/chat has no tool_choice ({request.tool_choice!r})")
+        raise Inexpressible(f"ollama: /api/chat has no tool_choice ({request.tool_choice!r})")
     options: dict[str, Any] = {
         "temperature": request.temperature,
         "num_predict": request.max_tokens,

@@ -12,8 +12,9 @@ cold (:class:`Conduct`). The rules (:func:`conduct_violations`) are the same for
   (:class:`NotExercised` made by :func:`not_exercised_before_requests`); one decided after a
   request fails the item;
 - a reference said to be cold is shown cold (:class:`ColdReference`): its reported cached
-  tokens are 0 where the engine reports them, otherwise it was sent before anything that
-  could warm the cache.
+  tokens are 0 where the engine reports them (or, sent first on an engine without an
+  uncached request, fewer than on its prompt served whole: only a prefix it shares with
+  other prompts), otherwise it was sent before anything that could warm the cache.
 """
 
 from __future__ import annotations
@@ -104,16 +105,44 @@ class ColdReference:
     unique ``cache_salt``, a fresh mlx-lm prompt cache), ``reported-zero`` (the engine
     reported its cached tokens), ``sent-first`` (sent before any request that could warm the
     cache for it). ``cached_tokens``: what the engine reported (None: it reports none);
-    ``sent_first``: whether it was the first request of its prompt's family."""
+    ``sent_first``: whether it was the first request of its prompt's family; ``whole``: the
+    cached tokens the engine reports on the same prompt served whole (sent twice more after
+    it, the second's count), where measured.
+
+    An engine without an uncached request that reuses any prefix two prompts share
+    (mlx_lm.server's prompt cache) reports cached tokens on a reference sent before anything
+    of its own prompt: the chat template's opening, the words it shares with another prompt
+    sent before it. No order of requests avoids that. Such a reference, sent first and
+    reporting fewer cached tokens than the engine reports on its prompt served whole, is
+    cold for its own prompt and says so; one reporting as many is a prompt the engine
+    already held: not cold."""
 
     side: str
     how: ColdHow
     cached_tokens: int | None = None
     sent_first: bool = True
+    whole: int | None = None
+
+    @property
+    def shared_prefix_only(self) -> bool:
+        """Sent first, and the engine reused only part of its prompt (see the class
+        docstring)."""
+        return (
+            self.sent_first
+            and self.cached_tokens is not None
+            and self.whole is not None
+            and 0 < self.cached_tokens < self.whole
+        )
 
     def describe(self) -> str:
         if self.how == "uncached-request":
             return f"{self.side} cold by an uncached request"
+        if self.shared_prefix_only:
+            return (
+                f"{self.side} sent first, {self.cached_tokens} cached tokens reported, fewer "
+                f"than the {self.whole} on its prompt served whole: only a prefix it shares "
+                "with prompts sent before it (the engine has no uncached request)"
+            )
         reported = (
             "no cached-token count reported"
             if self.cached_tokens is None
@@ -123,10 +152,17 @@ class ColdReference:
         return f"{self.side} {order}, {reported}"
 
     def violation(self) -> str | None:
+        if self.shared_prefix_only:
+            return None
         if self.cached_tokens is not None and self.cached_tokens > 0:
+            whole = (
+                f", as many as on its prompt served whole ({self.whole})"
+                if self.whole is not None
+                else ""
+            )
             return (
                 f"{self.side} is not cold: the engine reports {self.cached_tokens} cached "
-                "prompt tokens on it"
+                f"prompt tokens on it{whole}"
             )
         if self.how != "uncached-request" and not self.sent_first and self.cached_tokens is None:
             return (

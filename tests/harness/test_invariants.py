@@ -42,57 +42,15 @@ SEEDS = range(3)
 
 ISSUE = "issue 27: "
 FINDING = "harness finding (issue 27's rule: {rule}): "
-UNSUPPORTED = (
-    ISSUE + "structured-parity records any HTTP 400/404/405/422/501 as `unsupported` and "
-    "compares nothing, so a target whose tool parser broke and refuses every tool request "
-    "passes every item and the aggregate"
-)
-UNKNOWN = (
-    ISSUE + "no fault becomes a passing `unsupported`, `not exercised` or `unknown`: a "
-    "render that fails leaves structured-parity's prompt ids `unknown` and the item passes"
-)
-NOT_EXERCISED = (
-    ISSUE + "cache-parity catches every `BackendError` around its multi-turn scenario, so an "
-    'HTTP 500 on a warm turn becomes "not exercised" and passes, even under '
-    "`require_hits: true`"
-)
-COLD = (
-    ISSUE + "a reference that must be cold is shown cold (its reported cached tokens are 0 "
-    "where the engine reports them); on engines without an uncached request the "
-    '"first request" reference is sent after the check\'s own priming requests, so it is '
-    "itself a cache hit, and a cache that corrupts every hit the same way passes"
-)
-TEXT_METHOD = (
-    ISSUE + "a compare whose only gates are `max_kl`/`max_mean_kl` passes two completely "
-    "different outputs when no logprobs could be had (method `text`): the KL gates need a "
-    "mean and silently never apply"
-)
 UNMEASURED = (
     ISSUE + "a written gate whose measure is unmeasured for an item fails that item naming "
     "the gate and why: an output without logprobs leaves {gate} unmeasured (for that run or "
     "side) and the item passes"
 )
-FIRST_TURN = FINDING.format(rule="a fault under a written gate fails an item") + (
-    "cache-parity's multi-turn scenario generates its first turn through the cache and feeds "
-    "that answer to both the reference and the scenario: a cache hit that corrupts it (a "
-    "changed token, a NaN, an empty, truncated or another prompt's answer) is never compared "
-    "with a cold generation, nor checked for faults"
-)
-SOMETIMES: dict[tuple[str, str], str] = {
-    ("cache-parity", f): FIRST_TURN for f in ("nan", "inf", "empty", "truncated", "duplicated")
-}
+SOMETIMES: dict[tuple[str, str], str] = {}
 """(kind, fault kind) -> a verdict bug the kind has that CI's derandomized examples do not
 reach (a random run may): ``xfail`` without ``strict``."""
-KNOWN: dict[tuple[str, str], str] = {
-    ("structured-parity", "http-4xx"): UNSUPPORTED,
-    ("structured-parity", "http-5xx"): UNKNOWN,
-    ("cache-parity", "http-4xx"): NOT_EXERCISED,
-    ("cache-parity", "http-5xx"): NOT_EXERCISED,
-    ("cache-parity", "warm-reference"): COLD,
-    ("cache-parity", "no-logprobs"): UNMEASURED.format(gate="logprob_tolerance"),
-    **{(kind, "no-logprobs"): TEXT_METHOD for kind in ("compare", "sweep", "diff")},
-    ("cache-parity", "changed-token"): FIRST_TURN,
-}
+KNOWN: dict[tuple[str, str], str] = {}
 """(kind, fault kind) -> the verdict bug its kind still has: the issue's words, or what the
 harness found (each in the report to the lead)."""
 

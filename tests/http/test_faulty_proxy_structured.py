@@ -1,6 +1,7 @@
 """The faulty proxy's structured faults on scripted answers (a real server's are in
 tests/integration/test_structured_parity_servers.py): a non-streamed answer's calls moved
-into content, a stream's ``tool_calls`` nulled and its ``finish_reason`` made ``stop``."""
+into content, a stream's ``tool_calls`` nulled and its ``finish_reason`` made ``stop``, every
+request offering tools refused."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from tests.faulty_proxy import Fault, FaultyProxy
+from tests.faulty_proxy import TOOLS_REFUSED, Fault, FaultyProxy
 from tests.http.fake_server import Reply, Script, fake_server
 
 CALL = {
@@ -79,3 +80,17 @@ def test_streamed_tool_calls_nulled_and_stop() -> None:
     assert events[2]["choices"][0]["finish_reason"] == "stop"
     assert whole == ANSWER  # non-streamed answers pass
     assert proxy.altered == 1
+
+
+def test_requests_offering_tools_are_refused_and_others_pass() -> None:
+    script = Script([Reply(body=ANSWER)])
+    tool = {"type": "function", "function": {"name": "add", "parameters": {}}}
+    with fake_server(script) as url, FaultyProxy(url, Fault(refuse_tools=True)) as proxy:
+        refused = httpx.post(f"{proxy.url}/v1/chat/completions", json={"tools": [tool]})
+        messages = httpx.post(f"{proxy.url}/v1/messages", json={"tools": [tool]})
+        plain = httpx.post(f"{proxy.url}/v1/chat/completions", json={"tools": []})
+    assert refused.status_code == messages.status_code == 400
+    assert refused.json()["error"]["message"] == TOOLS_REFUSED
+    assert plain.status_code == 200 and plain.json() == ANSWER
+    assert len(script.requests) == 1  # the refused ones never reached the server
+    assert proxy.altered == 2

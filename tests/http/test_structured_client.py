@@ -1,7 +1,7 @@
 """The structured client against scripted faults a real server will not produce on demand (a
 500, a hang, a body that is not JSON, a stream cut short) and Ollama's documented
-``/api/chat`` shapes (no Ollama here). Real servers: tests/integration/
-test_structured_servers.py."""
+``/api/chat`` shapes (no Ollama here); the backends' ability probes over HTTP (one minimal
+request per path). Real servers: tests/integration/test_structured_servers.py."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from pytest_infercheck.backends.openai_compat import OpenAICompatBackend
 from pytest_infercheck.structured.client import ChatServerClient
 from pytest_infercheck.structured.records import (
     ChatTurn,
+    Inexpressible,
     MalformedResponse,
     PlacedCall,
+    RequestFailed,
     StructuredChat,
     StructuredRequest,
-    UnsupportedRequest,
     Usage,
 )
 from pytest_infercheck.tools import Tool, ToolCall
@@ -120,41 +121,44 @@ async def test_the_stream_is_assembled_and_asks_for_usage() -> None:
 
 
 @pytest.mark.asyncio
-async def test_n2_refused_is_unsupported_with_the_servers_message() -> None:
+async def test_a_refusal_is_a_failed_request_with_the_servers_message() -> None:
+    """A 400 is the server's refusal, kept with its status and message: whether the server
+    offers ``n: 2`` at all is its probe's to say, not this request's."""
     refusal = {
         "error": {"code": 400, "message": "n_cmpl must be <= 1", "type": "invalid_request_error"}
     }
     script = Script([Reply(status=400, body=refusal)])
-    refused = pytest.raises(UnsupportedRequest, match="chat-n2: HTTP 400: n_cmpl must be <= 1")
-    with fake_server(script) as url, refused:
+    refused = pytest.raises(RequestFailed, match="chat-n2: HTTP 400: n_cmpl must be <= 1")
+    with fake_server(script) as url, refused as caught:
         await client(url).structured(REQUEST, "chat-n2")
+    assert (caught.value.status, caught.value.message) == (400, "n_cmpl must be <= 1")
     assert script.requests[0]["json"]["n"] == 2
     assert len(script.requests) == 1  # a refusal is not retried
 
 
 @pytest.mark.asyncio
-async def test_a_server_without_messages_is_unsupported() -> None:
+async def test_a_server_without_messages_answers_404() -> None:
     script = Script([Reply(status=404, raw=b"Not Found")])
-    refused = pytest.raises(UnsupportedRequest, match="messages: HTTP 404: Not Found")
+    refused = pytest.raises(RequestFailed, match="messages: HTTP 404: Not Found")
     with fake_server(script) as url, refused:
         await client(url).structured(REQUEST, "messages")
     assert script.requests[0]["path"] == "/v1/messages"
 
 
 @pytest.mark.asyncio
-async def test_a_path_not_offered_is_unsupported_and_not_sent() -> None:
+async def test_a_path_the_client_does_not_have_is_inexpressible_and_not_sent() -> None:
     script = Script([Reply(body=ANSWER)])
-    with fake_server(script) as url, pytest.raises(UnsupportedRequest, match="not offered"):
+    with fake_server(script) as url, pytest.raises(Inexpressible, match="not offered"):
         await client(url).structured(REQUEST, "messages-stream")
     assert script.requests == []
 
 
 @pytest.mark.asyncio
-async def test_a_500_stays_an_error() -> None:
+async def test_a_500_is_a_failed_request() -> None:
     script = Script([Reply(status=500, body={"error": "boom"})])
-    with fake_server(script) as url, pytest.raises(HttpError, match="HTTP 500") as caught:
+    with fake_server(script) as url, pytest.raises(RequestFailed, match="HTTP 500") as caught:
         await client(url).structured(REQUEST, "chat")
-    assert not isinstance(caught.value, (UnsupportedRequest, MalformedResponse))
+    assert (caught.value.status, caught.value.message) == (500, "boom")
 
 
 @pytest.mark.asyncio
@@ -162,7 +166,8 @@ async def test_a_hang_times_out_as_an_error() -> None:
     script = Script([Reply(body=ANSWER, delay_s=1.0)])
     with fake_server(script) as url, pytest.raises(HttpError, match="ReadTimeout") as caught:
         await client(url, timeout_s=0.2).structured(REQUEST, "chat")
-    assert not isinstance(caught.value, (UnsupportedRequest, MalformedResponse))
+    assert not isinstance(caught.value, (RequestFailed, MalformedResponse))
+    assert caught.value.status is None
     assert len(script.requests) == 2  # retried once, then given up
 
 
@@ -207,12 +212,60 @@ async def test_openai_backend_offers_the_capability() -> None:
     with fake_server(script) as url:
         backend = OpenAICompatBackend("fake", HttpSettings(base_url=url, **FAST), model="served")  # type: ignore[arg-type]
         assert isinstance(backend, StructuredChat)
-        assert backend.structured_paths() == ("chat", "chat-stream", "chat-n2")
+        assert backend.structured_paths() == (
+            "chat",
+            "chat-stream",
+            "chat-n2",
+            "messages",
+            "messages-stream",
+        )
         response = await backend.structured(REQUEST, "chat")
-        with pytest.raises(UnsupportedRequest, match="not offered"):
-            await backend.structured(REQUEST, "messages")
     assert response.choices[0].calls == (OSLO,)
     assert script.requests[0]["json"]["model"] == "served"
+
+
+TEXT_ANSWER = {
+    "choices": [{"index": 0, "finish_reason": "length", "message": {"content": "Hi"}}],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 1},
+}
+TEXT_STREAM = sse(
+    {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "length"}]}
+)
+
+
+@pytest.mark.asyncio
+async def test_openai_backend_probes_its_paths() -> None:
+    """mlx_lm.server's answers to the probe: ``chat`` and ``chat-stream`` answer, ``n: 2``
+    answers one choice, ``/v1/messages`` is 404: the probe finds ``chat-n2`` and both
+    messages paths lacking, one minimal request each, no tools, one token."""
+    script = Script(
+        [
+            Reply(body=TEXT_ANSWER),
+            Reply(raw=TEXT_STREAM),
+            Reply(body=TEXT_ANSWER),
+            Reply(status=404, raw=b"Not Found"),
+            Reply(status=404, raw=b"Not Found"),
+        ]
+    )
+    with fake_server(script) as url:
+        backend = OpenAICompatBackend("fake", HttpSettings(base_url=url, **FAST), model="served")  # type: ignore[arg-type]
+        abilities = await backend.probe_structured()
+    assert abilities.lacking == {
+        "structured chat-n2": "n: 2 answered 1 choice: the server ignores n",
+        "structured messages": "the probe got HTTP 404: Not Found",
+        "structured messages-stream": "the probe got HTTP 404: Not Found",
+    }
+    assert abilities.offered == {"structured chat", "structured chat-stream"}
+    sent = [(r["path"], r["json"].get("n"), r["json"].get("stream")) for r in script.requests]
+    assert sent == [
+        ("/v1/chat/completions", None, False),
+        ("/v1/chat/completions", None, True),
+        ("/v1/chat/completions", 2, False),
+        ("/v1/messages", None, False),
+        ("/v1/messages", None, True),
+    ]
+    assert all("tools" not in r["json"] for r in script.requests)
+    assert all(r["json"]["max_tokens"] == 1 for r in script.requests)
 
 
 # Ollama's documented /api/chat shapes (docs/api.md: "Chat request (with tools)"; the
@@ -295,6 +348,25 @@ async def test_ollama_ndjson_stream() -> None:
     assert choice.reasoning == "Oslo" and len(choice.calls) == 1
     assert response.usage == Usage(122, 40)
     assert script.requests[0]["json"]["stream"] is True
+
+
+@pytest.mark.asyncio
+async def test_ollama_probe_sends_chat_paths_only() -> None:
+    """Ollama's probe: ``/api/chat`` streamed and not; ``n: 2`` and the messages paths are
+    lacking without a request (its client cannot send them)."""
+    done = {"model": "qwen3", "message": {"role": "assistant", "content": "Hi"}, "done": True}
+    stream = (json.dumps(done) + "\n").encode()
+    script = Script([Reply(body=done), Reply(raw=stream)])
+    with fake_server(script) as url:
+        abilities = await ollama(url).probe_structured()
+    assert abilities.offered == {"structured chat", "structured chat-stream"}
+    assert set(abilities.lacking) == {
+        "structured chat-n2",
+        "structured messages",
+        "structured messages-stream",
+    }
+    assert "not offered" in abilities.lacking["structured messages"]
+    assert [r["path"] for r in script.requests] == ["/api/chat", "/api/chat"]
 
 
 @pytest.mark.asyncio

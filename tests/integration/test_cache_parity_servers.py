@@ -69,7 +69,7 @@ def test_llama_server_cache_is_identical_to_no_cache(
     assert all(s["match"] and s["max_logprob_diff"] == 0.0 for s in s01.values() if s["exercised"])
     # The adder is served as raw text (no chat): no conversation to render (later turns are
     # shown on the realistic Qwen2's chat template below).
-    assert "cannot render a conversation" in s01["multi-turn"]["note"]
+    assert "renders no conversation (raw text" in s01["multi-turn"]["note"]
     # 8 prompts of 9 tokens filled the slot (64), and the prefix came back whole: llama.cpp's
     # host-RAM prompt cache (--cache-ram) restored it (a finding, shown on the item).
     assert s01["eviction"]["note"].startswith("after 8 prompts of 9 tokens (capacity 64)")
@@ -191,7 +191,12 @@ def qwen2_llama(
 
 
 def run_conversations(
-    pytester: pytest.Pytester, url: str, model: Any, suite: str, options: str = ""
+    pytester: pytest.Pytester,
+    url: str,
+    model: Any,
+    suite: str,
+    options: str = "",
+    thresholds: str = "",
 ) -> Any:
     pytester.makefile(".ini", pytest=INI)
     pytester.makefile(".jsonl", conv=suite)
@@ -200,7 +205,7 @@ def run_conversations(
         infercheck=f"models:\n  q: {{path: '{model.path}', gguf: '{model.gguf}'}}\n"
         f"backends:\n  srv: {{kind: llama-server, url: '{url}', chat: true}}\n"
         f"suites: [conv.jsonl]\nchecks:\n  - cache-parity: {{target: q@srv{options}}}\n"
-        "    logprob_tolerance: 1.0e-4\n",
+        f"    logprob_tolerance: 1.0e-4\n{thresholds}",
     )
     return pytester.runpytest_subprocess(
         "-q", "-p", "no:cacheprovider", "--infercheck-results=results.json", "-rA"
@@ -260,3 +265,37 @@ def test_llama_server_later_turn_fault_fails_multi_turn_through_chat_messages(
     assert s["exact-repeat"]["match"] is True
     assert s["multi-turn"]["match"] is False
     result.stdout.fnmatch_lines(["*multi-turn: output differs from the reference, *"])
+
+
+def test_a_warm_request_that_fails_fails_the_item_naming_the_servers_answer(
+    pytester: pytest.Pytester, qwen2_llama: str, realistic_qwen2: Any
+) -> None:
+    """The proxy answers HTTP 500 to the second request of a prompt: for a single-turn
+    prompt's multi-turn scenario (the prompt is its own first turn: the suite has no other)
+    that is its first turn (the first request was its uncached reference). The item fails
+    naming the server's answer, under ``require_hits: true`` too; the scenario is failed, not
+    "not exercised". Before the fix the 500 (there on its first turn through the cache) made
+    multi-turn "not exercised" and both items passed (run against main's code: ``passed=2``,
+    ``multi-turn: not exercised: no conversation: backend 'srv': ... HTTP 500``)."""
+    suite = conversation_suite([], singles=1)
+    with FaultyProxy(qwen2_llama, Fault(fail_nth_of_prompt=2)) as proxy:
+        result = run_conversations(
+            pytester,
+            proxy.url,
+            realistic_qwen2,
+            suite,
+            ", scenarios: [multi-turn]",
+            "    require_hits: true\n",
+        )
+    assert proxy.failed == 1
+    result.assert_outcomes(passed=0, failed=2)
+    multi = scenarios(records(pytester)["single0"])["multi-turn"]
+    assert multi["exercised"] is True and multi["match"] is False
+    said = "HTTP 500: faulty proxy: HTTP 500 on purpose"  # the server's words, from its body
+    assert multi["error"] == f"multi-turn: the uncached first turn failed: {said}"
+    result.stdout.fnmatch_lines(
+        [
+            f"*multi-turn: the uncached first turn failed: {said}",
+            f"*1 of 1 items failed: single0 (multi-turn: the uncached first turn failed: {said})*",
+        ]
+    )

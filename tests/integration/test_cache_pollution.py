@@ -147,3 +147,44 @@ def test_a_poisoned_server_fails_the_aggregate_from_its_records_and_at_the_merge
     assert got["outcome"] == "failed" and got["data"]["n_polluted"] >= len(first)
     (changed,) = [v for v in got["violations"] if v.startswith("reference outputs changed")]
     assert all(kind in changed for kind in first)
+
+
+def test_a_reference_prompt_that_fails_after_a_hostile_request_fails_its_item(
+    pytester: pytest.Pytester, llama_url: str, adder: str
+) -> None:
+    """The proxy answers HTTP 500 to the second request of every prompt: the reference
+    prompts' requests after the first hostile request (context-overflow). The hostile
+    request's own answer is recorded, not judged; the failed reference requests fail that
+    item with the server's message, and the aggregate names it. Later items (the third
+    requests) pass, disconnect too: its prompt is max-tokens-0's, so its request was the
+    second of that prompt, and the 500 is its answer (recorded, not judged)."""
+    with FaultyProxy(llama_url, Fault(fail_nth_of_prompt=2)) as proxy:
+        result = run(pytester, proxy.url, adder)
+    assert proxy.failed == 4  # s01, s02, s03 after context-overflow; disconnect's request
+    outcomes = {
+        item["name"]: item["outcome"]
+        for item in json.loads((pytester.path / "results.json").read_text())["items"]
+    }
+    assert outcomes == {
+        "context-overflow": "failed",
+        "invalid-utf8": "passed",
+        "special-tokens": "passed",
+        "max-tokens-0": "passed",
+        "disconnect": "passed",
+        "aggregate": "failed",
+    }
+    assert records(pytester)["disconnect"]["response"].startswith("HTTP 500 before streaming")
+    data = records(pytester)["context-overflow"]
+    assert data["alive"] is True and data["changed"] == []
+    said = "HTTP 500: faulty proxy: HTTP 500 on purpose"  # the server's words, from its body
+    assert data["failure"] == "; ".join(
+        f"the reference prompts after the context-overflow request: {p} failed: {said}"
+        for p in ("s01", "s02", "s03")
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*FAILED *::context-overflow - the reference prompts after the context-overflow "
+            f"request: s01 failed: {said} (+2 more)",
+            "*reference prompts failed after: context-overflow*",
+        ]
+    )

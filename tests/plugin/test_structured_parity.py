@@ -29,7 +29,16 @@ sys.path.insert(0, {str(REPO)!r})  # the repository's tests package, in a subpro
 from tests.structured_fakes import pytest_infercheck_wrap_backend  # noqa: E402, F401
 """
 
-BACKENDS = ("faithful", "oneslot", "nulls", "moves", "broken", "hostile")
+BACKENDS = (
+    "faithful",
+    "oneslot",
+    "ignoresn",
+    "refusestools",
+    "nulls",
+    "moves",
+    "broken",
+    "hostile",
+)
 CHECKS = """\
   - structured-parity: {targets: [tiny@faithful, tiny@oneslot]}
     name: agree
@@ -41,6 +50,10 @@ CHECKS = """\
     name: broken
   - structured-parity: {targets: [tiny@hostile], paths: [chat, chat-stream]}
     name: hostile
+  - structured-parity: {targets: [tiny@faithful, tiny@refusestools]}
+    name: refuses
+  - structured-parity: {targets: [tiny@ignoresn], paths: [chat, chat-n2]}
+    name: ignoresn
 """
 PROMPTS = ("tu001", "tu002", "tu003", "tu004", "tu005", "js001")
 CALLS = ("tu001", "tu002", "tu003")
@@ -91,7 +104,8 @@ def test_every_fault_fails_naming_its_field_and_faithful_servers_pass(
         for check, items in checks.items()
     }
 
-    # agree: two faithful targets, every path; chat-n2 refused by one: unsupported, passes
+    # agree: two faithful targets, every path; chat-n2 refused by one: its probe found it
+    # lacking (a 400 where chat answered): unsupported, passes, saying so
     agree = outcome["structured-parity(agree)"]
     assert set(agree) == {f"{p}[{b}]" for p in PROMPTS for b in ("faithful", "oneslot")} | {
         "aggregate"
@@ -114,8 +128,40 @@ def test_every_fault_fails_naming_its_field_and_faithful_servers_pass(
         [],
     )
     aggregate = checks["structured-parity(agree)"]["aggregate"]["data"]
-    assert aggregate["unsupported"] == {"tiny@oneslot chat-n2": "HTTP 400: only n = 1 is supported"}
+    assert aggregate["unsupported"] == {
+        "tiny@oneslot chat-n2": "the probe got HTTP 400 where chat answered: only n = 1 is "
+        "supported"
+    }
     assert (aggregate["items"], aggregate["passed"]) == (12, 12)
+
+    # refuses: every tool request refused (HTTP 400, a broken tool parser); its probe has no
+    # tools, so nothing is excused: each item with tools fails naming the 400 and the
+    # server's message on every path, the items without tools pass, the aggregate fails
+    refuses = checks["structured-parity(refuses)"]
+    with_tools = {f"{p}[refusestools]" for p in ("tu001", "tu002", "tu003", "tu004")}
+    assert {n for n, i in refuses.items() if i["outcome"] == "failed"} == {
+        *with_tools,
+        "aggregate",
+    }
+    for name in with_tools:
+        assert refuses[name]["violations"] == [
+            f"tiny@refusestools: {path} failed: HTTP 400: tools: the tool parser failed to load"
+            for path in ("chat", "chat-stream", "chat-n2", "messages", "messages-stream")
+        ], name
+        statuses = {r["status"] for r in refuses[name]["data"]["results"]}
+        assert statuses == {"error"}, name
+    assert refuses["aggregate"]["data"]["unsupported"] == {}
+    assert refuses["aggregate"]["violations"][0].startswith(
+        "4 of 12 items failed: tu001[refusestools] (tiny@refusestools: chat failed: HTTP 400: "
+        "tools: the tool parser failed to load)"
+    )
+
+    # ignoresn: n: 2 answered with one choice: its probe found chat-n2 lacking
+    ignoresn = checks["structured-parity(ignoresn)"]
+    assert set(outcome["structured-parity(ignoresn)"].values()) == {"passed"}
+    assert ignoresn["aggregate"]["data"]["unsupported"] == {
+        "tiny@ignoresn chat-n2": "n: 2 answered 1 choice: the server ignores n"
+    }
 
     # nulls: streamed calls lost, finish_reason stop: tool_calls and finish_reason named
     nulls = checks["structured-parity(nulls)"]
@@ -144,7 +190,7 @@ def test_every_fault_fails_naming_its_field_and_faithful_servers_pass(
     broken = checks["structured-parity(broken)"]
     assert all(i["outcome"] == "failed" for i in broken.values())
     assert broken["tu005"]["violations"] == [
-        "error: chat-stream: BackendError: HTTP 500: the engine is gone"
+        "tiny@broken: chat-stream failed: HTTP 500: the engine is gone"
     ]
 
     # the terminal summary: a row per check x suite

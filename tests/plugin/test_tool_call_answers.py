@@ -190,10 +190,10 @@ def hermes_calls(text: str) -> list[Any]:
 @pytest.fixture(scope="session")
 def tool_levels(tiny_tool: Path) -> dict[str, Path]:
     """The tiny tool model and its 2-bit quantization (mlx_lm.convert, group size 32)."""
-    from conftest import MODELS_CACHE, _make_models_module
+    from conftest import MODELS_CACHE, _make_models_module, tool_cache_key
 
     made = _make_models_module().make_variants(
-        MODELS_CACHE / "tool-levels", bits=(2,), source=tiny_tool
+        MODELS_CACHE / "tool-levels" / tool_cache_key(), bits=(2,), source=tiny_tool
     )
     return {"bf16": made["bf16"], "q2": made["q2"]}
 

@@ -22,7 +22,8 @@ import pytest
 from pytest_infercheck.backends.base import Generation, GenerationParams, PromptInput
 from pytest_infercheck.checks import parity
 from pytest_infercheck.checks.batch_invariance import BatchInvarianceGather, BatchInvariancePrompt
-from pytest_infercheck.checks.cache_pollution import CachePollutionRun, HostileRecord
+from pytest_infercheck.checks.cache_pollution import HostileRecord
+from pytest_infercheck.checks.cache_pollution.gather import CachePollutionGather
 from pytest_infercheck.checks.determinism import DeterminismGather, DeterminismPrompt
 from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
 from pytest_infercheck.checks.parity import ParityPrompt
@@ -122,7 +123,7 @@ class Cache:
     def call(self, target: Any, work: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run(work)
 
-    def abilities(self, target: Any) -> Abilities:
+    def abilities(self, target: Any, topic: str) -> Abilities:
         return Abilities()  # nothing probed: every request is made
 
     def render_many(self, target: Any, prompts: Any, thinking: bool) -> None:
@@ -483,7 +484,7 @@ POLLUTION = {"cache-pollution": {"target": "adder@llama", "hostile": ["invalid-u
 
 
 def test_cache_pollution_passes_a_faithful_engine() -> None:
-    run = make_run(CachePollutionRun, POLLUTION, lambda text, n: GOOD)
+    run = make_run(CachePollutionGather, POLLUTION, lambda text, n: GOOD)
     assert outcome(run, "invalid-utf8")[0] == [] and run.aggregate().violations == []
 
 
@@ -491,7 +492,7 @@ def test_cache_pollution_names_an_output_that_became_empty() -> None:
     def after(text: str, n: int) -> Generation:
         return gen("", [2], [-0.01]) if text == "12+34=" else GOOD
 
-    run = make_run(CachePollutionRun, POLLUTION, lambda text, n: GOOD, after=after)
+    run = make_run(CachePollutionGather, POLLUTION, lambda text, n: GOOD, after=after)
     violations, record = outcome(run, "invalid-utf8")
     assert violations == [
         "empty generation: p1 after the invalid-utf8 request generated no tokens while p1 "
@@ -517,7 +518,7 @@ def test_cache_pollution_names_non_finite_logprobs_before_and_after() -> None:
     def after(text: str, n: int) -> Generation:
         return gen("46", [55, 57, 2], [NAN, -0.25, -0.125]) if text == "12+34=" else GOOD
 
-    run = make_run(CachePollutionRun, POLLUTION, before, after=after)
+    run = make_run(CachePollutionGather, POLLUTION, before, after=after)
     violations, _ = outcome(run, "invalid-utf8")
     assert violations == [
         "non-finite logprob in the output of p2 before any hostile request at position 2 (NaN)",
@@ -549,7 +550,7 @@ def test_the_html_detail_of_each_kind_lists_its_faults() -> None:
         (
             "cache-pollution",
             "hostile",
-            make_run(CachePollutionRun, POLLUTION, only_p1("#"), **after),
+            make_run(CachePollutionGather, POLLUTION, only_p1("#"), **after),
             "invalid-utf8",
         ),
     ]

@@ -74,7 +74,7 @@ class Cache:
     def resolve(self, loaded: Any, target: Any) -> Any:
         return SimpleNamespace(label="adder@llama", key=("adder", "llama"), backend=self.server)
 
-    def abilities(self, target: Any) -> Abilities:
+    def abilities(self, target: Any, topic: str) -> Abilities:
         return self.probed
 
     def render(self, target: Any, prompt: Prompt, thinking: bool) -> PromptInput:

@@ -165,7 +165,7 @@ def test_kinds_register_their_records() -> None:
         "incomplete": ParityIncomplete,
         "aggregate": EndpointParityAggregate,
     }
-    assert CACHE_POLLUTION.records == {
+    assert CACHE_POLLUTION.spec.records == {
         "hostile": HostileRecord,
         "aggregate": CachePollutionAggregate,
     }
@@ -486,7 +486,7 @@ def test_a_failure_of_the_reference_prompts_is_in_the_record_only_when_there_is_
     record = hostile("disconnect", failure="HTTP 500")
     assert plain_data(record)["failure"] == "HTTP 500"
     assert hostile_violations(record) == [
-        "the reference prompts failed after the disconnect request: HTTP 500"
+        "the reference prompts failed around the disconnect request: HTTP 500"
     ]
 
 

@@ -11,40 +11,36 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from pytest_infercheck.backends import BackendError
 from pytest_infercheck.checks.framework.items import summarize_items
 from pytest_infercheck.checks.protocol import RecordedItem
 from pytest_infercheck.checks.registry import kind_named
-from pytest_infercheck.checks.structured_parity import (
+from pytest_infercheck.checks.structured_parity.judge import findings
+from pytest_infercheck.checks.structured_parity.present import (
+    describe,
+    structured_aggregate,
+    structured_prompt,
+)
+from pytest_infercheck.checks.structured_parity.records import (
     RequestFacts,
     StructuredParityAggregate,
     StructuredParityContext,
     StructuredParityPrompt,
+)
+from pytest_infercheck.checks.structured_parity.spec import (
     StructuredParitySpec,
     StructuredParityThresholds,
-    describe,
-    item_violations,
-    structured_aggregate,
-    structured_prompt,
-    summarize,
 )
+from pytest_infercheck.checks.structured_parity.summarize import summarize
 from pytest_infercheck.conversation import Turn
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.structured.call_ids import link_calls
-from pytest_infercheck.structured.judge import (
-    PathResult,
-    compare_results,
-    path_result,
-    visible_content,
-)
+from pytest_infercheck.structured.judge import compare_results, path_result, visible_content
 from pytest_infercheck.structured.records import (
     ChatTurn,
-    MalformedResponse,
     PlacedCall,
     StructuredChoice,
     StructuredRequest,
     StructuredResponse,
-    UnsupportedRequest,
     Usage,
 )
 from pytest_infercheck.structured.request import (
@@ -52,6 +48,7 @@ from pytest_infercheck.structured.request import (
     response_schema,
     structured_request,
 )
+from pytest_infercheck.structured.results import NotAnswered, PathResult
 from pytest_infercheck.suites import Prompt
 from pytest_infercheck.tools import Tool, ToolCall
 
@@ -138,18 +135,44 @@ def test_a_well_formed_call_is_valid_and_recorded_canonically() -> None:
     assert (r.prompt_tokens, r.completion_tokens) == (40, 20)
 
 
-def test_refusal_malformed_and_error_are_recorded_with_their_message() -> None:
-    refused = path_result("t", "chat-n2", UnsupportedRequest("only n = 1 is supported"), REQUEST)
+def test_unanswered_paths_are_recorded_with_their_message() -> None:
+    lacking = NotAnswered("unsupported", "n: 2 answered 1 choice: the server ignores n")
+    refused = path_result("t", "chat-n2", lacking, REQUEST)
     assert (refused.status, refused.message, refused.invalid) == (
         "unsupported",
-        "only n = 1 is supported",
+        "n: 2 answered 1 choice: the server ignores n",
         [],
     )
-    bad = path_result("t", "chat-stream", MalformedResponse("no [DONE]"), REQUEST)
+    bad = path_result("t", "chat-stream", NotAnswered("malformed", "no [DONE]"), REQUEST)
     assert bad.status == "malformed"
     assert texts(bad) == ["malformed: chat-stream: no [DONE]"]
-    failed = path_result("t", "chat", BackendError("HTTP 500: boom"), REQUEST)
-    assert failed.status == "error" and failed.message == "BackendError: HTTP 500: boom"
+    failed = path_result("t", "chat", NotAnswered("error", "HTTP 500: boom"), REQUEST)
+    assert (failed.status, failed.message, failed.invalid) == ("error", "HTTP 500: boom", [])
+
+
+def test_a_malformed_call_left_in_content_is_a_fault_and_never_a_call() -> None:
+    """A ``<tool_call>`` block with its arguments as a string of JSON (a call to the removed
+    content_calls, malformed to the one parser, calls_in_text) is named a malformed call and
+    differs from the well-formed call."""
+    body = '{"name": "add", "arguments": "{\\"a\\": 12, \\"b\\": 34}"}'
+    content = f"<tool_call>{body}</tool_call>"
+    from pytest_infercheck.structured.records import calls_left_in
+
+    left = StructuredChoice(content, None, calls_left_in(content), "stop")
+    r = path_result("t", "chat", response("chat", left), REQUEST)
+    assert [i.kind for i in r.invalid] == ["malformed-call"]
+    assert texts(r)[0] == (
+        "tool_calls: chat: a malformed <tool_call> block (left in content) (not a JSON object "
+        f"with a name and object arguments): {body!r}"
+    )
+    moved = result("chat", choice((ADD, "content"), content=content.replace(body, "x")))
+    c = compare(result("chat", choice(ADD)), r)
+    assert fields(c) == ["tool_calls", "finish_reason"]
+    assert texts(c)[0] == (
+        f"tool_calls differ: chat vs chat: call 1 function '' vs 'add': malformed call "
+        f'{body!r} vs add({{"a":12,"b":34}})'
+    )
+    assert moved.choices[0].calls[0].name == "add"
 
 
 def test_each_validity_fault_names_its_field_and_path() -> None:
@@ -410,7 +433,7 @@ def test_n2_choices_must_equal_each_other_and_the_reference() -> None:
 
 def test_nothing_is_compared_without_both_answers() -> None:
     ref = result("chat", choice(ADD))
-    refused = path_result("t", "chat-n2", UnsupportedRequest("only n = 1"), REQUEST)
+    refused = path_result("t", "chat-n2", NotAnswered("unsupported", "only n = 1"), REQUEST)
     c = compare(ref, refused)
     assert not c.compared and c.why_not == "chat-n2 unsupported: only n = 1"
 
@@ -436,13 +459,18 @@ def record(
     )
 
 
-def items() -> list[RecordedItem]:
+STRICT = StructuredParityThresholds()
+
+
+def items(thresholds: StructuredParityThresholds = STRICT) -> list[RecordedItem]:
+    """Items as a run records them: each record with its violations, as judged under
+    ``thresholds``."""
     good = record("tu001", "llama", [result("chat-stream", choice(ADD))])
     nulled = record("tu002", "llama", [result("chat-stream", choice(finish="stop"))])
     refused = record(
         "tu003",
         "llama",
-        [path_result("tiny@llama", "chat-n2", UnsupportedRequest("only n = 1"), REQUEST)],
+        [path_result("tiny@llama", "chat-n2", NotAnswered("unsupported", "only n = 1"), REQUEST)],
     )
     invalid = record("tu004", "vllm", [result("chat-stream", choice(ToolCall("add", {"a": 1})))])
     out = [
@@ -450,7 +478,7 @@ def items() -> list[RecordedItem]:
             "prompt",
             name,
             load_record(StructuredParityPrompt, plain_data(r)),
-            violations=tuple(item_violations(r, StructuredParityThresholds())),
+            violations=tuple(item_violations(r, thresholds)),
         )
         for name, r in (
             ("tu001[llama]", good),
@@ -460,6 +488,12 @@ def items() -> list[RecordedItem]:
         )
     ]
     return [*out, RecordedItem("prompt", "tu005[vllm]", None, "HTTP 500: engine died")]
+
+
+def item_violations(
+    record: StructuredParityPrompt, thresholds: StructuredParityThresholds
+) -> list[str]:
+    return [v.text for v in findings(record, thresholds)]
 
 
 CONTEXT = StructuredParityContext("tiny@llama", ["tiny@llama", "tiny@vllm"], ["llama", "vllm"], {})
@@ -500,6 +534,7 @@ def test_the_aggregate_is_the_same_for_any_order_of_its_items() -> None:
         "failed": 0,
         "compared": 3,
         "differing": 2,
+        "not_exercised": 0,
     }
     assert plain_data(data.per_target["vllm"]) == {
         "items": 2,
@@ -522,7 +557,7 @@ def test_the_aggregate_is_the_same_for_any_order_of_its_items() -> None:
 
 def test_an_allowed_field_passes_and_is_still_counted() -> None:
     lenient = StructuredParityThresholds(allow=["tool_calls", "finish_reason"])
-    data = summarize(items()[:3], lenient, CONTEXT).record
+    data = summarize(items(lenient)[:3], lenient, CONTEXT).record
     assert data.passed == 3 and data.allowed == 2 and data.differences["tool_calls"] == 1
 
 

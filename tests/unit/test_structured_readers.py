@@ -10,12 +10,17 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.backends.base import BackendError
-from pytest_infercheck.structured.content_calls import content_calls
+from pytest_infercheck.metrics.answers import extract_answer
 from pytest_infercheck.structured.read_chat import read_chat
 from pytest_infercheck.structured.read_messages import read_message
 from pytest_infercheck.structured.read_ollama import read_ollama_chat
-from pytest_infercheck.structured.records import MalformedResponse, PlacedCall, Usage
-from pytest_infercheck.tools import ToolCall
+from pytest_infercheck.structured.records import (
+    MalformedResponse,
+    PlacedCall,
+    Usage,
+    calls_left_in,
+)
+from pytest_infercheck.tools import MALFORMED, ToolCall, calls_in_text, canonical_calls
 
 # mlx_lm.server 0.32.2, a random model: text only, cut by max_tokens.
 MLX_TEXT = {
@@ -201,20 +206,50 @@ def test_an_error_body_is_the_servers_error() -> None:
         ("no call here", ()),
         (
             'x <tool_call>{"name": "get_date", "arguments": {}}</tool_call> y '
-            '<tool_call>{"name": "add", "arguments": "{\\"a\\": 1, \\"b\\": 2}"}</tool_call>',
+            '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>',
             (ToolCall("get_date", {}), ToolCall("add", {"a": 1, "b": 2})),
         ),
-        # cut by max_tokens: the block runs to the end, is malformed, keeps its name
-        ('<tool_call>\n{"name": "add", "argu', (ToolCall("add", '{"name": "add", "argu', False),)),
+        # cut by max_tokens: the block runs to the end and is malformed
+        ('<tool_call>\n{"name": "add", "argu', (ToolCall("", '{"name": "add", "argu', False),)),
         ("<tool_call>garbage</tool_call>", (ToolCall("", "garbage", False),)),
         # a name but no arguments member
-        ('<tool_call>{"name": "add"}</tool_call>', (ToolCall("add", '{"name": "add"}', False),)),
+        ('<tool_call>{"name": "add"}</tool_call>', (ToolCall("", '{"name": "add"}', False),)),
     ],
 )
-def test_content_calls(text: str | None, calls: tuple[ToolCall, ...]) -> None:
-    found = content_calls(text)
+def test_calls_left_in_content(text: str | None, calls: tuple[ToolCall, ...]) -> None:
+    found = calls_left_in(text)
     assert tuple(p.call for p in found) == calls
     assert all(p.place == "content" and p.call_id is None for p in found)
+
+
+STRING_ARGUMENTS = '{"name": "add", "arguments": "{\\"a\\": 12, \\"b\\": 34}"}'
+"""Arguments given as a string of JSON: the removed content_calls parsed it into a call."""
+DISAGREED = [
+    STRING_ARGUMENTS,
+    '{"name": "add", "arguments": {"a": NaN, "b": 34}}',  # NaN is not JSON
+    '{"name": "add", "arguments": [12, 34]}',  # arguments not an object
+    '{"name": "", "arguments": {"a": 12, "b": 34}}',  # no name
+]
+"""Blocks that the removed ``structured.content_calls`` read as well-formed calls (keeping a
+name) and :func:`~pytest_infercheck.tools.calls_in_text` reads as malformed."""
+
+
+@pytest.mark.parametrize("body", DISAGREED)
+def test_structured_parity_reads_calls_in_text_by_the_one_parser(body: str) -> None:
+    """A block left in content is read by the one parser: malformed (no name, its text as
+    arguments), as answer judging reads it, and never the same call as a well-formed one."""
+    content = f"<tool_call>\n{body}\n</tool_call>"
+    answer = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"content": content}}]}
+    (choice,) = read_chat(answer, "chat").choices
+    (placed,) = choice.calls
+    assert placed.place == "content"
+    assert placed.call == ToolCall(MALFORMED, body, arguments_valid=False)
+    assert (placed.call,) == calls_in_text(content)
+    assert not placed.call.well_formed
+    # answer judging (answer kind tool_call) reads the same block as the same malformed call
+    answer = extract_answer(content, "tool_call")
+    assert answer is not None and answer.value == canonical_calls([placed.call])
+    assert answer.value != canonical_calls([ToolCall("add", {"a": 12, "b": 34})])
 
 
 # vllm-mlx 0.6.0 /v1/messages, a random model cut by max_tokens.

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pytest_infercheck.structured.call_ids import link_calls
-from pytest_infercheck.structured.records import ChatTurn, StructuredRequest, UnsupportedRequest
+from pytest_infercheck.structured.records import ChatTurn, Inexpressible, StructuredRequest
 from pytest_infercheck.structured.wire_chat import chat_payload
 from pytest_infercheck.structured.wire_messages import messages_payload
 from pytest_infercheck.structured.wire_ollama import ollama_payload
@@ -157,7 +157,7 @@ def test_messages_tool_choice_names(choice: str, anthropic: dict[str, str]) -> N
     ],
 )
 def test_what_messages_cannot_say_is_unsupported(kw: dict[str, object], why: str) -> None:
-    with pytest.raises(UnsupportedRequest, match=why):
+    with pytest.raises(Inexpressible, match=why):
         messages_payload(request(**kw), None)
 
 
@@ -180,7 +180,7 @@ def test_ollama_payload_objects_tool_names_and_options() -> None:
 
 
 def test_what_ollama_cannot_say_is_unsupported() -> None:
-    with pytest.raises(UnsupportedRequest, match="n=2"):
+    with pytest.raises(Inexpressible, match="n=2"):
         ollama_payload(request(n=2), "m")
-    with pytest.raises(UnsupportedRequest, match="tool_choice"):
+    with pytest.raises(Inexpressible, match="tool_choice"):
         ollama_payload(request(tool_choice="required"), "m")

@@ -27,6 +27,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...backends.base import BackendError, PromptInput
+from ...backends.capabilities import GENERATION_PATHS
 from ...conversation import has_generated
 from ..framework.requests import request_failure, settle
 from ..framework.target import TargetContext, TargetGatherer
@@ -71,7 +72,9 @@ class StreamGather(_ParityGather):
     def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, Any]:
         run, target = self.run, self.served
         cache, thresholds = run.cache, run.thresholds
-        lacking = cache.abilities(target).unsupported(STREAMING, "the streamed request")
+        lacking = cache.abilities(target, GENERATION_PATHS).unsupported(
+            STREAMING, "the streamed request"
+        )
         prompts = list({p.key: run.prompt(p.key) for p in plans}.values())
         evidence = {p.id: self._evidence(target, p) for p in prompts}
         rendered = self._render(target, prompts, evidence)
@@ -263,7 +266,7 @@ class EndpointGather(_ParityGather):
 
     def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, Any]:
         run, target = self.run, self.served
-        abilities = run.cache.abilities(target)
+        abilities = run.cache.abilities(target, GENERATION_PATHS)
         reference = self.endpoints[0]
         prompts = {p.key: run.prompt(p.key) for p in plans}
         wanted = {(p.key, e) for p in plans for e in (reference, p.param or "")}

@@ -23,6 +23,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...backends.base import BackendError
+from ...backends.capabilities import TOKENIZE_TOPIC
 from ...backends.endpoint_probe import TOKENIZE
 from ...metrics.text import first_divergence
 from ...metrics.tokenization import LEADING, WINDOW, TokenSide, body_text, needs_nfc_probe
@@ -117,7 +118,9 @@ class TokenizationGather:
         targets = {k: t for k, t in targets.items() if k in wanted}
         prompts = list({p.key: run.prompt(p.key) for p in plans}.values())
         unsupported = {
-            key: run.cache.abilities(t).unsupported(TOKENIZE, f"the ids of {t.label}")
+            key: run.cache.abilities(t, TOKENIZE_TOPIC).unsupported(
+                TOKENIZE, f"the ids of {t.label}"
+            )
             for key, t in targets.items()
         }
         measured = {key: self._measure(t, prompts) for key, t in targets.items()}

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal, cast
 from pydantic import Field
 
 from ...specs import KindSpec, Loc, Side
-from ..framework.kind import HarnessProfile
+from ..framework.harness import HarnessProfile
 from ..framework.plan import ItemPlan
 
 if TYPE_CHECKING:
