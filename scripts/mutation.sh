@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Mutation run over the configured scope ([tool.mutmut] in pyproject.toml) and its per-module
+# table, read from mutmut's own results (mutants/**/*.meta).
+#
+#   scripts/mutation.sh                    run every mutant not yet checked, then the table
+#   scripts/mutation.sh 'pytest_infercheck.verdict.*' ...
+#                                          (re)run only the mutants matching these globs
+#                                          (mutmut's names: package.module.x_function__mutmut_N)
+#   scripts/mutation.sh --table            only print the table of the last runs
+#   scripts/mutation.sh --survivors [GLOB] only list the surviving / untested mutants
+#
+# The machine is shared: mutmut runs under `nice -n 19` with one child (MUTMUT_CHILDREN to
+# change it). Python: $PYTHON, else .venv/bin/python, else /work/main/.venv/bin/python.
+#
+# Rate = (killed + timeout) / (killed + timeout + survived + no tests): a mutant no test
+# covers counts as a survivor; mutants caught by the type checker or skipped are left out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-}
+if [[ -z "$PYTHON" ]]; then
+    if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python
+    else PYTHON=/work/main/.venv/bin/python; fi
+fi
+MUTMUT="$(dirname "$PYTHON")/mutmut"
+
+table() {
+    "$PYTHON" - "$@" <<'EOF'
+import fnmatch
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
+          36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout",
+          None: "not checked", 34: "skipped", 37: "type check"}
+mode, *globs = sys.argv[1:] or ["table"]
+rows = []
+for meta in sorted(Path("mutants").glob("**/*.py.meta")):
+    module = str(meta.relative_to("mutants"))[: -len(".meta")]
+    codes = json.loads(meta.read_text()).get("exit_code_by_key", {})
+    if globs:
+        codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatch(k, g) for g in globs)}
+    if not codes:
+        continue
+    if mode == "survivors":
+        for key, code in sorted(codes.items()):
+            if STATUS.get(code, "suspicious") in ("survived", "no tests", "suspicious"):
+                print(f"{STATUS.get(code, 'suspicious'):<10} {key}")
+        continue
+    c = Counter(STATUS.get(code, "suspicious") for code in codes.values())
+    dead = c["killed"] + c["timeout"]
+    judged = dead + c["survived"] + c["no tests"] + c["suspicious"]
+    rate = f"{100 * dead / judged:5.1f}%" if judged else "    -"
+    rows.append((module, len(codes), c["killed"], c["survived"], c["no tests"], c["timeout"],
+                 c["not checked"], rate))
+if mode == "table":
+    head = ("module", "mutants", "killed", "survived", "no-tests", "timeout", "unchecked", "rate")
+    width = max([len(head[0])] + [len(r[0]) for r in rows])
+    print(f"{head[0]:<{width}} " + " ".join(f"{h:>9}" for h in head[1:]))
+    total = Counter()
+    for r in rows:
+        print(f"{r[0]:<{width}} " + " ".join(f"{v:>9}" for v in r[1:]))
+        for name, v in zip(head[1:7], r[1:7]):
+            total[name] += v
+    dead = total["killed"] + total["timeout"]
+    judged = dead + total["survived"] + total["no-tests"]
+    rate = f"{100 * dead / judged:5.1f}%" if judged else "-"
+    print(f"{'total':<{width}} " + " ".join(f"{total[h]:>9}" for h in head[1:7]) + f" {rate:>9}")
+EOF
+}
+
+case "${1:-}" in
+    --table) shift; table table "$@"; exit 0 ;;
+    --survivors) shift; table survivors "$@"; exit 0 ;;
+esac
+
+if pgrep -f "\.ci/run" >/dev/null 2>&1; then
+    echo "note: CI is running (.ci/run); mutmut runs niced, expect it slower" >&2
+fi
+nice -n 19 "$MUTMUT" run --max-children "${MUTMUT_CHILDREN:-1}" "$@" || status=$?
+table table "$@"
+exit "${status:-0}"
