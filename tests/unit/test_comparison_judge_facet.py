@@ -1,0 +1,202 @@
+"""The comparison's judge facet called as the framework calls it (``judge(plan, evidence,
+thresholds)``), on evidence gathered from fake engines or made by hand, which the mutation
+run found no unit test doing (tests/unit/MUTATION.md): a prompt item's record, findings,
+waivers and degenerate scan; a conversation's turns (the final one added, the faults and
+scans of every turn); a sweep's self-check; a golden recording; and the rule each finding
+names. Every expected value is worked out by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pytest_infercheck.backends import Generation, GenerationParams
+from pytest_infercheck.checks.comparison.evidence import (
+    PromptEvidence,
+    RecordingEvidence,
+    Reproduced,
+    SelfCheckEvidence,
+    TurnEvidence,
+)
+from pytest_infercheck.checks.comparison.gather_prompt import gather_prompt
+from pytest_infercheck.checks.comparison.judge import (
+    DECISIVE,
+    SELF_CHECK_FAILED,
+    judge,
+    own_violations,
+    waivers,
+)
+from pytest_infercheck.checks.comparison.prompt import SelfCheckRecord
+from pytest_infercheck.checks.comparison.spec import WAIVABLE, DiffThresholds, Thresholds
+from pytest_infercheck.checks.comparison.turns import TurnComparison
+from pytest_infercheck.checks.framework.plan import ItemPlan
+from pytest_infercheck.features import FeatureRecord
+from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
+from pytest_infercheck.metrics.degenerate import DegenerateScan
+from pytest_infercheck.specs import FlipThresholds
+from pytest_infercheck.verdict.gate import Violation
+from pytest_infercheck.verdict.waiver import Waiver
+
+from .comparison_fakes import FakeBackend, generation
+from .factories import prompt_comparison, suite_prompt
+
+PLAN = ItemPlan("p1", "prompt", "p1")
+
+
+def gathered(base: Generation, test: Generation, **kw: Any) -> PromptEvidence:
+    """One prompt's evidence of two fake engines generating ``base`` and ``test`` (scored
+    uniform by both, teacher-forced)."""
+    cache = GenerationCache()
+    try:
+        evidence = gather_prompt(
+            cache,
+            ResolvedTarget("bf16@local", ("bf16",), FakeBackend("bf16", base)),
+            ResolvedTarget("q4@local", ("q4",), FakeBackend("q4", test)),
+            suite_prompt("p1", "12+34="),
+            GenerationParams(max_tokens=8),
+        )
+    finally:
+        cache.close()
+    return dataclasses.replace(evidence, **kw)
+
+
+FORTY_SIX = generation("46", [1, 2, 3])
+FORTY_SEVEN = generation("47", [1, 0, 3])
+
+
+# -- a prompt item ---------------------------------------------------------------------------
+def test_a_prompt_item_is_judged_into_its_record_findings_waivers_and_scan() -> None:
+    judged = judge(PLAN, gathered(FORTY_SIX, FORTY_SEVEN), Thresholds())
+    record = judged.record
+    assert (record.prompt_id, record.baseline, record.test) == ("p1", "bf16@local", "q4@local")
+    assert (record.base_text, record.test_text, record.first_divergence) == ("46", "47", 1)
+    assert judged.violations == [] and judged.waivers == []
+    # Both outputs scanned, nothing degenerate; the item's scan is its record's.
+    assert judged.degenerate == DegenerateScan(2, []) == record.degenerate
+    assert (judged.role, judged.text, judged.golden_entries, judged.gated) == (
+        None,
+        None,
+        None,
+        True,
+    )
+    assert record.turns == [] and record.first_divergent_turn is None
+
+
+def test_a_conversation_adds_its_final_turn_and_every_turns_faults_and_scans() -> None:
+    """Turn 0 given, turn 1 generated (the test side's output empty against the baseline's
+    "hi": a fault), the final answer turn 2 (46 against 47, from token 1)."""
+    base = gathered(FORTY_SIX, FORTY_SEVEN)
+    turns = [
+        TurnEvidence(0, "user", "given", "add these"),
+        TurnEvidence(
+            1,
+            "assistant",
+            "generated",
+            inputs=base.inputs,
+            base=generation("hi", [2, 3]),
+            other=generation("", [3]),
+        ),
+    ]
+    judged = judge(PLAN, dataclasses.replace(base, turns=turns), Thresholds())
+    record = judged.record
+    given, generated, final = record.turns
+    assert given == TurnComparison(0, "user", "given", "add these")
+    assert (generated.index, generated.kind, generated.same) == (1, "generated", False)
+    assert final == TurnComparison(
+        2, "assistant", "final", "46", "47", False, record.sameness, 1, "token"
+    )
+    assert record.first_divergent_turn == 1
+    (fault,) = record.faults
+    assert "the test output of turn 1" in fault and "the baseline output of turn 1" in fault
+    # Two outputs of turn 1 and two of the final turn scanned.
+    assert record.degenerate == DegenerateScan(4, []) == judged.degenerate
+    assert judged.violations == [Violation(fault, "fault")]
+
+
+def test_a_final_turn_whose_outputs_agree_has_no_divergence_unit() -> None:
+    base = gathered(FORTY_SIX, FORTY_SIX)
+    turns = [TurnEvidence(0, "user", "given", "add these")]
+    record = judge(PLAN, dataclasses.replace(base, turns=turns), Thresholds()).record
+    assert record.turns[-1] == TurnComparison(
+        1, "assistant", "final", "46", "46", True, "identical", None, None
+    )
+    assert record.first_divergent_turn is None and record.faults == []
+
+
+# -- a sweep's self-check and a golden recording ---------------------------------------------
+def test_a_self_check_names_the_prompts_whose_baseline_did_not_reproduce() -> None:
+    evidence = SelfCheckEvidence(
+        [Reproduced("a", FORTY_SIX, FORTY_SIX), Reproduced("b", FORTY_SIX, FORTY_SEVEN)],
+        "batched, then one at a time",
+    )
+    judged = judge(PLAN, evidence, Thresholds())
+    record = judged.record
+    assert isinstance(record, SelfCheckRecord)
+    assert record.failed == ["b"] and record.generated == "batched, then one at a time"
+    (problem,) = record.problems
+    assert problem.startswith("b: ") and "token 1" in problem
+    assert judged.violations == [Violation(problem, "self-check")]
+    assert (judged.text, judged.gated, judged.waivers) == (SELF_CHECK_FAILED, False, [])
+    clean = judge(PLAN, SelfCheckEvidence([Reproduced("a", FORTY_SIX, FORTY_SIX)], ""), None)
+    assert clean.record == SelfCheckRecord([], [], "") and clean.violations == []
+
+
+def test_a_golden_recording_is_a_record_item_with_its_entries_and_no_gates() -> None:
+    recording: Any = object()
+    judged = judge(PLAN, RecordingEvidence(recording, [{"id": "p1"}]), Thresholds())
+    assert judged.record is recording and judged.role == "record"
+    assert judged.golden_entries == [{"id": "p1"}]
+    assert (judged.gated, judged.violations, judged.waivers) == (False, [], [])
+
+
+# -- the rule each finding names -------------------------------------------------------------
+def test_every_finding_of_the_kind_names_its_rule() -> None:
+    record = dataclasses.replace(
+        prompt_comparison("p1", [float("nan")], flip="correct_to_wrong"),
+        faults=["the test output is empty"],
+        turns=[
+            TurnComparison(1, "assistant", "generated", "a", "b", False, "texts differ"),
+            TurnComparison(2, "assistant", "generated", "c", "c", True, "identical"),
+            TurnComparison(3, "assistant", "final", "d", "e", False, "texts differ"),
+        ],
+        feature_activity=[FeatureRecord("test", "q4@spec", ["spec"], unexercised=["0 drafts"])],
+    )
+    thresholds = DiffThresholds(require_engaged=True, flips=FlipThresholds())
+    found = own_violations(record, thresholds)
+    assert [v.source for v in found] == [
+        "fault",
+        "fault",
+        "flips.fail_item_on",
+        "expect-turns",
+        "require_engaged",
+    ]
+    assert found[1:] == [
+        Violation("the test output is empty", "fault"),
+        Violation(
+            "answer flip correct_to_wrong (fail_item_on: correct_to_wrong)", "flips.fail_item_on"
+        ),
+        Violation("turn 1 not identical: texts differ (expect: identical)", "expect-turns"),
+        Violation("unexercised: test q4@spec: 0 drafts (require_engaged: true)", "require_engaged"),
+    ]
+    assert found[0].text.startswith("non-finite KL")
+    # Without require_engaged the unexercised feature is no finding (it is warned about).
+    unrequired = own_violations(record, DiffThresholds())
+    assert [v.source for v in unrequired][-1] == "expect-turns"
+
+
+def test_a_near_tie_not_judged_past_is_not_waived_and_says_why() -> None:
+    record = dataclasses.replace(
+        prompt_comparison("p1", [0.0]),
+        divergence_label="near-tie",
+        judged_past=False,
+        method="text",
+    )
+    assert waivers(record, Thresholds(fail_on="decisive")) == [
+        Waiver(
+            DECISIVE,
+            WAIVABLE,
+            False,
+            "the near-tie at token 0 is not waived: the output past it was not judged (method "
+            "text does not score both sides on the baseline's whole continuation)",
+        )
+    ]
