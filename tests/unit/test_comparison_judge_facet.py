@@ -26,7 +26,7 @@ from pytest_infercheck.checks.comparison.judge import (
     own_violations,
     waivers,
 )
-from pytest_infercheck.checks.comparison.prompt import SelfCheckRecord
+from pytest_infercheck.checks.comparison.prompt import Disagreement, SelfCheckRecord
 from pytest_infercheck.checks.comparison.spec import WAIVABLE, DiffThresholds, Thresholds
 from pytest_infercheck.checks.comparison.turns import TurnComparison
 from pytest_infercheck.checks.framework.plan import ItemPlan
@@ -200,3 +200,60 @@ def test_a_near_tie_not_judged_past_is_not_waived_and_says_why() -> None:
             "text does not score both sides on the baseline's whole continuation)",
         )
     ]
+
+
+def test_each_sides_fault_and_answer_is_its_own() -> None:
+    """A logprob above 0 is a fault of the output that reports it; the answers are each
+    side's own (46 right, 47 wrong against 46: correct to wrong)."""
+    prompt = dataclasses.replace(suite_prompt("p1", "12+34="), answer="46", answer_kind="number")
+    base = dataclasses.replace(FORTY_SIX, chosen_logprobs=[0.5, -0.1, -0.1])
+    evidence = dataclasses.replace(gathered(base, FORTY_SEVEN), prompt=prompt)
+    record = judge(PLAN, evidence, Thresholds()).record
+    assert record.faults == [
+        "logprob above 0 in the baseline output at position 0 (position 0: 0.5)"
+    ]
+    assert (record.reference, record.base_answer, record.test_answer, record.flip) == (
+        "46",
+        "46",
+        "47",
+        "correct_to_wrong",
+    )
+
+
+def _near_tie(**kw: Any) -> Any:
+    return dataclasses.replace(
+        prompt_comparison("p1", [0.0]), divergence_label="near-tie", judged_past=True, **kw
+    )
+
+
+def test_a_later_decisive_disagreement_keeps_the_near_tie_and_says_where() -> None:
+    later = Disagreement(4, 17, 23, [0.5, 1.25], True, "decisive")
+    thresholds = Thresholds(fail_on="decisive", tie_margin=0.125)
+    assert waivers(_near_tie(later_first=later), thresholds) == [
+        Waiver(
+            DECISIVE,
+            WAIVABLE,
+            False,
+            "after the near-tie at token 0, token 4 is a decisive disagreement (baseline token "
+            "17, test token 23; margins 0.5, 1.25 nats, tie_margin 0.125)",
+        )
+    ]
+
+
+def test_a_near_tie_judged_past_is_waived_counting_the_later_near_ties() -> None:
+    said = {
+        0: "0 later disagreements, none",
+        1: "1 later disagreement, all near-ties",
+        2: "2 later disagreements, all near-ties",
+    }
+    for near, words in said.items():
+        record = _near_tie(later_labels={"near-tie": near} if near else {})
+        assert waivers(record, Thresholds(fail_on="decisive")) == [
+            Waiver(
+                DECISIVE,
+                WAIVABLE,
+                True,
+                "near-tie at token 0; judged past it teacher-forced on the baseline's "
+                f"continuation: {words}",
+            )
+        ]
