@@ -8,7 +8,10 @@ names. Every expected value is worked out by hand."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
+
+import pytest
 
 from pytest_infercheck.backends import Generation, GenerationParams
 from pytest_infercheck.checks.comparison.evidence import (
@@ -34,10 +37,11 @@ from pytest_infercheck.features import FeatureRecord
 from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.metrics.degenerate import DegenerateScan
 from pytest_infercheck.specs import FlipThresholds
+from pytest_infercheck.tools import ToolCall
 from pytest_infercheck.verdict.gate import Violation
 from pytest_infercheck.verdict.waiver import Waiver
 
-from .comparison_fakes import FakeBackend, generation
+from .comparison_fakes import SKEWED, FakeBackend, generation, rows_of
 from .factories import prompt_comparison, suite_prompt
 
 PLAN = ItemPlan("p1", "prompt", "p1")
@@ -257,3 +261,71 @@ def test_a_near_tie_judged_past_is_waived_counting_the_later_near_ties() -> None
                 f"continuation: {words}",
             )
         ]
+
+
+# -- the record keeps what the evidence says -------------------------------------------------
+def test_the_record_keeps_every_fact_of_the_evidence() -> None:
+    """Reasoning of 3 and 0 characters, a tool call on the test side only, batches of 2 and
+    3, the scoring and batching notes, a declared feature: each one in its field; "46"
+    against "47" is similar 0.5, moderate."""
+    base = dataclasses.replace(FORTY_SIX, reasoning="abc")
+    test = dataclasses.replace(FORTY_SEVEN, tool_calls=[ToolCall("add", {"a": 12})])
+    feature = FeatureRecord("test", "q4@local", ["spec"])
+    evidence = gathered(
+        base,
+        test,
+        base_batch=2,
+        test_batch=3,
+        batching_note="one at a time: in-process",
+        feature_activity=[feature],
+    )
+    evidence = dataclasses.replace(
+        evidence, distributions=dataclasses.replace(evidence.distributions, scoring="scored")
+    )
+    record = judge(PLAN, evidence, Thresholds()).record
+    assert (record.prompt_id, record.templated, record.severity) == ("p1", False, "moderate")
+    assert (record.base_reasoning_chars, record.test_reasoning_chars) == (3, 0)
+    assert (record.base_tool_calls, record.test_tool_calls) == ("", "add(a=12)")
+    assert (record.base_batch, record.test_batch) == (2, 3)
+    assert (record.scoring, record.batching_note) == ("scored", "one at a time: in-process")
+    assert record.feature_activity == [feature]
+    same = judge(PLAN, gathered(FORTY_SIX, FORTY_SIX), Thresholds()).record
+    assert (same.severity, same.margins, same.margins_exact) == ("identical", None, True)
+
+
+def test_the_first_divergence_is_labelled_at_the_checks_tie_margin() -> None:
+    """At token 1 the baseline (uniform rows) chose 2 and the test side (p = 1/2, 1/6, 1/6,
+    1/6) prefers 0: margins 0 and ln(1/2 / 1/6) = ln 3 = 1.0986 nats, both exact: decisive
+    at the default tie_margin 0.01, a near-tie at 1.5."""
+    cache = GenerationCache()
+    try:
+        evidence = gather_prompt(
+            cache,
+            ResolvedTarget("bf16@local", ("bf16",), FakeBackend("bf16", FORTY_SIX)),
+            ResolvedTarget(
+                "q4@local", ("q4",), FakeBackend("q4", FORTY_SEVEN, rows=rows_of(SKEWED))
+            ),
+            suite_prompt("p1", "12+34="),
+            GenerationParams(max_tokens=8),
+        )
+    finally:
+        cache.close()
+    record = judge(PLAN, evidence, Thresholds()).record
+    assert record.margins == [0.0, pytest.approx(math.log(3))]
+    assert record.margins_exact is True
+    assert record.divergence_label == "decisive"
+    wide = judge(PLAN, evidence, Thresholds(tie_margin=1.5)).record
+    assert wide.divergence_label == "near-tie"
+
+
+def test_the_noise_floor_leaves_out_the_positions_an_engine_did_not_report() -> None:
+    """Identical outputs; the baseline did not report position 1 (NaN with an empty top-k):
+    the floor is the largest |difference| of positions 0 and 2, |-0.25 - -0.5| = 0.25."""
+    base = dataclasses.replace(
+        FORTY_SIX,
+        chosen_logprobs=[-0.5, math.nan, -0.25],
+        top_logprobs=[{1: -0.5}, {}, {3: -0.25}],
+    )
+    test = dataclasses.replace(FORTY_SIX, chosen_logprobs=[-0.5, -0.75, -0.5])
+    record = judge(PLAN, gathered(base, test), Thresholds()).record
+    assert record.noise_floor == 0.25
