@@ -8,6 +8,9 @@
 #                                          (mutmut's names: package.module.x_function__mutmut_N)
 #   scripts/mutation.sh --table            only print the table of the last runs
 #   scripts/mutation.sh --survivors [GLOB] only list the surviving / untested mutants
+#   scripts/mutation.sh --rerun-survivors [GLOB]
+#                                          run again only the mutants that survived (or had
+#                                          no test) in the last runs: after adding tests
 #
 # The machine is shared: mutmut runs under `nice -n 19` with one child (MUTMUT_CHILDREN to
 # change it). Python: $PYTHON, else .venv/bin/python, else /work/main/.venv/bin/python.
@@ -74,6 +77,14 @@ EOF
 case "${1:-}" in
     --table) shift; table table "$@"; exit 0 ;;
     --survivors) shift; table survivors "$@"; exit 0 ;;
+    --rerun-survivors)
+        shift
+        mapfile -t names < <(table survivors "$@" | awk '{print $NF}')
+        if [[ ${#names[@]} -eq 0 ]]; then echo "no survivors"; table table "$@"; exit 0; fi
+        nice -n 19 "$MUTMUT" run --max-children "${MUTMUT_CHILDREN:-1}" "${names[@]}" || status=$?
+        table table "$@"
+        exit "${status:-0}"
+        ;;
 esac
 
 if pgrep -f "\.ci/run" >/dev/null 2>&1; then
