@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.backends import Generation, GenerationParams
+from pytest_infercheck.backends.base import Capabilities
 from pytest_infercheck.checks.comparison.evidence import (
     PromptEvidence,
     RecordingEvidence,
@@ -41,7 +42,7 @@ from pytest_infercheck.tools import ToolCall
 from pytest_infercheck.verdict.gate import Violation
 from pytest_infercheck.verdict.waiver import Waiver
 
-from .comparison_fakes import SKEWED, FakeBackend, generation, rows_of
+from .comparison_fakes import SKEWED, UNIFORM, FakeBackend, generation, rows_of
 from .factories import prompt_comparison, suite_prompt
 
 PLAN = ItemPlan("p1", "prompt", "p1")
@@ -329,3 +330,72 @@ def test_the_noise_floor_leaves_out_the_positions_an_engine_did_not_report() -> 
     test = dataclasses.replace(FORTY_SIX, chosen_logprobs=[-0.5, -0.75, -0.5])
     record = judge(PLAN, gathered(base, test), Thresholds()).record
     assert record.noise_floor == 0.25
+
+
+# -- past the first divergence ---------------------------------------------------------------
+NEAR = [math.log(0.245), math.log(0.245), math.log(0.25), math.log(0.26)]
+"""A test-side row preferring token 3 (p 0.26) to token 2 (p 0.25) by ln(0.26/0.25)."""
+DECISIVE_ROW = [math.log(1 / 6), math.log(0.5), math.log(1 / 6), math.log(1 / 6)]
+"""A test-side row preferring token 1 (p 1/2) to any other (p 1/6) by ln 3."""
+
+
+def _diverging(tie_margin: float, test_caps: Any = None) -> Any:
+    """The baseline generates 1 2 2 3, the test side 2 2 2 3 (first divergence at token 0);
+    scored on the baseline's continuation, the baseline is uniform everywhere, the test side
+    prefers 3 over the baseline's 2 at token 1 (a near-tie below 0.05), 1 over its 2 at
+    token 2 (decisive: ln 3), and at token 3, uniform, its argmax 0 over the baseline's 3 by
+    0 nats (a near-tie)."""
+    kw = {} if test_caps is None else {"capabilities": test_caps}
+    test = FakeBackend(
+        "q4",
+        generation("2223", [2, 2, 2, 3]),
+        rows=rows_of(UNIFORM, {1: NEAR, 2: DECISIVE_ROW}),
+        **kw,
+    )
+    cache = GenerationCache()
+    try:
+        evidence = gather_prompt(
+            cache,
+            ResolvedTarget(
+                "bf16@local", ("bf16",), FakeBackend("bf16", generation("1223", [1, 2, 2, 3]))
+            ),
+            ResolvedTarget("q4@local", ("q4",), test),
+            suite_prompt("p1", "12+34="),
+            GenerationParams(max_tokens=8),
+        )
+    finally:
+        cache.close()
+    return judge(PLAN, evidence, Thresholds(tie_margin=tie_margin)).record
+
+
+def test_later_disagreements_are_counted_by_label_and_the_first_not_near_tie_kept() -> None:
+    record = _diverging(0.05)
+    assert record.first_divergence == 0 and record.judged_past is True
+    assert record.later_labels == {"near-tie": 2, "decisive": 1}
+    later = record.later_first
+    assert (later.position, later.base_token, later.test_token, later.margins_exact) == (
+        2,
+        2,
+        1,
+        True,
+    )
+    assert later.label == "decisive"
+    assert later.margins == [0.0, pytest.approx(math.log(3), abs=1e-6)]
+    # At tie_margin 2 both are near-ties: no later disagreement stands.
+    wide = _diverging(2.0)
+    assert wide.later_labels == {"near-tie": 3} and wide.later_first is None
+
+
+def test_a_side_without_scores_is_not_judged_past_its_divergence() -> None:
+    record = _diverging(0.05, test_caps=Capabilities(top_k_logprobs=2))
+    assert (record.method, record.first_divergence) == ("text", 0)
+    assert record.judged_past is False
+    assert (record.later_labels, record.later_first) == ({}, None)
+
+
+def test_the_noise_floor_reads_only_the_positions_before_the_divergence() -> None:
+    """Outputs part at token 1: only position 0 is compared, |-0.5 - -0.25| = 0.25 (position
+    1's difference, 1.0, is past it)."""
+    base = dataclasses.replace(FORTY_SIX, chosen_logprobs=[-0.5, -1.0, -0.1])
+    test = dataclasses.replace(FORTY_SEVEN, chosen_logprobs=[-0.25, -2.0, -0.1])
+    assert judge(PLAN, gathered(base, test), Thresholds()).record.noise_floor == 0.25
