@@ -37,6 +37,7 @@ from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.features import FeatureRecord
 from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.metrics.degenerate import DegenerateScan
+from pytest_infercheck.metrics.ties import Margin
 from pytest_infercheck.specs import FlipThresholds
 from pytest_infercheck.tools import ToolCall
 from pytest_infercheck.verdict.gate import Violation
@@ -339,7 +340,7 @@ DECISIVE_ROW = [math.log(1 / 6), math.log(0.5), math.log(1 / 6), math.log(1 / 6)
 """A test-side row preferring token 1 (p 1/2) to any other (p 1/6) by ln 3."""
 
 
-def _diverging(tie_margin: float, test_caps: Any = None) -> Any:
+def _diverging_evidence(test_caps: Any = None) -> Any:
     """The baseline generates 1 2 2 3, the test side 2 2 2 3 (first divergence at token 0);
     scored on the baseline's continuation, the baseline is uniform everywhere, the test side
     prefers 3 over the baseline's 2 at token 1 (a near-tie below 0.05), 1 over its 2 at
@@ -352,20 +353,22 @@ def _diverging(tie_margin: float, test_caps: Any = None) -> Any:
         rows=rows_of(UNIFORM, {1: NEAR, 2: DECISIVE_ROW}),
         **kw,
     )
+    base = FakeBackend("bf16", generation("1223", [1, 2, 2, 3]))
     cache = GenerationCache()
     try:
-        evidence = gather_prompt(
+        return gather_prompt(
             cache,
-            ResolvedTarget(
-                "bf16@local", ("bf16",), FakeBackend("bf16", generation("1223", [1, 2, 2, 3]))
-            ),
+            ResolvedTarget("bf16@local", ("bf16",), base),
             ResolvedTarget("q4@local", ("q4",), test),
             suite_prompt("p1", "12+34="),
             GenerationParams(max_tokens=8),
         )
     finally:
         cache.close()
-    return judge(PLAN, evidence, Thresholds(tie_margin=tie_margin)).record
+
+
+def _diverging(tie_margin: float, test_caps: Any = None) -> Any:
+    return judge(PLAN, _diverging_evidence(test_caps), Thresholds(tie_margin=tie_margin)).record
 
 
 def test_later_disagreements_are_counted_by_label_and_the_first_not_near_tie_kept() -> None:
@@ -399,3 +402,73 @@ def test_the_noise_floor_reads_only_the_positions_before_the_divergence() -> Non
     base = dataclasses.replace(FORTY_SIX, chosen_logprobs=[-0.5, -1.0, -0.1])
     test = dataclasses.replace(FORTY_SEVEN, chosen_logprobs=[-0.25, -2.0, -0.1])
     assert judge(PLAN, gathered(base, test), Thresholds()).record.noise_floor == 0.25
+
+
+# -- more facts of the record ----------------------------------------------------------------
+def _answered(kind: str, answer: str, base: Generation, test: Generation) -> Any:
+    prompt = dataclasses.replace(suite_prompt("p1", "12+34="), answer=answer, answer_kind=kind)
+    return judge(PLAN, dataclasses.replace(gathered(base, test), prompt=prompt), Thresholds())
+
+
+def test_tool_call_answers_are_read_from_each_sides_calls() -> None:
+    """Reference add(a=12): the baseline called add(a=12), the test side add(a=13)."""
+    record = _answered(
+        "tool_call",
+        '{"name": "add", "arguments": {"a": 12}}',
+        dataclasses.replace(FORTY_SIX, tool_calls=[ToolCall("add", {"a": 12})]),
+        dataclasses.replace(FORTY_SEVEN, tool_calls=[ToolCall("add", {"a": 13})]),
+    ).record
+    assert (record.base_answer, record.test_answer, record.flip) == (
+        "add(a=12)",
+        "add(a=13)",
+        "correct_to_wrong",
+    )
+    assert (record.base_tool_calls, record.test_tool_calls) == ("add(a=12)", "add(a=13)")
+
+
+def test_a_side_without_an_answer_has_none() -> None:
+    """No number in the baseline's "no idea"; 47 against 46 wrong: wrong to wrong."""
+    no_idea = dataclasses.replace(FORTY_SIX, text="no idea")
+    record = _answered("number", "46", no_idea, FORTY_SEVEN).record
+    assert (record.base_answer, record.test_answer, record.flip) == (None, "47", "wrong_to_wrong")
+    both = _answered("number", "46", FORTY_SEVEN, no_idea).record
+    assert (both.base_answer, both.test_answer) == ("47", None)
+
+
+def test_the_record_says_a_templated_prompt_test_reasoning_and_inexact_margins() -> None:
+    evidence = gathered(FORTY_SIX, dataclasses.replace(FORTY_SEVEN, reasoning="hmm"))
+    inputs = dataclasses.replace(
+        evidence.inputs, base=dataclasses.replace(evidence.inputs.base, templated=True)
+    )
+    evidence = dataclasses.replace(
+        evidence, inputs=inputs, margins=(Margin(0.5, exact=False), Margin(0.25))
+    )
+    record = judge(PLAN, evidence, Thresholds()).record
+    assert (record.templated, record.test_reasoning_chars) == (True, 3)
+    assert (record.margins, record.margins_exact) == ([0.5, 0.25], False)
+
+
+def test_the_same_tokens_with_other_texts_agree_on_every_token_for_the_noise_floor() -> None:
+    """Same ids 1 2 3, texts "46" and "4 6" (a detokenization difference, from character 1):
+    all 3 positions count, |-0.5 - -1.0| = 0.5 at position 2."""
+    base = dataclasses.replace(FORTY_SIX, chosen_logprobs=[-0.5, -0.5, -0.5])
+    test = dataclasses.replace(FORTY_SIX, text="4 6", chosen_logprobs=[-0.5, -0.5, -1.0])
+    record = judge(PLAN, gathered(base, test), Thresholds()).record
+    assert record.noise_floor == 0.5
+
+
+def test_an_evidence_whose_kl_misses_a_position_is_not_judged_past() -> None:
+    evidence = _diverging_evidence()
+    short = dataclasses.replace(
+        evidence.distributions, kl_per_position=evidence.distributions.kl_per_position[:-1]
+    )
+    record = judge(PLAN, dataclasses.replace(evidence, distributions=short), Thresholds()).record
+    assert record.judged_past is False and record.later_labels == {}
+
+
+def test_the_judge_offers_the_records_waiver() -> None:
+    thresholds = Thresholds(fail_on="decisive", tie_margin=2.0)
+    judged = judge(PLAN, _diverging_evidence(), thresholds)
+    assert judged.record.divergence_label == "near-tie"
+    assert judged.waivers == waivers(judged.record, thresholds)
+    assert [w.judged_past for w in judged.waivers] == [True]

@@ -50,4 +50,7 @@ def test_two_generations_differ_by_the_tool_calls_returned_apart() -> None:
     assert same_generation(called, plain) == Sameness(
         False, Basis.IDS_TEXT, True, True, 2, "char", calls_equal=False
     )
+    assert same_generation(plain, called) == Sameness(
+        False, Basis.IDS_TEXT, True, True, 2, "char", calls_equal=False
+    )
     assert same_generation(plain, plain).calls_equal is None
