@@ -10,7 +10,13 @@ import math
 import numpy as np
 import pytest
 
-from pytest_infercheck.metrics.kl import topk_pair_stats
+from pytest_infercheck.metrics.keys import TextTopK
+from pytest_infercheck.metrics.kl import (
+    side_mass_tol,
+    topk_kl_lower_bound,
+    topk_kl_lower_bound_positions,
+    topk_pair_stats,
+)
 
 L = math.log
 BASE = [{0: L(0.9), 1: L(0.05)}]
@@ -58,3 +64,41 @@ def test_same_top_is_a_boolean_array() -> None:
     """It goes into records and JSON as booleans (token 0 tops both sides here)."""
     stats = topk_pair_stats(BASE, [L(0.9)], TEST, [L(0.5)], [0])
     assert stats.same_top.dtype == np.bool_ and stats.same_top.tolist() == [True]
+
+
+def test_a_sides_tolerance_is_read_from_all_its_values_chosen_ones_too() -> None:
+    """-0.5, -1.0 and -2.0 are bfloat16 values (tolerance 0.3); ln 0.3 is float32 only
+    (1e-3): one such value anywhere on the side, a chosen one too, makes it float32."""
+    assert side_mass_tol([{0: -0.5, 1: -1.0}]) == 0.3
+    assert side_mass_tol([{0: -0.5, 1: -1.0}], [L(0.3)]) == 0.001
+    assert side_mass_tol([{0: -0.5, 1: -1.0}, {0: L(0.3)}]) == 0.001
+
+
+def test_an_unwritten_tolerance_is_each_sides_over_all_positions() -> None:
+    """Position 0 alone holds bfloat16 values on both sides, position 1 float32 ones: each
+    side's tolerance is 1e-3, also at position 0. There the sides know tokens 0 and 1:
+    p = (e^-0.5, e^-1), q = (e^-0.5, e^-2): 0 + e^-1 (-1 + 2) = e^-1; tails P = 1 - e^-0.5 -
+    e^-1 and Q = 1 - e^-0.5 - e^-2, each up to 1e-3 more; P ln(P / Q) falls with P below
+    Q / e, least at the largest P and Q."""
+    base = [{0: -0.5, 1: -1.0}, {0: L(0.3), 1: L(0.6)}]
+    test = [{0: -0.5, 1: -2.0}, {0: L(0.3), 1: L(0.6)}]
+    p = 1 - math.exp(-0.5) - math.exp(-1) + 0.001
+    q = 1 - math.exp(-0.5) - math.exp(-2) + 0.001
+    expected = math.exp(-1) + p * L(p / q)
+    got = topk_kl_lower_bound_positions(base, test)
+    assert got[0] == pytest.approx(expected, abs=1e-12)
+    # Read from position 0 alone (0.3 each), the tails could move much further.
+    assert got[0] > topk_kl_lower_bound_positions(base[:1], test[:1])[0] + 0.1
+
+
+def test_a_text_two_base_entries_carried_is_left_out_of_the_shared_tokens() -> None:
+    """The baseline's "a" stood for two tokens: only "b" is shared, p = q = 0.3, and the
+    tails are both 0.7 (mass_tol 0): KL 0. Counting "a" (0.5 against 0.4) would give
+    0.5 ln(0.5/0.4) + 0.2 ln(0.2/0.3) = 0.0305."""
+    base = TextTopK({"a": L(0.5), "b": L(0.3)}, collided=["a"])
+    test = {"a": L(0.4), "b": L(0.3)}
+    assert topk_kl_lower_bound(base, test, mass_tol=0.0) == pytest.approx(0.0, abs=1e-12)  # type: ignore[arg-type]
+    clean = TextTopK({"a": L(0.5), "b": L(0.3)})
+    assert topk_kl_lower_bound(clean, test, mass_tol=0.0) == pytest.approx(  # type: ignore[arg-type]
+        0.5 * L(0.5 / 0.4) + 0.2 * L(0.2 / 0.3), abs=1e-12
+    )
