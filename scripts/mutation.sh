@@ -17,6 +17,8 @@
 #
 # Rate = (killed + timeout) / (killed + timeout + survived + no tests): a mutant no test
 # covers counts as a survivor; mutants caught by the type checker or skipped are left out.
+# rate-net also leaves out the survivors tests/unit/MUTATION.md lists with a reason
+# (equivalent or unobservable: column "listed").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +33,7 @@ table() {
     "$PYTHON" - "$@" <<'EOF'
 import fnmatch
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -39,6 +42,39 @@ STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests"
           36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout",
           None: "not checked", 34: "skipped", 37: "type check"}
 mode, *globs = sys.argv[1:] or ["table"]
+
+
+def listed_survivors() -> set[str]:
+    """The mutants tests/unit/MUTATION.md lists (equivalent or unobservable, with why): in
+    its table's second column, `x_f__mutmut_3`, `_5` (the same function), `_7`..`_9`."""
+    path = Path("tests/unit/MUTATION.md")
+    out: set[str] = set()
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) < 4 or not cells[1].endswith(".py"):
+            continue
+        module = "pytest_infercheck." + cells[1][: -len(".py")].replace("/", ".")
+        prefix = ""
+        previous = None
+        for token, gap in re.findall(r"`([^`]+)`(\.\.)?", cells[2]):
+            if "__mutmut_" in token:
+                prefix, number = token.rsplit("__mutmut_", 1)
+            elif re.fullmatch(r"_\d+", token) and prefix:
+                number = token[1:]
+            else:
+                continue
+            n = int(number)
+            if previous is not None:
+                out.update(f"{module}.{prefix}__mutmut_{m}" for m in range(previous, n + 1))
+            out.add(f"{module}.{prefix}__mutmut_{n}")
+            previous = n if gap else None
+    return out
+
+
+LISTED = listed_survivors()
+LISTED_FLAT = {name.replace("ǁ", ".") for name in LISTED}
 rows = []
 for meta in sorted(Path("mutants").glob("**/*.py.meta")):
     module = str(meta.relative_to("mutants"))[: -len(".meta")]
@@ -53,24 +89,36 @@ for meta in sorted(Path("mutants").glob("**/*.py.meta")):
                 print(f"{STATUS.get(code, 'suspicious'):<10} {key}")
         continue
     c = Counter(STATUS.get(code, "suspicious") for code in codes.values())
+    listed = sum(
+        1
+        for key, code in codes.items()
+        if STATUS.get(code, "suspicious") in ("survived", "no tests", "suspicious")
+        and key.replace("ǁ", ".") in LISTED_FLAT
+    )
     dead = c["killed"] + c["timeout"]
     judged = dead + c["survived"] + c["no tests"] + c["suspicious"]
     rate = f"{100 * dead / judged:5.1f}%" if judged else "    -"
+    net = f"{100 * dead / (judged - listed):5.1f}%" if judged > listed else "    -"
     rows.append((module, len(codes), c["killed"], c["survived"], c["no tests"], c["timeout"],
-                 c["not checked"], rate))
+                 c["not checked"], listed, rate, net))
 if mode == "table":
-    head = ("module", "mutants", "killed", "survived", "no-tests", "timeout", "unchecked", "rate")
+    head = ("module", "mutants", "killed", "survived", "no-tests", "timeout", "unchecked",
+            "listed", "rate", "rate-net")
     width = max([len(head[0])] + [len(r[0]) for r in rows])
     print(f"{head[0]:<{width}} " + " ".join(f"{h:>9}" for h in head[1:]))
     total = Counter()
     for r in rows:
         print(f"{r[0]:<{width}} " + " ".join(f"{v:>9}" for v in r[1:]))
-        for name, v in zip(head[1:7], r[1:7]):
+        for name, v in zip(head[1:8], r[1:8]):
             total[name] += v
     dead = total["killed"] + total["timeout"]
     judged = dead + total["survived"] + total["no-tests"]
     rate = f"{100 * dead / judged:5.1f}%" if judged else "-"
-    print(f"{'total':<{width}} " + " ".join(f"{total[h]:>9}" for h in head[1:7]) + f" {rate:>9}")
+    net = f"{100 * dead / (judged - total['listed']):5.1f}%" if judged > total["listed"] else "-"
+    print(f"{'total':<{width}} " + " ".join(f"{total[h]:>9}" for h in head[1:8])
+          + f" {rate:>9} {net:>9}")
+    print("rate = (killed + timeout) / (killed + timeout + survived + no-tests); rate-net leaves "
+          "out the survivors tests/unit/MUTATION.md lists (listed) as equivalent/unobservable")
 EOF
 }
 
