@@ -1,0 +1,85 @@
+"""cache-parity's judge facet called directly (found by the mutation run,
+tests/unit/MUTATION.md): the reference's and each scenario's faults, a scenario that parts
+from the reference at a near-tie (the rule it names and the waiver that is not applied),
+what the record keeps of the reference and how it was cold, the degenerate scan."""
+
+from __future__ import annotations
+
+from pytest_infercheck.backends.base import Generation
+from pytest_infercheck.checks.cache_parity.evidence import ScenarioEvidence
+from pytest_infercheck.checks.cache_parity.judge import DECISIVE, judge
+from pytest_infercheck.checks.cache_parity.spec import CacheParityThresholds
+from pytest_infercheck.checks.framework.plan import ItemPlan
+from pytest_infercheck.metrics.degenerate import DegenerateScan
+from pytest_infercheck.verdict.conduct import ColdReference
+from pytest_infercheck.verdict.gate import Violation
+from pytest_infercheck.verdict.waiver import Waiver
+from tests.unit.test_cache_parity import NEAR, evidence
+
+PLAN = ItemPlan("s01", "prompt", "s01")
+HOT = Generation(
+    "46",
+    [55, 57, 2],
+    "stop",
+    [0.5, -0.70, -0.3],
+    [{55: 0.5}, {57: -0.70, 58: -0.705}, {2: -0.3}],
+)
+"""NEAR_REF of test_cache_parity.py with a logprob above 0 at token 0: a fault."""
+
+
+def test_every_finding_names_its_rule_and_the_near_tie_waiver_is_not_applied() -> None:
+    """The reference and the exact-repeat output carry a fault each; the concurrent output
+    parts from the reference at a near-tie at token 1 (margins 0.005 and 0.005)."""
+    e = evidence(
+        ScenarioEvidence("exact-repeat", output=HOT),
+        ScenarioEvidence("concurrent", output=NEAR),
+        reference=HOT,
+    )
+    e.conduct.cold.append(ColdReference("run 0", "reported-zero", 0))
+    judged = judge(PLAN, e, CacheParityThresholds(fail_on="decisive", logprob_tolerance=1.0))
+    assert judged.violations == [
+        Violation(
+            "reference: logprob above 0 in the reference at position 0 (position 0: 0.5)",
+            "fault",
+        ),
+        Violation(
+            "exact-repeat: logprob above 0 in the exact-repeat output at position 0 "
+            "(position 0: 0.5)",
+            "fault",
+        ),
+        Violation(
+            "concurrent: output differs from the reference, near-tie at token 1 (margins: "
+            "reference 0.005, concurrent 0.005 nats; noise floor 0.6): '46' vs '45'",
+            "outputs-differ:concurrent",
+        ),
+    ]
+    assert judged.waivers == [
+        Waiver(
+            DECISIVE,
+            frozenset({"outputs-differ:concurrent"}),
+            False,
+            "concurrent parts from the reference at a near-tie (token 1), and nothing after it "
+            "was judged: cache-parity has no teacher-forced pass of the cached state over the "
+            "reference's continuation",
+        )
+    ]
+    record = judged.record
+    assert (record.reference_text, record.reference_token_ids) == ("46", [55, 57, 2])
+    assert [f.text for f in record.reference_faults] == [
+        "logprob above 0 in the reference at position 0 (position 0: 0.5)"
+    ]
+    assert record.reference_cold == (
+        "the reference cold by an uncached request; run 0 sent first, 0 cached tokens reported"
+    )
+    # The reference and both scenarios' outputs scanned.
+    assert judged.degenerate == DegenerateScan(3, [])
+
+
+def test_without_a_reference_the_record_says_why_and_scans_nothing_of_it() -> None:
+    e = evidence(ScenarioEvidence("concurrent", output=NEAR), reference=None)
+    e.reference_error = "HTTP 500: engine died"
+    judged = judge(PLAN, e, CacheParityThresholds(logprob_tolerance=1.0))
+    record = judged.record
+    assert (record.reference_text, record.reference_token_ids) == ("", None)
+    assert record.reference_faults == [] and record.reference_error == "HTTP 500: engine died"
+    assert judged.degenerate == DegenerateScan(0, [])
