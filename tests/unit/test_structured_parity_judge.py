@@ -2,14 +2,23 @@
 (found by the mutation run, tests/unit/MUTATION.md: no unit test judged an item whose paths
 differ): every path against ``chat`` on the same prompt ids, a later target's ``chat``
 against the first target's as far as their prompt ids say, ``chat-n2`` held to ``n: 2``,
-the rule each finding names and the fields ``allow`` lets differ."""
+the rule each finding names and the fields ``allow`` lets differ; and the aggregate of
+judged items, counted by hand."""
 
 from __future__ import annotations
 
+from pytest_infercheck.checks.framework.items import RecordedItem
 from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.checks.structured_parity.evidence import PromptIds
 from pytest_infercheck.checks.structured_parity.judge import differing_fields, judge
+from pytest_infercheck.checks.structured_parity.records import (
+    PathCounts,
+    StructuredParityContext,
+    TargetCounts,
+)
 from pytest_infercheck.checks.structured_parity.spec import StructuredParityThresholds
+from pytest_infercheck.checks.structured_parity.summarize import summarize
+from pytest_infercheck.structured.results import NotAnswered
 from pytest_infercheck.tools import ToolCall
 from pytest_infercheck.verdict.conduct import Conduct
 from pytest_infercheck.verdict.gate import Violation
@@ -88,3 +97,84 @@ def test_a_first_target_has_no_reference_chat() -> None:
     assert judged.violations == [] and judged.record.comparisons == []
     assert judged.record.reference_chat is None and judged.record.prompt_ids is None
     assert differing_fields(judged.record) == []
+
+
+# -- the aggregate of judged items -------------------------------------------------------------
+def test_the_aggregate_counts_every_path_target_field_and_fault_by_hand() -> None:
+    """tu001 (proxied): the item above (chat-stream's call and usage differ, chat-n2 one
+    choice, the cross-target usage differs), usage allowed; tu002 (proxied): chat answered,
+    messages unsupported (404), chat-stream an error; tu003[llama] errored."""
+    allow = StructuredParityThresholds(allow=["usage.prompt_tokens"])
+    stream = response("chat-stream", choice(ToolCall("add", {"a": 12, "b": 35})), usage=(41, 12))
+    n2 = response("chat-n2", choice(ADD), usage=(40, 12))
+    bad = judge(
+        PLAN,
+        evidence(
+            [("chat", CALLED), ("chat-stream", stream), ("chat-n2", n2)], Conduct(), LLAMA_CHAT
+        ),
+        allow,
+    )
+    partial = judge(
+        PLAN,
+        evidence(
+            [
+                ("chat", CALLED),
+                ("messages", NotAnswered("unsupported", "HTTP 404")),
+                ("chat-stream", NotAnswered("error", "HTTP 500: x")),
+            ],
+            Conduct(),
+        ),
+        allow,
+    )
+    items = [
+        RecordedItem("prompt", "tu002[proxied]", partial.record),
+        RecordedItem(
+            "prompt", "tu001[proxied]", bad.record, violations=tuple(v.text for v in bad.violations)
+        ),
+        RecordedItem("prompt", "tu003[llama]", None, "BackendError: down"),
+    ]
+    context = StructuredParityContext(
+        "tiny@llama, tiny@proxied", ["tiny@llama", "tiny@proxied"], ["llama", "proxied"], {}
+    )
+    summary = summarize(items, allow, context)
+    data = summary.record
+    assert (data.items, data.passed, data.failed) == (3, 1, ["tu001[proxied]", "tu003[llama]"])
+    assert (data.n_errors, data.errors) == (1, {"tu003[llama]": "BackendError: down"})
+    assert data.differences == {"tool_calls": 1, "usage.prompt_tokens": 2}
+    assert (data.allowed, data.failed_answers, data.invalid) == (2, 1, {"choices": 1})
+    assert data.unsupported == {"tiny@proxied messages": "HTTP 404"}
+    assert data.paths == {
+        "chat": PathCounts(answered=2),
+        "chat-stream": PathCounts(answered=1, failed=1, compared=1, differing=1),
+        "chat-n2": PathCounts(answered=1, compared=1),
+        "messages": PathCounts(unsupported=1),
+        "cross-target": PathCounts(compared=1),
+    }
+    assert data.per_target == {
+        "llama": TargetCounts(items=1, passed=0, differences=0, invalid=0, unsupported=0, errors=1),
+        "proxied": TargetCounts(
+            items=2, passed=1, differences=1, invalid=1, unsupported=1, errors=1
+        ),
+    }
+    assert summary.text.splitlines() == [
+        "tiny@llama, tiny@proxied: 1/3 items pass; differences: tool_calls 1, "
+        "usage.prompt_tokens 2 (2 allowed); invalid: choices 1; 1 unsupported path(s); 1 "
+        "failed answers, 1 errored items",
+        "  chat: 2 answered, 0 unsupported, 0 failed, 0/0 differing",
+        "  chat-stream: 1 answered, 0 unsupported, 1 failed, 1/1 differing",
+        "  chat-n2: 1 answered, 0 unsupported, 0 failed, 0/1 differing",
+        "  messages: 0 answered, 1 unsupported, 0 failed, 0/0 differing",
+        "  cross-target: 0 answered, 0 unsupported, 0 failed, 0/1 differing",
+        "  unsupported: tiny@proxied messages: HTTP 404",
+    ]
+    assert summary.properties == [
+        ("infercheck_items", 3),
+        ("infercheck_passed", 1),
+        ("infercheck_errors", 1),
+        ("infercheck_failed_answers", 1),
+        ("infercheck_unsupported", 1),
+        ("infercheck_invalid", 1),
+        ("infercheck_differences", 3),
+        ("infercheck_differences_tool_calls", 1),
+        ("infercheck_differences_usage_prompt_tokens", 2),
+    ]
