@@ -10,7 +10,9 @@
 #   scripts/mutation.sh --survivors [GLOB] only list the surviving / untested mutants
 #   scripts/mutation.sh --rerun-survivors [GLOB]
 #                                          run again only the mutants that survived (or had
-#                                          no test) in the last runs: after adding tests
+#                                          no test) in the last runs and that
+#                                          tests/unit/MUTATION.md does not list: after adding
+#                                          tests
 #
 # The machine is shared: mutmut runs under `nice -n 19` with one child (MUTMUT_CHILDREN to
 # change it). Python: $PYTHON, else .venv/bin/python, else /work/main/.venv/bin/python.
@@ -83,10 +85,13 @@ for meta in sorted(Path("mutants").glob("**/*.py.meta")):
         codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatch(k, g) for g in globs)}
     if not codes:
         continue
-    if mode == "survivors":
+    if mode in ("survivors", "unlisted"):
         for key, code in sorted(codes.items()):
-            if STATUS.get(code, "suspicious") in ("survived", "no tests", "suspicious"):
-                print(f"{STATUS.get(code, 'suspicious'):<10} {key}")
+            if STATUS.get(code, "suspicious") not in ("survived", "no tests", "suspicious"):
+                continue
+            if mode == "unlisted" and key.replace("ǁ", ".") in LISTED_FLAT:
+                continue
+            print(f"{STATUS.get(code, 'suspicious'):<10} {key}")
         continue
     c = Counter(STATUS.get(code, "suspicious") for code in codes.values())
     listed = sum(
@@ -127,7 +132,7 @@ case "${1:-}" in
     --survivors) shift; table survivors "$@"; exit 0 ;;
     --rerun-survivors)
         shift
-        mapfile -t names < <(table survivors "$@" | awk '{print $NF}')
+        mapfile -t names < <(table unlisted "$@" | awk '{print $NF}')
         if [[ ${#names[@]} -eq 0 ]]; then echo "no survivors"; table table "$@"; exit 0; fi
         nice -n 19 "$MUTMUT" run --max-children "${MUTMUT_CHILDREN:-1}" "${names[@]}" || status=$?
         table table "$@"
