@@ -5,10 +5,14 @@ reference output before and after; the failure kept in the record."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pytest_infercheck.backends import Generation
 from pytest_infercheck.checks.cache_pollution.evidence import HostileEvidence
 from pytest_infercheck.checks.cache_pollution.judge import judge
-from pytest_infercheck.checks.cache_pollution.records import ChangedOutput
+from pytest_infercheck.checks.cache_pollution.records import CachePollutionContext, ChangedOutput
+from pytest_infercheck.checks.cache_pollution.summarize import summarize
+from pytest_infercheck.checks.framework.items import RecordedItem
 from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.verdict.gate import Violation
 
@@ -62,3 +66,47 @@ def test_without_outputs_after_the_request_nothing_changed() -> None:
     assert judged.violations == [] and judged.record.changed == []
     assert judged.record.failure is None
     assert judged.degenerate is not None and judged.degenerate.generations == 2
+
+
+# -- the aggregate -----------------------------------------------------------------------------
+def _hostile(kind: str, alive: bool, after: list[Any], failure: str | None = None) -> Any:
+    e = HostileEvidence(
+        "m@x", kind, f"{kind} answered", alive, 2, [("p1", SIX), ("p2", SIX)], after, failure
+    )
+    return judge(ItemPlan(kind, "hostile", kind), e, None).record
+
+
+def test_the_aggregate_names_each_kind_of_finding_in_hostile_order() -> None:
+    """context-overflow and invalid-utf8 killed the server, special-tokens and max-tokens-0
+    changed p1, disconnect's reference prompts failed; listed in HOSTILE_KINDS order
+    whatever the items' order."""
+    changed = [("p1", SEVEN), ("p2", SIX)]
+    same = [("p1", SIX), ("p2", SIX)]
+    items = [
+        RecordedItem("hostile", "disconnect", _hostile("disconnect", True, same, "p2: HTTP 500")),
+        RecordedItem("hostile", "max-tokens-0", _hostile("max-tokens-0", True, changed)),
+        RecordedItem("hostile", "invalid-utf8", _hostile("invalid-utf8", False, same)),
+        RecordedItem("hostile", "special-tokens", _hostile("special-tokens", True, changed)),
+        RecordedItem("hostile", "context-overflow", _hostile("context-overflow", False, same)),
+    ]
+    summary = summarize(items, None, CachePollutionContext("m@x", 2, {}))
+    assert summary.violations == [
+        "the server died after: context-overflow, invalid-utf8",
+        "reference outputs changed after: special-tokens, max-tokens-0",
+        "reference prompts failed after: disconnect",
+    ]
+    assert summary.text == "\n".join(
+        [
+            "m@x: hostile requests",
+            "  context-overflow: context-overflow answered",
+            "  invalid-utf8: invalid-utf8 answered",
+            "  special-tokens: special-tokens answered",
+            "  max-tokens-0: max-tokens-0 answered",
+            "  disconnect: disconnect answered",
+        ]
+    )
+    assert summary.properties == [
+        ("infercheck_hostile", 5),
+        ("infercheck_dead", 2),
+        ("infercheck_polluted", 2),
+    ]
