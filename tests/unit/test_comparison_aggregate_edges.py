@@ -2,7 +2,8 @@
 that its by-hand tests left open, found by the mutation run (tests/unit/MUTATION.md): what
 each suite gate reads and why it is unmeasured, an empty suite, McNemar's p on flips, a
 sweep's cliff at the edges of alpha and max_mean_kl, and the cliff's and the aggregate's
-texts. Every expected value is worked out by hand from the inputs."""
+texts, and a sweep's aggregate. Every expected value is worked out by hand from the
+inputs."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ from pytest_infercheck.checks.comparison.aggregate import (
     self_check_level,
     sweep_cliff,
 )
+from pytest_infercheck.checks.comparison.prompt import SELF_CHECK, SelfCheckRecord
 from pytest_infercheck.checks.comparison.spec import Thresholds
+from pytest_infercheck.checks.comparison.summarize import SweepContext, summarize_sweep
+from pytest_infercheck.checks.framework.items import RecordedItem
 from pytest_infercheck.specs import FlipThresholds
 from pytest_infercheck.verdict.measure import Reading, Unmeasured
 
@@ -238,3 +242,89 @@ def test_the_text_says_divergences_without_a_noise_floor_and_no_flip_rate() -> N
     )
     floor = format_aggregate(_agg(noise_floor=0.03125)).splitlines()
     assert floor[5].endswith("; noise floor 0.03125 nats")
+
+
+# -- a sweep's aggregate ---------------------------------------------------------------------
+def _sweep_items(
+    q4_kl: float = 0.25, self_check: bool = True, sides: tuple[str, ...] = ("q8@local", "q4@local")
+) -> list[RecordedItem]:
+    """Six prompts: every q8@local item passes (KL 0), every q4@local item failed (KL
+    ``q4_kl``, its violation as the run recorded it); the self-check reproduced."""
+    items = (
+        [RecordedItem(SELF_CHECK, "self-check", SelfCheckRecord([], [], ""))] if self_check else []
+    )
+    for n in range(6):
+        for side, kl, failed in (("q8@local", 0.0, ()), ("q4@local", q4_kl, ("x",))):
+            if side in sides:
+                record = dataclasses.replace(
+                    prompt_comparison(f"r{n}", [kl]), test=side, flip="unchanged"
+                )
+                items.append(RecordedItem("prompt", f"r{n}[{side}]", record, violations=failed))
+    return items
+
+
+def sweep_context(
+    alpha: float = 0.05, self_check: bool = True, tests: list[str] | None = None
+) -> SweepContext:
+    return SweepContext(
+        "sweep",
+        "s",
+        tests or ["q8@local", "q4@local"],
+        {"bf16@local": {"v": 1}},
+        cliff_alpha=alpha,
+        self_check=self_check,
+    )
+
+
+def test_a_sweeps_aggregate_finds_its_cliff_and_says_why_by_hand() -> None:
+    """6 of 6 prompts newly failed at q4: McNemar p = 2 / 2^6 = 0.03125 < alpha 0.05."""
+    summary = summarize_sweep(_sweep_items(), Thresholds(), sweep_context())
+    record = summary.record
+    assert (record.cliff, record.cliff_alpha, record.self_check) == ("q4@local", 0.05, True)
+    assert [s.level for s in record.cliff_steps] == ["self-check", "q8@local", "q4@local"]
+    assert [level.n_failed for level in record.levels] == [0, 6]  # the items' own verdicts
+    assert summary.text.split("\n\n")[-1].splitlines() == [
+        "degradation cliff: q4@local: failed items 0 -> 6 of 6 (6 newly failed, 0 recovered; "
+        "exact McNemar p = 0.0312 < alpha 0.05); mean KL 0 +- 0 -> 0.25 +- 0",
+        "cliff evidence (alpha 0.05):",
+        "  self-check: 0/6 failed; mean KL 0 +- 0",
+        "  q8@local: 0/6 failed, vs previous +0 -0 (McNemar p = 1); mean KL 0 +- 0",
+        "  q4@local: 6/6 failed, vs previous +6 -0 (McNemar p = 0.0312); mean KL 0.25 +- 0  "
+        "<- cliff",
+    ]
+    assert (
+        "UNGATED: no gate written (none of max_kl, max_kl_position, min_similarity, "
+        "max_mean_kl, min_same_top, flips.max_rate): it passes whatever the outputs "
+        "(identical outputs: q8@local 0/6, q4@local 0/6)"
+    ) in summary.text.split("\n\n")
+    properties = dict(summary.properties)
+    assert summary.properties[-1] == ("infercheck_cliff", "q4@local")
+    assert properties["infercheck_q4@local_n_failed"] == 6
+    assert properties["infercheck_engines"] == '{"bf16@local": {"v": 1}}'
+    assert properties["infercheck_ungated"] is True
+    # At alpha 0.01 the same rise is no cliff.
+    assert summarize_sweep(_sweep_items(), Thresholds(), sweep_context(0.01)).record.cliff == "none"
+
+
+def test_a_sweeps_first_level_without_a_self_check_or_its_record() -> None:
+    off = summarize_sweep(
+        _sweep_items(self_check=False), Thresholds(), sweep_context(self_check=False)
+    )
+    first = off.record.cliff_steps[0]
+    assert (first.level, first.n_prompts, first.kl_mean) == ("baseline", 6, 0.0)
+    assert off.record.self_check is False
+    missing = summarize_sweep(_sweep_items(self_check=False), Thresholds(), sweep_context())
+    unknown = missing.record.cliff_steps[0]
+    assert (unknown.level, unknown.n_prompts, unknown.kl_within) == ("self-check", 6, None)
+    assert math.isnan(unknown.kl_mean) and math.isnan(unknown.kl_se)
+
+
+def test_a_side_without_records_does_not_stop_the_others_or_their_problems() -> None:
+    """q2@local has no record; q4@local's KL is NaN on every prompt: a problem of its own."""
+    items = _sweep_items(q4_kl=math.nan, sides=("q4@local",))
+    summary = summarize_sweep(items, Thresholds(), sweep_context(tests=["q2@local", "q4@local"]))
+    assert summary.violations[0] == "q2@local: no prompt of this side has a record"
+    assert summary.violations[1].startswith("q4@local: non-finite KL in 6 of 6 prompts")
+    assert [level.test for level in summary.record.levels] == ["q4@local"]
+    # One side: its properties carry no side in their names.
+    assert dict(summary.properties)["infercheck_n_failed"] == 6
