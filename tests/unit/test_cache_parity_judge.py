@@ -5,16 +5,21 @@ what the record keeps of the reference and how it was cold, the degenerate scan.
 
 from __future__ import annotations
 
+import dataclasses
+
 from pytest_infercheck.backends.base import Generation
 from pytest_infercheck.checks.cache_parity.evidence import ScenarioEvidence
 from pytest_infercheck.checks.cache_parity.judge import DECISIVE, judge
+from pytest_infercheck.checks.cache_parity.records import CacheParityContext
 from pytest_infercheck.checks.cache_parity.spec import CacheParityThresholds
+from pytest_infercheck.checks.cache_parity.summarize import summarize
+from pytest_infercheck.checks.framework.items import RecordedItem
 from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.metrics.degenerate import DegenerateScan
 from pytest_infercheck.verdict.conduct import ColdReference
 from pytest_infercheck.verdict.gate import Violation
 from pytest_infercheck.verdict.waiver import Waiver
-from tests.unit.test_cache_parity import NEAR, evidence
+from tests.unit.test_cache_parity import NEAR, SAME, evidence, out
 
 PLAN = ItemPlan("s01", "prompt", "s01")
 HOT = Generation(
@@ -83,3 +88,76 @@ def test_without_a_reference_the_record_says_why_and_scans_nothing_of_it() -> No
     assert (record.reference_text, record.reference_token_ids) == ("", None)
     assert record.reference_faults == [] and record.reference_error == "HTTP 500: engine died"
     assert judged.degenerate == DegenerateScan(0, [])
+
+
+# -- the aggregate -----------------------------------------------------------------------------
+def test_the_aggregate_counts_each_scenario_by_hand() -> None:
+    """s01: the item above (its reference and exact-repeat output with a fault, concurrent
+    parting at a near-tie; no cached-token counts); s02: exact-repeat unreported, shared-prefix
+    no hit (0 cached tokens), multi-turn a hit, eviction not exercised, concurrent failed;
+    s03 errored."""
+    t = CacheParityThresholds(logprob_tolerance=1.0)
+    s01 = judge(
+        PLAN,
+        evidence(
+            ScenarioEvidence("exact-repeat", output=HOT),
+            ScenarioEvidence("concurrent", output=NEAR),
+            reference=HOT,
+        ),
+        t,
+    )
+    s02 = judge(
+        PLAN,
+        evidence(
+            ScenarioEvidence(
+                "exact-repeat", output=out([55, 57, 2], "46", [-0.1, -0.2, -0.3], None)
+            ),
+            ScenarioEvidence("shared-prefix", output=out([55, 57, 2], "46", [-0.1, -0.2, -0.3], 0)),
+            ScenarioEvidence("eviction", exercised=False, note="capacity unknown"),
+            ScenarioEvidence("concurrent", error="HTTP 500: x"),
+            ScenarioEvidence("multi-turn", output=SAME),
+        ),
+        t,
+    )
+    items = [
+        RecordedItem("prompt", "s01", s01.record, violations=tuple(v.text for v in s01.violations)),
+        RecordedItem("prompt", "s02", s02.record),
+        RecordedItem("prompt", "s03", None, "down"),
+    ]
+    summary = summarize(items, t, CacheParityContext("adder@llama", {"adder@llama": {}}))
+    assert summary.violations == [
+        "logprob above 0 in 1 of 2 prompts: s01 (the reference at position 0), s01 (the "
+        "exact-repeat output at position 0)"
+    ]
+    assert summary.text.splitlines() == [
+        "adder@llama: 1/2 prompts identical on every cache scenario (reference: uncached)",
+        "  shared-prefix: 1 compared, 0 differ, 1 no hit, 0 hits unreported, 0 not exercised, "
+        "0 failed",
+        "  exact-repeat: 2 compared, 1 differ, 0 no hit, 2 hits unreported, 0 not exercised, "
+        "0 failed",
+        "  multi-turn: 1 compared, 0 differ, 0 no hit, 0 hits unreported, 0 not exercised, "
+        "0 failed",
+        "  eviction: 0 compared, 0 differ, 0 no hit, 0 hits unreported, 1 not exercised, 0 failed",
+        "  concurrent: 1 compared, 1 differ, 0 no hit, 1 hits unreported, 0 not exercised, "
+        "1 failed",
+    ]
+    assert summary.properties == [
+        ("infercheck_parity_prompts", 1),
+        ("infercheck_prompts", 2),
+        ("infercheck_no_hit_shared_prefix", 1),
+        ("infercheck_no_hit_exact_repeat", 0),
+        ("infercheck_no_hit_multi_turn", 0),
+        ("infercheck_no_hit_eviction", 0),
+        ("infercheck_no_hit_concurrent", 0),
+    ]
+    data = summary.record
+    assert (data.target, data.engines, data.reference_kind) == (
+        "adder@llama",
+        {"adder@llama": {}},
+        "uncached",
+    )
+    assert data.divergence_labels == {"near-tie": 1, "decisive": 0, "unknown": 0}
+    # References of two kinds: none is named.
+    other = dataclasses.replace(s02.record, reference_kind="sent-first")
+    mixed = [RecordedItem("prompt", "s01", s01.record), RecordedItem("prompt", "s02", other)]
+    assert summarize(mixed, t, CacheParityContext("adder@llama", {})).record.reference_kind is None
