@@ -7,7 +7,14 @@ what followed it) and the item's text, by hand. The outputs: 46 and 47 to "12+34
 from __future__ import annotations
 
 from pytest_infercheck.backends.base import Generation
+from pytest_infercheck.checks.framework.items import RecordedItem
 from pytest_infercheck.checks.parity import ENDPOINT_PARITY, STREAM_PARITY, ParityEvidence
+from pytest_infercheck.checks.parity.records import (
+    EndpointCounts,
+    EndpointParityContext,
+    ParityIncomplete,
+)
+from pytest_infercheck.checks.parity.summarize import summarize_endpoints
 from pytest_infercheck.metrics.degenerate import DegenerateScan
 from pytest_infercheck.suites import Prompt
 from pytest_infercheck.verdict.gate import Violation
@@ -71,3 +78,47 @@ def test_a_stream_item_says_its_drift_and_keeps_what_followed_the_near_tie() -> 
         "  logprob drift over the shared tokens: 0.0003",
     ]
     assert judged.degenerate == DegenerateScan(2, [])
+
+
+# -- the endpoint aggregate --------------------------------------------------------------------
+def test_the_endpoint_aggregate_counts_by_the_last_parameter_of_each_name() -> None:
+    """s01 (its chat answer flipped, failed), s02 messages unsupported, s03 errored with no
+    message: 0 of 3 identical, 1 flip, 1 error, 1 unsupported; rows by the name's last
+    ``[...]``."""
+    e = ParityEvidence(ADD, "m@llama", ("completions", "chat"), RIGHT, WRONG, 0.01)
+    judged = ENDPOINT_PARITY.judge(PLAN, e, thresholds("endpoint-parity"))
+    lacking = ParityIncomplete(
+        "s02", "m@llama", "completions", "messages", unsupported=["messages not offered"]
+    )
+    items = [
+        RecordedItem("prompt", "s01[q4][chat]", judged.record, violations=("x",)),
+        RecordedItem("incomplete", "s02[q4][messages]", lacking),
+        RecordedItem("prompt", "s03[q4][chat]", None),
+    ]
+    context = EndpointParityContext("m@llama", "completions", {"m@llama": {"v": 1}})
+    summary = summarize_endpoints(items, thresholds("endpoint-parity"), context)
+    assert summary.text == (
+        "m@llama: 0/3 identical, 1 answer flips, 1 errors, 1 unsupported; divergences "
+        "{'near-tie': 1, 'decisive': 0, 'unknown': 0}"
+    )
+    assert summary.properties == [
+        ("infercheck_items", 3),
+        ("infercheck_match", 0),
+        ("infercheck_failed", 2),
+        ("infercheck_flips", 1),
+        ("infercheck_errors", 1),
+        ("infercheck_unsupported", 1),
+        ("infercheck_divergences_near_tie", 1),
+        ("infercheck_divergences_decisive", 0),
+        ("infercheck_divergences_unknown", 0),
+    ]
+    record = summary.record
+    assert record.endpoints == {
+        "chat": EndpointCounts(items=2, match=0, failed=2, unsupported=0),
+        "messages": EndpointCounts(items=1, match=0, failed=0, unsupported=1),
+    }
+    assert (record.target, record.engines, record.errors) == (
+        "m@llama",
+        {"m@llama": {"v": 1}},
+        {"s03[q4][chat]": "error"},
+    )
