@@ -161,3 +161,12 @@ def test_the_aggregate_counts_each_scenario_by_hand() -> None:
     other = dataclasses.replace(s02.record, reference_kind="sent-first")
     mixed = [RecordedItem("prompt", "s01", s01.record), RecordedItem("prompt", "s02", other)]
     assert summarize(mixed, t, CacheParityContext("adder@llama", {})).record.reference_kind is None
+
+
+def test_only_a_near_tie_under_fail_on_decisive_is_offered_a_waiver() -> None:
+    """The concurrent output's margins are 0.005: decisive at tie_margin 0.001, where
+    fail_on: decisive offers nothing; a near-tie at 0.01 under fail_on any neither."""
+    e = evidence(ScenarioEvidence("concurrent", output=NEAR))
+    decisive = CacheParityThresholds(fail_on="decisive", tie_margin=0.001, logprob_tolerance=1.0)
+    assert judge(PLAN, e, decisive).waivers == []
+    assert judge(PLAN, e, CacheParityThresholds(logprob_tolerance=1.0)).waivers == []

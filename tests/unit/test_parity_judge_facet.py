@@ -6,6 +6,8 @@ what followed it) and the item's text, by hand. The outputs: 46 and 47 to "12+34
 
 from __future__ import annotations
 
+import dataclasses
+
 from pytest_infercheck.backends.base import Generation
 from pytest_infercheck.checks.framework.items import RecordedItem
 from pytest_infercheck.checks.parity import ENDPOINT_PARITY, STREAM_PARITY, ParityEvidence
@@ -122,3 +124,33 @@ def test_the_endpoint_aggregate_counts_by_the_last_parameter_of_each_name() -> N
         {"m@llama": {"v": 1}},
         {"s03[q4][chat]": "error"},
     )
+
+
+# A logprob above 0 at token 0 of the reference: a fault of its own.
+HOT = dataclasses.replace(
+    RIGHT,
+    chosen_logprobs=[0.5, -0.4],
+    top_logprobs=[{1: 0.5}, {5: -0.4, 6: -0.408}],
+    prompt_text="12+34=",
+)
+FAULT = "logprob above 0 in the {} output at position 0 (position 0: 0.5)"
+
+
+def test_a_sides_fault_is_a_fault_in_either_kind_and_the_record_keeps_it() -> None:
+    e = ParityEvidence(ADD, "m@llama", ("completions", "chat"), HOT, WRONG, 0.01)
+    judged = ENDPOINT_PARITY.judge(PLAN, e, thresholds("endpoint-parity", min_similarity=0.0))
+    assert judged.violations[0] == Violation(FAULT.format("completions"), "fault")
+    assert [f.text for f in judged.record.faults] == [FAULT.format("completions")]
+    assert judged.record.reference.prompt_text == "12+34="
+    s = ParityEvidence(ADD, "m@llama", STREAM, HOT, WRONG, 0.01)
+    streamed = STREAM_PARITY.judge(PLAN, s, thresholds("stream-parity", logprob_tolerance=1.0))
+    assert streamed.violations[0] == Violation(FAULT.format("non-streamed"), "fault")
+    assert streamed.record.reference.token_ids == [1, 5]
+
+
+def test_a_side_without_output_is_an_incomplete_item_saying_which() -> None:
+    e = ParityEvidence(ADD, "m@llama", ("completions", "chat"), RIGHT, None, 0.01)
+    judged = ENDPOINT_PARITY.judge(PLAN, e, thresholds("endpoint-parity"))
+    assert judged.role == "incomplete"
+    assert (judged.record.reference, judged.record.other) == ("completions", "chat")
+    assert judged.text == "prompt s01: no chat output to compare"

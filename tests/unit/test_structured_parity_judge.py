@@ -178,3 +178,15 @@ def test_the_aggregate_counts_every_path_target_field_and_fault_by_hand() -> Non
         ("infercheck_differences_tool_calls", 1),
         ("infercheck_differences_usage_prompt_tokens", 2),
     ]
+
+
+def test_a_later_target_whose_prompt_ids_are_unknown_says_so() -> None:
+    e = evidence([("chat", CALLED)], Conduct(), LLAMA_CHAT)
+    e.prompt_ids = None
+    judged = judge(PLAN, e, StructuredParityThresholds())
+    assert judged.violations == [] and judged.record.prompt_ids is None
+    (across,) = judged.record.comparisons
+    assert across.notes == [
+        "usage.prompt_tokens proxied chat 40 vs llama chat 39: not judged (prompt ids not known "
+        "to be the same)"
+    ]
