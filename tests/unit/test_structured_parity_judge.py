@@ -190,3 +190,48 @@ def test_a_later_target_whose_prompt_ids_are_unknown_says_so() -> None:
         "usage.prompt_tokens proxied chat 40 vs llama chat 39: not judged (prompt ids not known "
         "to be the same)"
     ]
+
+
+def test_the_aggregate_adds_up_each_targets_items() -> None:
+    """tu001 and tu002 (proxied) pass with chat answered, messages unsupported, chat-stream
+    an error and chat-n2 not exercised; tu003[proxied] errored; tu004, named without a
+    target, errored without a message: it counts for the first target."""
+    t = StructuredParityThresholds()
+    answers = [
+        ("chat", CALLED),
+        ("messages", NotAnswered("unsupported", "")),
+        ("chat-stream", NotAnswered("error", "HTTP 500: x")),
+        ("chat-n2", NotAnswered("not exercised", "n: 2 needs tools")),
+    ]
+    ok = judge(PLAN, evidence(answers, Conduct()), t).record
+    items = [
+        RecordedItem("prompt", "tu001[proxied]", ok),
+        RecordedItem("prompt", "tu002[proxied]", ok),
+        RecordedItem("prompt", "tu003[proxied]", None, "BackendError: down"),
+        RecordedItem("prompt", "tu004", None),
+    ]
+    context = StructuredParityContext(
+        "tiny@llama", ["tiny@llama", "tiny@proxied"], ["llama", "proxied"], {"e": {}}
+    )
+    summary = summarize(items, t, context)
+    data = summary.record
+    assert data.per_target == {
+        "llama": TargetCounts(items=1, passed=0, differences=0, invalid=0, unsupported=0, errors=1),
+        "proxied": TargetCounts(
+            items=3, passed=2, differences=0, invalid=0, unsupported=2, errors=3
+        ),
+    }
+    assert data.errors == {"tu003[proxied]": "BackendError: down", "tu004": "error"}
+    assert data.unsupported == {"tiny@proxied messages": ""}
+    assert (data.target, data.sides, data.engines) == (
+        "tiny@llama",
+        ["llama", "proxied"],
+        {"e": {}},
+    )
+    assert summary.text.splitlines()[0] == (
+        "tiny@llama, tiny@proxied: 2/4 items pass; differences: none; invalid: none; 1 "
+        "unsupported path(s); 2 failed answers, 2 errored items"
+    )
+    assert "  chat-n2: 0 answered, 0 unsupported, 2 not exercised, 0 failed, 0/0 differing" in (
+        summary.text.splitlines()
+    )
