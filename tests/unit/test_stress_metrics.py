@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from pytest_infercheck.backends.http import HttpError
 from pytest_infercheck.backends.openai_compat import parse_choice
-from pytest_infercheck.checks.framework.items import summarize_items
-from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
+from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
+from pytest_infercheck.checks.framework.target import TargetContext
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.checks.stress import (
     Mismatch,

@@ -204,7 +204,7 @@ class ComparisonAggregateRecord:
     (absent from the JSON otherwise)."""
     errored: list[str] = field(default_factory=list, kw_only=True, metadata=OMIT_WHEN_EMPTY)
     """The aggregate's violations that no side owns (items that errored,
-    :func:`~..protocol.errored_items`): they fail every side (absent from the JSON when
+    :func:`~..framework.items.errored_items`): they fail every side (absent from the JSON when
     none)."""
 
 

@@ -54,7 +54,7 @@ from ...metrics.sameness import compare_outputs
 from ...metrics.stats import percentile
 from ...metrics.ties import DEFAULT_TIE_MARGIN, SideTokens, count_labels, tie_divergence
 from ...tools import ToolCall, canonical_calls
-from ..framework.requests import server_message
+from ..framework.failures import server_message
 from .evidence import NearTie
 from .records import Mismatch, Reference, StressLevel
 
