@@ -33,6 +33,7 @@ from pytest_infercheck.checks.comparison.aggregate import (
 from pytest_infercheck.checks.comparison.judge import item_verdict as item_violations
 from pytest_infercheck.checks.comparison.present import cliff_lines
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
+from pytest_infercheck.metrics.consistency import logprob_faults
 from pytest_infercheck.metrics.faults import non_finite, not_normalised
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.report.views import item_detail
@@ -341,6 +342,23 @@ def test_the_aggregate_names_empty_generations_and_rows_that_do_not_normalise() 
     assert aggregate_violations(agg, NEVER) == [
         "empty generation in 1 of 3 prompts: c (the test (q4@local))",
         "test logprobs not normalised in 1 of 3 prompts: d (position 0)",
+    ]
+
+
+def test_the_aggregate_names_each_sides_generation_faults_as_the_engine_kinds_do() -> None:
+    """A side's own generation faults (one fault type with the engine kinds') are grouped in
+    the aggregate with the words the engine kinds use: by fault, naming the item and where
+    in it. Before the one type, a comparison kept them as bare texts and its aggregate
+    listed only the scoring's problems."""
+    (nan,) = logprob_faults("the test output", [-0.5, NAN])
+    faulty = dataclasses.replace(unchanged("e", [0.0]), faults=[nan])
+    agg = aggregate([unchanged("a", [0.0]), faulty], NEVER)
+    assert agg.n_failed == 1
+    assert aggregate_violations(agg, NEVER) == [
+        "non-finite logprob in 1 of 2 prompts: e (the test output at position 1)"
+    ]
+    assert item_violations(faulty, NEVER) == [
+        "non-finite logprob in the test output at position 1 (NaN)"
     ]
 
 
