@@ -192,6 +192,66 @@ REMEASURED_ON_THE_SECOND_TOOL_MODEL: tuple[str, ...] = (
 loose ends): the docs say the new numbers (which model, the `response_format` contents per
 engine, no `tool_calls` difference on the mlx servers)."""
 
+LEGACY_PROTOCOL_REPLACED: tuple[str, ...] = (
+    "checks/protocol.py the check protocol: CheckKind, ItemPlan, Outcome, CheckRun",
+    (
+        "**A check kind is one unit.** `checks/protocol.py` says what a kind declares, in "
+        "the manner of pytest-xdist's scheduler protocol: its YAML key and options model "
+        "(`spec`), its thresholds model (`thresholds`: the only threshold keys its YAML "
+        "entry may hold; any other is an error at its line naming the kinds that use it), "
+        "how it plans its items at collection time (`run.plan(check, suite)` -> `ItemPlan`s "
+        "with a name, role, key and optional `[param]`), how it runs an item (`run_item` -> "
+        "one `Outcome`: violations, text, its typed record, JUnit properties), the record "
+        "type of each role (`records`), and its aggregate as one pure function of its items' "
+        "records: `summarize(items, thresholds, context)` -> the aggregate's record, the "
+        "suite gates it breaks, its text and properties."
+    ),
+    (
+        "The live run calls it on the records of the items it covers (read back from their "
+        "plain form, exactly as a results file holds them), and `pytest-infercheck report` "
+        "calls the same function on the union of a sharded run's records, so a merge cannot "
+        "drift from the run it came from."
+    ),
+    (
+        "`context` is what the aggregate needs besides the records (the target's label, the "
+        "engines' identities), read back from the shards' aggregates in a merge."
+    ),
+    (
+        "The run class is generic over the options and thresholds models (`CheckRun[Spec, "
+        "Thresholds]`: `self.spec`, `self.thresholds`)."
+    ),
+    (
+        "Besides these: its label in node ids, its terminal table, its HTML views by role, "
+        "the rows, columns and charts of its HTML summary table, which of its gates rest on "
+        "a Wilson upper bound (`rate_gates`, checked at collection), and whether its items "
+        "spread over xdist workers."
+    ),
+    (
+        "Config, collection, sharding, xdist scheduling, the terminal summary, the HTML "
+        "report, the JSON results and `pytest-infercheck report` ask `checks/registry.py`."
+    ),
+    (
+        "Two item classes (a planned item, the aggregate) serve every kind; a check x "
+        "suite's run object is shared by its items and memoises each item's outcome, so the "
+        "aggregate reuses them."
+    ),
+    (
+        "`checks/my_kind.py` (or a package shaped like `checks/comparison/`): an options "
+        "model (a `TargetCheck` for one target, or your own `KindSpec` with "
+        "`baseline_side`/`test_sides`), a thresholds model (a `KindThresholds` built from "
+        "the field groups of `specs.py`), a record dataclass per role, a `CheckRun[Spec, "
+        "Thresholds]` subclass (`plan`, `run_item`, `context`), `summarize(items, "
+        "thresholds, context)`, its presentation (`summary_lines`, a view per role, "
+        'measures), and `MY_KIND = CheckKind(name="my-kind", ...)` (or `target_kind(...)`);'
+    ),
+    (
+        "its tests: a case that passes on a faithful engine and one that fails on each fault "
+        "the kind can see."
+    ),
+)
+"""Units of the check protocol before the facets (one ``CheckRun`` class per kind in
+``checks/protocol.py``), replaced in the docs by the package of facets (issue 27)."""
+
 DROPPED: dict[str, str] = {
     # unit (as normalised: one line, links as text) -> why it is not in the docs
     "ungated), verdicts.py, present.py": (
@@ -212,6 +272,14 @@ DROPPED: dict[str, str] = {
             "failed items (the docs say the new rules, texts and modules)"
         )
         for unit in COMPARISON_REPLACED
+    },
+    **{
+        unit: (
+            "issue 27: every kind is a package of facets; the check protocol of one CheckRun "
+            "class per kind (checks/protocol.py) is gone: docs/explanation/architecture.md "
+            "says what a kind declares now and how to add one"
+        )
+        for unit in LEGACY_PROTOCOL_REPLACED
     },
     **{
         unit: (

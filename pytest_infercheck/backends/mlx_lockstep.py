@@ -58,8 +58,8 @@ import numpy as np
 from ..metrics.finite import (
     check_values,
     logsumexp_tolerance,
+    row_faults,
     row_logsumexp,
-    row_problems,
     strict_max,
 )
 from ..metrics.forced import ForcedArgmax, ForcedStats, forced_full
@@ -117,8 +117,8 @@ class _Accumulated:
         tol = logsumexp_tolerance(vocab)
         kl = np.array(self.kl, dtype=np.float64)
         problems = [
-            *row_problems("baseline logprobs", self.lse_base, tol),
-            *row_problems("test logprobs", self.lse_test, tol),
+            *row_faults("baseline logprobs", self.lse_base, tol),
+            *row_faults("test logprobs", self.lse_test, tol),
         ]
         kl_problem = check_values("KL", kl)
         if kl_problem is not None:

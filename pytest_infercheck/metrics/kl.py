@@ -19,15 +19,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .faults import Fault
 from .finite import (
     TOPK_LOGSUMEXP_TOL,
-    Problem,
     check_topk_rows,
     check_values,
     chunk_logsumexp,
     logsumexp_tolerance,
     non_finite_positions,
-    row_problems,
+    row_faults,
 )
 from .keys import ambiguous_key
 from .precision import MASS_TOL, mass_tolerance
@@ -62,7 +62,7 @@ class PositionStats:
     kl: NDArray[np.float64]
     same_top: NDArray[np.bool_]
     delta_p: NDArray[np.float64]
-    problems: tuple[Problem, ...] = ()
+    problems: tuple[Fault, ...] = ()
 
     def __len__(self) -> int:
         return int(self.kl.shape[0])
@@ -189,9 +189,9 @@ def position_stats(
             p_base = np.exp(base_chunk[rows, ids].astype(np.float64))
             p_test = np.exp(test_chunk[rows, ids].astype(np.float64))
         delta_p[start:stop] = p_test - p_base
-    problems: list[Problem] = [
-        *row_problems(f"{base_name} logprobs", lse_base, row_tol),
-        *row_problems(f"{test_name} logprobs", lse_test, row_tol),
+    problems: list[Fault] = [
+        *row_faults(f"{base_name} logprobs", lse_base, row_tol),
+        *row_faults(f"{test_name} logprobs", lse_test, row_tol),
     ]
     kl_problem = check_values("KL", kl)
     if kl_problem is not None:
@@ -499,7 +499,7 @@ def topk_pair_stats(
         kl[t] = topk_kl_lower_bound(base_known[t], test_known[t], mass_tol=tols)
         same_top[t] = top_one(base_top[t]) == top_one(test_top[t])
         delta_p[t] = math.exp(float(test_chosen[t])) - math.exp(float(base_chosen[t]))
-    problems: list[Problem] = [
+    problems: list[Fault] = [
         *check_topk_rows(f"{base_name} top-k logprobs", base_known, tol=topk_tol),
         *check_topk_rows(f"{test_name} top-k logprobs", test_known, tol=topk_tol),
     ]

@@ -15,14 +15,14 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .faults import Fault
 from .finite import (
     TOPK_LOGSUMEXP_TOL,
-    Problem,
     check_topk_rows,
     check_values,
     logsumexp_tolerance,
+    row_faults,
     row_logsumexp,
-    row_problems,
 )
 from .kl import PositionStats, side_mass_tol, top_one, topk_kl_lower_bound
 
@@ -100,14 +100,14 @@ def topk_vs_full_stats(
         delta_p[t] = float(np.exp(row[chosen]) - np.exp(base_chosen[t]))
     if row_tol is None:
         row_tol = logsumexp_tolerance(int(test.shape[1]))
-    problems: list[Problem] = [
+    problems: list[Fault] = [
         *check_topk_rows(f"{base_name} top-k logprobs", base_top, tol=topk_tol)
     ]
     chosen_lp = np.asarray(base_chosen, dtype=np.float64)
     chosen_problem = check_values(f"{base_name} chosen logprobs", chosen_lp, allow_neg_inf=True)
     if chosen_problem is not None:
         problems.append(chosen_problem)
-    problems += row_problems(f"{test_name} logprobs", row_logsumexp(test), row_tol)
+    problems += row_faults(f"{test_name} logprobs", row_logsumexp(test), row_tol)
     kl_problem = check_values("KL", kl)
     if kl_problem is not None:
         problems.append(kl_problem)
@@ -182,8 +182,8 @@ def full_vs_topk_stats(
         delta_p[t] = float(np.exp(test_chosen[t]) - np.exp(row[int(token)]))
     if row_tol is None:
         row_tol = logsumexp_tolerance(int(base.shape[1]))
-    problems: list[Problem] = [
-        *row_problems(f"{base_name} logprobs", row_logsumexp(base), row_tol),
+    problems: list[Fault] = [
+        *row_faults(f"{base_name} logprobs", row_logsumexp(base), row_tol),
         *check_topk_rows(f"{test_name} top-k logprobs", known, tol=topk_tol),
     ]
     kl_problem = check_values("KL", kl)

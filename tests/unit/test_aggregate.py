@@ -17,7 +17,7 @@ from pytest_infercheck.checks.comparison.judge import item_verdict as item_viola
 from pytest_infercheck.checks.comparison.present import COLUMNS, summary_rows
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
 from pytest_infercheck.checks.comparison.verdicts import describe
-from pytest_infercheck.checks.protocol import Outcome
+from pytest_infercheck.checks.framework.outcome import Outcome
 from pytest_infercheck.records import plain_data
 from pytest_infercheck.render.table import render_table
 from pytest_infercheck.render.text import safe_text

@@ -13,6 +13,7 @@ empty generations agreeing, and a text-only suite having no mean KL to gate.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -32,7 +33,8 @@ from pytest_infercheck.checks.comparison.aggregate import (
 from pytest_infercheck.checks.comparison.judge import item_verdict as item_violations
 from pytest_infercheck.checks.comparison.present import cliff_lines
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
-from pytest_infercheck.metrics.finite import NonFinite, NotNormalised
+from pytest_infercheck.metrics.consistency import logprob_faults
+from pytest_infercheck.metrics.faults import non_finite, not_normalised
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.report.views import item_detail
 from pytest_infercheck.specs import Thresholds
@@ -138,7 +140,7 @@ def test_a_row_that_does_not_normalise_fails() -> None:
         "test logprobs do not normalise at position 1 (logsumexp +0.5; tolerance 0.0001)"
     ]
     (problem,) = result.problems
-    assert isinstance(problem, NotNormalised) and problem.positions == (1,)
+    assert problem.fault == "test logprobs not normalised" and problem.positions == (1,)
 
 
 @pytest.mark.parametrize(
@@ -273,23 +275,40 @@ def test_a_non_finite_similarity_fails() -> None:
 
 
 def test_problems_round_trip_through_json() -> None:
-    """An all -inf row's logsumexp is -inf, null in JSON, -inf again when read."""
+    """A problem is stored as the one fault type; the shape earlier versions wrote (an object
+    with a ``type``; an all -inf row's logsumexp -inf written null) reads back to the same
+    faults, so a results file of the previous version still loads and judges alike."""
     problems = [
-        NonFinite("KL", (2, 5), ("nan",)),
-        NotNormalised("test logprobs", (0, 3), (0.5, -INF), 1e-4),
+        non_finite("KL", (2, 5), ("nan",)),
+        not_normalised("test logprobs", (0, 3), (0.5, -INF), 1e-4),
     ]
     record = dataclasses.replace(unchanged("a", [NAN, 0.0]), problems=problems)
     plain = plain_data(record)
     assert plain["problems"][1] == {
-        "type": "not-normalised",
-        "what": "test logprobs",
+        "fault": "test logprobs not normalised",
+        "where": "",
+        "text": "test logprobs do not normalise at positions 0, 3 "
+        "(logsumexp +0.5, -inf; tolerance 0.0001)",
         "positions": [0, 3],
-        "logsumexp": [0.5, None],
-        "tol": 1e-4,
         "unit": "position",
     }
-    back = load_record(PromptComparison, plain)
+    back = load_record(PromptComparison, json.loads(json.dumps(plain)))
     assert back.problems == problems
+    old = {
+        **plain,
+        "problems": [
+            {"type": "non-finite", "what": "KL", "positions": [2, 5], "kinds": ["nan"]},
+            {
+                "type": "not-normalised",
+                "what": "test logprobs",
+                "positions": [0, 3],
+                "logsumexp": [0.5, None],
+                "tol": 1e-4,
+                "unit": "position",
+            },
+        ],
+    }
+    assert load_record(PromptComparison, old).problems == problems
     assert item_violations(back, NEVER) == [
         "non-finite KL at positions 2, 5 (NaN)",  # the scoring's, kept: not named twice
         "test logprobs do not normalise at positions 0, 3 (logsumexp +0.5, -inf; tolerance 0.0001)",
@@ -316,13 +335,30 @@ def test_a_nan_in_the_suite_fails_the_aggregate_naming_the_prompt() -> None:
 def test_the_aggregate_names_empty_generations_and_rows_that_do_not_normalise() -> None:
     empty = dataclasses.replace(unchanged("c", [0.0]), test_text="", test_ids=[2])
     shifted = dataclasses.replace(
-        unchanged("d", [0.0]), problems=[NotNormalised("test logprobs", (0,), (0.5,), 1e-4)]
+        unchanged("d", [0.0]), problems=[not_normalised("test logprobs", (0,), (0.5,), 1e-4)]
     )
     agg = aggregate([unchanged("a", [0.0]), empty, shifted], NEVER)
     assert agg.n_failed == 2
     assert aggregate_violations(agg, NEVER) == [
-        "empty generation in 1 of 3 prompts: c",
+        "empty generation in 1 of 3 prompts: c (the test (q4@local))",
         "test logprobs not normalised in 1 of 3 prompts: d (position 0)",
+    ]
+
+
+def test_the_aggregate_names_each_sides_generation_faults_as_the_engine_kinds_do() -> None:
+    """A side's own generation faults (one fault type with the engine kinds') are grouped in
+    the aggregate with the words the engine kinds use: by fault, naming the item and where
+    in it. Before the one type, a comparison kept them as bare texts and its aggregate
+    listed only the scoring's problems."""
+    (nan,) = logprob_faults("the test output", [-0.5, NAN])
+    faulty = dataclasses.replace(unchanged("e", [0.0]), faults=[nan])
+    agg = aggregate([unchanged("a", [0.0]), faulty], NEVER)
+    assert agg.n_failed == 1
+    assert aggregate_violations(agg, NEVER) == [
+        "non-finite logprob in 1 of 2 prompts: e (the test output at position 1)"
+    ]
+    assert item_violations(faulty, NEVER) == [
+        "non-finite logprob in the test output at position 1 (NaN)"
     ]
 
 

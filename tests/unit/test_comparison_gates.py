@@ -17,8 +17,7 @@ from pytest_infercheck.checks.comparison.judge import item_verdict
 from pytest_infercheck.checks.comparison.prompt import IDENTICAL
 from pytest_infercheck.checks.comparison.spec import DiffThresholds, Thresholds, is_ungated
 from pytest_infercheck.checks.comparison.summarize import ComparisonContext, summarize
-from pytest_infercheck.checks.framework.items import summarize_items
-from pytest_infercheck.checks.protocol import RecordedItem
+from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.config import load_matrix
 from pytest_infercheck.metrics.sameness import compare_outputs

@@ -34,8 +34,7 @@ from pytest_infercheck.checks.comparison.present import (
 )
 from pytest_infercheck.checks.comparison.prompt import PromptComparison, SelfCheckRecord
 from pytest_infercheck.checks.comparison.summarize import SweepContext, summarize_sweep
-from pytest_infercheck.checks.framework.items import summarize_items
-from pytest_infercheck.checks.protocol import RecordedItem
+from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.golden.record import GoldenRecording, PromptRecording, SuiteRecording
 from pytest_infercheck.records import load_record, plain_data

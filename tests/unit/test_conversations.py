@@ -359,4 +359,4 @@ def test_an_empty_or_non_finite_earlier_turn_fails_the_item_naming_it(
         _, faults, _ = judge_turns(gathered)
     finally:
         cache.close()
-    assert len(faults) == 1 and faults[0].startswith(named), faults
+    assert len(faults) == 1 and faults[0].text.startswith(named), faults

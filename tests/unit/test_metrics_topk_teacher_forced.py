@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 
-from pytest_infercheck.metrics.finite import NonFinite
 from pytest_infercheck.metrics.kl import DEFAULT_MASS_TOL as D
 from pytest_infercheck.metrics.kl import position_stats, topk_pair_stats
 from pytest_infercheck.metrics.topk_full import full_vs_topk_stats
@@ -61,9 +60,9 @@ def test_pair_identical_sides_give_zero() -> None:
 def test_pair_a_non_finite_chosen_logprob_is_a_problem(bad: float) -> None:
     stats = topk_pair_stats([{1: ln(0.5)}], [ln(0.5)], [{1: ln(0.5)}], [bad], [1])
     assert math.isnan(stats.kl[0])
-    kinds = [(p.what, type(p)) for p in stats.problems]
-    assert ("test top-k logprobs", NonFinite) in kinds
-    assert ("KL", NonFinite) in kinds
+    kinds = [p.fault for p in stats.problems]
+    assert "non-finite test top-k logprobs" in kinds
+    assert "non-finite KL" in kinds
 
 
 def test_pair_refuses_mismatched_lengths_and_empty_top_k() -> None:
@@ -101,9 +100,9 @@ def test_full_against_top_k_names_a_nan_in_the_full_row_and_the_kl() -> None:
     row = [ln(0.5), math.nan, ln(0.5)]
     stats = full_vs_topk_stats([row], [{1: ln(0.5)}], [ln(0.5)], [1])
     assert math.isnan(stats.kl[0])
-    whats = [p.what for p in stats.problems]
-    assert "baseline logprobs" in whats
-    assert "KL" in whats
+    faults = [p.fault for p in stats.problems]
+    assert "non-finite baseline logprobs" in faults
+    assert "non-finite KL" in faults
 
 
 def test_full_against_top_k_refuses_a_row_per_position_mismatch() -> None:

@@ -360,3 +360,20 @@ def test_version_1_files_are_read(tmp_path: Path) -> None:
     loaded = load_results(path)
     assert loaded["version"] == 1 and loaded["items"][0]["data"]["kl_mean"] == 0.5
     assert VERSION == 2
+
+
+def test_a_long_failure_keeps_its_first_line_and_its_end() -> None:
+    """A crashed server's failure is its first line (which server, that it died) then pages of
+    log lines: the results file keeps that first line and the end, not the end only (before,
+    ``backend error: server 'invariant' died`` was cut and only log lines were left)."""
+    from pytest_infercheck.report.collector import clip_longrepr
+
+    first = "backend error: server 'invariant' died (exit code 0); last log lines of x.log:"
+    text = first + "\n" + "".join(f"log line {i}\n" for i in range(1000)) + "the end"
+    clipped = clip_longrepr(text, limit=200)
+    assert len(clipped) == 200
+    assert clipped.startswith(first + "\n…\n")
+    assert clipped.endswith("log line 999\nthe end")
+    assert clip_longrepr("short", limit=200) == "short"
+    one_line = clip_longrepr("a" * 150 + "b" * 150, limit=200)
+    assert one_line == "a" * 100 + "\n…\n" + "b" * 97

@@ -6,7 +6,8 @@ import dataclasses
 
 from pytest_infercheck.checks.comparison.aggregate import ComparisonAggregateRecord, aggregate
 from pytest_infercheck.checks.comparison.present import side_verdicts, summary_rows
-from pytest_infercheck.checks.protocol import Outcome, Verdict
+from pytest_infercheck.checks.framework.kind import Verdict
+from pytest_infercheck.checks.framework.outcome import Outcome
 from pytest_infercheck.records import plain_data
 from pytest_infercheck.report.verdicts import verdict_matrix, verdicts_of
 from pytest_infercheck.specs import Thresholds

@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...metrics.finite import aggregate_problems, strict_max
+from ...metrics.faults import aggregate_faults
+from ...metrics.finite import strict_max
 from ...metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
 from ...metrics.ties import count_labels
 from ...records import OMIT_WHEN_EMPTY, Measured
@@ -36,7 +37,7 @@ from .evidence import LOWER_BOUND_METHODS, NO_ARGMAX_METHODS, TEXT_ONLY
 from .judge import item_verdict
 from .prompt import SELF_CHECK, PromptComparison, SelfCheckRecord
 from .spec import DEFAULT_CLIFF_ALPHA, GATES, KL_MEAN, SAME_TOP_RATE, Thresholds
-from .verdicts import item_problems
+from .verdicts import item_faults
 
 __all__ = [
     "SELF_CHECK",
@@ -167,7 +168,7 @@ class SuiteAggregate:
     the sides agree), NaN when one is NaN; None when no prompt measured one."""
     problems: list[str] = field(default_factory=list)
     """Fail closed: one line per kind of problem found in the prompts
-    (:func:`~.verdicts.item_problems`), naming them, e.g. ``non-finite KL in 2 of 60
+    (:func:`~.verdicts.item_faults`), naming them, e.g. ``non-finite KL in 2 of 60
     prompts: r003 (positions 2, 5), r007 (position 0)``; each is a suite violation."""
     violations: list[str] | None = field(default=None, kw_only=True)
     """The suite gates this side broke (:func:`aggregate_violations`), without the side's
@@ -204,7 +205,7 @@ class ComparisonAggregateRecord:
     (absent from the JSON otherwise)."""
     errored: list[str] = field(default_factory=list, kw_only=True, metadata=OMIT_WHEN_EMPTY)
     """The aggregate's violations that no side owns (items that errored,
-    :func:`~..protocol.errored_items`): they fail every side (absent from the JSON when
+    :func:`~..framework.items.errored_items`): they fail every side (absent from the JSON when
     none)."""
 
 
@@ -292,7 +293,7 @@ def aggregate(
         mcnemar_p=mcnemar_exact(flips["correct_to_wrong"], flips["wrong_to_correct"]),
         severities=dict(sorted(Counter(r.severity for r in results).items())),
         methods=dict(sorted(Counter(r.method for r in results).items())),
-        problems=aggregate_problems([(r.prompt_id, item_problems(r)) for r in results]),
+        problems=aggregate_faults([(r.prompt_id, item_faults(r)) for r in results]),
         divergence_labels=count_labels([r.divergence_label for r in results]),
         noise_floor=strict_max(floors) if floors else None,
     )

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ...metrics.finite import Problem, strict_max, strict_mean
+from ...metrics.faults import Fault
+from ...metrics.finite import strict_max, strict_mean
 from ...metrics.sameness import Sameness, compare_outputs, returned_calls
 from ...metrics.text import similarity
 from ...verdict.conduct import Conduct
@@ -59,7 +60,7 @@ class Distributions:
     kl_per_position: list[float]
     same_top: list[bool]
     delta_p: list[float]
-    problems: tuple[Problem, ...] = ()
+    problems: tuple[Fault, ...] = ()
     scoring: str = ""
     """``lockstep`` or ``separate`` for ``teacher-forced``; empty otherwise."""
     note: str = ""

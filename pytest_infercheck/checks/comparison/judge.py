@@ -32,6 +32,7 @@ from ...metrics.answers import fails_item, judge_answers
 from ...metrics.consistency import read_generation, reported_logprobs
 from ...metrics.degenerate import DegenerateScan
 from ...metrics.determinism import logprob_diff
+from ...metrics.faults import Fault
 from ...metrics.sameness import same_generation
 from ...metrics.text import severity
 from ...metrics.ties import divergence_label, reported_noise_floor
@@ -49,7 +50,7 @@ from .evidence import (
 from .prompt import Disagreement, PromptComparison, SelfCheckRecord
 from .spec import GATES, WAIVABLE, expects_identical, requires_engaged
 from .turns import TurnComparison, first_divergent_turn, judge_turns
-from .verdicts import item_problems
+from .verdicts import item_faults
 
 if TYPE_CHECKING:
     from ...metrics.sameness import Sameness
@@ -131,7 +132,7 @@ def build_record(evidence: PromptEvidence, thresholds: Thresholds) -> PromptComp
         base_tool_calls=describe_calls(base.tool_calls) if base.tool_calls else "",
         test_tool_calls=describe_calls(other.tool_calls) if other.tool_calls else "",
         problems=list(dists.problems),
-        faults=[f.text for reading in readings for f in reading.faults],
+        faults=[f for reading in readings for f in reading.faults],
         degenerate=DegenerateScan.of([reading.degenerate for reading in readings]),
         divergence_origin=evidence.origin.stage,
         origin_detail=evidence.origin.detail,
@@ -178,7 +179,7 @@ def final_turn(index: int, result: PromptComparison) -> TurnComparison:
 
 
 def _with_turns(
-    record: PromptComparison, turns: list[Any], faults: list[str], readings: list[Any]
+    record: PromptComparison, turns: list[Any], faults: list[Fault], readings: list[Any]
 ) -> PromptComparison:
     return replace(
         record,
@@ -259,13 +260,12 @@ def _past_divergence(
 # -- findings, waivers, the verdict of a record -----------------------------------------------
 def own_violations(record: PromptComparison, thresholds: Thresholds) -> list[Violation]:
     """The kind's findings on one prompt's record (the gates aside): every problem of
-    :func:`~.verdicts.item_problems` (``non-finite KL at positions 2, 5 (NaN)``), every fault
-    of either side's generation, an answer flip ``flips.fail_item_on`` fails, a
+    :func:`~.verdicts.item_faults` (``non-finite KL at positions 2, 5 (NaN)``, and every fault
+    of either side's generation), an answer flip ``flips.fail_item_on`` fails, a
     conversation's generated turn whose outputs differ under ``expect: identical`` (the
     budget gates judge the final turn only), each feature that never engaged under
     ``require_engaged``."""
-    out = [Violation(p.describe(), "fault") for p in item_problems(record)]
-    out += [Violation(f, "fault") for f in record.faults]
+    out = [Violation(f.text, "fault") for f in item_faults(record)]
     fail_on = thresholds.flips.fail_item_on
     if fails_item(record.flip, fail_on):
         out.append(

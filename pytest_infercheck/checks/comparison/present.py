@@ -25,7 +25,7 @@ from .aggregate import (
 )
 from .gates import side_verdict
 from .prompt import LOWER_BOUND_METHODS, PromptComparison, SelfCheckRecord
-from .verdicts import describe, item_problems, past_line
+from .verdicts import describe, item_faults, past_line
 
 UNGATED_NOTE = (
     "ungated: this check writes no gate (no max_kl, max_kl_position, min_similarity, "
@@ -132,7 +132,7 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
             r.first_divergence,
         ),
     ]
-    problems = item_problems(r)
+    problems = item_faults(r)
     if problems:
         items = "".join(f"<li>{esc(p.describe())}</li>" for p in problems)
         parts.insert(1, f"<h4>problems (each fails the item)</h4><ul>{items}</ul>")

@@ -40,17 +40,14 @@ likely token disagrees with the baseline's at a later position, and how decisive
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Annotated, Any
-
-from pydantic import BeforeValidator
+from typing import Any
 
 from ...features import FeatureRecord
 from ...metrics.answers import FlipKind
 from ...metrics.degenerate import DegenerateScan
-from ...metrics.finite import Problem, problem_from_dict, strict_max, strict_mean
+from ...metrics.faults import Faults
+from ...metrics.finite import strict_max, strict_mean
 from ...metrics.origin import Stage
 from ...records import OMIT_WHEN_EMPTY, Measured
 from .evidence import (
@@ -99,30 +96,6 @@ class SelfCheckRecord:
 IDENTICAL = "identical"
 """The sameness verdict of two outputs that are the same
 (:meth:`~pytest_infercheck.metrics.sameness.Sameness.describe`), as a record holds it."""
-
-
-def _problems_from_plain(value: Any) -> Any:
-    """Problems read back from their plain form (``Problem.to_dict()``, then JSON): a
-    not-normalised row's ``-inf`` logsumexp (an all ``-inf`` row) comes back from ``null``."""
-    if not isinstance(value, list):
-        return value
-    out: list[Any] = []
-    for doc in value:
-        if not isinstance(doc, Mapping):
-            out.append(doc)
-            continue
-        if doc.get("type") == "not-normalised" and isinstance(doc.get("logsumexp"), list):
-            doc = {**doc, "logsumexp": [-math.inf if v is None else v for v in doc["logsumexp"]]}
-        try:
-            out.append(problem_from_dict(doc))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"not a problem: {doc!r} ({exc})") from exc
-    return out
-
-
-Problems = Annotated[list[Problem], BeforeValidator(_problems_from_plain)]
-"""Fail-closed findings (:mod:`~pytest_infercheck.metrics.finite`), stored in JSON as
-``Problem.to_dict()`` (with their ``type``)."""
 
 
 @dataclass(frozen=True)
@@ -225,13 +198,15 @@ class PromptComparison:
     ``base_text``."""
     test_tool_calls: str = field(default="", metadata=OMIT_WHEN_EMPTY)
     """The calls the test side's server returned apart from its text, readable."""
-    problems: Problems = field(default_factory=list)
+    problems: Faults = field(default_factory=list)
     """What the scoring found unusable, fail closed: logprob rows holding a NaN or ``+inf``
     (``non-finite test logprobs at position 3 (NaN)``), full rows whose logsumexp is not
     within the tolerance of 0, top-k lists whose mass exceeds 1, NaN or infinite ``KL_t``.
-    Each is a violation of its own (:func:`~.verdicts.item_problems`). In JSON: a list of
-    objects with a ``type`` (``non-finite``, ``not-normalised``) and the positions."""
-    faults: list[str] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    Each is a violation of its own (:func:`~.verdicts.item_faults`). In JSON: a list of
+    faults (:class:`~pytest_infercheck.metrics.faults.Fault`); the objects with a ``type``
+    (``non-finite``, ``not-normalised``, ``empty-generation``) earlier versions wrote are
+    read back too (:func:`~pytest_infercheck.metrics.faults.fault_from_plain`)."""
+    faults: Faults = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """What each side's own generation carries that cannot be right
     (:func:`~pytest_infercheck.metrics.consistency.generation_faults`): a NaN or ``+inf``
     chosen or top-k logprob, a chosen logprob that does not match its token's top-k entry.
@@ -351,10 +326,9 @@ class PromptComparison:
         ]
 
     def to_plain(self) -> dict[str, Any]:
-        """Every field, the problems with their ``type`` (:func:`plain_data` makes the rest
-        plain)."""
+        """Every field (:func:`plain_data` makes them plain), but the empty ones marked
+        ``OMIT_WHEN_EMPTY`` and a single-turn prompt's ``first_divergent_turn``."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["problems"] = [p.to_dict() for p in self.problems]
         omitted = [f.name for f in fields(self) if f.metadata.get("omit_when_empty")]
         for name in ("turns", *omitted):
             if not data[name]:

@@ -20,7 +20,8 @@ import numpy as np
 
 from ...golden import golden_scorable
 from ...metrics import keys
-from ...metrics.finite import Problem, check_logprob_rows, check_topk_rows, check_values
+from ...metrics.faults import Fault
+from ...metrics.finite import check_logprob_rows, check_topk_rows, check_values
 from ...metrics.forced import ForcedArgmax, ForcedStats, forced_full, forced_rows
 from ...metrics.kl import (
     PositionStats,
@@ -103,7 +104,7 @@ def distributions(
         test_top = other.top_logprobs[:n]
         base_top = [{v: float(base_lp[t, v]) for v in row} for t, row in enumerate(test_top)]
         kl = topk_kl_lower_bound_positions(base_top, test_top)
-        problems: list[Problem] = [
+        problems: list[Fault] = [
             *check_logprob_rows("baseline logprobs", base_lp[:n]),
             *check_topk_rows("test top-k logprobs", test_top),
         ]
@@ -256,7 +257,7 @@ def _free_running_top_k(
         note = f"compared up to the first differing token {at}, found {how}"
     base_top, test_top = base.top_logprobs[:n], other.top_logprobs[:n]
     kl = topk_kl_lower_bound_positions(base_top, test_top)
-    problems: list[Problem] = [
+    problems: list[Fault] = [
         *check_topk_rows("baseline top-k logprobs", base_top),
         *check_topk_rows("test top-k logprobs", test_top),
     ]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from ...metrics.consistency import Reading, empty_fault, output_text, read_generation
+from ...metrics.faults import Fault
 from .evidence import TurnEvidence, outputs_verdict
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class TurnComparison:
 
 def judge_turns(
     turns: Sequence[TurnEvidence],
-) -> tuple[list[TurnComparison], list[str], list[Reading]]:
+) -> tuple[list[TurnComparison], list[Fault], list[Reading]]:
     """Every turn of a conversation before its final answer (:class:`~.evidence.
     TurnEvidence`, gathered on the baseline's history): given turns as they are, each
     generated turn's two outputs compared by the one sameness rule. Returns the turns, the
@@ -68,7 +69,7 @@ def judge_turns(
     :func:`~pytest_infercheck.metrics.consistency.read_generation`: its faults and its
     degenerate finding). Pure."""
     out: list[TurnComparison] = []
-    faults: list[str] = []
+    faults: list[Fault] = []
     readings: list[Reading] = []
     for turn in turns:
         if turn.kind == "given":
@@ -94,7 +95,7 @@ def judge_turns(
         for where, generation in (("baseline", base), ("test", other)):
             reading = read_generation(f"the {where} output of turn {index}", generation)
             readings.append(reading)
-            faults.extend(f.text for f in reading.faults)
+            faults.extend(reading.faults)
         empty = empty_fault(
             (output_text(base.text, base.tool_calls), base.token_ids, base.finish_reason),
             (output_text(other.text, other.tool_calls), other.token_ids, other.finish_reason),
@@ -102,7 +103,7 @@ def judge_turns(
             b_name=f"the test output of turn {index}",
         )
         if empty is not None:
-            faults.append(empty.text)
+            faults.append(empty)
     return out, faults, readings
 
 

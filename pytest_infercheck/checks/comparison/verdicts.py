@@ -1,21 +1,22 @@
 """What is wrong with one prompt's comparison whatever the thresholds, and the failure text a
 person can act on.
 
-Fail closed, before any threshold: every problem of :func:`item_problems` is a violation of
-its own (:func:`~.judge.own_violations`), and each side aggregate names them.
+Fail closed, before any threshold: every fault of :func:`item_faults` is a violation of its
+own (:func:`~.judge.own_violations`), and each side aggregate names them.
 """
 
 from __future__ import annotations
 
 from ...metrics.answers import AnswerKind, shown_reference
 from ...metrics.consistency import one_side_empty
-from ...metrics.finite import NonFinite, Problem, check_scalar, check_values
+from ...metrics.faults import Fault
+from ...metrics.finite import check_scalar, check_values
 from ...render.text import mark_divergence, safe_text
 from .prompt import LOWER_BOUND_METHODS, TEXT_ONLY, PromptComparison
 
 
-def empty_output(result: PromptComparison) -> Problem | None:
-    """:class:`~pytest_infercheck.metrics.finite.EmptyGeneration` when exactly one side
+def empty_output(result: PromptComparison) -> Fault | None:
+    """An ``empty generation`` fault (its ``where`` the empty side) when exactly one side
     generated nothing (:func:`~pytest_infercheck.metrics.consistency.is_empty`: no text, and
     no token but the end-of-sequence it stopped on; :func:`~pytest_infercheck.metrics.
     consistency.one_side_empty`), the other's size in tokens before its end-of-sequence when
@@ -31,16 +32,17 @@ def empty_output(result: PromptComparison) -> Problem | None:
     )
 
 
-def item_problems(result: PromptComparison) -> list[Problem]:
+def item_faults(result: PromptComparison) -> list[Fault]:
     """Everything fail-closed about one comparison, each a violation of its own: the
     scoring's problems (:attr:`PromptComparison.problems`: non-finite or not normalised
     logprob rows, non-finite ``KL_t``), a non-finite ``KL_t`` in the record even when the
     scoring did not name it (a record read back, or made by hand), a non-finite similarity,
-    an empty generation against a non-empty one, and a non-finite divergence margin or noise
+    an empty generation against a non-empty one, a non-finite divergence margin or noise
     floor (:mod:`~pytest_infercheck.metrics.ties`; such a divergence is labelled
-    ``unknown``)."""
-    problems: list[Problem] = list(result.problems)
-    named_kl = any(isinstance(p, NonFinite) and p.what == "KL" for p in problems)
+    ``unknown``), then the faults of either side's own generations
+    (:attr:`PromptComparison.faults`)."""
+    problems: list[Fault] = list(result.problems)
+    named_kl = any(p.fault == "non-finite KL" for p in problems)
     kl_problem = check_values("KL", result.kl_per_position)
     if kl_problem is not None and not named_kl:
         problems.append(kl_problem)
@@ -59,7 +61,7 @@ def item_problems(result: PromptComparison) -> list[Problem]:
         floor = check_scalar("noise floor", result.noise_floor)
         if floor is not None:
             problems.append(floor)
-    return problems
+    return [*problems, *result.faults]
 
 
 def describe(result: PromptComparison) -> str:
