@@ -37,6 +37,7 @@ from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.features import FeatureRecord
 from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.metrics.degenerate import DegenerateScan
+from pytest_infercheck.metrics.faults import empty_generation_fault
 from pytest_infercheck.metrics.ties import Margin
 from pytest_infercheck.specs import FlipThresholds
 from pytest_infercheck.tools import ToolCall
@@ -113,10 +114,11 @@ def test_a_conversation_adds_its_final_turn_and_every_turns_faults_and_scans() -
     )
     assert record.first_divergent_turn == 1
     (fault,) = record.faults
-    assert "the test output of turn 1" in fault and "the baseline output of turn 1" in fault
+    assert "the test output of turn 1" in fault.text
+    assert "the baseline output of turn 1" in fault.text
     # Two outputs of turn 1 and two of the final turn scanned.
     assert record.degenerate == DegenerateScan(4, []) == judged.degenerate
-    assert judged.violations == [Violation(fault, "fault")]
+    assert judged.violations == [Violation(fault.text, "fault")]
 
 
 def test_a_final_turn_whose_outputs_agree_has_no_divergence_unit() -> None:
@@ -159,7 +161,7 @@ def test_a_golden_recording_is_a_record_item_with_its_entries_and_no_gates() -> 
 def test_every_finding_of_the_kind_names_its_rule() -> None:
     record = dataclasses.replace(
         prompt_comparison("p1", [float("nan")], flip="correct_to_wrong"),
-        faults=["the test output is empty"],
+        faults=[empty_generation_fault("the test", "the baseline", 3)],
         turns=[
             TurnComparison(1, "assistant", "generated", "a", "b", False, "texts differ"),
             TurnComparison(2, "assistant", "generated", "c", "c", True, "identical"),
@@ -177,7 +179,10 @@ def test_every_finding_of_the_kind_names_its_rule() -> None:
         "require_engaged",
     ]
     assert found[1:] == [
-        Violation("the test output is empty", "fault"),
+        Violation(
+            "empty generation: the test generated no tokens while the baseline generated 3",
+            "fault",
+        ),
         Violation(
             "answer flip correct_to_wrong (fail_item_on: correct_to_wrong)", "flips.fail_item_on"
         ),
@@ -215,7 +220,7 @@ def test_each_sides_fault_and_answer_is_its_own() -> None:
     base = dataclasses.replace(FORTY_SIX, chosen_logprobs=[0.5, -0.1, -0.1])
     evidence = dataclasses.replace(gathered(base, FORTY_SEVEN), prompt=prompt)
     record = judge(PLAN, evidence, Thresholds()).record
-    assert record.faults == [
+    assert [f.text for f in record.faults] == [
         "logprob above 0 in the baseline output at position 0 (position 0: 0.5)"
     ]
     assert (record.reference, record.base_answer, record.test_answer, record.flip) == (
