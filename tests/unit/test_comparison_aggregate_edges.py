@@ -328,3 +328,31 @@ def test_a_side_without_records_does_not_stop_the_others_or_their_problems() -> 
     assert [level.test for level in summary.record.levels] == ["q4@local"]
     # One side: its properties carry no side in their names.
     assert dict(summary.properties)["infercheck_n_failed"] == 6
+
+
+def test_a_sweeps_record_keeps_its_alpha_replay_errors_and_engines_in_order() -> None:
+    """alpha 0.01, a golden baseline's replay line, an errored item, engines given out of
+    order (their JUnit property is sorted by key)."""
+    items = [*_sweep_items(), RecordedItem("prompt", "r9[q4@local]", None, "HTTP 500")]
+    context = SweepContext(
+        "sweep",
+        "s",
+        ["q8@local", "q4@local"],
+        {"q4@local": {"v": 2}, "bf16@local": {"v": 1}},
+        replay=["golden recorded on bf16@local"],
+        cliff_alpha=0.01,
+        self_check=True,
+    )
+    summary = summarize_sweep(items, Thresholds(max_mean_kl=1.0), context)
+    record = summary.record
+    assert (record.cliff_alpha, record.replay, record.ungated) == (
+        0.01,
+        ["golden recorded on bf16@local"],
+        False,
+    )
+    # The self-check, 12 prompt items and the errored one: 14 items.
+    assert record.errored == ["1 of 14 items errored: r9[q4@local] (HTTP 500)"]
+    properties = dict(summary.properties)
+    assert properties["infercheck_engines"] == '{"bf16@local": {"v": 1}, "q4@local": {"v": 2}}'
+    assert properties["infercheck_q4@local_divergences_near_tie"] == 0
+    assert "golden recorded on bf16@local" in summary.text.split("\n\n")
