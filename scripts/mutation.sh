@@ -13,6 +13,10 @@
 #                                          no test) in the last runs and that
 #                                          tests/unit/MUTATION.md does not list: after adding
 #                                          tests
+#   scripts/mutation.sh --run-unchecked [GLOB]
+#                                          run only the mutants not checked yet (new, or of
+#                                          functions changed since their last run), of the
+#                                          modules the globs name
 #
 # The machine is shared: mutmut runs under `nice -n 19` with one child (MUTMUT_CHILDREN to
 # change it). Python: $PYTHON, else .venv/bin/python, else /work/main/.venv/bin/python.
@@ -85,6 +89,11 @@ for meta in sorted(Path("mutants").glob("**/*.py.meta")):
         codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatch(k, g) for g in globs)}
     if not codes:
         continue
+    if mode == "unchecked":
+        for key, code in sorted(codes.items()):
+            if code is None:
+                print(f"unchecked  {key}")
+        continue
     if mode in ("survivors", "unlisted"):
         for key, code in sorted(codes.items()):
             if STATUS.get(code, "suspicious") not in ("survived", "no tests", "suspicious"):
@@ -130,10 +139,11 @@ EOF
 case "${1:-}" in
     --table) shift; table table "$@"; exit 0 ;;
     --survivors) shift; table survivors "$@"; exit 0 ;;
-    --rerun-survivors)
+    --rerun-survivors|--run-unchecked)
+        [[ "$1" == --rerun-survivors ]] && which=unlisted || which=unchecked
         shift
-        mapfile -t names < <(table unlisted "$@" | awk '{print $NF}')
-        if [[ ${#names[@]} -eq 0 ]]; then echo "no survivors"; table table "$@"; exit 0; fi
+        mapfile -t names < <(table "$which" "$@" | awk '{print $NF}')
+        if [[ ${#names[@]} -eq 0 ]]; then echo "nothing to run"; table table "$@"; exit 0; fi
         nice -n 19 "$MUTMUT" run --max-children "${MUTMUT_CHILDREN:-1}" "${names[@]}" || status=$?
         table table "$@"
         exit "${status:-0}"
