@@ -170,3 +170,23 @@ def test_only_a_near_tie_under_fail_on_decisive_is_offered_a_waiver() -> None:
     decisive = CacheParityThresholds(fail_on="decisive", tie_margin=0.001, logprob_tolerance=1.0)
     assert judge(PLAN, e, decisive).waivers == []
     assert judge(PLAN, e, CacheParityThresholds(logprob_tolerance=1.0)).waivers == []
+
+
+def test_the_aggregate_counts_every_failure_and_a_reference_fault_alone() -> None:
+    """s01: only its reference has a fault; s02 and s03: the concurrent scenario failed.
+    No item recorded a violation: 3 prompts at parity; no tie anywhere: no labels."""
+    t = CacheParityThresholds(logprob_tolerance=1.0)
+    s01 = judge(PLAN, evidence(ScenarioEvidence("exact-repeat", output=SAME), reference=HOT), t)
+    failed = judge(PLAN, evidence(ScenarioEvidence("concurrent", error="HTTP 500: x")), t)
+    items = [
+        RecordedItem("prompt", "s01", s01.record),
+        RecordedItem("prompt", "s02", dataclasses.replace(failed.record, prompt_id="s02")),
+        RecordedItem("prompt", "s03", dataclasses.replace(failed.record, prompt_id="s03")),
+    ]
+    summary = summarize(items, t, CacheParityContext("adder@llama", {}))
+    assert summary.violations == [
+        "logprob above 0 in 1 of 3 prompts: s01 (the reference at position 0)"
+    ]
+    data = summary.record
+    assert (data.parity_prompts, data.divergence_labels) == (3, {})
+    assert data.scenarios["concurrent"].failed == 2
