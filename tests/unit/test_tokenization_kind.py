@@ -363,3 +363,21 @@ def test_the_label_is_the_reference_targets_model() -> None:
 
     assert reference_model(Loaded(), Check(), 3) == "adder"  # type: ignore[arg-type]
     assert seen == [("adder@llama#3", ("checks", 3))]
+
+
+def test_summarize_fails_the_items_with_violations_by_the_last_parameter_of_each_name() -> None:
+    """Found by the mutation run: an item's violations make it failed (its record alone
+    does not), rows go by the name's last ``[...]``, and the engines are kept."""
+    items = [
+        RecordedItem("prompt", "p1[q4][b]", prompt_record("p1", "identical"), violations=()),
+        RecordedItem("prompt", "p2[q4][b]", prompt_record("p2", "identical"), violations=("x",)),
+    ]
+    context = TargetContext(target="m@a", engines={"m@a": {"v": 1}})
+    data = summarize(items, None, context).record  # type: ignore[arg-type]
+    assert data.failed == ["p2[q4][b]"]
+    assert list(data.sides) == ["b"] and data.sides["b"].items == 2
+    assert data.engines == {"m@a": {"v": 1}}
+    assert (
+        judge(PLAN, evidence(TokenSide("ab", [1]), TokenSide("ab", [1])), None).record.prompt_id
+        == "p1"
+    )
