@@ -31,6 +31,8 @@ from pytest_infercheck.checks.framework.items import (
     failed_items,
     summarize_items,
 )
+from pytest_infercheck.checks.framework.kind import Judged
+from pytest_infercheck.checks.framework.run import item_outcome
 from pytest_infercheck.metrics.degenerate import Degenerate, DegenerateScan
 from pytest_infercheck.metrics.past_tie import (
     Rescored,
@@ -44,10 +46,11 @@ from pytest_infercheck.verdict.conduct import (
     NotExercised,
     Unsupported,
     conduct_violations,
+    not_exercised_before_requests,
 )
 from pytest_infercheck.verdict.gate import Gate, Violation
 from pytest_infercheck.verdict.waiver import Waiver, apply_waivers
-from tests.unit.test_framework_rules import KIND, Limits, Record
+from tests.unit.test_framework_rules import KIND, Evidence, Limits, Record
 
 
 # -- gates: the rule a violation names -------------------------------------------------------
@@ -320,3 +323,34 @@ def test_an_unexercised_feature_warns_unless_it_fails_the_item() -> None:
         warn_unexercised("r01[q4]", [], Thresholds())
         warn_unexercised("r01[q4]", ["kv q8: off"], DiffThresholds(require_engaged=True))
     assert issubclass(UnexercisedFeatureWarning, pytest.PytestWarning)
+
+
+# -- an item's outcome -------------------------------------------------------------------------
+def test_an_item_the_gates_are_not_about_is_not_held_to_them() -> None:
+    """A sweep's self-check, a golden recording (``gated=False``): their evidence has none
+    of the gates' measures, which would otherwise fail as not measured."""
+    limits = Limits(max_drift=0.1)
+    ungated = item_outcome(KIND, Judged(Record(None), gated=False), Evidence({}), limits)
+    assert ungated.violations == []
+    gated = item_outcome(KIND, Judged(Record(None)), Evidence({}), limits)
+    assert gated.violations == ["max_drift: not measured: no logprob drift was recorded (drift)"]
+
+
+def test_an_outcome_keeps_the_judges_words_entries_and_scan() -> None:
+    scan = DegenerateScan(2, [])
+    judged = Judged(
+        Record(None), text="the judge's own words", golden_entries=[{"id": "p1"}], degenerate=scan
+    )
+    out = item_outcome(KIND, judged, Evidence({}), Limits())
+    assert out.text == "the judge's own words"
+    assert (out.golden_entries, out.degenerate) == ([{"id": "p1"}], scan)
+    # Empty words and a note: the note alone.
+    skipped = not_exercised_before_requests("eviction", "capacity unknown")
+    quiet = Judged(Record(None), text="")
+    noted = item_outcome(
+        KIND, quiet, Evidence({}, Conduct(not_exercised=[skipped, skipped])), Limits()
+    )
+    assert (
+        noted.text
+        == "eviction: not exercised (capacity unknown)\neviction: not exercised (capacity unknown)"
+    )
