@@ -32,6 +32,7 @@ from pytest_infercheck.checks.framework.items import (
     summarize_items,
 )
 from pytest_infercheck.checks.framework.kind import Judged
+from pytest_infercheck.checks.framework.outcome import Outcome, with_degenerate
 from pytest_infercheck.checks.framework.run import item_outcome
 from pytest_infercheck.metrics.degenerate import Degenerate, DegenerateScan
 from pytest_infercheck.metrics.past_tie import (
@@ -353,4 +354,24 @@ def test_an_outcome_keeps_the_judges_words_entries_and_scan() -> None:
     assert (
         noted.text
         == "eviction: not exercised (capacity unknown)\neviction: not exercised (capacity unknown)"
+    )
+
+
+# -- degenerate output on an item --------------------------------------------------------------
+def test_degenerate_findings_fail_an_item_only_under_fail_on_degenerate() -> None:
+    """Two loops found in three generations: said in the text and counted in a property;
+    each a violation under ``fail_on_degenerate: true`` only."""
+    scan = DegenerateScan(3, [_loop("run 1"), _loop("run 2")])
+    said = ["degenerate output: loop in run 1", "degenerate output: loop in run 2"]
+    failing = with_degenerate(Outcome(["x"], "words", None, [], degenerate=scan), True)
+    assert failing.violations == ["x", *said]
+    assert failing.text == "\n".join(["words", *said])
+    assert failing.properties == [("infercheck_degenerate", 2)]
+    shown = with_degenerate(Outcome([], "", None, [], degenerate=scan), False)
+    assert shown.violations == [] and shown.text == "\n".join(said)
+    clean = with_degenerate(Outcome([], "words", None, [], degenerate=DegenerateScan(3, [])), True)
+    assert (clean.violations, clean.text, clean.properties) == (
+        [],
+        "words",
+        [("infercheck_degenerate", 0)],
     )
