@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-FULL_README = "57cc573a4f6a5c56bcbaa3df4a9bbd9c0247d97e"
+FULL_README = "c10235ed17aafc8a80b9577caef11e15067d3058"
 """The last commit whose README.md held everything (before it became a landing page)."""
 
 REPLACED_IN_ISSUE_27: tuple[str, ...] = (

@@ -544,7 +544,7 @@ def test_the_quickstart_is_measured_in_its_own_process(quickstart_run: Quickstar
     assert {i["data"]["measured_by"] for i in levels} == {"main"}
 
 
-ANNOTATED = [REPO / "docs" / "tutorials" / "quickstart.md"]
+ANNOTATED = [REPO / "docs" / "tutorials" / "quickstart.md", REPO / "README.md"]
 """Pages that show q4's failed item e12 as pytest prints it, with ``# (n)`` notes."""
 
 
