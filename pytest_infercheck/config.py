@@ -445,16 +445,18 @@ def check_rate_gates(loaded: LoadedMatrix, check: CheckSpec, index: int, suite: 
 def check_measurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> None:
     """Refuse a written gate whose measure the matrix alone shows can never be measured (the
     kind's ``SpecFacet.unmeasurable``: a KL gate on a backend that returns no logprobs): a
-    :class:`SourceError` at the gate's line, naming it and why, for each such gate."""
+    :class:`SourceError` at the gate's line, naming it and why, for each such gate; and each
+    option the kind's ``SpecFacet.refuse`` refuses (a request parameter the target's engine
+    does not take), at its line."""
+    refuse = check.check_kind.spec.refuse
+    errors = [
+        SourceError(loaded.path, loaded.source.line_of(loc), f"{format_loc(loc)}: {why}")
+        for loc, why in (refuse(loaded, check, index) if refuse is not None else ())
+    ]
     unmeasurable = check.check_kind.spec.unmeasurable
-    if unmeasurable is None:
-        return
-    reasons = unmeasurable(loaded, check, index)
-    if not reasons:
-        return
+    reasons = unmeasurable(loaded, check, index) if unmeasurable is not None else {}
     thresholds = check.kind_thresholds()
     gates = {gate.key: gate for gate in check.check_kind.spec.gates}
-    errors = []
     for key, reason in reasons.items():
         gate = gates.get(key)
         if gate is None or not gate.is_written(thresholds):

@@ -47,14 +47,96 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class GenerationParams:
-    """Sampling parameters; part of the generation cache key."""
+    """Sampling and request parameters; part of the generation cache key.
+
+    ``max_tokens``, ``temperature`` (0: greedy) and ``seed`` are sent by every backend. The
+    others (:data:`~.params.REQUEST_PARAMS`) are sent only when set, each by the field its
+    engine documents (:mod:`.params`: which kinds take which; a kind that does not take one
+    refuses it at collection): None, ``()``, ``False`` and ``n = 1`` leave the request as a
+    greedy one was before they existed. A sampled request (``temperature > 0``) also sends
+    the neutral value of a truncation left unset where its engine's default truncates
+    (llama-server: ``top_k`` 40, ``top_p`` 0.95, ``min_p`` 0.05), so that the parameters
+    asked are the only ones applied."""
 
     max_tokens: int
     temperature: float = 0.0
     seed: int | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    """``(token id, bias)`` pairs added to the logits (sorted by id)."""
+    stop: tuple[str, ...] = ()
+    """Stop strings: generation ends when one is produced (excluded from the text unless
+    ``include_stop``)."""
+    n: int = 1
+    """Choices asked in one request (:attr:`Generation.choices` holds the others)."""
+    min_tokens: int | None = None
+    ignore_eos: bool = False
+    logprobs: int | None = None
+    """Top logprobs asked per generated token (None: the backend's own default)."""
+    include_stop: bool = False
+    """Keep the matched stop string in the text (vLLM ``include_stop_str_in_output``)."""
+
+    def __post_init__(self) -> None:
+        bias = tuple(sorted((int(t), float(b)) for t, b in dict(self.logit_bias).items()))
+        object.__setattr__(self, "logit_bias", bias)
+        object.__setattr__(self, "stop", tuple(str(s) for s in self.stop))
+
+    def written(self) -> dict[str, Any]:
+        """The request parameters beyond ``max_tokens``, ``temperature`` and ``seed`` that
+        differ from their defaults, by name (``{"top_p": 0.9}``)."""
+        out: dict[str, Any] = {}
+        for name in REQUEST_PARAM_FIELDS:
+            value = getattr(self, name)
+            if value != _PARAM_DEFAULTS[name]:
+                out[name] = list(map(list, value)) if name == "logit_bias" else value
+        return out
+
+    def asked(self) -> list[str]:
+        """The names of the parameters this request asks an engine to apply beyond
+        ``max_tokens`` and ``temperature``: ``seed`` when set and :meth:`written`."""
+        return (["seed"] if self.seed is not None else []) + list(self.written())
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the request samples (``temperature > 0``)."""
+        return self.temperature > 0
 
     def key(self) -> tuple[Any, ...]:
-        return (self.max_tokens, self.temperature, self.seed)
+        """``(max_tokens, temperature, seed)``, with the written parameters after them when
+        there are any (a greedy request's key is the same as before they existed: goldens
+        and caches recorded then still match)."""
+        base = (self.max_tokens, self.temperature, self.seed)
+        extra = self.written()
+        if not extra:
+            return base
+        return (*base, tuple((k, repr(v)) for k, v in sorted(extra.items())))
+
+
+REQUEST_PARAM_FIELDS = (
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "stop",
+    "n",
+    "min_tokens",
+    "ignore_eos",
+    "logprobs",
+    "include_stop",
+)
+"""The fields of :class:`GenerationParams` beyond ``max_tokens``, ``temperature`` and
+``seed``."""
+_PARAM_DEFAULTS: dict[str, Any] = {
+    name: GenerationParams.__dataclass_fields__[name].default for name in REQUEST_PARAM_FIELDS
+}
 
 
 @dataclass(frozen=True)
@@ -133,9 +215,13 @@ class Generation:
     """The text sent as the prompt when it was rendered for the request (a chat template
     applied for ``/v1/completions`` by :meth:`Backend.generate_via`); None otherwise."""
     prompt_tokens: int | None = None
-    """The number of prompt tokens the engine generated from (in-process engines)."""
+    """The number of prompt tokens the engine generated from (in-process engines; a server's
+    ``usage.prompt_tokens``, llama-server's ``tokens_evaluated``, where given)."""
     completion_tokens: int | None = None
     """The server's count of generated tokens (``usage.completion_tokens``), where given."""
+    others: tuple[Generation, ...] = field(default=(), compare=False, repr=False)
+    """The other choices of a request that asked ``n > 1`` (this generation is the first),
+    in the order the engine returned them."""
     cached_tokens: int | None = None
     """Prompt tokens the engine reused from its prompt cache for this request, where it says
     (``usage.prompt_tokens_details.cached_tokens``; llama-server ``timings.cache_n``; mlx-lm

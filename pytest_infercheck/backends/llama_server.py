@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..features import FeatureActivity
 from ..tools import Tool
 from ..verdict.conduct import Abilities
 from .base import (
@@ -53,6 +51,11 @@ from .capabilities import GENERATION_PATHS, STRUCTURED
 from .endpoint_probe import probe_generation_paths
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
+from .llama_wire import TIMINGS_SOURCE as TIMINGS_SOURCE
+from .llama_wire import StreamedCompletion, native_generation
+from .llama_wire import _count as _count
+from .llama_wire import align_probabilities as align_probabilities
+from .llama_wire import timings_activity as timings_activity
 from .openai_compat import (
     chat_messages,
     messages_payload,
@@ -60,6 +63,7 @@ from .openai_compat import (
     parse_message,
     tool_fields,
 )
+from .params import TAKEN, llama_fields, openai_fields
 
 if TYPE_CHECKING:
     from ..structured.records import Path as StructuredPath
@@ -208,9 +212,10 @@ class LlamaServerBackend(Backend):
             "prompt": list(prompt.token_ids) if prompt.token_ids is not None else prompt.text,
             "n_predict": params.max_tokens,
             "temperature": params.temperature,
-            "n_probs": TOP_K,
+            "n_probs": params.logprobs or TOP_K,
             "return_tokens": True,
             "cache_prompt": False,
+            **llama_fields(params),
         }
         if params.seed is not None:
             body["seed"] = params.seed
@@ -229,8 +234,20 @@ class LlamaServerBackend(Backend):
         return await self._generate({**self._body(prompt, params), "cache_prompt": True})
 
     async def _generate(self, body: dict[str, Any]) -> Generation:
+        """One ``/completion`` request; an ``n_cmpl > 1`` request is answered with a list of
+        completions (the first is the generation, the others its ``others``)."""
         started = time.perf_counter()
         answer = await self.http.request("POST", "/completion", body)
+        answers = answer if isinstance(answer, list) else [answer]
+        if not answers or not all(isinstance(a, dict) for a in answers):
+            raise BackendError(f"backend {self.name!r}: /completion answered {str(answer)[:200]}")
+        generation, *others = (self._completion(a) for a in answers)
+        generation.others = tuple(others)
+        generation.elapsed_s = time.perf_counter() - started
+        return generation
+
+    def _completion(self, answer: dict[str, Any]) -> Generation:
+        """One completion of a ``/completion`` answer."""
         generation = native_generation(
             str(answer.get("content", "")),
             [int(t) for t in answer.get("tokens") or []],
@@ -241,31 +258,28 @@ class LlamaServerBackend(Backend):
         generation.cached_tokens = (
             _count(timings.get("cache_n")) if isinstance(timings, dict) else None
         )
+        generation.prompt_tokens = _count(answer.get("tokens_evaluated"))
+        generation.completion_tokens = _count(answer.get("tokens_predicted"))
         if self.features:
             generation.activity = timings_activity(timings)
-        generation.elapsed_s = time.perf_counter() - started
         return generation
 
     async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """The same ``/completion`` request with ``stream: true``, assembled from its chunks."""
         started = time.perf_counter()
         body = {**self._body(prompt, params), "stream": True}
-        text: list[str] = []
-        tokens: list[int] = []
-        entries: list[dict[str, Any]] = []
-        stop = None
-        timings = None
+        parts: dict[int, StreamedCompletion] = {}
         async for chunk in self.http.stream("/completion", body):
-            text.append(str(chunk.get("content") or ""))
-            tokens.extend(int(t) for t in chunk.get("tokens") or [])
-            entries.extend(chunk.get("completion_probabilities") or [])
-            stop = chunk.get("stop_type") or stop
-            timings = chunk.get("timings") or timings  # the last chunk's are the request's
-        generation = native_generation("".join(text), tokens, entries, stop)
+            index = chunk.get("index", 0) if isinstance(chunk, dict) else 0
+            index = index if isinstance(index, int) else 0
+            parts.setdefault(index, StreamedCompletion()).add(chunk)
+        parts = parts or {0: StreamedCompletion()}
+        first, *others = (parts[i].generation() for i in sorted(parts))
+        first.others = tuple(others)
         if self.features:
-            generation.activity = timings_activity(timings)
-        generation.elapsed_s = time.perf_counter() - started
-        return generation
+            first.activity = timings_activity(parts[min(parts)].timings)
+        first.elapsed_s = time.perf_counter() - started
+        return first
 
     async def generate_via(
         self, endpoint: str, prompt: PromptInput, params: GenerationParams
@@ -273,7 +287,11 @@ class LlamaServerBackend(Backend):
         """``prompt``'s messages through ``completions`` (the server's template applied by
         ``/apply-template``), ``chat`` or ``messages``; greedy, no prompt cache."""
         started = time.perf_counter()
-        common = {"cache_prompt": False, **({"seed": params.seed} if params.seed else {})}
+        common = {
+            "cache_prompt": False,
+            **({"seed": params.seed} if params.seed else {}),
+            **openai_fields(params, TAKEN["llama-server"]),
+        }
         if endpoint == "completions":
             text = await self._apply_template(prompt)
             body = {
@@ -475,70 +493,3 @@ def create(
     """The ``llama-server`` backend of a ``backends:`` entry (see :mod:`.registry`); the
     server was given the model (``source``, its gguf) by its own command line."""
     return LlamaServerBackend(name, HttpSettings.of(spec, url), chat=bool(spec.chat))
-
-
-def native_generation(
-    text: str, tokens: list[int], entries: list[dict[str, Any]], stop_type: Any
-) -> Generation:
-    """A ``/completion`` answer (whole or assembled from a stream) as a :class:`Generation`."""
-    chosen, top = align_probabilities(tokens, entries)
-    return Generation(
-        text=text,
-        token_ids=tokens,
-        finish_reason="stop" if stop_type in ("eos", "word") else "length",
-        chosen_logprobs=chosen,
-        top_logprobs=top,
-    )
-
-
-TIMINGS_SOURCE = "llama-server timings (draft_n, draft_n_accepted, cache_n) of the request"
-
-
-def timings_activity(timings: object) -> FeatureActivity | None:
-    """One request's feature activity from its ``/completion`` answer's ``timings``:
-
-        drafted  = timings.draft_n            (0 when absent)
-        accepted = timings.draft_n_accepted   (0 when absent)
-        cache_hit_tokens = timings.cache_n
-
-    llama-server writes ``draft_n`` and ``draft_n_accepted`` only when the request drafted
-    at least one token (``server_slot_stats::to_json``, llama.cpp of llama-cpp-python
-    0.3.36), so timings without them are a request that drafted nothing. None: no timings
-    object (nothing reported); a field that is not a non-negative whole number is None.
-    """
-    if not isinstance(timings, dict):
-        return None
-    return FeatureActivity(
-        drafted=_count(timings.get("draft_n", 0)),
-        accepted=_count(timings.get("draft_n_accepted", 0)),
-        cache_hit_tokens=_count(timings.get("cache_n")),
-        source=TIMINGS_SOURCE,
-    )
-
-
-def _count(value: object) -> int | None:
-    """``value`` as a count: a non-negative int (a bool is not one), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def align_probabilities(
-    tokens: list[int], entries: list[dict[str, Any]]
-) -> tuple[list[float], list[dict[Any, float]]]:
-    """Chosen logprob and top-k map per generated token, matched by id.
-
-    llama-server omits the entry of a token that ends inside a UTF-8 character; such a
-    position gets NaN and an empty map rather than shifting every later entry.
-    """
-    chosen: list[float] = []
-    top: list[dict[Any, float]] = []
-    j = 0
-    for token in tokens:
-        if j < len(entries) and int(entries[j].get("id", -1)) == token:
-            entry = entries[j]
-            chosen.append(float(entry.get("logprob", math.nan)))
-            top.append({int(t["id"]): float(t["logprob"]) for t in entry.get("top_logprobs", [])})
-            j += 1
-        else:
-            chosen.append(math.nan)
-            top.append({})
-    return chosen, top

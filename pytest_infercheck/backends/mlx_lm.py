@@ -52,6 +52,8 @@ from .base import (
 )
 from .mlx_load import _LOADED as _LOADED
 from .mlx_load import Loaded, MlxModelSpec, load_model, token_piece, version
+from .mlx_sampling import mlx_processors, mlx_sampler, top_rows
+from .params import check_taken
 
 if TYPE_CHECKING:
     from .mlx_lockstep import Stepper
@@ -269,8 +271,8 @@ class MlxLmBackend(Backend):
         logprobs are also returned, in ``full_logprobs`` (T, V). With ``kept``, through the
         kept prompt cache (:meth:`generate_cached`); else a fresh one."""
         import mlx.core as mx
-        from mlx_lm.sample_utils import make_sampler
 
+        check_taken(self.name, self.kind, self.chat, params)
         loaded = self._loaded
         eos_ids = set(loaded.tokenizer.eos_token_ids)
         prompt_ids = self._prompt_ids(prompt)
@@ -279,26 +281,29 @@ class MlxLmBackend(Backend):
         cache, reused = self._reuse(prompt_ids) if kept else ([], 0)
         if params.seed is not None:
             mx.random.seed(params.seed)
-        sampler = None if params.temperature == 0 else make_sampler(temp=params.temperature)
+        sampler = mlx_sampler(params)
         started = time.perf_counter()
         tokens: list[int] = []
         chosen: list[Any] = []
         steps: list[Any] = []
         finish = "length"
         from_draft: list[bool] = []
+        rows = full_logprobs or params.logprobs is not None
         if params.max_tokens > 0:
-            steps_taken = self._steps(prompt_ids, reused, params.max_tokens, sampler, cache)
+            steps_taken = self._steps(
+                prompt_ids, reused, params.max_tokens, sampler, cache, mlx_processors(params)
+            )
             for token, logprobs, drafted in steps_taken:
                 tokens.append(int(token))
                 chosen.append(logprobs[token])
                 from_draft.append(drafted)
-                if full_logprobs:
+                if rows:
                     steps.append(logprobs)
                 if token in eos_ids:
                     finish = "stop"
                     break
         full = None
-        if full_logprobs:
+        if rows:
             full = (
                 np.array(mx.stack(steps).astype(mx.float32))
                 if steps
@@ -314,14 +319,21 @@ class MlxLmBackend(Backend):
             token_ids=tokens,
             finish_reason=finish,
             chosen_logprobs=chosen_values,
+            top_logprobs=None if params.logprobs is None else top_rows(full, params.logprobs),
             elapsed_s=time.perf_counter() - started,
             prompt_tokens=len(prompt_ids),
-            full_logprobs=full,
+            full_logprobs=full if full_logprobs else None,
             activity=self._activity(from_draft, params.max_tokens, cache),
         )
 
     def _steps(
-        self, prompt_ids: list[int], reused: int, max_tokens: int, sampler: Any, cache: list[Any]
+        self,
+        prompt_ids: list[int],
+        reused: int,
+        max_tokens: int,
+        sampler: Any,
+        cache: list[Any],
+        processors: list[Any] | None = None,
     ) -> Iterator[tuple[Any, Any, bool]]:
         """``(token, logprobs, from_draft)`` per generated token: ``speculative_generate_step``
         with the draft model, else ``generate_step`` with the cache options through
@@ -347,6 +359,7 @@ class MlxLmBackend(Backend):
                 num_draft_tokens=options.draft_tokens,
                 max_tokens=max_tokens,
                 sampler=sampler,
+                logits_processors=processors,
                 **options.cache_options(),
             ):
                 yield token, logprobs, bool(drafted)
@@ -358,6 +371,7 @@ class MlxLmBackend(Backend):
             loaded.model,
             max_tokens=max_tokens,
             sampler=sampler,
+            logits_processors=processors,
             prompt_cache=cache,
             **options.cache_options(),
         ):
@@ -399,9 +413,10 @@ class MlxLmBackend(Backend):
         prompt alone (:meth:`generate_sync`): ``BatchGenerator`` applies neither."""
         import mlx.core as mx
         from mlx_lm.generate import BatchGenerator
-        from mlx_lm.sample_utils import make_sampler
 
-        if not self._batches:
+        if not self._batches or params.written():
+            # BatchGenerator takes a sampler, not our logits processors nor top logprobs:
+            # a request with any of them is generated one prompt at a time.
             return [_attempt(lambda p=p: self.generate_sync(p, params)) for p in prompts]
         loaded = self._loaded
         results: list[Generation | BaseException] = []
@@ -419,7 +434,7 @@ class MlxLmBackend(Backend):
             return results
         if params.seed is not None:
             mx.random.seed(params.seed)
-        sampler = None if params.temperature == 0 else make_sampler(temp=params.temperature)
+        sampler = mlx_sampler(params)
         started = time.perf_counter()
         generator = BatchGenerator(
             loaded.model,

@@ -32,6 +32,7 @@ from .endpoint_probe import probe_generation_paths
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages, message_calls
+from .params import TAKEN, openai_fields
 
 if TYPE_CHECKING:
     from ..structured.records import Path as StructuredPath
@@ -100,13 +101,15 @@ class OllamaBackend(Backend):
         }
         if params.seed is not None:
             options["seed"] = params.seed
+        for name, value in openai_fields(params, TAKEN["ollama"]).items():
+            options["repeat_penalty" if name == "repetition_penalty" else name] = value
         body: dict[str, Any] = {
             "model": self.model,
             "stream": False,
             "think": prompt.thinking,
             "options": options,
             "logprobs": True,
-            "top_logprobs": TOP_K,
+            "top_logprobs": params.logprobs or TOP_K,
         }
         if self.chat:
             offer = {"tools": [t.openai() for t in prompt.tools]} if prompt.tools else {}

@@ -91,6 +91,7 @@ from .openai_wire import parse_message as parse_message
 from .openai_wire import read_usage as read_usage
 from .openai_wire import text_generation as text_generation
 from .openai_wire import tool_fields as tool_fields
+from .params import openai_fields, taken
 
 if TYPE_CHECKING:
     from ..structured.records import Path as StructuredPath
@@ -259,7 +260,8 @@ class OpenAICompatBackend(Backend):
             body.update(tool_fields(prompt))
         else:
             body["prompt"] = prompt.text
-        body.update(logprob_fields(shape, self.top_k))
+        body.update(openai_fields(params, taken(self.kind, chat)))
+        body.update(logprob_fields(shape, params.logprobs or self.top_k))
         return body
 
     @property

@@ -53,8 +53,18 @@ def tool_fields(prompt: PromptInput, *, choice: bool = True) -> dict[str, Any]:
 
 
 def parse_choice(answer: Any, *, chat: bool) -> Generation:
-    """The first choice of a (chat) completion response as a :class:`Generation`."""
-    choice = _first_choice(answer)
+    """The first choice of a (chat) completion response as a :class:`Generation` (the
+    response's ``usage`` on it), the other choices of an ``n > 1`` request in its
+    ``others``."""
+    generation = _parse_one(_first_choice(answer), chat)
+    read_usage(generation, answer.get("usage") if isinstance(answer, dict) else None)
+    rest = answer["choices"][1:]
+    generation.others = tuple(_parse_one(c, chat) for c in rest if isinstance(c, dict))
+    return generation
+
+
+def _parse_one(choice: dict[str, Any], chat: bool) -> Generation:
+    """One choice of a (chat) completion response."""
     if chat:
         message = choice.get("message") or {}
         text = message.get("content") or ""
@@ -66,7 +76,6 @@ def parse_choice(answer: Any, *, chat: bool) -> Generation:
     )
     if chat:
         generation.tool_calls = message_calls(message.get("tool_calls"))
-    read_usage(generation, answer.get("usage") if isinstance(answer, dict) else None)
     return generation
 
 
@@ -110,13 +119,16 @@ def delta_calls(deltas: Sequence[Any]) -> tuple[ToolCall, ...]:
 
 
 def read_usage(generation: Generation, usage: Any) -> None:
-    """The counts of a response's ``usage`` on ``generation``: ``completion_tokens``, and
-    ``prompt_tokens_details.cached_tokens`` (prompt tokens served from the prefix cache: vLLM
-    with ``--enable-prompt-tokens-details``, llama-server), where given."""
+    """The counts of a response's ``usage`` on ``generation``: ``completion_tokens``,
+    ``prompt_tokens`` and ``prompt_tokens_details.cached_tokens`` (prompt tokens served from
+    the prefix cache: vLLM with ``--enable-prompt-tokens-details``, llama-server), where
+    given."""
     if not isinstance(usage, dict):
         return
     if isinstance(usage.get("completion_tokens"), int):
         generation.completion_tokens = usage["completion_tokens"]
+    if isinstance(usage.get("prompt_tokens"), int):
+        generation.prompt_tokens = usage["prompt_tokens"]
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
         generation.cached_tokens = details["cached_tokens"]
@@ -134,38 +146,66 @@ def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
     """A streamed (chat) completion's chunks as one :class:`Generation`: the texts and
     logprobs concatenated in order, the last finish reason. Logprobs of either shape: chat's
     ``content`` entries, or the legacy completions lists (``tokens``, ``token_logprobs``,
-    ``top_logprobs``), joined list by list. Chunks without choices (a final usage chunk)
-    are skipped."""
-    text, reasoning, finish = [], [], None
-    entries: list[Any] = []
-    calls: list[Any] = []
-    legacy: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
+    ``top_logprobs``), joined list by list. Chunks without choices are skipped; a final
+    usage chunk's counts are read. The choices of an ``n > 1`` request are told apart by
+    their ``index`` (the first is choice 0, the others in :attr:`Generation.others`)."""
+    parts: dict[int, _StreamedChoice] = {}
+    usage: Any = None
     for chunk in chunks:
-        if not isinstance(chunk, dict) or not chunk.get("choices"):
+        if not isinstance(chunk, dict):
             continue
-        choice = _first_choice(chunk)
+        usage = chunk.get("usage") or usage
+        for position, choice in enumerate(chunk.get("choices") or []):
+            if not isinstance(choice, dict):
+                continue
+            index = choice.get("index", position)
+            parts.setdefault(index if isinstance(index, int) else position, _StreamedChoice())
+            parts[index if isinstance(index, int) else position].add(choice, chat)
+    if not parts:
+        parts[0] = _StreamedChoice()
+    first, *rest = (parts[i].generation() for i in sorted(parts))
+    read_usage(first, usage)
+    first.others = tuple(rest)
+    return first
+
+
+class _StreamedChoice:
+    """One choice of a stream, assembled from its chunks."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.finish: Any = None
+        self.entries: list[Any] = []
+        self.calls: list[Any] = []
+        self.legacy: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": []}
+
+    def add(self, choice: dict[str, Any], chat: bool) -> None:
         if chat:
             delta = choice.get("delta") or {}
-            text.append(delta.get("content") or "")
-            reasoning.append(delta.get("reasoning_content") or delta.get("reasoning") or "")
-            calls.extend(delta.get("tool_calls") or [])
+            self.text.append(delta.get("content") or "")
+            self.reasoning.append(delta.get("reasoning_content") or delta.get("reasoning") or "")
+            self.calls.extend(delta.get("tool_calls") or [])
         else:
-            text.append(choice.get("text") or "")
+            self.text.append(choice.get("text") or "")
         logprobs = choice.get("logprobs")
         if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
-            entries.extend(logprobs["content"])
+            self.entries.extend(logprobs["content"])
         elif isinstance(logprobs, dict) and isinstance(logprobs.get("token_logprobs"), list):
-            for key, values in legacy.items():
+            for key, values in self.legacy.items():
                 values.extend(logprobs.get(key) or [])
-        finish = choice.get("finish_reason") or finish
-    joined: dict[str, Any] | None = None
-    if entries:
-        joined = {"content": entries}
-    elif legacy["token_logprobs"]:
-        joined = {key: values for key, values in legacy.items() if values}
-    generation = text_generation("".join(text), "".join(reasoning) or None, finish, joined)
-    generation.tool_calls = delta_calls(calls)
-    return generation
+        self.finish = choice.get("finish_reason") or self.finish
+
+    def generation(self) -> Generation:
+        joined: dict[str, Any] | None = None
+        if self.entries:
+            joined = {"content": self.entries}
+        elif self.legacy["token_logprobs"]:
+            joined = {key: values for key, values in self.legacy.items() if values}
+        reasoning = "".join(self.reasoning) or None
+        generation = text_generation("".join(self.text), reasoning, self.finish, joined)
+        generation.tool_calls = delta_calls(self.calls)
+        return generation
 
 
 def text_generation(text: str, reasoning: str | None, finish: Any, logprobs: Any) -> Generation:

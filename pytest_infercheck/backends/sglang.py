@@ -66,6 +66,7 @@ from .hostile import send_hostile
 from .http import HttpError, HttpSettings
 from .llama_server import FULL_VOCAB_SCORING_LIMIT
 from .openai_compat import OpenAICompatBackend
+from .params import TAKEN, openai_fields
 
 if TYPE_CHECKING:
     from .spec import SglangSpec
@@ -242,11 +243,15 @@ class SglangBackend(OpenAICompatBackend):
         }
         if params.seed is not None:
             sampling["sampling_seed"] = params.seed
+        fields = openai_fields(params, TAKEN["sglang"])
+        if "min_tokens" in fields:
+            fields["min_new_tokens"] = fields.pop("min_tokens")
+        sampling.update(fields)
         body: dict[str, Any] = {
             "sampling_params": sampling,
             "return_logprob": True,
             "logprob_start_len": -1,
-            "top_logprobs_num": self.top_k,
+            "top_logprobs_num": params.logprobs or self.top_k,
             "return_text_in_logprobs": True,
             "stream": stream,
         }

@@ -70,8 +70,9 @@ from .openai_compat import (
     parse_message,
     tool_fields,
 )
+from .params import TAKEN, openai_fields
 from .vllm_metrics import SETTLE_READS, activity_delta, counted, parse_counters
-from .vllm_wire import TokenEntries, cache_config_tokens
+from .vllm_wire import cache_config_tokens, streamed_id_generation
 from .vllm_wire import id_generation as id_generation
 from .vllm_wire import prompt_logprob_rows as prompt_logprob_rows
 from .vllm_wire import token_id as token_id
@@ -279,9 +280,10 @@ class VllmBackend(OpenAICompatBackend):
             "prompt": list(prompt.token_ids) if prompt.token_ids is not None else prompt.text,
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
-            "logprobs": self.capabilities.top_k_logprobs,
+            "logprobs": params.logprobs or self.capabilities.top_k_logprobs,
             "return_tokens_as_token_ids": True,
             "skip_special_tokens": False,
+            **openai_fields(params, TAKEN["vllm"]),
         }
         if params.seed is not None:
             body["seed"] = params.seed
@@ -360,18 +362,8 @@ class VllmBackend(OpenAICompatBackend):
         from the chunks in order."""
         started = time.perf_counter()
         body = {**self._completion_body(prompt, params), "stream": True}
-        text: list[str] = []
-        entries = TokenEntries()
-        finish, usage = None, None
-        async for chunk in self.http.stream("/v1/completions", body):
-            if not isinstance(chunk, dict):
-                continue
-            usage = chunk.get("usage") or usage
-            for choice in chunk.get("choices") or []:
-                text.append(str(choice.get("text") or ""))
-                entries.extend_legacy(choice.get("logprobs"))
-                finish = choice.get("finish_reason") or finish
-        generation = entries.generation("".join(text), finish, usage, self.name)
+        chunks = [chunk async for chunk in self.http.stream("/v1/completions", body)]
+        generation = streamed_id_generation(chunks, self.name)
         generation.elapsed_s = time.perf_counter() - started
         return generation
 
@@ -415,10 +407,11 @@ class VllmBackend(OpenAICompatBackend):
                 "max_tokens": params.max_tokens,
                 "temperature": params.temperature,
                 "logprobs": True,
-                "top_logprobs": self.capabilities.top_k_logprobs,
+                "top_logprobs": params.logprobs or self.capabilities.top_k_logprobs,
                 "return_tokens_as_token_ids": True,
                 "skip_special_tokens": False,
                 **({"seed": params.seed} if params.seed is not None else {}),
+                **openai_fields(params, TAKEN["vllm"]),
             }
             answer = await self.http.request("POST", "/v1/chat/completions", body)
             generation = id_generation(answer, chat=True, name=self.name)

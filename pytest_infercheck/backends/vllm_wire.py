@@ -93,11 +93,49 @@ class TokenEntries:
 
 def id_generation(answer: Any, *, chat: bool, name: str = "vllm") -> Generation:
     """A (chat) completion answered with ``return_tokens_as_token_ids`` as a
-    :class:`Generation` keyed by token id."""
+    :class:`Generation` keyed by token id (the other choices of an ``n > 1`` request in its
+    ``others``, the response's ``usage`` on the first)."""
     try:
-        choice = answer["choices"][0]
+        choices = answer["choices"]
+        first = choices[0]
     except (KeyError, IndexError, TypeError) as exc:
         raise HttpError(f"response has no choices: {str(answer)[:200]!r}") from exc
+    generation = _choice_generation(first, chat, answer.get("usage"), name)
+    generation.others = tuple(_choice_generation(c, chat, None, name) for c in choices[1:])
+    return generation
+
+
+def streamed_id_generation(chunks: Sequence[Any], name: str = "vllm") -> Generation:
+    """A streamed ``/v1/completions`` answer (``return_tokens_as_token_ids``) assembled per
+    choice ``index``: texts and token entries in order, the last finish reason, the final
+    usage chunk's counts on the first choice."""
+    texts: dict[int, list[str]] = {}
+    entries: dict[int, TokenEntries] = {}
+    finish: dict[int, Any] = {}
+    usage: Any = None
+    for chunk in chunks:
+        if not isinstance(chunk, dict):
+            continue
+        usage = chunk.get("usage") or usage
+        for position, choice in enumerate(chunk.get("choices") or []):
+            index = choice.get("index", position)
+            index = index if isinstance(index, int) else position
+            texts.setdefault(index, []).append(str(choice.get("text") or ""))
+            entries.setdefault(index, TokenEntries()).extend_legacy(choice.get("logprobs"), name)
+            finish[index] = choice.get("finish_reason") or finish.get(index)
+    order = sorted(texts) or [0]
+    made = [
+        entries.get(i, TokenEntries()).generation(
+            "".join(texts.get(i, [])), finish.get(i), usage if n == 0 else None, name
+        )
+        for n, i in enumerate(order)
+    ]
+    made[0].others = tuple(made[1:])
+    return made[0]
+
+
+def _choice_generation(choice: Any, chat: bool, usage: Any, name: str) -> Generation:
+    """One choice of a (chat) completion keyed by id."""
     entries = TokenEntries()
     if chat:
         message = choice.get("message") or {}
@@ -106,7 +144,7 @@ def id_generation(answer: Any, *, chat: bool, name: str = "vllm") -> Generation:
     else:
         text = str(choice.get("text") or "")
         entries.extend_legacy(choice.get("logprobs"), name)
-    generation = entries.generation(text, choice.get("finish_reason"), answer.get("usage"), name)
+    generation = entries.generation(text, choice.get("finish_reason"), usage, name)
     if chat:
         message = choice.get("message") or {}
         generation.reasoning = message.get("reasoning_content") or message.get("reasoning")

@@ -515,7 +515,14 @@ def _turns(data: Sequence[Sequence[Any]] | None) -> tuple[Turn, ...] | None:
 
 
 def _params_dict(params: GenerationParams) -> dict[str, Any]:
-    return {"max_tokens": params.max_tokens, "temperature": params.temperature, "seed": params.seed}
+    """The params as a golden records them: ``max_tokens``, ``temperature``, ``seed`` and any
+    request parameter written (a greedy request's entry is as it always was)."""
+    return {
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "seed": params.seed,
+        **params.written(),
+    }
 
 
 def missing_prompt_text(user_text: str, system: str | None, thinking: bool) -> str:

@@ -75,6 +75,12 @@ any item, known from the matrix alone (a KL gate on a backend without logprobs):
 gate there is a collection error at its line."""
 
 
+Refuse = Callable[["LoadedMatrix", "CheckSpec", int], Sequence[tuple[tuple[str | int, ...], str]]]
+"""``refuse(loaded, check, index)``: ``(YAML location, why)`` of each option of the check that
+the matrix alone shows its target cannot do (a request parameter its engine does not take,
+:func:`~pytest_infercheck.request_params.refused_params`): a collection error at that line."""
+
+
 @dataclass(frozen=True)
 class SpecFacet:
     """What a kind's YAML entry is and what its items will be (see the module docstring)."""
@@ -100,6 +106,7 @@ class SpecFacet:
     rate_gates: Callable[[CheckSpec, Suite], list[RateGate]] | None = None
     """Gates on a Wilson upper bound, checked at collection (each must be passable)."""
     unmeasurable: Unmeasurable | None = None
+    refuse: Refuse | None = None
     spread_over_workers: bool = False
     """Under xdist, every item is its own scope (the kind shares its work across workers
     through files), instead of one worker per check x suite."""
