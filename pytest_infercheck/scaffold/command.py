@@ -11,12 +11,23 @@ files that exist.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from ..report.results import write_atomic
+from .fit import (
+    MARGINS,
+    MIN_TOKENS,
+    SHORT_PROMPTS,
+    SHORT_SUITE,
+    count_tokens,
+    fitted_max_tokens,
+    short_suite_text,
+    suite_texts,
+)
 from .matrix_text import PYTEST_INI, Choices, matrix_text, refusals
 from .probe import ENGINES, Probed, ProbeError, probe
 
@@ -87,6 +98,32 @@ def command_line(engine: str, where: str, args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
+def fit(probed: Probed, asked: Choices, out: Path) -> tuple[Choices, list[str]]:
+    """``asked``, its ``max_tokens`` lowered to fit the server's context (or the short
+    prompts written to ``out`` and used), and the facts that say so (see :mod:`.fit`)."""
+    if probed.context is None:
+        return asked, []
+    margin = MARGINS.get(probed.kind, 0)
+    lengths = count_tokens(probed, suite_texts(asked.suite, out, asked.num_prompts))
+    if not lengths:
+        return asked, []
+    fitted = fitted_max_tokens(lengths, probed.context, asked.max_tokens, margin)
+    where = f"{asked.suite}'s first {len(lengths)} prompts (up to {max(lengths)} tokens)"
+    if fitted is not None:
+        if fitted == asked.max_tokens:
+            return asked, []
+        note = f"max_tokens {fitted}: {where} and the generation fit the context {probed.context}"
+        return dataclasses.replace(asked, max_tokens=fitted), [note]
+    (out / SHORT_SUITE).write_text(short_suite_text())
+    short = count_tokens(probed, suite_texts(SHORT_SUITE, out, len(SHORT_PROMPTS))) or [0]
+    fitted = fitted_max_tokens(short, probed.context, asked.max_tokens, margin) or MIN_TOKENS
+    note = (
+        f"{where} leave no room in the context of {probed.context} tokens: init wrote "
+        f"{SHORT_SUITE} ({len(SHORT_PROMPTS)} short prompts) and max_tokens {fitted}"
+    )
+    return dataclasses.replace(asked, suite=SHORT_SUITE, max_tokens=fitted), [note]
+
+
 def run(args: argparse.Namespace, prog: str) -> int:
     """``init`` (see the module docstring)."""
     out: Path = args.out
@@ -113,8 +150,9 @@ def run(args: argparse.Namespace, prog: str) -> int:
     except ProbeError as exc:
         print(f"{prog} init: error: {exc}", file=sys.stderr)
         return 2
-    choices = Choices(args.suite, args.num_prompts, args.max_tokens)
     out.mkdir(parents=True, exist_ok=True)
+    choices, fitted = fit(probed, Choices(args.suite, args.num_prompts, args.max_tokens), out)
+    probed = dataclasses.replace(probed, facts=(*probed.facts, *fitted))
     write_atomic(
         out / "infercheck.yaml", matrix_text(probed, command_line(engine, where, args), choices)
     )

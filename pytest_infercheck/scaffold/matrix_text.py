@@ -121,7 +121,7 @@ def matrix_text(probed: Probed, command: str, choices: Choices = Choices()) -> s
     backend = BACKEND_KEYS[probed.kind]
     target = f"{MODEL_KEY}@{backend}"
     why, gates = diff_gates(probed)
-    other = '{kind: vllm, url: "http://127.0.0.1:8001"}'
+    other = OTHERS[probed.kind]
     lines = [
         f"# infercheck.yaml, written by `{command}`.",
         "# What the probe found:",

@@ -35,6 +35,7 @@ from ..backends.vllm import MAX_ALLOWED
 PROBE_TIMEOUT_S = 30.0
 ENGINES = ("vllm", "llama-server", "openai", "mlx")
 """The engines ``init`` probes, by their flag (``--vllm``, ..., ``--mlx``)."""
+NAMES = {"vllm": "a vLLM server", "llama-server": "llama-server", "openai": "the server"}
 START_HINTS = {
     "vllm": "vllm serve /models/my-model --host 127.0.0.1 --port 8000",
     "llama-server": "llama-server -m model.gguf --host 127.0.0.1 --port 8080",
@@ -105,7 +106,7 @@ async def _get(
     except HttpError as exc:
         if exc.status is None:
             raise ProbeError(
-                f"cannot reach {url} ({method} {path}: {_cause(exc)}); is the {engine} server "
+                f"cannot reach {url} ({method} {path}: {_cause(exc)}); is {NAMES[engine]} "
                 f"running there? Start it (e.g. `{START_HINTS[engine]}`) or give its URL"
             ) from exc
         other = (
@@ -207,6 +208,7 @@ def _pick(url: str, ids: list[str], model: str | None, hint: str) -> str:
 async def probe_vllm(http: HttpClient, url: str, model: str | None = None) -> Probed:
     """A vLLM server (see the module docstring)."""
     await _get(http, "vllm", url, "GET", "/health")
+    version = await _get(http, "vllm", url, "GET", "/version")  # vLLM's own route
     listed = await _get(http, "vllm", url, "GET", "/v1/models")
     served = [m for m in (listed.get("data") or []) if isinstance(m, dict)]
     name = _pick(url, [str(m.get("id")) for m in served], model, "--model names the served model")
@@ -229,7 +231,8 @@ async def probe_vllm(http: HttpClient, url: str, model: str | None = None) -> Pr
     top_k = await _max_prompt_logprobs(http, name, vocab)
     full = vocab is not None and top_k is not None and top_k >= vocab
     facts = [
-        f"vLLM at {url} serving {name}" + (f" from {root}" if root != name else ""),
+        f"vLLM {version.get('version', '?') if isinstance(version, dict) else '?'} at {url} "
+        f"serving {name}" + (f" from {root}" if root != name else ""),
         f"vocabulary {vocab} ids (config.json)"
         if vocab
         else f"{root} is not a folder here: the vocabulary is unknown",
