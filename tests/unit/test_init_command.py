@@ -183,3 +183,16 @@ def test_existing_files_are_not_overwritten_without_force(
 
 def test_the_pytest_ini_sets_the_loop_scope() -> None:
     assert "asyncio_default_fixture_loop_scope = function" in PYTEST_INI.splitlines()
+
+
+def test_the_documented_refusal_is_what_init_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/reference/cli.md shows the refusal for a vLLM that is not there, word for word
+    (its URL aside)."""
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "cli.md").read_text()
+    (shown,) = [line for line in page.splitlines() if line.startswith("pytest-infercheck init:")]
+    url = f"http://127.0.0.1:{_free_port()}"
+    assert main(["init", "--vllm", url, "--out", str(tmp_path)]) == 2
+    printed = capsys.readouterr().err.strip()
+    assert printed == shown.replace("http://127.0.0.1:8000", url, 1)
