@@ -100,7 +100,7 @@ def verdict_matrix(rows: list[Row]) -> str:
                 continue
             tds.append(
                 f'<td class="ic-{esc(v.verdict)}"><a href="#{esc(link)}">'
-                f"<strong>{esc(v.verdict)}</strong></a> "
+                f"<strong>{esc(v.verdict.upper())}</strong></a> "
                 f'<span class="ic-deciding">{esc(v.deciding)}</span></td>'
             )
         body.append(

@@ -124,6 +124,22 @@ async def _get(
         raise ProbeError(f"{url}: {method} {path}: {exc}") from exc
 
 
+async def _health(http: HttpClient, engine: str, url: str) -> None:
+    """``GET /health`` answers 200 (vLLM's has an empty body: its status is what counts)."""
+    try:
+        status, body = await http.send_once("GET", "/health", timeout_s=PROBE_TIMEOUT_S)
+    except HttpError as exc:
+        raise ProbeError(
+            f"cannot reach {url} (GET /health: {_cause(exc)}); is {NAMES[engine]} running "
+            f"there? Start it (e.g. `{START_HINTS[engine]}`) or give its URL"
+        ) from exc
+    if status != 200:
+        raise ProbeError(
+            f"{url} answered GET /health with HTTP {status}: {body.strip()[:200]}; is it "
+            f"{NAMES[engine]}? (--vllm, --llama-server, --openai probe the others)"
+        )
+
+
 def _cause(exc: BaseException) -> str:
     """The transport error's words (``ConnectError: [Errno 111] Connection refused``)."""
     cause = exc.__cause__
@@ -142,7 +158,7 @@ async def _offered(http: HttpClient, path: str, body: Any) -> bool:
 async def probe_llama(http: HttpClient, url: str, model: str | None = None) -> Probed:
     """A llama-server (see the module docstring); ``model`` is not asked for (it serves the
     model it was started with)."""
-    await _get(http, "llama-server", url, "GET", "/health")
+    await _health(http, "llama-server", url)
     props = await _get(http, "llama-server", url, "GET", "/props")
     models = await _get(http, "llama-server", url, "GET", "/v1/models")
     try:
@@ -207,7 +223,7 @@ def _pick(url: str, ids: list[str], model: str | None, hint: str) -> str:
 
 async def probe_vllm(http: HttpClient, url: str, model: str | None = None) -> Probed:
     """A vLLM server (see the module docstring)."""
-    await _get(http, "vllm", url, "GET", "/health")
+    await _health(http, "vllm", url)
     version = await _get(http, "vllm", url, "GET", "/version")  # vLLM's own route
     listed = await _get(http, "vllm", url, "GET", "/v1/models")
     served = [m for m in (listed.get("data") or []) if isinstance(m, dict)]

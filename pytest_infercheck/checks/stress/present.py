@@ -35,7 +35,7 @@ def level_row(data: StressLevel) -> list[str]:
         _num(data.latency_p95_s, ".3f"),
         _num(data.tokens_per_s, ".1f"),
         f"{_num(data.achieved_concurrency, '.2f')}/{data.max_in_flight}",
-        "FAIL" if data.violations else "pass",
+        "FAIL" if data.violations else "PASS",
     ]
 
 
@@ -48,7 +48,7 @@ COLUMNS = (
     ("p50 s", ">"),
     ("p95 s", ">"),
     ("tok/s", ">"),
-    ("in flight mean/max", ">"),
+    ("in flight", ">"),  # mean (achieved concurrency) / max
     ("verdict", "<"),
 )
 
@@ -100,7 +100,7 @@ def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[st
         record = load_record(StressAggregate, data)
         node = NodeId.parse(nodeid)
         check, suite = (node.check, node.suite) if node is not None else (nodeid, "?")
-        verdict = "pass" if passed else "FAIL"
+        verdict = "PASS" if passed else "FAIL"
         lines.append(f"{check} {suite} on {record.target}: {verdict}")
         lines += [f"  {line}" for line in level_table(record.levels)]
     return lines
