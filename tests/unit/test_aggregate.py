@@ -159,10 +159,10 @@ def test_format_aggregate_by_hand() -> None:
     )
     assert lines[2] == "same-top rate 0.8333; delta-p mean -0.03333, RMS 0.1"
     assert lines[3] == (
-        "flips 2/3 = 0.667 (CI 0.208-0.939) {'correct_to_wrong': 1, 'unchanged': 1, "
-        "'wrong_to_correct': 1}; McNemar p = 1"
+        "flips 2/3 = 0.667 (CI 0.208-0.939) 1 correct to wrong, 1 unchanged, 1 wrong to "
+        "correct; McNemar p = 1"
     )
-    assert lines[4] == "severity {'severe': 3}; methods {'teacher-forced': 3}"
+    assert lines[4] == "severity 3 severe; methods 3 teacher-forced"
     assert len(lines) == 5  # no problem lines
 
 

@@ -31,6 +31,7 @@ from ...metrics.finite import strict_max
 from ...metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
 from ...metrics.ties import count_labels
 from ...records import OMIT_WHEN_EMPTY, Measured
+from ...render.text import counted
 from ...verdict.gate import judge_gates
 from ...verdict.measure import MeasureValue, Reading, Unmeasured
 from .evidence import LOWER_BOUND_METHODS, NO_ARGMAX_METHODS, TEXT_ONLY
@@ -503,11 +504,11 @@ def format_aggregate(agg: SuiteAggregate) -> str:
         )
     lines.append(
         f"flips {agg.n_flips}/{agg.n_answered} = {rate} (CI {agg.flip_rate_low:.3f}-"
-        f"{agg.flip_rate_high:.3f}) {agg.flips}; McNemar p = {agg.mcnemar_p:.3g}"
+        f"{agg.flip_rate_high:.3f}) {counted(agg.flips)}; McNemar p = {agg.mcnemar_p:.3g}"
     )
-    lines.append(f"severity {agg.severities}; methods {agg.methods}")
+    lines.append(f"severity {counted(agg.severities)}; methods {counted(agg.methods)}")
     if any(agg.divergence_labels.values()) or agg.noise_floor is not None:
         floor = "n/a" if agg.noise_floor is None else f"{agg.noise_floor:.4g}"
-        lines.append(f"divergences {agg.divergence_labels}; noise floor {floor} nats")
+        lines.append(f"divergences {counted(agg.divergence_labels)}; noise floor {floor} nats")
     lines.extend(f"problem: {line}" for line in agg.problems)
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from ...records import load_record, plain_data
 from ...render.charts import line_chart
 from ...render.markup import esc, kv_table, num, table
 from ...render.table import render_table
+from ...render.text import counted
 from ...render.views import facts, side_by_side, target_aggregate
 from ..framework.kind import PresentFacet
 from .records import StressAggregate, StressLevel
@@ -70,7 +71,7 @@ def level_text(data: StressLevel) -> str:
         if m.after_tie is not None:
             lines.append(f"    {m.after_tie.why}")
     if data.divergence_labels:
-        lines.append(f"  divergences {data.divergence_labels}")
+        lines.append(f"  divergences {counted(data.divergence_labels)}")
     return "\n".join(lines)
 
 
