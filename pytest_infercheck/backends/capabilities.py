@@ -130,3 +130,17 @@ messages-stream)."""
 PROBE_TOPICS = (GENERATION_PATHS, TOKENIZE_TOPIC, STRUCTURED)
 """Every probe topic; a check asks only for the ones it uses (a generating probe can warm a
 prefix cache)."""
+
+
+@runtime_checkable
+class NextTokenSampling(Protocol):
+    """A backend that draws many next tokens of one prompt at once with the sampling
+    parameters under test, through the engine's own sampler (mlx-lm in-process: one forward
+    pass, its sampler applied to many copies of the row). A server draws them by requests
+    (``n`` or concurrency) instead."""
+
+    async def sample_next(
+        self, prompt: PromptInput, params: GenerationParams, count: int
+    ) -> list[int]:
+        """``count`` independent draws of the token after ``prompt`` under ``params``."""
+        ...
