@@ -135,6 +135,9 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
         if not r.continuation:
             r.why_not = f"{target.label} generated no token greedily"
             return r
+        if self.spec.reference is not None and not cache.accepts_ids(ref, rendered):
+            r.why_not = f"{ref.label} does not share {target.label}'s tokenizer"
+            return r
         try:
             r.rows = self._reference_rows(ref, r.ids, r.continuation)
         except BackendError as exc:

@@ -54,7 +54,8 @@ def position_record(e: PositionEvidence) -> SamplingPosition:
 def tokens_of(e: PositionEvidence, a: Analysis) -> list[SampledToken]:
     """The most expected tokens, then any drawn outside the support."""
     n = sum(e.counts.values())
-    order = sorted(a.expected.probs, key=lambda t: -a.expected.probs[t])[:SHOWN_TOKENS]
+    shown = [t for t in a.expected.probs if n * a.expected.probs[t] >= 0.05 or e.counts.get(t)]
+    order = sorted(shown, key=lambda t: -a.expected.probs[t])[:SHOWN_TOKENS]
     order += [t for t in a.fit.outside_support if t not in order][:SHOWN_TOKENS]
     return [
         SampledToken(

@@ -96,7 +96,7 @@ class SamplingThresholds(KindThresholds):
 
 
 GATES = (
-    Gate("alpha", "fit", "true", "sampled distribution against the expected"),
+    Gate("alpha", "fit", "true", "sampling"),
     Gate("seed", "seed", "true", "seeded sampling", written=lambda t: bool(t.seed)),
 )
 
