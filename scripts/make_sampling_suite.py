@@ -44,7 +44,9 @@ def records() -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
     for n, text in enumerate([*SPREAD, *REPEAT], start=1):
         category = "spread" if text in SPREAD else "repeat"
-        out.append({"id": f"sp{n:03d}", "category": category, "prompt": text, "max_tokens": MAX_TOKENS})
+        out.append(
+            {"id": f"sp{n:03d}", "category": category, "prompt": text, "max_tokens": MAX_TOKENS}
+        )
     return out
 
 
