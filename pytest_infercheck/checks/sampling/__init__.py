@@ -17,7 +17,7 @@ from .gather import SamplingGather
 from .judge import judge
 from .present import PRESENT
 from .records import SamplingAggregate, SamplingPosition, SamplingSeed
-from .spec import GATES, HARNESS, SamplingSpec, SamplingThresholds, plan, refuse
+from .spec import GATES, HARNESS, SamplingSpec, SamplingThresholds, plan, refuse, unmeasurable
 from .summarize import summarize
 
 __all__ = ["SAMPLING", "SamplingAggregate", "SamplingPosition", "SamplingSeed"]
@@ -37,6 +37,7 @@ SAMPLING = CheckKind(
         },
         plan=plan,
         refuse=refuse,
+        unmeasurable=unmeasurable,
         harness=HARNESS,
     ),
     gather=SamplingGather,

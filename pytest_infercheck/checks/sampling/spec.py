@@ -38,6 +38,7 @@ from ...specs import KindThresholds, Loc, Side, TargetCheck
 from ...verdict.gate import Gate
 from ..framework.harness import HarnessProfile
 from ..framework.plan import ItemPlan
+from ..framework.target import no_logprobs_reason
 
 if TYPE_CHECKING:
     from ...matrix import CheckSpec, LoadedMatrix
@@ -137,6 +138,17 @@ def refuse(loaded: LoadedMatrix, check: CheckSpec, index: int) -> list[tuple[Loc
     if t.seed:
         asked.append((("checks", index), ["seed"]))
     return refused_params(loaded, target, asked)
+
+
+def unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> dict[str, str]:
+    """``alpha`` on a target known from the matrix to return no logprobs, with no other
+    ``reference``: no expected distribution can be made (a collection error at its line)."""
+    if check.spec.reference is not None:
+        return {}
+    reason = no_logprobs_reason(loaded, check, index)
+    if reason is None:
+        return {}
+    return {"alpha": f"not measured on any item: {reason} (name a reference: that does)"}
 
 
 HARNESS = HarnessProfile(
