@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pytest_infercheck.metrics.sampling import Expected, goodness_of_fit, holm
+from pytest_infercheck.metrics.sampling import Expected, detectable_tv, goodness_of_fit, holm
 from pytest_infercheck.metrics.sampling.params import TAIL
 
 
@@ -37,6 +37,12 @@ def test_cells_below_five_expected_are_pooled() -> None:
     g = 2 * 5 * math.log(5 / 5)  # the other cells match exactly; the pool has O = 5, E = 5
     assert fit.statistic == pytest.approx(g)
     assert fit.hidden == pytest.approx(0.05)
+    # what the pooled cell hides adds to the distance the test answers for
+    cells = [0.5, 0.3, 0.15, 0.05]
+    assert fit.detectable_tv == pytest.approx(detectable_tv(100, cells, 0.001) + 0.05)
+    assert fit.detectable_tv - 0.05 == pytest.approx(
+        goodness_of_fit({0: 50, 1: 30, 2: 15, 3: 5}, Expected(dict(enumerate(cells)))).detectable_tv
+    )
     # a pool still below 5 takes the smallest other cell: E = 50, 30, 16, 4 -> (16, 4) pooled
     expected = Expected({0: 0.5, 1: 0.3, 2: 0.16, 3: 0.04})
     fit = goodness_of_fit({0: 50, 1: 30, 2: 10, 3: 10}, expected)
@@ -54,7 +60,8 @@ def test_outside_support_and_boundary_and_tail() -> None:
     expected = Expected({0: 0.5, 1: 0.3, 2: 0.2}, boundary=frozenset({2}))
     fit = goodness_of_fit({0: 50, 1: 30, 2: 3}, expected)
     assert fit.statistic == pytest.approx(
-        2 * (50 * math.log(50 / (80 * 0.625)) + 30 * math.log(30 / (80 * 0.375)))
+        2
+        * (50 * math.log(50 / (80 * 0.625)) + 30 * math.log(30 / (80 * 0.375)))
         / (1 + 3 / (6 * 80)),
         abs=1e-12,
     )
