@@ -17,6 +17,7 @@ from pytest_infercheck.metrics.sampling import (
     Expected,
     Penalties,
     SamplingParams,
+    compare_processed,
     expected_distribution,
     penalized_logprobs,
 )
@@ -76,8 +77,12 @@ def test_llama_server_reports_the_llama_model(
     assert expected.boundary == frozenset()
     assert set(reported) == set(expected.probs)
     assert _gap(reported, expected) < 1e-6
+    gap = compare_processed(reported, expected, asked=VOCAB)
+    assert gap.max_abs < 1e-6 and gap.extra == () and gap.missing == ()
     if other is not None:
         assert _gap(reported, expected_distribution(raw, params, other)) > 1e-3
+        wrong = compare_processed(reported, expected_distribution(raw, params, other))
+        assert wrong.extra or wrong.missing or wrong.max_abs > 1e-3
 
 
 def _post(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,8 @@ One job per module:
   survival function, quantile, noncentral survival.
 * :mod:`.fit` - :func:`goodness_of_fit` (G-test with pooling), :class:`Fit`.
 * :mod:`.power` - :func:`detectable_tv`: the smallest total-variation distance a test sees.
+* :mod:`.processed` - :func:`compare_processed`: an engine's reported processed distribution
+  (llama-server ``post_sampling_probs``, vLLM ``processed_logprobs``) against the expected.
 * :mod:`.holm` - :func:`holm` step-down over the items of a check.
 * :mod:`.penalties` - :func:`penalized_logits`: presence, frequency, repetition penalties and
   ``logit_bias`` per engine.
@@ -21,15 +23,18 @@ from .holm import holm
 from .params import Expected, SamplingParams
 from .penalties import Penalties, penalized_logits, penalized_logprobs
 from .power import detectable_tv
+from .processed import ProcessedGap, compare_processed
 
 __all__ = [
     "ENGINES",
     "Expected",
     "Fit",
     "Penalties",
+    "ProcessedGap",
     "SamplingParams",
     "chi2_isf",
     "chi2_sf",
+    "compare_processed",
     "detectable_tv",
     "expected_distribution",
     "goodness_of_fit",
