@@ -1,7 +1,8 @@
 """The mlx-lm model of :mod:`pytest_infercheck.metrics.sampling.engines` against mlx-lm's own
 sampler (``mlx_lm.sample_utils.make_sampler``, run in-process on a fixed five-token
 distribution): its draws fit the expected distribution, and not the one another engine's
-order gives where the orders differ."""
+order gives where the orders differ; and its logits processors against the mlx-lm penalty
+model."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from collections import Counter
 import pytest
 
 from pytest_infercheck.metrics.sampling import (
+    Penalties,
     SamplingParams,
     expected_distribution,
     goodness_of_fit,
+    penalized_logits,
 )
 
 mx = pytest.importorskip("mlx.core")
@@ -68,3 +71,39 @@ def test_mlx_lm_draws_do_not_fit_another_order(params: SamplingParams, other: st
     expected = expected_distribution(LOGPROBS, params, other)
     fit = goodness_of_fit(_mlx_counts(params, seed=4), expected)
     assert fit.outside_support or fit.p_value < 1e-6, fit
+
+
+LOGITS = {0: 2.0, 1: -1.0, 2: 0.5, 3: 0.0, 4: -2.0}
+
+
+@pytest.mark.parametrize(
+    ("history", "penalties", "context"),
+    [
+        ([1, 2, 2, 4, 2], Penalties(0.3, 0.5, 2.0, ((0, 1.0),)), 20),
+        ([1, 2, 2, 4, 2], Penalties(0.3, 0.5, 2.0, ((2, 1.0),)), 2),
+        ([3, 3, 3, 0], Penalties(frequency_penalty=0.25), 20),
+        ([1, 4], Penalties(repetition_penalty=1.5, logit_bias=((1, 3.0),)), 20),
+    ],
+)
+def test_mlx_lm_logits_processors_give_the_mlx_model(
+    history: list[int], penalties: Penalties, context: int
+) -> None:
+    """mlx-lm's own ``make_logits_processors`` (bias, repetition, presence, frequency over
+    the last ``context`` tokens of prompt and output) on raw logits."""
+    processors = sample_utils.make_logits_processors(
+        dict(penalties.logit_bias) or None,
+        penalties.repetition_penalty,
+        context,
+        penalties.presence_penalty,
+        context,
+        penalties.frequency_penalty,
+        context,
+    )
+    logits = mx.array([[LOGITS[t] for t in range(len(LOGITS))]])
+    tokens = mx.array(history)
+    for processor in processors:
+        logits = processor(tokens, logits)
+    got = dict(enumerate(logits[0].tolist()))
+    # the whole history as prompt: mlx-lm does not tell prompt from output
+    want = penalized_logits(LOGITS, penalties, "mlx-lm", prompt=history, window=context)
+    assert got == pytest.approx(want, abs=1e-6)
