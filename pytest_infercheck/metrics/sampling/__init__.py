@@ -8,7 +8,11 @@ One job per module:
 * :mod:`.gamma` - the chi-square distribution without scipy: regularized incomplete gamma,
   survival function, quantile, noncentral survival.
 * :mod:`.fit` - :func:`goodness_of_fit` (G-test with pooling), :class:`Fit`.
-* :mod:`.power` - :func:`detectable_tv`: the smallest total-variation distance a test sees.
+* :mod:`.power` - :func:`detectable_tv`: the smallest total-variation distance a test sees;
+  :func:`samples_needed` for a distance.
+* :mod:`.processed` - :func:`compare_processed`: an engine's reported processed distribution
+  (llama-server ``post_sampling_probs``, vLLM ``processed_logprobs``) against the expected.
+* :mod:`.seeds` - :func:`agreement_probability`: how often two seeds agree by chance.
 * :mod:`.holm` - :func:`holm` step-down over the items of a check.
 * :mod:`.penalties` - :func:`penalized_logits`: presence, frequency, repetition penalties and
   ``logit_bias`` per engine.
@@ -20,16 +24,22 @@ from .gamma import chi2_isf, chi2_sf, ncx2_sf, regularized_gamma_q
 from .holm import holm
 from .params import Expected, SamplingParams
 from .penalties import Penalties, penalized_logits, penalized_logprobs
-from .power import detectable_tv
+from .power import detectable_tv, samples_needed
+from .processed import ProcessedGap, compare_processed
+from .seeds import agreement_probability, all_agree_probability
 
 __all__ = [
     "ENGINES",
     "Expected",
     "Fit",
     "Penalties",
+    "ProcessedGap",
     "SamplingParams",
+    "agreement_probability",
+    "all_agree_probability",
     "chi2_isf",
     "chi2_sf",
+    "compare_processed",
     "detectable_tv",
     "expected_distribution",
     "goodness_of_fit",
@@ -38,4 +48,5 @@ __all__ = [
     "penalized_logits",
     "penalized_logprobs",
     "regularized_gamma_q",
+    "samples_needed",
 ]

@@ -32,12 +32,13 @@ Per engine, read in the versions this project runs:
   ``categorical_sampling(logits * (1 / temp))``. ``apply_top_p`` drops the tokens whose
   ``mass_above >= top_p * total_mass``; ``apply_min_p`` drops ``logprob < max + log(min_p)``.
   Order: **top-p, min-p, top-k, temperature**; top-p is on the full distribution, not on the
-  top-k survivors (llama.cpp differs here: :data:`ENGINES` tests show a case).
+  top-k survivors as in llama.cpp (``top_k 2, top_p .5`` on ``.4, .3, ...``: llama.cpp keeps
+  one token, mlx-lm two).
 * ``vllm-mlx`` (0.6.0, simple engine ``vllm_mlx/engine/simple.py``): ``make_sampler(temp,
   top_p, top_k, min_p)`` of the mlx-lm it pins (0.31.3: same order; its ``apply_top_p`` keeps
   ``cumsum_ascending > 1 - top_p``, the same rule). Its continuous-batching scheduler
   (``vllm_mlx/scheduler.py`` ``_create_batch_generator``) passes ``temp, top_p, min_p`` only:
-  ``top_k`` is dropped there.
+  ``top_k`` is dropped there (and of the penalties only ``repetition_penalty`` is applied).
 * ``vllm`` (0.32.0, CPU build): ``vllm/v1/sample/sampler.py`` ``Sampler.sample``:
   ``apply_temperature`` (``logits / T``), then the argmax-invariant logits processors
   (``MinPLogitsProcessor`` in ``v1/sample/logits_processor/builtin.py``: drops ``softmax <

@@ -34,7 +34,8 @@ Per engine (order of application, and which past tokens count):
   ``generate_step`` passes both).
 * ``vllm-mlx`` (0.6.0, simple engine): ``make_logits_processors(repetition_penalty,
   presence_penalty)`` of mlx-lm after the ``logit_bias`` processor; frequency penalty not
-  taken (``ValueError`` here).
+  taken (``ValueError`` here). Its continuous-batching scheduler applies
+  ``repetition_penalty`` only (``vllm_mlx/scheduler.py``): not modelled.
 * ``openai``: the OpenAI formula with ``c_i`` counted in the output; repetition as
   HF/CTRL over prompt and output (transformers applies it to ``input_ids``).
 

@@ -78,3 +78,21 @@ def detectable_tv(
         critical *= 1.0 + (k + 1) / (6.0 * n)
     lam = noncentrality_for_power(critical, k - 1, power)
     return min(1.0, math.sqrt(lam / (4.0 * n)) + hidden)
+
+
+def samples_needed(tv: float, cells: int, alpha: float, *, power: float = 0.8) -> int:
+    """The samples the G-test over ``cells`` cells needs so that every alternative at total
+    variation ``tv`` is detected with probability >= ``power`` at ``alpha``:
+    ``n = ceil(lambda* / (4 tv^2))`` (the inverse of :func:`detectable_tv` without pooling
+    or Williams' factor, which adds ``(k + 1) / 6`` samples or so). One cell:
+    ``ceil(log(1 - power) / log(1 - tv))`` (a sample outside the support)."""
+    if not (0 < tv <= 1):
+        raise ValueError(f"tv must be in (0, 1], got {tv!r}")
+    if not (0 < alpha < 1):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if cells <= 1:
+        if tv == 1:
+            return 1
+        return max(1, math.ceil(math.log(1 - power) / math.log(1 - tv)))
+    lam = noncentrality_for_power(chi2_isf(alpha, cells - 1), cells - 1, power)
+    return max(1, math.ceil(lam / (4.0 * tv * tv)))
