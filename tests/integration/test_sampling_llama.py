@@ -106,7 +106,8 @@ def test_a_dropped_truncation_fails_its_item_naming_it(
     failing: str,
     passing: str,
 ) -> None:
-    """Every sampled request carries all three truncations (the unset ones at their neutral
+    """The draws are asked 4 at a time (``n_cmpl`` up to the server's 4 slots). Every sampled
+    request carries all three truncations (the unset ones at their neutral
     values), so the proxy drops the field from both items' draws; the server's default
     (0.95, 40, 0.05) keeps the other item's three tokens, so that item still passes."""
     check = TRUNCATED.format(
@@ -115,7 +116,7 @@ def test_a_dropped_truncation_fails_its_item_naming_it(
     with FaultyProxy(llama, Fault(drop_fields=frozenset({dropped}))) as proxy:
         _write(pytester, adder, proxy.url, check)
         _, items = _run(pytester)
-        assert proxy.altered == 600  # every draw of both items
+        assert proxy.altered == 150  # every draw request of both items (n_cmpl 4: 4 slots)
     assert items[f"sp001[{passing}-pos0]"] == "passed", items
     failed = {name: why for name, why in items.items() if why != "passed"}
     assert set(failed) == {f"sp001[{failing}-pos0]", "aggregate"}, items

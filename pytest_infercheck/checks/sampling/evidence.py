@@ -163,6 +163,13 @@ class PositionEvidence:
         if isinstance(a, Unmeasured):
             return a
         head = f"{said(self.params)} at position {self.position}"
+        drawn = sum(self.counts.values())
+        if drawn < self.samples and not self.conduct.failures:
+            return Finding(
+                False,
+                f"{head}: {self.samples} draws asked, {drawn} returned (the engine answered "
+                "fewer choices than a request's n asked)",
+            )
         if a.fit.outside_support:
             parts = []
             for token in a.fit.outside_support[:5]:

@@ -12,9 +12,9 @@ parameter set and ``max_tokens`` 1, no seed (each request the engine's own rando
   NextTokenSampling`: mlx-lm in-process, one forward pass and its sampler over copies of the
   row) is asked once;
 - a server is sent requests at once (bounded by its concurrency), each asking ``n`` draws
-  where its kind takes ``n`` and answers every choice (vLLM, SGLang, OpenAI-compatible
-  servers: :data:`N_PER_REQUEST`), else one (llama-server: ``n_cmpl`` is bounded by its
-  slots).
+  where its kind takes ``n`` (vLLM, SGLang, OpenAI-compatible servers:
+  :data:`N_PER_REQUEST`; llama-server: ``n_cmpl``, as many as its slots), else one; fewer
+  choices answered than asked fail the item (:mod:`.evidence`).
 
 Seed items: the first parameter set with ``max_tokens`` :data:`SEED_TOKENS` and one seed,
 ``seed_runs`` requests one after another, then ``seed_runs`` at once, then distinct seeds.
@@ -217,7 +217,7 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
                     continue
                 evidence.counts = dict(Counter(drawn))
             return
-        per = N_PER_REQUEST if "n" in taken(backend.kind) and backend.kind != "llama-server" else 1
+        per = draws_per_request(backend)
         coros = []
         owners: list[int] = []
         for index, (_, _, params, prefix) in enumerate(draws):
@@ -311,6 +311,17 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
     def context(self) -> TargetContext:
         target = self.target
         return TargetContext(target.label, {target.label: target.backend.identity()})
+
+
+def draws_per_request(backend: Any) -> int:
+    """``n`` of a draw request: llama-server's ``n_cmpl`` up to its slots (``/props``
+    ``total_slots``: its children are decoded in parallel slots, each with its own sampler
+    and random seed), :data:`N_PER_REQUEST` where the kind takes ``n``, else 1."""
+    if backend.kind == "llama-server":
+        props = getattr(backend, "props", None) or {}
+        slots = props.get("total_slots") if isinstance(props, dict) else None
+        return slots if isinstance(slots, int) and slots > 0 else 1
+    return N_PER_REQUEST if "n" in taken(backend.kind) else 1
 
 
 def evidence_engine(target: ResolvedTarget) -> str:

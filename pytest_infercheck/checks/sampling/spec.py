@@ -36,7 +36,7 @@ from pydantic import Field, field_validator
 from ...request_params import RequestParams, refused_params
 from ...specs import KindThresholds, Loc, Side, TargetCheck
 from ...verdict.gate import Gate
-from ..framework.harness import HarnessProfile
+from ..framework.harness import NO_COLD_REFERENCE, RENDERED_ONCE, Blind, HarnessProfile
 from ..framework.plan import ItemPlan
 from ..framework.target import no_logprobs_reason
 
@@ -154,9 +154,42 @@ def unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> dict[str
 HARNESS = HarnessProfile(
     {
         "sampling": {"target": "{target}", "samples": 400},
-        "params": [{"temperature": 1.0}, {"temperature": 1.0, "top_k": 3}],
-        "positions": 2,
+        "params": [{"temperature": 5.0}, {"temperature": 5.0, "top_k": 3}],
+        "positions": 1,
         "seed": True,
-    }
+    },
+    blind=(
+        *RENDERED_ONCE,
+        NO_COLD_REFERENCE,
+        *(
+            Blind(
+                "a draw is one token counted: its logprobs are not read (the expected "
+                "distribution comes from the teacher-forced rows)",
+                fault=fault,
+                path="generate",
+            )
+            for fault in ("nan", "inf", "no-logprobs")
+        ),
+        *(
+            Blind(
+                "one draw changed among the samples is within the sampling noise unless it "
+                "falls outside the support",
+                fault=fault,
+                path="generate",
+                every=False,
+            )
+            for fault in ("changed-token", "duplicated")
+        ),
+        Blind(
+            "every draw answered with the engine's previous answer to the same prompt is a "
+            "draw of the same distribution",
+            fault="duplicated",
+            path="generate",
+            every=True,
+        ),
+    ),
 )
-"""The verdict harness's check (``tests/harness``)."""
+"""The verdict harness's check (``tests/harness``): temperature 5 spreads the toy's rows (its
+top token's 0.97 at temperature 1 becomes about 0.05, so distinct seeds differ); one
+position, because the toy's rows depend on where its prompt ends (a prompt extended by a
+token is not the same sequence to it as the prompt with that token generated)."""
