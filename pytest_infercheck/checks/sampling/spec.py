@@ -67,12 +67,14 @@ class SamplingSpec(TargetCheck):
 
 class SamplingThresholds(KindThresholds):
     """``params``: the parameter sets under test (each a sampled one: ``temperature`` > 0;
-    ``top_k``, ``top_p``, ``min_p`` besides). ``positions``: the first generated position and
+    ``top_k``, ``top_p``, ``min_p`` besides; default one, ``{temperature: 1.0}``). ``positions``: the first generated position and
     ``positions - 1`` teacher-forced ones along the greedy continuation. ``seed``: add a seed
     item per prompt. ``alpha``: the family-wise level of the goodness-of-fit tests over the
     check x suite (Holm; Bonferroni per item)."""
 
-    params: list[RequestParams] = Field(min_length=1)
+    params: list[RequestParams] = Field(
+        default_factory=lambda: [RequestParams(temperature=1.0)], min_length=1
+    )
     positions: int = Field(default=3, ge=1, le=16)
     seed: bool = False
     alpha: float = Field(default=0.001, gt=0, lt=1)
