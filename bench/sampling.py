@@ -6,7 +6,8 @@ the check asks ``n`` (vLLM: 50), else one (llama-server).
 
     .venv/bin/python bench/sampling.py --mlx MODEL_DIR [--llama-url URL] [--vllm-url URL]
 
-Prompt ``31+`` (the ``sampling`` suite's ``sp001``) rendered by each engine, parameters
+Prompt ``31+`` (the ``sampling`` suite's ``sp001``; ``<s>31+`` on vLLM, whose ``/tokenize``
+adds no BOS for the adder's tokenizer) rendered by each engine, parameters
 ``temperature 1, top_k 3``. Wall clock of the draws only (the model loaded, one warm-up
 draw first); the load average is printed before and after: run it on a quiet machine.
 """
@@ -72,7 +73,8 @@ def time_server(
         await backend.ensure_ready()
         nonlocal per
         per = per or draws_per_request(backend)
-        prompt = await backend.render(PROMPT, None, False)
+        # vLLM's /tokenize adds no BOS for the adder's tokenizer (mlx-lm and llama.cpp do)
+        prompt = await backend.render(("<s>" if kind == "vllm" else "") + PROMPT, None, False)
         await _requests(backend, prompt, 1, per)
         started = time.perf_counter()
         counts = await _requests(backend, prompt, samples, per)
