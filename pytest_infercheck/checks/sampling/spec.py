@@ -67,10 +67,11 @@ class SamplingSpec(TargetCheck):
 
 class SamplingThresholds(KindThresholds):
     """``params``: the parameter sets under test (each a sampled one: ``temperature`` > 0;
-    ``top_k``, ``top_p``, ``min_p`` besides; default one, ``{temperature: 1.0}``). ``positions``: the first generated position and
-    ``positions - 1`` teacher-forced ones along the greedy continuation. ``seed``: add a seed
-    item per prompt. ``alpha``: the family-wise level of the goodness-of-fit tests over the
-    check x suite (Holm; Bonferroni per item)."""
+    ``top_k``, ``top_p``, ``min_p`` besides; default one, ``{temperature: 1.0}``).
+    ``positions``: the first generated position and ``positions - 1`` teacher-forced ones
+    along the greedy continuation. ``seed``: add a seed item per prompt. ``alpha``: the
+    family-wise level of the goodness-of-fit tests over the check x suite (Holm; Bonferroni
+    per item)."""
 
     params: list[RequestParams] = Field(
         default_factory=lambda: [RequestParams(temperature=1.0)], min_length=1
@@ -181,6 +182,13 @@ HARNESS = HarnessProfile(
                 every=False,
             )
             for fault in ("changed-token", "duplicated")
+        ),
+        Blind(
+            "a draw reads the first token only, and the seed outputs are compared with each "
+            "other: every output cut after its first token leaves both unchanged",
+            fault="truncated",
+            path="generate",
+            every=True,
         ),
         Blind(
             "every draw answered with the engine's previous answer to the same prompt is a "

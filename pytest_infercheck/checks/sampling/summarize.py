@@ -31,7 +31,10 @@ def summarize(
         for i in items
         if i.role == "position" and i.record is not None
     ]
-    compared = [(n, r, failed) for n, r, failed in positions if r.p_value is not None]
+    compared = sorted(
+        ((n, r, failed) for n, r, failed in positions if r.p_value is not None),
+        key=lambda x: x[0],
+    )  # by name: a merge of shards holds the items in another order
     rejected = holm([r.p_value for _, r, _ in compared], thresholds.alpha) if compared else []
     names = [n for (n, _, _), rej in zip(compared, rejected, strict=True) if rej]
     beyond = [
