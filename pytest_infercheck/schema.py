@@ -312,9 +312,12 @@ def _stop_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchem
         for branch in list(_branches(schema["properties"][key])):
             if branch.get("type") == "array":
                 items = branch.pop("items", {"type": "string"})
-                head = {k: branch.pop(k) for k in ("title", "description") if k in branch}
+                head: JsonSchemaValue = {
+                    k: branch.pop(k) for k in ("title", "description") if k in branch
+                }
                 branch.clear()
-                branch.update({**head, "anyOf": [items, {"type": "array", "items": items}]})
+                branch.update(head)
+                branch["anyOf"] = [items, {"type": "array", "items": items}]
     return schema
 
 
