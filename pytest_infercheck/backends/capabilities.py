@@ -144,3 +144,16 @@ class NextTokenSampling(Protocol):
     ) -> list[int]:
         """``count`` independent draws of the token after ``prompt`` under ``params``."""
         ...
+
+
+@runtime_checkable
+class ProcessedProbs(Protocol):
+    """A backend that reports the distribution its sampler draws from (after its
+    truncations and temperature): llama-server's ``post_sampling_probs``."""
+
+    async def processed_probs(
+        self, prompt: PromptInput, params: GenerationParams
+    ) -> dict[int, float] | None:
+        """The probabilities of the next token after ``prompt`` under ``params``, the support
+        only; None when the engine reported none for this request."""
+        ...

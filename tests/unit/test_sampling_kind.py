@@ -174,3 +174,18 @@ def test_plan_names_each_prompt_parameter_set_and_position() -> None:
         ("sp001[t1-p0.9-pos1]", "position"),
         ("sp001[seed]", "seed"),
     ]
+
+
+def test_reported_post_sampling_probabilities_are_held_to_the_expected() -> None:
+    # top_k 2: expected 0.625 / 0.375; counts as expected.
+    e = position({0: 625, 1: 375}, top_k=2)
+    e.processed = {0: 0.62505, 1: 0.37495}  # within 1e-4: float32 noise
+    assert e.fit == Finding(True)
+    e = position({0: 625, 1: 375}, top_k=2)
+    e.processed = {0: 0.5, 1: 0.3, 2: 0.2}  # the engine reports it did not truncate
+    assert e.fit == Finding(
+        False,
+        "temperature 1, top_k 2 at position 0: the engine's post-sampling probabilities "
+        "differ from the expected (llama-server semantics): token 2 'c' 0.2 vs 0 expected, "
+        "token 0 'a' 0.5 vs 0.625 expected, token 1 'b' 0.3 vs 0.375 expected",
+    )

@@ -17,6 +17,11 @@ distribution (:func:`~pytest_infercheck.metrics.sampling.expected_distribution`)
 - :class:`~pytest_infercheck.verdict.measure.Unmeasured` when nothing can be compared (no
   draws, no reference row, a non-finite logprob), so the gate fails naming why.
 
+Where the engine reports the distribution it samples from (``processed``: llama-server's
+``post_sampling_probs``), a reported probability more than :data:`PROCESSED_ATOL` from the
+expected one fails the item too, naming the token (after the support check, before the
+G-test).
+
 A seed item (:class:`SeedEvidence`) holds the outputs of one seed repeated alone and at once,
 and of distinct seeds; its measure ``seed`` fails when one seed gives two outputs, or when
 every distinct seed gives the same output although the chance of that under the parameters
@@ -37,6 +42,10 @@ from ...metrics.sampling import goodness_of_fit as g_test
 from ...verdict.conduct import Conduct
 from ...verdict.measure import Finding, MeasureValue, Unmeasured
 
+PROCESSED_ATOL = 1e-4
+"""The largest difference between a reported post-sampling probability and the expected one
+taken as float32 noise (llama.cpp reports float32 probabilities; measured differences on the
+tiny adder are below 1e-6)."""
 SEED_COINCIDENCE = 1e-6
 """The largest chance of distinct seeds all giving one output under which their giving one
 output is read as the seed being ignored."""
@@ -108,6 +117,9 @@ class PositionEvidence:
     """Each sampled or expected token's text, for naming it."""
     why_not: str | None = None
     """Why nothing could be compared (no token ids, the greedy continuation ended, ...)."""
+    processed: dict[int, float] | None = None
+    """The distribution the engine reports it samples from (llama-server's
+    ``post_sampling_probs``), where it reports one."""
     conduct: Conduct = field(default_factory=Conduct)
 
     @property
@@ -179,6 +191,14 @@ class PositionEvidence:
             more = len(a.fit.outside_support) - 5
             tail = f", ... {more} more" if more > 0 else ""
             return Finding(False, f"{head}: sampled outside the support: {', '.join(parts)}{tail}")
+        if self.processed is not None:
+            off = self.processed_off(a.expected)
+            if off:
+                return Finding(
+                    False,
+                    f"{head}: the engine's post-sampling probabilities differ from the expected "
+                    f"({self.engine} semantics): {off}",
+                )
         if a.fit.p_value < self.level:
             return Finding(
                 False,
@@ -187,6 +207,21 @@ class PositionEvidence:
                 f"< alpha/m = {self.alpha:g}/{self.family}; {self.most_over(a)}",
             )
         return Finding(True)
+
+    def processed_off(self, expected: Expected) -> str:
+        """The tokens whose reported post-sampling probability is off the expected one by
+        more than :data:`PROCESSED_ATOL` (boundary tokens left out), the worst first:
+        ``token 57 '6' 0.0293 vs 0 expected``; empty when none is."""
+        assert self.processed is not None
+        off = []
+        for token in {*self.processed, *expected.probs} - set(expected.boundary):
+            got, want = self.processed.get(token, 0.0), expected.probs.get(token, 0.0)
+            if abs(got - want) > PROCESSED_ATOL:
+                off.append((abs(got - want), token, got, want))
+        off.sort(reverse=True)
+        shown = [f"token {self.name(t)} {g:.4g} vs {w:.4g} expected" for _, t, g, w in off[:3]]
+        more = f", ... {len(off) - 3} more" if len(off) > 3 else ""
+        return ", ".join(shown) + more
 
     def most_over(self, a: Analysis) -> str:
         """The token sampled most above its expected count: ``most over-sampled: token 56

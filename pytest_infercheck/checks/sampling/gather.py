@@ -16,6 +16,10 @@ parameter set and ``max_tokens`` 1, no seed (each request the engine's own rando
   :data:`N_PER_REQUEST`; llama-server: ``n_cmpl``, as many as its slots), else one; fewer
   choices answered than asked fail the item (:mod:`.evidence`).
 
+Where the engine reports the distribution it samples from (llama-server's
+``post_sampling_probs``), one request per item asks it too, judged against the expected one
+directly (:mod:`.evidence`).
+
 Seed items: the first parameter set with ``max_tokens`` :data:`SEED_TOKENS` and one seed,
 ``seed_runs`` requests one after another, then ``seed_runs`` at once, then distinct seeds.
 
@@ -34,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...backends.base import BackendError, Generation, GenerationParams, PromptInput
-from ...backends.capabilities import NextTokenSampling, Scoring, TopKScoring
+from ...backends.capabilities import NextTokenSampling, ProcessedProbs, Scoring, TopKScoring
 from ...backends.params import taken
 from ...metrics.sampling import expected_distribution
 from ...specs import Side
@@ -108,6 +112,7 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
                 prefix = r.rendered if j == 0 else self._prefix(r, j)
                 draws.append((plan, evidence, self._sample_params(params), prefix))
         self._draw(draws)
+        self._processed(draws)
         self._name_tokens([e for _, e, _, _ in draws])
         return out
 
@@ -245,6 +250,24 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
                 counts[index][first] += 1
         for (_, evidence, _, _), c in zip(draws, counts, strict=True):
             evidence.counts = dict(c)
+
+    def _processed(
+        self, draws: list[tuple[ItemPlan, PositionEvidence, GenerationParams, PromptInput]]
+    ) -> None:
+        """The distribution the engine reports it samples from at each position, where it
+        reports one (llama-server's ``post_sampling_probs``), all at once."""
+        target = self.target
+        backend = target.backend
+        if not isinstance(backend, ProcessedProbs):
+            return
+        coros = [backend.processed_probs(prefix, params) for _, _, params, prefix in draws]
+        results = settle(self.run.cache, target, coros)
+        for (_, evidence, _, _), result in zip(draws, results, strict=True):
+            if isinstance(result, BackendError):
+                what = f"the post-sampling probabilities of {evidence.prompt_id}"
+                evidence.conduct.failures.append(request_failure(target.label, what, result))
+            else:
+                evidence.processed = result
 
     def _name_tokens(self, evidence: list[PositionEvidence]) -> None:
         """Each drawn or listed token's text, for naming it (where the engine says)."""
