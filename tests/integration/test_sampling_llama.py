@@ -118,7 +118,8 @@ def test_a_dropped_truncation_fails_its_item_naming_it(
     with FaultyProxy(llama, Fault(drop_fields=frozenset({dropped}))) as proxy:
         _write(pytester, adder, proxy.url, check)
         _, items = _run(pytester)
-        assert proxy.altered == 150  # every draw request of both items (n_cmpl 4: 4 slots)
+        # every draw request of both items (n_cmpl 4: 4 slots) and their post-sampling ones
+        assert proxy.altered == 150 + 2
     assert items[f"sp001[{passing}-pos0]"] == "passed", items
     failed = {name: why for name, why in items.items() if why != "passed"}
     assert set(failed) == {f"sp001[{failing}-pos0]", "aggregate"}, items
