@@ -68,8 +68,8 @@ from .base import (
     chat_input,
     single_turn,
 )
-from .capabilities import GENERATION_PATHS, STRUCTURED, TOKENIZE_TOPIC
-from .endpoint_probe import TOKENIZE, lacking_evidence, probe_generation_paths
+from .capabilities import GENERATION_PATHS, REQUEST_PARAMS, STRUCTURED, TOKENIZE_TOPIC
+from .endpoint_probe import TOKENIZE, lacking_evidence, probe_generation_paths, probe_request_params
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpError, HttpSettings, error_message
 from .openai_logprobs import BOOL_TOP as BOOL_TOP
@@ -412,6 +412,8 @@ class OpenAICompatBackend(Backend):
             return await self.probe_tokenize(answered=await self.alive())
         if topic == STRUCTURED:
             return await self.probe_structured()
+        if topic == REQUEST_PARAMS:
+            return await probe_request_params(self, taken(self.kind, self.chat))
         return Abilities()
 
     async def probe_tokenize(self, answered: bool = True) -> Abilities:
