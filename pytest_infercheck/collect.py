@@ -8,7 +8,7 @@ prompt and model, ``r017[q4]``) plus ``aggregate`` (suite gates) and, for a swee
 Brackets appear only at the end, as parameters: pytest reads ``[`` in a node id as the
 start of an item's parameters (``--lf``, xdist and JUnit parse ids back from strings), so a
 collector named ``compare[...]`` would not round-trip. Every kind plans its items and does
-its work (:mod:`.checks.protocol`); this module only shapes the tree and the failure reports,
+its work (:mod:`.checks.framework`); this module only shapes the tree and the failure reports,
 with two item classes for every kind: :class:`PlannedItem` and :class:`AggregateItem`.
 """
 

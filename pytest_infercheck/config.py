@@ -427,9 +427,9 @@ def _declares_a_feature(matrix: MatrixFields, check: CheckEntry) -> bool:
 
 def check_rate_gates(loaded: LoadedMatrix, check: CheckSpec, index: int, suite: Suite) -> None:
     """Refuse a gate on a Wilson upper bound that cannot pass (see
-    :attr:`.checks.protocol.CheckKind.rate_gates`): with ``n`` trials in the whole selection of
-    ``suite`` (after ``limit`` and ``num_prompts``, before sharding), zero events give the
-    upper bound ``z^2 / (n + z^2)``; above ``max_rate`` the check fails whatever the engine
+    :attr:`.checks.framework.kind.SpecFacet.rate_gates`): with ``n`` trials in the whole
+    selection of ``suite`` (after ``limit`` and ``num_prompts``, before sharding), zero events
+    give the upper bound ``z^2 / (n + z^2)``; above ``max_rate`` the check fails whatever the engine
     does. A :class:`SourceError` at the limit's line says so, with the fewest trials that
     could pass. A gate over no trials is not judged (the kinds skip it), so not refused."""
     rate_gates = check.check_kind.spec.rate_gates

@@ -73,7 +73,7 @@ class TargetHandle:
     ) -> PromptComparison:
         """Compare this target against ``baseline`` on one prompt, as a check item would."""
         # the comparison layer and suites (numpy, pydantic): loaded by the tests that call it
-        from .checks.comparison.prompt import compare_prompt
+        from .checks.comparison.gather_prompt import compare_prompt
         from .suites import Prompt, derive_prompt_id
 
         prompt = Prompt(

@@ -25,7 +25,7 @@ YAML file, and returned to users' tests by the ``infercheck_engine`` fixture. It
 - per target, whether it may be batched (:class:`BatchingLicence`, probed once).
 
 What a check computes from these (its comparisons, verdicts, trials) is memoised on its run
-object instead (:class:`~.checks.protocol.CheckRun`).
+object instead (:class:`~.checks.framework.run.SuiteRun`).
 """
 
 from __future__ import annotations

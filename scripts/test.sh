@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The README's test command: installs the dev dependencies into .venv (created if missing),
-# then runs ruff, mypy and the whole test suite. Extra arguments go to pytest.
+# then runs ruff, mypy and the whole test suite. Extra arguments go to one pytest run of
+# them. Without arguments the suite runs in two parts: the tests that need no server on both
+# cores (pytest-xdist, -n 2), then the integration tests (real servers, shared by the tests of
+# one process) in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${INFERCHECK_VENV:-.venv}"
@@ -9,4 +12,8 @@ VENV="${INFERCHECK_VENV:-.venv}"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/mypy" pytest_infercheck
-"$VENV/bin/python" -m pytest "$@"
+if [ "$#" -gt 0 ]; then
+    exec "$VENV/bin/python" -m pytest "$@"
+fi
+"$VENV/bin/python" -m pytest -n 2 tests/unit tests/http tests/harness tests/plugin
+"$VENV/bin/python" -m pytest tests/integration

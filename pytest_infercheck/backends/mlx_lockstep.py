@@ -58,10 +58,11 @@ import numpy as np
 from ..metrics.finite import (
     check_values,
     logsumexp_tolerance,
+    row_faults,
     row_logsumexp,
-    row_problems,
     strict_max,
 )
+from ..metrics.forced import ForcedArgmax, ForcedStats, forced_full
 from ..metrics.kl import PositionStats, position_stats
 from .base import Generation
 
@@ -107,6 +108,8 @@ class _Accumulated:
     delta_p: list[float] = field(default_factory=list)
     lse_base: list[float] = field(default_factory=list)
     lse_test: list[float] = field(default_factory=list)
+    forced: list[ForcedArgmax] = field(default_factory=list)
+    """Each step's :class:`~..metrics.forced.ForcedArgmax` of this prompt (one position)."""
 
     def stats(self, vocab: int) -> PositionStats:
         """The statistics with their problems, in :func:`position_stats`'s order: the
@@ -114,17 +117,18 @@ class _Accumulated:
         tol = logsumexp_tolerance(vocab)
         kl = np.array(self.kl, dtype=np.float64)
         problems = [
-            *row_problems("baseline logprobs", self.lse_base, tol),
-            *row_problems("test logprobs", self.lse_test, tol),
+            *row_faults("baseline logprobs", self.lse_base, tol),
+            *row_faults("test logprobs", self.lse_test, tol),
         ]
         kl_problem = check_values("KL", kl)
         if kl_problem is not None:
             problems.append(kl_problem)
-        return PositionStats(
+        return ForcedStats(
             kl=kl,
             same_top=np.array(self.same_top, dtype=np.bool_),
             delta_p=np.array(self.delta_p, dtype=np.float64),
             problems=tuple(problems),
+            forced=ForcedArgmax.concatenated(self.forced),
         )
 
 
@@ -144,11 +148,23 @@ def accumulate_step(
     acc: Sequence[_Accumulated], base_rows: np.ndarray, test_rows: np.ndarray, chosen: list[int]
 ) -> None:
     """Add one step's positions (row ``i`` belongs to ``acc[i]``): ``KL_t``, same top and
-    delta-p exactly as :func:`position_stats` computes them from these float32 rows, and
-    each row's float64 logsumexp (:func:`row_logsumexp`)."""
+    delta-p exactly as :func:`position_stats` computes them from these float32 rows, each
+    row's float64 logsumexp (:func:`row_logsumexp`), and the test row's most likely token
+    with both margins (:func:`~..metrics.forced.forced_full`): what a comparison reads at
+    and after the first divergence, with no scoring pass of its own."""
     step = position_stats(base_rows, test_rows, chosen, row_tol=math.inf)
     lse_b, lse_t = row_logsumexp(base_rows), row_logsumexp(test_rows)
+    forced = forced_full(base_rows, test_rows, chosen)
     for i, a in enumerate(acc):
+        a.forced.append(
+            ForcedArgmax(
+                [forced.chosen[i]],
+                [forced.test_top[i]],
+                [forced.base_margin[i]],
+                [forced.test_margin[i]],
+                [forced.exact[i]],
+            )
+        )
         a.kl.append(float(step.kl[i]))
         a.same_top.append(bool(step.same_top[i]))
         a.delta_p.append(float(step.delta_p[i]))

@@ -1,7 +1,8 @@
-"""The one list of check kinds. Adding a kind: its module (spec, run, presentation; see
-:mod:`.protocol`) and one line here.
+"""The one list of check kinds. Adding a kind: its package of facets (a
+:class:`~.framework.kind.CheckKind`: spec, gather, judge, summarize, present) and one line
+here.
 
-Each line names the kind's YAML key, its module and the :class:`~.protocol.CheckKind` in it.
+Each line names the kind's YAML key, its module and the :class:`~.framework.kind.CheckKind` in it.
 A kind's module is imported when the kind is first asked for (:func:`kind_named`), so a
 matrix that uses one kind imports that kind only (the kinds' modules bring pydantic specs,
 metrics and numpy: importing all of them costs more than the rest of collection).
@@ -11,13 +12,8 @@ metrics and numpy: importing all of them costs more than the rest of collection)
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 from .framework.kind import CheckKind
-from .framework.legacy import adapt
-
-if TYPE_CHECKING:
-    from .protocol import LegacyKind
 
 _MODULES: tuple[tuple[str, str, str], ...] = (
     ("compare", ".comparison", "COMPARE"),
@@ -53,8 +49,7 @@ def kind_named(name: object) -> CheckKind | None:
     if not isinstance(name, str) or name not in _WHERE:
         return None
     module, attr = _WHERE[name]
-    found: CheckKind | LegacyKind = getattr(importlib.import_module(module, __package__), attr)
-    kind = found if isinstance(found, CheckKind) else adapt(found)
+    kind: CheckKind = getattr(importlib.import_module(module, __package__), attr)
     if kind.name != name:
         raise RuntimeError(f"registry line {name!r} names {module}.{attr}, kind {kind.name!r}")
     return kind

@@ -24,7 +24,8 @@ from ..backends.base import BackendError
 from ..backends.capabilities import Scoring, TopKScoring
 from ..metrics.past_tie import Rescored, rescored_full, rescored_top_k
 from ..verdict.conduct import RequestFailure
-from .framework.requests import request_failure, settle
+from .framework.failures import request_failure
+from .framework.requests import settle
 
 if TYPE_CHECKING:
     from ..generation_cache import GenerationCache, ResolvedTarget

@@ -3,7 +3,8 @@ thresholds.
 
 The engine-check kinds (determinism, stress, batch-invariance, stream- and endpoint-parity,
 cache-pollution) compare outputs with each other; before that, each output is checked on its
-own here, and every fault found is a :class:`Fault`, a violation of its own, named:
+own here, and every fault found is a :class:`~.faults.Fault` (the one fault type of every
+kind, :mod:`.faults`), a violation of its own, named:
 
 * **non-finite logprob**: a NaN or ``+inf`` chosen-token logprob, or a NaN or ``+inf`` in a
   top-k map (``non-finite logprob in run 3 at positions 2, 5 (NaN)``). A ``-inf`` logprob
@@ -73,21 +74,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..tools import ToolCall, describe_calls
 from .degenerate import Degenerate, generation_degenerate
+from .faults import (
+    LOGPROB_ABOVE_ZERO,
+    LOGPROB_COUNT,
+    LOGPROB_MISMATCH,
+    NON_FINITE_LOGPROB,
+    NON_FINITE_SIMILARITY,
+    TOPK_NOT_NORMALISED,
+    TOPK_NOT_SORTED,
+    Fault,
+    positions_text,
+)
 from .finite import (
     BFLOAT16_LOGSUMEXP_TOL,
-    EmptyGeneration,
-    NonFinite,
-    NotNormalised,
     check_scalar,
     check_topk_rows,
     check_values,
     empty_generation,
-    positions_text,
 )
 
 if TYPE_CHECKING:
@@ -95,20 +103,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ABOVE_ZERO_TOL",
-    "EMPTY_GENERATION",
-    "LOGPROB_ABOVE_ZERO",
-    "LOGPROB_COUNT",
-    "LOGPROB_MISMATCH",
     "MATCH_TOL",
-    "NON_FINITE_LATENCY",
-    "NON_FINITE_LOGPROB",
-    "NON_FINITE_SIMILARITY",
     "TOPK_MASS_TOL",
-    "TOPK_NOT_NORMALISED",
-    "TOPK_NOT_SORTED",
-    "Fault",
     "Reading",
-    "aggregate_faults",
     "content_size",
     "empty_fault",
     "generation_faults",
@@ -136,52 +133,14 @@ logsumexp is up to +0.032 (float32 servers: below 0.02)."""
 ABOVE_ZERO_TOL = 1e-6
 """How far above 0 a logprob may be (see the module docstring)."""
 
-NON_FINITE_LOGPROB = "non-finite logprob"
-TOPK_NOT_NORMALISED = "top-k logprobs not normalised"
-LOGPROB_MISMATCH = "logprob does not match its token"
-LOGPROB_COUNT = "logprob count does not match the tokens"
-TOPK_NOT_SORTED = "top-k logprobs not sorted"
-LOGPROB_ABOVE_ZERO = "logprob above 0"
-EMPTY_GENERATION = "empty generation"
-NON_FINITE_LATENCY = "non-finite latency"
-NON_FINITE_SIMILARITY = "non-finite similarity"
 
 _EXAMPLES = 3  # mismatching positions whose values are quoted
 
 
-@dataclass(frozen=True)
-class Fault:
-    """A fault found in what an engine returned: a violation of its own, whatever the
-    thresholds (see the module docstring for each kind of fault).
-
-    A record field of the engine kinds (``faults``), so it is plain data: it crosses xdist
-    and goes into the JSON results as it is.
-    """
-
-    fault: str
-    """What is wrong, one of the names above (``non-finite logprob``, ``empty generation``,
-    ``logprob does not match its token``, ...): the same words start :attr:`text`."""
-    where: str
-    """Which output or measurement (``run 3``, ``the streamed output``, ``c8``)."""
-    text: str
-    """The violation as reported: ``non-finite logprob in run 3 at positions 2, 5 (NaN)``."""
-    positions: list[int] = field(default_factory=list)
-    """The offending indexes (token positions, or requests: :attr:`unit`); empty when the
-    fault has none."""
-    unit: str = "position"
-    """What :attr:`positions` count (``position``, ``request``)."""
-
-    def describe(self) -> str:
-        return self.text
-
-    def detail(self) -> str:
-        """Where, for an aggregate's list: ``run 3 at positions 2, 5``."""
-        at = f" at {positions_text(self.unit, self.positions)}" if self.positions else ""
-        return f"{self.where}{at}"
-
-
-def _from_problem(fault: str, where: str, problem: NonFinite | NotNormalised) -> Fault:
-    return Fault(fault, where, problem.describe(), list(problem.positions), problem.unit)
+def _named(fault: Fault, name: str) -> Fault:
+    """``fault`` grouped under ``name`` (a non-finite top-k logprob is a ``non-finite
+    logprob`` of the engine kinds, whatever the quantity its text names)."""
+    return fault if fault.fault == name else replace(fault, fault=name)
 
 
 # ------------------------------------------------------------------ logprobs
@@ -266,7 +225,7 @@ def _mismatch_fault(where: str, found: list[tuple[int, float, float, str]]) -> F
         LOGPROB_MISMATCH,
         where,
         f"{LOGPROB_MISMATCH} in {where} at {at} ({examples}{more})",
-        positions,
+        tuple(positions),
     )
 
 
@@ -357,7 +316,7 @@ def shape_faults(
                 where,
                 f"{TOPK_NOT_SORTED} in {where} at {positions_text('position', positions)} "
                 f"({examples}{more})",
-                positions,
+                tuple(positions),
             )
         )
     above = _above_zero(chosen, top, tol)
@@ -371,7 +330,7 @@ def shape_faults(
                 where,
                 f"{LOGPROB_ABOVE_ZERO} in {where} at {positions_text('position', positions)} "
                 f"({examples}{more})",
-                positions,
+                tuple(positions),
             )
         )
     return faults
@@ -399,13 +358,14 @@ def logprob_faults(
     reported = reported_logprobs(chosen, top)
     if reported is not None:
         values = [0.0 if v is None else v for v in reported]
-        bad = check_values(f"logprob in {where}", values, allow_neg_inf=True)
+        bad = check_values("logprob", values, allow_neg_inf=True, where=where)
         if bad is not None:
-            faults.append(_from_problem(NON_FINITE_LOGPROB, where, bad))
+            faults.append(bad)
     if top is not None:
-        for problem in check_topk_rows(f"top-k logprobs in {where}", top, tol=TOPK_MASS_TOL):
-            name = NON_FINITE_LOGPROB if isinstance(problem, NonFinite) else TOPK_NOT_NORMALISED
-            faults.append(_from_problem(name, where, problem))
+        for row in check_topk_rows("top-k logprobs", top, tol=TOPK_MASS_TOL, where=where):
+            faults.append(
+                row if row.fault == TOPK_NOT_NORMALISED else _named(row, NON_FINITE_LOGPROB)
+            )
         if chosen is not None:
             found = mismatched_positions(chosen, top, keys, keyed_by=keyed_by, tol=tol)
             if found:
@@ -483,8 +443,9 @@ def is_empty(text: str, token_ids: Sequence[int] | None, finish_reason: str | No
     return text == "" and (token_ids is None or content_size(text, token_ids, finish_reason) == 0)
 
 
-def one_side_empty(a: Output, b: Output, *, a_name: str, b_name: str) -> EmptyGeneration | None:
-    """:class:`~.finite.EmptyGeneration` when exactly one of ``a`` and ``b`` is empty
+def one_side_empty(a: Output, b: Output, *, a_name: str, b_name: str) -> Fault | None:
+    """An ``empty generation`` fault (:func:`~.finite.empty_generation`, its ``where`` the
+    empty side) when exactly one of ``a`` and ``b`` is empty
     (:func:`is_empty`; two empty outputs agree). The other's size is counted by
     :func:`content_size`, without the end-of-sequence token: in tokens when both carry token
     ids, else in characters (at least 1: a non-empty output of tokens without text)."""
@@ -501,11 +462,8 @@ def one_side_empty(a: Output, b: Output, *, a_name: str, b_name: str) -> EmptyGe
 
 def empty_fault(a: Output, b: Output, *, a_name: str, b_name: str) -> Fault | None:
     """An ``empty generation`` fault when exactly one of ``a`` and ``b`` is empty
-    (:func:`one_side_empty`)."""
-    found = one_side_empty(a, b, a_name=a_name, b_name=b_name)
-    if found is None:
-        return None
-    return Fault(EMPTY_GENERATION, found.empty, found.describe(), [], "position")
+    (:func:`one_side_empty`, the one rule of every kind)."""
+    return one_side_empty(a, b, a_name=a_name, b_name=b_name)
 
 
 # ------------------------------------------------------------------ measurements
@@ -515,39 +473,10 @@ def latency_fault(where: str, latencies: Sequence[float]) -> Fault | None:
     """``non-finite latency at requests 3, 7 (NaN)``: NaN or ``inf`` (either sign) among the
     requests' latencies (by request index), e.g. from a broken clock."""
     bad = check_values("latency", latencies, unit="request")
-    return None if bad is None else _from_problem(NON_FINITE_LATENCY, where, bad)
+    return None if bad is None else replace(bad, where=where)
 
 
 def similarity_fault(where: str, value: float) -> Fault | None:
     """``non-finite similarity of chat vs completions (NaN)`` when ``value`` is not finite."""
     bad = check_scalar(f"similarity of {where}", value)
-    return None if bad is None else Fault(NON_FINITE_SIMILARITY, where, bad.describe())
-
-
-# ------------------------------------------------------------------ aggregate
-
-
-def aggregate_faults(
-    per_item: Sequence[tuple[str, Sequence[Fault]]],
-    *,
-    n_items: int | None = None,
-    item_unit: str = "prompts",
-    shown: int = 5,
-) -> list[str]:
-    """One line per kind of fault over the items, e.g. ``non-finite logprob in 2 of 20
-    prompts: r003 (run 3 at positions 2, 5), r007 (run 0 at position 0)``. ``per_item`` is
-    ``(item label, its faults)``; ``n_items`` defaults to ``len(per_item)``. Empty when no
-    item has a fault, so ``bool(result)`` is the gate."""
-    total = len(per_item) if n_items is None else n_items
-    groups: dict[str, list[tuple[str, Fault]]] = {}
-    for label, faults in per_item:
-        for fault in faults:
-            groups.setdefault(fault.fault, []).append((label, fault))
-    lines = []
-    for name, members in groups.items():
-        items = {label for label, _ in members}
-        details = [f"{label} ({fault.detail()})" for label, fault in members[:shown]]
-        if len(members) > shown:
-            details.append("...")
-        lines.append(f"{name} in {len(items)} of {total} {item_unit}: {', '.join(details)}")
-    return lines
+    return None if bad is None else replace(bad, fault=NON_FINITE_SIMILARITY, where=where)

@@ -115,7 +115,7 @@ class Degenerate:
 @dataclass(frozen=True)
 class DegenerateScan:
     """What an item's generations showed: how many it scanned and its findings. An item's
-    record of it (:attr:`..checks.protocol.Outcome.degenerate`)."""
+    record of it (:attr:`..checks.framework.outcome.Outcome.degenerate`)."""
 
     generations: int = 0
     found: list[Degenerate] = field(default_factory=list)

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..records import OMIT_WHEN_EMPTY
-from .consistency import Fault, empty_fault, is_empty, read_generation, reported_logprobs
+from .consistency import empty_fault, is_empty, read_generation, reported_logprobs
 from .degenerate import Degenerate, DegenerateScan
+from .faults import Fault
 from .finite import strict_max
 from .past_tie import AfterTie
 from .sameness import compare_outputs

@@ -3,16 +3,18 @@
 One home for the fail-closed checks on numbers that come out of an engine or out of a
 metric:
 
+Each finding is a :class:`~.faults.Fault` (the one fault type, :mod:`.faults`):
+
 * NaN anywhere, or ``+inf``, in logprobs, KL, similarity or latency is a violation of its
-  own, named (:class:`NonFinite`, e.g. ``non-finite KL at positions 2, 5 (NaN)``). A ``-inf``
+  own, named (``non-finite KL at positions 2, 5 (NaN)``, :func:`~.faults.non_finite`). A ``-inf``
   *logprob* for a single token is legitimate (probability 0); a ``-inf`` KL, similarity or
   latency is not (``allow_neg_inf``).
 * A full-vocabulary logprob row must normalise: its logsumexp must be within a tolerance of
-  0 (:class:`NotNormalised`). This also catches logprobs that do not belong to the
-  distribution (logits passed as logprobs, a shifted or truncated row) and a row that is all
-  ``-inf`` (no mass at all).
+  0 (``test logprobs do not normalise at ...``, :func:`~.faults.not_normalised`). This also
+  catches logprobs that do not belong to the distribution (logits passed as logprobs, a
+  shifted or truncated row) and a row that is all ``-inf`` (no mass at all).
 * An empty generation where the other side has tokens is a divergence
-  (:class:`EmptyGeneration`), never a pass.
+  (:func:`empty_generation`, :func:`~.faults.empty_generation_fault`), never a pass.
 * :func:`strict_max` / :func:`strict_mean`: a max or mean that is NaN when any value is NaN
   (Python's ``max`` keeps its first argument when compared with a later NaN, so
   ``max([0.0, nan])`` is ``0.0``).
@@ -39,21 +41,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .faults import KIND_ORDER, Fault, Kind, empty_generation_fault, non_finite, not_normalised
+
 __all__ = [
     "BFLOAT16_LOGSUMEXP_TOL",
     "TOPK_LOGSUMEXP_TOL",
-    "EmptyGeneration",
-    "Kind",
-    "NonFinite",
-    "NotNormalised",
-    "Problem",
-    "aggregate_problems",
     "check_logprob_rows",
     "check_scalar",
     "check_topk_rows",
@@ -63,17 +60,11 @@ __all__ = [
     "logsumexp_tolerance",
     "non_finite_kinds",
     "non_finite_positions",
-    "problem_from_dict",
+    "row_faults",
     "row_logsumexp",
-    "row_problems",
     "strict_max",
     "strict_mean",
 ]
-
-Kind = Literal["nan", "+inf", "-inf"]
-_KIND_ORDER: tuple[Kind, ...] = ("nan", "+inf", "-inf")
-_KIND_LABEL = {"nan": "NaN", "+inf": "+inf", "-inf": "-inf"}
-_SHOWN = 10  # positions spelled out in a description before "... (N in all)"
 
 BFLOAT16_LOGSUMEXP_TOL = 0.5
 """Row-normalisation tolerance for rows computed in bfloat16 (see the module docstring)."""
@@ -83,133 +74,6 @@ TOPK_LOGSUMEXP_TOL = 0.02
 much): a top-k list is read from a float32 row, which may be off by the float32 row
 tolerance; 0.02 covers vocabularies up to 2^18 tokens (``2^18 * 2^-24 + 1e-4 = 0.0157``).
 Only the upper side is checked: a top-k list holds less than the whole mass."""
-
-
-def positions_text(unit: str, positions: Sequence[int]) -> str:
-    """``positions 2, 5`` (``position 3``; past ten: ``..., (N in all)``)."""
-    shown = ", ".join(str(p) for p in positions[:_SHOWN])
-    if len(positions) > _SHOWN:
-        shown += f", ... ({len(positions)} in all)"
-    return f"{unit}{'' if len(positions) == 1 else 's'} {shown}"
-
-
-@dataclass(frozen=True)
-class NonFinite:
-    """Non-finite values in one quantity of one item.
-
-    Attributes:
-        what: the quantity, e.g. ``"KL"``, ``"test logprobs"``, ``"similarity"``, ``"latency"``.
-        positions: indexes of the offending values (positions, rows, runs: see ``unit``), in
-            increasing order; empty for a single scalar.
-        kinds: which non-finite values occur, in the order ``nan``, ``+inf``, ``-inf``.
-        unit: what an index counts, singular (``"position"``, ``"run"``, ``"request"``).
-    """
-
-    what: str
-    positions: tuple[int, ...]
-    kinds: tuple[Kind, ...]
-    unit: str = "position"
-
-    def describe(self) -> str:
-        """``non-finite KL at positions 2, 5 (NaN)``; ``non-finite similarity (NaN)``."""
-        kinds = ", ".join(_KIND_LABEL[k] for k in self.kinds)
-        where = f" at {positions_text(self.unit, self.positions)}" if self.positions else ""
-        return f"non-finite {self.what}{where} ({kinds})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": "non-finite", **asdict(self)}
-
-
-@dataclass(frozen=True)
-class NotNormalised:
-    """Full-vocabulary logprob rows whose logsumexp is not within ``tol`` of 0.
-
-    Attributes:
-        what: e.g. ``"test logprobs"``.
-        positions: the rows (positions) that do not normalise, increasing.
-        logsumexp: each such row's logsumexp (natural log of its total probability); ``-inf``
-            for a row that is all ``-inf``.
-        tol: the tolerance that was applied.
-    """
-
-    what: str
-    positions: tuple[int, ...]
-    logsumexp: tuple[float, ...]
-    tol: float
-    unit: str = "position"
-
-    def describe(self) -> str:
-        """``test logprobs do not normalise at position 3 (logsumexp +0.5; tolerance ...)``."""
-        values = ", ".join(f"{v:+.3g}" for v in self.logsumexp[:_SHOWN])
-        if len(self.logsumexp) > _SHOWN:
-            values += ", ..."
-        return (
-            f"{self.what} do not normalise at {positions_text(self.unit, self.positions)} "
-            f"(logsumexp {values}; tolerance {self.tol:.3g})"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": "not-normalised", **asdict(self)}
-
-
-@dataclass(frozen=True)
-class EmptyGeneration:
-    """One side generated nothing while the other generated ``other_count`` (> 0) ``unit``."""
-
-    empty: str
-    other: str
-    other_count: int
-    unit: str = "tokens"
-
-    @property
-    def what(self) -> str:
-        return "generation"
-
-    @property
-    def positions(self) -> tuple[int, ...]:
-        return ()
-
-    def describe(self) -> str:
-        """``empty generation: the test generated no tokens while the baseline generated 12``"""
-        return (
-            f"empty generation: {self.empty} generated no {self.unit} while {self.other} "
-            f"generated {self.other_count}"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": "empty-generation", **asdict(self)}
-
-
-Problem = NonFinite | NotNormalised | EmptyGeneration
-
-
-def problem_from_dict(doc: Mapping[str, Any]) -> Problem:
-    """Inverse of ``to_dict()`` (e.g. after a trip through JSON or an xdist worker)."""
-    body = {k: v for k, v in doc.items() if k != "type"}
-    kind = doc.get("type")
-    if kind == "non-finite":
-        return NonFinite(
-            what=str(body["what"]),
-            positions=tuple(int(p) for p in body["positions"]),
-            kinds=tuple(k for k in _KIND_ORDER if k in body["kinds"]),
-            unit=str(body.get("unit", "position")),
-        )
-    if kind == "not-normalised":
-        return NotNormalised(
-            what=str(body["what"]),
-            positions=tuple(int(p) for p in body["positions"]),
-            logsumexp=tuple(float(v) for v in body["logsumexp"]),
-            tol=float(body["tol"]),
-            unit=str(body.get("unit", "position")),
-        )
-    if kind == "empty-generation":
-        return EmptyGeneration(
-            empty=str(body["empty"]),
-            other=str(body["other"]),
-            other_count=int(body["other_count"]),
-            unit=str(body.get("unit", "tokens")),
-        )
-    raise ValueError(f"unknown problem type {kind!r}")
 
 
 # ------------------------------------------------------------------ scalar sequences
@@ -237,27 +101,36 @@ def non_finite_kinds(values: ArrayLike, *, allow_neg_inf: bool = False) -> tuple
         "+inf": bool((x == math.inf).any()),
         "-inf": not allow_neg_inf and bool((x == -math.inf).any()),
     }
-    return tuple(k for k in _KIND_ORDER if present[k])
+    return tuple(k for k in KIND_ORDER if present[k])
 
 
 def check_values(
-    what: str, values: ArrayLike, *, allow_neg_inf: bool = False, unit: str = "position"
-) -> NonFinite | None:
-    """:class:`NonFinite` naming the positions of NaN / ``+inf`` (/ ``-inf``) in ``values``
-    (a sequence of KL values, similarities, latencies, logprobs...), or None if all are fine.
-    """
+    what: str,
+    values: ArrayLike,
+    *,
+    allow_neg_inf: bool = False,
+    unit: str = "position",
+    where: str = "",
+) -> Fault | None:
+    """A ``non-finite {what}`` :class:`~.faults.Fault` naming the positions of NaN / ``+inf``
+    (/ ``-inf``) in ``values`` (a sequence of KL values, similarities, latencies,
+    logprobs...) and ``where`` they are (``non-finite logprob in run 3 at positions 2, 5
+    (NaN)``), or None if all are fine."""
     positions = non_finite_positions(values, allow_neg_inf=allow_neg_inf)
     if not positions:
         return None
     x = _flat(values)[list(positions)]
-    return NonFinite(what, positions, non_finite_kinds(x, allow_neg_inf=allow_neg_inf), unit)
+    kinds = non_finite_kinds(x, allow_neg_inf=allow_neg_inf)
+    return non_finite(what, positions, kinds, unit=unit, where=where)
 
 
-def check_scalar(what: str, value: float, *, allow_neg_inf: bool = False) -> NonFinite | None:
-    """:class:`NonFinite` (with no positions) if ``value`` is NaN, ``+inf`` or (unless
-    ``allow_neg_inf``) ``-inf``; None otherwise."""
+def check_scalar(
+    what: str, value: float, *, allow_neg_inf: bool = False, where: str = ""
+) -> Fault | None:
+    """A ``non-finite {what}`` :class:`~.faults.Fault` (with no positions) if ``value`` is
+    NaN, ``+inf`` or (unless ``allow_neg_inf``) ``-inf``; None otherwise."""
     kinds = non_finite_kinds([value], allow_neg_inf=allow_neg_inf)
-    return NonFinite(what, (), kinds) if kinds else None
+    return non_finite(what, (), kinds, where=where) if kinds else None
 
 
 def strict_max(values: ArrayLike) -> float | None:
@@ -287,14 +160,15 @@ def empty_generation(
     base: str = "the baseline",
     test: str = "the test",
     unit: str = "tokens",
-) -> EmptyGeneration | None:
-    """:class:`EmptyGeneration` when exactly one side generated nothing (two empty
-    generations agree; that is not a divergence). Counts are tokens, or characters
-    (``unit="characters"``) for a text-only comparison."""
+) -> Fault | None:
+    """An ``empty generation`` :class:`~.faults.Fault` (:func:`~.faults.
+    empty_generation_fault`, its ``where`` the empty side) when exactly one side generated
+    nothing (two empty generations agree; that is not a divergence). Counts are tokens, or
+    characters (``unit="characters"``) for a text-only comparison."""
     if base_count == 0 and test_count > 0:
-        return EmptyGeneration(empty=base, other=test, other_count=test_count, unit=unit)
+        return empty_generation_fault(base, test, test_count, unit)
     if test_count == 0 and base_count > 0:
-        return EmptyGeneration(empty=test, other=base, other_count=base_count, unit=unit)
+        return empty_generation_fault(test, base, base_count, unit)
     return None
 
 
@@ -356,32 +230,33 @@ def row_logsumexp(logprobs: ArrayLike, *, chunk_size: int = 128) -> NDArray[np.f
     return out
 
 
-def row_problems(
-    what: str, lse: ArrayLike, tol: float, *, unit: str = "position"
-) -> list[NonFinite | NotNormalised]:
-    """Problems of rows given their logsumexp (from :func:`row_logsumexp`).
+def row_faults(
+    what: str, lse: ArrayLike, tol: float, *, unit: str = "position", where: str = ""
+) -> list[Fault]:
+    """Faults of rows given their logsumexp (from :func:`row_logsumexp`).
 
     A NaN logsumexp means a NaN in the row, ``+inf`` a ``+inf`` in the row: both are
-    :class:`NonFinite` (a row holding both is reported as NaN). Any other row whose
-    logsumexp is not within ``tol`` of 0, an all ``-inf`` row included, is
-    :class:`NotNormalised`.
+    ``non-finite {what}`` (a row holding both is reported as NaN). Any other row whose
+    logsumexp is not within ``tol`` of 0, an all ``-inf`` row included, is ``{what} not
+    normalised`` (:func:`~.faults.not_normalised`).
     """
     x = _flat(lse)
-    out: list[NonFinite | NotNormalised] = []
-    non_finite = check_values(what, x, allow_neg_inf=True, unit=unit)
-    if non_finite is not None:
-        out.append(non_finite)
+    out: list[Fault] = []
+    bad = check_values(what, x, allow_neg_inf=True, unit=unit, where=where)
+    if bad is not None:
+        out.append(bad)
     with np.errstate(invalid="ignore"):
         off = ~np.isnan(x) & (x != math.inf) & (np.abs(x) > tol)
     if off.any():
         idx = np.flatnonzero(off)
         out.append(
-            NotNormalised(
+            not_normalised(
                 what,
-                tuple(int(i) for i in idx),
-                tuple(float(v) for v in x[idx]),
+                [int(i) for i in idx],
+                [float(v) for v in x[idx]],
                 float(tol),
-                unit,
+                unit=unit,
+                where=where,
             )
         )
     return out
@@ -389,12 +264,12 @@ def row_problems(
 
 def check_logprob_rows(
     what: str, logprobs: ArrayLike, *, tol: float | None = None, chunk_size: int = 128
-) -> list[NonFinite | NotNormalised]:
+) -> list[Fault]:
     """Check full-vocabulary logprob rows ``(T, V)`` (natural log).
 
-    Returns the :class:`NonFinite` rows (a NaN anywhere in the row, or a ``+inf``) and the
-    :class:`NotNormalised` rows (logsumexp not within ``tol`` of 0, all ``-inf`` included).
-    Single ``-inf`` entries are fine. ``tol`` defaults to
+    Returns the non-finite rows (a NaN anywhere in the row, or a ``+inf``) and the rows that
+    do not normalise (:func:`row_faults`: logsumexp not within ``tol`` of 0, all ``-inf``
+    included). Single ``-inf`` entries are fine. ``tol`` defaults to
     :func:`logsumexp_tolerance` ``(V)`` for float32 rows; pass ``math.inf`` to check only for
     non-finite values. Empty list when all rows are fine.
     """
@@ -402,7 +277,7 @@ def check_logprob_rows(
     lse = row_logsumexp(x, chunk_size=chunk_size)
     if tol is None:
         tol = logsumexp_tolerance(int(x.shape[1]))
-    return row_problems(what, lse, tol)
+    return row_faults(what, lse, tol)
 
 
 def check_topk_rows(
@@ -410,11 +285,12 @@ def check_topk_rows(
     rows: Sequence[Mapping[Any, float]],
     *,
     tol: float = TOPK_LOGSUMEXP_TOL,
-) -> list[NonFinite | NotNormalised]:
+    where: str = "",
+) -> list[Fault]:
     """Check per-position top-k maps (``token -> logprob``).
 
-    :class:`NonFinite` for a position with a NaN or ``+inf`` logprob; :class:`NotNormalised`
-    for a position whose top-k mass exceeds 1 (logsumexp above ``tol``): such logprobs
+    ``non-finite {what}`` for a position with a NaN or ``+inf`` logprob; ``{what} not
+    normalised`` for a position whose top-k mass exceeds 1 (logsumexp above ``tol``): such logprobs
     cannot belong to one distribution. A top-k list may hold less than the whole mass, so
     only the upper side is checked; ``-inf`` entries (and empty maps) are fine.
     """
@@ -425,50 +301,4 @@ def check_topk_rows(
     # Below the tolerance (however far below 0) is fine for a top-k list; keep NaN and +inf.
     with np.errstate(invalid="ignore"):
         capped = np.where(np.isnan(lse) | (lse > tol), lse, 0.0)
-    return row_problems(what, capped, tol)
-
-
-# ------------------------------------------------------------------ aggregate
-
-
-def aggregate_problems(
-    per_item: Sequence[tuple[str, Sequence[Problem]]],
-    *,
-    n_items: int | None = None,
-    item_unit: str = "prompts",
-    shown: int = 5,
-) -> list[str]:
-    """Suite-level lines, one per kind of problem and quantity, e.g.
-    ``non-finite KL in 2 of 20 prompts: r003 (positions 2, 5), r007 (position 0)``.
-
-    ``per_item`` is ``(item label, its problems)``; ``n_items`` defaults to
-    ``len(per_item)``. Empty when no item has a problem, so ``bool(result)`` is the gate.
-    """
-    total = len(per_item) if n_items is None else n_items
-    groups: dict[tuple[str, str], list[tuple[str, Problem]]] = {}
-    for label, problems in per_item:
-        for problem in problems:
-            groups.setdefault(_heading(problem), []).append((label, problem))
-    lines: list[str] = []
-    for (head, _what), members in groups.items():
-        items = sorted({label for label, _ in members})
-        details = []
-        for label, problem in members[:shown]:
-            where = (
-                f" ({positions_text(problem.unit, problem.positions)})"
-                if not isinstance(problem, EmptyGeneration) and problem.positions
-                else ""
-            )
-            details.append(f"{label}{where}")
-        if len(members) > shown:
-            details.append("...")
-        lines.append(f"{head} in {len(items)} of {total} {item_unit}: {', '.join(details)}")
-    return lines
-
-
-def _heading(problem: Problem) -> tuple[str, str]:
-    if isinstance(problem, NonFinite):
-        return (f"non-finite {problem.what}", problem.what)
-    if isinstance(problem, NotNormalised):
-        return (f"{problem.what} not normalised", problem.what)
-    return ("empty generation", "generation")
+    return row_faults(what, capped, tol, where=where)

@@ -10,6 +10,7 @@ positions in chunks and only ever holds ``O(chunk_size * V)`` float64 temporarie
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,20 +19,27 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .faults import Fault
 from .finite import (
     TOPK_LOGSUMEXP_TOL,
-    Problem,
     check_topk_rows,
     check_values,
     chunk_logsumexp,
     logsumexp_tolerance,
     non_finite_positions,
-    row_problems,
+    row_faults,
 )
+from .keys import ambiguous_key
+from .precision import MASS_TOL, mass_tolerance
 
 __all__ = [
+    "DEFAULT_MASS_TOL",
+    "MassTol",
     "PositionStats",
+    "Tail",
     "position_stats",
+    "side_mass_tol",
+    "tail_term_bound",
     "topk_kl_lower_bound",
     "topk_kl_lower_bound_positions",
     "topk_pair_stats",
@@ -54,7 +62,7 @@ class PositionStats:
     kl: NDArray[np.float64]
     same_top: NDArray[np.bool_]
     delta_p: NDArray[np.float64]
-    problems: tuple[Problem, ...] = ()
+    problems: tuple[Fault, ...] = ()
 
     def __len__(self) -> int:
         return int(self.kl.shape[0])
@@ -181,9 +189,9 @@ def position_stats(
             p_base = np.exp(base_chunk[rows, ids].astype(np.float64))
             p_test = np.exp(test_chunk[rows, ids].astype(np.float64))
         delta_p[start:stop] = p_test - p_base
-    problems: list[Problem] = [
-        *row_problems(f"{base_name} logprobs", lse_base, row_tol),
-        *row_problems(f"{test_name} logprobs", lse_test, row_tol),
+    problems: list[Fault] = [
+        *row_faults(f"{base_name} logprobs", lse_base, row_tol),
+        *row_faults(f"{test_name} logprobs", lse_test, row_tol),
     ]
     kl_problem = check_values("KL", kl)
     if kl_problem is not None:
@@ -226,65 +234,144 @@ def _kl_term(p: float, log_p: float, log_q: float) -> float:
     return p * (log_p - log_q)
 
 
+DEFAULT_MASS_TOL = MASS_TOL["float32"]
+"""How far from 1 the total probability mass of a float32 row is taken to be at most (1e-3:
+mlx's float32 log-softmax was measured 2.5e-4 off at V = 152k). With ``mass_tol=None`` the
+functions below read each top-k side's precision from its values
+(:func:`~.precision.mass_tolerance`: bfloat16 rows are off by up to 0.15, so 0.3)."""
+
+
+@dataclass(frozen=True)
+class Tail:
+    """What is known of one side's tail mass (the probability of every token outside the
+    shared ids): it lies in ``[lo, hi]`` (``lo == hi`` when it is known exactly)."""
+
+    lo: float
+    hi: float
+
+    @staticmethod
+    def of_top_k(shared: float, known: float, mass_tol: float) -> Tail:
+        """The tail of a side known by its top-k, from ``shared`` (its mass on the shared
+        ids) and ``known`` (its mass on every id it reported, ``>= shared``), given that its
+        total mass ``Z`` satisfies ``max(1 - mass_tol, known) <= Z <= max(1, known) +
+        mass_tol``: ``lo = max(1 - mass_tol, known) - shared``, ``hi = max(1, known) +
+        mass_tol - shared`` (each at least 0). A top-k that reports more than 1 in all shows
+        its row's own rounding: the excess is taken as part of the row's mass, and
+        ``mass_tol`` more is allowed above it."""
+        lo = max(1.0 - mass_tol, known) - shared
+        hi = max(1.0, known) + mass_tol - shared
+        return Tail(max(0.0, lo), max(0.0, hi))
+
+    @staticmethod
+    def exact(mass: float) -> Tail:
+        """A tail known exactly (summed from a side's full row)."""
+        return Tail(mass, mass)
+
+
+def tail_term_bound(base: Tail, test: Tail) -> float:
+    """``min x log(x / y)`` over the base tail ``x in [base.lo, base.hi]`` and the test tail
+    ``y in [test.lo, test.hi]``: the smallest the tail bucket's term can be.
+
+    ``f(x, y) = x log(x / y)`` decreases in ``y`` (for ``x > 0``), so ``y = test.hi``; in ``x``
+    it is convex with its minimum at ``x = y / e``, so ``x = clip(test.hi / e, base.lo,
+    base.hi)``. Conventions ``0 log(0 / y) = 0`` and ``x log(x / 0) = inf`` for ``x > 0``
+    (a test tail known to be exactly 0)."""
+    y = test.hi
+    if y <= 0.0:
+        return 0.0 if base.lo <= 0.0 else math.inf
+    x = min(max(y / math.e, base.lo), base.hi)
+    return x * math.log(x / y) if x > 0.0 else 0.0
+
+
+MassTol = float | tuple[float | None, float | None] | None
+"""A mass tolerance for both sides, or ``(base, test)``; None: read from the values."""
+
+
+def side_mass_tol(maps: Sequence[Mapping[Any, float]], chosen: Sequence[float] = ()) -> float:
+    """One side's mass tolerance read from every value it reported (all its positions' top-k
+    and its chosen logprobs: :func:`~.precision.mass_tolerance`). A side's precision is its
+    engine's, so all positions vote: a position whose only value is ``0.0`` does not tell."""
+    return mass_tolerance(itertools.chain((v for m in maps for v in m.values()), chosen))
+
+
+def _tol(mass_tol: MassTol, side: int, top: Mapping[Any, float]) -> float:
+    tol = mass_tol[side] if isinstance(mass_tol, tuple) else mass_tol
+    return mass_tolerance(top.values()) if tol is None else tol
+
+
 def topk_kl_lower_bound(
     base_top: Mapping[int, float],
     test_top: Mapping[int, float],
     *,
-    tail_tol: float = 1e-6,
+    mass_tol: MassTol = None,
+    base_tail: float | None = None,
+    test_tail: float | None = None,
 ) -> float:
     """Lower bound of ``KL(base || test)`` at one position from the two sides' top-k lists.
 
-    Each mapping is ``token id -> natural-log probability`` for that side's top-k tokens.
-    Nothing is renormalised. Let ``S`` be the ids present in *both* maps. The vocabulary is
-    partitioned into ``|S| + 1`` buckets: one per id in ``S`` and a tail bucket holding every
-    other token, with::
+    Each mapping is ``token id -> natural-log probability`` for the tokens that side
+    reported (or ``token text -> ...`` for a server that returns no ids). Nothing is
+    renormalised. Let ``S`` be the ids present in *both* maps and ``T`` every other token of
+    the vocabulary (the tail). A text key that may name more than one token
+    (:func:`~.keys.ambiguous_key`: ``\ufffd``, ``bytes:``, empty, or carried by two entries)
+    is left out of ``S``: the two sides' values under it may be two different tokens'; its
+    mass stays in the side's reported mass ``M``, so in its tail. With ``p``, ``q`` the two sides'
+    probabilities (``exp`` of the logprobs, whatever their total mass)::
 
-        p_base(tail) = 1 - sum_{v in S} p_base(v)
-        p_test(tail) = 1 - sum_{v in S} p_test(v)
+        KL = sum_v p(v) log(p(v) / q(v))
+           >= sum_{v in S} p(v) log(p(v) / q(v)) + P log(P / Q),   P = p(T), Q = q(T)
 
-        KL_S = sum_{v in S} p_base(v) * log(p_base(v) / p_test(v))
-               + P * log(P / Q)
-        P = max(p_base(tail), tail_tol),  Q = max(p_test(tail), tail_tol)
+    by the log-sum inequality on ``T`` (the data-processing inequality over the partition
+    ``{each v in S, T}``; it holds for any positive measures, normalised or not). ``P`` and
+    ``Q`` are not reported: each side's tail is only known to lie in an interval
+    (:class:`Tail`), and the bound takes the smallest tail term over both intervals
+    (:func:`tail_term_bound`)::
 
-    with ``0 log(0 / q) = 0`` and ``p log(p / 0) = +inf`` for ``p > 0`` on the shared tokens.
-    Merging tokens into buckets can only lose information, so by the data-processing
-    (log-sum) inequality the bucketed KL is at most ``KL(base || test)`` over the full
-    vocabulary: this is a *lower bound* of the true KL, tight when the top-k lists cover nearly
-    all the mass. The result is clamped at ``>= 0``.
+        KL_S = sum_{v in S} p(v) log(p(v) / q(v)) + min_{P in [P_lo, P_hi], Q <= Q_hi} P log(P / Q)
 
-    Tail clamp, the same on both sides. float32 log-softmax rounds the logprob of a
-    near-certain token to exactly 0.0, so a side's computed tail can be 0 (or slightly
-    negative) although its true tail is positive; clamping only one side (as before) made
-    ``p log(p / 0) = inf`` while the true KL was finite (0.0018 in the reported case). Both
-    tails are floored at ``tail_tol``, so the tail term is always finite and the result is
-    finite whenever no shared token has ``p_base > 0 = p_test``, i.e. whenever the true KL
-    is. Error bound, assuming a tail computed below ``tail_tol`` is truly at most
-    ``tail_tol``:
+    For a side known by its top-k, with ``M_S`` its mass on ``S`` and ``M`` on every id it
+    reported: ``[max(1 - mass_tol, M) - M_S, max(1, M) + mass_tol - M_S]``, ``mass_tol``
+    given (one for both sides, or ``(base, test)``), or read from that side's values'
+    precision where None (:func:`~.precision.mass_tolerance`: 1e-3 for float32 rows, 0.3
+    for bfloat16 ones; a position whose only value is ``0.0`` does not tell: the functions
+    over positions read a side's precision from all of them, :func:`side_mass_tol`)
+    (:meth:`Tail.of_top_k`); for a side whose full row is known, its exact tail
+    (``base_tail`` / ``test_tail``: the mass of that side's tokens outside ``S``, i.e. outside
+    the other map's ids when both maps hold the same ids). So the result never exceeds the
+    full-vocabulary KL of rows whose total mass is within ``mass_tol`` of 1 (of ``M`` when a
+    top-k reports more than 1), whatever their rounding: the float32 tail ``1 - M_S`` that
+    rounding made 0 or negative is not floored to a made-up value (the former floor could
+    put the bound above the true KL), and a test tail that rounding made too small cannot
+    inflate the tail term. The price: a slack of at most about ``mass_tol / e`` nats where
+    both tails are below ``mass_tol``, and a tail term read at ``Q_hi`` rather than ``Q``.
+    The result is clamped at ``>= 0`` (a KL of two distributions is never negative; rows that
+    do not sum to exactly 1 can give a full-vocabulary sum slightly below 0, of the order of
+    their normalisation error).
 
-    * the result exceeds the true KL by less than ``tail_tol``. With ``p``, ``q`` the true
-      tails and ``f(x) = x log(x / q)``: both below the floor, the tail term becomes 0 where
-      ``f(p) >= p - q > -tail_tol``; only the base tail below the floor, the term is
-      ``f(tail_tol)`` and ``f(tail_tol) - f(p) <= (tail_tol - p) * max(0, 1 + log(tail_tol /
-      q)) < tail_tol`` (mean value theorem, ``q >= tail_tol``);
-    * when only the test tail is below the floor, the tail term is ``P log(P / tail_tol)``
-      instead of ``P log(P / q)``: it under-reports by ``P log(tail_tol / q) >= 0``, the part
-      float32 could not resolve (still a lower bound).
+    ``0 log(0 / q) = 0``; ``p log(p / 0) = +inf`` for ``p > 0`` on a shared token (the full KL
+    is infinite too).
 
-    A tail computed from float32 logprobs is uncertain by about the rows' normalisation error
-    (:func:`~.finite.logsumexp_tolerance`, up to ~1e-3 measured for ``V = 152k``), so the tail
-    term of a near-certain position carries that noise; ``tail_tol`` is not meant to hide it.
+    Fail closed: a NaN or ``+inf`` logprob anywhere in either map, or a NaN or ``+inf`` exact
+    tail (a full row holding one outside ``S``), gives NaN (such a list is not a
+    distribution; :func:`~.finite.check_topk_rows` and the row checks name it). ``-inf``
+    entries are legitimate.
 
-    Fail closed: a NaN or ``+inf`` logprob anywhere in either map gives NaN (such a list is
-    not a distribution; :func:`~.finite.check_topk_rows` names it). ``-inf`` entries are
-    legitimate.
+    Raises:
+        ValueError: if ``mass_tol`` is given and not ``>= 0``.
     """
-    if tail_tol <= 0.0:
-        raise ValueError(f"tail_tol must be > 0, got {tail_tol}")
-    for value in (*base_top.values(), *test_top.values()):
+    for tol in mass_tol if isinstance(mass_tol, tuple) else (mass_tol,):
+        if tol is not None and not tol >= 0.0:
+            raise ValueError(f"mass_tol must be >= 0, got {tol}")
+    exact_tails = [t for t in (base_tail, test_tail) if t is not None]
+    for value in (*base_top.values(), *test_top.values(), *exact_tails):
         x = float(value)
         if math.isnan(x) or x == math.inf:
             return math.nan
-    shared = [tok for tok in base_top if tok in test_top]
+    shared = [
+        tok
+        for tok in base_top
+        if tok in test_top and not ambiguous_key(tok, base_top) and not ambiguous_key(tok, test_top)
+    ]
     log_b = [float(base_top[tok]) for tok in shared]
     log_t = [float(test_top[tok]) for tok in shared]
     p_b = [math.exp(x) for x in log_b]
@@ -292,19 +379,33 @@ def topk_kl_lower_bound(
     terms = [_kl_term(p, lp, lq) for p, lp, lq in zip(p_b, log_b, log_t, strict=True)]
     if math.inf in terms:
         return math.inf
-    tail_b = max(tail_tol, 1.0 - math.fsum(p_b))
-    tail_t = max(tail_tol, 1.0 - math.fsum(p_t))
-    terms.append(tail_b * math.log(tail_b / tail_t))
-    return max(0.0, math.fsum(terms))
+    tails = [
+        Tail.exact(exact)
+        if exact is not None
+        else Tail.of_top_k(
+            math.fsum(on_shared),
+            math.fsum(math.exp(float(v)) for v in top.values()),
+            _tol(mass_tol, side, top),
+        )
+        for side, (exact, on_shared, top) in enumerate(
+            ((base_tail, p_b, base_top), (test_tail, p_t, test_top))
+        )
+    ]
+    tail = tail_term_bound(tails[0], tails[1])
+    if tail == math.inf:
+        return math.inf
+    return max(0.0, math.fsum([*terms, tail]))
 
 
 def topk_kl_lower_bound_positions(
     base: Sequence[Mapping[int, float]],
     test: Sequence[Mapping[int, float]],
     *,
-    tail_tol: float = 1e-6,
+    mass_tol: MassTol = None,
 ) -> NDArray[np.float64]:
-    """:func:`topk_kl_lower_bound` for each position; returns a ``(T,)`` float64 array.
+    """:func:`topk_kl_lower_bound` for each position (both sides known by their top-k, each
+    row's mass within ``mass_tol`` of 1; None: each side's from all its positions' values,
+    :func:`side_mass_tol`); returns a ``(T,)`` float64 array.
 
     Raises:
         ValueError: if the two sequences have different lengths.
@@ -314,9 +415,23 @@ def topk_kl_lower_bound_positions(
             f"base and test must have one top-k map per position, got {len(base)} and "
             f"{len(test)} positions"
         )
+    tols = _sides_tol(mass_tol, (base, ()), (test, ()))
     return np.array(
-        [topk_kl_lower_bound(b, t, tail_tol=tail_tol) for b, t in zip(base, test, strict=True)],
+        [topk_kl_lower_bound(b, t, mass_tol=tols) for b, t in zip(base, test, strict=True)],
         dtype=np.float64,
+    )
+
+
+def _sides_tol(
+    mass_tol: MassTol,
+    base: tuple[Sequence[Mapping[Any, float]], Sequence[float]],
+    test: tuple[Sequence[Mapping[Any, float]], Sequence[float]],
+) -> tuple[float, float]:
+    """Each side's tolerance: given, else :func:`side_mass_tol` over all its positions."""
+    given = mass_tol if isinstance(mass_tol, tuple) else (mass_tol, mass_tol)
+    return (
+        side_mass_tol(*base) if given[0] is None else given[0],
+        side_mass_tol(*test) if given[1] is None else given[1],
     )
 
 
@@ -332,7 +447,7 @@ def topk_pair_stats(
     test_chosen: Sequence[float],
     chosen_ids: Sequence[int],
     *,
-    tail_tol: float = 1e-6,
+    mass_tol: MassTol = None,
     topk_tol: float = TOPK_LOGSUMEXP_TOL,
     base_name: str = "baseline",
     test_name: str = "test",
@@ -344,15 +459,16 @@ def topk_pair_stats(
     its top-k plus the given token ``c = C[t]`` (whose logprob both sides report)::
 
         B_t = base_top[t] + {c: base_chosen[t]},   T_t = test_top[t] + {c: test_chosen[t]}
-        KL_t     = topk_kl_lower_bound(B_t, T_t)
-                 = sum_{v in S} p(v) log(p(v) / q(v)) + P log(P / Q),  S = ids(B_t) & ids(T_t)
-                   with P = max(1 - sum_{v in S} p(v), tail_tol), Q likewise from q
+        KL_t     = topk_kl_lower_bound(B_t, T_t, mass_tol=mass_tol)
+                 = sum_{v in S} p(v) log(p(v) / q(v)) + min P log(P / Q),  S = ids(B_t) & ids(T_t)
+                   over the tails P, Q each side's row allows (mass within mass_tol of 1)
         same_top = argmax(base_top[t]) == argmax(test_top[t])     (ties: the lower id)
         delta_p  = exp(test_chosen[t]) - exp(base_chosen[t])
 
     ``KL_t`` buckets every token outside the ids both sides know (``S``, which holds at
     least ``c``) into one tail, nothing renormalised: a lower bound of the full-vocabulary
-    KL by the data-processing inequality (see :func:`topk_kl_lower_bound`). ``same_top``
+    KL by the data-processing inequality, whatever the rows' rounding within ``mass_tol``
+    (see :func:`topk_kl_lower_bound`). ``same_top``
     and ``delta_p`` are exact: each top-k holds its side's most likely token, and both sides
     report the given token's logprob.
 
@@ -369,6 +485,7 @@ def topk_pair_stats(
         raise ValueError(
             f"need one top-k map and chosen logprob per side and position: {lengths} for {n} tokens"
         )
+    tols = _sides_tol(mass_tol, (base_top, base_chosen), (test_top, test_chosen))
     kl = np.empty(n, dtype=np.float64)
     same_top = np.empty(n, dtype=np.bool_)
     delta_p = np.empty(n, dtype=np.float64)
@@ -379,10 +496,10 @@ def topk_pair_stats(
             raise ValueError(f"position {t}: a top-k is empty")
         base_known.append({**base_top[t], int(token): float(base_chosen[t])})
         test_known.append({**test_top[t], int(token): float(test_chosen[t])})
-        kl[t] = topk_kl_lower_bound(base_known[t], test_known[t], tail_tol=tail_tol)
+        kl[t] = topk_kl_lower_bound(base_known[t], test_known[t], mass_tol=tols)
         same_top[t] = top_one(base_top[t]) == top_one(test_top[t])
         delta_p[t] = math.exp(float(test_chosen[t])) - math.exp(float(base_chosen[t]))
-    problems: list[Problem] = [
+    problems: list[Fault] = [
         *check_topk_rows(f"{base_name} top-k logprobs", base_known, tol=topk_tol),
         *check_topk_rows(f"{test_name} top-k logprobs", test_known, tol=topk_tol),
     ]

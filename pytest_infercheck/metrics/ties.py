@@ -9,7 +9,11 @@ baseline's token and ``b`` the test side's at ``t``:
   From a full-vocabulary row the margin is exact. From a top-k map (a server's top
   logprobs) it is exact when the other side's token is in the map; when it is not, the other
   token's log-probability is at most the smallest of the map, so ``m >= log p(own) -
-  min(top-k)``: that **lower bound** is recorded, and :attr:`Margin.exact` is False.
+  min(top-k)``: that **lower bound** is recorded, and :attr:`Margin.exact` is False. A map
+  keyed by token text is read only through a text that names one token
+  (:func:`~.keys.ambiguous_key`): two byte-fallback tokens both read ``\ufffd``, so the
+  value under such a key may be another token's. Through an ambiguous key a margin is
+  unknown (None) or a lower bound (:func:`top_k_margin`), never exact.
 - **noise floor**: ``max_s |log p_base(x_s) - log p_test(x_s)|`` over the positions ``s``
   before ``t`` (all compared positions when the outputs do not differ), where both sides
   chose the same token ``x_s`` after the same prefix: how far the two engines' numbers move
@@ -33,6 +37,8 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from .keys import ambiguous_key, collided
 
 DivergenceLabel = Literal["near-tie", "decisive", "unknown"]
 LABELS: tuple[DivergenceLabel, ...] = ("near-tie", "decisive", "unknown")
@@ -67,14 +73,37 @@ def top_k_margin(
 ) -> Margin | None:
     """The margin from a top-k map (keyed by id or text): ``log p(own) - log p(other)``,
     each logprob given or read from ``top``; when ``other`` is not in ``top`` and not given,
-    the lower bound ``log p(own) - min(top)``. None when ``log p(own)`` is not known."""
+    the lower bound ``log p(own) - min(top)``. None when ``log p(own)`` is not known.
+
+    A text key is read only when it names one token (:func:`~.keys.ambiguous_key`: not
+    U+FFFD, a lone surrogate, ``bytes:``, empty, nor a text two entries of the row carried):
+
+    - ``own`` and ``other`` the same text (two tokens the texts cannot tell apart) and
+      ``other``'s logprob not given: None;
+    - ``own`` ambiguous and its logprob not given: None (``top[own]`` may be another token's);
+    - ``other`` ambiguous, not given and in ``top``: the value there may be another token's,
+      so no exact margin: ``log p(own) - top[other]`` when the map holds the largest logprob
+      of the entries that carried the text (:class:`~.keys.TextTopK`), else ``log p(own) -
+      max(top)``: each is at least ``log p(other)``, so a lower bound (``exact`` False);
+    - ``other`` ambiguous and not in ``top``: no entry carried that text, so the other token
+      is outside the top-k and ``log p(own) - min(top)`` is a lower bound as for any key.
+    """
     top = top or {}
-    own_lp = own_logprob if own_logprob is not None else top.get(own)
+    if isinstance(own, str) and own == other and other_logprob is None:
+        return None  # two tokens, one text: top[other] is as much own's as other's
+    own_lp = own_logprob
+    if own_lp is None and not ambiguous_key(own, top):
+        own_lp = top.get(own)
     if own_lp is None:
         return None
-    other_lp = other_logprob if other_logprob is not None else top.get(other)
-    if other_lp is not None:
+    if other_logprob is not None:
+        return Margin(float(own_lp) - float(other_logprob))
+    other_lp = top.get(other)
+    if other_lp is not None and not ambiguous_key(other, top):
         return Margin(float(own_lp) - float(other_lp))
+    if other_lp is not None:
+        above = other_lp if other in collided(top) else max(float(v) for v in top.values())
+        return Margin(float(own_lp) - float(above), exact=False)
     if not top:
         return None
     return Margin(float(own_lp) - min(float(v) for v in top.values()), exact=False)

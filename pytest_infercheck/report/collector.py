@@ -58,14 +58,29 @@ URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 
 
 def short_longrepr(report: pytest.TestReport) -> str | None:
-    """The failure or skip reason, at most the last ``LONGREPR_CHARS`` characters."""
+    """The failure or skip reason, at most ``LONGREPR_CHARS`` characters (see
+    :func:`clip_longrepr`)."""
     if report.passed:
         return None
     longrepr = report.longrepr
     if isinstance(longrepr, tuple):  # a skip: (path, line, reason)
         return str(longrepr[2])
-    text = report.longreprtext
-    return text if len(text) <= LONGREPR_CHARS else "…" + text[-LONGREPR_CHARS:]
+    return clip_longrepr(report.longreprtext)
+
+
+HEAD_CHARS = 500
+"""At most this much of a long failure's first line is kept before its tail."""
+
+
+def clip_longrepr(text: str, limit: int = LONGREPR_CHARS) -> str:
+    """``text`` when it fits in ``limit`` characters, else its first line (what failed: ``backend
+    error: server 'x' died ...``, at most :data:`HEAD_CHARS` and half of ``limit``), ``…``,
+    and as much of its end as fits (the last log lines, the assertion)."""
+    if len(text) <= limit:
+        return text
+    head = text.split("\n", 1)[0][: min(HEAD_CHARS, limit // 2)]
+    marker = "\n…\n"
+    return head + marker + text[-(limit - len(head) - len(marker)) :]
 
 
 def stable_argv(argv: list[str]) -> list[str]:

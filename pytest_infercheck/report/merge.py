@@ -6,7 +6,7 @@ of its own. Merging a group:
 - items: the union; the same node id in two shards is an error (the shards overlap), except
   aggregates, which every shard has (each over its own items);
 - every aggregate is recomputed by its kind's
-  :attr:`~..checks.protocol.CheckKind.summarize` (the function the live run calls) from the
+  :attr:`~..checks.framework.kind.CheckKind.summarize` (the function the live run calls) from the
   union of the item records with the check's thresholds, and its suite gates, which the
   shards deferred, are judged on the union, so the merged numbers and verdicts are those of
   the unsharded run (up to float summation order);

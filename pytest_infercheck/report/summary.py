@@ -4,7 +4,7 @@ the engines and the charts, for one or more runs.
 A table has a row per measure and a column per run x the kind's columns (a sweep's levels,
 a stress check's concurrencies), so two runs (old engine, new engine) read side by side.
 Each kind declares its measures, columns, bars, charts and per-item distribution
-(:class:`..checks.protocol.CheckKind`); a kind this report does not know still shows every
+(:class:`..checks.framework.kind.CheckKind`); a kind this report does not know still shows every
 scalar its aggregate recorded.
 """
 

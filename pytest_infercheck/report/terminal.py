@@ -1,5 +1,5 @@
 """The end-of-run terminal summary: each family of check kinds renders its aggregates (see
-:attr:`..checks.protocol.CheckKind.summary_lines`), families in the registry's order. Only
+:attr:`..checks.framework.kind.CheckKind.summary_lines`), families in the registry's order. Only
 the kinds that have aggregates are imported (kinds of one family share their table)."""
 
 from __future__ import annotations

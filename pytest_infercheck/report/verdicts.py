@@ -2,7 +2,7 @@
 ``infercheck-verdicts``): a row per check x suite, a column per test side, level or target,
 each cell the verdict and the number that decided it, linking to the check's detail.
 
-A kind gives its cells (:attr:`..checks.protocol.CheckKind.verdicts`, a comparison's per
+A kind gives its cells (:attr:`..checks.framework.kind.CheckKind.verdicts`, a comparison's per
 test side); otherwise a cell per column of the kind's summary table, judged by the column's
 own ``violations`` when it has them (a stress level), else one cell for the target judged by
 the aggregate. A failed cell shows its first broken gate (value against threshold), a passed

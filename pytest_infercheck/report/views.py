@@ -1,7 +1,7 @@
 """The detail view of one item, from its record (``check, kind, suite, role, name,
 thresholds, violations, data``; see ``collect.SuiteCollector.record``).
 
-Each kind declares a view per role (:attr:`..checks.protocol.CheckKind.views`); anything
+Each kind declares a view per role (:attr:`..checks.framework.kind.CheckKind.views`); anything
 else (and any view that meets data it does not expect) falls back to an escaped key/value
 table, so a new kind or a missing key never breaks a report. Every view ends with the
 thresholds the item was held to and the ones it broke. Passed items are collapsed

@@ -25,7 +25,8 @@ from unittest import mock
 import yaml
 
 from pytest_infercheck.backends import Backend, BackendError
-from pytest_infercheck.checks.framework.kind import CheckKind, HarnessProfile
+from pytest_infercheck.checks.framework.harness import HarnessProfile
+from pytest_infercheck.checks.framework.kind import CheckKind
 from pytest_infercheck.checks.framework.outcome import BACKEND_ERROR, Outcome
 from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
 from pytest_infercheck.config import LoadedMatrix, load_matrix
@@ -82,7 +83,7 @@ def matrix_text(profile: HarnessProfile, shape: str) -> str:
         "backends": backends,
         "suites": [f"./{SUITE_NAME}.jsonl"],
         "settings": dict(profile.settings),
-        "checks": [filled(dict(profile.entry))],
+        "checks": [filled(profile.entry_on(shape))],
     }
     return yaml.safe_dump(doc, sort_keys=False)
 

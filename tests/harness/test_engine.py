@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from pytest_infercheck.backends import GenerationParams, PromptInput
 from pytest_infercheck.backends.capabilities import CachedGeneration, UncachedGeneration
 from pytest_infercheck.backends.http import HttpError
-from pytest_infercheck.checks.framework.kind import Blind, HarnessProfile
-from pytest_infercheck.checks.registry import kind_named
+from pytest_infercheck.checks.framework.harness import Blind, HarnessProfile
+from pytest_infercheck.checks.registry import all_kinds, kind_named
 from pytest_infercheck.structured.records import (
     ChatTurn,
     RequestFailed,
@@ -226,28 +226,27 @@ def test_a_drawn_fault_can_change_the_request_it_aims_at(data: st.DataObject) ->
 
 
 # -- profiles and what the harness reads -------------------------------------------------------
-def test_a_kind_brings_its_own_profile_through_its_spec_facet() -> None:
-    from tests.harness import profiles
-
-    kind = kind_named("tokenization")
-    assert kind is not None and kind.spec.harness is not None
-    assert "tokenization" not in profiles.PROFILES
-    assert profile("tokenization") is kind.spec.harness
+def test_every_kind_brings_its_own_profile_through_its_spec_facet() -> None:
+    for kind in all_kinds():
+        assert kind.spec.harness is not None, kind.name
+        assert profile(kind.name) is kind.spec.harness
 
 
 def test_a_kind_without_a_profile_fails_saying_what_to_add(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tests.harness import profiles
+    from tests.harness import verdicts
 
-    monkeypatch.delitem(profiles.PROFILES, "stress")
+    kind = kind_named("stress")
+    assert kind is not None and kind.spec.harness is not None  # stress brings its own
+    bare = dataclasses.replace(kind, spec=dataclasses.replace(kind.spec, harness=None))
+    monkeypatch.setattr(verdicts, "kind_named", lambda name: bare)
     with pytest.raises(NoProfile, match=r"stress: no harness profile: add `harness=Harness"):
         profile("stress")
-    kind = kind_named("stress")
-    assert kind is not None
     own = HarnessProfile({"stress": {"target": "{target}"}}, blind=(Blind("why", "empty"),))
     spec = dataclasses.replace(kind.spec, harness=own)
-    assert profiles.profile_of(dataclasses.replace(kind, spec=spec)) is own
+    monkeypatch.setattr(verdicts, "kind_named", lambda name: dataclasses.replace(kind, spec=spec))
+    assert profile("stress") is own
     assert own.blind_to("empty", "generate", False, "openai") == "why"
     assert own.blind_to("nan", "generate", False, "openai") is None
 

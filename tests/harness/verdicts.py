@@ -27,12 +27,17 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 
-from pytest_infercheck.checks.framework.kind import HarnessProfile
+from pytest_infercheck.checks.framework.harness import HarnessProfile
 from pytest_infercheck.checks.registry import kind_named
 
 from .faults import STATUS, Fault, Request
-from .profiles import MISSING, profile_of
 from .run import RunResult, Setup, run, setup
+
+MISSING = (
+    "{kind}: no harness profile: add `harness=HarnessProfile(entry=..., blind=...)` to its "
+    "SpecFacet (checks/framework/kind.py: a minimal check entry on {{target}} with its gates "
+    "written, and the faults it cannot see with the reason)"
+)
 
 
 class NoProfile(LookupError):
@@ -42,7 +47,7 @@ class NoProfile(LookupError):
 def profile(name: str) -> HarnessProfile:
     kind = kind_named(name)
     assert kind is not None, name
-    found = profile_of(kind)
+    found = kind.spec.harness
     if found is None:
         raise NoProfile(MISSING.format(kind=name))
     return found

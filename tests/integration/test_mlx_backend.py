@@ -11,7 +11,8 @@ import pytest
 
 from pytest_infercheck.backends import GenerationParams
 from pytest_infercheck.backends.mlx_lm import MlxLmBackend, MlxModelSpec
-from pytest_infercheck.checks.comparison.prompt import TEACHER_FORCED, compare_prompt
+from pytest_infercheck.checks.comparison.gather_prompt import compare_prompt
+from pytest_infercheck.checks.comparison.prompt import TEACHER_FORCED
 from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.suites import Prompt
 

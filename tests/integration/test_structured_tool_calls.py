@@ -9,9 +9,10 @@ own ``json_tools`` parser, chosen from the template). What each returned, as ass
 
 - Every server parses the model's ``<tool_call>`` blocks into ``tool_calls`` on every path
   it offers, the same calls (names and arguments as JSON values; the arguments text is the
-  model's own, ``{"a": 2, "b": 2}``, spacing kept, on llama-server and vLLM), with
-  ``finish_reason: tool_calls`` (messages: ``tool_use``). A zero-argument call is ``"{}"``
-  everywhere, streamed too (no ``""``).
+  model's own, spacing kept, on llama-server and vLLM: ``{"a": 12, "b": 34}`` for ``add 12
+  and 34``, measured by hand on the raw responses), with ``finish_reason: tool_calls``
+  (messages: ``tool_use``). A zero-argument call is ``"{}"`` everywhere, streamed too (no
+  ``""``).
 - llama-server and vLLM (both float32) agree on the calls, the finish reasons and the usage
   of every path (the same prompt ids: the same counts), after a tool result too. They
   differ in the call ids (llama-server 32 random letters and digits, vLLM
@@ -24,9 +25,10 @@ own ``json_tools`` parser, chosen from the template). What each returned, as ass
 - vllm-mlx's streamed messages count 0 input tokens. The model's newline between two calls
   stays as content (``"\\n"``) on mlx_lm.server (both paths) and in vllm-mlx's streams
   (not asserted: whitespace of the model's own).
-- Not asserted here, measured by hand on the same model: vLLM with ``--reasoning-parser
-  qwen3`` as well moves a plain answer without ``<think>`` ("The sum is ...") into
-  ``reasoning`` (content null) on every path, while its calls are unchanged.
+- Not asserted here, measured by hand on the same model (the second tool model): vLLM with
+  ``--reasoning-parser qwen3`` as well moves a plain answer without ``<think>`` (``The sum
+  is 46.`` after the tool result) into ``reasoning`` (content null; ``""`` streamed) on
+  every path, while its calls are unchanged.
 """
 
 from __future__ import annotations

@@ -259,7 +259,8 @@ def test_the_workflow_fails_in_the_merge_when_the_engine_changes(
     items = re.findall(r"failed: (\S+::addition::[a-z]\d+): (.*)", merged.stderr)
     assert any("answer flip correct_to_wrong" in why for _, why in items), merged.stderr
     flip = re.compile(
-        r"adder@local: flip rate [1-9]\d*/60: upper 95% Wilson bound 0\.\d+ > max_rate 0\.1"
+        r"adder@local: flip rate \(upper 95% Wilson bound, [1-9]\d*/60 answered\) 0\.\d+ "
+        r"> flips\.max_rate 0\.1"
     )
     assert any(flip.fullmatch(reason) for _, reason in failed), merged.stderr
     assert merged.stderr.endswith(f"{len(failed) + len(items)} failure(s) in the merged run\n")

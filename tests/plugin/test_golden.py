@@ -75,7 +75,7 @@ def test_record_then_replay_same_and_upgraded_engine(pytester: pytest.Pytester, 
             "*answers (number): reference '69', baseline '69', test '79' -> correct_to_wrong*",
             "*golden:adder-v1 recorded from adder@local on mlx-lm (mlx *); now adder@local: "
             "mlx-lm (*bits*4*",
-            "*flip rate 2/4*> max_rate 0.1*",
+            "*adder@local: flip rate (2/4 answered) 0.5 > flips.max_rate 0.1*",
             "*FAILED*::e12*",
             "*FAILED*::e13*",
             "*FAILED*::aggregate*",

@@ -1,7 +1,8 @@
 """The demo's outcome, as the README states it: 8-bit fails one item (1+0) and passes its
-suite gates; 4-bit fails 9 items and both suite gates; the sweep names q4 (not q8) as its
-degradation cliff and fails q4's 9 items and its mean-KL gate; the engine checks
-(determinism, batch invariance, stress on in-process mlx-lm) pass.
+suite gates, its aggregate failing for that one item; 4-bit fails 9 items and both suite
+gates; the sweep names q4 (not q8) as its degradation cliff and fails q4's 9 items and its
+mean-KL gate (its q8 level passes); every aggregate fails for its failed items; the engine
+checks (determinism, batch invariance, stress on in-process mlx-lm) pass.
 
 The quickstart runs once per module (``quickstart_run``, a subprocess in a copy of
 ``examples/quickstart``, plus a ``--collect-only`` run for the node ids in collection order).
@@ -188,7 +189,7 @@ def test_demo_outcome_is_what_the_readme_says(quickstart_run: QuickstartRun) -> 
     failed = {(i["check"], i["name"]) for i in items if i["outcome"] != "passed"}
     q8 = {name for check, name in failed if check == "compare(bf16-vs-q8)"}
     q4 = {name for check, name in failed if check == "compare(bf16-vs-q4)"}
-    assert q8 == {"e11"}  # 1+0: the one flip; the suite gates pass
+    assert q8 == {"e11", "aggregate"}  # 1+0: the one flip; the suite gates pass
     assert "aggregate" in q4 and len(q4 - {"aggregate"}) == 9
     sweep = {name for check, name in failed if check == "sweep(bf16)"}
     assert sweep == {f"{name}[q4]" for name in q4 - {"aggregate"}} | {"aggregate"}
@@ -200,9 +201,16 @@ def test_demo_outcome_is_what_the_readme_says(quickstart_run: QuickstartRun) -> 
     (q4_gates,) = [
         i for i in items if i["check"] == "compare(bf16-vs-q4)" and i["role"] == "aggregate"
     ]
-    assert len(q4_gates["violations"]) == 2  # flip rate and mean KL
+    assert len(q4_gates["violations"]) == 3  # its failed items, flip rate and mean KL
+    assert q4_gates["violations"][0].startswith("9 of 60 items failed: ")
+    (q8_gates,) = [
+        i for i in items if i["check"] == "compare(bf16-vs-q8)" and i["role"] == "aggregate"
+    ]
+    assert q8_gates["violations"] == [
+        "1 of 60 items failed: e11 (answer flip correct_to_wrong (fail_item_on: correct_to_wrong))"
+    ]  # and no suite gate
     kinds = {i["kind"] for i in items if i["outcome"] == "passed" and i["role"] == "aggregate"}
-    assert kinds == {"compare", "determinism", "batch-invariance", "stress"}  # q8 gates
+    assert kinds == {"determinism", "batch-invariance", "stress"}
 
 
 def test_the_sweeps_cliff_is_q4_with_its_evidence(quickstart_run: QuickstartRun) -> None:
@@ -227,7 +235,9 @@ def test_the_sweeps_cliff_is_q4_with_its_evidence(quickstart_run: QuickstartRun)
     )
     assert (q4["newly_failed"], q4["recovered"], q4["p_value"]) == (9, 0, 2 / 2**9)
     assert q4["failures_rise"] and q4["kl_crosses"] and q4["kl_within"] is False
-    assert sweep["violations"] == ["q4@local: mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005"]
+    failed, gate = sweep["violations"]
+    assert failed.startswith("9 of 121 items failed: ")
+    assert gate == "q4@local: mean KL 0.0151764 > max_mean_kl 0.005"
     cliff_line = "sweep(bf16) addition: degradation cliff: q4@local: failed items 0 -> 9 of 60"
     assert cliff_line in quickstart_run.stdout
 
@@ -268,7 +278,7 @@ def test_the_report_opens_with_the_verdicts(quickstart_run: QuickstartRun, repor
     assert q8.one("span", "ic-deciding").text() == "mean KL 0.0002805 ± 0.0001"
     assert "ic-fail" in q4.classes and q4.one("strong").text() == "fail"
     deciding = q4.one("span", "ic-deciding").text()
-    assert deciding == "mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005"
+    assert deciding == "mean KL 0.0151764 > max_mean_kl 0.005"
     (link,) = {a.attrs["href"] for a in q4.all("a")}
     (target,) = [n for n in page.iter("h3") if n.attrs.get("id") == link.removeprefix("#")]
     assert target.text() == "sweep(bf16) · addition"
@@ -278,8 +288,8 @@ def test_the_report_opens_with_the_verdicts(quickstart_run: QuickstartRun, repor
 
 def test_only_the_failed_level_of_the_sweep_fails(quickstart_run: QuickstartRun) -> None:
     """Terminal: the sweep's q8 row passes (it failed no item and no gate), its q4 row fails;
-    pytest's -rf line of the sweep aggregate starts with q4's broken gate, and a prompt item's
-    with its first violation."""
+    pytest's -rf line of the sweep aggregate starts with its failed items (q4's), and a
+    prompt item's with its first violation."""
     rows = {
         tuple(line.split()[:3]): line.split()[-1]
         for line in summary_section(quickstart_run.stdout)
@@ -290,7 +300,7 @@ def test_only_the_failed_level_of_the_sweep_fails(quickstart_run: QuickstartRun)
     lines = quickstart_run.stdout.splitlines()
     aggregate = "FAILED infercheck.yaml::sweep(bf16)::addition::aggregate - "
     (line,) = [x for x in lines if x.startswith(aggregate)]
-    assert line == aggregate + "q4@local: mean KL 0.0151764 +- 0.0084 > max_mean_kl 0.005"
+    assert line.startswith(aggregate + "9 of 121 items failed: ")
     (item,) = [
         i for i in quickstart_run.results["items"] if i["nodeid"].endswith("q8)::addition::e11")
     ]
@@ -534,7 +544,7 @@ def test_the_quickstart_is_measured_in_its_own_process(quickstart_run: Quickstar
     assert {i["data"]["measured_by"] for i in levels} == {"main"}
 
 
-ANNOTATED = [REPO / "docs" / "tutorials" / "quickstart.md"]
+ANNOTATED = [REPO / "docs" / "tutorials" / "quickstart.md", REPO / "README.md"]
 """Pages that show q4's failed item e12 as pytest prints it, with ``# (n)`` notes."""
 
 

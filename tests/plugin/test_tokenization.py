@@ -19,8 +19,8 @@ import pytest
 
 from pytest_infercheck.backends import Backend, Generation, GenerationParams, PromptInput
 from pytest_infercheck.backends.http import HttpError
-from pytest_infercheck.checks.framework.items import summarize_items
-from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
+from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
+from pytest_infercheck.checks.framework.target import TargetContext
 from pytest_infercheck.checks.tokenization import (
     TOKENIZATION,
     SideCounts,

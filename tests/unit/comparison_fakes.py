@@ -11,7 +11,8 @@ import numpy as np
 
 from pytest_infercheck.backends import Generation, GenerationParams, PromptInput
 from pytest_infercheck.backends.base import Backend, Capabilities
-from pytest_infercheck.checks.comparison.prompt import PromptComparison, compare_prompt
+from pytest_infercheck.checks.comparison.gather_prompt import compare_prompt
+from pytest_infercheck.checks.comparison.prompt import PromptComparison
 from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.suites import Prompt
 

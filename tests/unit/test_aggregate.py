@@ -13,10 +13,11 @@ from pytest_infercheck.checks.comparison.aggregate import (
     aggregate_violations,
     format_aggregate,
 )
+from pytest_infercheck.checks.comparison.judge import item_verdict as item_violations
 from pytest_infercheck.checks.comparison.present import COLUMNS, summary_rows
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
-from pytest_infercheck.checks.comparison.verdicts import describe, item_violations
-from pytest_infercheck.checks.protocol import Outcome
+from pytest_infercheck.checks.comparison.verdicts import describe
+from pytest_infercheck.checks.framework.outcome import Outcome
 from pytest_infercheck.records import plain_data
 from pytest_infercheck.render.table import render_table
 from pytest_infercheck.render.text import safe_text
@@ -89,10 +90,11 @@ def test_item_violations() -> None:
     never = Thresholds.model_validate({"flips": {"fail_item_on": "never"}})
     assert item_violations(a, never) == []
     found = item_violations(a, Thresholds(max_kl=0.1, max_kl_position=0.25, min_similarity=0.5))
-    assert found[:3] == [
+    assert found == [
+        "answer flip correct_to_wrong (fail_item_on: correct_to_wrong)",
         "mean KL 0.2 > max_kl 0.1",
         "max KL_t 0.3 > max_kl_position 0.25",
-        "text similarity 0.0000 < min_similarity 0.5",
+        "text similarity 0 < min_similarity 0.5",
     ]
     wrong_to_correct = RESULTS[2]
     assert item_violations(wrong_to_correct, Thresholds()) == []

@@ -19,7 +19,8 @@ from pytest_infercheck.checks.batch_invariance import (
     trial_labels,
 )
 from pytest_infercheck.checks.batch_invariance.evidence import BatchInvarianceEvidence
-from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
+from pytest_infercheck.checks.framework.items import RecordedItem
+from pytest_infercheck.checks.framework.target import TargetContext
 from pytest_infercheck.config import CheckSpec
 from pytest_infercheck.records import load_record, plain_data
 from tests.unit.engine_verdicts import rescored, violations

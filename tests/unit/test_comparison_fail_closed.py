@@ -13,6 +13,7 @@ empty generations agreeing, and a text-only suite having no mean KL to gate.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -29,10 +30,11 @@ from pytest_infercheck.checks.comparison.aggregate import (
     degradation_cliff,
     self_check_level,
 )
+from pytest_infercheck.checks.comparison.judge import item_verdict as item_violations
 from pytest_infercheck.checks.comparison.present import cliff_lines
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
-from pytest_infercheck.checks.comparison.verdicts import item_violations
-from pytest_infercheck.metrics.finite import NonFinite, NotNormalised
+from pytest_infercheck.metrics.consistency import logprob_faults
+from pytest_infercheck.metrics.faults import non_finite, not_normalised
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.report.views import item_detail
 from pytest_infercheck.specs import Thresholds
@@ -98,14 +100,18 @@ def test_a_nan_kl_that_is_not_first_makes_the_max_nan_and_fails() -> None:
     result = unchanged("a", [0.0, NAN])
     assert result.kl_max is not None and math.isnan(result.kl_max)
     assert item_violations(result, Thresholds(max_kl_position=1.0)) == [
-        "non-finite KL at position 1 (NaN)"
+        "non-finite KL at position 1 (NaN)",
+        # the gate reads a measure that is not finite: it fails too (verdict.gate)
+        "max_kl_position: max KL_t is not finite (nan): fails",
     ]
 
 
 def test_an_all_nan_prompt_fails() -> None:
     result = unchanged("a", [NAN, NAN, NAN])
     assert item_violations(result, Thresholds(max_kl=0.01, max_kl_position=1.0)) == [
-        "non-finite KL at positions 0, 1, 2 (NaN)"
+        "non-finite KL at positions 0, 1, 2 (NaN)",
+        "max_kl: mean KL is not finite (nan): fails",
+        "max_kl_position: max KL_t is not finite (nan): fails",
     ]
 
 
@@ -116,8 +122,8 @@ def test_plus_inf_kl_is_named_and_fails_max_kl() -> None:
     assert result.kl_mean == INF and result.kl_max == INF
     assert item_violations(result, NEVER) == ["non-finite KL at position 1 (+inf)"]
     assert item_violations(result, Thresholds(max_kl=0.5, max_kl_position=1.0))[1:] == [
-        "mean KL inf > max_kl 0.5",
-        "max KL_t inf > max_kl_position 1",
+        "max_kl: mean KL is not finite (inf): fails",
+        "max_kl_position: max KL_t is not finite (inf): fails",
     ]
 
 
@@ -134,7 +140,7 @@ def test_a_row_that_does_not_normalise_fails() -> None:
         "test logprobs do not normalise at position 1 (logsumexp +0.5; tolerance 0.0001)"
     ]
     (problem,) = result.problems
-    assert isinstance(problem, NotNormalised) and problem.positions == (1,)
+    assert problem.fault == "test logprobs not normalised" and problem.positions == (1,)
 
 
 @pytest.mark.parametrize(
@@ -256,34 +262,53 @@ def test_a_nan_top_k_lower_bound_fails() -> None:
         "non-finite KL at position 0 (NaN)",
         # the generation itself, as every check reads it (metrics.consistency)
         "non-finite top-k logprobs in the test output at position 0 (NaN)",
+        "max_kl: mean KL (lower bound) is not finite (nan): fails",
     ]
 
 
 def test_a_non_finite_similarity_fails() -> None:
     result = dataclasses.replace(unchanged("a", [0.0]), similarity=NAN)
     assert item_violations(result, Thresholds(min_similarity=0.5)) == [
-        "non-finite similarity (NaN)"
+        "non-finite similarity (NaN)",
+        "min_similarity: text similarity is not finite (nan): fails",
     ]
 
 
 def test_problems_round_trip_through_json() -> None:
-    """An all -inf row's logsumexp is -inf, null in JSON, -inf again when read."""
+    """A problem is stored as the one fault type; the shape earlier versions wrote (an object
+    with a ``type``; an all -inf row's logsumexp -inf written null) reads back to the same
+    faults, so a results file of the previous version still loads and judges alike."""
     problems = [
-        NonFinite("KL", (2, 5), ("nan",)),
-        NotNormalised("test logprobs", (0, 3), (0.5, -INF), 1e-4),
+        non_finite("KL", (2, 5), ("nan",)),
+        not_normalised("test logprobs", (0, 3), (0.5, -INF), 1e-4),
     ]
     record = dataclasses.replace(unchanged("a", [NAN, 0.0]), problems=problems)
     plain = plain_data(record)
     assert plain["problems"][1] == {
-        "type": "not-normalised",
-        "what": "test logprobs",
+        "fault": "test logprobs not normalised",
+        "where": "",
+        "text": "test logprobs do not normalise at positions 0, 3 "
+        "(logsumexp +0.5, -inf; tolerance 0.0001)",
         "positions": [0, 3],
-        "logsumexp": [0.5, None],
-        "tol": 1e-4,
         "unit": "position",
     }
-    back = load_record(PromptComparison, plain)
+    back = load_record(PromptComparison, json.loads(json.dumps(plain)))
     assert back.problems == problems
+    old = {
+        **plain,
+        "problems": [
+            {"type": "non-finite", "what": "KL", "positions": [2, 5], "kinds": ["nan"]},
+            {
+                "type": "not-normalised",
+                "what": "test logprobs",
+                "positions": [0, 3],
+                "logsumexp": [0.5, None],
+                "tol": 1e-4,
+                "unit": "position",
+            },
+        ],
+    }
+    assert load_record(PromptComparison, old).problems == problems
     assert item_violations(back, NEVER) == [
         "non-finite KL at positions 2, 5 (NaN)",  # the scoring's, kept: not named twice
         "test logprobs do not normalise at positions 0, 3 (logsumexp +0.5, -inf; tolerance 0.0001)",
@@ -303,28 +328,52 @@ def test_a_nan_in_the_suite_fails_the_aggregate_naming_the_prompt() -> None:
     gated = Thresholds.model_validate({"max_mean_kl": 1.0, "flips": {"fail_item_on": "never"}})
     assert aggregate_violations(agg, gated) == [
         "non-finite KL in 1 of 2 prompts: b (position 1)",
-        "mean KL is NaN (non-finite KL_t): not within max_mean_kl 1",
+        "max_mean_kl: mean KL is not finite (nan): fails",
     ]
 
 
 def test_the_aggregate_names_empty_generations_and_rows_that_do_not_normalise() -> None:
     empty = dataclasses.replace(unchanged("c", [0.0]), test_text="", test_ids=[2])
     shifted = dataclasses.replace(
-        unchanged("d", [0.0]), problems=[NotNormalised("test logprobs", (0,), (0.5,), 1e-4)]
+        unchanged("d", [0.0]), problems=[not_normalised("test logprobs", (0,), (0.5,), 1e-4)]
     )
     agg = aggregate([unchanged("a", [0.0]), empty, shifted], NEVER)
     assert agg.n_failed == 2
     assert aggregate_violations(agg, NEVER) == [
-        "empty generation in 1 of 3 prompts: c",
+        "empty generation in 1 of 3 prompts: c (the test (q4@local))",
         "test logprobs not normalised in 1 of 3 prompts: d (position 0)",
     ]
 
 
-def test_a_text_only_suite_has_no_mean_kl_to_gate() -> None:
+def test_the_aggregate_names_each_sides_generation_faults_as_the_engine_kinds_do() -> None:
+    """A side's own generation faults (one fault type with the engine kinds') are grouped in
+    the aggregate with the words the engine kinds use: by fault, naming the item and where
+    in it. Before the one type, a comparison kept them as bare texts and its aggregate
+    listed only the scoring's problems."""
+    (nan,) = logprob_faults("the test output", [-0.5, NAN])
+    faulty = dataclasses.replace(unchanged("e", [0.0]), faults=[nan])
+    agg = aggregate([unchanged("a", [0.0]), faulty], NEVER)
+    assert agg.n_failed == 1
+    assert aggregate_violations(agg, NEVER) == [
+        "non-finite logprob in 1 of 2 prompts: e (the test output at position 1)"
+    ]
+    assert item_violations(faulty, NEVER) == [
+        "non-finite logprob in the test output at position 1 (NaN)"
+    ]
+
+
+def test_a_text_only_suite_fails_a_mean_kl_gate_it_cannot_measure() -> None:
+    """Issue 27: a text-only side has no mean KL; a written max_mean_kl used to be skipped
+    (the suite passed whatever its outputs); now it fails, naming the gate and why. So does
+    min_same_top, which a text comparison has no argmax for."""
     text_only = dataclasses.replace(unchanged("a", []), method="text")
     agg = aggregate([text_only], NEVER)
     assert agg.kl_n == 0 and math.isnan(agg.kl_mean)
-    assert aggregate_violations(agg, Thresholds(max_mean_kl=0.01)) == []
+    assert aggregate_violations(agg, Thresholds(max_mean_kl=0.01, min_same_top=0.9)) == [
+        "max_mean_kl: not measured: method text, 1 of 1 prompts compared by text only: no KL "
+        "over the suite",
+        "min_same_top: not measured: method text: 1 of 1 prompts have no teacher-forced argmax",
+    ]
 
 
 # -- the degradation cliff ----------------------------------------------------------------------
@@ -434,40 +483,16 @@ Run = tuple[list[float] | None, list[dict[int, float]] | None]
 """A run's chosen logprobs and top-k maps."""
 
 
-class _TwoRuns(FakeBackend):
-    """Generates ``46`` (ids 1, 2, 0) twice, with the logprobs of ``runs`` in turn."""
-
-    def __init__(self, runs: list[Run]) -> None:
-        super().__init__("bf16", generation("46", [1, 2, 0]))
-        self.runs = list(runs)
-
-    async def generate(self, prompt, params):  # type: ignore[no-untyped-def]
-        chosen, top = self.runs.pop(0)
-        return generation("46", [1, 2, 0], chosen_logprobs=chosen, top_logprobs=top)
-
-
 def _reproduce(first: Run, second: Run) -> str | None:
-    """The sweep self-check (:meth:`ComparisonRun._reproduce`) of a baseline whose two runs
-    agree on their tokens and carry the logprobs of ``first`` and ``second``."""
-    from types import SimpleNamespace
+    """The sweep self-check (:func:`~pytest_infercheck.checks.comparison.judge.reproduce`)
+    of a baseline whose two runs agree on their tokens and carry the logprobs of ``first``
+    and ``second``."""
+    from pytest_infercheck.checks.comparison.judge import reproduce
 
-    from pytest_infercheck.backends import GenerationParams
-    from pytest_infercheck.checks.comparison.run import ComparisonRun
-    from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
-    from tests.unit.factories import suite_prompt
-
-    cache = GenerationCache()
-    try:
-        run = SimpleNamespace(
-            baseline=ResolvedTarget("bf16@local", ("bf16",), _TwoRuns([first, second])),
-            cache=cache,
-            settings=SimpleNamespace(thinking=False),
-            params=lambda prompt: GenerationParams(max_tokens=8),
-        )
-        run.base_conversation = lambda prompt: ComparisonRun.base_conversation(run, prompt)  # type: ignore[arg-type]
-        return ComparisonRun._reproduce(run, suite_prompt("p1", "12+34="))  # type: ignore[arg-type]
-    finally:
-        cache.close()
+    return reproduce(
+        generation("46", [1, 2, 0], chosen_logprobs=first[0], top_logprobs=first[1]),
+        generation("46", [1, 2, 0], chosen_logprobs=second[0], top_logprobs=second[1]),
+    )
 
 
 TOP = [{1: -0.5}, {2: -0.25}, {0: -1.0}]
@@ -582,7 +607,10 @@ def test_a_top_k_test_side_is_bounded_against_the_baselines_full_rows() -> None:
     top-2 maps: each position's KL is the lower bound from the baseline's full row restricted
     to the test's top-2 ids. Baseline p = (1/2, 1/6, 1/6, 1/6), test top-2 {0: 1/4, 1: 1/4}:
     S = {0, 1}, tails P = 1 - 1/2 - 1/6 = 1/3, Q = 1/2, so
-    KL_S = 1/2 ln 2 + 1/6 ln(2/3) + 1/3 ln(2/3) = 0.346574 - 0.067578 - 0.135155 = 0.143841."""
+    KL_S = 1/2 ln 2 + 1/6 ln(2/3) + 1/3 ln(2/3) = 0.346574 - 0.067578 - 0.135155 = 0.143841.
+    Each tail is read as known only to D = 1e-3 (a float32 row's mass within 1e-3 of 1: the
+    bound stays one for rounded rows): P >= 1/3 - D, Q <= 1/2 + D, and Q / e lies below P's
+    range: 1/2 ln 2 + 1/6 ln(2/3) + (1/3 - D) ln((1/3 - D) / (1/2 + D)) = 0.142584."""
     quarter = math.log(0.25)
     top = {0: quarter, 1: quarter}
     test_caps = Capabilities(top_k_logprobs=2, token_ids=True)
@@ -595,9 +623,12 @@ def test_a_top_k_test_side_is_bounded_against_the_baselines_full_rows() -> None:
     result = compare(base, test)
     assert base.scored == [(PROMPT_IDS, (1, 2, 0))] and test.scored == []
     assert result.method == "top-k-lower-bound"
-    by_hand = 0.5 * math.log(2) + (1 / 6) * math.log(2 / 3) + (1 / 3) * math.log(2 / 3)
-    assert round(by_hand, 6) == 0.143841
-    assert result.kl_per_position == pytest.approx([by_hand] * 3, rel=1e-5)
+    exact = 0.5 * math.log(2) + (1 / 6) * math.log(2 / 3) + (1 / 3) * math.log(2 / 3)
+    assert round(exact, 6) == 0.143841
+    x, y = 1 / 3 - 1e-3, 1 / 2 + 1e-3
+    by_hand = 0.5 * math.log(2) + (1 / 6) * math.log(2 / 3) + x * math.log(x / y)
+    assert round(by_hand, 6) == 0.142584
+    assert result.kl_per_position == pytest.approx([by_hand] * 3, rel=1e-7)  # float32 rows
     assert not result.problems
 
 

@@ -12,17 +12,12 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.checks.comparison.aggregate import aggregate
-from pytest_infercheck.checks.comparison.gates import (
-    UngatedCheckWarning,
-    is_ungated,
-    item_verdict,
-    warn_ungated,
-)
-from pytest_infercheck.checks.comparison.options import DiffThresholds, Thresholds
+from pytest_infercheck.checks.comparison.gates import UngatedCheckWarning, warn_ungated
+from pytest_infercheck.checks.comparison.judge import item_verdict
 from pytest_infercheck.checks.comparison.prompt import IDENTICAL
-from pytest_infercheck.checks.comparison.summary import ComparisonContext, summarize
-from pytest_infercheck.checks.framework.items import summarize_items
-from pytest_infercheck.checks.protocol import RecordedItem
+from pytest_infercheck.checks.comparison.spec import DiffThresholds, Thresholds, is_ungated
+from pytest_infercheck.checks.comparison.summarize import ComparisonContext, summarize
+from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.config import load_matrix
 from pytest_infercheck.metrics.sameness import compare_outputs

@@ -21,6 +21,7 @@ from pytest_infercheck.checks.comparison.aggregate import (
     self_check_level,
     sweep_cliff,
 )
+from pytest_infercheck.checks.comparison.judge import item_verdict
 from pytest_infercheck.checks.comparison.present import (
     FLIP_BARS,
     KL_DISTRIBUTION,
@@ -31,11 +32,9 @@ from pytest_infercheck.checks.comparison.present import (
     summary_lines,
     summary_rows,
 )
-from pytest_infercheck.checks.comparison.prompt import PromptComparison
-from pytest_infercheck.checks.comparison.run import SelfCheckRecord
-from pytest_infercheck.checks.comparison.summary import SweepContext, summarize_sweep
-from pytest_infercheck.checks.framework.items import summarize_items
-from pytest_infercheck.checks.protocol import RecordedItem
+from pytest_infercheck.checks.comparison.prompt import PromptComparison, SelfCheckRecord
+from pytest_infercheck.checks.comparison.summarize import SweepContext, summarize_sweep
+from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.golden.record import GoldenRecording, PromptRecording, SuiteRecording
 from pytest_infercheck.records import load_record, plain_data
@@ -65,7 +64,16 @@ COMPARE_AGGREGATE = ComparisonAggregateRecord(
     "compare", "addition", [LEVEL], ENGINES, tests=["q4@local"]
 )
 CLIFF, STEPS = sweep_cliff(
-    self_check_level([], 2), [LEVEL], [[FLIPPED, UNCHANGED]], Thresholds(max_mean_kl=0.1)
+    self_check_level([], 2),
+    [LEVEL],
+    [
+        frozenset(
+            r.prompt_id
+            for r in (FLIPPED, UNCHANGED)
+            if item_verdict(r, Thresholds(max_mean_kl=0.1))
+        )
+    ],
+    Thresholds(max_mean_kl=0.1),
 )
 SWEEP_AGGREGATE = SweepAggregateRecord(
     "sweep",
@@ -152,6 +160,7 @@ PROMPT_KEYS = [
     "margins_exact",
     "noise_floor",
     "divergence_label",
+    "judged_past",
     "kl_mean",
     "kl_max",
     "same_top_rate",
@@ -266,13 +275,16 @@ def test_recordings_read_as_the_common_golden_recording() -> None:
 
 
 def test_the_kinds_register_their_records_by_role() -> None:
-    assert COMPARE.records == {
+    assert COMPARE.spec.records == {
         "prompt": PromptComparison,
         "aggregate": ComparisonAggregateRecord,
         "record": GoldenRecording,
     }
-    assert DIFF.records == {"prompt": PromptComparison, "aggregate": ComparisonAggregateRecord}
-    assert SWEEP.records == {
+    assert DIFF.spec.records == {
+        "prompt": PromptComparison,
+        "aggregate": ComparisonAggregateRecord,
+    }
+    assert SWEEP.spec.records == {
         "prompt": PromptComparison,
         "aggregate": SweepAggregateRecord,
         "self-check": SelfCheckRecord,
@@ -399,13 +411,15 @@ def _item(
     data: dict[str, Any],
     outcome: str = "passed",
     max_mean_kl: float | None = None,
+    violations: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     extra = {} if max_mean_kl is None else {"max_mean_kl": max_mean_kl}
     return {
         **record_of("sweep", role, data),
+        "violations": list(violations),
         "nodeid": f"{SWEEP_SUITE}::{name}",
         "name": name,
-        "outcome": outcome,
+        "outcome": "failed" if violations and outcome == "passed" else outcome,
         "duration_s": 1.0,
         "worker": None,
         "longrepr": None,
@@ -414,7 +428,12 @@ def _item(
 
 
 def _recorded(name: str, role: str, record: Any) -> RecordedItem:
-    return RecordedItem(role, name, record)
+    """An item as its run recorded it: its record and its violations (a prompt's judged by
+    :func:`~pytest_infercheck.checks.comparison.judge.item_verdict` under
+    :data:`MEAN_KL_GATE`, a self-check's its problems)."""
+    if isinstance(record, SelfCheckRecord):
+        return RecordedItem(role, name, record, violations=tuple(record.problems))
+    return RecordedItem(role, name, record, violations=tuple(item_verdict(record, MEAN_KL_GATE)))
 
 
 CONTEXT = SweepContext(
@@ -446,7 +465,11 @@ def _merged(
         )
         for i, items in enumerate(shards)
     ]
-    prompts = [_item(r.name, r.role, plain_data(r.record)) for items in shards for r in items]
+    prompts = [
+        _item(r.name, r.role, plain_data(r.record), violations=r.violations)
+        for items in shards
+        for r in items
+    ]
     return summarized(SWEEP_KIND, f"{SWEEP_SUITE}::aggregate", aggregates, prompts)
 
 
@@ -458,11 +481,24 @@ def test_a_sweep_merges_into_one_aggregate_with_its_cliff_again() -> None:
     assert SWEEP_AGGREGATE.cliff == "q4@local"  # mean KL 0.2 crosses max_mean_kl 0.1
     clean = _recorded("self-check", "self-check", SelfCheckRecord([], []))
     a, b = (_recorded(r.prompt_id, "prompt", r) for r in (FLIPPED, UNCHANGED))
-    whole = summarize_sweep([clean, a, b], MEAN_KL_GATE, CONTEXT)
-    # the mean-KL gate, q4's own (its level records it without the side's label)
-    gated = dataclasses.replace(LEVEL, violations=aggregate_violations(LEVEL, MEAN_KL_GATE))
-    assert whole.record == dataclasses.replace(SWEEP_AGGREGATE, levels=[gated])
-    assert whole.violations == [f"q4@local: {v}" for v in gated.violations or []] != []
+    whole = summarize_items(SWEEP_KIND, [clean, a, b], MEAN_KL_GATE, CONTEXT)  # type: ignore[arg-type]
+    # the mean-KL gate, q4's own (its level records it without the side's label); a's
+    # flip (correct_to_wrong) fails its item, and with it the aggregate
+    gated = dataclasses.replace(
+        LEVEL, n_failed=1, violations=aggregate_violations(LEVEL, MEAN_KL_GATE)
+    )
+    assert whole.record == dataclasses.replace(
+        SWEEP_AGGREGATE,
+        levels=[gated],
+        cliff_steps=[
+            STEPS[0],
+            dataclasses.replace(STEPS[1], failed=["a"], newly_failed=1, p_value=1.0),
+        ],
+    )
+    assert whole.violations == [
+        "1 of 3 items failed: a (answer flip correct_to_wrong (fail_item_on: correct_to_wrong))",
+        *(f"q4@local: {v}" for v in gated.violations or []),
+    ]
     # the self-check with a, b alone: each shard's aggregate covers its own items
     merged = _merged([[clean, a], [b]])
     assert merged is not None and merged["outcome"] == "failed"
@@ -483,7 +519,7 @@ def test_a_merged_sweep_starts_from_the_self_check_items_record() -> None:
     a, b = (_recorded(r.prompt_id, "prompt", r) for r in (FLIPPED, UNCHANGED))
     merged = _merged([[a], [dirty, b]])
     assert merged is not None
-    whole = summarize_sweep([dirty, a, b], MEAN_KL_GATE, CONTEXT)
+    whole = summarize_items(SWEEP_KIND, [dirty, a, b], MEAN_KL_GATE, CONTEXT)  # type: ignore[arg-type]
     assert merged["data"] == plain_data(whole.record)
     record = load_record(SweepAggregateRecord, merged["data"])
     first, q4 = record.cliff_steps

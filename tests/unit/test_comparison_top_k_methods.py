@@ -13,12 +13,13 @@ import pytest
 
 from pytest_infercheck.backends import Generation
 from pytest_infercheck.backends.base import Capabilities, TopKRow
+from pytest_infercheck.checks.comparison.judge import item_verdict as item_violations
 from pytest_infercheck.checks.comparison.prompt import (
     TEACHER_FORCED_TOP_K,
     TEXT_ONLY,
     TOP_K_LOWER_BOUND,
 )
-from pytest_infercheck.checks.comparison.verdicts import describe, item_violations
+from pytest_infercheck.checks.comparison.verdicts import describe
 from pytest_infercheck.specs import Thresholds
 
 from .comparison_fakes import (
@@ -33,6 +34,8 @@ from .comparison_fakes import (
 )
 
 ln = math.log
+D = 1e-3
+"""A float32 top-k side's mass tolerance (``metrics.kl.DEFAULT_MASS_TOL``)."""
 
 
 class TopKFake(FakeBackend):
@@ -58,13 +61,17 @@ def test_full_rows_against_a_top_k_scorer_are_teacher_forced_top_k() -> None:
     # Baseline p = 1/4 each (full rows); the test side knows its top-1 (id 0: 1/2) and the
     # given token (1/6). At every position K = {0, c}: P = 1/2, Q = 2/3 tail... by hand:
     #   .25 ln(.25/.5) + .25 ln(.25/(1/6)) + .5 ln(.5/(1/3)) = 0.130812 (= the full KL: the
-    #   tail tokens all have the ratio 3/2, so bucketing loses nothing here)
+    #   tail tokens all have the ratio 3/2, so bucketing loses nothing here); the test's
+    #   tail is known only to D = 1e-3 (its row's mass within 1e-3 of 1): Q <= 1/3 + D,
+    #   .5 ln(.5/(1/3 + D)) = 0.202718, 0.130797 in all
     gen = generation("ab", [1, 3])
     base = FakeBackend("base", gen)
     test = TopKFake("test", gen, SKEWED)
     result = compare(base, test)
     assert result.method == TEACHER_FORCED_TOP_K
-    assert np.allclose(result.kl_per_position, [KL_UNIFORM_SKEWED] * 2, atol=1e-7)
+    bound = 0.25 * ln(0.5) + 0.25 * ln(1.5) + 0.5 * ln(0.5 / (1 / 3 + D))
+    assert KL_UNIFORM_SKEWED - bound == pytest.approx(1.5e-3, rel=3e-3)
+    assert np.allclose(result.kl_per_position, [bound] * 2, atol=1e-7)
     assert result.same_top == [True, True]  # argmax of a uniform row: id 0; test top-1: 0
     assert np.allclose(result.delta_p, [1 / 6 - 1 / 4] * 2, atol=1e-7)
     assert test.scored == [(PROMPT_IDS, (1, 3))]
@@ -73,11 +80,15 @@ def test_full_rows_against_a_top_k_scorer_are_teacher_forced_top_k() -> None:
 
 
 def test_two_top_k_scorers_are_teacher_forced_top_k_at_every_position() -> None:
-    # B = {0: .25, c: .25}, T = {0: .5, c: 1/6}: the same 0.130812 as above.
+    # B = {0: .25, c: .25}, T = {0: .5, c: 1/6}: 0.130812 as above with exact tails; known to
+    # D = 1e-3: P in [.499, .501], Q <= 1/3 + D, (1/3 + D) / e below P's range:
+    # .25 ln .5 + .25 ln 1.5 + .499 ln(.499 / (1/3 + D)) = 0.127913
     gen = generation("abc", [1, 2, 3])
     result = compare(TopKFake("base", gen, UNIFORM), TopKFake("test", gen, SKEWED))
     assert result.method == TEACHER_FORCED_TOP_K
-    assert np.allclose(result.kl_per_position, [KL_UNIFORM_SKEWED] * 3, atol=1e-7)
+    bound = 0.25 * ln(0.5) + 0.25 * ln(1.5) + (0.5 - D) * ln((0.5 - D) / (1 / 3 + D))
+    assert bound == pytest.approx(0.127913, abs=1e-6)
+    assert np.allclose(result.kl_per_position, [bound] * 3, atol=1e-7)
     assert np.allclose(result.delta_p, [1 / 6 - 1 / 4] * 3, atol=1e-7)
 
 
@@ -115,11 +126,17 @@ def test_text_keyed_top_k_stops_at_the_first_divergent_token() -> None:
     # prefixes, disjoint top-k: a tail-bucket KL of exactly 0) was averaged in before.
     #   KL_0: S={x,q}: .9 ln(.9/.5) + .05 ln(.05/.4) + tail .05 ln(.05/.1) = 0.3903786
     #   KL_1: S={y,w}: .8 ln(.8/.3) + .1 ln(.1/.6) + tail .1 ln(.1/.1) = 0.6054875
+    # with each tail known to D = 1e-3 (x = P - D nearest Q_hi / e, Q_hi = Q + D):
+    #   KL_0 = ... + .049 ln(.049/.101) = 0.3895942
+    #   KL_1 = ... + .099 ln(.099/.101) = 0.6035074
     base = FakeBackend("base", _text_generation(["x", "y", "z"], BASE_TOPS), capabilities=TEXT_SIDE)
     test = FakeBackend("test", _text_generation(["x", "w", "v"], TEST_TOPS), capabilities=TEXT_SIDE)
     result = compare(base, test)
     assert result.method == TOP_K_LOWER_BOUND
-    assert np.allclose(result.kl_per_position, [0.3903786, 0.6054875], atol=1e-7)
+    kl_0 = 0.9 * ln(0.9 / 0.5) + 0.05 * ln(0.05 / 0.4) + (0.05 - D) * ln((0.05 - D) / (0.1 + D))
+    kl_1 = 0.8 * ln(0.8 / 0.3) + 0.1 * ln(0.1 / 0.6) + (0.1 - D) * ln((0.1 - D) / (0.1 + D))
+    assert [kl_0, kl_1] == pytest.approx([0.3895942, 0.6035074], abs=1e-7)
+    assert np.allclose(result.kl_per_position, [kl_0, kl_1], atol=1e-9)
     assert "first differing token 1" in result.method_note
     assert result.kl_mean is not None and result.kl_mean > 0.001
     assert item_violations(result, Thresholds(max_kl=0.001))
@@ -170,7 +187,7 @@ def test_a_side_without_logprobs_is_named() -> None:
 
 def test_a_text_only_comparison_says_why_the_backend_gave_no_logprobs() -> None:
     """The backend's own reason (a server's logprob negotiation) is part of the note."""
-    from pytest_infercheck.checks.comparison.prompt import _text_only_reason
+    from pytest_infercheck.checks.comparison.scoring import text_only_reason as _text_only_reason
 
     with_top = Generation("a", None, "stop", [-0.1], [{"a": -0.1}], top_keys="text")
     without = Generation("a", None, "stop")

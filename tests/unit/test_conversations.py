@@ -15,13 +15,10 @@ import pytest
 from pytest_infercheck.backends import Generation, GenerationParams, PromptInput
 from pytest_infercheck.backends.base import Backend, BackendError, Message, chat_input
 from pytest_infercheck.backends.openai_compat import chat_messages, messages_payload
-from pytest_infercheck.checks.comparison.gates import item_verdict
-from pytest_infercheck.checks.comparison.options import DiffThresholds
-from pytest_infercheck.checks.comparison.turns import (
-    compare_turns,
-    final_turn,
-    first_divergent_turn,
-)
+from pytest_infercheck.checks.comparison.gather_prompt import gather_turns
+from pytest_infercheck.checks.comparison.judge import final_turn, item_verdict
+from pytest_infercheck.checks.comparison.spec import DiffThresholds
+from pytest_infercheck.checks.comparison.turns import first_divergent_turn, judge_turns
 from pytest_infercheck.conversation import Turn, concrete, generated_indices, history
 from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.suites import SuiteError, derive_prompt_id, load_suite
@@ -258,7 +255,8 @@ def test_turns_compare_each_generated_turn_on_the_baselines_history(tmp_path: Pa
     params = GenerationParams(max_tokens=4)
     try:
         conv = cache.conversation(baseline, prompt, False, params)
-        turns, faults, readings = compare_turns(cache, baseline, other, prompt, conv, params, False)
+        gathered = gather_turns(cache, baseline, other, prompt, conv, params, False)
+        turns, faults, readings = judge_turns(gathered)
     finally:
         cache.close()
     assert faults == []
@@ -357,7 +355,8 @@ def test_an_empty_or_non_finite_earlier_turn_fails_the_item_naming_it(
     params = GenerationParams(max_tokens=4)
     try:
         conv = cache.conversation(baseline, prompt, False, params)
-        _, faults, _ = compare_turns(cache, baseline, other, prompt, conv, params, False)
+        gathered = gather_turns(cache, baseline, other, prompt, conv, params, False)
+        _, faults, _ = judge_turns(gathered)
     finally:
         cache.close()
-    assert len(faults) == 1 and faults[0].startswith(named), faults
+    assert len(faults) == 1 and faults[0].text.startswith(named), faults

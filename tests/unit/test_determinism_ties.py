@@ -18,7 +18,7 @@ from pytest_infercheck.checks.determinism import (
     summarize,
 )
 from pytest_infercheck.checks.determinism.evidence import DeterminismEvidence
-from pytest_infercheck.checks.protocol import RecordedItem
+from pytest_infercheck.checks.framework.items import RecordedItem
 from pytest_infercheck.config import CheckSpec
 from pytest_infercheck.metrics.determinism import (
     DeterminismSummary,

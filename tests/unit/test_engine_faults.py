@@ -25,10 +25,10 @@ from pytest_infercheck.checks.batch_invariance import BatchInvarianceGather, Bat
 from pytest_infercheck.checks.cache_pollution import HostileRecord
 from pytest_infercheck.checks.cache_pollution.gather import CachePollutionGather
 from pytest_infercheck.checks.determinism import DeterminismGather, DeterminismPrompt
+from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
 from pytest_infercheck.checks.parity import ParityPrompt
 from pytest_infercheck.checks.parity.gather import EndpointGather, StreamGather
-from pytest_infercheck.checks.protocol import ItemPlan
 from pytest_infercheck.config import CheckSpec, Settings
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.suites import Prompt, Suite

@@ -32,6 +32,7 @@ from pytest_infercheck.golden import (
     write_golden,
 )
 from pytest_infercheck.golden.writer import merge_payloads
+from pytest_infercheck.metrics.kl import DEFAULT_MASS_TOL as D
 from pytest_infercheck.metrics.topk_full import topk_vs_full_stats
 from pytest_infercheck.suites import Prompt
 from pytest_infercheck.yamlpos import SourceError
@@ -41,13 +42,15 @@ LN = math.log
 
 # -- the lower bound -------------------------------------------------------------------------
 def test_topk_vs_full_hand_computed() -> None:
-    # position 0: golden top-2 {0: .6, 1: .3} (tail .1), test [.5, .25, .2, .05]
-    # position 1: golden top-1 {2: .7} (tail .3), test [.1, .6, .3, 0] -> argmaxes differ
+    # position 0: golden top-2 {0: .6, 1: .3} (tail .1 to within D = 1e-3), test
+    #   [.5, .25, .2, .05] (tail .25, summed); .25 / e = .092 < (.1 - D): x = (.1 - D)
+    # position 1: golden top-1 {2: .7} (tail .3 to within D), test [.1, .6, .3, 0] (tail .7);
+    #   .7 / e = .258 < (.3 - D): x = (.3 - D) -> argmaxes differ
     base_top = [{0: LN(0.6), 1: LN(0.3)}, {2: LN(0.7)}]
     test = np.log(np.array([[0.5, 0.25, 0.2, 0.05], [0.1, 0.6, 0.3, 1e-300]]))
     stats = topk_vs_full_stats(base_top, [LN(0.6), LN(0.7)], test, [0, 2])
-    kl0 = 0.6 * LN(0.6 / 0.5) + 0.3 * LN(0.3 / 0.25) + 0.1 * LN(0.1 / 0.25)
-    kl1 = 0.7 * LN(0.7 / 0.3) + 0.3 * LN(0.3 / 0.7)
+    kl0 = 0.6 * LN(0.6 / 0.5) + 0.3 * LN(0.3 / 0.25) + (0.1 - D) * LN((0.1 - D) / 0.25)
+    kl1 = 0.7 * LN(0.7 / 0.3) + (0.3 - D) * LN((0.3 - D) / 0.7)
     assert stats.kl == pytest.approx([kl0, kl1], abs=1e-12)
     assert stats.same_top.tolist() == [True, False]
     assert stats.delta_p == pytest.approx([0.5 - 0.6, 0.3 - 0.7], abs=1e-12)

@@ -20,8 +20,6 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 import pytest_infercheck
 
 PACKAGE = Path(pytest_infercheck.__file__).parent
@@ -193,10 +191,7 @@ NOT_KINDS = (f"{ROOT}.checks.framework", f"{ROOT}.checks.registry")
 
 
 def is_kind_module(name: str) -> bool:
-    """A module of a check kind (``checks/<kind>``: being ported to facets elsewhere), or
-    the legacy kinds' protocol (``checks/protocol.py``, typed with config's classes as the
-    kinds that subclass it are; it goes away with the last legacy kind); not the framework
-    or the registry."""
+    """A module of a check kind (``checks/<kind>``); not the framework or the registry."""
     return name.startswith(KIND_PACKAGE) and not name.startswith(NOT_KINDS)
 
 
@@ -262,15 +257,8 @@ def test_no_import_circle_but_through_the_kinds() -> None:
     assert not found, "import circles:\n" + described(graph, found)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="circles through kind modules being ported to facets elsewhere: inside "
-    "checks/comparison (prompt <-> turns, aggregate <-> gates), and config -> registry -> "
-    "framework.legacy -> checks/protocol.py -> config (the legacy kinds' protocol is typed "
-    "with config's classes, as the kinds that subclass it are): remove this mark once the "
-    "kinds import ..matrix and the legacy protocol is gone",
-)
 def test_no_import_circle() -> None:
+    """No circle anywhere: top-level, type-only and function-local imports all count."""
     found = tangles(GRAPH)
     assert all(all(is_kind_module(m) for m in tangle) for tangle in found), described(GRAPH, found)
     assert not found, "import circles:\n" + described(GRAPH, found)
@@ -309,11 +297,62 @@ def test_the_framework_and_the_layers_below_config_do_not_import_it() -> None:
     assert _upward(below) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kind modules being ported elsewhere still annotate with config's classes: they "
-    "import CheckSpec, LoadedMatrix, Settings, Target from ..matrix instead",
-)
 def test_no_kind_imports_the_layers_above_it() -> None:
     kinds = [name for name in GRAPH if is_kind_module(name)]
     assert _upward(kinds) == []
+
+
+IO_MODULES = tuple(
+    f"{ROOT}.{name}"
+    for name in (
+        "generation_cache",
+        "backends.http",
+        "backends.llama_server",
+        "backends.vllm",
+        "backends.mlx",
+        "backends.openai_compat",
+        "backends.sglang",
+        "backends.ollama",
+        "backends.endpoint_probe",
+        "backends.hostile",
+        "checks.framework.requests",
+        "checks.framework.run",
+        "structured.client",
+        "structured.probe",
+        "shared_work",
+        "fixtures",
+    )
+)
+"""The modules that send requests, hold live backends or run a gather facet."""
+
+
+def reached_at_run_time(start: str) -> dict[str, str]:
+    """Every module ``start`` imports when it runs (top-level and function-local imports,
+    transitively; type-only imports are not run), each with the module that imports it."""
+    via: dict[str, str] = {start: start}
+    todo = deque([start])
+    while todo:
+        name = todo.popleft()
+        for edge in GRAPH.get(name, []):
+            if edge.how != "type" and edge.target not in via:
+                via[edge.target] = name
+                todo.append(edge.target)
+    return via
+
+
+def test_every_kind_judges_and_summarizes_without_reaching_io() -> None:
+    """A prompt's path to its verdict does all its I/O before judging: each kind's ``judge``
+    and ``summarize`` facets never import (even through others) a module that sends
+    requests, holds a backend or gathers (its gather facet, the generation cache, the
+    backends' clients). Before, structured-parity's spec reached tokenization's gather facet
+    (through its package) and stress's measures reached the request runner."""
+    from pytest_infercheck.checks.registry import all_kinds
+
+    found = []
+    for kind in all_kinds():
+        for facet in (kind.judge, kind.summarize):
+            via = reached_at_run_time(facet.__module__)
+            for name, parent in via.items():
+                if name.startswith(IO_MODULES) or name.endswith(".gather"):
+                    found.append(f"{kind.name}: {facet.__module__} reaches {name} (via {parent})")
+    assert found == [], "\n".join(found)

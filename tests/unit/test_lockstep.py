@@ -7,7 +7,10 @@ tiny models, on mlx CPU:
   baseline and for each test model's own continuation (tails after the first divergence);
 - its statistics equal today's separately scored teacher-forced statistics
   (``score_sync`` on both sides, then ``position_stats``) within :data:`KL_TOL` /
-  :data:`DELTA_P_TOL`, with the same top tokens: measured on the quickstart's prompts;
+  :data:`DELTA_P_TOL`, with the same top tokens, and so do the test side's most likely token
+  and both margins at every position (:mod:`pytest_infercheck.metrics.forced`, what a
+  comparison reads at and after the first divergence instead of scoring) within
+  :data:`MARGIN_TOL`: measured on the quickstart's prompts;
 - EOS and ``max_tokens`` per sequence;
 - groups stepped at once, each on its own mlx stream (as comparisons run them on a
   multi-core CPU), equal one batch bit for bit, however the prompts are split.
@@ -32,6 +35,7 @@ from pytest_infercheck.backends.mlx_lockstep import (
     lockstep,
     lockstep_groups,
 )
+from pytest_infercheck.metrics.forced import ForcedStats, forced_full
 from pytest_infercheck.metrics.kl import position_stats
 
 pytest.importorskip("mlx_lm")
@@ -43,6 +47,10 @@ quickstart's 60 prompts (bf16 vs 8-bit and 4-bit, mlx 0.32 CPU): a difference of
 at every position. The tolerance leaves room for another mlx version's kernels."""
 DELTA_P_TOL = 1e-6
 """The same for delta-p (probabilities), also measured exactly 0."""
+
+MARGIN_TOL = 1e-6
+"""The same for the margins (nats): measured exactly 0 on the quickstart (bf16 logprobs move
+in steps of 1/32, so a difference would show)."""
 
 QUICKSTART_SUITE = REPO / "examples" / "quickstart" / "addition.jsonl"
 
@@ -90,6 +98,9 @@ def _assert_bit_identical(together: LockstepResult, alone: list[LockstepResult])
             assert np.array_equal(a.same_top, b.same_top)
             assert np.array_equal(a.delta_p, b.delta_p)
             assert a.problems == b.problems == ()
+            assert isinstance(a, ForcedStats) and isinstance(b, ForcedStats)
+            assert a.forced == b.forced  # the argmax and margins, bit for bit
+            assert len(a.forced) == len(together.baseline[j].token_ids or [])
 
 
 def test_batched_equals_one_at_a_time_bf16_and_4bit(tiny_models: dict[str, Path]) -> None:
@@ -170,20 +181,31 @@ def test_statistics_equal_separate_scoring_on_the_quickstart(
     assert len(texts) == 60
     ids = [base.lockstep_ids(base.render_sync(t, None, False)) for t in texts]
     result = lockstep(base.stepper(), [q8.stepper(), q4.stepper()], ids, [8] * len(ids))
-    kl_diff = dp_diff = 0.0
+    kl_diff = dp_diff = margin_diff = 0.0
+    disagreeing = 0
     for k, test in enumerate((q8, q4)):
         for j, prompt_ids in enumerate(ids):
             continuation = result.baseline[j].token_ids or []
-            separate = position_stats(
-                base.score_sync(prompt_ids, continuation),
-                test.score_sync(prompt_ids, continuation),
-                continuation,
-            )
+            base_rows = base.score_sync(prompt_ids, continuation)
+            test_rows = test.score_sync(prompt_ids, continuation)
+            separate = position_stats(base_rows, test_rows, continuation)
             mine = result.stats[k][j]
             assert np.array_equal(mine.same_top, separate.same_top)
             kl_diff = max(kl_diff, float(np.max(np.abs(mine.kl - separate.kl))))
             dp_diff = max(dp_diff, float(np.max(np.abs(mine.delta_p - separate.delta_p))))
+            assert isinstance(mine, ForcedStats)
+            scored = forced_full(base_rows, test_rows, continuation)
+            assert mine.forced.test_top == scored.test_top
+            disagreeing += len(scored.disagreements())
+            pairs = [
+                (mine.forced.base_margin, scored.base_margin),
+                (mine.forced.test_margin, scored.test_margin),
+            ]
+            for a, b in pairs:
+                margin_diff = max(margin_diff, float(np.max(np.abs(np.subtract(a, b)))))
     assert kl_diff <= KL_TOL and dp_diff <= DELTA_P_TOL, (kl_diff, dp_diff)
+    assert margin_diff <= MARGIN_TOL, margin_diff
+    assert disagreeing > 0  # q8 and q4 disagree with bf16 somewhere: margins were compared
 
 
 def test_eos_and_max_tokens_per_sequence(tiny_models: dict[str, Path]) -> None:

@@ -11,8 +11,6 @@ import pytest
 
 from pytest_infercheck.backends.base import Generation
 from pytest_infercheck.metrics.consistency import (
-    Fault,
-    aggregate_faults,
     content_size,
     empty_fault,
     generation_faults,
@@ -23,6 +21,7 @@ from pytest_infercheck.metrics.consistency import (
     reported_logprobs,
     similarity_fault,
 )
+from pytest_infercheck.metrics.faults import Fault, aggregate_faults
 
 NAN, INF = math.nan, math.inf
 
@@ -47,7 +46,7 @@ def test_non_finite_chosen_logprobs_are_named_with_their_positions() -> None:
     faults = logprob_faults("run 3", [-0.5, NAN, -INF, INF, -1.0, NAN])
     assert texts(faults) == ["non-finite logprob in run 3 at positions 1, 3, 5 (NaN, +inf)"]
     (fault,) = faults
-    assert (fault.fault, fault.where, fault.positions) == ("non-finite logprob", "run 3", [1, 3, 5])
+    assert (fault.fault, fault.where, fault.positions) == ("non-finite logprob", "run 3", (1, 3, 5))
     assert fault.detail() == "run 3 at positions 1, 3, 5"
     # -inf alone (probability 0) is legitimate; no logprobs: nothing to check
     assert logprob_faults("run 0", [-INF, -0.25]) == []
@@ -192,4 +191,4 @@ def test_the_aggregate_names_each_kind_of_fault_and_its_items() -> None:
 
 @pytest.mark.parametrize("value", [NAN, INF])
 def test_each_non_finite_chosen_value_alone_is_a_fault(value: float) -> None:
-    assert [f.positions for f in logprob_faults("r", [value])] == [[0]]
+    assert [f.positions for f in logprob_faults("r", [value])] == [(0,)]

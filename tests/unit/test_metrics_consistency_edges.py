@@ -8,13 +8,13 @@ import math
 
 from pytest_infercheck.backends.base import Generation
 from pytest_infercheck.metrics.consistency import (
-    aggregate_faults,
     empty_fault,
     generation_faults,
     logprob_faults,
     mismatched_positions,
     similarity_fault,
 )
+from pytest_infercheck.metrics.faults import aggregate_faults
 
 NAN, INF = math.nan, math.inf
 
@@ -35,7 +35,7 @@ def test_three_mismatches_are_all_quoted_four_are_counted() -> None:
     assert three.text.endswith("position 2: chosen -0.1 above the top-1 -0.5)")
     (four,) = logprob_faults("r", [-0.1] * 4, top, [5] * 4)
     assert four.text.endswith("position 2: chosen -0.1 above the top-1 -0.5; ... (4 in all))")
-    assert four.positions == [0, 1, 2, 3]
+    assert four.positions == (0, 1, 2, 3)
 
 
 def test_positions_after_a_skipped_one_are_still_judged() -> None:
@@ -105,7 +105,7 @@ def test_empty_generation_units_and_counts() -> None:
     one = empty_fault(("", [2], "stop"), ("x", [7, 2], "stop"), a_name="a", b_name="b")
     assert one is not None
     assert one.text == "empty generation: a generated no tokens while b generated 1"
-    assert (one.where, one.positions, one.unit) == ("a", [], "position")
+    assert (one.where, one.positions, one.unit) == ("a", (), "position")
 
 
 def test_the_aggregate_shows_five_items_by_default() -> None:

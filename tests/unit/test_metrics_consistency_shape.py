@@ -138,6 +138,6 @@ def test_a_logprob_above_zero_beyond_the_tolerance_is_a_fault() -> None:
     assert [f.text for f in faults] == [
         "logprob above 0 in x at positions 0, 1 (position 0: 0.01; position 1: 2e-06)"
     ]
-    assert faults[0].positions == [0, 1]
+    assert faults[0].positions == (0, 1)
     # -inf (probability 0) and NaN (a non-finite fault of its own) are not above 0
     assert shape_faults("x", [-math.inf, math.nan], [{1: -math.inf}, {}]) == []

@@ -11,20 +11,22 @@ import warnings
 import numpy as np
 import pytest
 
+from pytest_infercheck.metrics.faults import (
+    aggregate_faults,
+    empty_generation_fault,
+    fault_from_plain,
+    non_finite,
+    not_normalised,
+)
 from pytest_infercheck.metrics.finite import (
-    EmptyGeneration,
-    NonFinite,
-    NotNormalised,
-    aggregate_problems,
     check_logprob_rows,
     check_scalar,
     check_topk_rows,
     empty_generation,
     logsumexp_tolerance,
     non_finite_kinds,
-    problem_from_dict,
+    row_faults,
     row_logsumexp,
-    row_problems,
     strict_mean,
 )
 
@@ -32,40 +34,39 @@ NAN, INF = math.nan, math.inf
 
 
 def test_ten_positions_are_all_shown_eleven_are_cut() -> None:
-    ten = NonFinite("KL", tuple(range(10)), ("nan",))
+    ten = non_finite("KL", tuple(range(10)), ("nan",))
     assert ten.describe() == "non-finite KL at positions 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (NaN)"
-    ten_off = NotNormalised("test logprobs", tuple(range(10)), (0.5,) * 10, 0.1)
+    ten_off = not_normalised("test logprobs", tuple(range(10)), (0.5,) * 10, 0.1)
     assert "(logsumexp " + ", ".join(["+0.5"] * 10) + "; tolerance 0.1)" in ten_off.describe()
-    eleven = NotNormalised("test logprobs", tuple(range(11)), (0.5,) * 11, 0.1)
+    eleven = not_normalised("test logprobs", tuple(range(11)), (0.5,) * 11, 0.1)
     assert eleven.describe().endswith(
         "(11 in all) (logsumexp " + ", ".join(["+0.5"] * 10) + ", ...; tolerance 0.1)"
     )
 
 
 def test_old_records_without_a_unit_get_the_default_and_a_unit_survives() -> None:
-    old = problem_from_dict(
-        {"type": "non-finite", "what": "KL", "positions": [1], "kinds": ["nan"]}
-    )
-    assert old == NonFinite("KL", (1,), ("nan",), "position")
+    old = fault_from_plain({"type": "non-finite", "what": "KL", "positions": [1], "kinds": ["nan"]})
+    assert old == non_finite("KL", (1,), ("nan",))
     doc = {"type": "non-finite", "what": "latency", "positions": [2], "kinds": ["nan"]}
-    assert problem_from_dict({**doc, "unit": "request"}).unit == "request"
+    assert fault_from_plain({**doc, "unit": "request"}).unit == "request"
     off = {"type": "not-normalised", "what": "w", "positions": [0], "logsumexp": [0.5], "tol": 0.1}
-    assert problem_from_dict(off) == NotNormalised("w", (0,), (0.5,), 0.1, "position")
-    assert problem_from_dict({**off, "unit": "request"}).unit == "request"
+    assert fault_from_plain(off) == not_normalised("w", (0,), (0.5,), 0.1)
+    assert fault_from_plain({**off, "unit": "request"}).unit == "request"
     empty = {"type": "empty-generation", "empty": "a", "other": "b", "other_count": 2}
-    assert problem_from_dict(empty) == EmptyGeneration("a", "b", 2, "tokens")
-    assert problem_from_dict({**empty, "unit": "characters"}).unit == "characters"
+    assert fault_from_plain(empty) == empty_generation_fault("a", "b", 2, "tokens")
+    chars = fault_from_plain({**empty, "unit": "characters"})
+    assert chars.text == "empty generation: a generated no characters while b generated 2"
 
 
 def test_minus_inf_counts_unless_allowed() -> None:
     assert non_finite_kinds([-INF]) == ("-inf",)
     assert check_scalar("logprob", -INF, allow_neg_inf=True) is None
-    assert check_scalar("KL", -INF) == NonFinite("KL", (), ("-inf",))
+    assert check_scalar("KL", -INF) == non_finite("KL", (), ("-inf",))
 
 
 def test_one_token_against_none_is_an_empty_generation() -> None:
-    assert empty_generation(1, 0) == EmptyGeneration("the test", "the baseline", 1, "tokens")
-    assert empty_generation(0, 1) == EmptyGeneration("the baseline", "the test", 1, "tokens")
+    assert empty_generation(1, 0) == empty_generation_fault("the test", "the baseline", 1, "tokens")
+    assert empty_generation(0, 1) == empty_generation_fault("the baseline", "the test", 1, "tokens")
 
 
 def test_float64_tolerance_by_hand() -> None:
@@ -79,11 +80,11 @@ def test_rows_past_the_first_chunk_and_the_vocabulary_width_are_computed() -> No
     assert check_logprob_rows("test logprobs", rows) == []
 
 
-def test_row_problems_carry_the_unit_and_the_tolerance_is_inclusive() -> None:
-    assert row_problems("w", [0.5, -0.5], 0.5) == []
-    nan_row, off_row = row_problems("w", [NAN, 0.75], 0.5, unit="request")
-    assert nan_row == NonFinite("w", (0,), ("nan",), "request")
-    assert off_row == NotNormalised("w", (1,), (0.75,), 0.5, "request")
+def test_row_faults_carry_the_unit_and_the_tolerance_is_inclusive() -> None:
+    assert row_faults("w", [0.5, -0.5], 0.5) == []
+    nan_row, off_row = row_faults("w", [NAN, 0.75], 0.5, unit="request")
+    assert nan_row == non_finite("w", (0,), ("nan",), unit="request")
+    assert off_row == not_normalised("w", (1,), (0.75,), 0.5, unit="request")
 
 
 def test_the_fail_closed_paths_raise_no_numpy_warnings() -> None:
@@ -95,19 +96,19 @@ def test_the_fail_closed_paths_raise_no_numpy_warnings() -> None:
         top = check_topk_rows("w", [{1: NAN}, {1: INF}, {1: -INF}, {}])
         mean = strict_mean([INF, -INF])
     assert math.isnan(lse[0]) and lse[1] == INF and lse[2] == -INF and lse[4] == 0.0
-    assert [type(p) for p in problems] == [NonFinite, NotNormalised]
+    assert [p.fault for p in problems] == ["non-finite w", "w not normalised"]
     assert [p.positions for p in top] == [(0, 1)]
     assert mean is not None and math.isnan(mean)
 
 
 def test_aggregate_lists_five_by_default_and_no_positions_for_a_scalar() -> None:
-    nan = NonFinite("KL", (0,), ("nan",))
-    five = aggregate_problems([(f"p{i}", [nan]) for i in range(5)])
+    nan = non_finite("KL", (0,), ("nan",))
+    five = aggregate_faults([(f"p{i}", [nan]) for i in range(5)])
     assert five == [
         "non-finite KL in 5 of 5 prompts: " + ", ".join(f"p{i} (position 0)" for i in range(5))
     ]
-    six = aggregate_problems([(f"p{i}", [nan]) for i in range(6)])
+    six = aggregate_faults([(f"p{i}", [nan]) for i in range(6)])
     assert six[0].endswith("p4 (position 0), ...")
     scalar = check_scalar("similarity", NAN)
     assert scalar is not None
-    assert aggregate_problems([("c1", [scalar])]) == ["non-finite similarity in 1 of 1 prompts: c1"]
+    assert aggregate_faults([("c1", [scalar])]) == ["non-finite similarity in 1 of 1 prompts: c1"]

@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 from pytest_infercheck.metrics.kl import (
+    DEFAULT_MASS_TOL,
     PositionStats,
+    Tail,
     position_stats,
+    tail_term_bound,
     topk_kl_lower_bound,
     topk_kl_lower_bound_positions,
 )
@@ -187,59 +190,94 @@ def test_position_stats_validation(
 
 
 # ------------------------------------------------------------------ top-k lower bound
+# The bound's tails (kl.Tail): a side known by its top-k with mass M_S on the shared ids and
+# M on all it reported has a tail in [max(1 - D, M) - M_S, max(1, M) + D - M_S] (D = mass_tol,
+# read from the values: float64 and float32 values take 1e-3, lists of 0.0 only 0.3); the tail
+# term is min x ln(x / y) over them: y at its top end, x = y / e clipped to the base tail's
+# range.
+D = DEFAULT_MASS_TOL
+
+
+def test_the_default_mass_tolerance() -> None:
+    assert D == 1e-3
 
 
 def test_topk_lower_bound_by_hand_with_tail() -> None:
     base = {1: math.log(0.5), 2: math.log(0.3)}
     test = {1: math.log(0.4), 3: math.log(0.3)}
-    # S = {1}. Buckets: token 1 (0.5 vs 0.4) and tail (1 - 0.5 = 0.5 vs 1 - 0.4 = 0.6).
-    expected = 0.5 * math.log(0.5 / 0.4) + 0.5 * math.log(0.5 / 0.6)
+    # S = {1}. Buckets: token 1 (0.5 vs 0.4) and the tail: base in [1 - D - 0.5, 1 + D - 0.5]
+    # = [0.499, 0.501], test at most 1 + D - 0.4 = 0.601. y / e = 0.221 is below the base
+    # range, so x = 0.499: 0.5 ln(0.5/0.4) + 0.499 ln(0.499 / 0.601) = 0.018763.
+    expected = 0.5 * math.log(0.5 / 0.4) + (0.5 - D) * math.log((0.5 - D) / (0.6 + D))
     assert topk_kl_lower_bound(base, test) == pytest.approx(expected, rel=1e-12)
-    assert expected == pytest.approx(0.0204110, abs=1e-7)
+    assert expected == pytest.approx(0.018763, abs=1e-6)
+    # mass_tol = 0 (rows normalised exactly): the tails are 0.5 and 0.6.
+    exact = 0.5 * math.log(0.5 / 0.4) + 0.5 * math.log(0.5 / 0.6)
+    assert topk_kl_lower_bound(base, test, mass_tol=0.0) == pytest.approx(exact, rel=1e-12)
+    assert exact == pytest.approx(0.0204110, abs=1e-7)
 
 
 def test_topk_lower_bound_two_shared_tokens() -> None:
     base = {0: math.log(0.6), 1: math.log(0.3), 7: math.log(0.05)}
     test = {1: math.log(0.5), 0: math.log(0.2), 9: math.log(0.1)}
-    # S = {0, 1}; base tail = 1 - 0.9 = 0.1, test tail = 1 - 0.7 = 0.3.
-    expected = 0.6 * math.log(0.6 / 0.2) + 0.3 * math.log(0.3 / 0.5) + 0.1 * math.log(0.1 / 0.3)
+    # S = {0, 1}; base tail in [0.099, 0.101], test tail at most 1 + D - 0.7 = 0.301;
+    # y / e = 0.1107 is above the base range: x = 0.101.
+    expected = (
+        0.6 * math.log(0.6 / 0.2)
+        + 0.3 * math.log(0.3 / 0.5)
+        + (0.1 + D) * math.log((0.1 + D) / (0.3 + D))
+    )
     assert topk_kl_lower_bound(base, test) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize(
     ("base", "test", "expected"),
     [
+        # Identical: tails in [0.099, 0.101] on both sides, 0.099 ln(0.099 / 0.101) < 0
+        # -> clamped to 0.
         ({1: math.log(0.7), 2: math.log(0.2)}, {1: math.log(0.7), 2: math.log(0.2)}, 0.0),
-        # Disjoint lists: only the tail bucket, 1 vs 1 -> 0.
+        # Disjoint lists: only the tail bucket, [0.999, 1.001] vs 1.001 -> < 0 -> 0.
         ({1: math.log(0.7)}, {2: math.log(0.7)}, 0.0),
         ({}, {}, 0.0),
         # Shared token with p_test = 0 while p_base > 0 -> inf.
         ({1: math.log(0.5)}, {1: NEG_INF}, math.inf),
-        # Shared token with p_base = 0 contributes 0; tails are 1 vs 0.5:
-        # 1 * ln(1 / 0.5) = ln 2.
-        ({1: NEG_INF}, {1: math.log(0.5)}, LN2),
-        # Test puts all mass on S (logprob 0.0) while base has a real tail (0.5): the test
-        # tail 1 - 1 = 0 is floored at tail_tol = 1e-6 (the base tail 0.5 is above it):
-        # 0.5 ln(0.5 / 1) + 0.5 ln(0.5 / 1e-6) = -0.5 ln 2 + 0.5 (-ln 2 + 6 ln 10)
-        #                                       = -ln 2 + 3 ln 10 = 6.2146 (was inf).
-        ({1: math.log(0.5)}, {1: 0.0}, -LN2 + 3 * math.log(10.0)),
+        # Shared token with p_base = 0 contributes 0. The base list tells no precision (only
+        # -inf): its tail in [1 - 0.3, 1 + 0.3]; the test's at most 0.501; 0.501 / e is below:
+        # 0.7 ln(0.7 / 0.501) = 0.234132 (ln 2 with exact rows).
+        ({1: NEG_INF}, {1: math.log(0.5)}, 0.7 * math.log(0.7 / (0.5 + D))),
+        # Test puts all mass on S (logprob 0.0) while base has a real tail (0.5). A list of
+        # 0.0 only does not tell its precision: its row may hold up to 0.3 outside S (a
+        # bfloat16 row's rounding), so 0.5 ln 0.5 + 0.499 ln(0.499 / 0.3) = -0.0927 -> 0. It
+        # was inf, then 6.2146 with the test tail floored at 1e-6. Told it is float32
+        # (mass_tol 1e-3 on that side): see test_a_float32_test_row_at_logprob_zero.
+        ({1: math.log(0.5)}, {1: 0.0}, 0.0),
     ],
 )
 def test_topk_lower_bound_cases(
     base: dict[int, float], test: dict[int, float], expected: float
 ) -> None:
-    assert topk_kl_lower_bound(base, test) == pytest.approx(expected, abs=1e-12)
+    assert topk_kl_lower_bound(base, test) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_a_float32_test_row_at_logprob_zero() -> None:
+    # As the last case, the test side's mass tolerance given as 1e-3: its tail at most 1e-3:
+    # 0.5 ln 0.5 + 0.499 ln(0.499 / 1e-3) = -0.346574 + 3.100090 = 2.753517
+    value = topk_kl_lower_bound({1: math.log(0.5)}, {1: 0.0}, mass_tol=(None, 1e-3))
+    assert value == pytest.approx(-0.5 * LN2 + 0.499 * math.log(499.0), rel=1e-12)
+    assert value == pytest.approx(2.753517, abs=1e-6)
 
 
 def test_topk_lower_bound_full_coverage_rounding_is_not_inf() -> None:
     # Both lists cover the whole vocabulary; float32 rounding can make the base tail a tiny
-    # positive number while the test tail is 0. That must not become inf.
+    # positive number while the test tail is 0. That must not become inf: the tails are in
+    # [0, ~D] and at most ~D, the tail term at least -D / e (x = y / e).
     p = np.array([0.5, 0.3, 0.2])
     q = np.array([0.2, 0.3, 0.5])
     base = {i: float(np.float32(math.log(x))) for i, x in enumerate(p)}
     test = {i: float(np.float32(math.log(x))) for i, x in enumerate(q)}
     full = 0.5 * math.log(0.5 / 0.2) + 0.2 * math.log(0.2 / 0.5)  # 0.3 ln 1 = 0
-    assert topk_kl_lower_bound(base, test) == pytest.approx(full, rel=1e-5)
+    bound = topk_kl_lower_bound(base, test)
+    assert full - D / math.e - 1e-7 <= bound <= full + 1e-7
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -259,11 +297,19 @@ def test_topk_lower_bound_is_below_full_kl(seed: int) -> None:
     assert bounds.shape == (n_pos,) and bounds.dtype == np.float64
     assert np.all(bounds >= 0.0)
     assert np.all(bounds <= full + 1e-12)
-    # With k = vocab the bound is the full KL.
+    # With k = vocab the bound is the full KL, less at most the slack D / e of two tails
+    # that may each hold up to D; with mass_tol = 1e-12 (float64 rows are normalised to
+    # 1e-16) the full KL to 1e-12 (mass_tol = 0 would trust a row summing to 1 - 1e-16 to
+    # hold nothing outside: an infinite tail term against a base tail of 1e-16).
     base_all = [{i: float(x) for i, x in enumerate(r)} for r in base]
     test_all = [{i: float(x) for i, x in enumerate(r)} for r in test]
+    every = topk_kl_lower_bound_positions(base_all, test_all)
+    assert np.all(every <= full + 1e-12) and np.all(every >= full - D / math.e - 1e-12)
     np.testing.assert_allclose(
-        topk_kl_lower_bound_positions(base_all, test_all), full, rtol=1e-9, atol=1e-12
+        topk_kl_lower_bound_positions(base_all, test_all, mass_tol=1e-12),
+        full,
+        rtol=1e-9,
+        atol=1e-12,
     )
 
 
@@ -344,44 +390,55 @@ def test_float32_zero_logprob_repro_is_finite_and_below_true_kl() -> None:
     # ~ 3.35e-4 * ln(3.35e-4 / 1.1e-7) - 3.4e-4 ~ 2.37e-3.
     true_kl = float(np.sum(np.exp(b64) * (b64 - t64)))
     assert true_kl == pytest.approx(2.368e-3, rel=1e-3)
+    # ... and from the float32 rows the top-k are read from (7e-7 above: their rounding).
+    full32 = float(position_stats(b32[None, :], t32[None, :], [0]).kl[0])
+    assert full32 == pytest.approx(2.369011e-3, rel=1e-6)
 
     # k = 1: S = {0}; base tail 1 - e^-3.376e-4 = 3.375e-4, test tail 1 - e^0 = 0.
     base_top = {0: float(b32[0])}
     test_top = {0: float(t32[0])}
     assert _old_topk_kl_lower_bound(base_top, test_top) == math.inf  # the defect
-    bound = topk_kl_lower_bound(base_top, test_top)
-    # New: test tail floored at 1e-6 like the base tail would be:
-    # p0 ln(p0 / 1) + P ln(P / 1e-6) = (1 - 3.375e-4)(-3.376e-4) + 3.375e-4 ln(337.5)
-    #                                = -3.375e-4 + 1.9652e-3 = 1.6277e-3
+    # Told both rows are float32 to 1e-5 (they are: 1 + 7.8e-7 and 1 + 1.1e-7): the base
+    # tail is in [3.375e-4 - 1e-5, 3.375e-4 + 1e-5], the test tail at most 1e-5; y / e is
+    # below the base range, x = 3.275e-4:
+    # p0 ln(p0 / 1) + x ln(x / 1e-5) = (1 - 3.375e-4)(-3.376e-4) + 3.275e-4 ln(32.75)
+    #                                = -3.375e-4 + 1.1426e-3 = 8.053e-4
+    bound = topk_kl_lower_bound(base_top, test_top, mass_tol=1e-5)
     p0 = math.exp(float(b32[0]))
-    tail = 1.0 - p0
-    expected = p0 * float(b32[0]) + tail * math.log(tail / 1e-6)
+    x = 1.0 - p0 - 1e-5
+    expected = p0 * float(b32[0]) + x * math.log(x / 1e-5)
     assert bound == pytest.approx(expected, rel=1e-12)
-    assert bound == pytest.approx(1.6276e-3, rel=1e-3)
+    assert bound == pytest.approx(8.053e-4, rel=1e-3)
     assert 0.0 < bound <= true_kl
+    # At the default the values must tell: a lone 0.0 does not (the test side may be a
+    # bfloat16 row 30% off), nor does 1e-3 leave room (x = 0 is in the base range): 0.
+    assert topk_kl_lower_bound(base_top, test_top) == 0.0
+    assert topk_kl_lower_bound(base_top, test_top, mass_tol=D) == 0.0
 
-    # Several k: the base's top-k ids, the test side read at those ids (golden replay).
+    # Several k: the base's top-k ids, the test side read at those ids: finite, below the KL.
     order = np.argsort(b32)[::-1]
-    for k in (1, 2, 3, 5, 50):
+    for k in (1, 2, 3, 5, 50, 1000):
         ids = [int(i) for i in order[:k]]
         b_top = {i: float(b32[i]) for i in ids}
         t_top = {i: float(t32[i]) for i in ids}
         value = topk_kl_lower_bound(b_top, t_top)
-        assert math.isfinite(value) and 0.0 < value <= true_kl, k
-    # Near full coverage the bound tends to the float32 full-vocabulary KL, itself 7e-7 above
-    # the float64 one (rounding of the float32 inputs, within tail_tol = 1e-6); k = V:
-    full32 = position_stats(b32[None, :], t32[None, :], [0]).kl[0]
+        assert math.isfinite(value) and 0.0 <= value <= true_kl, k
+    # k = V at 1e-5: both tails in [0, 1e-5]: the full float32 KL less at most 1e-5 / e,
+    # below the float64 KL too.
     all_ids = {i: float(b32[i]) for i in range(1000)}
-    value = topk_kl_lower_bound(all_ids, {i: float(t32[i]) for i in range(1000)})
-    assert value == pytest.approx(full32, rel=1e-9)
-    assert true_kl < value <= true_kl + 1e-6
-    # The golden-replay path gives the same finite value for k = 5, with no problems.
-    ids = [int(i) for i in order[:5]]
-    stats = topk_vs_full_stats(
-        [{i: float(b32[i]) for i in ids}], [float(b32[0])], t32[None, :], [0]
-    )
-    assert 0.0 < stats.kl[0] <= true_kl
-    assert stats.problems == ()
+    every_t = {i: float(t32[i]) for i in range(1000)}
+    value = topk_kl_lower_bound(all_ids, every_t, mass_tol=1e-5)
+    assert full32 - 1e-5 / math.e - 1e-15 <= value <= true_kl
+    # The golden-replay path knows the test row, so its tail exactly (1.135e-7); k = 1 at
+    # 1e-5: p0 ln p0 + x ln(x / 1.135e-7), x = 3.275e-4: 2.2721e-3; k = V the float32 KL.
+    replay = topk_vs_full_stats([base_top], [float(b32[0])], t32[None, :], [0], mass_tol=1e-5)
+    test_tail = float(np.exp(t32[1:].astype(np.float64)).sum())
+    assert test_tail == pytest.approx(1.135e-7, rel=1e-3)
+    assert replay.kl[0] == pytest.approx(p0 * float(b32[0]) + x * math.log(x / test_tail), rel=1e-9)
+    assert replay.kl[0] == pytest.approx(2.2721e-3, rel=1e-4)
+    assert replay.problems == ()
+    every = topk_vs_full_stats([all_ids], [float(b32[0])], t32[None, :], [0])
+    assert every.kl[0] == pytest.approx(full32, rel=1e-12)
 
 
 @pytest.mark.parametrize("k", [1, 2, 5, 20, 50])
@@ -408,30 +465,29 @@ def test_topk_lower_bound_below_true_kl_at_several_k(seed: int, k: int) -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_topk_bound_on_peaked_float32_rows_is_finite_and_within_tail_tol(seed: int) -> None:
-    # Near-certain tokens (logit gaps 15..30) so that float32 tails round to 0 on either
-    # side: the documented bound is KL_true + tail_tol.
+def test_topk_bound_on_peaked_float32_rows_is_finite_and_below_their_kl(seed: int) -> None:
+    # Near-certain tokens (logit gaps 15..30) so that float32 tails round to 0 or below on
+    # either side: the bound stays finite and below the KL of the float32 rows it reads.
     rng = np.random.default_rng(200 + seed)
-    vocab, n_pos, tail_tol = 300, 10, 1e-6
-    floored = 0
+    vocab, n_pos = 300, 10
+    rounded = 0
     for _ in range(n_pos):
         logits_b = rng.standard_normal(vocab)
         logits_t = logits_b + rng.standard_normal(vocab) * 0.5
         logits_b[3] += rng.uniform(15, 30)
         logits_t[3] += rng.uniform(15, 30)
-        b64, t64 = _ls64(logits_b), _ls64(logits_t)
         b32, t32 = _ls32(logits_b), _ls32(logits_t)
-        true_kl = float(np.sum(np.exp(b64) * (b64 - t64)))
+        full32 = float(position_stats(b32[None, :], t32[None, :], [0]).kl[0])
         for k in (1, 3, 10):
             ids = [int(i) for i in np.argsort(b32)[::-1][:k]]
             b_top = {i: float(b32[i]) for i in ids}
             t_top = {i: float(t32[i]) for i in ids}
             tails = [1.0 - math.fsum(math.exp(v) for v in m.values()) for m in (b_top, t_top)]
-            floored += min(tails) < tail_tol
+            rounded += min(tails) <= 0.0
             value = topk_kl_lower_bound(b_top, t_top)
             assert math.isfinite(value)
-            assert value <= true_kl + tail_tol
-    assert floored > 0  # the floor was exercised
+            assert value <= max(full32, 0.0) + 1e-15
+    assert rounded > 0  # a tail rounded to 0 or below was exercised
 
 
 @pytest.mark.parametrize(
@@ -460,19 +516,56 @@ def test_topk_nan_used_to_read_zero() -> None:
     assert out[0] == 0.0 and math.isnan(out[1])
 
 
-def test_topk_both_tails_below_floor_give_zero_tail_term() -> None:
-    # Full coverage on both sides: base tail 1 - 1 = 0 and test tail 1 - (0.2 + 0.8) = 0,
-    # both floored to 1e-6: 1e-6 ln(1e-6 / 1e-6) = 0. KL = 0.6 ln(0.6/0.2) + 0.4 ln(0.4/0.8).
+def test_topk_both_tails_near_zero_cost_at_most_mass_tol_over_e() -> None:
+    # Full coverage on both sides: base tail in [0, D], test tail at most D; the smallest
+    # x ln(x / D) is at x = D / e: -D / e. KL = 0.6 ln(0.6/0.2) + 0.4 ln(0.4/0.8) - D / e.
     base = {1: math.log(0.6), 2: math.log(0.4)}
     test = {1: math.log(0.2), 2: math.log(0.8)}
-    expected = 0.6 * math.log(3.0) + 0.4 * math.log(0.5)
-    assert topk_kl_lower_bound(base, test) == pytest.approx(expected, rel=1e-12)
-    # Base tail (0.5) above the floor against a test tail of 0: P ln(P / 1e-6), not inf,
-    # and a custom floor 1e-3: 0.5 ln(0.5/1) + 0.5 ln(0.5 / 1e-3) = -0.5 ln 2 + 0.5 ln 500
-    value = topk_kl_lower_bound({1: math.log(0.5)}, {1: 0.0}, tail_tol=1e-3)
-    assert value == pytest.approx(-0.5 * LN2 + 0.5 * math.log(500.0), rel=1e-12)
-    with pytest.raises(ValueError, match="tail_tol"):
-        topk_kl_lower_bound(base, test, tail_tol=0.0)
+    exact = 0.6 * math.log(3.0) + 0.4 * math.log(0.5)
+    assert topk_kl_lower_bound(base, test) == pytest.approx(exact - D / math.e, rel=1e-12)
+    # mass_tol = 0: both tails exactly 0 (0 ln 0 = 0): the exact KL.
+    assert topk_kl_lower_bound(base, test, mass_tol=0.0) == pytest.approx(exact, rel=1e-12)
+    # A base tail of 0.5 against a test tail of 0, mass_tol 1e-3: the test tail may be 1e-3,
+    # the base's as low as 0.499: 0.5 ln(0.5/1) + 0.499 ln(0.499 / 1e-3)
+    value = topk_kl_lower_bound({1: math.log(0.5)}, {1: 0.0}, mass_tol=1e-3)
+    assert value == pytest.approx(-0.5 * LN2 + 0.499 * math.log(499.0), rel=1e-12)
+    # ... and mass_tol = 0: a test row known to hold nothing outside S: infinite.
+    assert topk_kl_lower_bound({1: math.log(0.5)}, {1: 0.0}, mass_tol=0.0) == math.inf
+    with pytest.raises(ValueError, match="mass_tol"):
+        topk_kl_lower_bound(base, test, mass_tol=-1e-9)
+    with pytest.raises(ValueError, match="mass_tol"):
+        topk_kl_lower_bound(base, test, mass_tol=math.nan)
+
+
+def test_a_top_k_reporting_more_than_one_counts_its_excess_as_mass() -> None:
+    # The test top-k reports 0.7 + 0.4 = 1.1 (a row whose rounding shows): its row holds at
+    # least 1.1, so its tail outside S = {1} is in [1.1 - 0.7, 1.1 + D - 0.7] = [0.4, 0.401]
+    # (not 1 - 0.7 = 0.3). Base {1: 0.2}: tail in [0.799, 0.801]; y / e is below: x = 0.799.
+    # KL = 0.2 ln(0.2 / 0.7) + 0.799 ln(0.799 / 0.401) = 0.30028; read with the tail 0.3 it
+    # was 0.2 ln(2/7) + 0.8 ln(0.8/0.3) = 0.53411, above any row holding 1.1.
+    value = topk_kl_lower_bound({1: math.log(0.2)}, {1: math.log(0.7), 2: math.log(0.4)})
+    expected = 0.2 * math.log(0.2 / 0.7) + (0.8 - D) * math.log((0.8 - D) / (0.4 + D))
+    assert value == pytest.approx(expected, rel=1e-12)
+    assert value == pytest.approx(0.30028, abs=1e-5)
+    # Swapped: the base reports 1.1, its tail in [0.4, 0.401]; the test's at most 0.801:
+    # 0.7 ln(0.7 / 0.2) + 0.4 ln(0.4 / 0.801) = 0.59917.
+    value = topk_kl_lower_bound({1: math.log(0.7), 2: math.log(0.4)}, {1: math.log(0.2)})
+    expected = 0.7 * math.log(0.7 / 0.2) + 0.4 * math.log(0.4 / (0.8 + D))
+    assert value == pytest.approx(expected, rel=1e-12)
+    assert value == pytest.approx(0.59917, abs=1e-5)
+
+
+def test_tail_term_bound_by_hand() -> None:
+    # y at the top of the test range; x = y / e clipped to the base range.
+    assert tail_term_bound(Tail(0.1, 0.3), Tail(0.0, 0.5)) == pytest.approx(-0.5 / math.e)
+    assert tail_term_bound(Tail(0.3, 0.4), Tail(0.0, 0.5)) == pytest.approx(0.3 * math.log(0.6))
+    assert tail_term_bound(Tail(0.0, 0.1), Tail(0.0, 0.5)) == pytest.approx(0.1 * math.log(0.2))
+    assert tail_term_bound(Tail.exact(0.0), Tail.exact(0.0)) == 0.0
+    assert tail_term_bound(Tail.exact(0.2), Tail.exact(0.0)) == math.inf
+    assert tail_term_bound(Tail.exact(0.0), Tail.exact(0.3)) == 0.0
+    assert Tail.of_top_k(0.5, 0.8, 0.01) == Tail(0.49, 0.51)
+    assert Tail.of_top_k(0.9, 1.2, 0.01) == Tail(pytest.approx(0.3), pytest.approx(0.31))  # type: ignore[arg-type]
+    assert Tail.of_top_k(1.0, 1.0, 0.01) == Tail(0.0, pytest.approx(0.01))  # type: ignore[arg-type]
 
 
 def test_topk_vs_full_stats_names_problems() -> None:
@@ -482,12 +575,15 @@ def test_topk_vs_full_stats_names_problems() -> None:
     stats = topk_vs_full_stats(
         base_top, [math.log(0.6), math.nan], test, [0, 0], base_name="golden", test_name="q4"
     )
-    assert math.isfinite(stats.kl[1])  # the NaN sits outside S and the test tail is 0.25
+    # The NaN sits outside S, in the test tail summed from the row: the tail is not known,
+    # nor the KL (it used to read the tail as 1 - 0.75 = 0.25 and report a number).
+    assert math.isfinite(stats.kl[0]) and math.isnan(stats.kl[1])
     assert stats.violations() == [
         # position 1: 0.9 + 0.3 = 1.2 > 1: logsumexp ln 1.2 = +0.182 > 0.02
         "golden top-k logprobs do not normalise at position 1 (logsumexp +0.182; tolerance 0.02)",
         "non-finite golden chosen logprobs at position 1 (NaN)",
         "non-finite q4 logprobs at position 1 (NaN)",
+        "non-finite KL at position 1 (NaN)",
     ]
 
 

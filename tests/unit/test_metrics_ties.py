@@ -12,10 +12,11 @@ import pydantic
 import pytest
 
 from pytest_infercheck.checks.comparison.aggregate import aggregate, format_aggregate
-from pytest_infercheck.checks.comparison.gates import item_verdict
-from pytest_infercheck.checks.comparison.options import DiffThresholds, Thresholds
+from pytest_infercheck.checks.comparison.judge import item_verdict
+from pytest_infercheck.checks.comparison.judge import item_verdict as item_violations
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
-from pytest_infercheck.checks.comparison.verdicts import describe, item_violations
+from pytest_infercheck.checks.comparison.spec import DiffThresholds, Thresholds
+from pytest_infercheck.checks.comparison.verdicts import describe
 from pytest_infercheck.metrics.ties import (
     Margin,
     count_labels,
@@ -113,6 +114,7 @@ def _diverged(pid: str, margins: list[float | None], label: str | None) -> Promp
         margins=margins,
         noise_floor=0.0004,
         divergence_label=label,
+        judged_past=True,  # teacher-forced past the divergence, no later disagreement
     )
 
 
@@ -131,7 +133,7 @@ def test_fail_on_decisive_passes_only_a_near_tie() -> None:
     # min_similarity only says the texts differ: waived for a near-tie, not for the others
     similar = Thresholds(min_similarity=0.9, fail_on="decisive")
     assert item_violations(TIE, similar) == []
-    assert item_violations(DECISIVE, similar) == ["text similarity 0.0000 < min_similarity 0.9"]
+    assert item_violations(DECISIVE, similar) == ["text similarity 0 < min_similarity 0.9"]
     # every other gate still fails a near-tie
     assert item_violations(TIE, Thresholds(max_kl=0.0001, fail_on="decisive")) == [
         "mean KL 0.001 > max_kl 0.0001"

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_infercheck.metrics.finite import NotNormalised
+from pytest_infercheck.metrics.kl import DEFAULT_MASS_TOL as D
 from pytest_infercheck.metrics.topk_full import topk_vs_full_stats
 
 HALF = [math.log(0.5), math.log(0.5)]
@@ -37,16 +37,21 @@ def test_tied_top_1_is_the_lowest_id_and_same_top_is_boolean() -> None:
     assert stats.same_top.tolist() == [True]
 
 
-def test_tail_floor_and_top_k_tolerance_are_passed_down() -> None:
+def test_mass_tolerance_and_top_k_tolerance_are_passed_down() -> None:
     top, chosen, row = [{0: math.log(0.9)}], [math.log(0.9)], [HALF]
-    shared = 0.9 * math.log(0.9 / 0.5)  # tails: 0.1 (base) and 0.5 (test)
-    floored = topk_vs_full_stats(top, chosen, row, [0], tail_tol=0.2)
-    assert floored.kl[0] == pytest.approx(shared + 0.2 * math.log(0.2 / 0.5), rel=1e-12)
+    shared = 0.9 * math.log(0.9 / 0.5)  # tails: the test's 0.5 (summed), the base's ~0.1
+    # mass_tol = 0.2: the base tail in [max(0.8, 0.9) - 0.9, 1.2 - 0.9] = [0, 0.3]; 0.5 / e =
+    # 0.184 is inside it: the tail term is -0.5 / e.
+    loose = topk_vs_full_stats(top, chosen, row, [0], mass_tol=0.2)
+    assert loose.kl[0] == pytest.approx(shared - 0.5 / math.e, rel=1e-12)
+    # default D = 1e-3: the base tail in [0.099, 0.101]; 0.184 is above it: x = 0.101.
+    default = topk_vs_full_stats(top, chosen, row, [0])
+    assert default.kl[0] == pytest.approx(shared + (0.1 + D) * math.log((0.1 + D) / 0.5), rel=1e-12)
     # a top-k holding 1.05 of mass: logsumexp log(1.05) = 0.0488 > 0.02, but <= 0.1
     heavy = [{0: math.log(0.6), 1: math.log(0.45)}]
     assert topk_vs_full_stats(heavy, [math.log(0.6)], [HALF], [0], topk_tol=0.1).problems == ()
     (problem,) = topk_vs_full_stats(heavy, [math.log(0.6)], [HALF], [0]).problems
-    assert isinstance(problem, NotNormalised)
+    assert problem.fault == "baseline top-k logprobs not normalised"
 
 
 def test_minus_inf_chosen_logprob_is_fine_and_the_test_side_is_named() -> None:
@@ -54,4 +59,4 @@ def test_minus_inf_chosen_logprob_is_fine_and_the_test_side_is_named() -> None:
     assert stats.problems == ()
     assert stats.delta_p[0] == 0.5
     (off,) = topk_vs_full_stats([{0: math.log(0.5)}], [math.log(0.5)], [[0.0, 0.0]], [0]).problems
-    assert isinstance(off, NotNormalised) and off.what == "test logprobs"
+    assert off.fault == "test logprobs not normalised"

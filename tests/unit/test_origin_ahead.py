@@ -17,12 +17,10 @@ import pytest
 
 from pytest_infercheck.backends import Generation, GenerationParams, PromptInput
 from pytest_infercheck.backends.base import Capabilities
+from pytest_infercheck.checks.comparison.gather_prompt import compare_prompt
 from pytest_infercheck.checks.comparison.inputs import decide_inputs
-from pytest_infercheck.checks.comparison.prompt import (
-    PromptComparison,
-    compare_prompt,
-    look_up_origins,
-)
+from pytest_infercheck.checks.comparison.origins import look_up_origins
+from pytest_infercheck.checks.comparison.prompt import PromptComparison
 from pytest_infercheck.generation_cache import GenerationCache, ResolvedTarget
 from pytest_infercheck.suites import Prompt
 

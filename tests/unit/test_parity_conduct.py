@@ -18,8 +18,8 @@ import pytest
 from pytest_infercheck.backends.base import BackendError, Generation, GenerationParams, PromptInput
 from pytest_infercheck.backends.endpoint_probe import classify, probe_generation_paths, union
 from pytest_infercheck.backends.http import HttpError
+from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.checks.framework.run import RunContext, SuiteRun
-from pytest_infercheck.checks.protocol import ItemPlan
 from pytest_infercheck.config import CheckSpec, Settings
 from pytest_infercheck.suites import Prompt, Suite
 from pytest_infercheck.verdict.conduct import Abilities

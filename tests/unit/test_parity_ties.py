@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.backends.base import Generation
+from pytest_infercheck.checks.framework.items import RecordedItem
+from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.checks.framework.run import item_outcome
+from pytest_infercheck.checks.framework.target import TargetContext
 from pytest_infercheck.checks.parity import (
     ENDPOINT_PARITY,
     STREAM_PARITY,
@@ -22,7 +25,6 @@ from pytest_infercheck.checks.parity import (
     StreamSide,
     compare_generations,
 )
-from pytest_infercheck.checks.protocol import ItemPlan, RecordedItem, TargetContext
 from pytest_infercheck.config import CheckSpec
 from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.suites import Prompt

@@ -83,8 +83,8 @@ def test_a_kind_outlives_no_module_dropped_from_sys_modules() -> None:
         "for name in [m for m in sys.modules if m.startswith('pytest_infercheck.checks.comp')]:\n"
         "    del sys.modules[name]\n"
         "kind = kind_named('compare')\n"
-        "legacy = sys.modules['pytest_infercheck.checks.comparison'].COMPARE\n"
-        "assert kind.summarize is legacy.summarize\n"
+        "fresh = sys.modules['pytest_infercheck.checks.comparison'].COMPARE\n"
+        "assert kind is fresh\n"
         "print('<table' in kind.present.views['prompt'](data))\n"
     )
     root = Path(__file__).resolve().parents[2]

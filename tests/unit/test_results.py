@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from pytest_infercheck.checks.comparison.aggregate import ComparisonAggregateRecord, aggregate
-from pytest_infercheck.records import plain_data
+from pytest_infercheck.checks.comparison.judge import item_verdict
+from pytest_infercheck.checks.comparison.prompt import PromptComparison
+from pytest_infercheck.records import load_record, plain_data
 from pytest_infercheck.report.collector import make_run_id, redact, stable_argv
 from pytest_infercheck.report.item_report import scalar_properties
 from pytest_infercheck.report.merge import MergeError, merge_results
@@ -181,8 +183,22 @@ def test_unknown_keys_are_kept_for_newer_writers() -> None:
 
 
 # -- merging shards ------------------------------------------------------------------------------
+def judged(doc: dict[str, Any]) -> dict[str, Any]:
+    """A copy of results ``doc`` whose prompt items carry the verdicts their run gave them
+    (each record judged by :func:`~pytest_infercheck.checks.comparison.judge.item_verdict`
+    under its thresholds), failed where they have any."""
+    out = json.loads(json.dumps(doc))
+    for entry in out["items"]:
+        if entry["role"] != "prompt":
+            continue
+        record = load_record(PromptComparison, entry["data"])
+        entry["violations"] = item_verdict(record, Thresholds.model_validate(entry["thresholds"]))
+        entry["outcome"] = "failed" if entry["violations"] else "passed"
+    return out
+
+
 def test_shards_merge_into_one_run_with_the_aggregate_recomputed_from_all_prompts() -> None:
-    runs, warnings = merge_results([("s1.json", SHARD_1), ("s2.json", SHARD_2)])
+    runs, warnings = merge_results([("s1.json", judged(SHARD_1)), ("s2.json", judged(SHARD_2))])
     assert warnings == [] and len(runs) == 1
     run = runs[0]
     assert [i["name"] for i in run["items"]] == ["a", "b", "c", "aggregate"]
@@ -194,7 +210,12 @@ def test_shards_merge_into_one_run_with_the_aggregate_recomputed_from_all_prompt
     # a: correct->wrong (fails: fail_item_on), c: wrong->correct and KL_t 0.6 > 0.5 (fails).
     assert level["n_flips"] == 2 and level["n_answered"] == 3 and level["n_failed"] == 2
     aggregate = run["items"][-1]
-    assert aggregate["outcome"] == "passed" and aggregate["duration_s"] == 1.0
+    # the aggregate fails for its failed items, named with their first violation
+    assert aggregate["outcome"] == "failed" and aggregate["duration_s"] == 1.0
+    assert aggregate["violations"] == [
+        "2 of 3 items failed: a (answer flip correct_to_wrong (fail_item_on: correct_to_wrong)), "
+        "c (max KL_t 0.6 > max_kl_position 0.5)"
+    ]
     assert set(aggregate["data"]["engines"]) == {"q4@local"}
 
 
@@ -205,14 +226,13 @@ def test_aggregate_gates_are_judged_again_on_the_merged_numbers() -> None:
         copy = json.loads(json.dumps(shard))
         for entry in copy["items"]:
             entry["thresholds"] = gated
-        shards.append(copy)
+        shards.append(judged(copy))
     runs, _ = merge_results([("s1.json", shards[0]), ("s2.json", shards[1])])
     aggregate = runs[0]["items"][-1]
     assert aggregate["outcome"] == "failed"
-    (violation,) = aggregate["violations"]
-    assert violation.startswith("q4@local: mean KL 0.2 +- ") and violation.endswith(
-        "> max_mean_kl 0.15"
-    )
+    failed, violation = aggregate["violations"]
+    assert failed.startswith("2 of 3 items failed: a ")
+    assert violation == "q4@local: mean KL 0.2 > max_mean_kl 0.15"
 
 
 def test_a_missing_shard_is_a_warning() -> None:
@@ -340,3 +360,20 @@ def test_version_1_files_are_read(tmp_path: Path) -> None:
     loaded = load_results(path)
     assert loaded["version"] == 1 and loaded["items"][0]["data"]["kl_mean"] == 0.5
     assert VERSION == 2
+
+
+def test_a_long_failure_keeps_its_first_line_and_its_end() -> None:
+    """A crashed server's failure is its first line (which server, that it died) then pages of
+    log lines: the results file keeps that first line and the end, not the end only (before,
+    ``backend error: server 'invariant' died`` was cut and only log lines were left)."""
+    from pytest_infercheck.report.collector import clip_longrepr
+
+    first = "backend error: server 'invariant' died (exit code 0); last log lines of x.log:"
+    text = first + "\n" + "".join(f"log line {i}\n" for i in range(1000)) + "the end"
+    clipped = clip_longrepr(text, limit=200)
+    assert len(clipped) == 200
+    assert clipped.startswith(first + "\n…\n")
+    assert clipped.endswith("log line 999\nthe end")
+    assert clip_longrepr("short", limit=200) == "short"
+    one_line = clip_longrepr("a" * 150 + "b" * 150, limit=200)
+    assert one_line == "a" * 100 + "\n…\n" + "b" * 97

@@ -26,8 +26,10 @@ from pytest_infercheck.checks.cache_pollution import (
     hostile_violations,
 )
 from pytest_infercheck.checks.cache_pollution import summary_lines as pollution_lines
-from pytest_infercheck.checks.framework.items import summarize_items
+from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
+from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.checks.framework.run import item_outcome
+from pytest_infercheck.checks.framework.target import TargetContext
 from pytest_infercheck.checks.parity import (
     ENDPOINT_PARITY,
     STREAM_PARITY,
@@ -49,7 +51,6 @@ from pytest_infercheck.checks.parity import (
     endpoint_summary_lines,
     summary_lines,
 )
-from pytest_infercheck.checks.protocol import ItemPlan, RecordedItem, TargetContext
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.config import check_model, load_matrix
 from pytest_infercheck.metrics.consistency import Fault, similarity_fault

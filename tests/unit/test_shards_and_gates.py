@@ -28,6 +28,7 @@ from pytest_infercheck.checks.determinism import (
     DeterminismAggregate,
     DeterminismPrompt,
 )
+from pytest_infercheck.checks.framework.outcome import DEFERRED, Outcome, defer_gates
 from pytest_infercheck.checks.parity import (
     EndpointCounts,
     EndpointParityAggregate,
@@ -36,7 +37,6 @@ from pytest_infercheck.checks.parity import (
     ParityPrompt,
     StreamSide,
 )
-from pytest_infercheck.checks.protocol import DEFERRED, Outcome, defer_gates
 from pytest_infercheck.checks.stress import StressAggregate, StressLevel
 from pytest_infercheck.cli import main
 from pytest_infercheck.config import check_rate_gates, load_matrix

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from pytest_infercheck.backends.http import HttpError
 from pytest_infercheck.backends.openai_compat import parse_choice
-from pytest_infercheck.checks.framework.items import summarize_items
-from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
+from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
+from pytest_infercheck.checks.framework.target import TargetContext
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.checks.stress import (
     Mismatch,
@@ -271,7 +271,7 @@ def test_empty_by_token_ids_and_the_stop_token() -> None:
     ]
     data = level_data(2, "m@srv", outputs, refs, [prompt("a", "46")])
     (fault,) = data.faults
-    assert fault.positions == [0, 1] and fault.unit == "request"
+    assert fault.positions == (0, 1) and fault.unit == "request"
     assert fault.text == (
         "empty generation in 2 of 3 requests: request 0 (a) generated no tokens while its "
         "reference generated 2; request 1 (a) generated no tokens while its reference "

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from pytest_infercheck.backends.base import Generation
-from pytest_infercheck.checks.protocol import RecordedItem, TargetContext
+from pytest_infercheck.checks.framework.items import RecordedItem
+from pytest_infercheck.checks.framework.target import TargetContext
 from pytest_infercheck.checks.stress import (
     STRESS,
     NearTie,

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from pytest_infercheck.checks.framework.items import summarize_items
-from pytest_infercheck.checks.protocol import RecordedItem
+from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.checks.structured_parity.judge import findings
 from pytest_infercheck.checks.structured_parity.present import (

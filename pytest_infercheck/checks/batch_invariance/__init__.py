@@ -25,7 +25,7 @@ from .gather import BatchInvarianceGather
 from .judge import judge
 from .present import PRESENT, batch_invariance_prompt, describe, summary_lines
 from .records import AloneOutput, BatchInvarianceAggregate, BatchInvariancePrompt, Trial
-from .spec import GATES, BatchInvarianceSpec, BatchInvarianceThresholds, unmeasurable
+from .spec import GATES, HARNESS, BatchInvarianceSpec, BatchInvarianceThresholds, unmeasurable
 from .summarize import summarize
 from .trials import (
     CONCURRENT_BURST,
@@ -70,6 +70,7 @@ BATCH_INVARIANCE = CheckKind(
         label=target_label,
         context=TargetContext,
         records={"prompt": BatchInvariancePrompt, "aggregate": BatchInvarianceAggregate},
+        harness=HARNESS,
         unmeasurable=unmeasurable,
     ),
     gather=BatchInvarianceGather,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ...backends import BackendError
 from ...metrics.consistency import read_generation
 from ...verdict.conduct import RequestFailure
-from ..framework.requests import request_failure
+from ..framework.failures import request_failure
 from ..framework.target import TargetGatherer
 from ..tie_scoring import ScoreJob, rescore
 from .evidence import BatchInvarianceEvidence

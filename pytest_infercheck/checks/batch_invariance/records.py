@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...metrics.consistency import Fault
 from ...metrics.degenerate import Degenerate
+from ...metrics.faults import Faults
 from ...metrics.past_tie import AfterTie
 from ...metrics.ties import TieDivergence
 from ...records import OMIT_WHEN_EMPTY
@@ -20,7 +20,7 @@ class AloneOutput:
     text: str
     token_ids: list[int] | None
     """None when the backend gives no token ids."""
-    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    faults: Faults = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of its own logprobs (each a violation); absent from the JSON when none."""
     degenerate: Degenerate | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """Its degenerate stretch (:mod:`~pytest_infercheck.metrics.degenerate`), if any."""
@@ -52,7 +52,7 @@ class Trial:
     error: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """``<exception type>: <message>`` when the batched request failed; the key is absent from
     the JSON otherwise ."""
-    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    faults: Faults = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of the batched output: of its own logprobs, and an empty generation against the
     output alone (each a violation); absent from the JSON when none."""
     degenerate: Degenerate | None = field(default=None, metadata=OMIT_WHEN_EMPTY)

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from ...specs import LogprobTolerance, TargetCheck, TieGates
 from ...verdict.gate import Gate
+from ..framework.harness import BOTH_SHAPES, SELF_COMPARED, TIGHT, HarnessProfile
 from ..framework.target import no_logprobs_reason
 
 if TYPE_CHECKING:
@@ -61,3 +62,14 @@ def unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> dict[str
     line)."""
     reason = no_logprobs_reason(loaded, check, index)
     return {} if reason is None else {"logprob_tolerance": f"not measured on any item: {reason}"}
+
+
+HARNESS = HarnessProfile(
+    {
+        "batch-invariance": {"target": "{target}", "trials": 1, "batch_size": 3},
+        "logprob_tolerance": TIGHT,
+    },
+    blind=SELF_COMPARED,
+    shapes=BOTH_SHAPES,
+)
+"""The verdict harness's check (``tests/harness``)."""

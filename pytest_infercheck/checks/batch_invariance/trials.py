@@ -6,9 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...metrics.consistency import Fault, empty_fault, read_generation, reported_logprobs
+from ...metrics.consistency import (
+    empty_fault,
+    read_generation,
+    reported_logprobs,
+)
 from ...metrics.degenerate import DegenerateScan
 from ...metrics.determinism import logprob_diff, side_tokens
+from ...metrics.faults import Fault
 from ...metrics.finite import strict_max
 from ...metrics.sameness import same_generation
 from ...metrics.ties import DEFAULT_TIE_MARGIN, count_labels, tie_divergence

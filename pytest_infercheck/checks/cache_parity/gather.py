@@ -53,8 +53,9 @@ from ...verdict.conduct import (
     Conduct,
     not_exercised_before_requests,
 )
+from ..framework.failures import request_failure
 from ..framework.plan import ItemPlan
-from ..framework.requests import request_failure, settle
+from ..framework.requests import settle
 from ..framework.target import TargetGatherer
 from .evidence import PromptEvidence, ScenarioEvidence
 from .records import CacheParityContext

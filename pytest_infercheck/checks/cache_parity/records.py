@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ...metrics.consistency import Fault
 from ...metrics.degenerate import DegenerateScan
+from ...metrics.faults import Faults
 from ...metrics.ties import TieDivergence
 from ...records import OMIT_WHEN_EMPTY
 
@@ -63,7 +63,7 @@ class ScenarioResult:
     error: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """Why it could not be compared: one of its requests (or the reference's) failed, with
     the server's message (a violation: the item fails)."""
-    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    faults: Faults = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     tie: TieDivergence | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     degenerate: DegenerateScan = field(default_factory=DegenerateScan)
     """The degenerate findings of the generations it read (its output, and its own
@@ -84,7 +84,7 @@ class CacheParityPrompt:
     reference_token_ids: list[int] | None
     reference_cached_tokens: int | None
     scenarios: list[ScenarioResult]
-    reference_faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    reference_faults: Faults = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     reference_cold: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """How the reference was shown cold (``the reference cold by an uncached request``,
     ``the reference sent first, 0 cached tokens reported``)."""

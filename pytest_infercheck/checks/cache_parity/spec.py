@@ -30,7 +30,7 @@ from pydantic import Field
 
 from ...specs import LogprobTolerance, TargetCheck, TieGates
 from ...verdict.gate import Gate
-from ..framework.kind import Blind, HarnessProfile
+from ..framework.harness import Blind, HarnessProfile
 
 if TYPE_CHECKING:
     from ...matrix import CheckSpec, LoadedMatrix

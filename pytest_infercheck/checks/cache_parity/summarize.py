@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...metrics.consistency import aggregate_faults
+from ...metrics.faults import aggregate_faults
 from ...metrics.ties import count_labels
 from ..framework.items import RecordedItem, Summary, records_of
 from .judge import scenario_findings

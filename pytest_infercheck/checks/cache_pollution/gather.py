@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from ...backends.base import BackendError
 from ...verdict.conduct import Conduct, RequestFailure
+from ..framework.failures import request_failure
 from ..framework.plan import ItemPlan
-from ..framework.requests import request_failure
 from ..framework.target import TargetGatherer
 from .evidence import HostileEvidence, Outputs
 from .records import CachePollutionContext

@@ -20,8 +20,13 @@ that failed is no finding here: the failed request itself fails the item (its
 from __future__ import annotations
 
 from ...backends.base import Generation
-from ...metrics.consistency import Fault, Reading, empty_fault, read_generation
+from ...metrics.consistency import (
+    Reading,
+    empty_fault,
+    read_generation,
+)
 from ...metrics.degenerate import Degenerate, DegenerateScan
+from ...metrics.faults import Fault
 from ...metrics.sameness import same_generation
 from ...specs import KindThresholds
 from ...verdict.gate import Violation

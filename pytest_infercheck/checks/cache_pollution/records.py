@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...metrics.consistency import Fault
+from ...metrics.faults import Faults
 from ...metrics.sameness import DivergenceUnit
 from ...records import OMIT_WHEN_EMPTY
 from .spec import HostileKind
@@ -43,7 +43,7 @@ class HostileRecord:
     """The reference prompts whose output changed (empty: none, or the server is dead)."""
     prompts: int
     """How many reference prompts there are."""
-    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    faults: Faults = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of the reference outputs, before any hostile request and after this one, and
     outputs that became empty (each a violation); absent from the JSON when none."""
     failure: str | None = field(default=None, metadata=OMIT_WHEN_EMPTY)

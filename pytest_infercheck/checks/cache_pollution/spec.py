@@ -14,7 +14,7 @@ from pydantic import Field
 
 from ...specs import TargetCheck
 from ...verdict.gate import Gate
-from ..framework.kind import Blind, HarnessProfile
+from ..framework.harness import Blind, HarnessProfile
 from ..framework.plan import ItemPlan
 
 if TYPE_CHECKING:

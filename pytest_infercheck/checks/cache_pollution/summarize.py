@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...metrics.consistency import Fault, aggregate_faults
+from ...metrics.faults import Fault, aggregate_faults
 from ...specs import KindThresholds
 from ..framework.items import RecordedItem, Summary, records_of
 from .judge import hostile_violations

@@ -26,33 +26,28 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...metrics.finite import aggregate_problems, strict_max
+from ...metrics.faults import aggregate_faults
+from ...metrics.finite import strict_max
 from ...metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
 from ...metrics.ties import count_labels
 from ...records import OMIT_WHEN_EMPTY, Measured
-from .gates import flip_rate_violation, item_verdict
-from .options import DEFAULT_CLIFF_ALPHA, Thresholds
-from .prompt import PromptComparison
-from .verdicts import item_problems
+from ...verdict.gate import judge_gates
+from ...verdict.measure import MeasureValue, Reading, Unmeasured
+from .evidence import LOWER_BOUND_METHODS, NO_ARGMAX_METHODS, TEXT_ONLY
+from .judge import item_verdict
+from .prompt import SELF_CHECK, PromptComparison, SelfCheckRecord
+from .spec import DEFAULT_CLIFF_ALPHA, GATES, KL_MEAN, SAME_TOP_RATE, Thresholds
+from .verdicts import item_faults
 
-SELF_CHECK = "self-check"
-"""The sweep's first item (the baseline generated twice), and the cliff's level 0."""
-
-
-@dataclass(frozen=True)
-class SelfCheckRecord:
-    """The record of a sweep's ``self-check`` item (the baseline generated twice)."""
-
-    problems: list[str]
-    """One line per prompt whose two baseline generations differ (``r017: token ids differ
-    from token 3``, ``r017: same tokens, logprobs drift by 0.002``); empty: reproduced."""
-    failed: list[str]
-    """The ids of those prompts, in the suite's order: the failed items of the cliff's first
-    level (:func:`self_check_level`), so that the aggregate reads them from this record
-    (in a sharded run it is in one shard only)."""
-    generated: str = field(default="", metadata=OMIT_WHEN_EMPTY)
-    """How the two runs were generated (``batched, then one at a time``): the second the
-    other way when it can be, so the self-check also shows that batching changed nothing."""
+__all__ = [
+    "SELF_CHECK",
+    "ComparisonAggregateRecord",
+    "SelfCheckRecord",
+    "SuiteAggregate",
+    "SweepAggregateRecord",
+    "aggregate",
+    "level_measures",
+]
 
 
 class CliffLevel(NamedTuple):
@@ -173,7 +168,7 @@ class SuiteAggregate:
     the sides agree), NaN when one is NaN; None when no prompt measured one."""
     problems: list[str] = field(default_factory=list)
     """Fail closed: one line per kind of problem found in the prompts
-    (:func:`~.verdicts.item_problems`), naming them, e.g. ``non-finite KL in 2 of 60
+    (:func:`~.verdicts.item_faults`), naming them, e.g. ``non-finite KL in 2 of 60
     prompts: r003 (positions 2, 5), r007 (position 0)``; each is a suite violation."""
     violations: list[str] | None = field(default=None, kw_only=True)
     """The suite gates this side broke (:func:`aggregate_violations`), without the side's
@@ -210,7 +205,7 @@ class ComparisonAggregateRecord:
     (absent from the JSON otherwise)."""
     errored: list[str] = field(default_factory=list, kw_only=True, metadata=OMIT_WHEN_EMPTY)
     """The aggregate's violations that no side owns (items that errored,
-    :func:`~..protocol.errored_items`): they fail every side (absent from the JSON when
+    :func:`~..framework.items.errored_items`): they fail every side (absent from the JSON when
     none)."""
 
 
@@ -237,24 +232,34 @@ class SweepAggregateRecord(ComparisonAggregateRecord):
 def sweep_cliff(
     first: CliffLevel,
     levels: list[SuiteAggregate],
-    results: list[list[PromptComparison]],
+    failed: list[frozenset[str]],
     thresholds: Thresholds,
     alpha: float = DEFAULT_CLIFF_ALPHA,
 ) -> tuple[str, list[CliffStep]]:
     """The cliff of a sweep (see :attr:`SweepAggregateRecord.cliff`) and its evidence:
     ``first`` is the self-check (:func:`self_check_level`), ``levels`` the aggregates of the
-    sweep's levels and ``results`` their prompt comparisons, in the same order."""
+    sweep's levels and ``failed`` the prompts that failed at each, in the same order."""
     steps = [first]
-    for agg, level_results in zip(levels, results, strict=True):
-        steps.append(comparison_level(agg, level_results, thresholds))
+    for agg, level_failed in zip(levels, failed, strict=True):
+        steps.append(comparison_level(agg, level_failed))
     cliff, evidence = degradation_cliff(steps, alpha=alpha, max_mean_kl=thresholds.max_mean_kl)
     return cliff or "none", evidence
 
 
-def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteAggregate:
-    """Pool ``results`` (one per prompt of a suite) into a :class:`SuiteAggregate`."""
+def aggregate(
+    results: list[PromptComparison],
+    thresholds: Thresholds,
+    failed: Iterable[str] | None = None,
+) -> SuiteAggregate:
+    """Pool ``results`` (one per prompt of a suite) into a :class:`SuiteAggregate`;
+    ``failed``: the prompt ids whose items failed (the items' verdicts; default: each record
+    judged again, :func:`~.judge.item_verdict`). Its ``violations`` are its problems and the
+    suite gates judged on :func:`level_measures` (as the framework judges them)."""
     if not results:
         raise ValueError("cannot aggregate an empty suite")
+    if failed is None:
+        failed = [r.prompt_id for r in results if item_verdict(r, thresholds)]
+    failed_ids = set(failed)
     kl = summarize([np.asarray(r.kl_per_position, dtype=np.float64) for r in results])
     same_top = [s for r in results for s in r.same_top]
     delta_p = [d for r in results for d in r.delta_p]
@@ -267,7 +272,7 @@ def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteA
         baseline=results[0].baseline,
         test=results[0].test,
         n_prompts=len(results),
-        n_failed=sum(1 for r in results if item_verdict(r, thresholds)),
+        n_failed=sum(1 for r in results if r.prompt_id in failed_ids),
         n_identical=sum(1 for r in results if r.identical),
         kl_n=kl.n,
         kl_mean=kl.mean,
@@ -288,7 +293,7 @@ def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteA
         mcnemar_p=mcnemar_exact(flips["correct_to_wrong"], flips["wrong_to_correct"]),
         severities=dict(sorted(Counter(r.severity for r in results).items())),
         methods=dict(sorted(Counter(r.method for r in results).items())),
-        problems=aggregate_problems([(r.prompt_id, item_problems(r)) for r in results]),
+        problems=aggregate_faults([(r.prompt_id, item_faults(r)) for r in results]),
         divergence_labels=count_labels([r.divergence_label for r in results]),
         noise_floor=strict_max(floors) if floors else None,
     )
@@ -296,42 +301,61 @@ def aggregate(results: list[PromptComparison], thresholds: Thresholds) -> SuiteA
 
 
 def aggregate_violations(agg: SuiteAggregate, thresholds: Thresholds) -> list[str]:
-    """Suite gates broken by ``agg``: first its problems (each a violation of its own,
-    whatever the thresholds), then the gates. The mean-KL gate fails closed: a NaN mean (from
-    a non-finite KL_t) is not within ``max_mean_kl``; only a suite with no compared position
-    at all (text-only) has no mean KL to gate."""
-    out: list[str] = list(agg.problems)
-    flips = flip_rate_violation(agg, thresholds)
-    if flips is not None:
-        out.append(flips)
-    if thresholds.max_mean_kl is not None and agg.kl_n > 0:
-        if math.isnan(agg.kl_mean):
-            out.append(
-                f"mean KL is NaN (non-finite KL_t): not within max_mean_kl "
-                f"{thresholds.max_mean_kl:g}"
-            )
-        elif agg.kl_mean > thresholds.max_mean_kl:
-            out.append(
-                f"mean KL {agg.kl_mean:.6g} +- {agg.kl_se:.2g} > max_mean_kl "
-                f"{thresholds.max_mean_kl:g}"
-            )
-    if (
-        thresholds.min_same_top is not None
-        and agg.same_top_rate is not None
-        and agg.same_top_rate < thresholds.min_same_top
-    ):
-        out.append(
-            f"same-top rate {agg.same_top_rate:.4f} < min_same_top {thresholds.min_same_top:g}"
+    """A side's problems (each a violation of its own, whatever the thresholds), then the
+    suite gates judged on :func:`level_measures`, as the framework judges them."""
+    gates = judge_gates(GATES, thresholds, level_measures(agg, thresholds), "suite")
+    return [*agg.problems, *(g.text for g in gates)]
+
+
+def level_measures(agg: SuiteAggregate, thresholds: Thresholds) -> dict[str, MeasureValue]:
+    """What the suite gates read of one test side (:data:`.spec.GATES`):
+
+    - ``kl_mean``: the pooled mean ``KL_t`` (a lower bound when a prompt's method is), not
+      measured when a prompt was compared by text only (its KL is unknown, so the mean over
+      the others is not the suite's) or no position was compared;
+    - ``same_top_rate``: the pooled argmax agreement, not measured when a prompt was compared
+      by a method without a teacher-forced argmax (``top-k-lower-bound``, ``text``);
+    - ``flip_rate`` and ``flip_rate_high`` (its upper Wilson bound at ``flips.confidence``),
+      not measured when no prompt has an answer kind."""
+    out: dict[str, MeasureValue] = {}
+    methods = agg.methods
+    text = methods.get(TEXT_ONLY, 0)
+    no_argmax = {m: n for m, n in methods.items() if m in NO_ARGMAX_METHODS and n}
+    if text:
+        out[KL_MEAN] = Unmeasured(
+            f"method text, {text} of {agg.n_prompts} prompts compared by text only: no KL over "
+            "the suite"
+        )
+    elif agg.kl_n == 0:
+        out[KL_MEAN] = Unmeasured("no position was compared")
+    else:
+        bound = any(n and m in LOWER_BOUND_METHODS for m, n in methods.items())
+        out[KL_MEAN] = Reading(agg.kl_mean, "lower bound" if bound else "")
+    if no_argmax:
+        out[SAME_TOP_RATE] = Unmeasured(
+            f"method {', '.join(sorted(no_argmax))}: {sum(no_argmax.values())} of "
+            f"{agg.n_prompts} prompts have no teacher-forced argmax"
+        )
+    elif agg.same_top_rate is None:
+        out[SAME_TOP_RATE] = Unmeasured("no position was compared")
+    else:
+        out[SAME_TOP_RATE] = agg.same_top_rate
+    if agg.flip_rate is None:
+        none = Unmeasured("no prompt of the suite has an answer kind: no flip rate")
+        out["flip_rate"] = out["flip_rate_high"] = none
+    else:
+        counted = f"{agg.n_flips}/{agg.n_answered} answered"
+        out["flip_rate"] = Reading(agg.flip_rate, counted)
+        out["flip_rate_high"] = Reading(
+            agg.flip_rate_high,
+            f"upper {thresholds.flips.confidence:.0%} Wilson bound, {counted}",
         )
     return out
 
 
-def comparison_level(
-    agg: SuiteAggregate, results: list[PromptComparison], thresholds: Thresholds
-) -> CliffLevel:
-    """A sweep level for the cliff: its failed prompts (:func:`~.gates.item_verdict`,
-    as counted in ``agg.n_failed``) and its mean KL."""
-    failed = frozenset(r.prompt_id for r in results if item_verdict(r, thresholds))
+def comparison_level(agg: SuiteAggregate, failed: frozenset[str]) -> CliffLevel:
+    """A sweep level for the cliff: its failed prompts (as counted in ``agg.n_failed``) and
+    its mean KL."""
     return CliffLevel(agg.test, failed, agg.n_prompts, agg.kl_mean, agg.kl_se, agg.kl_n > 0)
 
 

@@ -1,5 +1,6 @@
-"""How the comparison kinds show what they measured: each item's HTML detail, the terminal
-table and the rows and charts of the HTML summary."""
+"""The present facet of the comparison kinds: how they show what they measured: an item's
+failure text and JUnit properties, its HTML detail, the terminal table and the rows and
+charts of the HTML summary."""
 
 from __future__ import annotations
 
@@ -8,23 +9,23 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...metrics.answers import shown_reference
+from ...nodeid import NodeId
 from ...records import load_record, plain_data
 from ...render.charts import line_chart
 from ...render.markup import clip, esc, interval, num, plain, rate, table
 from ...render.table import render_table
 from ...render.views import engines, flip_cell, side_by_side
-from ..protocol import Aggregates, BarSeries, Distribution, MeasureSpec, Verdict
+from ..framework.kind import Aggregates, BarSeries, Distribution, MeasureSpec, Verdict
 from .aggregate import (
     CliffStep,
     ComparisonAggregateRecord,
-    SelfCheckRecord,
     SuiteAggregate,
     SweepAggregateRecord,
     cliff_evidence,
 )
 from .gates import side_verdict
-from .prompt import LOWER_BOUND_METHODS, PromptComparison
-from .verdicts import item_problems
+from .prompt import LOWER_BOUND_METHODS, PromptComparison, SelfCheckRecord
+from .verdicts import describe, item_faults, past_line
 
 UNGATED_NOTE = (
     "ungated: this check writes no gate (no max_kl, max_kl_position, min_similarity, "
@@ -32,6 +33,44 @@ UNGATED_NOTE = (
     "whatever the outputs"
 )
 """What the reports say of an ungated aggregate (:func:`~.gates.is_ungated`)."""
+
+
+def describe_item(record: Any) -> str:
+    """An item's report above its violations: a prompt's comparison
+    (:func:`~.verdicts.describe`), why its sides were generated one at a time and which
+    features never engaged; nothing for other records (their judge writes it)."""
+    if not isinstance(record, PromptComparison):
+        return ""
+    text = describe(record)
+    if record.batching_note:
+        text += f"\ngenerated one at a time: {record.batching_note}"
+    if record.unexercised:
+        text += "\nunexercised: " + "; ".join(record.unexercised)
+    return text
+
+
+def item_properties(record: Any) -> list[tuple[str, Any]]:
+    """An item's JUnit properties (plain types only): a prompt's numbers, a self-check's
+    problem count."""
+    if isinstance(record, SelfCheckRecord):
+        return [("infercheck_self_check_problems", len(record.problems))]
+    if not isinstance(record, PromptComparison):
+        return []
+    return [
+        ("infercheck_method", record.method),
+        ("infercheck_kl_mean", record.kl_mean),
+        ("infercheck_kl_max", record.kl_max),
+        ("infercheck_same_top_rate", record.same_top_rate),
+        ("infercheck_first_divergence", record.first_divergence),
+        ("infercheck_divergence_label", record.divergence_label),
+        ("infercheck_noise_floor", record.noise_floor),
+        ("infercheck_similarity", round(record.similarity, 6)),
+        ("infercheck_severity", record.severity),
+        ("infercheck_flip", record.flip),
+        ("infercheck_base_reasoning_chars", record.base_reasoning_chars),
+        ("infercheck_test_reasoning_chars", record.test_reasoning_chars),
+        ("infercheck_unexercised", len(record.unexercised)),
+    ]
 
 
 def aggregate_record(data: Mapping[str, Any]) -> ComparisonAggregateRecord:
@@ -73,6 +112,9 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
         ("first divergence", _divergence(r)),
         ("noise floor (nats)", _measured(r.noise_floor)),
     ]
+    past = past_line(r)
+    if past:
+        facts.append(("past the divergence", past.partition(": ")[2] or past))
     parts = [
         table([esc(k) for k, _ in facts], [[esc(v) for _, v in facts]]),
         *([f'<p class="ic-method-note">{esc(r.method_note)}</p>'] if r.method_note else []),
@@ -90,7 +132,7 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
             r.first_divergence,
         ),
     ]
-    problems = item_problems(r)
+    problems = item_faults(r)
     if problems:
         items = "".join(f"<li>{esc(p.describe())}</li>" for p in problems)
         parts.insert(1, f"<h4>problems (each fails the item)</h4><ul>{items}</ul>")
@@ -326,8 +368,8 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
     rows: list[list[str]] = []
     for nodeid, passed, data in aggregates:
         record = aggregate_record(data)
-        parts = nodeid.split("::")
-        check = parts[-3] if len(parts) >= 3 else record.check
+        node = NodeId.parse(nodeid)
+        check = node.check if node is not None else record.check
         verdicts = {v.column: v.verdict for v in side_verdicts(data, passed, [])}
         for test, level in _sides(record).items():
             verdict = "FAIL" if verdicts[test] == "fail" else verdicts[test]
@@ -390,11 +432,12 @@ def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]
     for nodeid, _, data in aggregates:
         record = aggregate_record(data)
         if isinstance(record, SweepAggregateRecord):
-            parts = nodeid.split("::")
+            node = NodeId.parse(nodeid)
+            check = node.check if node is not None else record.check
             cliff = record.cliff
             if record.cliff_steps:
                 cliff = cliff_evidence(record.cliff, record.cliff_steps, record.cliff_alpha)
-            lines.append(f"{parts[-3]} {record.suite}: degradation cliff: {cliff}")
+            lines.append(f"{check} {record.suite}: degradation cliff: {cliff}")
     return lines
 
 

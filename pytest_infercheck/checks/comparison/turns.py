@@ -4,9 +4,10 @@ history.
 The baseline fills in the conversation's ``generate`` turns
 (:meth:`~pytest_infercheck.generation_cache.GenerationCache.conversation`); its turns are the
 history of both sides, so each generated turn and the final one are compared on identical
-prompts (:func:`.inputs.decide_inputs` over the same concrete turns). Each generated turn's
-two outputs are judged by the one sameness rule (:mod:`~pytest_infercheck.metrics.sameness`);
-the final turn is the item's full comparison (:class:`.prompt.PromptComparison`).
+prompts (:func:`.inputs.decide_inputs` over the same concrete turns; the gather facet,
+:mod:`.gather_prompt`, generates them). Each generated turn's two outputs are judged by the
+one sameness rule (:mod:`~pytest_infercheck.metrics.sameness`, :func:`judge_turns`); the
+final turn is the item's full comparison (:class:`.prompt.PromptComparison`).
 
 The record (:class:`TurnComparison`) lists every turn of the conversation, given ones with
 their text, and the final answer last; :func:`first_divergent_turn` is the index of the first
@@ -19,16 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from ...conversation import history
 from ...metrics.consistency import Reading, empty_fault, output_text, read_generation
-from .inputs import decide_inputs
+from ...metrics.faults import Fault
+from .evidence import TurnEvidence, outputs_verdict
 
 if TYPE_CHECKING:
-    from ...backends import GenerationParams
-    from ...conversation import Conversation
-    from ...generation_cache import GenerationCache, ResolvedTarget
-    from ...suites import Prompt
-    from .prompt import PromptComparison
+    from collections.abc import Sequence
 
 TurnKind = Literal["given", "generated", "final"]
 
@@ -60,40 +57,29 @@ class TurnComparison:
     """``token`` or ``char``."""
 
 
-def compare_turns(
-    cache: GenerationCache,
-    baseline: ResolvedTarget,
-    test: ResolvedTarget,
-    prompt: Prompt,
-    conversation: Conversation,
-    params: GenerationParams,
-    thinking: bool,
-) -> tuple[list[TurnComparison], list[str], list[Reading]]:
-    """Every turn of ``prompt``'s ``conversation`` (the baseline's fill-in) before the final
-    answer: given turns as they are, each generated turn compared (the test side generates
-    it from the baseline's history, with the inputs :func:`.inputs.decide_inputs` gives both
-    sides for that history). Returns the turns, the generation faults of the generated
-    turns' outputs, named by turn (an empty output against a non-empty one among them, as
-    for the final turn, whatever the gates), and each of those outputs' reading (the one reading of
-    every generation, :func:`~pytest_infercheck.metrics.consistency.read_generation`: its
-    faults and its degenerate finding)."""
-    from .prompt import outputs_verdict  # prompt.py's record holds this module's turns
-
-    filled = conversation.filled()
-    turns: list[TurnComparison] = []
-    faults: list[str] = []
+def judge_turns(
+    turns: Sequence[TurnEvidence],
+) -> tuple[list[TurnComparison], list[Fault], list[Reading]]:
+    """Every turn of a conversation before its final answer (:class:`~.evidence.
+    TurnEvidence`, gathered on the baseline's history): given turns as they are, each
+    generated turn's two outputs compared by the one sameness rule. Returns the turns, the
+    generation faults of the generated turns' outputs, named by turn (an empty output
+    against a non-empty one among them, as for the final turn, whatever the gates), and
+    each of those outputs' reading (the one reading of every generation,
+    :func:`~pytest_infercheck.metrics.consistency.read_generation`: its faults and its
+    degenerate finding). Pure."""
+    out: list[TurnComparison] = []
+    faults: list[Fault] = []
     readings: list[Reading] = []
-    generated = {turn.index: turn for turn in conversation.generated}
-    for index, turn in enumerate(conversation.turns):
-        if turn.content is not None:
-            turns.append(TurnComparison(index, turn.role, "given", turn.content))
+    for turn in turns:
+        if turn.kind == "given":
+            out.append(TurnComparison(turn.index, turn.role, "given", turn.text))
             continue
-        before = history(conversation.turns, index, filled)
-        inputs = decide_inputs(cache, baseline, test, prompt, thinking, before)
-        base = generated[index].generation
-        other = cache.generate(test, inputs.test, params)
+        base, other, inputs = turn.base, turn.other, turn.inputs
+        assert base is not None and other is not None and inputs is not None
+        index = turn.index
         verdict = outputs_verdict(inputs, base, other)
-        turns.append(
+        out.append(
             TurnComparison(
                 index,
                 turn.role,
@@ -109,7 +95,7 @@ def compare_turns(
         for where, generation in (("baseline", base), ("test", other)):
             reading = read_generation(f"the {where} output of turn {index}", generation)
             readings.append(reading)
-            faults.extend(f.text for f in reading.faults)
+            faults.extend(reading.faults)
         empty = empty_fault(
             (output_text(base.text, base.tool_calls), base.token_ids, base.finish_reason),
             (output_text(other.text, other.tool_calls), other.token_ids, other.finish_reason),
@@ -117,24 +103,8 @@ def compare_turns(
             b_name=f"the test output of turn {index}",
         )
         if empty is not None:
-            faults.append(empty.text)
-    return turns, faults, readings
-
-
-def final_turn(index: int, result: PromptComparison) -> TurnComparison:
-    """The final answer (turn ``index``) as its comparison found it."""
-    unit = None if result.first_divergence is None else "token"
-    return TurnComparison(
-        index,
-        "assistant",
-        "final",
-        result.base_text,
-        result.test_text,
-        result.identical,
-        result.sameness,
-        result.first_divergence,
-        unit,
-    )
+            faults.append(empty)
+    return out, faults, readings
 
 
 def first_divergent_turn(turns: list[TurnComparison]) -> int | None:

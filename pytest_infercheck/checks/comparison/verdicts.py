@@ -1,22 +1,22 @@
-"""Thresholds applied to one prompt's comparison, and the failure text a person can act on.
+"""What is wrong with one prompt's comparison whatever the thresholds, and the failure text a
+person can act on.
 
-The one place an item's verdict is decided (the suite aggregate counts failed items with
-:func:`item_violations` too). Fail closed, before any threshold: every problem of
-:func:`item_problems` is a violation of its own, whatever the thresholds.
+Fail closed, before any threshold: every fault of :func:`item_faults` is a violation of its
+own (:func:`~.judge.own_violations`), and each side aggregate names them.
 """
 
 from __future__ import annotations
 
-from ...metrics.answers import AnswerKind, fails_item, shown_reference
+from ...metrics.answers import AnswerKind, shown_reference
 from ...metrics.consistency import one_side_empty
-from ...metrics.finite import NonFinite, Problem, check_scalar, check_values
+from ...metrics.faults import Fault
+from ...metrics.finite import check_scalar, check_values
 from ...render.text import mark_divergence, safe_text
-from ...specs import Thresholds
 from .prompt import LOWER_BOUND_METHODS, TEXT_ONLY, PromptComparison
 
 
-def empty_output(result: PromptComparison) -> Problem | None:
-    """:class:`~pytest_infercheck.metrics.finite.EmptyGeneration` when exactly one side
+def empty_output(result: PromptComparison) -> Fault | None:
+    """An ``empty generation`` fault (its ``where`` the empty side) when exactly one side
     generated nothing (:func:`~pytest_infercheck.metrics.consistency.is_empty`: no text, and
     no token but the end-of-sequence it stopped on; :func:`~pytest_infercheck.metrics.
     consistency.one_side_empty`), the other's size in tokens before its end-of-sequence when
@@ -32,16 +32,17 @@ def empty_output(result: PromptComparison) -> Problem | None:
     )
 
 
-def item_problems(result: PromptComparison) -> list[Problem]:
+def item_faults(result: PromptComparison) -> list[Fault]:
     """Everything fail-closed about one comparison, each a violation of its own: the
     scoring's problems (:attr:`PromptComparison.problems`: non-finite or not normalised
     logprob rows, non-finite ``KL_t``), a non-finite ``KL_t`` in the record even when the
     scoring did not name it (a record read back, or made by hand), a non-finite similarity,
-    an empty generation against a non-empty one, and a non-finite divergence margin or noise
+    an empty generation against a non-empty one, a non-finite divergence margin or noise
     floor (:mod:`~pytest_infercheck.metrics.ties`; such a divergence is labelled
-    ``unknown``)."""
-    problems: list[Problem] = list(result.problems)
-    named_kl = any(isinstance(p, NonFinite) and p.what == "KL" for p in problems)
+    ``unknown``), then the faults of either side's own generations
+    (:attr:`PromptComparison.faults`)."""
+    problems: list[Fault] = list(result.problems)
+    named_kl = any(p.fault == "non-finite KL" for p in problems)
     kl_problem = check_values("KL", result.kl_per_position)
     if kl_problem is not None and not named_kl:
         problems.append(kl_problem)
@@ -60,49 +61,7 @@ def item_problems(result: PromptComparison) -> list[Problem]:
         floor = check_scalar("noise floor", result.noise_floor)
         if floor is not None:
             problems.append(floor)
-    return problems
-
-
-def near_tie_passes(result: PromptComparison, thresholds: Thresholds) -> bool:
-    """Whether the item's divergence does not fail it: ``fail_on: decisive`` and a
-    ``near-tie`` first divergence. Then the findings that only say the outputs differ (a
-    diff's ``expect: identical``, ``min_similarity``) are not violations; every other one
-    (problems, faults, KL, answer flips) still is."""
-    return thresholds.fail_on == "decisive" and result.divergence_label == "near-tie"
-
-
-def item_violations(result: PromptComparison, thresholds: Thresholds) -> list[str]:
-    """Every problem of :func:`item_problems` (named: ``non-finite KL at positions 2, 5
-    (NaN)``) and every fault of either side's generation (:attr:`PromptComparison.faults`),
-    then every per-item threshold that ``result`` breaks, as ``measured vs limit`` lines. A
-    NaN never passes: it is named as a problem (a NaN mean or max KL comes from a non-finite
-    ``KL_t``, a NaN similarity is non-finite itself); ``+inf`` KL also breaks ``max_kl`` and
-    ``max_kl_position``. ``min_similarity`` is waived for a near-tie divergence under ``fail_on:
-    decisive`` (:func:`near_tie_passes`)."""
-    out = [p.describe() for p in item_problems(result)] + list(result.faults)
-    mean, peak = result.kl_mean, result.kl_max
-    lower = " (lower bound)" if result.method in LOWER_BOUND_METHODS else ""
-    if thresholds.max_kl is not None and mean is not None and mean > thresholds.max_kl:
-        out.append(f"mean KL{lower} {mean:.6g} > max_kl {thresholds.max_kl:g}")
-    if (
-        thresholds.max_kl_position is not None
-        and peak is not None
-        and peak > thresholds.max_kl_position
-    ):
-        out.append(f"max KL_t{lower} {peak:.6g} > max_kl_position {thresholds.max_kl_position:g}")
-    if (
-        thresholds.min_similarity is not None
-        and result.similarity < thresholds.min_similarity
-        and not near_tie_passes(result, thresholds)
-    ):
-        out.append(
-            f"text similarity {result.similarity:.4f} < min_similarity "
-            f"{thresholds.min_similarity:g}"
-        )
-    fail_on = thresholds.flips.fail_item_on
-    if fails_item(result.flip, fail_on):
-        out.append(f"answer flip {result.flip} (fail_item_on: {fail_on})")
-    return out
+    return [*problems, *result.faults]
 
 
 def describe(result: PromptComparison) -> str:
@@ -127,6 +86,9 @@ def describe(result: PromptComparison) -> str:
     tie = tie_line(result)
     if tie:
         lines.append(tie)
+    past = past_line(result)
+    if past:
+        lines.append(past)
     if result.base_reasoning_chars or result.test_reasoning_chars:
         lines.append(
             f"reasoning returned apart from the answer: baseline {result.base_reasoning_chars} "
@@ -212,6 +174,31 @@ def tie_line(result: PromptComparison) -> str:
         f"first divergence at token {result.first_divergence}: {result.divergence_label} "
         f"(margins: {margins}; noise floor {floor})"
     )
+
+
+def past_line(result: PromptComparison) -> str:
+    """What was judged after the first divergent token: ``past the first divergence
+    (teacher-forced): 2 later disagreements (near-tie 1, decisive 1); the first not a
+    near-tie at token 7: decisive (margins 2.1, 0.8 nats)``; "" without a divergence."""
+    if result.judged_past is None:
+        return ""
+    if not result.judged_past:
+        return f"past the first divergence: not judged (method {result.method})"
+    labels = {k: v for k, v in result.later_labels.items() if v}
+    n = sum(labels.values())
+    counts = ", ".join(f"{k} {v}" for k, v in labels.items())
+    line = (
+        f"past the first divergence (teacher-forced): {n} later disagreement"
+        f"{'' if n == 1 else 's'}" + (f" ({counts})" if counts else "")
+    )
+    later = result.later_first
+    if later is not None:
+        margins = ", ".join(f"{m:.4g}" for m in later.margins)
+        line += (
+            f"; the first not a near-tie at token {later.position}: {later.label} "
+            f"(margins {margins} nats)"
+        )
+    return line
 
 
 ANSWER_SHOWN = 40

@@ -26,7 +26,7 @@ from .gather import DeterminismGather
 from .judge import judge
 from .present import PRESENT, describe, determinism_prompt, summary_lines
 from .records import SCORE_INTERVAL, DeterminismAggregate, DeterminismContext, DeterminismPrompt
-from .spec import GATES, DeterminismSpec, DeterminismThresholds, unmeasurable
+from .spec import GATES, HARNESS, DeterminismSpec, DeterminismThresholds, unmeasurable
 from .summarize import summarize, summary_of
 
 __all__ = [
@@ -56,6 +56,7 @@ DETERMINISM = CheckKind(
         label=target_label,
         context=DeterminismContext,
         records={"prompt": DeterminismPrompt, "aggregate": DeterminismAggregate},
+        harness=HARNESS,
         unmeasurable=unmeasurable,
     ),
     gather=DeterminismGather,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ...backends import BackendError
 from ...metrics.determinism import RunOutput, run_output, summarize_runs
 from ...verdict.conduct import Conduct
-from ..framework.requests import request_failure
+from ..framework.failures import request_failure
 from ..framework.target import TargetGatherer
 from ..tie_scoring import ScoreJob, rescore
 from .evidence import DeterminismEvidence

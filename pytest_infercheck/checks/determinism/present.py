@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...metrics.consistency import EMPTY_GENERATION
+from ...metrics.faults import EMPTY_GENERATION
 from ...metrics.ties import describe_tie
 from ...records import load_record, plain_data
 from ...render.markup import esc, interval, num, plain, rate, table

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...metrics.consistency import Fault
 from ...metrics.determinism import DistinctOutput
+from ...metrics.faults import Faults
 from ...records import OMIT_WHEN_EMPTY
 
 SCORE_INTERVAL = "95% Wilson interval of the pooled share of runs equal to their modal"
@@ -38,7 +38,7 @@ class DeterminismPrompt:
     two such runs expose logprobs."""
     outputs: list[DistinctOutput]
     """The distinct outputs, modal first, then by count and first appearance."""
-    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    faults: Faults = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of the runs' own outputs (non-finite logprobs, logprobs that do not match their
     token, an empty generation among non-empty runs): each is a violation. The key is absent
     from the JSON when there are none."""

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from ...specs import ErrorRate, TargetCheck, TieGates
 from ...verdict.gate import Gate
+from ..framework.harness import BOTH_SHAPES, SELF_COMPARED, TIGHT, HarnessProfile
 from ..framework.target import no_logprobs_reason
 
 if TYPE_CHECKING:
@@ -65,3 +66,17 @@ def unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> dict[str
     run exposes logprobs, so no drift can be measured (a collection error at its line)."""
     reason = no_logprobs_reason(loaded, check, index)
     return {} if reason is None else {"max_logprob_drift": f"not measured on any item: {reason}"}
+
+
+HARNESS = HarnessProfile(
+    {
+        "determinism": {"target": "{target}", "runs": 3},
+        "max_logprob_drift": TIGHT,
+        "min_determinism": 1.0,
+        "max_error_rate": 0.0,
+    },
+    blind=SELF_COMPARED,
+    shapes=BOTH_SHAPES,
+)
+"""The verdict harness's check (``tests/harness``): every gate written as tightly as a
+faithful engine passes; blind to what a kind comparing a target with itself cannot see."""

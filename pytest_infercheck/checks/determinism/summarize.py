@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...metrics.consistency import aggregate_faults
 from ...metrics.determinism import DeterminismSummary, determinism_score
+from ...metrics.faults import aggregate_faults
 from ...metrics.finite import strict_max
 from ...metrics.ties import count_labels
 from ...verdict.measure import MeasureValue, Reading, Unmeasured

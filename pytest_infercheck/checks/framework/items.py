@@ -9,7 +9,8 @@ applies, for every kind alike (:func:`summarize_items`):
 - the items that failed (any violation) fail the aggregate, named with their first
   violation, so an aggregate never passes while its items fail;
 - the kind's suite gates (:class:`~pytest_infercheck.verdict.gate.Gate` of scope ``suite``)
-  judged on the summary's measures, a written gate whose measure is unmeasured failing;
+  judged on the summary's measures (or on each column's, named by it), a written gate whose
+  measure is unmeasured failing;
 - the items' degenerate findings counted.
 """
 
@@ -71,12 +72,21 @@ def summarize_items(
     rules (see the module docstring). The live run and ``pytest-infercheck report`` call it
     alike."""
     summary = kind.summarize(items, thresholds, context)
-    gates = judge_gates(kind.spec.gates, thresholds, summary.measures, "suite")
+    if summary.column_measures is None:
+        gates = [
+            g.text for g in judge_gates(kind.spec.gates, thresholds, summary.measures, "suite")
+        ]
+    else:
+        gates = [
+            f"{column}: {g.text}"
+            for column, measures in summary.column_measures.items()
+            for g in judge_gates(kind.spec.gates, thresholds, measures, "suite")
+        ]
     summary.violations = [
         *errored_items(items),
         *failed_items(items),
         *summary.violations,
-        *(g.text for g in gates),
+        *gates,
     ]
     scans = [(item.name, item.degenerate) for item in items if item.degenerate is not None]
     if scans:

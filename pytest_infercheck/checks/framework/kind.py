@@ -29,6 +29,7 @@ from ...verdict.conduct import Conduct
 from ...verdict.gate import Gate, Violation
 from ...verdict.measure import MeasureValue
 from ...verdict.waiver import Waiver
+from .harness import HarnessProfile
 from .plan import ItemPlan
 from .summary import RecordedItem, Summary
 
@@ -66,56 +67,6 @@ class RateGate:
 def one_per_prompt(check: CheckSpec, suite: Suite) -> list[ItemPlan]:
     """The default plan: one item per prompt, named by its id."""
     return [ItemPlan(p.id, "prompt", p.id) for p in suite.prompts]
-
-
-@dataclass(frozen=True)
-class Blind:
-    """A fault of the verdict harness's fault space (``tests/harness/faults.py``) that a kind
-    cannot see, and why. It matches a fault by its kind (``changed-token``, ``http-5xx``,
-    ...), the request path it hit (``detokenize``, ``structured:chat-n2``, ...), whether it
-    hit every request of that path (``every``) and the backend kind the fake engine ran as
-    (``backend``: ``llama-server``, ``openai``); a field left None matches any."""
-
-    why: str
-    fault: str | None = None
-    path: str | None = None
-    every: bool | None = None
-    backend: str | None = None
-
-    def matches(self, fault: str, path: str, every: bool, backend: str) -> bool:
-        return (
-            (self.fault is None or self.fault == fault)
-            and (self.path is None or self.path == path)
-            and (self.every is None or self.every == every)
-            and (self.backend is None or self.backend == backend)
-        )
-
-
-@dataclass(frozen=True)
-class HarnessProfile:
-    """What the property-based verdict harness (``tests/harness``) needs to run a kind on its
-    fake engines, so that a kind gets the harness through its registry line.
-
-    ``entry`` is a minimal check entry of the kind, with every gate it can judge written; its
-    strings may name the harness's targets: ``{target}`` (the target under test,
-    ``model@backend``), ``{reference}`` (a second, faithful one), ``{model}``,
-    ``{backend}`` and ``{reference_backend}``. ``blind``: the faults it cannot see, each with
-    the reason. ``suite``: the prompts to run it on (JSONL records; empty: the harness's
-    default suite). ``settings``: the matrix's ``settings:``. ``shapes``: the backend kinds
-    the fake engine is run as (``llama-server``: ids, full rows, teacher forcing, a prompt
-    cache with an uncached request; ``openai``: text and top-k logprobs only, a cache it
-    cannot bypass); ``backend``: extra keys of both ``backends:`` entries (``chat: true``)."""
-
-    entry: Mapping[str, Any]
-    blind: tuple[Blind, ...] = ()
-    suite: tuple[Mapping[str, Any], ...] = ()
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    shapes: tuple[str, ...] = ("llama-server",)
-    backend: Mapping[str, Any] = field(default_factory=dict)
-
-    def blind_to(self, fault: str, path: str, every: bool, backend: str) -> str | None:
-        """Why the kind cannot see ``fault`` on ``path`` (None: it must see it)."""
-        return next((b.why for b in self.blind if b.matches(fault, path, every, backend)), None)
 
 
 Unmeasurable = Callable[["LoadedMatrix", "CheckSpec", int], Mapping[str, str]]
@@ -209,6 +160,10 @@ class Judged:
     golden_entries: list[Any] | None = None
     text: str | None = None
     """The item's report when the judge writes it (else :attr:`PresentFacet.describe`)."""
+    gated: bool = True
+    """Whether the kind's item gates judge this item: False for an item of another role than
+    the gates are about (a sweep's ``self-check``, a golden recording), whose evidence has
+    none of their measures."""
 
 
 Judge = Callable[[ItemPlan, Any, Any], Judged]

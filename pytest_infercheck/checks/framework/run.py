@@ -44,7 +44,11 @@ def item_outcome(kind: CheckKind, judged: Judged, evidence: Any, thresholds: Any
     violations = [
         *conduct_violations(evidence.conduct),
         *judged.violations,
-        *judge_gates(kind.spec.gates, thresholds, evidence.measures, "item"),
+        *(
+            judge_gates(kind.spec.gates, thresholds, evidence.measures, "item")
+            if judged.gated
+            else []
+        ),
     ]
     kept, notes = apply_waivers(violations, judged.waivers)
     notes += conduct_notes(evidence.conduct)

@@ -42,6 +42,10 @@ class Summary:
     properties: list[tuple[str, Any]] = field(default_factory=list)
     measures: dict[str, MeasureValue] = field(default_factory=dict)
     """What the kind's suite gates read (:mod:`~pytest_infercheck.verdict.gate`)."""
+    column_measures: dict[str, dict[str, MeasureValue]] | None = None
+    """What the suite gates read per column (a comparison's test side, a sweep's level),
+    judged per column and named by it (``q4@local: mean KL 0.02 > max_mean_kl 0.01``);
+    None: the gates read :attr:`measures`."""
     degenerate: DegenerateTotal | None = None
     """The items' degenerate findings counted (:func:`summarize_items`)."""
 

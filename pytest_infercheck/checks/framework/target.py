@@ -107,3 +107,15 @@ class TargetGatherer(Generic[S]):
                 f"{target.label} runs in-process ({kind})"
             )
         return self.target
+
+
+def side_label(ref: str, reference: str) -> str:
+    """An other side's label in item ids: its backend when it has the reference's model,
+    its model when it has the reference's backend, else ``model.backend``."""
+    model, _, backend = ref.partition("@")
+    ref_model, _, ref_backend = reference.partition("@")
+    if model == ref_model and backend:
+        return backend
+    if backend == ref_backend or not backend:
+        return model
+    return f"{model}.{backend}"

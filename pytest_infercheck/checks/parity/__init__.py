@@ -58,7 +58,9 @@ from .records import (
 )
 from .spec import (
     ENDPOINT_GATES,
+    ENDPOINT_HARNESS,
     STREAM_GATES,
+    STREAM_HARNESS,
     EndpointParitySpec,
     EndpointParityThresholds,
     StreamParitySpec,
@@ -88,6 +90,7 @@ STREAM_PARITY = CheckKind(
             "aggregate": ParityAggregate,
         },
         unmeasurable=stream_unmeasurable,
+        harness=STREAM_HARNESS,
     ),
     gather=StreamGather,
     judge=judge_stream,
@@ -113,6 +116,7 @@ ENDPOINT_PARITY = CheckKind(
             "aggregate": EndpointParityAggregate,
         },
         plan=endpoint_plan,
+        harness=ENDPOINT_HARNESS,
     ),
     gather=EndpointGather,
     judge=judge_endpoint,

@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from ...metrics.answers import judge_answers
 from ...metrics.consistency import (
-    NON_FINITE_LOGPROB,
-    Fault,
     empty_fault,
     output_text,
     read_generation,
@@ -28,6 +26,7 @@ from ...metrics.consistency import (
 )
 from ...metrics.degenerate import DegenerateScan
 from ...metrics.determinism import logprob_diff, side_tokens
+from ...metrics.faults import NON_FINITE_LOGPROB, Fault
 from ...metrics.finite import check_scalar
 from ...metrics.sameness import Basis, DivergenceUnit, Sameness, same_generation
 from ...metrics.text import first_divergence, similarity

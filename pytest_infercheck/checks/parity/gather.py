@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from ...backends.base import BackendError, PromptInput
 from ...backends.capabilities import GENERATION_PATHS
 from ...conversation import has_generated
-from ..framework.requests import request_failure, settle
+from ..framework.failures import request_failure
+from ..framework.requests import settle
 from ..framework.target import TargetContext, TargetGatherer
 from .compare import continuation_divergence
 from .evidence import Forced, ParityEvidence

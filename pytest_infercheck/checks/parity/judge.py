@@ -29,7 +29,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ...metrics.answers import fails_item
-from ...metrics.consistency import Fault, read_generation
+from ...metrics.consistency import read_generation
+from ...metrics.faults import Fault
 from ...metrics.ties import describe_tie
 from ...render.text import mark_divergence, safe_text
 from ...verdict.gate import Violation

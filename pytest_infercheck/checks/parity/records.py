@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...metrics.consistency import Fault
+from ...metrics.faults import Faults
 from ...metrics.sameness import DivergenceUnit
 from ...metrics.ties import TieDivergence
 from ...records import OMIT_WHEN_EMPTY
@@ -98,7 +98,7 @@ class ParityPrompt:
     the first divergence otherwise), where both report a logprob; None when not measured (a
     side without logprobs, no such position), and in a record read back when it was not
     finite (a fault of the item says so)."""
-    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    faults: Faults = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Faults of either side's own output, an empty generation against the other side, a
     non-finite similarity or logprob drift (each a violation); absent from the JSON when
     none."""

@@ -36,6 +36,7 @@ from ...specs import (
     TieGates,
 )
 from ...verdict.gate import Gate
+from ..framework.harness import BOTH_SHAPES, NO_COLD_REFERENCE, RENDERED_ONCE, TIGHT, HarnessProfile
 from ..framework.plan import ItemPlan
 from ..framework.target import no_logprobs_reason
 
@@ -143,3 +144,24 @@ def stream_unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> M
     if reason is None:
         return {}
     return {"logprob_tolerance": f"not measured on any item: {reason}"}
+
+
+STREAM_HARNESS = HarnessProfile(
+    {"stream-parity": {"target": "{target}"}, "logprob_tolerance": TIGHT},
+    blind=(*RENDERED_ONCE, NO_COLD_REFERENCE),
+    shapes=BOTH_SHAPES,
+)
+"""stream-parity's check in the verdict harness (``tests/harness``)."""
+ENDPOINT_HARNESS = HarnessProfile(
+    {
+        "endpoint-parity": {
+            "target": "{target}",
+            "endpoints": ["completions", "chat", "messages"],
+        },
+        "min_similarity": 1.0,
+        "flips": {"fail_item_on": "any"},
+    },
+    blind=(NO_COLD_REFERENCE,),
+    shapes=BOTH_SHAPES,
+)
+"""endpoint-parity's check in the verdict harness (``tests/harness``)."""

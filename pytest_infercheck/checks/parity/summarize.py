@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...metrics.answers import FlipKind
-from ...metrics.consistency import aggregate_faults
+from ...metrics.faults import aggregate_faults
 from ...metrics.ties import count_labels
 from ..framework.items import RecordedItem, Summary
 from ..framework.target import TargetContext

@@ -43,7 +43,7 @@ from .present import (
     summary_lines,
 )
 from .records import Mismatch, Reference, StressAggregate, StressLevel
-from .spec import GATES, StressSpec, StressThresholds, flip_rate_gates, plan
+from .spec import GATES, HARNESS, StressSpec, StressThresholds, flip_rate_gates, plan
 from .summarize import summarize
 
 __all__ = [
@@ -92,6 +92,7 @@ STRESS = CheckKind(
         plan=plan,
         rate_gates=flip_rate_gates,
         spread_over_workers=True,
+        harness=HARNESS,
     ),
     gather=StressGather,
     judge=judge,

@@ -40,8 +40,6 @@ from typing import TYPE_CHECKING, Any
 from ...backends.base import BackendError
 from ...metrics.answers import judge_answers
 from ...metrics.consistency import (
-    EMPTY_GENERATION,
-    Fault,
     empty_fault,
     latency_fault,
     output_text,
@@ -49,12 +47,13 @@ from ...metrics.consistency import (
 )
 from ...metrics.degenerate import Degenerate, DegenerateScan
 from ...metrics.determinism import side_tokens
+from ...metrics.faults import EMPTY_GENERATION, Fault
 from ...metrics.load import max_in_flight, mean_in_flight, tokens_per_second
 from ...metrics.sameness import compare_outputs
 from ...metrics.stats import percentile
 from ...metrics.ties import DEFAULT_TIE_MARGIN, SideTokens, count_labels, tie_divergence
 from ...tools import ToolCall, canonical_calls
-from ..framework.requests import server_message
+from ..framework.failures import server_message
 from .evidence import NearTie
 from .records import Mismatch, Reference, StressLevel
 
@@ -342,7 +341,7 @@ def _empty_requests(level: int, requests: int, empties: list[tuple[int, Fault]])
         EMPTY_GENERATION,
         f"c{level}",
         f"{EMPTY_GENERATION} in {len(empties)} of {requests} requests: {shown}{more}",
-        [i for i, _ in empties],
+        tuple(i for i, _ in empties),
         "request",
     )
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...metrics.ties import describe_tie
+from ...nodeid import NodeId
 from ...records import load_record, plain_data
 from ...render.charts import line_chart
 from ...render.markup import esc, kv_table, num, table
@@ -97,8 +98,8 @@ def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[st
     lines: list[str] = []
     for nodeid, passed, data in aggregates:
         record = load_record(StressAggregate, data)
-        parts = nodeid.split("::")
-        check, suite = (parts[-3], parts[-2]) if len(parts) >= 3 else (nodeid, "?")
+        node = NodeId.parse(nodeid)
+        check, suite = (node.check, node.suite) if node is not None else (nodeid, "?")
         verdict = "pass" if passed else "FAIL"
         lines.append(f"{check} {suite} on {record.target}: {verdict}")
         lines += [f"  {line}" for line in level_table(record.levels)]

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...metrics.consistency import Fault
 from ...metrics.degenerate import DegenerateScan
+from ...metrics.faults import Faults
 from ...metrics.past_tie import AfterTie
 from ...metrics.sameness import DivergenceUnit
 from ...metrics.ties import SideTokens, TieDivergence
@@ -112,7 +112,7 @@ class StressLevel:
     """Why the level failed (its item's violations: :mod:`.judge`)."""
     measured_by: str = ""
     """The process that measured the level: an xdist worker (``gw0``) or ``main``."""
-    faults: list[Fault] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    faults: Faults = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
     """Non-finite latencies and empty generations (see :mod:`.measure`): each is a
     violation. Absent from the JSON when there are none."""
     divergence_labels: dict[str, int] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)

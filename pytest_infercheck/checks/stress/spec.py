@@ -21,6 +21,7 @@ from pydantic import Field, field_validator
 
 from ...specs import ErrorRate, FlipGates, FlipThresholds, TargetCheck, TieGates
 from ...verdict.gate import Gate
+from ..framework.harness import BOTH_SHAPES, NO_LOGPROB_GATE, SELF_COMPARED, HarnessProfile
 from ..framework.kind import RateGate
 from ..framework.plan import ItemPlan
 from .measure import jobs_for
@@ -110,3 +111,15 @@ def flip_rate_gates(check: CheckSpec, suite: Suite) -> list[RateGate]:
             unit="requests per level (prompts x repeats)",
         )
     ]
+
+
+HARNESS = HarnessProfile(
+    {
+        "stress": {"target": "{target}", "levels": [2], "repeats": 1},
+        "min_consistency": 1.0,
+        "max_error_rate": 0.0,
+    },
+    blind=(*SELF_COMPARED, NO_LOGPROB_GATE),
+    shapes=BOTH_SHAPES,
+)
+"""The verdict harness's check (``tests/harness``)."""

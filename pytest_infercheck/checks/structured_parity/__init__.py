@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from ..framework.kind import CheckKind, SpecFacet
 from .gather import StructuredGatherer
+from .harness import HARNESS
 from .judge import judge
 from .present import PRESENT
 from .records import StructuredParityAggregate, StructuredParityContext, StructuredParityPrompt
@@ -51,6 +52,7 @@ STRUCTURED_PARITY = CheckKind(
         context=StructuredParityContext,
         records={"prompt": StructuredParityPrompt, "aggregate": StructuredParityAggregate},
         plan=plan,
+        harness=HARNESS,
     ),
     gather=StructuredGatherer,
     judge=judge,

@@ -17,8 +17,7 @@ from ...structured.records import Path
 from ...structured.results import FieldName
 from ...verdict.gate import Gate
 from ..framework.plan import ItemPlan
-from ..protocol import target_label
-from ..tokenization import side_label
+from ..framework.target import side_label, target_label
 
 if TYPE_CHECKING:
     from ...matrix import CheckSpec, LoadedMatrix
@@ -69,7 +68,7 @@ class StructuredParitySpec(KindSpec):
 
     def labels(self) -> list[str]:
         """Each target's label in item ids and texts, in order: the first its backend (its
-        model when it names none), the others as :func:`~..tokenization.side_label`."""
+        model when it names none), the others as :func:`~..framework.target.side_label`."""
         return [side_label(ref, self.targets[0]) for ref in self.targets]
 
 
@@ -97,7 +96,7 @@ def plan(check: CheckSpec, suite: Suite) -> list[ItemPlan]:
 
 
 def check_label(loaded: LoadedMatrix, check: CheckSpec, index: int) -> str:
-    """One target: :func:`~..protocol.target_label`; several: the first target's model
+    """One target: :func:`~..framework.target.target_label`; several: the first target's model
     (``structured-parity(tiny)``)."""
     if len(cast(StructuredParitySpec, check.spec).targets) == 1:
         return target_label(loaded, check, index)

@@ -50,7 +50,7 @@ from .records import (
     TokenSideRecord,
     WindowRow,
 )
-from .spec import HARNESS, TokenizationSpec, plan, reference_model, side_label
+from .spec import HARNESS, TokenizationSpec, plan, reference_model
 from .summarize import TokenItem, count_items, summarize
 
 TOKENIZATION = CheckKind(
@@ -101,7 +101,6 @@ __all__ = [
     "item_violations",
     "judge",
     "measure",
-    "side_label",
     "summarize",
     "window",
 ]

@@ -27,7 +27,8 @@ from ...backends.capabilities import TOKENIZE_TOPIC
 from ...backends.endpoint_probe import TOKENIZE
 from ...metrics.text import first_divergence
 from ...metrics.tokenization import LEADING, WINDOW, TokenSide, body_text, needs_nfc_probe
-from ..framework.requests import request_failure, settle
+from ..framework.failures import request_failure
+from ..framework.requests import settle
 from ..framework.target import TargetContext
 from .evidence import Measured, TokenEvidence
 from .records import TokenSideRecord

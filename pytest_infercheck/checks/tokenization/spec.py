@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Literal, cast
 from pydantic import Field
 
 from ...specs import KindSpec, Loc, Side
-from ..framework.kind import HarnessProfile
+from ..framework.harness import HarnessProfile
 from ..framework.plan import ItemPlan
+from ..framework.target import side_label
 
 if TYPE_CHECKING:
     from ...matrix import CheckSpec, LoadedMatrix
@@ -38,18 +39,6 @@ class TokenizationSpec(KindSpec):
             for j, ref in enumerate(self.targets)
             if j > 0
         ]
-
-
-def side_label(ref: str, reference: str) -> str:
-    """An other side's label in item ids: its backend when it has the reference's model,
-    its model when it has the reference's backend, else ``model.backend``."""
-    model, _, backend = ref.partition("@")
-    ref_model, _, ref_backend = reference.partition("@")
-    if model == ref_model and backend:
-        return backend
-    if backend == ref_backend or not backend:
-        return model
-    return f"{model}.{backend}"
 
 
 def plan(check: CheckSpec, suite: Suite) -> list[ItemPlan]:

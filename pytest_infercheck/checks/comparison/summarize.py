@@ -1,11 +1,14 @@
-"""The aggregate of a comparison check x suite, a pure function of its items' records
-(:attr:`~..protocol.CheckKind.summarize`): the live run calls it on the records of its items,
-``pytest-infercheck report`` on the union of a sharded run's records, so both give the same
-aggregate.
+"""The summarize facet of the comparison kinds: the aggregate of a check x suite, a pure
+function of its items' records and verdicts (:attr:`~..framework.kind.CheckKind.summarize`):
+the live run calls it on the records of its items, ``pytest-infercheck report`` on the union
+of a sharded run's records, so both give the same aggregate.
 
 - per test side (in the user's order, :attr:`ComparisonContext.tests`): its prompts' records
-  pooled (:func:`.aggregate.aggregate`) with its suite gates (:func:`.aggregate.
-  aggregate_violations`, the level's ``violations``), each violation prefixed by the side;
+  pooled (:func:`.aggregate.aggregate`), its failed items those whose item failed (their
+  verdicts), and the measures its suite gates read (:func:`.aggregate.level_measures`),
+  which the framework judges per side (``Summary.column_measures``: each violation named by
+  the side); the framework also fails the aggregate for every failed or errored item;
+- a side's problems (fail closed) are violations of the aggregate, prefixed by the side;
 - errored items (no record) are a violation of every side (the record's ``errored``), and so
   is a side without any record;
 - ``ungated`` when the check writes no gate (:func:`.gates.is_ungated`);
@@ -22,24 +25,23 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ...records import OMIT_WHEN_EMPTY
-from ..protocol import RecordedItem, Summary, errored_items, records_of
+from ...verdict.measure import MeasureValue
+from ..framework.items import RecordedItem, Summary, errored_items, records_of
 from .aggregate import (
-    SELF_CHECK,
     CliffLevel,
     ComparisonAggregateRecord,
-    SelfCheckRecord,
     SuiteAggregate,
     SweepAggregateRecord,
     aggregate,
     cliff_evidence,
     cliff_table,
     format_aggregate,
+    level_measures,
     self_check_level,
     sweep_cliff,
 )
-from .gates import is_ungated, ungated_reason
-from .options import Thresholds
-from .prompt import PromptComparison
+from .prompt import SELF_CHECK, PromptComparison, SelfCheckRecord
+from .spec import Thresholds, is_ungated, ungated_reason
 
 
 @dataclass
@@ -100,32 +102,36 @@ def aggregate_properties(aggregates: list[SuiteAggregate]) -> list[tuple[str, An
 
 
 class _Compared(NamedTuple):
-    """The test sides that have records: their aggregates and their prompts' records."""
+    """The test sides that have records: their aggregates and their failed prompts."""
 
     levels: list[SuiteAggregate]
-    results: list[list[PromptComparison]]
+    failed: list[frozenset[str]]
     summary: Summary
 
 
 def _compared(
     items: Sequence[RecordedItem], thresholds: Thresholds, context: ComparisonContext
 ) -> _Compared:
-    results: list[PromptComparison] = records_of(items, "prompt")
+    prompts = [item for item in items if item.role == "prompt" and item.record is not None]
     errored = errored_items(items)
     violations: list[str] = []
     levels: list[SuiteAggregate] = []
-    per_level: list[list[PromptComparison]] = []
+    failed_per_level: list[frozenset[str]] = []
+    columns: dict[str, dict[str, MeasureValue]] = {}
     texts: list[str] = []
     for test in dict.fromkeys(context.tests):
-        mine = [r for r in results if r.test == test]
+        mine = [item for item in prompts if item.record.test == test]
         if not mine:
             violations.append(f"{test}: no prompt of this side has a record")
             continue
-        agg = aggregate(mine, thresholds)
+        results: list[PromptComparison] = [item.record for item in mine]
+        failed = frozenset(item.record.prompt_id for item in mine if item.violations)
+        agg = aggregate(results, thresholds, failed)
         levels.append(agg)
-        per_level.append(mine)
+        failed_per_level.append(failed)
+        columns[agg.test] = level_measures(agg, thresholds)
         texts.append(format_aggregate(agg))
-        violations += [f"{agg.test}: {v}" for v in agg.violations or []]
+        violations += [f"{agg.test}: {v}" for v in agg.problems]
     texts += context.replay
     ungated = is_ungated(thresholds)
     if ungated:
@@ -144,7 +150,8 @@ def _compared(
     properties = aggregate_properties(levels)
     properties.append(("infercheck_engines", json.dumps(context.engines, sort_keys=True)))
     properties.append(("infercheck_ungated", ungated))
-    return _Compared(levels, per_level, Summary(record, violations, "\n\n".join(texts), properties))
+    summary = Summary(record, violations, "\n\n".join(texts), properties, column_measures=columns)
+    return _Compared(levels, failed_per_level, summary)
 
 
 def summarize(
@@ -162,10 +169,12 @@ def summarize_sweep(
     self-check (:func:`first_level`) through the levels in the user's order."""
     compared = _compared(items, thresholds, context)
     summary = compared.summary
-    prompt_ids = {r.prompt_id for results in compared.results for r in results}
+    prompt_ids = {
+        item.record.prompt_id for item in items if item.role == "prompt" and item.record is not None
+    }
     first = first_level(items, context.self_check, prompt_ids)
     cliff, steps = sweep_cliff(
-        first, compared.levels, compared.results, thresholds, context.cliff_alpha
+        first, compared.levels, compared.failed, thresholds, context.cliff_alpha
     )
     base: ComparisonAggregateRecord = summary.record
     record = SweepAggregateRecord(
@@ -193,6 +202,7 @@ def summarize_sweep(
         summary.violations,
         f"{summary.text}\n\n{evidence}",
         [*summary.properties, ("infercheck_cliff", cliff)],
+        column_measures=summary.column_measures,
     )
 
 

@@ -1,0 +1,31 @@
+"""scripts/test.sh (the README's test command, what CI runs) runs every test directory: the
+ones without servers on both cores, then the integration tests in one process."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import REPO
+
+
+def test_the_test_command_runs_every_test_directory_once() -> None:
+    script = (REPO / "scripts" / "test.sh").read_text()
+    runs = re.findall(r"-m pytest (?:-n 2 )?((?:tests/\S+ ?)+)$", script, re.M)
+    named = [d for run in runs for d in run.split()]
+    found = sorted(
+        str(path.parent.relative_to(REPO)) for path in (REPO / "tests").glob("*/test_*.py")
+    )
+    assert sorted(named) == sorted(set(named)), "a test directory runs twice"
+    assert sorted({*found}) == sorted(named), "a test directory that scripts/test.sh misses"
+    (integration,) = [line for line in script.splitlines() if "tests/integration" in line]
+    assert " -n " not in integration  # real servers, shared by one process's tests
+
+
+def test_the_ci_runs_the_readme_commands() -> None:
+    ci = (REPO / ".ci" / "run").read_text()
+    readme = (REPO / "README.md").read_text().splitlines()[:6]
+    assert "bash scripts/demo.sh" in ci and "bash scripts/test.sh" in ci
+    assert any(line.startswith("bash scripts/demo.sh") for line in readme)
+    assert any(line.startswith("bash scripts/test.sh") for line in readme)
+    assert Path(REPO / "scripts" / "test.sh").exists()
