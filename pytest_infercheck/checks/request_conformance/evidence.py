@@ -28,9 +28,7 @@ class ConformanceEvidence:
     could not be had (its failure is in ``conduct``); ``asked`` None when the probe was not
     sent (unsupported or not exercised: in ``conduct``). ``prompt_tokens``: the prompt's
     token count as the engine tokenizes it (None: unknown, ``prompt_note`` says why).
-    ``eos_id``: the end-of-sequence id the reference ended on, where the engine gives ids.
-    ``boundaries``: how ``reference.pieces`` were had (``token texts``, ``token ids``, or
-    ``characters`` where the engine gives neither)."""
+    ``eos_id``: the end-of-sequence id the reference ended on, where the engine gives ids."""
 
     prompt_id: str
     probe: str
@@ -41,7 +39,6 @@ class ConformanceEvidence:
     prompt_tokens: int | None = None
     prompt_note: str | None = None
     eos_id: int | None = None
-    boundaries: str = "token ids"
     notes: list[str] = field(default_factory=list)
     conduct: Conduct = field(default_factory=Conduct)
 

@@ -27,7 +27,8 @@ from ...backends.params import refusal
 from ...request_params import target_backend
 from ...specs import SERVER_KINDS
 from ...verdict.conduct import Abilities, not_exercised_before_requests
-from ..framework.requests import request_failure, settle
+from ..framework.failures import request_failure
+from ..framework.requests import settle
 from ..framework.target import TargetGatherer
 from .evidence import Answer, ConformanceEvidence
 from .probes import PROBE_PARAMS, Reference, ask
@@ -130,10 +131,9 @@ class ConformanceGather(TargetGatherer[RequestConformanceSpec]):
             ids = generation.token_ids
             eos = generation.finish_reason == "stop"
             body = None if ids is None else tuple(ids[: len(ids) - (1 if eos and ids else 0)])
-            reference = Reference(texts, body, eos, self.params(prompt).max_tokens)
+            reference = Reference(texts, body, eos, self.params(prompt).max_tokens, how)
             for item in by_prompt[prompt.id]:
                 item.reference = reference
-                item.boundaries = how
                 item.eos_id = ids[-1] if eos and ids else None
                 item.prompt_tokens, item.prompt_note = counts.get(prompt.id, (None, None))
         return rendered, references

@@ -7,16 +7,21 @@ Findings (each a violation whose source is the parameter, or the probe's name):
   with ``include_stop``, right after it), or ``finish_reason`` is not ``stop``;
 - ``max_tokens``: not exactly ``m`` tokens, not the reference's first ``m`` (ids, else
   text), or ``finish_reason`` not ``length``;
-- ``usage``: ``usage.prompt_tokens`` is not the prompt's token count, or
-  ``usage.completion_tokens`` not the tokens returned; a non-streamed answer without usage
-  fails (a stream reports it only when asked: said, not failed);
+- ``usage``: ``usage.prompt_tokens`` is not the prompt's token count (its rendered ids, or
+  the engine's ``/tokenize``), or ``usage.completion_tokens`` not the tokens returned (ids,
+  end-of-sequence included, else logprob entries); a count that cannot be had (no
+  ``/tokenize``; neither ids nor logprobs) fails naming why, never passes; a non-streamed
+  answer without usage fails (a stream reports it only when asked: said, not failed);
 - ``logprobs``: a token without its logprob, or with other than ``k`` top logprobs;
 - ``min_tokens``: fewer tokens than asked, or the end-of-sequence token among them;
 - ``ignore_eos``: not exactly ``max_tokens`` tokens, or ``finish_reason`` not ``length``;
-- ``n``: another number of choices than asked, or an empty choice.
+- ``n``: another number of choices than asked (a sampled choice may be empty: EOS first).
 
-A probe that cannot be built from the reference (an output too short, or one that never
-reaches end-of-sequence for ``min-tokens``) fails too: the check does not pass on nothing.
+Each finding names the parameter and both values: ``usage.prompt_tokens 11 != 12 tokens
+sent (non-streamed)``, ``max_tokens 4 (streamed): 7 tokens returned != 4``. A probe that
+cannot be built from the reference (an output too short, no token of two characters for
+``stop-spanning``, token boundaries unknown, no end-of-sequence for ``min-tokens``) fails
+too: the check does not pass on nothing.
 """
 
 from __future__ import annotations
@@ -68,113 +73,158 @@ def judge_answer(item: ConformanceEvidence, answer: Answer) -> list[Violation]:
     assert ref is not None and asked is not None
     g, mode, params = answer.generation, answer.mode, asked.params
     probe = item.probe
-    out: list[Violation] = []
     n = tokens_returned(g)
     if probe in STOP_PROBES:
-        stop = params["stop"][0]
-        end = ref.text.find(stop) + (len(stop) if params.get("include_stop") else 0)
-        want = ref.text[:end]
-        what = "include_stop" if params.get("include_stop") else "stop"
-        if g.text != want:
-            past = " (the stop string returned)" if g.text.endswith(stop) else ""
-            out.append(
-                Violation(f"stop {stop!r} ({mode}): text {g.text!r}, expected {want!r}{past}", what)
+        return _stop(ref, params, g, mode)
+    if probe == "max-tokens":
+        return _max_tokens(ref, params["max_tokens"], g, mode, n)
+    if probe == "usage":
+        return _usage(item, g, mode, n)
+    if probe == "logprobs":
+        return _logprobs(params["logprobs"], g, mode, n)
+    if probe == "min-tokens":
+        return _min_tokens(item, params["min_tokens"], g, mode, n)
+    if probe == "ignore-eos":
+        return _ignore_eos(params["max_tokens"], g, mode, n)
+    choices = 1 + len(g.others)
+    if choices != params["n"]:
+        return [
+            Violation(f"n {params['n']} ({mode}): {choices} choices != {params['n']} asked", "n")
+        ]
+    return []
+
+
+UNCOUNTED = "the tokens returned cannot be counted (neither ids nor logprobs returned)"
+
+
+def _stop(ref: Reference, params: dict[str, Any], g: Generation, mode: str) -> list[Violation]:
+    stop = params["stop"][0]
+    included = bool(params.get("include_stop"))
+    at = ref.text.find(stop)
+    want = ref.text[: at + (len(stop) if included else 0)]
+    name = "include_stop" if included else "stop"
+    out = []
+    if g.text != want:
+        why = ""
+        if not included and g.text.startswith(want + stop):
+            why = " (the stop string returned)"
+        elif included and g.text == ref.text[:at]:
+            why = " (the stop string left out)"
+        elif g.text.startswith(want):
+            why = " (generation went on past the stop string)"
+        out.append(Violation(f"{name} {stop!r} ({mode}): text {g.text!r} != {want!r}{why}", name))
+    if g.finish_reason != "stop":
+        out.append(
+            Violation(
+                f"stop {stop!r} ({mode}): finish_reason {g.finish_reason!r} != 'stop'", "stop"
             )
-        if g.finish_reason != "stop":
+        )
+    return out
+
+
+def _max_tokens(ref: Reference, m: int, g: Generation, mode: str, n: int | None) -> list[Violation]:
+    out = []
+    if n is not None and n != m:
+        out.append(Violation(f"max_tokens {m} ({mode}): {n} tokens returned != {m}", "max_tokens"))
+    if g.token_ids is not None and ref.ids is not None:
+        if tuple(g.token_ids) != ref.ids[:m]:
             out.append(
                 Violation(
-                    f"stop {stop!r} ({mode}): finish_reason {g.finish_reason!r}, expected 'stop'",
-                    "stop",
-                )
-            )
-    elif probe == "max-tokens":
-        m = params["max_tokens"]
-        if n is not None and n != m:
-            out.append(Violation(f"max_tokens {m} ({mode}): {n} tokens returned", "max_tokens"))
-        if g.token_ids is not None and ref.ids is not None:
-            if tuple(g.token_ids) != ref.ids[:m]:
-                out.append(
-                    Violation(
-                        f"max_tokens {m} ({mode}): ids {g.token_ids}, expected the greedy "
-                        f"output's first {m}: {list(ref.ids[:m])}",
-                        "max_tokens",
-                    )
-                )
-        elif g.text != "".join(ref.pieces[:m]):
-            want = "".join(ref.pieces[:m])
-            out.append(
-                Violation(
-                    f"max_tokens {m} ({mode}): text {g.text!r}, expected {want!r}", "max_tokens"
-                )
-            )
-        if g.finish_reason != "length":
-            out.append(
-                Violation(
-                    f"max_tokens {m} ({mode}): finish_reason {g.finish_reason!r}, expected "
-                    "'length'",
+                    f"max_tokens {m} ({mode}): ids {list(g.token_ids)} != the greedy output's "
+                    f"first {m} {list(ref.ids[:m])}",
                     "max_tokens",
                 )
             )
-    elif probe == "usage":
-        out += _usage(item, g, mode, n)
-    elif probe == "logprobs":
-        out += _logprobs(params["logprobs"], g, mode, n)
-    elif probe == "min-tokens":
-        least = params["min_tokens"]
-        if n is None or n < least:
-            out.append(Violation(f"min_tokens {least} ({mode}): {n} tokens returned", "min_tokens"))
-        if g.token_ids is not None and item.eos_id is not None:
-            early = [i for i, t in enumerate(g.token_ids[:least]) if t == item.eos_id]
-            if early:
-                out.append(
-                    Violation(
-                        f"min_tokens {least} ({mode}): end-of-sequence at token {early[0]}",
-                        "min_tokens",
-                    )
-                )
-    elif probe == "ignore-eos":
-        m = params["max_tokens"]
-        if (n is not None and n != m) or g.finish_reason != "length":
+    elif g.text != "".join(ref.pieces[:m]):
+        want = "".join(ref.pieces[:m])
+        out.append(
+            Violation(
+                f"max_tokens {m} ({mode}): text {g.text!r} != the greedy output's first {m} "
+                f"tokens {want!r}",
+                "max_tokens",
+            )
+        )
+    if g.finish_reason != "length":
+        out.append(
+            Violation(
+                f"max_tokens {m} ({mode}): finish_reason {g.finish_reason!r} != 'length'",
+                "max_tokens",
+            )
+        )
+    return out
+
+
+def _min_tokens(
+    item: ConformanceEvidence, least: int, g: Generation, mode: str, n: int | None
+) -> list[Violation]:
+    if n is None:
+        return [Violation(f"min_tokens {least} ({mode}): {UNCOUNTED}", "min_tokens")]
+    out = []
+    if n < least:
+        out.append(
+            Violation(f"min_tokens {least} ({mode}): {n} tokens returned < {least}", "min_tokens")
+        )
+    if g.token_ids is not None and item.eos_id is not None:
+        early = [i for i, t in enumerate(g.token_ids[:least]) if t == item.eos_id]
+        if early:
             out.append(
                 Violation(
-                    f"ignore_eos ({mode}): {n} tokens, finish_reason {g.finish_reason!r}; "
-                    f"expected {m} tokens (max_tokens), finish_reason 'length'",
-                    "ignore_eos",
+                    f"min_tokens {least} ({mode}): end-of-sequence ({item.eos_id}) at token "
+                    f"{early[0]} < {least}",
+                    "min_tokens",
                 )
             )
-    else:
-        choices = [g, *g.others]
-        if len(choices) != params["n"]:
-            out.append(Violation(f"n {params['n']} ({mode}): {len(choices)} choices", "n"))
-        empty = [i for i, c in enumerate(choices) if not c.text and not c.token_ids]
-        if empty:
-            out.append(Violation(f"n {params['n']} ({mode}): choice {empty[0]} is empty", "n"))
+    return out
+
+
+def _ignore_eos(m: int, g: Generation, mode: str, n: int | None) -> list[Violation]:
+    out = []
+    if n is not None and n != m:
+        out.append(
+            Violation(f"ignore_eos ({mode}): {n} tokens returned != max_tokens {m}", "ignore_eos")
+        )
+    if g.finish_reason != "length":
+        out.append(
+            Violation(
+                f"ignore_eos ({mode}): finish_reason {g.finish_reason!r} != 'length' "
+                f"(max_tokens {m})",
+                "ignore_eos",
+            )
+        )
     return out
 
 
 def _usage(item: ConformanceEvidence, g: Generation, mode: str, n: int | None) -> list[Violation]:
-    out = []
     if g.completion_tokens is None and g.prompt_tokens is None:
         if mode == "non-streamed":
-            out.append(Violation(f"usage ({mode}): the answer reports no usage", "usage"))
-        return out
+            return [Violation(f"usage ({mode}): the answer reports no usage", "usage")]
+        return []  # a stream reports usage only when asked (said in the item's notes)
+    out = []
     if g.completion_tokens is None:
-        out.append(Violation(f"usage ({mode}): no completion_tokens", "usage"))
-    elif n is not None and g.completion_tokens != n:
+        out.append(Violation(f"usage.completion_tokens ({mode}): not reported", "usage"))
+    elif n is None:
         out.append(
             Violation(
-                f"usage.completion_tokens {g.completion_tokens} ({mode}), {n} tokens returned",
+                f"usage.completion_tokens {g.completion_tokens} ({mode}): {UNCOUNTED}", "usage"
+            )
+        )
+    elif g.completion_tokens != n:
+        out.append(
+            Violation(
+                f"usage.completion_tokens {g.completion_tokens} != {n} tokens returned ({mode})",
                 "usage",
             )
         )
     want = item.prompt_tokens
     if g.prompt_tokens is None:
-        out.append(Violation(f"usage ({mode}): no prompt_tokens", "usage"))
-    elif want is not None and g.prompt_tokens != want:
+        out.append(Violation(f"usage.prompt_tokens ({mode}): not reported", "usage"))
+    elif want is None:
+        why = item.prompt_note or "the prompt's token count is unknown"
+        out.append(Violation(f"usage.prompt_tokens {g.prompt_tokens} ({mode}): {why}", "usage"))
+    elif g.prompt_tokens != want:
         out.append(
             Violation(
-                f"usage.prompt_tokens {g.prompt_tokens} ({mode}), the prompt has {want} tokens",
-                "usage",
+                f"usage.prompt_tokens {g.prompt_tokens} != {want} tokens sent ({mode})", "usage"
             )
         )
     return out
@@ -187,18 +237,18 @@ def _logprobs(k: int, g: Generation, mode: str, n: int | None) -> list[Violation
     wrong = [(i, s) for i, s in enumerate(sizes) if s != k]
     out = []
     if wrong:
-        i, s = wrong[0]
+        i, size = wrong[0]
         out.append(
             Violation(
-                f"logprobs {k} ({mode}): {len(wrong)} of {len(sizes)} tokens carry another "
-                f"number of top logprobs (token {i}: {s})",
+                f"logprobs {k} ({mode}): {size} top logprobs at token {i} != {k} asked "
+                f"({len(wrong)} of {len(sizes)} tokens)",
                 "logprobs",
             )
         )
     if n is not None and len(g.chosen_logprobs) != n:
         out.append(
             Violation(
-                f"logprobs {k} ({mode}): {len(g.chosen_logprobs)} logprobs for {n} tokens",
+                f"logprobs {k} ({mode}): {len(g.chosen_logprobs)} logprobs != {n} tokens returned",
                 "logprobs",
             )
         )
@@ -213,7 +263,7 @@ def judge(plan: ItemPlan, evidence: ConformanceEvidence, thresholds: Any) -> Jud
     notes = list(item.notes)
     if item.prompt_note and item.probe == "usage":
         notes.append(item.prompt_note)
-    if item.boundaries == "characters" and asked is not None:
+    if item.reference is not None and item.reference.boundaries == "characters":
         notes.append("token boundaries unknown (no token texts or ids): characters used")
     text = ""
     if asked is not None and asked.unbuildable is not None:

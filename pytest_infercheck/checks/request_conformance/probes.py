@@ -5,13 +5,16 @@ The reference ``R`` is the prompt's greedy generation (the kind's ``max_tokens``
 generated tokens' texts (the end-of-sequence token left out), ``T = "".join(P)`` its text.
 Every probe is greedy, so a conforming engine repeats ``R`` up to where the probe ends it:
 
-- ``stop-token``: ``stop = P[k]`` (``k = 1`` when ``R`` has two tokens or more, else 0);
-  ``stop-tokens``: ``stop = P[k] + P[k+1]`` (``k = 1`` from three tokens on, else 0);
-  ``stop-spanning``: the last character of one token and the first of the next (the first
-  such pair, preferring a token of two characters or more, so the string starts or ends
-  inside a token); a conforming answer's text is ``T[:T.find(stop)]`` and its
-  ``finish_reason`` is ``stop``; ``stop-included`` (``include_stop``): the text runs to the end
-  of the stop string.
+- ``stop-token``: ``stop = P[k]``, the first token from ``k = 1`` on (``k = 0`` for a
+  one-token ``R``) whose text first occurs in ``T`` where that token starts;
+  ``stop-tokens``: ``stop = P[k] + P[k+1]``, likewise (from ``k = 1`` when ``R`` has three
+  tokens or more); ``stop-spanning``: the last character of a token of two characters or
+  more and the first of the next, first occurring in ``T`` at that boundary, so the string
+  starts inside a token (none such: the probe cannot be built). Streamed, the stop strings
+  of ``stop-tokens`` and ``stop-spanning`` arrive split across two chunks (one token a
+  chunk). A conforming answer's text is ``T[:T.find(stop)]`` and its ``finish_reason`` is
+  ``stop``; ``stop-included`` (``include_stop``): the ``stop-token`` string, the text runs to
+  the end of it.
 - ``max-tokens``: ``max_tokens = m = max(1, len(P) // 2)``: exactly ``m`` tokens, ``R``'s first
   ``m`` (ids where given, else the text ``"".join(P[:m])``), ``finish_reason: length``.
 - ``usage``: ``R``'s ``usage.prompt_tokens`` equals the prompt's token count and
@@ -69,6 +72,8 @@ PROBE_PARAMS: dict[str, tuple[str, ...]] = {
 }
 """The request parameters each probe asks (beyond ``max_tokens``)."""
 STOP_PROBES = ("stop-token", "stop-tokens", "stop-spanning", "stop-included")
+COUNTED = ("max-tokens", "min-tokens", "ignore-eos")
+"""The probes built from the greedy output's token count."""
 N_CHOICES = 2
 N_TEMPERATURE = 1.0
 
@@ -76,13 +81,15 @@ N_TEMPERATURE = 1.0
 @dataclass(frozen=True)
 class Reference:
     """What a probe is built from: ``R``'s generated token texts (no end-of-sequence), its
-    ids (None: the engine gives none), whether it ended on end-of-sequence, and its
-    ``max_tokens``."""
+    ids (None: the engine gives none), whether it ended on end-of-sequence, its
+    ``max_tokens``, and how its pieces were had (``token texts``, ``token ids``, or
+    ``characters`` where the engine gives neither: the token boundaries are then unknown)."""
 
     pieces: tuple[str, ...]
     ids: tuple[int, ...] | None
     eos: bool
     max_tokens: int
+    boundaries: str = "token ids"
 
     @property
     def text(self) -> str:
@@ -103,24 +110,39 @@ class Asked:
     unbuildable: str | None = None
 
 
+def _offsets(pieces: tuple[str, ...]) -> list[int]:
+    """Where each piece starts in their concatenation."""
+    out, at = [], 0
+    for piece in pieces:
+        out.append(at)
+        at += len(piece)
+    return out
+
+
 def stop_string(probe: str, ref: Reference) -> str | None:
-    """The stop string of a stop probe (see the module docstring); None when ``R`` has too
-    few tokens with text."""
-    p = ref.pieces
+    """The stop string of a stop probe (see the module docstring); None when ``R`` offers
+    none."""
+    p, text = ref.pieces, ref.text
+    at = _offsets(p)
     if probe in ("stop-token", "stop-included"):
-        k = 1 if len(p) >= 2 else 0
-        return p[k] if p and p[k] else None
-    if probe == "stop-tokens":
-        if len(p) < 2:
-            return None
-        k = 1 if len(p) >= 3 else 0
-        return p[k] + p[k + 1] or None
-    pairs = [i for i in range(len(p) - 1) if p[i] and p[i + 1]]
-    inside = [i for i in pairs if len(p[i]) >= 2 or len(p[i + 1]) >= 2]
-    if not pairs:
+        order = [*range(1, len(p)), 0] if len(p) >= 2 else list(range(len(p)))
+        for k in order:
+            if p[k] and text.find(p[k]) == at[k]:
+                return p[k]
         return None
-    i = (inside or pairs)[0]
-    return p[i][-1] + p[i + 1][0]
+    if probe == "stop-tokens":
+        first = 1 if len(p) >= 3 else 0
+        for k in [*range(first, len(p) - 1), *range(first)]:
+            stop = p[k] + p[k + 1]
+            if p[k] and p[k + 1] and text.find(stop) == at[k]:
+                return stop
+        return None
+    for i in range(len(p) - 1):
+        if len(p[i]) >= 2 and p[i + 1]:
+            stop = p[i][-1] + p[i + 1][0]
+            if text.find(stop) == at[i + 1] - 1:
+                return stop
+    return None
 
 
 def ask(probe: str, ref: Reference, top_logprobs: int) -> Asked:
@@ -130,13 +152,20 @@ def ask(probe: str, ref: Reference, top_logprobs: int) -> Asked:
         if stop is None:
             return Asked(
                 {},
-                f"the greedy output has {len(ref.pieces)} tokens with text: "
-                "no stop string of this probe can be taken from it",
+                f"the greedy output {ref.text!r} ({len(ref.pieces)} tokens, boundaries from "
+                f"{ref.boundaries}) offers no stop string for it"
+                + (" (no token of two characters or more)" if probe == "stop-spanning" else ""),
             )
         params: dict[str, Any] = {"stop": [stop]}
         if probe == "stop-included":
             params["include_stop"] = True
         return Asked(params)
+    if probe in COUNTED and ref.boundaries == "characters":
+        return Asked(
+            {},
+            "the engine returns neither token texts nor ids: the greedy output's tokens "
+            f"cannot be counted, so {probe} cannot be built from it",
+        )
     if probe == "max-tokens":
         if not ref.pieces:
             return Asked({}, "the greedy output is empty: max_tokens cannot cut it")
