@@ -106,7 +106,7 @@ def _stop(ref: Reference, params: dict[str, Any], g: Generation, mode: str) -> l
     out = []
     if g.text != want:
         why = ""
-        if not included and g.text.startswith(want + stop):
+        if not included and g.text == want + stop:
             why = " (the stop string returned)"
         elif included and g.text == ref.text[:at]:
             why = " (the stop string left out)"
