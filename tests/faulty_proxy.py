@@ -71,7 +71,8 @@ request before forwarding it (a gateway or engine that drops ``stop``, ``n_probs
 ``return_stop`` appends the stop string an answer stopped on to its text (llama-server's
 ``stopping_word``; an OpenAI choice finished ``stop`` gets the request's first stop string),
 streamed or not; ``usage_offset`` adds to its completion count (``tokens_predicted`` of the
-final answer or chunk, ``usage.completion_tokens``).
+final answer or chunk, ``usage.completion_tokens``), ``prompt_usage_offset`` to its prompt
+count (``tokens_evaluated``, ``usage.prompt_tokens``).
 
 Streams (SSE, and Ollama's NDJSON) are forwarded event by event. When a stream may be
 altered, the proxy holds back the events from the last content-carrying event on (usually
@@ -159,6 +160,7 @@ class Fault:
     set_params: tuple[tuple[str, Any], ...] = ()  # these keys set (replaced) in them
     return_stop: bool = False  # an answer that stopped on a stop string returns it too
     usage_offset: int = 0  # added to the answer's completion token count
+    prompt_usage_offset: int = 0  # added to the answer's prompt token count
 
 
 TOOLS_REFUSED = "faulty proxy: the tool parser failed to load"
@@ -928,7 +930,7 @@ class FaultyProxy:
         return json.dumps(doc).encode()
 
     def _answer_fault(self, body: bytes) -> Callable[[Any], bool]:
-        """What ``return_stop`` and ``usage_offset`` do to an answer (or a stream event) of
+        """What ``return_stop`` and the usage offsets do to an answer (or a stream event) of
         the request ``body``: the stop string it stopped on appended to its text (llama-server's
         ``stopping_word``; an OpenAI choice that finished ``stop`` gets the request's first stop
         string), its completion count raised (``tokens_predicted``, ``usage.completion_tokens``).
@@ -959,13 +961,18 @@ class FaultyProxy:
                         else:
                             choice["text"] = str(choice.get("text") or "") + stop
                         changed = True
-            if fault.usage_offset:
-                if isinstance(obj.get("tokens_predicted"), int) and obj.get("stop") is True:
-                    obj["tokens_predicted"] += fault.usage_offset
+            usage = obj.get("usage")
+            for native, field, offset in (
+                ("tokens_predicted", "completion_tokens", fault.usage_offset),
+                ("tokens_evaluated", "prompt_tokens", fault.prompt_usage_offset),
+            ):
+                if not offset:
+                    continue
+                if isinstance(obj.get(native), int) and obj.get("stop") is True:
+                    obj[native] += offset
                     changed = True
-                usage = obj.get("usage")
-                if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-                    usage["completion_tokens"] += fault.usage_offset
+                if isinstance(usage, dict) and isinstance(usage.get(field), int):
+                    usage[field] += offset
                     changed = True
             return changed
 
@@ -1026,7 +1033,7 @@ class FaultyProxy:
                 handler.wfile.flush()
 
         fault = self.fault
-        if fault.return_stop or fault.usage_offset:
+        if fault.return_stop or fault.usage_offset or fault.prompt_usage_offset:
             change = self._answer_fault(request.body)
             answered = False
             for event in _split_events(response.iter_bytes(), sse):

@@ -1,39 +1,62 @@
-"""request-conformance on a real llama-server (the tiny adder, one slot), faithful and behind
-a faulty proxy that drops a parameter, returns the stop string or miscounts usage: each fault
-fails the right items, naming the parameter.
+"""request-conformance on a real llama-server (the tiny tool model, which answers in words
+of several characters a token, on two slots so that ``n: 2`` is taken), faithful and behind
+a faulty proxy: each dropped parameter (``stop``, ``n_predict``, ``n_cmpl``, ``ignore_eos``),
+the stop string returned, ``usage`` miscounted (prompt and completion) and the wrong number
+of top logprobs fails the right items, naming the parameter and both values.
 
-Measured on llama-cpp-python 0.3.36's llama.cpp (the adder answers ``12+34=`` with ``4``,
-``6``, end-of-sequence): stop strings of one token, two tokens and spanning the boundary are
-honoured streamed and not (text cut before the stop string, ``stop_type: word``);
-``n_predict`` is exact; ``tokens_evaluated`` is the prompt's ids and ``tokens_predicted`` the
-tokens returned, end-of-sequence included; ``n_probs: 3`` gives three top logprobs per token;
-``ignore_eos`` runs to ``n_predict``; ``n: 2`` with one slot is refused at the readiness probe
-(HTTP 400 "Field 'n' ...": unsupported); ``min_tokens`` and ``include_stop`` are not taken.
+Measured on llama-cpp-python 0.3.36's llama.cpp: stop strings of one token, two tokens and
+spanning a token boundary (starting inside a token) are honoured streamed and not (text cut
+before the stop string, ``stop_type: word``); ``n_predict`` is exact with ``finish_reason
+length``; ``tokens_evaluated`` is the prompt's ids and ``tokens_predicted`` the tokens
+returned, end-of-sequence included; ``n_probs: 3`` gives three top logprobs per token;
+``ignore_eos`` runs to ``n_predict``; ``n_cmpl: 2`` answers two choices; ``min_tokens`` and
+``include_stop`` are not taken (not exercised, from the matrix).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.faulty_proxy import Fault, FaultyProxy
+from tests.integration.served import llama_flags, running
 from tests.plugin.conftest import INI
-from tests.plugin.helpers import ADDITION, suite_jsonl
 
-PROMPTS = ADDITION[:2]
-CHECK = "  - request-conformance: {target: adder@llama}"
+SUITE = (
+    '{"id": "t01", "prompt": "what is 57 plus 444?", "max_tokens": 24}\n'
+    '{"id": "t02", "prompt": "What is the capital of Norway?", "max_tokens": 24}\n'
+)
+CHECK = "  - request-conformance: {target: tool@llama}"
 
 
-def run(pytester: pytest.Pytester, url: str, model: str, check: str = CHECK) -> Any:
+@pytest.fixture(scope="module")
+def tool_llama(
+    llama_server_bin: Path, tiny_tool_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """llama-server on the tool model's f32 GGUF with its template (``--jinja``), exact f32
+    flags, two slots (``n_cmpl`` is at most the slots)."""
+    flags = llama_flags(slots=2, context=2048).split()
+
+    def command(port: int) -> list[str]:
+        host = ["--host", "127.0.0.1", "--port", str(port)]
+        return [str(llama_server_bin), "-m", str(tiny_tool_gguf), *host, *flags, "--jinja"]
+
+    with running("llama-server", command, tmp_path_factory.mktemp("reqconf-llama")) as url:
+        yield url
+
+
+def run(pytester: pytest.Pytester, url: str, model: Path, check: str = CHECK) -> Any:
     pytester.makefile(".ini", pytest=INI)
-    pytester.makefile(".jsonl", addition=suite_jsonl(PROMPTS))
+    pytester.makefile(".jsonl", plain=SUITE)
     pytester.makefile(
         ".yaml",
-        infercheck=f"models:\n  adder: {model}\n"
+        infercheck=f"models:\n  tool: {{path: '{model}', gguf: '{model}/model-f32.gguf'}}\n"
         f"backends:\n  llama: {{kind: llama-server, url: '{url}'}}\n"
-        f"suites: [addition.jsonl]\nchecks:\n{check}\n",
+        f"suites: [plain.jsonl]\nchecks:\n{check}\n",
     )
     return pytester.runpytest_subprocess(
         "-q", "-p", "no:cacheprovider", "-rA", "--infercheck-results=results.json"
@@ -55,70 +78,93 @@ def failed(pytester: pytest.Pytester) -> dict[str, list[str]]:
 
 
 def test_faithful_llama_server_conforms(
-    pytester: pytest.Pytester, llama_url: str, adder: str
+    pytester: pytest.Pytester, tool_llama: str, tiny_tool: Path, tiny_tool_gguf: Path
 ) -> None:
-    result = run(pytester, llama_url, adder)
+    assert tiny_tool_gguf == tiny_tool / "model-f32.gguf"
+    result = run(pytester, tool_llama, tiny_tool)
     out = result.stdout.str()
     assert failed(pytester) == {}, out[-4000:]
     data = {n: i["data"] for n, i in items(pytester).items()}
-    stop = data["s01[stop-token]"]
-    assert stop["asked"] == {"stop": ["6"]} and stop["reference"] == "46"
-    assert [(a["mode"], a["text"], a["finish_reason"]) for a in stop["answers"]] == [
-        ("non-streamed", "4", "stop"),
-        ("streamed", "4", "stop"),
-    ]
-    assert data["s01[stop-tokens]"]["asked"] == {"stop": ["46"]}
-    assert [a["text"] for a in data["s01[stop-tokens]"]["answers"]] == ["", ""]
-    cut = data["s01[max-tokens]"]
-    assert cut["asked"] == {"max_tokens": 1} and cut["answers"][0]["tokens"] == 1
-    usage = data["s01[usage]"]["answers"][0]
-    assert (usage["tokens"], usage["completion_tokens"]) == (3, 3)  # '4', '6', EOS
-    assert data["s01[ignore-eos]"]["answers"][0]["tokens"] == 6
-    assert data["s01[min-tokens]"]["not_sent"] == (
-        "not exercised: backend 'llama' (llama-server) does not take min_tokens "
-        "(taken by vllm, sglang)"
-    )
-    # one slot: n: 2 refused at the readiness probe (HTTP 400), so unsupported, not failed
-    assert data["s01[n]"]["not_sent"].startswith("unsupported: a request with n: HTTP 400")
-    assert data["aggregate"]["probes"]["stop-token"] == {
+    for prompt in ("t01", "t02"):
+        reference = data[f"{prompt}[usage]"]["reference"]
+        spanning = data[f"{prompt}[stop-spanning]"]
+        (stop,) = spanning["asked"]["stop"]
+        cut = reference.find(stop)
+        # the stop string starts inside a token: its first character ends one
+        assert 0 < cut and len(stop) == 2, (reference, stop)
+        assert [(a["mode"], a["text"], a["finish_reason"]) for a in spanning["answers"]] == [
+            ("non-streamed", reference[:cut], "stop"),
+            ("streamed", reference[:cut], "stop"),
+        ]
+        usage = data[f"{prompt}[usage]"]["answers"]
+        assert [a["completion_tokens"] for a in usage] == [usage[0]["tokens"]] * 2
+        assert data[f"{prompt}[n]"]["answers"][0]["choices"] == 2
+        m = data[f"{prompt}[max-tokens]"]["asked"]["max_tokens"]
+        assert [a["tokens"] for a in data[f"{prompt}[max-tokens]"]["answers"]] == [m, m]
+        eos = data[f"{prompt}[ignore-eos]"]
+        assert [a["tokens"] for a in eos["answers"]] == [eos["asked"]["max_tokens"]] * 2
+        assert data[f"{prompt}[min-tokens]"]["not_sent"] == (
+            "not exercised: backend 'llama' (llama-server) does not take min_tokens "
+            "(taken by vllm, sglang)"
+        )
+    assert data["aggregate"]["probes"]["stop-spanning"] == {
         "conforming": 2,
         "failed": 0,
         "not sent": 0,
     }
 
 
+FAULTS = [
+    (Fault(drop_params=frozenset({"stop"})), "stop-token", "stop '"),
+    (Fault(drop_params=frozenset({"stop"})), "stop-spanning", "(generation went on past"),
+    (Fault(return_stop=True), "stop-tokens", "(the stop string returned)"),
+    (Fault(drop_params=frozenset({"n_predict"})), "max-tokens", "tokens returned != "),
+    (Fault(drop_params=frozenset({"n_cmpl"})), "n", "n 2 (non-streamed): 1 choices != 2 asked"),
+    (Fault(set_params=(("n_probs", 2),)), "logprobs", "2 top logprobs at token 0 != 3 asked"),
+    (Fault(drop_params=frozenset({"ignore_eos"})), "ignore-eos", "ignore_eos (non-streamed)"),
+    (Fault(usage_offset=1), "usage", "usage.completion_tokens"),
+    (Fault(prompt_usage_offset=-1), "usage", "usage.prompt_tokens"),
+]
+
+
 @pytest.mark.parametrize(
     ("fault", "broken", "named"),
-    [
-        (Fault(drop_params=frozenset({"stop"})), "stop-token", "stop '6'"),
-        (Fault(drop_params=frozenset({"n_probs"})), "logprobs", "logprobs 3"),
-        (Fault(drop_params=frozenset({"ignore_eos"})), "ignore-eos", "ignore_eos"),
-        (Fault(return_stop=True), "stop-token", "(the stop string returned)"),
-        (Fault(usage_offset=1), "usage", "usage.completion_tokens 4"),
+    FAULTS,
+    ids=[
+        "drop-stop",
+        "drop-stop-spanning",
+        "return-stop",
+        "drop-n_predict",
+        "drop-n_cmpl",
+        "wrong-n_probs",
+        "drop-ignore_eos",
+        "miscount-completion",
+        "miscount-prompt",
     ],
-    ids=["drop-stop", "drop-n_probs", "drop-ignore_eos", "return-stop", "miscount-usage"],
 )
 def test_each_fault_fails_its_probe_naming_the_parameter(
     pytester: pytest.Pytester,
-    llama_url: str,
-    adder: str,
+    tool_llama: str,
+    tiny_tool: Path,
     fault: Fault,
     broken: str,
     named: str,
 ) -> None:
-    with FaultyProxy(llama_url, fault) as proxy:
-        run(pytester, proxy.url, adder)
+    with FaultyProxy(tool_llama, fault) as proxy:
+        run(pytester, proxy.url, tiny_tool)
     found = failed(pytester)
-    assert f"s01[{broken}]" in found, found
-    assert any(named in v for v in found[f"s01[{broken}]"]), found[f"s01[{broken}]"]
+    for prompt in ("t01", "t02"):
+        assert f"{prompt}[{broken}]" in found, found
+        violations = found[f"{prompt}[{broken}]"]
+        assert any(named in v for v in violations), violations
     assert items(pytester)["aggregate"]["outcome"] == "failed"
 
 
 def test_a_probe_the_engine_does_not_take_is_a_collection_error(
-    pytester: pytest.Pytester, llama_url: str, adder: str
+    pytester: pytest.Pytester, tool_llama: str, tiny_tool: Path
 ) -> None:
-    check = "  - request-conformance: {target: adder@llama, probes: [stop-token, min-tokens]}"
-    result = run(pytester, llama_url, adder, check)
+    check = "  - request-conformance: {target: tool@llama, probes: [stop-token, min-tokens]}"
+    result = run(pytester, tool_llama, tiny_tool, check)
     out = result.stdout.str()
     assert result.ret != 0
     assert (

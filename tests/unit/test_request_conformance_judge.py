@@ -248,3 +248,18 @@ def test_every_answer_is_judged_streamed_as_well(probe: str) -> None:
     bad = gen("Hello world", FULL, "stop")
     found = findings(evidence(probe, good, bad))
     assert found and all("(streamed)" in f for f in found), found
+
+
+def test_a_non_finite_logprob_fails_in_any_answer_or_the_reference() -> None:
+    bad = gen("Hello", [11, 12], "length", tops=3)
+    assert bad.chosen_logprobs is not None and bad.top_logprobs is not None
+    bad.chosen_logprobs[1] = float("nan")
+    item = evidence("max-tokens", gen("Hello", [11, 12], "length", tops=3), bad)
+    assert findings(item) == ["non-finite logprob in the streamed answer: nan at token 1"]
+    item = evidence("max-tokens", gen("Hello", [11, 12], "length"))
+    item.generation = gen("Hello world", FULL, "stop", tops=3)
+    assert item.generation.top_logprobs is not None
+    item.generation.top_logprobs[2][1000] = float("inf")
+    assert findings(item) == ["non-finite top logprob in the greedy reference: inf at token 2"]
+    item.generation.top_logprobs[2][1000] = -float("inf")  # a token the engine ruled out
+    assert findings(item) == []

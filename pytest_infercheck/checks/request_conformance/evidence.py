@@ -34,6 +34,8 @@ class ConformanceEvidence:
     probe: str
     target: str
     reference: Reference | None = None
+    generation: Generation | None = None
+    """The greedy reference as the engine answered it (its logprobs are judged too)."""
     asked: Asked | None = None
     answers: list[Answer] = field(default_factory=list)
     prompt_tokens: int | None = None

@@ -134,6 +134,7 @@ class ConformanceGather(TargetGatherer[RequestConformanceSpec]):
             reference = Reference(texts, body, eos, self.params(prompt).max_tokens, how)
             for item in by_prompt[prompt.id]:
                 item.reference = reference
+                item.generation = generation
                 item.eos_id = ids[-1] if eos and ids else None
                 item.prompt_tokens, item.prompt_note = counts.get(prompt.id, (None, None))
         return rendered, references

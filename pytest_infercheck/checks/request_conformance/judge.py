@@ -26,6 +26,7 @@ too: the check does not pass on nothing.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...backends.base import Generation
@@ -92,6 +93,25 @@ def judge_answer(item: ConformanceEvidence, answer: Answer) -> list[Violation]:
             Violation(f"n {params['n']} ({mode}): {choices} choices != {params['n']} asked", "n")
         ]
     return []
+
+
+def non_finite(what: str, g: Generation) -> list[Violation]:
+    """A logprob of ``g`` that is NaN or above 0 (``+inf`` among them), the chosen token's
+    or a top one's: a violation of its own (a ``-inf`` one is legitimate)."""
+    rows = [
+        (i, "logprob", v) for i, v in enumerate(g.chosen_logprobs or []) if math.isnan(v) or v > 0
+    ]
+    rows += [
+        (i, "top logprob", v)
+        for i, top in enumerate(g.top_logprobs or [])
+        for v in top.values()
+        if math.isnan(v) or v > 0
+    ]
+    if not rows:
+        return []
+    i, name, v = rows[0]
+    kind = "non-finite" if not math.isfinite(v) else "positive"
+    return [Violation(f"{kind} {name} in {what}: {v} at token {i}", "fault")]
 
 
 UNCOUNTED = "the tokens returned cannot be counted (neither ids nor logprobs returned)"
@@ -270,7 +290,10 @@ def judge(plan: ItemPlan, evidence: ConformanceEvidence, thresholds: Any) -> Jud
         violations.append(Violation(f"probe {item.probe}: {asked.unbuildable}", item.probe))
     elif asked is not None and item.reference is not None:
         text = expected(item.probe, item.reference, asked.params, asked.params.get("logprobs", 0))
+        if item.generation is not None:
+            violations += non_finite("the greedy reference", item.generation)
         for answer in item.answers:
+            violations += non_finite(f"the {answer.mode} answer", answer.generation)
             violations += judge_answer(item, answer)
         if item.probe == "usage" and len(item.answers) > 1:
             streamed = item.answers[1].generation

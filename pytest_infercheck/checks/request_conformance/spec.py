@@ -18,7 +18,7 @@ from ...backends.params import refusal
 from ...request_params import target_backend
 from ...specs import TargetCheck
 from ...verdict.gate import Gate
-from ..framework.kind import HarnessProfile
+from ..framework.harness import Blind, HarnessProfile
 from ..framework.plan import ItemPlan
 from .probes import PROBE_PARAMS, PROBES, Probe
 
@@ -74,7 +74,33 @@ GATES: tuple[Gate, ...] = ()
 """No thresholds: every finding is a rule of the judge."""
 
 HARNESS = HarnessProfile(
-    {"request-conformance": {"target": "{target}", "probes": ["max-tokens", "usage"]}},
+    {
+        "request-conformance": {
+            "target": "{target}",
+            "probes": ["max-tokens", "usage", "logprobs"],
+            "top_logprobs": 5,
+        }
+    },
+    blind=(
+        *(
+            Blind(
+                "a prompt is rendered once and every request receives that rendering: a wrong "
+                "rendering changes the prompt, not what the engine does with the request's "
+                "parameters (its usage counts the ids it was sent; tokenization checks "
+                "renderings)",
+                fault=fault,
+                path="render",
+            )
+            for fault in ("changed-token", "empty", "truncated")
+        ),
+        Blind(
+            "the probes read logprobs only in the logprobs probe (which fails an answer "
+            "without them); the greedy reference and the other probes' answers carry them "
+            "unasked, so their absence breaks no parameter",
+            fault="no-logprobs",
+        ),
+    ),
     shapes=("llama-server",),
 )
-"""The verdict harness's run (``tests/harness``): the probes its toy engine honours."""
+"""The verdict harness's run (``tests/harness``): the probes its toy engine honours (it
+applies no stop strings, ``n`` or ``ignore_eos``; its top logprobs are always 5)."""
