@@ -38,8 +38,9 @@ def tool_llama(
     llama_server_bin: Path, tiny_tool_gguf: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """llama-server on the tool model's f32 GGUF with its template (``--jinja``), exact f32
-    flags, two slots (``n_cmpl`` is at most the slots)."""
-    flags = llama_flags(slots=2, context=2048).split()
+    flags, two slots (``n_cmpl`` is at most the slots) of 256 tokens (a dropped
+    ``n_predict`` generates to the end of the slot)."""
+    flags = llama_flags(slots=2, context=512).split()
 
     def command(port: int) -> list[str]:
         host = ["--host", "127.0.0.1", "--port", str(port)]
@@ -50,11 +51,14 @@ def tool_llama(
 
 
 def run(pytester: pytest.Pytester, url: str, model: Path, check: str = CHECK) -> Any:
+    """The check on the tool model (``model``: its folder, the GGUF inside) served at
+    ``url``."""
+    gguf = model / "gguf" / "tiny-tool-f32.gguf"
     pytester.makefile(".ini", pytest=INI)
     pytester.makefile(".jsonl", plain=SUITE)
     pytester.makefile(
         ".yaml",
-        infercheck=f"models:\n  tool: {{path: '{model}', gguf: '{model}/model-f32.gguf'}}\n"
+        infercheck=f"models:\n  tool: {{path: '{model}', gguf: '{gguf}'}}\n"
         f"backends:\n  llama: {{kind: llama-server, url: '{url}'}}\n"
         f"suites: [plain.jsonl]\nchecks:\n{check}\n",
     )
@@ -80,7 +84,7 @@ def failed(pytester: pytest.Pytester) -> dict[str, list[str]]:
 def test_faithful_llama_server_conforms(
     pytester: pytest.Pytester, tool_llama: str, tiny_tool: Path, tiny_tool_gguf: Path
 ) -> None:
-    assert tiny_tool_gguf == tiny_tool / "model-f32.gguf"
+    assert tiny_tool_gguf == tiny_tool / "gguf" / "tiny-tool-f32.gguf"
     result = run(pytester, tool_llama, tiny_tool)
     out = result.stdout.str()
     assert failed(pytester) == {}, out[-4000:]
@@ -91,7 +95,7 @@ def test_faithful_llama_server_conforms(
         (stop,) = spanning["asked"]["stop"]
         cut = reference.find(stop)
         # the stop string starts inside a token: its first character ends one
-        assert 0 < cut and len(stop) == 2, (reference, stop)
+        assert cut > 0 and len(stop) == 2, (reference, stop)
         assert [(a["mode"], a["text"], a["finish_reason"]) for a in spanning["answers"]] == [
             ("non-streamed", reference[:cut], "stop"),
             ("streamed", reference[:cut], "stop"),
@@ -114,49 +118,61 @@ def test_faithful_llama_server_conforms(
     }
 
 
-FAULTS = [
-    (Fault(drop_params=frozenset({"stop"})), "stop-token", "stop '"),
-    (Fault(drop_params=frozenset({"stop"})), "stop-spanning", "(generation went on past"),
-    (Fault(return_stop=True), "stop-tokens", "(the stop string returned)"),
-    (Fault(drop_params=frozenset({"n_predict"})), "max-tokens", "tokens returned != "),
-    (Fault(drop_params=frozenset({"n_cmpl"})), "n", "n 2 (non-streamed): 1 choices != 2 asked"),
-    (Fault(set_params=(("n_probs", 2),)), "logprobs", "2 top logprobs at token 0 != 3 asked"),
-    (Fault(drop_params=frozenset({"ignore_eos"})), "ignore-eos", "ignore_eos (non-streamed)"),
-    (Fault(usage_offset=1), "usage", "usage.completion_tokens"),
-    (Fault(prompt_usage_offset=-1), "usage", "usage.prompt_tokens"),
-]
+FAULTS = {
+    "drop-stop-n-ignore_eos-wrong-n_probs-miscount-completion": (
+        Fault(
+            drop_params=frozenset({"stop", "n_cmpl", "ignore_eos"}),
+            set_params=(("n_probs", 2),),
+            usage_offset=1,
+        ),
+        {
+            "stop-token": "(generation went on past the stop string)",
+            "stop-tokens": "(generation went on past the stop string)",
+            "stop-spanning": "(generation went on past the stop string)",
+            "n": "n 2 (non-streamed): 1 choices != 2 asked",
+            "ignore-eos": "ignore_eos (non-streamed): finish_reason 'stop' != 'length'",
+            "logprobs": "logprobs 3 (non-streamed): 2 top logprobs at token 0 != 3 asked",
+            "usage": "usage.completion_tokens {c} != {t} tokens returned (non-streamed)",
+        },
+    ),
+    "return-stop-drop-n_predict-miscount-prompt": (
+        Fault(return_stop=True, drop_params=frozenset({"n_predict"}), prompt_usage_offset=-1),
+        {
+            "stop-token": "(the stop string returned)",
+            "stop-tokens": "(the stop string returned)",
+            "stop-spanning": "(the stop string returned)",
+            "max-tokens": "finish_reason 'stop' != 'length'",
+            "ignore-eos": "tokens returned != max_tokens",
+            "usage": "usage.prompt_tokens {p} != {s} tokens sent (non-streamed)",
+        },
+    ),
+}
+"""Two runs, each with faults that hit different probes (a run per fault would take over
+the module's two minutes on a loaded machine): the probes each fails, and what the finding
+says (``{c}``, ``{t}``: the completion count reported and the tokens returned; ``{p}``,
+``{s}``: the prompt count reported and the tokens sent)."""
 
 
-@pytest.mark.parametrize(
-    ("fault", "broken", "named"),
-    FAULTS,
-    ids=[
-        "drop-stop",
-        "drop-stop-spanning",
-        "return-stop",
-        "drop-n_predict",
-        "drop-n_cmpl",
-        "wrong-n_probs",
-        "drop-ignore_eos",
-        "miscount-completion",
-        "miscount-prompt",
-    ],
-)
+@pytest.mark.parametrize("name", list(FAULTS))
 def test_each_fault_fails_its_probe_naming_the_parameter(
-    pytester: pytest.Pytester,
-    tool_llama: str,
-    tiny_tool: Path,
-    fault: Fault,
-    broken: str,
-    named: str,
+    pytester: pytest.Pytester, tool_llama: str, tiny_tool: Path, name: str
 ) -> None:
+    fault, broken = FAULTS[name]
     with FaultyProxy(tool_llama, fault) as proxy:
         run(pytester, proxy.url, tiny_tool)
     found = failed(pytester)
-    for prompt in ("t01", "t02"):
-        assert f"{prompt}[{broken}]" in found, found
-        violations = found[f"{prompt}[{broken}]"]
-        assert any(named in v for v in violations), violations
+    assert set(found) == {f"{p}[{probe}]" for p in ("t01", "t02") for probe in broken}, found
+    data = {n: i["data"] for n, i in items(pytester).items()}
+    for item, violations in found.items():
+        probe = item[4:-1]
+        answer = data[item]["answers"][0]
+        named = broken[probe].format(
+            c=answer["completion_tokens"],
+            t=answer["tokens"],
+            p=answer["prompt_tokens"],
+            s=(answer["prompt_tokens"] or 0) + 1,
+        )
+        assert any(named in v for v in violations), (item, named, violations)
     assert items(pytester)["aggregate"]["outcome"] == "failed"
 
 

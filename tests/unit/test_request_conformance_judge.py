@@ -263,3 +263,41 @@ def test_a_non_finite_logprob_fails_in_any_answer_or_the_reference() -> None:
     assert findings(item) == ["non-finite top logprob in the greedy reference: inf at token 2"]
     item.generation.top_logprobs[2][1000] = -float("inf")  # a token the engine ruled out
     assert findings(item) == []
+
+
+def test_a_token_without_an_entry_is_no_value_but_the_logprobs_probe_counts_it() -> None:
+    """llama-server leaves out the entries of a stop string's tokens (the backend puts NaN
+    and no top logprobs there): not a non-finite value; the logprobs probe counts it."""
+    cut = gen("Hel", [11, 12], "stop", tops=3)
+    assert cut.chosen_logprobs is not None and cut.top_logprobs is not None
+    cut.chosen_logprobs[1], cut.top_logprobs[1] = float("nan"), {}
+    assert findings(evidence("stop-token", cut)) == []
+    answer = gen("Hello world", FULL, "stop", tops=3)
+    assert answer.chosen_logprobs is not None and answer.top_logprobs is not None
+    answer.chosen_logprobs[4], answer.top_logprobs[4] = float("nan"), {}
+    assert findings(evidence("logprobs", answer)) == [
+        "logprobs 3 (non-streamed): 0 top logprobs at token 4 != 3 asked (1 of 5 tokens)"
+    ]
+
+
+def test_a_greedy_answer_must_repeat_the_greedy_output() -> None:
+    """Every probe is greedy: an empty, cut or changed answer fails even where the count the
+    probe reads is right."""
+    empty = gen("", [], "stop", tops=3)
+    assert findings(evidence("logprobs", empty)) == [
+        "logprobs 3 (non-streamed): ids [] != the greedy output's [11, 12, 13, 14, 2]"
+    ]
+    cut = gen("Hello wor", [11, 12, 13], "length", usage=(12, 3))
+    right = gen("Hello world", FULL, "stop", usage=(12, 5))
+    assert findings(evidence("usage", right, cut)) == [
+        "usage (streamed): ids [11, 12, 13] != the greedy output's [11, 12, 13, 14, 2]"
+    ]
+    other = gen("Hello word!!!", [11, 12, 13, 15, 7, 7, 7, 7], "length")
+    assert findings(evidence("ignore-eos", other)) == [
+        "ignore_eos (non-streamed): ids [11, 12, 13, 15] != the greedy output's [11, 12, 13, 14]"
+    ]
+    texts = gen("Hello world", None, "length", usage=(12, 5))
+    texts.chosen_logprobs = [-0.1] * 5
+    assert findings(evidence("usage", texts)) == [
+        "usage (non-streamed): finish_reason 'length' != the greedy output's 'stop'"
+    ]

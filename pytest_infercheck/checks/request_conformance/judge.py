@@ -80,13 +80,17 @@ def judge_answer(item: ConformanceEvidence, answer: Answer) -> list[Violation]:
     if probe == "max-tokens":
         return _max_tokens(ref, params["max_tokens"], g, mode, n)
     if probe == "usage":
-        return _usage(item, g, mode, n)
+        return _usage(item, g, mode, n) + repeats(item, g, f"usage ({mode})", "usage")
     if probe == "logprobs":
-        return _logprobs(params["logprobs"], g, mode, n)
+        k = params["logprobs"]
+        return _logprobs(k, g, mode, n) + repeats(item, g, f"logprobs {k} ({mode})", "logprobs")
     if probe == "min-tokens":
-        return _min_tokens(item, params["min_tokens"], g, mode, n)
+        least = params["min_tokens"]
+        out = _min_tokens(item, least, g, mode, n)
+        return out + repeats(item, g, f"min_tokens {least} ({mode})", "min_tokens", prefix=True)
     if probe == "ignore-eos":
-        return _ignore_eos(params["max_tokens"], g, mode, n)
+        out = _ignore_eos(params["max_tokens"], g, mode, n)
+        return out + repeats(item, g, f"ignore_eos ({mode})", "ignore_eos", prefix=True)
     choices = 1 + len(g.others)
     if choices != params["n"]:
         return [
@@ -97,21 +101,56 @@ def judge_answer(item: ConformanceEvidence, answer: Answer) -> list[Violation]:
 
 def non_finite(what: str, g: Generation) -> list[Violation]:
     """A logprob of ``g`` that is NaN or above 0 (``+inf`` among them), the chosen token's
-    or a top one's: a violation of its own (a ``-inf`` one is legitimate)."""
+    or a top one's: a violation of its own (a ``-inf`` one is legitimate). A token the
+    engine sent no entry for (llama-server leaves out the entries of a stop string's tokens
+    and of a token ending inside a UTF-8 character: NaN with no top logprobs, the backend's
+    placeholder) is not a value; the ``logprobs`` probe counts it."""
+    tops = g.top_logprobs or []
     rows = [
-        (i, "logprob", v) for i, v in enumerate(g.chosen_logprobs or []) if math.isnan(v) or v > 0
+        (i, "logprob", v)
+        for i, v in enumerate(g.chosen_logprobs or [])
+        if (math.isnan(v) and (i >= len(tops) or tops[i])) or v > 0
     ]
     rows += [
         (i, "top logprob", v)
-        for i, top in enumerate(g.top_logprobs or [])
+        for i, top in enumerate(tops)
         for v in top.values()
         if math.isnan(v) or v > 0
     ]
     if not rows:
         return []
-    i, name, v = rows[0]
+    i, name, v = min(rows, key=lambda r: r[0])
     kind = "non-finite" if not math.isfinite(v) else "positive"
     return [Violation(f"{kind} {name} in {what}: {v} at token {i}", "fault")]
+
+
+def repeats(
+    item: ConformanceEvidence, g: Generation, what: str, name: str, *, prefix: bool = False
+) -> list[Violation]:
+    """A greedy answer must repeat the greedy output ``R`` (its ids, end-of-sequence
+    included, where both have ids; else its text) and end as it did; with ``prefix``
+    (``ignore_eos``, ``min_tokens``: the end-of-sequence token held back) it must start with
+    ``R``'s tokens before the end-of-sequence one, and may go on."""
+    ref = item.reference
+    assert ref is not None
+    finish = "stop" if ref.eos else "length"
+    if g.token_ids is not None and ref.ids is not None:
+        want = list(ref.ids)
+        if not prefix and ref.eos and item.eos_id is not None:
+            want.append(item.eos_id)
+        got = list(g.token_ids[: len(want)] if prefix else g.token_ids)
+        if got != want:
+            return [Violation(f"{what}: ids {got} != the greedy output's {want}", name)]
+    elif not (g.text.startswith(ref.text) if prefix else g.text == ref.text):
+        return [Violation(f"{what}: text {g.text!r} != the greedy output {ref.text!r}", name)]
+    if not prefix and g.finish_reason != finish:
+        return [
+            Violation(
+                f"{what}: finish_reason {g.finish_reason!r} != the greedy output's {finish!r}",
+                name,
+            )
+        ]
+    return []
 
 
 UNCOUNTED = "the tokens returned cannot be counted (neither ids nor logprobs returned)"
