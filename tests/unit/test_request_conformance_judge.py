@@ -188,13 +188,13 @@ def test_usage_that_cannot_be_checked_fails_saying_why() -> None:
     assert findings(evidence("usage", gen("Hello world", FULL, "stop"))) == [
         "usage (non-streamed): the answer reports no usage"
     ]
-    # a stream reports usage only when asked: said, not failed
+    # a stream is asked for its usage (stream_options.include_usage): judged alike
     quiet = evidence(
-        "usage", gen("Hello world", FULL, "stop", usage=(12, 5)), gen("x", FULL, "stop")
+        "usage", gen("Hello world", FULL, "stop", usage=(12, 5)), gen("Hello world", FULL, "stop")
     )
-    judged = judge(ItemPlan("p1", "probe", "p1", param="usage"), quiet, None)
-    assert judged.violations == []
-    assert "the streamed answer reports no usage (not asked: include_usage)" in judged.record.notes
+    assert findings(quiet) == [
+        "usage (streamed): the answer reports no usage (stream_options.include_usage asked)"
+    ]
 
 
 # -- logprobs, n ----------------------------------------------------------------------------

@@ -10,8 +10,8 @@ Findings (each a violation whose source is the parameter, or the probe's name):
 - ``usage``: ``usage.prompt_tokens`` is not the prompt's token count (its rendered ids, or
   the engine's ``/tokenize``), or ``usage.completion_tokens`` not the tokens returned (ids,
   end-of-sequence included, else logprob entries); a count that cannot be had (no
-  ``/tokenize``; neither ids nor logprobs) fails naming why, never passes; a non-streamed
-  answer without usage fails (a stream reports it only when asked: said, not failed);
+  ``/tokenize``; neither ids nor logprobs) fails naming why, never passes; so does an
+  answer without usage, streamed or not (a stream is asked ``stream_options.include_usage``);
 - ``logprobs``: a token without its logprob, or with other than ``k`` top logprobs;
 - ``min_tokens``: fewer tokens than asked, or the end-of-sequence token among them;
 - ``ignore_eos``: not exactly ``max_tokens`` tokens, or ``finish_reason`` not ``length``;
@@ -255,9 +255,8 @@ def _ignore_eos(m: int, g: Generation, mode: str, n: int | None) -> list[Violati
 
 def _usage(item: ConformanceEvidence, g: Generation, mode: str, n: int | None) -> list[Violation]:
     if g.completion_tokens is None and g.prompt_tokens is None:
-        if mode == "non-streamed":
-            return [Violation(f"usage ({mode}): the answer reports no usage", "usage")]
-        return []  # a stream reports usage only when asked (said in the item's notes)
+        asked = " (stream_options.include_usage asked)" if mode == "streamed" else ""
+        return [Violation(f"usage ({mode}): the answer reports no usage{asked}", "usage")]
     out = []
     if g.completion_tokens is None:
         out.append(Violation(f"usage.completion_tokens ({mode}): not reported", "usage"))
@@ -334,10 +333,6 @@ def judge(plan: ItemPlan, evidence: ConformanceEvidence, thresholds: Any) -> Jud
         for answer in item.answers:
             violations += non_finite(f"the {answer.mode} answer", answer.generation)
             violations += judge_answer(item, answer)
-        if item.probe == "usage" and len(item.answers) > 1:
-            streamed = item.answers[1].generation
-            if streamed.completion_tokens is None and streamed.prompt_tokens is None:
-                notes.append("the streamed answer reports no usage (not asked: include_usage)")
     record = ConformanceItem(
         prompt_id=item.prompt_id,
         probe=item.probe,
