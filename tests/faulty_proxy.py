@@ -63,7 +63,9 @@ generation response they apply to:
 
 With ``refuse_tools``, a generation request whose body offers ``tools`` is not forwarded: the
 proxy answers HTTP 400 with an OpenAI error body (:data:`TOOLS_REFUSED`), as a server whose
-tool parser broke refuses every tool request; requests without tools pass.
+tool parser broke refuses every tool request; requests without tools pass. With
+``refuse_params``, a generation request whose body has one of those keys is answered HTTP 400
+(:data:`PARAMS_REFUSED` and the keys), as an engine refuses a field it does not take.
 
 Faults of request parameters: ``drop_params`` removes those keys from every generation
 request before forwarding it (a gateway or engine that drops ``stop``, ``n_probs``,
@@ -156,6 +158,7 @@ class Fault:
     refuse_streams: int = 0  # a streamed generation request is answered with this HTTP status
     alter_paths: frozenset[str] = frozenset()  # every generation response on these paths
     refuse_tools: bool = False  # a request offering tools: HTTP 400, not forwarded
+    refuse_params: frozenset[str] = frozenset()  # a request with these keys: HTTP 400
     drop_params: frozenset[str] = frozenset()  # these keys removed from generation requests
     set_params: tuple[tuple[str, Any], ...] = ()  # these keys set (replaced) in them
     return_stop: bool = False  # an answer that stopped on a stop string returns it too
@@ -165,6 +168,17 @@ class Fault:
 
 TOOLS_REFUSED = "faulty proxy: the tool parser failed to load"
 """The error message of a tool request refused under ``refuse_tools``."""
+PARAMS_REFUSED = "faulty proxy: field not supported"
+"""The error message of a request refused under ``refuse_params`` (the fields follow)."""
+
+
+def _json_keys(body: bytes) -> set[str]:
+    """The top-level keys of a JSON object body (none when it is not one)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return set()
+    return set(doc) if isinstance(doc, dict) else set()
 
 
 def offers_tools(body: bytes) -> bool:
@@ -834,11 +848,15 @@ class FaultyProxy:
                 self._end(request)
 
     def _forward(self, handler: _Handler, body: bytes, request: _Request | None) -> None:
+        refused = None
         if request is not None and self.fault.refuse_tools and offers_tools(body):
+            refused = TOOLS_REFUSED
+        elif request is not None and self.fault.refuse_params:
+            asked = sorted(k for k in self.fault.refuse_params if k in _json_keys(body))
+            refused = f"{PARAMS_REFUSED}: {', '.join(asked)}" if asked else None
+        if refused is not None:
             self._count_altered()
-            error = {
-                "error": {"code": 400, "message": TOOLS_REFUSED, "type": "invalid_request_error"}
-            }
+            error = {"error": {"code": 400, "message": refused, "type": "invalid_request_error"}}
             data = json.dumps(error).encode()
             self._send_whole(handler, 400, [("Content-Type", "application/json")], data)
             return

@@ -2,7 +2,9 @@
 of several characters a token, on two slots so that ``n: 2`` is taken), faithful and behind
 a faulty proxy: each dropped parameter (``stop``, ``n_predict``, ``n_cmpl``, ``ignore_eos``),
 the stop string returned, ``usage`` miscounted (prompt and completion) and the wrong number
-of top logprobs fails the right items, naming the parameter and both values.
+of top logprobs fails the right items, naming the parameter and both values; a parameter
+the server refuses (HTTP 400, the readiness probe's request included) makes its probes
+unsupported, not failed.
 
 Measured on llama-cpp-python 0.3.36's llama.cpp: stop strings of one token, two tokens and
 spanning a token boundary (starting inside a token) are honoured streamed and not (text cut
@@ -30,6 +32,9 @@ SUITE = (
     '{"id": "t01", "prompt": "what is 57 plus 444?", "max_tokens": 24}\n'
     '{"id": "t02", "prompt": "What is the capital of Norway?", "max_tokens": 24}\n'
 )
+ONE = SUITE.splitlines(keepends=True)[0]
+"""The fault runs' suite: its first prompt (a run of every probe costs seconds a prompt on
+a loaded machine, and the module has two minutes)."""
 CHECK = "  - request-conformance: {target: tool@llama}"
 
 
@@ -51,12 +56,14 @@ def tool_llama(
         yield url
 
 
-def run(pytester: pytest.Pytester, url: str, model: Path, check: str = CHECK) -> Any:
+def run(
+    pytester: pytest.Pytester, url: str, model: Path, check: str = CHECK, suite: str = SUITE
+) -> Any:
     """The check on the tool model (``model``: its folder, the GGUF inside) served at
     ``url``."""
     gguf = model / "gguf" / "tiny-tool-f32.gguf"
     pytester.makefile(".ini", pytest=INI)
-    pytester.makefile(".jsonl", plain=SUITE)
+    pytester.makefile(".jsonl", plain=suite)
     pytester.makefile(
         ".yaml",
         infercheck=f"models:\n  tool: {{path: '{model}', gguf: '{gguf}'}}\n"
@@ -160,9 +167,9 @@ def test_each_fault_fails_its_probe_naming_the_parameter(
 ) -> None:
     fault, broken = FAULTS[name]
     with FaultyProxy(tool_llama, fault) as proxy:
-        run(pytester, proxy.url, tiny_tool)
+        run(pytester, proxy.url, tiny_tool, suite=ONE)
     found = failed(pytester)
-    assert set(found) == {f"{p}[{probe}]" for p in ("t01", "t02") for probe in broken}, found
+    assert set(found) == {f"t01[{probe}]" for probe in broken}, found
     data = {n: i["data"] for n, i in items(pytester).items()}
     for item, violations in found.items():
         probe = item[4:-1]
@@ -188,3 +195,29 @@ def test_a_probe_the_engine_does_not_take_is_a_collection_error(
         "infercheck.yaml:7: checks[0].request-conformance.probes[1]: probe min-tokens: backend "
         "'llama' (llama-server) does not take min_tokens (taken by vllm, sglang)" in out
     ), out[-3000:]
+
+
+def test_a_parameter_the_server_refuses_at_the_probe_is_unsupported(
+    pytester: pytest.Pytester, tool_llama: str, tiny_tool: Path
+) -> None:
+    """The server refuses ``n_cmpl`` (HTTP 400) and ``ignore_eos`` on every request, the
+    readiness probe's included: their probes are unsupported with the server's words, not
+    failed; the others are judged as ever."""
+    check = "  - request-conformance: {target: tool@llama, probes: [n, ignore-eos, max-tokens]}"
+    with FaultyProxy(tool_llama, Fault(refuse_params=frozenset({"n_cmpl", "ignore_eos"}))) as proxy:
+        result = run(pytester, proxy.url, tiny_tool, check, suite=ONE)
+    found = items(pytester)
+    assert {n: i["outcome"] for n, i in found.items()} == dict.fromkeys(found, "passed"), (
+        result.stdout.str()[-3000:]
+    )
+    assert found["t01[n]"]["data"]["not_sent"] == (
+        'unsupported: a request with n: HTTP 400: {"error": {"code": 400, "message": '
+        '"faulty proxy: field not supported: n_cmpl", "type": "invalid_request_error"}}'
+    )
+    assert found["t01[ignore-eos]"]["data"]["not_sent"].startswith(
+        "unsupported: a request with ignore_eos: HTTP 400"
+    )
+    assert found["t01[max-tokens]"]["data"]["not_sent"] is None
+    counts = found["aggregate"]["data"]["probes"]
+    assert counts["n"] == {"conforming": 0, "failed": 0, "not sent": 1}
+    assert counts["max-tokens"] == {"conforming": 1, "failed": 0, "not sent": 0}
