@@ -15,8 +15,12 @@ from pytest_infercheck.backends.base import Generation
 from pytest_infercheck.checks.framework.plan import ItemPlan
 from pytest_infercheck.checks.request_conformance.evidence import Answer, ConformanceEvidence
 from pytest_infercheck.checks.request_conformance.judge import judge
+from pytest_infercheck.checks.request_conformance.present import describe
 from pytest_infercheck.checks.request_conformance.probes import Reference, ask, stop_string
+from pytest_infercheck.records import plain_data
+from pytest_infercheck.report.views import item_detail
 from pytest_infercheck.verdict.conduct import NotExercised, Unsupported
+from tests.htmldom import parse
 
 PIECES = ("Hel", "lo", " wor", "ld")
 IDS = (11, 12, 13, 14)
@@ -301,3 +305,19 @@ def test_a_greedy_answer_must_repeat_the_greedy_output() -> None:
     assert findings(evidence("usage", texts)) == [
         "usage (non-streamed): finish_reason 'length' != the greedy output's 'stop'"
     ]
+
+
+def test_the_item_view_and_text_show_the_request_the_answers_and_the_findings() -> None:
+    item = evidence("max-tokens", gen("Hello world", FULL, "stop", usage=(12, 5)))
+    record = judge(ItemPlan("p1", "probe", "p1", param="max-tokens"), item, None).record
+    text = describe(record)
+    assert "probe max-tokens: asked {'max_tokens': 2}" in text
+    assert "non-streamed: 'Hello world', finish_reason stop, 5 tokens, usage 12/5" in text
+    page = parse(
+        item_detail(
+            {"kind": "request-conformance", "role": "probe", "data": plain_data(record)},
+            "failed",
+        )
+    ).text()
+    assert "max_tokens 2 (non-streamed): 5 tokens returned != 2" in page
+    assert "'Hello world'" in page
