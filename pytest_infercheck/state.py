@@ -63,7 +63,7 @@ def configure(config: pytest.Config) -> None:
 
             start = config.invocation_params.dir
             html_dir = (start / config.getoption("htmlpath")).resolve().parent
-            _register(config, HtmlReport(start, html_dir), "infercheck-html")
+            _register(config, HtmlReport(config, start, html_dir), "infercheck-html")
         results = results_path(config)
         if results is not None:
             from .report.collector import ResultsCollector  # pydantic (results schema)

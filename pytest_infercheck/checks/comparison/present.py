@@ -23,7 +23,7 @@ from .aggregate import (
     SweepAggregateRecord,
     cliff_evidence,
 )
-from .gates import side_verdict
+from .gates import side_reasons, side_verdict
 from .prompt import LOWER_BOUND_METHODS, PromptComparison, SelfCheckRecord
 from .verdicts import describe, item_faults, past_line
 
@@ -416,12 +416,28 @@ def side_verdicts(
     (:func:`~.gates.side_verdict`): ``fail``, ``ungated`` (passed with no gate written) or
     ``pass``, with what decided it."""
     record = aggregate_record(data)
+    cliff = record.cliff if isinstance(record, SweepAggregateRecord) else None
     cells = []
     for test, level in _sides(record).items():
         ok, deciding = side_verdict(record, level, passed, violations)
+        reasons = tuple(side_reasons(record, level, passed, violations))
         verdict = "fail" if not ok else "ungated" if record.ungated else "pass"
-        cells.append(Verdict(test, verdict, deciding))
+        note = "degradation cliff" if test == cliff else ""
+        cells.append(Verdict(test, verdict, deciding, reasons, note))
     return cells
+
+
+def sweep_notes(data: Mapping[str, Any]) -> list[str]:
+    """A sweep's degradation cliff with its evidence (:func:`~.aggregate.cliff_evidence`),
+    for the verdict matrix; nothing for a compare or diff, or a record that cannot be read."""
+    record = _record(data)
+    if not isinstance(record, SweepAggregateRecord):
+        return []
+    if not record.cliff_steps:
+        return [f"degradation cliff: {record.cliff}"]
+    return [
+        "degradation cliff: " + cliff_evidence(record.cliff, record.cliff_steps, record.cliff_alpha)
+    ]
 
 
 def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
