@@ -24,7 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks.framework.kind import Verdict
+import pytest
+
+from ..checks.framework.kind import Distribution, Verdict
+from ..checks.registry import kind_named
 from ..render.markup import esc, mapping
 
 FAILING = ("failed", "error")
@@ -172,3 +175,40 @@ def failing_by_cell(
             found = titles
         out.setdefault(found[0] if found else None, []).append(item)
     return out
+
+
+KEPT_DATA = ("flip", "test", "target")
+"""What the banner and the matrix's links read of an item's data (:mod:`.overview`)."""
+
+
+def slim(record: Mapping[str, Any], dist: Distribution | None) -> dict[str, Any]:
+    """What the summary needs of an item that is not an aggregate: its identity, violations
+    and :data:`KEPT_DATA`, and the value and group of the distribution its kind draws, so a
+    run of many prompts does not keep every output in memory until the end."""
+    data = mapping(record.get("data"))
+    keep = (*KEPT_DATA, *((dist.group, dist.value) if dist is not None else ()))
+    return {
+        **{k: record.get(k) for k in ("check", "kind", "suite", "role", "name", "violations")},
+        "data": {k: data[k] for k in keep if k in data},
+    }
+
+
+def entry(report: pytest.TestReport) -> dict[str, Any] | None:
+    """The summary's entry of an infercheck item's report (None for other reports): the
+    whole record of an aggregate, a :func:`slim` one of any other item (its call report);
+    the identity of an item that failed before its call, as ``error``."""
+    record = getattr(report, "infercheck", None)
+    if report.when == "call" and isinstance(record, Mapping):
+        kind = kind_named(record.get("kind"))
+        dist = None if kind is None else kind.present.distribution
+        kept = dict(record) if record.get("role") == "aggregate" else slim(record, dist)
+        return {**kept, "nodeid": report.nodeid, "outcome": report.outcome}
+    stub = getattr(report, "infercheck_item", None)
+    if report.when == "setup" and report.failed and isinstance(stub, Mapping):
+        return {**stub, "nodeid": report.nodeid, "outcome": "error", "longrepr": _last(report)}
+    return None
+
+
+def _last(report: pytest.TestReport) -> str:
+    lines = str(report.longrepr or "").strip().splitlines()
+    return lines[-1] if lines else ""

@@ -15,52 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from pytest_html import extras
 
-from ..checks.framework.kind import Distribution
-from ..checks.registry import kind_named
 from ..render.markup import CSS, TO_TOP_SCRIPT, esc, mapping
 from .html import COLUMNS, result_cells
-from .overview import banner_html, item_anchor, overview
+from .overview import banner_html, entry, item_anchor, overview
 from .summary import RunView, summary_html
+from .titles import run_title
 from .views import item_detail
-
-KEPT_DATA = ("flip", "test", "target")
-"""What the banner and the matrix's links read of an item's data (:mod:`.overview`)."""
-
-
-def slim(record: Mapping[str, Any], dist: Distribution | None) -> dict[str, Any]:
-    """What the summary needs of an item that is not an aggregate: its identity, violations
-    and :data:`KEPT_DATA`, and the value and group of the distribution its kind draws, so a
-    run of many prompts does not keep every output in memory until the end."""
-    data = mapping(record.get("data"))
-    keep = (*KEPT_DATA, *((dist.group, dist.value) if dist is not None else ()))
-    return {
-        **{k: record.get(k) for k in ("check", "kind", "suite", "role", "name", "violations")},
-        "data": {k: data[k] for k in keep if k in data},
-    }
-
-
-def entry(report: pytest.TestReport) -> dict[str, Any] | None:
-    """The summary's entry of an infercheck item's report (None for other reports): the
-    whole record of an aggregate, a :func:`slim` one of any other item (its call report);
-    the identity of an item that failed before its call, as ``error``."""
-    record = getattr(report, "infercheck", None)
-    if report.when == "call" and isinstance(record, Mapping):
-        kind = kind_named(record.get("kind"))
-        dist = None if kind is None else kind.present.distribution
-        kept = dict(record) if record.get("role") == "aggregate" else slim(record, dist)
-        return {**kept, "nodeid": report.nodeid, "outcome": report.outcome}
-    stub = getattr(report, "infercheck_item", None)
-    if report.when == "setup" and report.failed and isinstance(stub, Mapping):
-        return {**stub, "nodeid": report.nodeid, "outcome": "error", "longrepr": _last(report)}
-    return None
-
-
-def _last(report: pytest.TestReport) -> str:
-    lines = str(report.longrepr or "").strip().splitlines()
-    return lines[-1] if lines else ""
 
 
 def engine_versions(identities: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -87,21 +49,6 @@ def engine_versions(identities: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     return {name: ", ".join(values) for name, values in found.items()}
 
 
-def matrix_title(paths: Iterable[Path]) -> str | None:
-    """The ``settings: title:`` of the matrices (read as plain YAML; several joined with
-    `` · ``), None when none writes one."""
-    titles: list[str] = []
-    for path in paths:
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            continue
-        title = mapping(mapping(data).get("settings")).get("title")
-        if isinstance(title, str) and title.strip() and title not in titles:
-            titles.append(title.strip())
-    return " · ".join(titles) or None
-
-
 class HtmlReport:
     """The hooks; keeps every infercheck item's entry (:func:`entry`) for the summary."""
 
@@ -117,15 +64,7 @@ class HtmlReport:
 
     @property
     def title(self) -> str:
-        """``--infercheck-title``, else the matrices' ``title`` setting, else
-        ``infercheck: `` and the matrices' file names."""
-        given = self.config.getoption("infercheck_title", None)
-        if given:
-            return str(given)
-        files = dict.fromkeys(str(i.get("nodeid", "")).split("::")[0] for i in self.items)
-        root = self.config.rootpath
-        written = matrix_title(root / f for f in files if f)
-        return written or "infercheck: " + (", ".join(f for f in files if f) or "no matrix")
+        return run_title(self.config, self.items)
 
     def pytest_html_report_title(self, report: Any) -> None:
         self.report_data = report
@@ -176,7 +115,7 @@ class HtmlReport:
             self._environment()["Engines"] = versions
         prefix.insert(0, f"<style>{CSS}</style>")
         if self.items:
-            prefix.insert(1, banner_html(overview(self.items), title) + TO_TOP_SCRIPT)
+            prefix.insert(1, banner_html(overview(self.items)) + TO_TOP_SCRIPT)
             postfix.append(summary_html([RunView("this run", self.items)], banner=False))
 
     def _environment(self) -> dict[str, Any]:

@@ -198,7 +198,7 @@ def summary_html(runs: list[RunView], banner: bool = True, title: str | None = N
     """The summary section of ``runs``: the banner (one run; :mod:`.overview`), the verdict
     matrix, one table per check x suite, engines, charts."""
     several = len(runs) > 1
-    parts = ['<section class="ic-summary"><h2>infercheck summary</h2>', verdicts_html(runs)]
+    parts = ['<section class="ic-summary">', "<h2>infercheck summary</h2>", verdicts_html(runs)]
     if banner:
         titles = [run.label for run in runs] if several else [title]
         banners = [banner_html(overview(r.items), t) for r, t in zip(runs, titles, strict=True)]

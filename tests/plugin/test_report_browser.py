@@ -1,0 +1,102 @@
+"""The quickstart's HTML report (pytest-html) in a real browser: Chromium driven by
+pytest-playwright, at 1400 x 900. The banner is on screen without scrolling and says what the
+quickstart's outcome is; every link of the verdict matrix lands on an element of the page (a
+check's table, or the detail view of the failing item it names, on screen after the click);
+the page logs no console error.
+
+The browser is the system's Chromium (Debian's ``chromium``; ``scripts/test.sh`` installs it
+when missing), or the one ``INFERCHECK_CHROMIUM`` names. Without it, or without playwright,
+the test skips, and fails under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+import pytest
+
+from .quickstart_run import QuickstartRun
+
+WIDTH, HEIGHT = 1400, 900
+
+
+def chromium() -> str:
+    """The Chromium executable; skips (fails under ``CI=true``) when there is none, or no
+    playwright."""
+    problem = None
+    path = os.environ.get("INFERCHECK_CHROMIUM") or next(
+        (p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None
+    )
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        problem = "playwright is not installed (pip install -e '.[dev]')"
+    if path is None:
+        problem = "no Chromium (apt-get install chromium, or set INFERCHECK_CHROMIUM)"
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    """pytest-playwright's launch arguments, with the system's Chromium."""
+    return {**browser_type_launch_args, "executable_path": chromium()}
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]:
+    return {**browser_context_args, "viewport": {"width": WIDTH, "height": HEIGHT}}
+
+
+ON_SCREEN = """id => {
+  const r = document.getElementById(id).getBoundingClientRect();
+  return [r.top, r.bottom, r.height];
+}"""
+
+
+def test_the_quickstart_report_in_a_browser(page: Any, quickstart_run: QuickstartRun) -> None:
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto((quickstart_run.work / "report.html").as_uri())
+    page.wait_for_load_state("load")
+
+    assert page.title() == "quickstart: the tiny adder in bf16, 8-bit and 4-bit (mlx-lm)"
+    banner = page.locator("#infercheck-banner")
+    assert banner.is_visible()
+    box = banner.bounding_box()
+    assert box is not None and page.evaluate("window.scrollY") == 0
+    assert box["y"] >= 0 and box["y"] + box["height"] <= HEIGHT, box
+    text = " ".join(banner.inner_text().split())
+    assert text.startswith("FAIL: 3 of 6 checks failed, 19 of 364 items failed"), text
+    assert "worst finding: q4@local turned 3 right answers wrong in compare(bf16-vs-q4)" in text
+    environment = page.locator("#environment").inner_text()
+    assert "mlx-lm: " in environment and "Engines" in environment
+
+    links = page.eval_on_selector_all(
+        "#infercheck-verdicts a",
+        "els => els.map(e => [e.getAttribute('href'), e.textContent,"
+        " e.closest('tr').querySelector('th a').textContent])",
+    )
+    items = [(href, name, check) for href, name, check in links if "ic-item-" in href]
+    # 19 failed items listed (q8 1, q4 9, the sweep's q4 9), and 3 failed cells' verdicts
+    assert len(items) == 19 + 3, items
+    for href, name, check in links:
+        target = href.removeprefix("#")
+        assert page.locator(f"[id='{target}']").count() == 1, href
+        page.locator(f"#infercheck-verdicts a[href='{href}']").first.click()
+        top, bottom, height = page.evaluate(ON_SCREEN, target)
+        assert height > 0 and 0 <= top < HEIGHT and bottom > 0, (href, top, bottom)
+        if target.startswith("ic-item-"):
+            summary = page.locator(f"[id='{target}'] > summary").inner_text()
+            head = f"{check} · addition · "
+            assert summary.startswith(head), (summary, check)
+            if name not in ("pass", "fail"):
+                assert summary == head + name
+    assert not errors, errors
