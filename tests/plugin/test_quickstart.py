@@ -182,34 +182,75 @@ def _sweep_q8_q4(page: Node) -> tuple[Node, Node]:
     return cells[header.index("q8@local")], cells[header.index("q4@local")]
 
 
-def _first_infercheck_element(page: Node) -> Node:
-    """The first element of the page's infercheck section after its heading (the section is
-    the page's first element of an ``ic-`` class)."""
-    section = next(n for n in page.iter() if any(c.startswith("ic-") for c in n.classes))
-    assert section.classes == ["ic-summary"]
-    return next(n for n in section.children if isinstance(n, Node) and n.tag != "h2")
+def _infercheck_elements(page: Node) -> list[Node]:
+    """The page's elements of an ``ic-`` class that are not inside another one (the banner
+    and the summary section), in page order."""
+
+    def top(node: Node) -> bool:
+        parent = node.parent
+        while parent is not None:
+            if any(c.startswith("ic-") for c in parent.classes):
+                return False
+            parent = parent.parent
+        return True
+
+    return [n for n in page.iter() if any(c.startswith("ic-") for c in n.classes) and top(n)]
+
+
+def _item_ids(html: str, page: Node, report: str) -> dict[str, str]:
+    """``{id: summary text}`` of the item detail views: in the page (standalone), or in
+    pytest-html's test data, whose script renders them."""
+    if report == "standalone":
+        views = list(page.iter("details"))
+    else:
+        (container,) = [n for n in page.iter("div") if n.attrs.get("id") == "data-container"]
+        tests = json.loads(container.attrs["data-jsonblob"])["tests"]
+        extras = "".join(e["content"] for runs in tests.values() for t in runs for e in t["extras"])
+        views = list(parse(extras).iter("details"))
+    return {v.attrs["id"]: v.one("summary").text() for v in views if "id" in v.attrs}
 
 
 @pytest.mark.parametrize("report", ["pytest-html", "standalone"])
-def test_the_report_opens_with_the_verdicts(quickstart_run: QuickstartRun, report: str) -> None:
-    """The first infercheck element of both reports is the verdict matrix; the sweep's q8
-    passes its gates (its mean KL shown) and q4 fails its mean-KL gate (its value against the
-    threshold), each cell linking to the sweep's table; engine tables come after."""
+def test_the_report_opens_with_the_banner_and_the_verdicts(
+    quickstart_run: QuickstartRun, report: str
+) -> None:
+    """Both reports open with the banner (the quickstart's counts and worst finding), then the
+    verdict matrix. The sweep's q8 passes its gates (its mean KL shown); q4 fails its mean-KL
+    gate (its value against the threshold) and its 9 failed items, is named the cliff, and
+    links to each of its failed items (the verdict to the first); engine tables come after
+    the check tables."""
     if report == "pytest-html":
         html = (quickstart_run.work / "report.html").read_text(encoding="utf-8")
     else:
         html = render_report([quickstart_run.results])
     page = parse(html)
-    assert _first_infercheck_element(page).attrs.get("id") == "infercheck-verdicts"
+    banner, *rest = _infercheck_elements(page)
+    assert banner.attrs.get("id") == "infercheck-banner"
+    assert " ".join(banner.text().split()).endswith(
+        "FAIL: 3 of 6 checks failed, 19 of 364 items failed worst finding: q4@local turned 3 "
+        "right answers wrong in compare(bf16-vs-q4) · addition: e12, e13, e14"
+    )
+    section = banner.parent if report == "standalone" else rest[0]
+    assert section is not None and section.classes == ["ic-summary"]
+    after = [c for c in section.children if isinstance(c, Node) and c.tag != "h2"]
+    assert next(c for c in after if c is not banner).attrs.get("id") == "infercheck-verdicts"
     q8, q4 = _sweep_q8_q4(page)
     assert "ic-pass" in q8.classes and q8.one("strong").text() == "pass"
     assert q8.one("span", "ic-deciding").text() == "mean KL 0.0002805 ± 0.0001"
     assert "ic-fail" in q4.classes and q4.one("strong").text() == "fail"
+    assert q4.one("span", "ic-note").text() == "degradation cliff"
     deciding = q4.one("span", "ic-deciding").text()
     assert deciding == "mean KL 0.0151764 > max_mean_kl 0.005"
-    (link,) = {a.attrs["href"] for a in q4.all("a")}
-    (target,) = [n for n in page.iter("h3") if n.attrs.get("id") == link.removeprefix("#")]
-    assert target.text() == "sweep(bf16) · addition"
+    assert [li.text() for li in q4.one("ul", "ic-also").all("li")] == ["9/60 items failed"]
+    verdict, *listed = q4.all("a")
+    names = ["e01", "e02", "e03", "e12", "e13", "e14", "a25", "a38", "a40"]
+    assert [a.text() for a in listed] == [f"{n}[q4]" for n in names]
+    assert verdict.attrs["href"] == listed[0].attrs["href"]
+    views = _item_ids(html, page, report)
+    for a in listed:
+        assert views[a.attrs["href"].removeprefix("#")] == f"sweep(bf16) · addition · {a.text()}"
+    (note,) = page.one("ul", "ic-notes").all("li")
+    assert note.text().startswith("sweep(bf16) · addition: degradation cliff: q4@local: ")
     headings = [h.text() for h in page.one("section", "ic-summary").all("h3")]
     assert headings.index("engines") > headings.index("sweep(bf16) · addition")
 
