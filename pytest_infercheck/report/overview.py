@@ -150,7 +150,7 @@ def banner_html(summary: Overview, title: str | None = None) -> str:
     return (
         f'<div id="infercheck-banner" class="ic-banner {cls}">'
         f'<p class="ic-banner-head">{head}<strong>{verdict}</strong>: '
-        f'<span class="ic-counts">{esc(summary.counts())}</span></p>{worst}</div>'
+        f'<span class="ic-counts">{esc(summary.counts())}</span></p>\n{worst}</div>'
     )
 
 

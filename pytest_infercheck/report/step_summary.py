@@ -30,13 +30,15 @@ MAX_ITEMS = 50
 MAX_CHARS = 300
 """Longest text of one cell or violation."""
 
-_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+_PUNCTUATION = re.compile(r"([\\`*_\[\]|~])")
 
 
 def md(text: Any, limit: int = MAX_CHARS) -> str:
     """``text`` as inline Markdown that shows it literally: cut to ``limit`` characters,
-    line breaks as spaces, ``& < > "`` as HTML entities, Markdown's punctuation (and ``|``,
-    which would end a table cell) escaped with a backslash."""
+    line breaks as spaces, ``& < > "`` as HTML entities (no tag, no ``>`` quote), and the
+    characters that mark up inline text escaped with a backslash (backslash, backtick,
+    ``* _ [ ] ~``, and ``|``, which would end a table cell). The text never starts a line,
+    where ``#``, ``-`` or ``1.`` would mean more."""
     flat = " ".join(str(text).split())
     if len(flat) > limit:
         flat = flat[:limit] + "…"
