@@ -101,3 +101,23 @@ def target_aggregate(data: Mapping[str, Any]) -> str:
             table([esc(k) for k in keys], [[plain(lv.get(k)) for k in keys] for lv in levels])
         )
     return "".join(parts) + engines(data.get("engines"))
+
+
+def flip_matrix(counts: Any) -> str:
+    """A comparison's flip matrix (``{correct_to_wrong: n, ...}``, see
+    :func:`~pytest_infercheck.checks.comparison.aggregate.answer_matrix`) as a 2 x 2 table:
+    a row per baseline answer (correct, wrong), a column per test answer; the cells that
+    changed correctness are marked. ``-`` without counts."""
+    if not isinstance(counts, Mapping) or not counts:
+        return "-"
+    rows = []
+    for before in ("correct", "wrong"):
+        cells = []
+        for after in ("correct", "wrong"):
+            n = counts.get(f"{before}_to_{after}", 0)
+            text = esc(n)
+            if before != after and n:
+                text = f'<span class="ic-flip">{text}</span>'
+            cells.append(text)
+        rows.append([f"<b>{before}</b>", *cells])
+    return table(["baseline \\ test", "correct", "wrong"], rows, cls="ic-table ic-flip-matrix")

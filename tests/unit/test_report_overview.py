@@ -4,6 +4,7 @@ verdict matrix, the matrix's links to the failing items, and the GitHub job summ
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pytest_infercheck.checks.comparison.aggregate import ComparisonAggregateRecord, aggregate
@@ -192,3 +193,41 @@ def test_the_job_summary_is_escaped_markdown() -> None:
     assert (
         failed[1] == "- `m.yaml::determinism(q4)::s::d1`: BackendError: HTTP 500 server said: boom"
     )
+
+
+def test_the_flip_matrix_counts_correct_and_wrong_before_and_after() -> None:
+    from pytest_infercheck.checks.comparison.aggregate import answer_matrix
+    from pytest_infercheck.metrics.answers import judge_answers
+    from pytest_infercheck.render.views import flip_matrix
+
+    assert judge_answers("number", "4", "4", "5").base_correct is True
+    assert judge_answers("number", "4", "3", "3").base_correct is False
+    assert judge_answers("number", "4", "no answer", "4").base_correct is False
+    assert judge_answers("number", None, "4", "5").base_correct is None
+
+    def comparison(pid: str, flip: str, base_correct: bool | None) -> Any:
+        record = prompt_comparison(pid, [0.0], flip=flip)
+        return dataclasses.replace(record, base_correct=base_correct)
+
+    results = [
+        comparison("a", "unchanged", True),  # correct -> correct
+        comparison("b", "unchanged", True),
+        comparison("c", "correct_to_wrong", True),
+        comparison("d", "unchanged", False),  # the same wrong answer
+        comparison("e", "wrong_to_wrong", False),
+        comparison("f", "wrong_to_correct", False),
+        comparison("g", "changed", None),  # no reference: not counted
+    ]
+    counts = answer_matrix(results)
+    assert counts == {
+        "correct_to_correct": 2,
+        "correct_to_wrong": 1,
+        "wrong_to_correct": 1,
+        "wrong_to_wrong": 2,
+    }
+    assert answer_matrix(results[-1:]) == {}
+    table = parse(flip_matrix(counts)).one("table")
+    rows = [[td.text() for td in tr.all("td")] for tr in table.one("tbody").all("tr")]
+    assert rows == [["correct", "2", "1"], ["wrong", "1", "2"]]
+    assert [s.text() for s in table.all("span", "ic-flip")] == ["1", "1"]
+    assert flip_matrix({}) == "-"

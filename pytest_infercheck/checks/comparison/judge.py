@@ -211,6 +211,7 @@ def _answers(prompt: Any, base: Generation, other: Generation) -> dict[str, Any]
         "base_answer": judged.base.raw if judged.base else None,
         "test_answer": judged.test.raw if judged.test else None,
         "flip": judged.flip.value,
+        "base_correct": judged.base_correct,
     }
 
 

@@ -14,7 +14,7 @@ from ...records import load_record, plain_data
 from ...render.charts import line_chart
 from ...render.markup import clip, esc, interval, num, plain, rate, table
 from ...render.table import render_table
-from ...render.views import engines, flip_cell, side_by_side
+from ...render.views import engines, flip_cell, flip_matrix, side_by_side
 from ..framework.kind import Aggregates, BarSeries, Distribution, MeasureSpec, Verdict
 from .aggregate import (
     CliffStep,
@@ -282,6 +282,14 @@ def comparison_aggregate(data: Mapping[str, Any]) -> str:
             [[f(lv) for _, f in COMPARISON_COLUMNS] for lv in record.levels],
         )
     )
+    matrices = [(lv.test, lv.answer_matrix) for lv in record.levels if lv.answer_matrix]
+    if matrices:
+        parts.append(
+            "<h4>flip matrix (baseline answer x test answer, against the reference)</h4>"
+            '<div class="ic-charts">'
+            + "".join(f"<div><b>{esc(t)}</b>{flip_matrix(m)}</div>" for t, m in matrices)
+            + "</div>"
+        )
     parts += [f"<p>{esc(line)}</p>" for line in record.replay]
     problems = [f"{lv.test}: {line}" for lv in record.levels for line in lv.problems]
     if problems:
@@ -471,6 +479,7 @@ MEASURES: tuple[MeasureSpec, ...] = (
     ("failed items", ("n_failed",), num),
     ("identical outputs", ("n_identical", "n_prompts"), rate),
     ("flips", ("n_flips", "n_answered"), rate),
+    ("flip matrix", ("answer_matrix",), flip_matrix),
     ("flip rate [CI]", ("flip_rate", "flip_rate_low", "flip_rate_high"), interval),
     ("mean KL ± SE", ("kl_mean", "kl_se"), lambda m, se: f"{num(m, '.6g')} ± {num(se, '.2g')}"),
     ("KL median", ("kl_median",), num),
