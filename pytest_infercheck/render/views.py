@@ -10,6 +10,10 @@ from typing import Any
 from ..metrics.answers import FLIP_VALUES
 from .markup import clip, esc, is_number, kv_table, plain, table
 
+VIEW_THRESHOLDS = "_thresholds"
+"""The key under which a kind's view finds the item's thresholds beside its record's data
+(:func:`~pytest_infercheck.report.views.item_detail`; a record never has this key)."""
+
 SIDE_CHARS = 1000
 """Characters of an output shown on each side of the first difference (before and after)."""
 

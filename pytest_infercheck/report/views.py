@@ -16,7 +16,7 @@ from typing import Any
 from ..checks.framework.outcome import DEFERRED
 from ..checks.registry import kind_named
 from ..render.markup import esc, kv_table, mapping, violations_list
-from ..render.views import generic
+from ..render.views import VIEW_THRESHOLDS, generic
 
 
 def degenerate_view(scan: Any) -> str:
@@ -45,18 +45,18 @@ def item_detail(
     data = mapping(record.get("data"))
     kind = kind_named(record.get("kind"))
     view = None if kind is None else kind.present.views.get(str(record.get("role")))
+    thresholds = mapping(record.get("thresholds"))
     try:
-        body = view(data) if view is not None else generic(data)
+        body = view({**data, VIEW_THRESHOLDS: thresholds}) if view is not None else generic(data)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
         body = f'<p class="ic-none">({esc(type(err).__name__)} in the detail view)</p>'
         body += generic(data)
-    thresholds = record.get("thresholds")
     deferred = record.get("gates_deferred_to")
     if deferred:
         body += f"<p><b>{esc(DEFERRED.format(shard=deferred))}</b></p>"
     body += degenerate_view(record.get("degenerate"))
     head = "<h4>violations</h4>" + violations_list(record.get("violations"))
-    tail = "<h4>thresholds</h4>" + kv_table(mapping(thresholds))
+    tail = "<h4>thresholds</h4>" + kv_table(thresholds)
     title = " · ".join(
         esc(record.get(key)) for key in ("check", "suite", "name") if record.get(key) is not None
     )

@@ -12,9 +12,9 @@ from ...metrics.answers import shown_reference
 from ...nodeid import NodeId
 from ...records import load_record, plain_data
 from ...render.charts import line_chart
-from ...render.markup import clip, esc, interval, num, plain, rate, table
+from ...render.markup import clip, esc, interval, is_number, mapping, num, plain, rate, table
 from ...render.table import render_table
-from ...render.views import engines, flip_cell, flip_matrix, side_by_side
+from ...render.views import VIEW_THRESHOLDS, engines, flip_cell, flip_matrix, side_by_side
 from ..framework.kind import Aggregates, BarSeries, Distribution, MeasureSpec, Verdict
 from .aggregate import (
     CliffStep,
@@ -162,16 +162,38 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
             )
         )
     if r.kl_per_position:
-        label = f"{r.method}: a lower bound" if r.method in LOWER_BOUND_METHODS else r.method
-        parts.append(
-            line_chart(
-                [("KL_t", r.kl_per_position)],
-                title=f"KL per position ({label})",
-                x_label="position in the baseline's continuation",
-                y_label="KL",
-            )
-        )
+        parts.append(kl_chart(r, mapping(data.get(VIEW_THRESHOLDS)).get("max_kl")))
     return "".join(parts)
+
+
+MAX_TOKEN_LABELS = 40
+"""Positions of a KL chart labelled with their token, at most (else the first and last
+index are written)."""
+
+
+def kl_chart(r: PromptComparison, max_kl: Any) -> str:
+    """KL_t per position of the baseline's continuation; ``max_kl`` (the item's threshold on
+    its mean KL) as a dashed line; the first divergent token marked; each position labelled
+    with the baseline's token text where the record has them (up to
+    :data:`MAX_TOKEN_LABELS` positions), else its index."""
+    label = f"{r.method}: a lower bound" if r.method in LOWER_BOUND_METHODS else r.method
+    n = len(r.kl_per_position)
+    # an engine's token texts may leave out the end-of-sequence token the KL scores
+    tokens = [*r.base_tokens, *[""] * (n - len(r.base_tokens))][:n] if r.base_tokens else []
+    marks = []
+    if r.first_divergence is not None:
+        marks.append((r.first_divergence, f"first divergence (token {r.first_divergence})"))
+    return line_chart(
+        [("KL_t", r.kl_per_position)],
+        title=f"KL per position ({label})",
+        x_labels=[repr(t)[1:-1] for t in tokens] if 0 < len(tokens) <= MAX_TOKEN_LABELS else None,
+        x_label="token of the baseline's continuation"
+        if tokens
+        else "position in the baseline's continuation",
+        y_label="KL",
+        threshold=("max_kl (mean)", float(max_kl)) if is_number(max_kl) else None,
+        marks=marks,
+    )
 
 
 def _turns_html(r: PromptComparison) -> list[str]:
