@@ -196,7 +196,8 @@ def slim(record: Mapping[str, Any], dist: Distribution | None) -> dict[str, Any]
 def entry(report: pytest.TestReport) -> dict[str, Any] | None:
     """The summary's entry of an infercheck item's report (None for other reports): the
     whole record of an aggregate, a :func:`slim` one of any other item (its call report);
-    the identity of an item that failed before its call, as ``error``."""
+    the identity of an item that failed without a record (``error`` in its setup, ``failed``
+    in its call), with the last line of its failure."""
     record = getattr(report, "infercheck", None)
     if report.when == "call" and isinstance(record, Mapping):
         kind = kind_named(record.get("kind"))
@@ -204,8 +205,9 @@ def entry(report: pytest.TestReport) -> dict[str, Any] | None:
         kept = dict(record) if record.get("role") == "aggregate" else slim(record, dist)
         return {**kept, "nodeid": report.nodeid, "outcome": report.outcome}
     stub = getattr(report, "infercheck_item", None)
-    if report.when == "setup" and report.failed and isinstance(stub, Mapping):
-        return {**stub, "nodeid": report.nodeid, "outcome": "error", "longrepr": _last(report)}
+    if report.when in ("setup", "call") and report.failed and isinstance(stub, Mapping):
+        outcome = "error" if report.when == "setup" else "failed"
+        return {**stub, "nodeid": report.nodeid, "outcome": outcome, "longrepr": _last(report)}
     return None
 
 

@@ -75,6 +75,15 @@ class HtmlReport:
         if found is not None:
             self.items.append(found)
         record = getattr(report, "infercheck", None)
+        if found is not None and not isinstance(record, Mapping):  # failed without a record
+            title = " · ".join(str(found.get(k)) for k in ("check", "suite", "name"))
+            anchor = esc(item_anchor(report.nodeid))
+            view = (
+                f'<details id="{anchor}" class="ic-detail ic-{esc(found["outcome"])}" open>'
+                f"<summary>{esc(title)}</summary>"
+                f'<pre class="ic-text">{esc(found.get("longrepr", ""))}</pre></details>'
+            )
+            report.extras = [*getattr(report, "extras", []), extras.html(view)]  # type: ignore[attr-defined]
         if report.when != "call" or not isinstance(record, Mapping):
             return
         detail = item_detail(record, report.outcome, item_anchor(report.nodeid))

@@ -231,3 +231,33 @@ def test_the_flip_matrix_counts_correct_and_wrong_before_and_after() -> None:
     assert rows == [["correct", "2", "1"], ["wrong", "1", "2"]]
     assert [s.text() for s in table.all("span", "ic-flip")] == ["1", "1"]
     assert flip_matrix({}) == "-"
+
+
+def test_an_item_that_failed_without_a_record_is_counted_and_linkable() -> None:
+    """An item whose setup failed has only its identity: the banner counts it as errored and
+    its pytest-html extra is a view with the id the matrix links to."""
+    from pathlib import Path
+
+    import pytest
+
+    from pytest_infercheck.report.overview import entry
+    from pytest_infercheck.report.pytest_html import HtmlReport
+
+    nodeid = "m.yaml::compare(bf16-vs-q4)::s::b"
+    report = pytest.TestReport(
+        nodeid, ("m.yaml", 0, "b"), {}, "failed", f"BackendError: {SCRIPT}", "setup"
+    )
+    stub = {"check": "compare(bf16-vs-q4)", "kind": "compare", "suite": "s", "role": "prompt"}
+    report.infercheck_item = {**stub, "name": "b"}  # type: ignore[attr-defined]
+    found = entry(report)
+    assert found is not None and found["outcome"] == "error"
+    assert found["longrepr"] == f"BackendError: {SCRIPT}"
+    plugin = HtmlReport(None, Path("."), Path("."))  # type: ignore[arg-type]
+    plugin.pytest_runtest_logreport(report)
+    (extra,) = report.extras  # type: ignore[attr-defined]
+    view = parse(extra["content"]).one("details")
+    assert view.attrs["id"] == item_anchor(nodeid)
+    assert (
+        view.one("pre").text() == f"BackendError: {SCRIPT}" and "<script>" not in extra["content"]
+    )
+    assert overview(plugin.items).counts() == "1 of 1 check failed, 1 of 1 item failed"
