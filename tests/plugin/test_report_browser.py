@@ -22,25 +22,31 @@ from .quickstart_run import QuickstartRun
 WIDTH, HEIGHT = 1400, 900
 
 
-def chromium() -> str:
-    """The Chromium executable; skips (fails under ``CI=true``) when there is none, or no
-    playwright."""
-    problem = None
-    path = os.environ.get("INFERCHECK_CHROMIUM") or next(
-        (p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None
-    )
+def browser_problem() -> str | None:
+    """Why the test cannot run here (no playwright, no Chromium); None when it can."""
     try:
         import playwright.sync_api  # noqa: F401
+        import pytest_playwright  # noqa: F401
     except ImportError:
-        problem = "playwright is not installed (pip install -e '.[dev]')"
-    if path is None:
-        problem = "no Chromium (apt-get install chromium, or set INFERCHECK_CHROMIUM)"
-    if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
-    assert path is not None
-    return path
+        return "playwright is not installed (pip install -e '.[dev]')"
+    if chromium() is None:
+        return "no Chromium (apt-get install chromium, or set INFERCHECK_CHROMIUM)"
+    return None
+
+
+def chromium() -> str | None:
+    """The Chromium executable: ``INFERCHECK_CHROMIUM``, else ``chromium`` on the path."""
+    return os.environ.get("INFERCHECK_CHROMIUM") or next(
+        (p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None
+    )
+
+
+# Checked at collection, before the session's quickstart run is paid for.
+PROBLEM = browser_problem()
+if PROBLEM is not None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(PROBLEM, pytrace=False)
+    pytest.skip(PROBLEM, allow_module_level=True)
 
 
 @pytest.fixture(scope="session")
