@@ -1,5 +1,7 @@
-"""pytest-html hooks: sortable KL / flip / similarity columns, each item's detail view as an
-HTML extra, and the summary tables and charts above the results table.
+"""pytest-html hooks: the report's title (:mod:`.titles`), the banner under it
+(:mod:`.overview`), the engines' versions in the environment table, sortable KL / flip /
+similarity columns, each item's detail view as an HTML extra (with the id the verdict matrix
+links to), and the summary tables and charts above the results table.
 
 Registered (:mod:`..state`) only when pytest-html is installed and writing a report, in the
 process that writes it (the xdist controller): everything comes from the reports' records
