@@ -79,6 +79,7 @@ def test_the_quickstart_report_in_a_browser(page: Any, quickstart_run: Quickstar
     box = banner.bounding_box()
     assert box is not None and page.evaluate("window.scrollY") == 0
     assert box["y"] >= 0 and box["y"] + box["height"] <= HEIGHT, box
+    assert box["y"] < 150, box  # right under the title, above pytest-html's environment
     text = " ".join(banner.inner_text().split())
     assert text.startswith("FAIL: 3 of 6 checks failed, 19 of 364 items failed"), text
     assert "worst finding: q4@local turned 3 right answers wrong in compare(bf16-vs-q4)" in text
