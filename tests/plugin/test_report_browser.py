@@ -1,5 +1,5 @@
 """The quickstart's HTML report (pytest-html) in a real browser: Chromium driven by
-pytest-playwright, at 1400 x 900. The banner is on screen without scrolling and says what the
+playwright's sync API, at 1400 x 900. The banner is on screen without scrolling and says what the
 quickstart's outcome is; every link of the verdict matrix lands on an element of the page (a
 check's table, or the detail view of the failing item it names, on screen after the click);
 the page logs no console error.
@@ -7,12 +7,17 @@ the page logs no console error.
 The browser is the system's Chromium (Debian's ``chromium``; ``scripts/test.sh`` installs it
 when missing), or the one ``INFERCHECK_CHROMIUM`` names. Without it, or without playwright,
 the test skips, and fails under ``CI=true``.
+
+Not pytest-playwright: its plugin wraps every test's call in one process-wide scope of soft
+assertions, which an in-process pytester run (most tests of tests/plugin) opens a second
+time, failing every inner item with ``nested soft assertion scopes are not supported``.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,7 +31,6 @@ def browser_problem() -> str | None:
     """Why the test cannot run here (no playwright, no Chromium); None when it can."""
     try:
         import playwright.sync_api  # noqa: F401
-        import pytest_playwright  # noqa: F401
     except ImportError:
         return "playwright is not installed (pip install -e '.[dev]')"
     if chromium() is None:
@@ -49,15 +53,17 @@ if PROBLEM is not None:
     pytest.skip(PROBLEM, allow_module_level=True)
 
 
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
-    """pytest-playwright's launch arguments, with the system's Chromium."""
-    return {**browser_type_launch_args, "executable_path": chromium()}
+@pytest.fixture
+def page() -> Iterator[Any]:
+    """A page of the system's Chromium (headless) at :data:`WIDTH` x :data:`HEIGHT`."""
+    from playwright.sync_api import sync_playwright
 
-
-@pytest.fixture(scope="session")
-def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]:
-    return {**browser_context_args, "viewport": {"width": WIDTH, "height": HEIGHT}}
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=chromium())
+        try:
+            yield browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+        finally:
+            browser.close()
 
 
 ON_SCREEN = """id => {
