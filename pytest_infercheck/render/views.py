@@ -125,3 +125,20 @@ def flip_matrix(counts: Any) -> str:
             cells.append(text)
         rows.append([f"<b>{before}</b>", *cells])
     return table(["baseline \\ test", "correct", "wrong"], rows, cls="ic-table ic-flip-matrix")
+
+
+def flip_matrix_line(counts: Any) -> str:
+    """The flip matrix (:func:`flip_matrix`) in one table cell: ``correct->correct 49,
+    correct->wrong 1 / wrong->correct 0, wrong->wrong 10``, the changes of correctness
+    marked. ``-`` without counts."""
+    if not isinstance(counts, Mapping) or not counts:
+        return "-"
+    rows = []
+    for before in ("correct", "wrong"):
+        cells = []
+        for after in ("correct", "wrong"):
+            n = counts.get(f"{before}_to_{after}", 0)
+            text = f"{before}→{after} {esc(n)}"
+            cells.append(f'<span class="ic-flip">{text}</span>' if before != after and n else text)
+        rows.append(", ".join(cells))
+    return "<br>".join(rows)

@@ -198,7 +198,7 @@ def test_the_job_summary_is_escaped_markdown() -> None:
 def test_the_flip_matrix_counts_correct_and_wrong_before_and_after() -> None:
     from pytest_infercheck.checks.comparison.aggregate import answer_matrix
     from pytest_infercheck.metrics.answers import judge_answers
-    from pytest_infercheck.render.views import flip_matrix
+    from pytest_infercheck.render.views import flip_matrix, flip_matrix_line
 
     assert judge_answers("number", "4", "4", "5").base_correct is True
     assert judge_answers("number", "4", "3", "3").base_correct is False
@@ -231,6 +231,9 @@ def test_the_flip_matrix_counts_correct_and_wrong_before_and_after() -> None:
     assert rows == [["correct", "2", "1"], ["wrong", "1", "2"]]
     assert [s.text() for s in table.all("span", "ic-flip")] == ["1", "1"]
     assert flip_matrix({}) == "-"
+    line = parse(f"<p>{flip_matrix_line(counts)}</p>").one("p")
+    assert line.text() == "correct→correct 2, correct→wrong 1wrong→correct 1, wrong→wrong 2"
+    assert [s.text() for s in line.all("span", "ic-flip")] == ["correct→wrong 1", "wrong→correct 1"]
 
 
 def test_an_item_that_failed_without_a_record_is_counted_and_linkable() -> None:

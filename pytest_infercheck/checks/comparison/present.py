@@ -14,7 +14,14 @@ from ...records import load_record, plain_data
 from ...render.charts import line_chart
 from ...render.markup import clip, esc, interval, is_number, mapping, num, plain, rate, table
 from ...render.table import render_table
-from ...render.views import VIEW_THRESHOLDS, engines, flip_cell, flip_matrix, side_by_side
+from ...render.views import (
+    VIEW_THRESHOLDS,
+    engines,
+    flip_cell,
+    flip_matrix,
+    flip_matrix_line,
+    side_by_side,
+)
 from ..framework.kind import Aggregates, BarSeries, Distribution, MeasureSpec, Verdict
 from .aggregate import (
     CliffStep,
@@ -501,7 +508,7 @@ MEASURES: tuple[MeasureSpec, ...] = (
     ("failed items", ("n_failed",), num),
     ("identical outputs", ("n_identical", "n_prompts"), rate),
     ("flips", ("n_flips", "n_answered"), rate),
-    ("flip matrix", ("answer_matrix",), flip_matrix),
+    ("flip matrix (baseline→test)", ("answer_matrix",), flip_matrix_line),
     ("flip rate [CI]", ("flip_rate", "flip_rate_low", "flip_rate_high"), interval),
     ("mean KL ± SE", ("kl_mean", "kl_se"), lambda m, se: f"{num(m, '.6g')} ± {num(se, '.2g')}"),
     ("KL median", ("kl_median",), num),
