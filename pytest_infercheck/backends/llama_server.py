@@ -47,8 +47,8 @@ from .base import (
     TopKRow,
     chat_input,
 )
-from .capabilities import GENERATION_PATHS, STRUCTURED
-from .endpoint_probe import probe_generation_paths
+from .capabilities import GENERATION_PATHS, REQUEST_PARAMS, STRUCTURED
+from .endpoint_probe import probe_generation_paths, probe_request_params
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .llama_wire import TIMINGS_SOURCE as TIMINGS_SOURCE
@@ -63,7 +63,7 @@ from .openai_compat import (
     parse_message,
     tool_fields,
 )
-from .params import TAKEN, llama_fields, openai_fields
+from .params import TAKEN, llama_fields, openai_fields, taken
 
 if TYPE_CHECKING:
     from ..structured.records import Path as StructuredPath
@@ -343,6 +343,8 @@ class LlamaServerBackend(Backend):
             return await probe_generation_paths(self)
         if topic == STRUCTURED:
             return await self.probe_structured()
+        if topic == REQUEST_PARAMS:
+            return await probe_request_params(self, taken(self.kind, self.chat))
         return Abilities()
 
     async def alive(self) -> bool:
@@ -411,6 +413,24 @@ class LlamaServerBackend(Backend):
             return TopKRow(float(row[token]), {int(v): float(row[v]) for v in best})
 
         return list(await asyncio.gather(*(position(i) for i in range(len(continuation_ids)))))
+
+    async def processed_probs(
+        self, prompt: PromptInput, params: GenerationParams
+    ) -> dict[int, float] | None:
+        """``post_sampling_probs: true`` with ``n_probs`` = V and ``n_predict`` 1: the
+        probabilities after the sampler chain (its support only), by id; None when the
+        answer has no entry (a token ending inside a UTF-8 character has none)."""
+        body = {
+            **self._body(prompt, dataclasses.replace(params, max_tokens=1, n=1)),
+            "n_probs": self.n_vocab,
+        }
+        answer = await self.http.request(
+            "POST", "/completion", {**body, "post_sampling_probs": True}
+        )
+        entries = answer.get("completion_probabilities") if isinstance(answer, dict) else None
+        if not entries:
+            return None
+        return {int(t["id"]): float(t["prob"]) for t in entries[0].get("top_probs") or []}
 
     def identity(self) -> dict[str, Any]:
         return {
