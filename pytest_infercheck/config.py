@@ -26,7 +26,13 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from .backends.registry import BACKENDS, backend_kind, backend_spec, validate_backend_entry
+from .backends.registry import (
+    ADAPTER_KINDS,
+    BACKENDS,
+    backend_kind,
+    backend_spec,
+    validate_backend_entry,
+)
 from .backends.spec import BackendSpec as BackendSpec
 from .backends.spec import ServedSpec
 from .checks.framework.kind import CheckKind, RateGate
@@ -299,6 +305,19 @@ class LoadedMatrix:
             ("models", name), f"a {kind} backend needs 'path' or 'repo' for {name!r}"
         )
 
+    def model_adapter(self, name: str, kind: str) -> str | None:
+        """The LoRA adapter a backend of ``kind`` applies to model ``name``: the adapter's
+        field that the kind loads (``gguf`` for llama-server, ``path`` otherwise), resolved
+        against the YAML's folder; None when the model has no adapter. The matrix has
+        refused an adapter on a kind without adapters, or without the field it loads
+        (:func:`adapter_problem`)."""
+        adapter = self.matrix.models[name].adapter
+        facts = backend_kind(kind)
+        if adapter is None or facts is None:
+            return None
+        value = adapter.gguf if facts.loads == "gguf" else adapter.path
+        return None if value is None else self._local(value)
+
     def check_local_models(self) -> None:
         """Every model a check runs on a backend that loads it from this machine (mlx-lm
         in-process, or a server the plugin starts with ``serve``) exists here: a missing
@@ -319,14 +338,18 @@ class LoadedMatrix:
         assert kind is not None  # validated
         field = kind.loads
         value = spec.gguf if field == "gguf" else spec.path
-        if value is None or Path(self._local(value)).exists():
-            return
-        what = "file" if field == "gguf" else "folder"
-        hub = "" if field == "gguf" else "; a hub model is written `repo: org/name`"
-        raise self.source.error(
-            ("models", name, field),
-            f"{value} does not exist (the {what} {self._local(value)}{hub})",
-        )
+        if value is not None and not Path(self._local(value)).exists():
+            what = "file" if field == "gguf" else "folder"
+            hub = "" if field == "gguf" else "; a hub model is written `repo: org/name`"
+            raise self.source.error(
+                ("models", name, field),
+                f"{value} does not exist (the {what} {self._local(value)}{hub})",
+            )
+        adapter = self.model_adapter(name, backend.kind)
+        if adapter is not None and not Path(adapter).exists():
+            raise self.source.error(
+                ("models", name, "adapter"), f"the adapter {adapter} does not exist"
+            )
 
     @property
     def golden_dir(self) -> Path:
@@ -386,6 +409,10 @@ def load_matrix(path: Path) -> LoadedMatrix:
                 side is not baseline or not check.spec.golden_baseline
             ):
                 errors.append(source.error(side.loc, GOLDEN_PLACE))
+            elif target.golden is None and (
+                why := adapter_problem(matrix, target.model, target.backend)
+            ):
+                errors.append(source.error(side.loc, why))
     if errors:
         raise SourceError.of(errors)
     return loaded
@@ -409,6 +436,28 @@ def _error_message(
     return loc, unknown_key_message(loc)
 
 
+def adapter_problem(matrix: MatrixFields, model: str, backend: str) -> str | None:
+    """Why ``model`` (with a LoRA ``adapter``) cannot run on ``backend``: its kind applies no
+    adapter (it would answer with the base model's outputs, silently), or the adapter lacks
+    the field the kind loads (llama-server: ``gguf``; mlx-lm, vLLM: ``path``). None when it
+    can, or the model has no adapter."""
+    adapter = matrix.models[model].adapter
+    kind = backend_kind(matrix.backends[backend].kind)
+    if adapter is None or kind is None:
+        return None
+    if not kind.adapters:
+        return (
+            f"model {model!r} has a LoRA adapter, which a {kind.name} backend cannot apply "
+            f"(it would answer with the base model): backends that apply adapters are "
+            f"{', '.join(ADAPTER_KINDS)}"
+        )
+    field = "gguf" if kind.loads == "gguf" else "path"
+    if getattr(adapter, field) is None:
+        what = "a GGUF LoRA file" if field == "gguf" else "an adapter folder"
+        return f"model {model!r}'s adapter has no {field!r} ({what}), which a {kind.name} loads"
+    return None
+
+
 NOTHING_TO_ENGAGE = (
     "true, but none of the check's backends declares a feature (mlx-lm "
     "draft_model/kv_bits, or a serve command's --speculative-config, --kv-cache-dtype, -md, "
@@ -421,7 +470,7 @@ def _declares_a_feature(matrix: MatrixFields, check: CheckEntry) -> bool:
     engagement ``require_engaged`` can judge (:func:`.features.declared_features`)."""
     from .features import declared_features
 
-    names = getattr(check.spec, "backends", [])
+    names = [n.rpartition("@")[2] for n in getattr(check.spec, "backends", [])]
     return any(declared_features(matrix.backends[n]) for n in names if n in matrix.backends)
 
 

@@ -558,6 +558,7 @@ class MlxLmBackend(Backend):
             "name": self.name,
             "model": self.spec.source,
             "revision": self.spec.revision,
+            **({"adapter": self.spec.adapter} if self.spec.adapter else {}),
             "quantization": config.get("quantization"),
             "tokenizer": self._loaded.fingerprint,
             "mlx": version("mlx"),
@@ -576,10 +577,16 @@ class MlxLmBackend(Backend):
 
 
 def create(
-    name: str, spec: MlxLmSpec, source: str, revision: str | None, url: str | None
+    name: str,
+    spec: MlxLmSpec,
+    source: str,
+    revision: str | None,
+    url: str | None,
+    adapter: str | None = None,
 ) -> MlxLmBackend:
-    """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
-    model = MlxModelSpec(source, revision, spec.dtype)
+    """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`), with the LoRA
+    ``adapter`` folder applied if given."""
+    model = MlxModelSpec(source, revision, spec.dtype, adapter)
     return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos, options=spec.options)
 
 

@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import time
 import uuid
@@ -106,6 +107,9 @@ class VllmBackend(OpenAICompatBackend):
         """The largest ``prompt_logprobs`` the server answers (its ``--max-logprobs``)."""
         self.vocab_size: int | None = None
         self.max_model_len: int | None = None
+        self.adapter: str | None = None
+        """The model's LoRA adapter (a PEFT folder the server serves by ``--lora-modules``):
+        requests name the adapter (:meth:`ensure_ready` finds its name)."""
         self._pieces: dict[int, str] = {}
         self._lock: asyncio.Lock | None = None
 
@@ -137,6 +141,8 @@ class VllmBackend(OpenAICompatBackend):
         models = await self.http.request("GET", "/v1/models")
         served = [m for m in models.get("data") or [] if isinstance(m, dict)]
         ids = [str(m.get("id")) for m in served]
+        if self.adapter is not None:
+            self.model = lora_module(served, self.adapter, self.name)
         if self.model is not None and self.model not in ids:
             raise BackendError(
                 f"backend {self.name!r}: the server serves {ids}, not {self.model!r} "
@@ -504,6 +510,7 @@ class VllmBackend(OpenAICompatBackend):
             "name": self.name,
             "url": self.http.settings.base_url,
             "model": self.model,
+            **({"adapter": self.adapter} if self.adapter is not None else {}),
             "version": self.version,
             "serve": self.serve,
             "max_logprobs": self.max_logprobs,
@@ -513,9 +520,33 @@ class VllmBackend(OpenAICompatBackend):
 
 
 def create(
-    name: str, spec: OpenAIServerSpec, source: str, revision: str | None, url: str | None
+    name: str,
+    spec: OpenAIServerSpec,
+    source: str,
+    revision: str | None,
+    url: str | None,
+    adapter: str | None = None,
 ) -> VllmBackend:
-    """The ``vllm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    """The ``vllm`` backend of a ``backends:`` entry (see :mod:`.registry`); with a LoRA
+    ``adapter`` (a PEFT folder), its requests name the adapter's module."""
     backend = create_served(VllmBackend, name, spec, source, url)
     backend.serve = spec.serve
+    backend.adapter = adapter
     return backend
+
+
+def lora_module(served: Sequence[Mapping[str, Any]], adapter: str, name: str) -> str:
+    """The ``model`` that asks vLLM for ``adapter``: the id of the ``/v1/models`` entry
+    with a ``parent`` (a LoRA module, ``--lora-modules NAME=PATH``) whose ``root`` is the
+    adapter's folder. Raises a :class:`BackendError` when the server serves no such module
+    (a request naming the base model would answer without the adapter, silently)."""
+    want = os.path.realpath(adapter)
+    for entry in served:
+        root = entry.get("root")
+        if entry.get("parent") and isinstance(root, str) and os.path.realpath(root) == want:
+            return str(entry.get("id"))
+    modules = [f"{e.get('id')}={e.get('root')}" for e in served if e.get("parent")] or "none"
+    raise BackendError(
+        f"backend {name!r}: vLLM serves no LoRA module for the adapter {adapter} (its modules: "
+        f"{modules}): start it with --enable-lora --lora-modules NAME={adapter}"
+    )
