@@ -26,13 +26,8 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from .backends.registry import (
-    ADAPTER_KINDS,
-    BACKENDS,
-    backend_kind,
-    backend_spec,
-    validate_backend_entry,
-)
+from .adapters import adapter_engages, adapter_problem
+from .backends.registry import BACKENDS, backend_kind, backend_spec, validate_backend_entry
 from .backends.spec import BackendSpec as BackendSpec
 from .backends.spec import ServedSpec
 from .checks.framework.kind import CheckKind, RateGate
@@ -436,32 +431,10 @@ def _error_message(
     return loc, unknown_key_message(loc)
 
 
-def adapter_problem(matrix: MatrixFields, model: str, backend: str) -> str | None:
-    """Why ``model`` (with a LoRA ``adapter``) cannot run on ``backend``: its kind applies no
-    adapter (it would answer with the base model's outputs, silently), or the adapter lacks
-    the field the kind loads (llama-server: ``gguf``; mlx-lm, vLLM: ``path``). None when it
-    can, or the model has no adapter."""
-    adapter = matrix.models[model].adapter
-    kind = backend_kind(matrix.backends[backend].kind)
-    if adapter is None or kind is None:
-        return None
-    if not kind.adapters:
-        return (
-            f"model {model!r} has a LoRA adapter, which a {kind.name} backend cannot apply "
-            f"(it would answer with the base model): backends that apply adapters are "
-            f"{', '.join(ADAPTER_KINDS)}"
-        )
-    field = "gguf" if kind.loads == "gguf" else "path"
-    if getattr(adapter, field) is None:
-        what = "a GGUF LoRA file" if field == "gguf" else "an adapter folder"
-        return f"model {model!r}'s adapter has no {field!r} ({what}), which a {kind.name} loads"
-    return None
-
-
 NOTHING_TO_ENGAGE = (
-    "true, but none of the check's backends declares a feature (mlx-lm "
-    "draft_model/kv_bits, or a serve command's --speculative-config, --kv-cache-dtype, -md, "
-    "-ctk/-ctv): the gate would never apply"
+    "true, but none of the check's backends declares a feature (a model's LoRA adapter, "
+    "mlx-lm draft_model/kv_bits, or a serve command's --speculative-config, "
+    "--kv-cache-dtype, -md, -ctk/-ctv): the gate would never apply"
 )
 
 
@@ -470,8 +443,15 @@ def _declares_a_feature(matrix: MatrixFields, check: CheckEntry) -> bool:
     engagement ``require_engaged`` can judge (:func:`.features.declared_features`)."""
     from .features import declared_features
 
-    names = [n.rpartition("@")[2] for n in getattr(check.spec, "backends", [])]
-    return any(declared_features(matrix.backends[n]) for n in names if n in matrix.backends)
+    model = getattr(check.spec, "model", "")
+    for entry in getattr(check.spec, "backends", []):
+        name, _, backend = entry.rpartition("@") if "@" in entry else (model, "", entry)
+        spec = matrix.backends.get(backend)
+        if spec is None:
+            continue
+        if declared_features(spec) or adapter_engages(matrix, name, spec.kind):
+            return True
+    return False
 
 
 def check_rate_gates(loaded: LoadedMatrix, check: CheckSpec, index: int, suite: Suite) -> None:

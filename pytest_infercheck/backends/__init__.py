@@ -40,4 +40,8 @@ def create_backend(
         raise BackendError(f"backend {name!r}: unknown kind {spec.kind!r}")
     backend = kind.create(name, spec, source, revision, url, adapter)
     backend.features = declared_features(spec)
+    if adapter is not None:
+        from ..features import ADAPTER, Feature
+
+        backend.features = (*backend.features, Feature(ADAPTER, adapter))
     return backend

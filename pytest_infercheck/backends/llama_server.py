@@ -254,6 +254,11 @@ class LlamaServerBackend(Backend):
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return await self._generate(self._body(prompt, params))
 
+    async def generate_base(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` with every adapter's ``lora`` scale 0: the base model."""
+        zero = [{"id": e.get("id"), "scale": 0.0} for e in self.loras]
+        return await self._generate({**self._body(prompt, params), "lora": zero})
+
     async def generate_uncached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """:meth:`generate` (``cache_prompt: false``: no slot state reused)."""
         return await self.generate(prompt, params)

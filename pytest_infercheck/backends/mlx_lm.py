@@ -221,6 +221,14 @@ class MlxLmBackend(Backend):
             return list(prompt.token_ids)
         return list(self._loaded.tokenizer.encode(prompt.text, add_special_tokens=False))
 
+    async def generate_base(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` by the same weights loaded without the adapter."""
+        spec = dataclasses.replace(self.spec, adapter=None)
+        twin = MlxLmBackend(
+            self.name, spec, chat=self.chat, add_bos=self.add_bos, options=self.options
+        )
+        return await twin.generate(prompt, params)
+
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return self.generate_sync(prompt, params)
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import json
 import os
@@ -110,6 +111,8 @@ class VllmBackend(OpenAICompatBackend):
         self.adapter: str | None = None
         """The model's LoRA adapter (a PEFT folder the server serves by ``--lora-modules``):
         requests name the adapter (:meth:`ensure_ready` finds its name)."""
+        self.base_model: str | None = None
+        """The base model's name, which the adapter's module replaced in requests."""
         self._pieces: dict[int, str] = {}
         self._lock: asyncio.Lock | None = None
 
@@ -142,6 +145,7 @@ class VllmBackend(OpenAICompatBackend):
         served = [m for m in models.get("data") or [] if isinstance(m, dict)]
         ids = [str(m.get("id")) for m in served]
         if self.adapter is not None:
+            self.base_model = self.base_model or self.model
             self.model = lora_module(served, self.adapter, self.name)
         if self.model is not None and self.model not in ids:
             raise BackendError(
@@ -320,6 +324,10 @@ class VllmBackend(OpenAICompatBackend):
             await asyncio.sleep(0.02)
             after = await self._counters()
         return after
+
+    async def generate_base(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` asking for the base model, not the adapter's module."""
+        return await _generate_base(self, prompt, params)
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """One ``/v1/completions`` request; with features, its ``/metrics`` delta as the
@@ -517,6 +525,14 @@ class VllmBackend(OpenAICompatBackend):
             "vocab_size": self.vocab_size,
             "max_model_len": self.max_model_len,
         }
+
+
+async def _generate_base(backend: VllmBackend, prompt: PromptInput, params: Any) -> Generation:
+    """``backend``'s generation asking for the base model (its ``model`` before the LoRA
+    module replaced it) on the same server."""
+    twin = copy.copy(backend)
+    twin.model, twin.adapter = backend.base_model, None
+    return await twin.generate(prompt, params)
 
 
 def create(

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from pytest_infercheck.backends.base import BackendError
+from pytest_infercheck.backends.base import BackendError, Generation
 from pytest_infercheck.backends.llama_wire import lora_scales
 from pytest_infercheck.backends.registry import ADAPTER_KINDS
 from pytest_infercheck.backends.vllm import lora_module
 from pytest_infercheck.config import load_matrix
+from pytest_infercheck.features import (
+    ADAPTER,
+    Feature,
+    FeatureActivity,
+    adapter_differs,
+    unexercised,
+)
 from pytest_infercheck.matrix import AdapterSpec
 from pytest_infercheck.yamlpos import SourceError
 
@@ -129,3 +137,38 @@ def test_vllm_asks_for_the_lora_module_serving_the_adapter() -> None:
     # the base model's own entry is not a LoRA module, even at the adapter's path
     with pytest.raises(BackendError, match="its modules: none"):
         lora_module(SERVED[:1], "/m/base", "v")
+
+
+def _gen(ids: list[int] | None, logprobs: list[float] | None, text: str = "46") -> Generation:
+    return Generation(text=text, token_ids=ids, finish_reason="stop", chosen_logprobs=logprobs)
+
+
+def test_adapter_differs_by_tokens_text_or_a_single_logprob_bit() -> None:
+    base = _gen([1, 2], [-0.5, -0.25])
+    assert not adapter_differs(_gen([1, 2], [-0.5, -0.25]), base)
+    assert adapter_differs(_gen([1, 3], [-0.5, -0.25]), base)
+    # same tokens, one logprob one float32 step away: the adapter moved the distribution
+    assert adapter_differs(_gen([1, 2], [-0.5, float(np.nextafter(np.float32(-0.25), 0))]), base)
+    # a text-only server: the text decides, then the logprobs (none here)
+    assert adapter_differs(_gen(None, None, "47"), _gen(None, None, "46"))
+    assert not adapter_differs(_gen(None, None), _gen(None, None))
+
+
+def test_an_adapter_feature_engages_only_when_measured_and_different() -> None:
+    adapter = Feature(ADAPTER, "/l/a")
+    assert unexercised([adapter], FeatureActivity(adapter_differs=True)) == []
+    assert unexercised([adapter], FeatureActivity(adapter_differs=False)) == [
+        "LoRA adapter never engaged: the output equals the base model's on the same engine, "
+        "token for token and logprob for logprob (/l/a)"
+    ]
+    not_measured = ["LoRA adapter: the base model's output was not measured"]
+    assert unexercised([adapter], None) == not_measured
+    assert unexercised([adapter], FeatureActivity()) == not_measured
+
+
+def test_require_engaged_accepts_a_diff_whose_model_has_an_adapter(tmp_path: Path) -> None:
+    checks = "  - diff: {model: tuned, backends: [base@mlx, llama]}\n    require_engaged: true\n"
+    load_matrix(_write(tmp_path, checks))
+    checks = "  - diff: {model: base, backends: [mlx, llama]}\n    require_engaged: true\n"
+    with pytest.raises(SourceError, match="none of the check's backends declares a feature"):
+        load_matrix(_write(tmp_path, checks))
