@@ -51,6 +51,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..features import ADAPTER
 from ..tools import Tool
 from .base import (
     BackendError,
@@ -299,10 +300,16 @@ class VllmBackend(OpenAICompatBackend):
             body["seed"] = params.seed
         return body
 
+    @property
+    def metered(self) -> bool:
+        """Whether a feature's activity is read from ``/metrics`` (speculative decoding, a
+        cache dtype); a LoRA adapter's engagement is measured apart (its base output)."""
+        return any(f.name != ADAPTER for f in self.features)
+
     def _exclusive(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """Held around each generating or scoring request of a backend with features (one
         in flight, so ``/metrics`` deltas are that request's); a no-op for the others."""
-        if not self.features:
+        if not self.metered:
             return contextlib.nullcontext()
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -332,7 +339,7 @@ class VllmBackend(OpenAICompatBackend):
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """One ``/v1/completions`` request; with features, its ``/metrics`` delta as the
         generation's :attr:`~.base.Generation.activity`."""
-        if not self.features:
+        if not self.metered:
             return await self._completion(prompt, params)
         async with self._exclusive():
             before = await self._counters()
