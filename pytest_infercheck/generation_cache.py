@@ -169,7 +169,8 @@ class GenerationCache:
                 if self.servers is None:
                     raise BackendError(f"backend {target.backend!r}: no server pool to start it")
                 url = self.servers.url_for(key, target.backend, server_spec(spec, source))
-            backend = create_backend(target.backend, spec, source, revision, url, adapter)
+            with_adapter = {"adapter": adapter} if adapter is not None else {}
+            backend = create_backend(target.backend, spec, source, revision, url, **with_adapter)
             self.run(backend.ensure_ready())
             self._backends[key] = backend
         if self.hook is None:
