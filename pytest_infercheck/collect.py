@@ -65,8 +65,7 @@ class InfercheckFile(pytest.File):
     """An ``infercheck*.yaml`` matrix."""
 
     def collect(self) -> Iterator[pytest.Collector]:
-        loaded = load_matrix(self.path)
-        loaded.check_local_models()
+        loaded = load_matrix(self.path, on_this_machine=True)
         settings = effective_settings(self.config, loaded.matrix.settings)
         seen: dict[str, int] = {}
         for index, check in enumerate(loaded.matrix.checks):

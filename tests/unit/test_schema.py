@@ -378,7 +378,6 @@ def c(index: int, *rest: str | int) -> tuple[str | int, ...]:
 # (id, edits, valid): valid for the schema and for load_matrix alike.
 MUTATIONS: list[tuple[str, list[Edit], bool]] = [
     ("base", [], True),
-    ("model as gguf shorthand", [(m("q4"), "gguf:./m/q4.gguf")], True),
     ("model as bare hub repo", [(m("q4"), "org/name")], True),
     ("model as vllm-mlx shorthand", [(m("q4"), "vllm-mlx:./m/q4")], True),
     ("model with empty path but a gguf", [(m("q4"), {"path": "", "gguf": "q.gguf"})], True),
@@ -537,6 +536,8 @@ EXCEPTIONS: list[tuple[str, list[Edit], bool, bool, str]] = [
     ("golden as test", [(c(0, "compare", "test"), "golden:x")], True, False, "baseline of"),
     ("golden target", [(c(4, "determinism"), "golden:x")], True, False, "baseline of"),
     ("bad golden name", [(c(1, "compare", "baseline"), "golden:a/b")], True, False, "golden name"),
+    # A model its backends cannot load (a GGUF file alone, checked on mlx-lm).
+    ("gguf model on mlx-lm", [(m("q4"), "gguf:./m/q4.gguf")], True, False, "needs 'path' or"),
     # YAML mapping keys that are not strings: an editor's schema sees every key as a string.
     ("a number as model name", [(m("q4"), DELETE), (m(4), {"path": "x"})], True, False, "models"),
     # pydantic's lax mode converts these; the schema asks for the real type.
