@@ -74,7 +74,8 @@ def plain_message(error: Mapping[str, Any]) -> str:
     bounds["less_than_equal"] = "<="
     if kind in bounds:
         limit = next(iter(v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")), "?")
-        return f"must be {bounds[kind]} {limit}, got {got!r}"
+        shown = format(limit, "g") if isinstance(limit, int | float) else limit
+        return f"must be {bounds[kind]} {shown}, got {got!r}"
     if kind == "literal_error":
         expected = str(ctx.get("expected", ""))
         choices = re.findall(r"'([^']*)'", expected)
