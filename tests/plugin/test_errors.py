@@ -7,6 +7,8 @@ one mistake is one message (no follow-ons); suggestions ignore case; no pydantic
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 BUNDLED = (
@@ -207,3 +209,69 @@ checks:
         "infercheck.yaml:2: models.q4: a llama-server backend loads a GGUF file: add "
         "`gguf: FILE.gguf` to model 'q4' (it has repo, which a llama-server cannot load)"
     ]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+ATTACHED = """\
+models: {{q4: {{gguf: ./m/q4.gguf}}}}
+backends:
+  llama:
+    kind: llama-server
+    url: 'http://127.0.0.1:{port}'
+    retries: 0
+    timeout: 1
+suites: [{{suite: addition.jsonl, limit: 1}}]
+checks:
+  - determinism: q4@llama
+"""
+
+
+def failures_of(pytester: pytest.Pytester, port: int) -> list[str]:
+    """The failure text of each item of a determinism check on a server at ``port``."""
+    pytester.makefile(".yaml", infercheck=ATTACHED.format(port=port))
+    result = pytester.runpytest("-q")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.outlines
+    return [line for line in result.outlines if line.startswith("backend error:")]
+
+
+def test_an_attached_server_not_running_is_named_by_its_url_and_line(
+    project: pytest.Pytester,
+) -> None:
+    port = _free_port()
+    failures = failures_of(project, port)
+    assert (
+        failures
+        == [
+            f"backend error: backend 'llama': cannot connect to http://127.0.0.1:{port}/health "
+            "(GET /health, 1 attempt: ConnectError: All connection attempts failed): is the "
+            f"server running and listening at http://127.0.0.1:{port}? (its url is written at "
+            "infercheck.yaml:5: backends.llama.url)"
+        ]
+        * 2
+    )  # the prompt's item and the aggregate
+
+
+def test_an_attached_server_that_does_not_answer_is_named_by_its_url_and_line(
+    project: pytest.Pytester,
+) -> None:
+    """A port that accepts connections and never answers: a read timeout."""
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(8)
+        port = int(mute.getsockname()[1])
+        failures = failures_of(project, port)
+    assert (
+        failures
+        == [
+            f"backend error: backend 'llama': no answer from http://127.0.0.1:{port}/health "
+            "within 1s (GET /health, 1 attempt: ReadTimeout): is the server up and not stuck, "
+            "or does it need a longer 'timeout'? (its url is written at infercheck.yaml:5: "
+            "backends.llama.url)"
+        ]
+        * 2
+    )
