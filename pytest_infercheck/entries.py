@@ -8,6 +8,7 @@ belongs to). :mod:`.config` loads a file with them and re-exports them.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import TYPE_CHECKING, Annotated, Any, Union, cast, get_args, get_origin
 
 from pydantic import (
@@ -46,7 +47,9 @@ class CheckEntry(_Strict):
     line (:func:`unused_thresholds`)."""
 
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.+-]+$")
+    """The check's name in item ids (default: its kind's label, e.g. compare(bf16-vs-q4))."""
     suites: list[SuiteRef] | None = None
+    """The suites of this check (default: the matrix's suites)."""
 
     @field_validator("suites", mode="before")
     @classmethod
@@ -114,13 +117,21 @@ def check_model(kinds: frozenset[str]) -> type[CheckEntry]:
     modules only; :func:`load_matrix` asks for the kinds its file uses."""
     used = [kind_of(name) for name in KIND_NAMES if name in kinds]
     fields: dict[str, Any] = {
-        field_name(kind.name): (kind.spec.options | None, Field(default=None, alias=kind.name))
+        field_name(kind.name): (
+            kind.spec.options | None,
+            Field(default=None, alias=kind.name, description=_first_paragraph(kind.spec.options)),
+        )
         for kind in used
     }
     for kind in used:
         for key, info in kind.spec.thresholds.model_fields.items():
             fields.setdefault(key, (info.annotation, info))
     return create_model("CheckSpec", __base__=CheckEntry, __doc__=CheckEntry.__doc__, **fields)
+
+
+def _first_paragraph(cls: type) -> str:
+    """The first paragraph of a class's docstring, on one line."""
+    return " ".join(inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].split())
 
 
 def kind_of(name: str) -> CheckKind:
@@ -169,11 +180,16 @@ class MatrixFields(_Strict):
     """Every section of ``infercheck.yaml`` but ``checks`` (see :func:`matrix_model`)."""
 
     models: dict[str, ModelSpec] = Field(min_length=1)
+    """The models, by name: each a mapping (path, repo, gguf, served_name) or a shorthand
+    string."""
     backends: dict[str, BackendEntry] = Field(
         default_factory=lambda: {"local": backend_spec({"kind": "mlx-lm"})}
     )
+    """The engines, by name (default: local, an in-process mlx-lm)."""
     suites: list[SuiteRef] = Field(min_length=1)
+    """The prompt suites every check runs (a check may give its own)."""
     settings: Settings = Settings()
+    """Run-wide settings; the command line and ini file override them."""
 
     @field_validator("suites", mode="before")
     @classmethod
@@ -186,7 +202,10 @@ def matrix_model(kinds: frozenset[str]) -> type[Matrix]:
     """The model of a whole ``infercheck.yaml`` whose checks use ``kinds``:
     :class:`MatrixFields` + ``checks: list[check_model(kinds)]`` (at least one)."""
     checks: Any = list[check_model(kinds)]  # type: ignore[misc]
-    fields: dict[str, Any] = {"checks": (checks, Field(min_length=1))}
+    what = (
+        "The checks: each entry has exactly one kind key (its options) and its kind's thresholds."
+    )
+    fields: dict[str, Any] = {"checks": (checks, Field(min_length=1, description=what))}
     model = create_model(
         "Matrix", __base__=MatrixFields, __doc__="The whole ``infercheck.yaml``.", **fields
     )

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 class Strict(BaseModel):
     """A model whose unknown keys are errors (at their line) and whose values are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 def nearest(word: str, options: Iterable[str]) -> str | None:

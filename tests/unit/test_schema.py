@@ -610,3 +610,68 @@ def test_readme_editor_support_runs_as_written(
     monkeypatch.chdir(tmp_path)
     assert main(shlex.split(command.group(1))) == 0
     assert json.loads((tmp_path / modeline.group(1)).read_text()) == SCHEMA
+
+
+# -- per-kind branches and descriptions -------------------------------------------------------
+def _declared(schema: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every property an object declares (``properties`` outside the constraint keywords,
+    whose ``properties`` only narrow what is declared elsewhere), with where."""
+    if isinstance(schema, dict):
+        for key, value in (schema.get("properties") or {}).items():
+            yield f"{path}.{key}", value
+        for key, value in schema.items():
+            if key not in ("allOf", "oneOf", "if", "not", "properties"):
+                yield from _declared(value, f"{path}/{key}")
+            if key == "properties":
+                for name, sub in value.items():
+                    yield from _declared(sub, f"{path}.{name}")
+    elif isinstance(schema, list):
+        for i, value in enumerate(schema):
+            yield from _declared(value, f"{path}[{i}]")
+
+
+def _branches_of_checks() -> dict[str, dict[str, Any]]:
+    return {rule["then"]["title"]: rule["then"] for rule in SCHEMA["$defs"]["CheckSpec"]["allOf"]}
+
+
+def test_every_field_has_a_description() -> None:
+    missing = [where for where, prop in _declared(SCHEMA) if "description" not in prop]
+    branches = _branches_of_checks()
+    for title, branch in branches.items():
+        missing += [
+            f"{title}.{key}"
+            for key, prop in branch["properties"].items()
+            if prop != {"type": "null"} and "description" not in prop
+        ]
+    assert missing == []
+    # a threshold's description is its pydantic field's
+    from pytest_infercheck.checks.determinism.spec import DeterminismThresholds
+
+    described = branches["determinism check"]["properties"]["min_determinism"]["description"]
+    assert described == DeterminismThresholds.model_fields["min_determinism"].description
+    assert described.startswith("Suite gate: the least determinism score")
+
+
+def test_each_kind_has_a_closed_branch_of_its_own_keys() -> None:
+    branches = _branches_of_checks()
+    assert list(branches) == [f"{kind.name} check" for kind in KINDS]
+    for kind in KINDS:
+        branch = branches[f"{kind.name} check"]
+        taken = [k for k, v in branch["properties"].items() if v != {"type": "null"}]
+        assert taken == ["name", "suites", kind.name, *kind.spec.thresholds.model_fields]
+        assert branch["additionalProperties"] is False
+
+
+def test_the_schema_flags_a_threshold_of_another_kind_at_its_key() -> None:
+    """``max_kl`` under determinism: the determinism branch names the key (an editor
+    underlines it), as load_matrix does at its line."""
+    data = {**STUB, "checks": [{"determinism": "m", "max_kl": 0.1}]}
+    assert "$.checks[0]: Additional properties are not allowed ('max_kl' was unexpected)" in (
+        schema_errors(data)
+    )
+    assert (
+        schema_errors(
+            {**STUB, "checks": [{"compare": {"baseline": "m", "test": "m"}, "max_kl": 0.1}]}
+        )
+        == []
+    )
