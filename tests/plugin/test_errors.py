@@ -7,7 +7,9 @@ one mistake is one message (no follow-ons); suggestions ignore case; no pydantic
 
 from __future__ import annotations
 
+import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -275,3 +277,11 @@ def test_an_attached_server_that_does_not_answer_is_named_by_its_url_and_line(
         ]
         * 2
     )
+
+
+def test_the_errors_page_shows_what_the_plugin_says(project: pytest.Pytester) -> None:
+    """docs/reference/errors.md's example file, collected: the page's output, line for
+    line."""
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "errors.md").read_text()
+    blocks = dict(re.findall(r"<!-- errors-example: (\S+) -->\n```text\n(.*?)```", page, re.S))
+    assert errors_of(project, blocks["infercheck.yaml"]) == blocks["output"].splitlines()
