@@ -85,7 +85,8 @@ def plain_message(error: Mapping[str, Any]) -> str:
     if kind == "missing":
         return "required, but not given"
     if kind == "too_short" and "min_length" in ctx:
-        return f"needs at least {ctx['min_length']} entry" + ("" if ctx["min_length"] == 1 else "s")
+        least = ctx["min_length"]
+        return f"needs at least {least} " + ("entry" if least == 1 else "entries")
     if kind == "string_pattern_mismatch":
         return f"{got!r} does not match {ctx.get('pattern')}"
     for prefix, noun in _TYPES.items():

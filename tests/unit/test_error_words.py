@@ -40,6 +40,8 @@ class _Model(BaseModel):
     rate: float = Field(default=0.0, ge=0, le=1)
     runs: int = Field(default=2, gt=1)
     label: str = "x"
+    names: list[str] = Field(default_factory=lambda: ["a", "b"], min_length=2)
+    one: list[str] = Field(default_factory=lambda: ["a"], min_length=1)
 
     @field_validator("fail_on")
     @classmethod
@@ -63,6 +65,8 @@ def test_pydantic_errors_in_our_words() -> None:
     assert _said(runs="many") == ["expected an integer, got 'many'"]
     assert _said(rate="lots") == ["expected a number, got 'lots'"]
     assert _said(label=3) == ["expected a string, got 3"]
+    assert _said(names=["a"]) == ["needs at least 2 entries"]
+    assert _said(one=[]) == ["needs at least 1 entry"]
 
 
 def test_a_choice_names_the_choices_and_the_nearest() -> None:
