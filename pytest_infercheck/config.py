@@ -136,7 +136,8 @@ def load_matrix(path: Path, *, on_this_machine: bool = False) -> LoadedMatrix:
     """Read and validate ``path``; raises one :class:`SourceError` naming file, line and
     field of every mistake the file has, in file order: its keys and values, what its checks
     name (models, backends, a model a backend cannot load), and with ``on_this_machine``
-    (collection) the suites and local model files it names. One mistake is one error: a
+    (collection) the suites and local model files it names and the gates its checks can
+    never measure or the options they refuse (:func:`check_measurable`). One mistake is one error: a
     reference to a model whose entry is wrong, the thresholds of a misspelt kind, a missing
     key that a misspelt one beside it names, are not errors of their own."""
     source = load_positioned(path)
@@ -152,6 +153,8 @@ def load_matrix(path: Path, *, on_this_machine: bool = False) -> LoadedMatrix:
         errors += [source.error(loc, why) for loc, why in _pydantic_errors(source.data, exc)]
     parts = _Parts.of(matrix) if matrix is not None else _Parts.raw(source.data, kinds, context)
     errors += _problems(source, parts, path.parent, local=on_this_machine, suites=on_this_machine)
+    if on_this_machine:
+        errors += _unmeasurable(source, parts, matrix)
     if errors:
         unique = {(e.line, e.reason): e for e in errors}
         raise SourceError.of(list(unique.values()))
@@ -190,6 +193,39 @@ class _Parts:
             _valid(backends, lambda raw: backend_spec(raw, context)),
             [_one(entry, raw, context) for raw in checks] if isinstance(checks, list) else [],
         )
+
+
+def _unmeasurable(
+    source: PositionedYaml, parts: _Parts, matrix: Matrix | None
+) -> list[SourceError]:
+    """What :func:`check_measurable` refuses of each check whose entry and targets are
+    valid (of a file with other mistakes too: the valid models and backends, as far as the
+    matrix goes)."""
+    if matrix is None:
+        matrix = matrix_model(frozenset()).model_construct(
+            models=dict(parts.models), backends=dict(parts.backends), checks=[]
+        )
+    loaded = LoadedMatrix(source, matrix)
+    errors: list[SourceError] = []
+    for index, check in enumerate(parts.checks):
+        sides = [] if check is None else [check.baseline_side(index), *check.test_sides(index)]
+        if check is None or not all(_usable(parts, side.ref) for side in sides):
+            continue
+        try:
+            check_measurable(loaded, check, index)
+        except SourceError as err:
+            errors += err.each()
+    return errors
+
+
+def _usable(parts: _Parts, ref: str) -> bool:
+    """Whether ``ref`` names a golden file, or a valid model on a valid backend."""
+    if ref.startswith("golden:"):
+        return True
+    model, _, backend = ref.partition("@")
+    names = list(parts.backend_names or [])
+    backend = backend or (names[0] if len(names) == 1 else "")
+    return model in parts.models and backend in parts.backends
 
 
 def _valid(section: Any, validate: Any) -> dict[str, Any]:

@@ -285,3 +285,31 @@ def test_the_errors_page_shows_what_the_plugin_says(project: pytest.Pytester) ->
     page = (Path(__file__).parents[2] / "docs" / "reference" / "errors.md").read_text()
     blocks = dict(re.findall(r"<!-- errors-example: (\S+) -->\n```text\n(.*?)```", page, re.S))
     assert errors_of(project, blocks["infercheck.yaml"]) == blocks["output"].splitlines()
+
+
+def test_a_gate_never_measured_is_said_with_the_files_other_mistakes(
+    project: pytest.Pytester,
+) -> None:
+    """A determinism check's logprob gate on a vllm-mlx server (which returns no logprobs)
+    is refused in the same run as a misspelt key and an unknown suite."""
+    errors = errors_of(
+        project,
+        """\
+models: {q4: {path: ./m}}
+backends:
+  vmlx: {kind: vllm-mlx, url: 'http://127.0.0.1:8000'}
+suites: [adition]
+settings: {num_promts: 5}
+checks:
+  - determinism: q4@vmlx
+    max_logprob_drift: 0.0
+""",
+    )
+    assert errors == [
+        "infercheck.yaml:4: suites[0]: suite 'adition' not found: it is neither a bundled "
+        "suite nor an existing file (did you mean 'addition.jsonl'?)",
+        "infercheck.yaml:5: settings.num_promts: unknown key 'num_promts' (did you mean "
+        "'num_prompts'?)",
+        "infercheck.yaml:8: checks[0].max_logprob_drift: not measured on any item: backend "
+        "'vmlx' (vllm-mlx) returns no logprobs",
+    ]
