@@ -133,6 +133,9 @@ class Settings(_Strict):
     fail_on_degenerate: StrictBool = False
     """Whether a degenerate output (a loop or a stutter, :mod:`.metrics.degenerate`) fails
     its item; off: it is counted and shown only (random-weight test models loop)."""
+    title: str | None = Field(default=None, min_length=1)
+    """The HTML report's title and the GitHub job summary's heading (``--infercheck-title``
+    overrides it); default: the matrix's file name."""
 
     @field_validator("record")
     @classmethod

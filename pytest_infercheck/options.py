@@ -46,6 +46,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="let models think (chat templates get enable_thinking=True); off by default",
     )
     group.addoption(
+        "--infercheck-title",
+        dest="infercheck_title",
+        default=None,
+        metavar="TEXT",
+        help="the HTML report's title and the job summary's heading (default: the matrix's "
+        "title setting, else its file name)",
+    )
+    group.addoption(
         "--infercheck-record",
         dest="infercheck_record",
         action="store_true",

@@ -144,6 +144,7 @@ PROMPT_KEYS = [
     "base_answer",
     "test_answer",
     "flip",
+    "base_correct",
     "sameness",
     "templated",
     "base_reasoning_chars",
@@ -194,6 +195,7 @@ LEVEL_KEYS = [
     "divergence_labels",
     "noise_floor",
     "problems",
+    "answer_matrix",
     "violations",
 ]
 

@@ -268,7 +268,7 @@ def test_single_target_views_show_their_outputs() -> None:
         },
     }
     root = parse(item_detail(parity))
-    assert [h.text() for h in root.all("h4")][:2] == ["non-streamed", "streamed"]
+    assert [h.text() for h in root.all("h4")][:3] == ["violations", "non-streamed", "streamed"]
     assert rows(root.all("table", "ic-table")[-1])["46"] == ["4", "correct_to_wrong"]
 
 

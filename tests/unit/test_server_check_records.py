@@ -227,9 +227,10 @@ def test_views_show_the_record_and_fall_back_when_a_field_is_missing(
 
 def test_views_read_the_record_by_attribute() -> None:
     root = parse(detail("endpoint-parity", "prompt", plain_data(parity_prompt(stream=False))))
-    assert [h.text() for h in root.all("h4")][:2] == ["completions", "chat"]
+    assert [h.text() for h in root.all("h4")][:3] == ["violations", "completions", "chat"]
     root = parse(detail("cache-pollution", "hostile", plain_data(hostile_record())))
-    assert [h.text() for h in root.all("h4")][:2] == ["before (s01)", "after the hostile request"]
+    heads = [h.text() for h in root.all("h4")][:3]
+    assert heads == ["violations", "before (s01)", "after the hostile request"]
     changed = plain_data(hostile_record())
     del changed["changed"][0]["after"]  # a changed output missing a field: not a record
     assert "ValidationError" in parse(detail("cache-pollution", "hostile", changed)).text()

@@ -170,6 +170,11 @@ class SuiteAggregate:
     """Fail closed: one line per kind of problem found in the prompts
     (:func:`~.verdicts.item_faults`), naming them, e.g. ``non-finite KL in 2 of 60
     prompts: r003 (positions 2, 5), r007 (position 0)``; each is a suite violation."""
+    answer_matrix: dict[str, int] = field(default_factory=dict, kw_only=True)
+    """The flip matrix of the prompts with a reference answer whose baseline correctness is
+    known (:func:`answer_matrix`): ``correct_to_correct``, ``correct_to_wrong``,
+    ``wrong_to_correct``, ``wrong_to_wrong`` (a wrong answer unchanged counts there too);
+    empty without such prompts, or in a results file written before it was counted."""
     violations: list[str] | None = field(default=None, kw_only=True)
     """The suite gates this side broke (:func:`aggregate_violations`), without the side's
     label: a sweep level fails for its own gates only. None in a results file written before
@@ -296,8 +301,31 @@ def aggregate(
         problems=aggregate_faults([(r.prompt_id, item_faults(r)) for r in results]),
         divergence_labels=count_labels([r.divergence_label for r in results]),
         noise_floor=strict_max(floors) if floors else None,
+        answer_matrix=answer_matrix(results),
     )
     return dataclasses.replace(agg, violations=aggregate_violations(agg, thresholds))
+
+
+MATRIX_CELLS = ("correct_to_correct", "correct_to_wrong", "wrong_to_correct", "wrong_to_wrong")
+
+
+def answer_matrix(results: Iterable[PromptComparison]) -> dict[str, int]:
+    """Correct or wrong before (the baseline's answer against the reference) x after (the
+    test side's), counted over the prompts whose :attr:`~.prompt.PromptComparison.
+    base_correct` is known: after is wrong for ``correct_to_wrong`` and ``wrong_to_wrong``,
+    correct for ``wrong_to_correct``, and the same as before for ``unchanged``. Every cell
+    is present (0 when empty); empty when no prompt is counted."""
+    counts = dict.fromkeys(MATRIX_CELLS, 0)
+    counted = 0
+    for r in results:
+        if r.base_correct is None:
+            continue
+        after = {"correct_to_wrong": False, "wrong_to_wrong": False, "wrong_to_correct": True}
+        test_correct = after.get(r.flip, r.base_correct)
+        before = "correct" if r.base_correct else "wrong"
+        counts[f"{before}_to_{'correct' if test_correct else 'wrong'}"] += 1
+        counted += 1
+    return counts if counted else {}
 
 
 def aggregate_violations(agg: SuiteAggregate, thresholds: Thresholds) -> list[str]:

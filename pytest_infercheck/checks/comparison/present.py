@@ -12,9 +12,16 @@ from ...metrics.answers import shown_reference
 from ...nodeid import NodeId
 from ...records import load_record, plain_data
 from ...render.charts import line_chart
-from ...render.markup import clip, esc, interval, num, plain, rate, table
+from ...render.markup import clip, esc, interval, is_number, mapping, num, plain, rate, table
 from ...render.table import render_table
-from ...render.views import engines, flip_cell, side_by_side
+from ...render.views import (
+    VIEW_THRESHOLDS,
+    engines,
+    flip_cell,
+    flip_matrix,
+    flip_matrix_line,
+    side_by_side,
+)
 from ..framework.kind import Aggregates, BarSeries, Distribution, MeasureSpec, Verdict
 from .aggregate import (
     CliffStep,
@@ -23,7 +30,7 @@ from .aggregate import (
     SweepAggregateRecord,
     cliff_evidence,
 )
-from .gates import side_verdict
+from .gates import side_reasons, side_verdict
 from .prompt import LOWER_BOUND_METHODS, PromptComparison, SelfCheckRecord
 from .verdicts import describe, item_faults, past_line
 
@@ -162,16 +169,38 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
             )
         )
     if r.kl_per_position:
-        label = f"{r.method}: a lower bound" if r.method in LOWER_BOUND_METHODS else r.method
-        parts.append(
-            line_chart(
-                [("KL_t", r.kl_per_position)],
-                title=f"KL per position ({label})",
-                x_label="position in the baseline's continuation",
-                y_label="KL",
-            )
-        )
+        parts.append(kl_chart(r, mapping(data.get(VIEW_THRESHOLDS)).get("max_kl")))
     return "".join(parts)
+
+
+MAX_TOKEN_LABELS = 40
+"""Positions of a KL chart labelled with their token, at most (else the first and last
+index are written)."""
+
+
+def kl_chart(r: PromptComparison, max_kl: Any) -> str:
+    """KL_t per position of the baseline's continuation; ``max_kl`` (the item's threshold on
+    its mean KL) as a dashed line; the first divergent token marked; each position labelled
+    with the baseline's token text where the record has them (up to
+    :data:`MAX_TOKEN_LABELS` positions), else its index."""
+    label = f"{r.method}: a lower bound" if r.method in LOWER_BOUND_METHODS else r.method
+    n = len(r.kl_per_position)
+    # an engine's token texts may leave out the end-of-sequence token the KL scores
+    tokens = [*r.base_tokens, *[""] * (n - len(r.base_tokens))][:n] if r.base_tokens else []
+    marks = []
+    if r.first_divergence is not None:
+        marks.append((r.first_divergence, f"first divergence (token {r.first_divergence})"))
+    return line_chart(
+        [("KL_t", r.kl_per_position)],
+        title=f"KL per position ({label})",
+        x_labels=[repr(t)[1:-1] for t in tokens] if 0 < len(tokens) <= MAX_TOKEN_LABELS else None,
+        x_label="token of the baseline's continuation"
+        if tokens
+        else "position in the baseline's continuation",
+        y_label="KL",
+        threshold=("max_kl (mean)", float(max_kl)) if is_number(max_kl) else None,
+        marks=marks,
+    )
 
 
 def _turns_html(r: PromptComparison) -> list[str]:
@@ -282,6 +311,14 @@ def comparison_aggregate(data: Mapping[str, Any]) -> str:
             [[f(lv) for _, f in COMPARISON_COLUMNS] for lv in record.levels],
         )
     )
+    matrices = [(lv.test, lv.answer_matrix) for lv in record.levels if lv.answer_matrix]
+    if matrices:
+        parts.append(
+            "<h4>flip matrix (baseline answer x test answer, against the reference)</h4>"
+            '<div class="ic-charts">'
+            + "".join(f"<div><b>{esc(t)}</b>{flip_matrix(m)}</div>" for t, m in matrices)
+            + "</div>"
+        )
     parts += [f"<p>{esc(line)}</p>" for line in record.replay]
     problems = [f"{lv.test}: {line}" for lv in record.levels for line in lv.problems]
     if problems:
@@ -416,12 +453,28 @@ def side_verdicts(
     (:func:`~.gates.side_verdict`): ``fail``, ``ungated`` (passed with no gate written) or
     ``pass``, with what decided it."""
     record = aggregate_record(data)
+    cliff = record.cliff if isinstance(record, SweepAggregateRecord) else None
     cells = []
     for test, level in _sides(record).items():
         ok, deciding = side_verdict(record, level, passed, violations)
+        reasons = tuple(side_reasons(record, level, passed, violations))
         verdict = "fail" if not ok else "ungated" if record.ungated else "pass"
-        cells.append(Verdict(test, verdict, deciding))
+        note = "degradation cliff" if test == cliff else ""
+        cells.append(Verdict(test, verdict, deciding, reasons, note))
     return cells
+
+
+def sweep_notes(data: Mapping[str, Any]) -> list[str]:
+    """A sweep's degradation cliff with its evidence (:func:`~.aggregate.cliff_evidence`),
+    for the verdict matrix; nothing for a compare or diff, or a record that cannot be read."""
+    record = _record(data)
+    if not isinstance(record, SweepAggregateRecord):
+        return []
+    if not record.cliff_steps:
+        return [f"degradation cliff: {record.cliff}"]
+    return [
+        "degradation cliff: " + cliff_evidence(record.cliff, record.cliff_steps, record.cliff_alpha)
+    ]
 
 
 def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
@@ -455,6 +508,7 @@ MEASURES: tuple[MeasureSpec, ...] = (
     ("failed items", ("n_failed",), num),
     ("identical outputs", ("n_identical", "n_prompts"), rate),
     ("flips", ("n_flips", "n_answered"), rate),
+    ("flip matrix (baseline→test)", ("answer_matrix",), flip_matrix_line),
     ("flip rate [CI]", ("flip_rate", "flip_rate_low", "flip_rate_high"), interval),
     ("mean KL ± SE", ("kl_mean", "kl_se"), lambda m, se: f"{num(m, '.6g')} ± {num(se, '.2g')}"),
     ("KL median", ("kl_median",), num),
