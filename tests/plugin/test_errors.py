@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_infercheck.checks.registry import KIND_NAMES
+
 BUNDLED = (
     "adversarial-numerics, code, determinism, long-context, multi-turn, quant-sensitive, "
     "reasoning, tokenizer-edge, tool-use"
@@ -103,10 +105,13 @@ checks:
   - {min_determinism: 0.9}
 """,
     )
+    kinds = (  # the registry's, in its order (a kind added since is listed last)
+        "compare, sweep, diff, determinism, batch-invariance, stress, stream-parity, "
+        "endpoint-parity, tokenization, cache-pollution, cache-parity, structured-parity"
+    )
+    assert ", ".join(KIND_NAMES).startswith(kinds)
     assert errors == [
-        "infercheck.yaml:4: checks[0]: a check needs one of: compare, sweep, diff, "
-        "determinism, batch-invariance, stress, stream-parity, endpoint-parity, tokenization, "
-        "cache-pollution, cache-parity, structured-parity"
+        f"infercheck.yaml:4: checks[0]: a check needs one of: {', '.join(KIND_NAMES)}"
     ]
 
 
