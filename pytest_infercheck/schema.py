@@ -318,6 +318,21 @@ def _target_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSch
     return _or_string(schema, target)
 
 
+def _stop_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
+    """:meth:`.request_params.RequestParams._one_stop`: ``stop`` may be one string."""
+    for key in keys:
+        for branch in list(_branches(schema["properties"][key])):
+            if branch.get("type") == "array":
+                items = branch.pop("items", {"type": "string"})
+                head: JsonSchemaValue = {
+                    k: branch.pop(k) for k in ("title", "description") if k in branch
+                }
+                branch.clear()
+                branch.update(head)
+                branch["anyOf"] = [items, {"type": "array", "items": items}]
+    return schema
+
+
 COUNTERPARTS: dict[str, Counterpart] = {
     "ModelSpec._shorthand": _model_shorthand,
     "ModelSpec._some_source": _model_source,
@@ -328,6 +343,7 @@ COUNTERPARTS: dict[str, Counterpart] = {
     "CheckEntry._suite_shorthand": _suite_shorthand,
     "CheckEntry._one_kind": _one_kind,
     "TargetCheck._shorthand": _target_shorthand,
+    "RequestParams._one_stop": _stop_shorthand,
 }
 """The counterpart of each validator of the matrix's models, by the validator's qualified
 name. Every before-validator needs one (see :class:`SchemaGapError`)."""

@@ -414,6 +414,24 @@ class LlamaServerBackend(Backend):
 
         return list(await asyncio.gather(*(position(i) for i in range(len(continuation_ids)))))
 
+    async def processed_probs(
+        self, prompt: PromptInput, params: GenerationParams
+    ) -> dict[int, float] | None:
+        """``post_sampling_probs: true`` with ``n_probs`` = V and ``n_predict`` 1: the
+        probabilities after the sampler chain (its support only), by id; None when the
+        answer has no entry (a token ending inside a UTF-8 character has none)."""
+        body = {
+            **self._body(prompt, dataclasses.replace(params, max_tokens=1, n=1)),
+            "n_probs": self.n_vocab,
+        }
+        answer = await self.http.request(
+            "POST", "/completion", {**body, "post_sampling_probs": True}
+        )
+        entries = answer.get("completion_probabilities") if isinstance(answer, dict) else None
+        if not entries:
+            return None
+        return {int(t["id"]): float(t["prob"]) for t in entries[0].get("top_probs") or []}
+
     def identity(self) -> dict[str, Any]:
         return {
             "kind": self.kind,

@@ -52,7 +52,7 @@ from .base import (
 )
 from .mlx_load import _LOADED as _LOADED
 from .mlx_load import Loaded, MlxModelSpec, load_model, token_piece, version
-from .mlx_sampling import mlx_processors, mlx_sampler, top_rows
+from .mlx_sampling import mlx_processors, mlx_sampler, sample_next, top_rows
 from .params import check_taken
 
 if TYPE_CHECKING:
@@ -223,6 +223,8 @@ class MlxLmBackend(Backend):
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return self.generate_sync(prompt, params)
+
+    sample_next = sample_next  # NextTokenSampling: one forward pass, many draws
 
     async def generate_uncached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """:meth:`generate`: a fresh prompt cache (and the kept one left as it is)."""
