@@ -14,11 +14,9 @@ from pathlib import Path
 import pytest
 
 from pytest_infercheck.checks.registry import KIND_NAMES
+from pytest_infercheck.suite_files import bundled_suite_names
 
-BUNDLED = (
-    "adversarial-numerics, code, determinism, long-context, multi-turn, quant-sensitive, "
-    "reasoning, tokenizer-edge, tool-use"
-)
+BUNDLED = ", ".join(bundled_suite_names())  # reasoning, tool-use, ...
 SUITE = '{"id": "a1", "prompt": "1+1=", "answer": "2", "answer_kind": "number"}\n'
 
 
