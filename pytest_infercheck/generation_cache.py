@@ -113,6 +113,22 @@ class ResolvedTarget:
     backend: Backend
 
 
+def _where_attached(exc: BackendError, matrix: LoadedMatrix, name: str) -> BackendError | None:
+    """A server attached at its ``url`` that cannot be reached: the error again, saying
+    where that ``url`` is written (``infercheck.yaml:6``), else None."""
+    import os
+
+    from .backends.http import Unreachable
+
+    if not isinstance(exc, Unreachable):
+        return None
+    loc = ("backends", name, "url")
+    path = os.path.relpath(matrix.path) if matrix.path.is_absolute() else str(matrix.path)
+    line = matrix.source.line_of(loc)
+    where = f"{path}:{line}" if line else path
+    return Unreachable(f"{exc} (its url is written at {where}: backends.{name}.url)")
+
+
 class GenerationCache:
     """The backends of one process and the caches of their work; see the module docstring."""
 
@@ -171,7 +187,13 @@ class GenerationCache:
                 url = self.servers.url_for(key, target.backend, server_spec(spec, source))
             with_adapter = {"adapter": adapter} if adapter is not None else {}
             backend = create_backend(target.backend, spec, source, revision, url, **with_adapter)
-            self.run(backend.ensure_ready())
+            try:
+                self.run(backend.ensure_ready())
+            except BackendError as exc:
+                hinted = _where_attached(exc, matrix, target.backend) if url is None else None
+                if hinted is None:
+                    raise
+                raise hinted from exc
             self._backends[key] = backend
         if self.hook is None:
             return ResolvedTarget(target.label, key, self._backends[key])
