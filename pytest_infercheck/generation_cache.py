@@ -35,7 +35,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .backends import (
@@ -48,6 +47,17 @@ from .backends import (
 )
 from .backends.base import TopKRow
 from .backends.capabilities import Scoring, TopKScoring
+from .cache_keys import (
+    BatchingLicence,
+    GenerationKey,
+    RenderKey,
+    ResolvedTarget,
+    ScoreJob,
+    ScoreKey,
+    StatsKey,
+    TargetKey,
+    render_key,
+)
 from .conversation import (
     Conversation,
     GeneratedTurn,
@@ -81,36 +91,6 @@ DYING_GRACE_S = 10.0
 ``VLLM_BATCH_INVARIANT=1`` answers HTTP 500 and exits seconds later."""
 DEATH_POLL_S = 0.25
 SCORE_CACHE_BYTES = 512 * 1024 * 1024
-
-TargetKey = tuple[Any, ...]
-"""What identifies a target's backend across YAML files (see :class:`ResolvedTarget`)."""
-GenerationKey = tuple[TargetKey, str, tuple[Any, ...], int]
-"""(target, ``PromptInput.key()``, ``GenerationParams.key()``, run)."""
-ScoreKey = tuple[TargetKey, tuple[int, ...], tuple[int, ...]]
-"""(target, prompt ids, continuation ids)."""
-
-
-StatsKey = tuple[TargetKey, TargetKey, tuple[int, ...], tuple[int, ...]]
-"""(baseline, test, prompt ids, the baseline's continuation ids)."""
-
-
-@dataclass(frozen=True)
-class BatchingLicence:
-    """Whether a target's generations may be batched, and why not."""
-
-    batched: bool
-    note: str = ""
-    """Why it is generated one at a time (``batching: false``, the command line, a failed
-    probe with what differed); empty when batched."""
-
-
-@dataclass(frozen=True)
-class ResolvedTarget:
-    """A ``model@backend`` with its live backend; ``key`` identifies it across YAML files."""
-
-    label: str
-    key: TargetKey
-    backend: Backend
 
 
 class GenerationCache:
@@ -257,7 +237,7 @@ class GenerationCache:
             ValueError: ``prompt`` is a conversation with ``generate`` turns, which only
                 :meth:`conversation` can fill in (a caller's bug).
         """
-        key = _render_key(target, prompt, thinking)
+        key = render_key(target, prompt, thinking)
         if key in self._failed:
             raise self._failed[key]
         if key not in self._renders:
@@ -325,7 +305,7 @@ class GenerationCache:
         generation (through :meth:`generate`, with ``params``) of the concrete turns before
         it, and its text is fed back as that turn; ``final`` renders every turn. A prompt
         without ``generate`` turns has none to fill (``final`` is :meth:`render`)."""
-        key = (_render_key(target, prompt, thinking), params.key())
+        key = (render_key(target, prompt, thinking), params.key())
         if key not in self._conversations:
             turns = prompt.messages
             if turns is None:
@@ -359,7 +339,7 @@ class GenerationCache:
             dict.fromkeys(
                 p
                 for p in prompts
-                if p.messages is None and _render_key(target, p, thinking) not in self._renders
+                if p.messages is None and render_key(target, p, thinking) not in self._renders
             )
         )
         results = self._settled(
@@ -377,9 +357,9 @@ class GenerationCache:
         )
         for prompt, result in zip(missing, results, strict=True):
             if isinstance(result, PromptInput):
-                self._renders[_render_key(target, prompt, thinking)] = result
+                self._renders[render_key(target, prompt, thinking)] = result
             elif isinstance(result, BackendError):
-                self._failed[_render_key(target, prompt, thinking)] = result
+                self._failed[render_key(target, prompt, thinking)] = result
 
     def detokenize(self, target: ResolvedTarget, ids: Sequence[int]) -> str | None:
         """``target``'s text of ``ids`` (cached; None: its engine exposes no tokenizer)."""
@@ -407,6 +387,20 @@ class GenerationCache:
         for key, text in zip(missing, results[: len(missing)], strict=True):
             if text is None or isinstance(text, str):
                 self._detokenized[key] = text
+
+    def accepts_ids_ahead(self, target: ResolvedTarget, prompts: Sequence[PromptInput]) -> None:
+        """Ask a concurrent (HTTP) backend at once whether it takes each of ``prompts``' ids
+        (what :meth:`accepts_ids` asks and keeps, one request each otherwise one after the
+        other); a failure is not kept: the item that needs it asks again and meets it."""
+        keys = dict.fromkeys((target.key, p.key()) for p in prompts)
+        missing = [p for p in prompts if (target.key, p.key()) not in self._accepts_ids]
+        if target.backend.concurrency <= 1 or not missing or not keys:
+            return
+        missing = list({p.key(): p for p in missing}.values())
+        results = self._settled([target.backend.accepts_token_ids(p) for p in missing])
+        for prompt, result in zip(missing, results, strict=True):
+            if isinstance(result, bool):
+                self._accepts_ids[(target.key, prompt.key())] = result
 
     def accepts_ids(self, target: ResolvedTarget, prompt: PromptInput) -> bool:
         """Whether ``target`` can take ``prompt``'s token ids as they are (cached)."""
@@ -487,10 +481,14 @@ class GenerationCache:
         target: ResolvedTarget,
         jobs: list[tuple[PromptInput, GenerationParams]],
         runs: int = 1,
+        scores: Sequence[ScoreJob] = (),
     ) -> dict[tuple[str, tuple[Any, ...], int], BackendError]:
         """Generate ``jobs`` (each as runs ``0 .. runs-1``) concurrently on a concurrent
         backend (bounded by its own ``max_concurrency``), filling the cache; an in-process
-        backend is left to generate item by item.
+        backend is left to generate item by item. ``scores``: teacher-forced scorings
+        (:class:`ScoreJob`) sent in the same burst as the generations, so that the server
+        batches them together; each kept as :meth:`score` / :meth:`score_top_k` keep theirs,
+        a failed one not kept (the item that needs it asks again and meets the error).
 
         Returns the jobs that failed with a :class:`BackendError`, keyed by
         ``(prompt.key(), params.key(), run)``, for checks that count errors (determinism);
@@ -505,10 +503,20 @@ class GenerationCache:
             if (target.key, prompt.key(), params.key(), run) not in self._generations
         ]
 
+        scoring = [
+            job for job in dict.fromkeys(scores) if job.key(target) not in self._score_store(job)
+        ]
         with self.watching(target):
             results = self._settled(
-                [target.backend.generate(p, params) for p, params, _ in missing]
+                [
+                    *(target.backend.generate(p, params) for p, params, _ in missing),
+                    *(job.run(target.backend) for job in scoring),
+                ]
             )
+        for job, scored in zip(scoring, results[len(missing) :], strict=True):
+            if not isinstance(scored, BaseException):
+                self._keep_score(job, job.key(target), scored)
+        results = results[: len(missing)]
         failures: dict[tuple[str, tuple[Any, ...], int], BackendError] = {}
         for (prompt, params, run), result in zip(missing, results, strict=True):
             if isinstance(result, Generation):
@@ -517,6 +525,33 @@ class GenerationCache:
                 failures[(prompt.key(), params.key(), run)] = result
                 self._failed[(target.key, prompt.key(), params.key(), run)] = result
         return failures
+
+    def _score_store(self, job: ScoreJob) -> Mapping[ScoreKey, Any]:
+        return self._top_k_scores if job.top_k else self._scores
+
+    def _keep_score(self, job: ScoreJob, key: ScoreKey, scored: Any) -> None:
+        if job.top_k:
+            self._top_k_scores[key] = scored
+        else:
+            self.put_score(key, scored)
+
+    def put_score(self, key: ScoreKey, rows: np.ndarray) -> bool:
+        """Keep ``rows`` as the teacher-forced rows of ``key`` (target, prompt ids,
+        continuation ids) in the byte-bounded LRU, evicting the oldest; False (not kept)
+        when they would not fit beside what is kept, so no row another item needs is
+        evicted for them (used to share rows computed elsewhere)."""
+        if key in self._scores:
+            return True
+        self._scores[key] = rows
+        self._score_bytes += rows.nbytes
+        while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:
+            _, evicted = self._scores.popitem(last=False)
+            self._score_bytes -= evicted.nbytes
+        return key in self._scores
+
+    def fits_scores(self, nbytes: int) -> bool:
+        """Whether rows of ``nbytes`` fit in the score LRU beside what it holds."""
+        return self._score_bytes + nbytes <= self._score_cache_limit
 
     def score(
         self, target: ResolvedTarget, prompt_ids: list[int], continuation_ids: list[int]
@@ -534,11 +569,7 @@ class GenerationCache:
                 f"backend {backend.name!r} ({backend.kind}) cannot score teacher-forced"
             )
         result = self.call(target, backend.score(prompt_ids, continuation_ids))
-        self._scores[key] = result
-        self._score_bytes += result.nbytes
-        while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:
-            _, evicted = self._scores.popitem(last=False)
-            self._score_bytes -= evicted.nbytes
+        self.put_score(key, result)
         return result
 
     def score_top_k(
@@ -567,19 +598,3 @@ class GenerationCache:
             self._backends.clear()
         if self._loop is not None and not self._loop.is_closed():
             self._loop.close()
-
-
-RenderKey = tuple[TargetKey, str, str | None, Any, bool, str | None]
-"""(target, prompt text, system prompt, turns, thinking, tools and tool choice)."""
-
-
-def _render_key(target: ResolvedTarget, prompt: Prompt, thinking: bool) -> RenderKey:
-    """What a render is cached under: the target, the prompt's text, system prompt and turns,
-    whether thinking is on, and the tools offered and tool choice (canonical JSON; None: no
-    tools)."""
-    offer = None
-    if prompt.tools or prompt.tool_choice is not None:
-        offer = canonical_json(
-            {"tools": [t.openai() for t in prompt.tools], "choice": prompt.tool_choice}
-        )
-    return (target.key, prompt.text, prompt.system, prompt.messages, thinking, offer)
