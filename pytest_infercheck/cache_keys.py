@@ -11,12 +11,15 @@ from .backends.capabilities import Scoring, TopKScoring
 from .tools import canonical_json
 
 if TYPE_CHECKING:
+    from .backends import GenerationParams, PromptInput
     from .suites import Prompt
 
 TargetKey = tuple[Any, ...]
 """What identifies a target's backend across YAML files (see :class:`ResolvedTarget`)."""
 GenerationKey = tuple[TargetKey, str, tuple[Any, ...], int]
 """(target, ``PromptInput.key()``, ``GenerationParams.key()``, run)."""
+GenerationJob = tuple["PromptInput", "GenerationParams", int]
+"""(prompt input, generation params, run): one generation to make."""
 ScoreKey = tuple[TargetKey, tuple[int, ...], tuple[int, ...]]
 """(target, prompt ids, continuation ids)."""
 

@@ -1,31 +1,24 @@
 """The generation cache: generations and teacher-forced scores, each computed once per session
-and process, and the backends that compute them.
+and process, and the backends that compute them. One :class:`GenerationCache` per pytest
+process (:mod:`.state`), shared by every check and YAML file, and returned to users' tests by
+the ``infercheck_engine`` fixture. It owns:
 
-One :class:`GenerationCache` per pytest process (see :mod:`.state`), shared by every check and
-YAML file, and returned to users' tests by the ``infercheck_engine`` fixture. It owns:
-
-- the backends, one instance per (model source, revision, backend options), a golden
-  baseline's replay per file: a model is loaded, or a server started (through its
-  :class:`~.servers.ServerPool`), once; and what the ``pytest_infercheck_wrap_backend`` hook
-  (:mod:`.hookspecs`) returned for each backend name, a target of its own;
+- the backends, one per (model source, revision, backend options), a golden baseline's
+  replay per file: a model loaded, or a server started (:class:`~.servers.ServerPool`), once;
+  and what the ``pytest_infercheck_wrap_backend`` hook (:mod:`.hookspecs`) returned for each;
 - a private event loop for the async backend API (items are synchronous);
-- rendered prompts per (target, prompt text, system prompt, turns, thinking), and rendered
-  concrete turn lists per (target, turns, thinking): the chat template is applied once;
-- conversations filled in per (target, prompt, thinking, generation params)
-  (:meth:`GenerationCache.conversation`): each ``generate`` turn generated once;
-- whether a target takes another target's token ids as they are, per (target, prompt
-  input): asked once per rendering;
-- generations per (target, prompt input, generation params, run): the baseline of a sweep is
-  generated once, not once per test model; ``run`` > 0 forces an independent repeat (the
-  sweep's self-check, determinism runs);
+- renders per (target, prompt text, system prompt, turns, thinking), and of concrete turn
+  lists; conversations filled in per (target, prompt, thinking, generation params);
+- whether a target takes another target's token ids as they are, per (target, prompt input);
+- generations per (target, prompt input, generation params, run) (``run`` > 0: an
+  independent repeat: the sweep's self-check, determinism runs), made or failed ahead;
 - teacher-forced log-probabilities per (target, prompt ids, continuation ids), in a small
-  LRU bounded by bytes, since a (T, V) float32 matrix of a real model is large;
-- the per-position statistics a lockstep run (:mod:`.backends.mlx_lockstep`) accumulated per
-  (baseline, test, prompt ids, baseline continuation ids), which stand for scoring both;
+  LRU bounded by bytes (a (T, V) float32 matrix of a real model is large), and top-k rows;
+- a lockstep run's per-position statistics (:mod:`.backends.mlx_lockstep`) per (baseline,
+  test, prompt ids, baseline continuation ids), which stand for scoring both;
 - per target, whether it may be batched (:class:`BatchingLicence`, probed once).
 
-What a check computes from these (its comparisons, verdicts, trials) is memoised on its run
-object instead (:class:`~.checks.framework.run.SuiteRun`).
+What a check computes from these is memoised on its run (:class:`~.checks.framework.run.SuiteRun`).
 """
 
 from __future__ import annotations
@@ -49,6 +42,7 @@ from .backends.base import TopKRow
 from .backends.capabilities import Scoring, TopKScoring
 from .cache_keys import (
     BatchingLicence,
+    GenerationJob,
     GenerationKey,
     RenderKey,
     ResolvedTarget,
@@ -503,9 +497,7 @@ class GenerationCache:
             if (target.key, prompt.key(), params.key(), run) not in self._generations
         ]
 
-        scoring = [
-            job for job in dict.fromkeys(scores) if job.key(target) not in self._score_store(job)
-        ]
+        scoring = [job for job in dict.fromkeys(scores) if not self.has_scored(target, job)]
         with self.watching(target):
             results = self._settled(
                 [
@@ -514,44 +506,52 @@ class GenerationCache:
                 ]
             )
         for job, scored in zip(scoring, results[len(missing) :], strict=True):
-            if not isinstance(scored, BaseException):
-                self._keep_score(job, job.key(target), scored)
-        results = results[: len(missing)]
+            self.put_scored(target, job, scored)
         failures: dict[tuple[str, tuple[Any, ...], int], BackendError] = {}
-        for (prompt, params, run), result in zip(missing, results, strict=True):
-            if isinstance(result, Generation):
-                self._generations[(target.key, prompt.key(), params.key(), run)] = result
-            elif isinstance(result, BackendError):
-                failures[(prompt.key(), params.key(), run)] = result
-                self._failed[(target.key, prompt.key(), params.key(), run)] = result
+        for (prompt, params, run), result in zip(missing, results[: len(missing)], strict=True):
+            if (error := self.put_result(target, (prompt, params, run), result)) is not None:
+                failures[(prompt.key(), params.key(), run)] = error
         return failures
 
-    def _score_store(self, job: ScoreJob) -> Mapping[ScoreKey, Any]:
-        return self._top_k_scores if job.top_k else self._scores
+    def put_result(self, target: ResolvedTarget, job: GenerationJob, result: Any) -> Any:
+        """Keep a generation made ahead of ``job`` (prompt, params, run), or its
+        :class:`BackendError` (returned: the item that needs it meets it without asking
+        again); anything else is not kept."""
+        key = (target.key, job[0].key(), job[1].key(), job[2])
+        if isinstance(result, Generation):
+            self._generations[key] = result
+        elif isinstance(result, BackendError):
+            self._failed[key] = result
+            return result
+        return None
 
-    def _keep_score(self, job: ScoreJob, key: ScoreKey, scored: Any) -> None:
+    def has_scored(self, target: ResolvedTarget, job: ScoreJob) -> bool:
+        return job.key(target) in (self._top_k_scores if job.top_k else self._scores)
+
+    def put_scored(self, target: ResolvedTarget, job: ScoreJob, scored: Any) -> None:
+        """Keep the answer of a scoring made ahead (an exception is not kept)."""
+        if isinstance(scored, BaseException):
+            return
         if job.top_k:
-            self._top_k_scores[key] = scored
+            self._top_k_scores[job.key(target)] = scored
         else:
-            self.put_score(key, scored)
+            self.put_score(job.key(target), scored)
 
-    def put_score(self, key: ScoreKey, rows: np.ndarray) -> bool:
+    def put_score(self, key: ScoreKey, rows: np.ndarray, *, if_fits: bool = False) -> bool:
         """Keep ``rows`` as the teacher-forced rows of ``key`` (target, prompt ids,
-        continuation ids) in the byte-bounded LRU, evicting the oldest; False (not kept)
-        when they would not fit beside what is kept, so no row another item needs is
-        evicted for them (used to share rows computed elsewhere)."""
+        continuation ids) in the byte-bounded LRU, evicting the oldest; with ``if_fits``
+        (rows computed elsewhere, shared), only if they fit beside what it holds, evicting
+        nothing. Whether they are kept."""
         if key in self._scores:
             return True
+        if if_fits and self._score_bytes + rows.nbytes > self._score_cache_limit:
+            return False
         self._scores[key] = rows
         self._score_bytes += rows.nbytes
         while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:
             _, evicted = self._scores.popitem(last=False)
             self._score_bytes -= evicted.nbytes
         return key in self._scores
-
-    def fits_scores(self, nbytes: int) -> bool:
-        """Whether rows of ``nbytes`` fit in the score LRU beside what it holds."""
-        return self._score_bytes + nbytes <= self._score_cache_limit
 
     def score(
         self, target: ResolvedTarget, prompt_ids: list[int], continuation_ids: list[int]

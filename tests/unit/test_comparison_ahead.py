@@ -122,12 +122,14 @@ def test_prefetch_sends_the_scorings_with_the_generations() -> None:
         cache.close()
 
 
-def test_fits_scores_counts_what_the_score_cache_holds() -> None:
+def test_shared_rows_are_kept_only_if_they_fit() -> None:
     cache = GenerationCache(score_cache_bytes=100)
     rows = np.zeros((2, 10), dtype=np.float32)  # 80 bytes
-    assert cache.fits_scores(rows.nbytes)
-    assert cache.put_score((("t",), (1,), (2, 3)), rows)
-    assert not cache.fits_scores(rows.nbytes)  # 160 > 100: a second would evict the first
+    assert cache.put_score((("t",), (1,), (2, 3)), rows, if_fits=True)
+    # a second would evict the first (160 > 100): not kept, the first stays
+    assert not cache.put_score((("t",), (1,), (2, 4)), rows, if_fits=True)
+    assert cache.put_score((("t",), (1,), (2, 3)), rows, if_fits=True)  # already kept
+    assert cache.put_score((("t",), (1,), (2, 5)), rows)  # an item's own: evicts the oldest
     cache.close()
 
 

@@ -80,8 +80,9 @@ def generate_sharing_rows(
         except BackendError:
             continue  # the item generates again and meets it
         cache.put_generation(baseline, rendered, params, generation)
-        if rows is not None and generation.token_ids and cache.fits_scores(rows.nbytes):
-            cache.put_score((baseline.key, tuple(ids), tuple(generation.token_ids)), rows)
+        if rows is not None and generation.token_ids:
+            key = (baseline.key, tuple(ids), tuple(generation.token_ids))
+            cache.put_score(key, rows, if_fits=True)
 
 
 def scorings_ahead(
