@@ -32,7 +32,7 @@ from ...conversation import Conversation, has_generated
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
 from ...specs import LogprobTolerance
 from ..framework.outcome import Outcome
-from .ahead import accept_ids_ahead, generate_sharing_rows, scorings_ahead
+from .ahead import accept_ids_ahead, overlapped, scorings_ahead
 from .batched import LockstepJob, batching_note, licence, run_lockstep, stepper_of
 from .evidence import RecordingEvidence, Reproduced, SelfCheckEvidence
 from .gates import warn_unexercised, warn_ungated
@@ -255,13 +255,13 @@ class ComparisonGatherer:
         # One side after the other: on a 2-core machine two servers generating at once
         # finished later than in turn (0.95 s vs 0.75 s for 20 x 64, llama-server and vllm-mlx).
         self.cache.prefetch(baseline, base_jobs)
-        base_scores: list[ScoreJob] = []
-        test_scores: list[ScoreJob] = []
-        if ahead:  # the items' scorings with the generations (:mod:`.ahead`)
-            generate_sharing_rows(self.cache, baseline, sides)
-            base_scores, test_scores = scorings_ahead(self.cache, baseline, test, sides)
-            self.cache.prefetch(baseline, [], scores=base_scores)
-        self.cache.prefetch(test, test_jobs, scores=test_scores)
+        if not (ahead and overlapped(self.cache, baseline, test, sides)):
+            base_scores: list[ScoreJob] = []
+            test_scores: list[ScoreJob] = []
+            if ahead:  # the items' scorings with the generations (:mod:`.ahead`)
+                base_scores, test_scores = scorings_ahead(self.cache, baseline, test, sides)
+                self.cache.prefetch(baseline, [], scores=base_scores)
+            self.cache.prefetch(test, test_jobs, scores=test_scores)
         compared = [
             (
                 self.inputs(p, side),
