@@ -5,5 +5,7 @@
 * :mod:`.finite` - the fail-closed rule: non-finite values, row normalisation, empty sides.
 * :mod:`.stats` - Wilson interval, exact McNemar, clustered mean/SE, distribution summaries.
 * :mod:`.text` - first token divergence, text similarity, severity tiers.
+* :mod:`.sampling` - sampling conformance: each engine's expected distribution, G-test,
+  detectable distance, Holm, penalties.
 * :mod:`.answers` - final-answer extraction/normalisation and answer-flip classification.
 """
