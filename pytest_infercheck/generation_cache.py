@@ -11,13 +11,11 @@ the ``infercheck_engine`` fixture. It owns:
   lists; conversations filled in per (target, prompt, thinking, generation params);
 - whether a target takes another target's token ids as they are, per (target, prompt input);
 - generations per (target, prompt input, generation params, run) (``run`` > 0: an
-  independent repeat: the sweep's self-check, determinism runs), made or failed ahead;
-- teacher-forced log-probabilities per (target, prompt ids, continuation ids), in a small
-  LRU bounded by bytes (a (T, V) float32 matrix of a real model is large), and top-k rows;
+  independent repeat), and teacher-forced rows per (target, prompt ids, continuation ids),
+  full ones in an LRU bounded by bytes, top-k ones; each made, or failed, ahead or not;
 - a lockstep run's per-position statistics (:mod:`.backends.mlx_lockstep`) per (baseline,
   test, prompt ids, baseline continuation ids), which stand for scoring both;
 - per target, whether it may be batched (:class:`BatchingLicence`, probed once).
-
 What a check computes from these is memoised on its run (:class:`~.checks.framework.run.SuiteRun`).
 """
 
@@ -106,8 +104,8 @@ class GenerationCache:
         """A wrapper's key -> the key of the backend it wraps (its server, if any)."""
         self._renders: dict[RenderKey, PromptInput] = {}
         self._failed: dict[Any, BackendError] = {}
-        """Render and generation keys whose request failed ahead of their items (prefetched
-        or rendered ahead): the item that needs one fails with that error, never asks again
+        """Render, generation and ``("score", top_k, key)`` keys whose request failed ahead
+        of their items: the item that needs one fails with that error, never asks again
         (an engine that refuses once and answers the second time has refused)."""
         self._message_renders: dict[tuple[Any, ...], PromptInput] = {}
         """Renders of concrete turn lists per (target, turns' keys, thinking[, tools])."""
@@ -209,9 +207,8 @@ class GenerationCache:
     def check_alive(self, target: ResolvedTarget, *, after_failures: bool = False) -> None:
         """Raise :class:`~.servers.ServerError` if ``target``'s managed server has died; with
         ``after_failures`` (its requests just failed), also if it dies within
-        :data:`DYING_GRACE_S` (polled): such a server may be dying (vLLM answers HTTP 500 when
-        its engine dies, and exits a few seconds later), and its death, with its last log
-        lines, says more than the errors."""
+        :data:`DYING_GRACE_S` (vLLM answers HTTP 500 when its engine dies and exits seconds
+        later): its death, with its last log lines, says more than the errors."""
         key = self._wrapped.get(target.key, target.key)
         if self.servers is None or not self.servers.manages(key):
             return
@@ -383,22 +380,23 @@ class GenerationCache:
                 self._detokenized[key] = text
 
     def accepts_ids_ahead(self, target: ResolvedTarget, prompts: Sequence[PromptInput]) -> None:
-        """Ask a concurrent (HTTP) backend at once whether it takes each of ``prompts``' ids
-        (what :meth:`accepts_ids` asks and keeps, one request each otherwise one after the
-        other); a failure is not kept: the item that needs it asks again and meets it."""
-        keys = dict.fromkeys((target.key, p.key()) for p in prompts)
-        missing = [p for p in prompts if (target.key, p.key()) not in self._accepts_ids]
-        if target.backend.concurrency <= 1 or not missing or not keys:
+        """Ask a concurrent (HTTP) backend at once what :meth:`accepts_ids` asks of each of
+        ``prompts``, kept as it keeps it; a failure is kept as the item's (never asked again)."""
+        found = {p.key(): p for p in prompts if (target.key, p.key()) not in self._accepts_ids}
+        if target.backend.concurrency <= 1 or not found:
             return
-        missing = list({p.key(): p for p in missing}.values())
-        results = self._settled([target.backend.accepts_token_ids(p) for p in missing])
-        for prompt, result in zip(missing, results, strict=True):
-            if isinstance(result, bool):
-                self._accepts_ids[(target.key, prompt.key())] = result
+        results = self._settled([target.backend.accepts_token_ids(p) for p in found.values()])
+        for key, result in zip(found, results, strict=True):
+            if isinstance(result, BackendError):
+                self._failed[("accepts", target.key, key)] = result
+            elif isinstance(result, bool):
+                self._accepts_ids[(target.key, key)] = result
 
     def accepts_ids(self, target: ResolvedTarget, prompt: PromptInput) -> bool:
         """Whether ``target`` can take ``prompt``'s token ids as they are (cached)."""
         key = (target.key, prompt.key())
+        if (failed := self._failed.get(("accepts", *key))) is not None:
+            raise failed
         if key not in self._accepts_ids:
             accepts = self.call(target, target.backend.accepts_token_ids(prompt))
             self._accepts_ids[key] = bool(accepts)
@@ -515,8 +513,7 @@ class GenerationCache:
 
     def put_result(self, target: ResolvedTarget, job: GenerationJob, result: Any) -> Any:
         """Keep a generation made ahead of ``job`` (prompt, params, run), or its
-        :class:`BackendError` (returned: the item that needs it meets it without asking
-        again); anything else is not kept."""
+        :class:`BackendError` (returned) as the item's; anything else is not kept."""
         key = (target.key, job[0].key(), job[1].key(), job[2])
         if isinstance(result, Generation):
             self._generations[key] = result
@@ -529,19 +526,18 @@ class GenerationCache:
         return job.key(target) in (self._top_k_scores if job.top_k else self._scores)
 
     def put_scored(self, target: ResolvedTarget, job: ScoreJob, scored: Any) -> None:
-        """Keep the answer of a scoring made ahead (an exception is not kept)."""
-        if isinstance(scored, BaseException):
-            return
-        if job.top_k:
+        """Keep a scoring made ahead, or its :class:`BackendError` as the item's (never asked
+        again, as a generation's); any other exception is not kept."""
+        if isinstance(scored, BackendError):
+            self._failed[("score", job.top_k, job.key(target))] = scored
+        elif job.top_k and not isinstance(scored, BaseException):
             self._top_k_scores[job.key(target)] = scored
-        else:
+        elif not isinstance(scored, BaseException):
             self.put_score(job.key(target), scored)
 
     def put_score(self, key: ScoreKey, rows: np.ndarray, *, if_fits: bool = False) -> bool:
-        """Keep ``rows`` as the teacher-forced rows of ``key`` (target, prompt ids,
-        continuation ids) in the byte-bounded LRU, evicting the oldest; with ``if_fits``
-        (rows computed elsewhere, shared), only if they fit beside what it holds, evicting
-        nothing. Whether they are kept."""
+        """Keep ``rows`` as the teacher-forced rows of ``key`` in the byte-bounded LRU, evicting
+        the oldest; ``if_fits`` (rows shared): only if they fit, evicting none. Whether kept."""
         if key in self._scores:
             return True
         if if_fits and self._score_bytes + rows.nbytes > self._score_cache_limit:
@@ -559,6 +555,8 @@ class GenerationCache:
         """``target``'s teacher-forced log-probabilities of ``continuation_ids`` after
         ``prompt_ids``, ``(T, V)`` (cached in the byte-bounded LRU)."""
         key = (target.key, tuple(prompt_ids), tuple(continuation_ids))
+        if (failed := self._failed.get(("score", False, key))) is not None:
+            raise failed
         cached = self._scores.get(key)
         if cached is not None:
             self._scores.move_to_end(key)
@@ -579,6 +577,8 @@ class GenerationCache:
         ``prompt_ids`` (:meth:`~.backends.base.Backend.score_top_k`), cached: a baseline
         scored by its top k against several test sides is asked once."""
         key = (target.key, tuple(prompt_ids), tuple(continuation_ids))
+        if (failed := self._failed.get(("score", True, key))) is not None:
+            raise failed
         if key not in self._top_k_scores:
             backend = target.backend
             if not isinstance(backend, TopKScoring):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_infercheck.backends import Generation, GenerationParams, PromptInput
+from pytest_infercheck.backends import BackendError, Generation, GenerationParams, PromptInput
 from pytest_infercheck.backends.base import Capabilities, TopKRow
 from pytest_infercheck.cache_keys import ScoreJob
 from pytest_infercheck.checks.comparison.scoring import planned_scorings
@@ -159,3 +159,46 @@ def test_mlx_generation_rows_are_its_teacher_forced_rows(
     assert rows.dtype == np.float32 and np.array_equal(rows, forced)
     penalised = GenerationParams(max_tokens=6, repetition_penalty=1.3)
     assert asyncio.run(backend.generate_with_rows(prompt, penalised))[1] is None
+
+
+class Refusing(Counting):
+    """Answers every request with an error the first time it is asked, then answers: an
+    engine that refuses once has refused, whoever asked."""
+
+    def __init__(self) -> None:
+        super().__init__("test", TOP_K, SKEWED)
+        self.concurrency = 4
+        self.refused: set[str] = set()
+
+    def _refuse_once(self, what: str) -> None:
+        if what not in self.refused:
+            self.refused.add(what)
+            raise BackendError(f"HTTP 500 on {what}")
+
+    async def score_top_k(
+        self, prompt_ids: list[int], continuation_ids: list[int]
+    ) -> list[TopKRow]:
+        self._refuse_once("score")
+        return await super().score_top_k(prompt_ids, continuation_ids)
+
+    async def accepts_token_ids(self, prompt: PromptInput) -> bool:
+        self._refuse_once("tokenize")
+        return True
+
+
+def test_a_request_that_failed_ahead_is_the_items_error_and_never_asked_again() -> None:
+    test = Refusing()
+    target = ResolvedTarget("t", ("t",), test)
+    cache = GenerationCache()
+    prompt = PromptInput("p", (1, 2), templated=False)
+    try:
+        cache.prefetch(target, [], scores=[ScoreJob((1, 2), (1, 3), top_k=True)])
+        cache.accepts_ids_ahead(target, [prompt])
+        for _ in range(2):
+            with pytest.raises(BackendError, match="HTTP 500 on score"):
+                cache.score_top_k(target, [1, 2], [1, 3])
+            with pytest.raises(BackendError, match="HTTP 500 on tokenize"):
+                cache.accepts_ids(target, prompt)
+        assert test.scored_top_k == []  # the item did not ask again (it would be answered)
+    finally:
+        cache.close()
