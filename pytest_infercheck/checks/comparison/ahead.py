@@ -19,9 +19,10 @@ after the other while it runs.
 
 The items then find everything in the generation cache and compute what they computed
 before from the same rows: the records are those of the one-at-a-time path (compared on a
-real vLLM by ``tests/integration/test_vllm_speed.py``). A failed generation is kept as the
-item's error, as :meth:`~pytest_infercheck.generation_cache.GenerationCache.prefetch` keeps
-it; a failed scoring is not kept: the item asks again and meets the error as before.
+real vLLM by ``tests/integration/test_vllm_speed.py``). A request that failed here (a
+generation, a scoring, a ``/tokenize`` check) is kept as the item's error and never asked
+again: an engine that refuses once has refused, whoever asked (the verdict harness injects
+such faults on the first request of each kind).
 """
 
 from __future__ import annotations
@@ -125,8 +126,9 @@ async def _generate_baseline(
             generation, rows = await backend.generate_with_rows(rendered, params)
         else:
             generation, rows = await backend.generate(rendered, params), None
-    except BackendError:
-        return  # the item generates again and meets it
+    except BackendError as exc:
+        cache.put_result(baseline, (rendered, params, 0), exc)  # the item's error
+        return
     cache.put_generation(baseline, rendered, params, generation)
     if rows is not None and ids is not None and generation.token_ids:
         key = (baseline.key, tuple(ids), tuple(generation.token_ids))
