@@ -63,7 +63,18 @@ generation response they apply to:
 
 With ``refuse_tools``, a generation request whose body offers ``tools`` is not forwarded: the
 proxy answers HTTP 400 with an OpenAI error body (:data:`TOOLS_REFUSED`), as a server whose
-tool parser broke refuses every tool request; requests without tools pass.
+tool parser broke refuses every tool request; requests without tools pass. With
+``refuse_params``, a generation request whose body has one of those keys is answered HTTP 400
+(:data:`PARAMS_REFUSED` and the keys), as an engine refuses a field it does not take.
+
+Faults of request parameters: ``drop_params`` removes those keys from every generation
+request before forwarding it (a gateway or engine that drops ``stop``, ``n_probs``,
+``ignore_eos``, ``top_p``), ``set_params`` sets keys to other values (``top_p`` swapped);
+``return_stop`` appends the stop string an answer stopped on to its text (llama-server's
+``stopping_word``; an OpenAI choice finished ``stop`` gets the request's first stop string),
+streamed or not; ``usage_offset`` adds to its completion count (``tokens_predicted`` of the
+final answer or chunk, ``usage.completion_tokens``), ``prompt_usage_offset`` to its prompt
+count (``tokens_evaluated``, ``usage.prompt_tokens``).
 
 Streams (SSE, and Ollama's NDJSON) are forwarded event by event. When a stream may be
 altered, the proxy holds back the events from the last content-carrying event on (usually
@@ -147,10 +158,27 @@ class Fault:
     refuse_streams: int = 0  # a streamed generation request is answered with this HTTP status
     alter_paths: frozenset[str] = frozenset()  # every generation response on these paths
     refuse_tools: bool = False  # a request offering tools: HTTP 400, not forwarded
+    refuse_params: frozenset[str] = frozenset()  # a request with these keys: HTTP 400
+    drop_params: frozenset[str] = frozenset()  # these keys removed from generation requests
+    set_params: tuple[tuple[str, Any], ...] = ()  # these keys set (replaced) in them
+    return_stop: bool = False  # an answer that stopped on a stop string returns it too
+    usage_offset: int = 0  # added to the answer's completion token count
+    prompt_usage_offset: int = 0  # added to the answer's prompt token count
 
 
 TOOLS_REFUSED = "faulty proxy: the tool parser failed to load"
 """The error message of a tool request refused under ``refuse_tools``."""
+PARAMS_REFUSED = "faulty proxy: field not supported"
+"""The error message of a request refused under ``refuse_params`` (the fields follow)."""
+
+
+def _json_keys(body: bytes) -> set[str]:
+    """The top-level keys of a JSON object body (none when it is not one)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return set()
+    return set(doc) if isinstance(doc, dict) else set()
 
 
 def offers_tools(body: bytes) -> bool:
@@ -557,6 +585,8 @@ class _Request:
         ``perturb_warm``)."""
         self.fail = fail
         """Answered ``fail_status`` instead of forwarded (``fail_nth_of_prompt``)."""
+        self.body = b""
+        """The request's body as the client sent it."""
 
 
 def prompt_of(body: bytes) -> tuple[Any, bool]:
@@ -804,6 +834,8 @@ class FaultyProxy:
         path = handler.path.split("?", 1)[0]
         generation = handler.command == "POST" and path in GENERATION_PATHS
         request = self._begin(*prompt_of(body)) if generation else None
+        if request is not None:
+            request.body = body
         if request is not None and path in self.fault.alter_paths:
             request.history = True  # selected for alteration, as by its history
         self._check_poison(body)  # after _begin: the poison request itself stays intact
@@ -816,11 +848,15 @@ class FaultyProxy:
                 self._end(request)
 
     def _forward(self, handler: _Handler, body: bytes, request: _Request | None) -> None:
+        refused = None
         if request is not None and self.fault.refuse_tools and offers_tools(body):
+            refused = TOOLS_REFUSED
+        elif request is not None and self.fault.refuse_params:
+            asked = sorted(k for k in self.fault.refuse_params if k in _json_keys(body))
+            refused = f"{PARAMS_REFUSED}: {', '.join(asked)}" if asked else None
+        if refused is not None:
             self._count_altered()
-            error = {
-                "error": {"code": 400, "message": TOOLS_REFUSED, "type": "invalid_request_error"}
-            }
+            error = {"error": {"code": 400, "message": refused, "type": "invalid_request_error"}}
             data = json.dumps(error).encode()
             self._send_whole(handler, 400, [("Content-Type", "application/json")], data)
             return
@@ -854,6 +890,8 @@ class FaultyProxy:
             data = json.dumps(error).encode()
             self._send_whole(handler, status, [("Content-Type", "application/json")], data)
             return
+        if request is not None:
+            body = self._rewritten_request(body)
         headers = {
             k: v for k, v in handler.headers.items() if k.lower() not in _SKIP_REQUEST_HEADERS
         }
@@ -883,9 +921,80 @@ class FaultyProxy:
                 data = self._altered_body(data)
             if request is not None and response.status_code < 400 and self.fault.calls_to_content:
                 data = self._rewritten_body(data, calls_to_content)
+            if request is not None and response.status_code < 400:
+                data = self._rewritten_body(data, self._answer_fault(body))
             self._send_whole(handler, response.status_code, out_headers, data)
         finally:
             response.close()
+
+    def _rewritten_request(self, body: bytes) -> bytes:
+        """A generation request without the keys of ``drop_params`` and with those of
+        ``set_params`` (unchanged when neither applies or it is not JSON)."""
+        fault = self.fault
+        if not (fault.drop_params or fault.set_params):
+            return body
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return body
+        if not isinstance(doc, dict):
+            return body
+        hit = [k for k in fault.drop_params if k in doc] + [k for k, _ in fault.set_params]
+        for key in fault.drop_params:
+            doc.pop(key, None)
+        doc.update(dict(fault.set_params))
+        if hit:
+            self._count_altered()
+        return json.dumps(doc).encode()
+
+    def _answer_fault(self, body: bytes) -> Callable[[Any], bool]:
+        """What ``return_stop`` and the usage offsets do to an answer (or a stream event) of
+        the request ``body``: the stop string it stopped on appended to its text (llama-server's
+        ``stopping_word``; an OpenAI choice that finished ``stop`` gets the request's first stop
+        string), its completion count raised (``tokens_predicted``, ``usage.completion_tokens``).
+        """
+        fault = self.fault
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = {}
+        stops = doc.get("stop") if isinstance(doc, dict) else None
+        stop = stops[0] if isinstance(stops, list) and stops else stops
+        stop = stop if isinstance(stop, str) else None
+
+        def change(obj: Any) -> bool:
+            if not isinstance(obj, dict):
+                return False
+            changed = False
+            if fault.return_stop:
+                word = obj.get("stopping_word")
+                if obj.get("stop_type") == "word" and isinstance(word, str) and word:
+                    obj["content"] = str(obj.get("content") or "") + word
+                    changed = True
+                for choice in obj.get("choices") or []:
+                    if stop and isinstance(choice, dict) and choice.get("finish_reason") == "stop":
+                        holder = choice.get("message") or choice.get("delta")
+                        if isinstance(holder, dict):
+                            holder["content"] = str(holder.get("content") or "") + stop
+                        else:
+                            choice["text"] = str(choice.get("text") or "") + stop
+                        changed = True
+            usage = obj.get("usage")
+            for native, field, offset in (
+                ("tokens_predicted", "completion_tokens", fault.usage_offset),
+                ("tokens_evaluated", "prompt_tokens", fault.prompt_usage_offset),
+            ):
+                if not offset:
+                    continue
+                if isinstance(obj.get(native), int) and obj.get("stop") is True:
+                    obj[native] += offset
+                    changed = True
+                if isinstance(usage, dict) and isinstance(usage.get(field), int):
+                    usage[field] += offset
+                    changed = True
+            return changed
+
+        return change
 
     def _altered_body(self, data: bytes) -> bytes:
         try:
@@ -942,7 +1051,15 @@ class FaultyProxy:
                 handler.wfile.flush()
 
         fault = self.fault
-        if fault.null_stream_tool_calls:
+        if fault.return_stop or fault.usage_offset or fault.prompt_usage_offset:
+            change = self._answer_fault(request.body)
+            answered = False
+            for event in _split_events(response.iter_bytes(), sse):
+                answered = event.rewrite(change) or answered
+                write(event.raw)
+            if answered:
+                self._count_altered()
+        elif fault.null_stream_tool_calls:
             nulled = False
             for event in _split_events(response.iter_bytes(), sse):
                 nulled = event.rewrite(null_tool_calls) or nulled

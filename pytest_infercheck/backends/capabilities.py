@@ -139,6 +139,9 @@ TOKENIZE_TOPIC = "tokenize"
 STRUCTURED = "structured"
 """A probe topic: the structured-output paths (chat, chat-stream, chat-n2, messages,
 messages-stream)."""
-PROBE_TOPICS = (GENERATION_PATHS, TOKENIZE_TOPIC, STRUCTURED)
+REQUEST_PARAMS = "request-params"
+"""A probe topic: the request parameters the backend's kind sends (:mod:`.params`), one
+one-token request each (a field the server refuses with HTTP 400/422 is lacking)."""
+PROBE_TOPICS = (GENERATION_PATHS, TOKENIZE_TOPIC, STRUCTURED, REQUEST_PARAMS)
 """Every probe topic; a check asks only for the ones it uses (a generating probe can warm a
 prefix cache)."""

@@ -89,3 +89,58 @@ async def probe_generation_paths(
     if stream:
         probes[STREAMING] = ("a streamed request", backend.generate_stream(raw, PROBE_PARAMS))
     return classify(await _settled(probes))
+
+
+REFUSED = frozenset({400, 422})
+"""The statuses that say a request's field was refused (rather than a path missing)."""
+PARAM_PROBES: dict[str, GenerationParams] = {
+    "stop": GenerationParams(1, stop=("\n",)),
+    "n": GenerationParams(1, temperature=1.0, seed=0, n=2),
+    "min_tokens": GenerationParams(2, min_tokens=1),
+    "ignore_eos": GenerationParams(1, ignore_eos=True),
+    "logprobs": GenerationParams(1, logprobs=2),
+    "include_stop": GenerationParams(1, stop=("\n",), include_stop=True),
+    "seed": GenerationParams(1, temperature=1.0, seed=1),
+    "top_p": GenerationParams(1, temperature=1.0, seed=0, top_p=0.9),
+    "top_k": GenerationParams(1, temperature=1.0, seed=0, top_k=2),
+    "min_p": GenerationParams(1, temperature=1.0, seed=0, min_p=0.1),
+    "presence_penalty": GenerationParams(1, presence_penalty=0.5),
+    "frequency_penalty": GenerationParams(1, frequency_penalty=0.5),
+    "repetition_penalty": GenerationParams(1, repetition_penalty=1.1),
+    "logit_bias": GenerationParams(1, logit_bias=((0, -1.0),)),
+}
+"""The one-token request that asks each parameter (``n`` samples: vLLM refuses ``n > 1`` at
+temperature 0)."""
+
+
+def param_ability(name: str) -> str:
+    """The ability of a request parameter: ``stop`` -> ``param:stop``."""
+    return f"param:{name}"
+
+
+async def probe_request_params(backend: Backend, names: frozenset[str]) -> Abilities:
+    """Which of the request parameters ``names`` (those the backend's kind sends,
+    :mod:`.params`) ``backend``'s server takes: one one-token request of ``Hi`` per
+    parameter (:data:`PARAM_PROBES`) and one plain request, at once. A parameter is
+    **offered** when its request answers, **lacking** when the server refuses it (HTTP 400 or
+    422, the evidence keeping the server's words) while the plain request answered, and not
+    probed otherwise (its requests are made and judged). Offered says only that the field is
+    accepted: whether it is applied is what the checks measure."""
+    prompt = await backend.render(PROBE_TEXT, None, False)
+    probes: dict[str, tuple[str, Awaitable[Any]]] = {
+        param_ability(n): (f"a request with {n}", backend.generate(prompt, PARAM_PROBES[n]))
+        for n in sorted(names)
+        if n in PARAM_PROBES
+    }
+    probes["plain"] = ("a plain request", backend.generate(prompt, PROBE_PARAMS))
+    results = await _settled(probes)
+    plain = results.pop("plain")[1]
+    offered = frozenset(a for a, (_, r) in results.items() if not isinstance(r, BaseException))
+    lacking: dict[str, str] = {}
+    if not isinstance(plain, BaseException):
+        for ability, (what, result) in results.items():
+            status = getattr(result, "status", None)
+            if isinstance(result, BackendError) and status in REFUSED:
+                body = str(getattr(result, "body", "") or "").strip()[:300]
+                lacking[ability] = f"{what}: HTTP {status}" + (f": {body}" if body else "")
+    return Abilities(offered, lacking)

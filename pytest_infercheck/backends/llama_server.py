@@ -47,8 +47,8 @@ from .base import (
     TopKRow,
     chat_input,
 )
-from .capabilities import GENERATION_PATHS, STRUCTURED
-from .endpoint_probe import probe_generation_paths
+from .capabilities import GENERATION_PATHS, REQUEST_PARAMS, STRUCTURED
+from .endpoint_probe import probe_generation_paths, probe_request_params
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .llama_wire import TIMINGS_SOURCE as TIMINGS_SOURCE
@@ -63,7 +63,7 @@ from .openai_compat import (
     parse_message,
     tool_fields,
 )
-from .params import TAKEN, llama_fields, openai_fields
+from .params import TAKEN, llama_fields, openai_fields, taken
 
 if TYPE_CHECKING:
     from ..structured.records import Path as StructuredPath
@@ -343,6 +343,8 @@ class LlamaServerBackend(Backend):
             return await probe_generation_paths(self)
         if topic == STRUCTURED:
             return await self.probe_structured()
+        if topic == REQUEST_PARAMS:
+            return await probe_request_params(self, taken(self.kind, self.chat))
         return Abilities()
 
     async def alive(self) -> bool:

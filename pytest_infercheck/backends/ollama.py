@@ -27,12 +27,12 @@ from .base import (
     PromptInput,
     chat_input,
 )
-from .capabilities import GENERATION_PATHS, STRUCTURED
-from .endpoint_probe import probe_generation_paths
+from .capabilities import GENERATION_PATHS, REQUEST_PARAMS, STRUCTURED
+from .endpoint_probe import probe_generation_paths, probe_request_params
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages, message_calls
-from .params import TAKEN, openai_fields
+from .params import TAKEN, openai_fields, taken
 
 if TYPE_CHECKING:
     from ..structured.records import Path as StructuredPath
@@ -190,6 +190,8 @@ class OllamaBackend(Backend):
             return await probe_generation_paths(self, endpoints=())
         if topic == STRUCTURED:
             return await self.probe_structured()
+        if topic == REQUEST_PARAMS:
+            return await probe_request_params(self, taken(self.kind, self.chat))
         return Abilities()
 
     async def alive(self) -> bool:

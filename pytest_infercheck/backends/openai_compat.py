@@ -68,8 +68,8 @@ from .base import (
     chat_input,
     single_turn,
 )
-from .capabilities import GENERATION_PATHS, STRUCTURED, TOKENIZE_TOPIC
-from .endpoint_probe import TOKENIZE, lacking_evidence, probe_generation_paths
+from .capabilities import GENERATION_PATHS, REQUEST_PARAMS, STRUCTURED, TOKENIZE_TOPIC
+from .endpoint_probe import TOKENIZE, lacking_evidence, probe_generation_paths, probe_request_params
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpError, HttpSettings, error_message
 from .openai_logprobs import BOOL_TOP as BOOL_TOP
@@ -77,6 +77,7 @@ from .openai_logprobs import INTEGER as INTEGER
 from .openai_logprobs import PROBE_PROMPT, SHAPES, logprob_fields
 from .openai_logprobs import LogprobNegotiation as LogprobNegotiation
 from .openai_logprobs import ShapeTried as ShapeTried
+from .openai_wire import STREAM_USAGE
 from .openai_wire import anthropic_messages as anthropic_messages
 from .openai_wire import assemble_chunks as assemble_chunks
 from .openai_wire import chat_endpoint as chat_endpoint
@@ -289,7 +290,7 @@ class OpenAICompatBackend(Backend):
     async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         shape = await self._shape(self.chat)
         started = time.perf_counter()
-        body = {**self._payload(prompt, params, shape=shape), "stream": True}
+        body = {**self._payload(prompt, params, shape=shape), **STREAM_USAGE}
         chunks = [event async for event in self.http.stream(self._path, body)]
         generation = assemble_chunks(chunks, chat=self.chat)
         generation.elapsed_s = time.perf_counter() - started
@@ -412,6 +413,8 @@ class OpenAICompatBackend(Backend):
             return await self.probe_tokenize(answered=await self.alive())
         if topic == STRUCTURED:
             return await self.probe_structured()
+        if topic == REQUEST_PARAMS:
+            return await probe_request_params(self, taken(self.kind, self.chat))
         return Abilities()
 
     async def probe_tokenize(self, answered: bool = True) -> Abilities:

@@ -142,6 +142,12 @@ def _first_choice(answer: Any) -> dict[str, Any]:
     return choice
 
 
+STREAM_USAGE: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}}
+"""A streamed request's fields: the stream, and its usage in a final chunk (the OpenAI API's
+``stream_options.include_usage``, taken by vLLM, SGLang, llama-server, mlx_lm.server 0.32
+and vllm-mlx 0.6), so a streamed answer's counts are judged as a whole one's."""
+
+
 def assemble_chunks(chunks: list[Any], *, chat: bool) -> Generation:
     """A streamed (chat) completion's chunks as one :class:`Generation`: the texts and
     logprobs concatenated in order, the last finish reason. Logprobs of either shape: chat's

@@ -70,6 +70,7 @@ from .openai_compat import (
     parse_message,
     tool_fields,
 )
+from .openai_wire import STREAM_USAGE
 from .params import TAKEN, openai_fields
 from .vllm_metrics import SETTLE_READS, activity_delta, counted, parse_counters
 from .vllm_wire import cache_config_tokens, streamed_id_generation
@@ -361,7 +362,7 @@ class VllmBackend(OpenAICompatBackend):
         """The same ``/v1/completions`` request streamed; text, ids and logprobs assembled
         from the chunks in order."""
         started = time.perf_counter()
-        body = {**self._completion_body(prompt, params), "stream": True}
+        body = {**self._completion_body(prompt, params), **STREAM_USAGE}
         chunks = [chunk async for chunk in self.http.stream("/v1/completions", body)]
         generation = streamed_id_generation(chunks, self.name)
         generation.elapsed_s = time.perf_counter() - started

@@ -80,3 +80,18 @@ async def test_a_stream_cut_mid_way_is_an_error() -> None:
         with pytest.raises(HttpError, match="the stream broke"):
             await b.generate_stream(PROMPT, GenerationParams(8))
         await b.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_stream_asks_for_its_usage_and_reads_the_final_usage_chunk() -> None:
+    """``stream_options.include_usage``: the final chunk (no choices) carries the counts, so
+    request-conformance judges a streamed answer's usage as a whole one's."""
+    usage = b'data: {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}\n\n'
+    body = sse("4", "6").replace(b"data: [DONE]", usage + b"data: [DONE]")
+    script = Script([Reply(raw=body)])
+    with fake_server(script) as url:
+        b = backend(url)
+        generation = await b.generate_stream(PROMPT, GenerationParams(8))
+        await b.aclose()
+    assert script.requests[0]["json"]["stream_options"] == {"include_usage": True}
+    assert (generation.text, generation.prompt_tokens, generation.completion_tokens) == ("46", 7, 2)

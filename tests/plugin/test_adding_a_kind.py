@@ -191,8 +191,8 @@ def add_kind(package: Path) -> list[str]:
     before = registry.read_text().splitlines()
     text = registry.read_text()
     text = text.replace(
-        '    ("structured-parity", ".structured_parity", "STRUCTURED_PARITY"),\n)',
-        '    ("structured-parity", ".structured_parity", "STRUCTURED_PARITY"),\n'
+        '    ("request-conformance", ".request_conformance", "REQUEST_CONFORMANCE"),\n)',
+        '    ("request-conformance", ".request_conformance", "REQUEST_CONFORMANCE"),\n'
         '    ("prompt-budget", ".prompt_budget", "PROMPT_BUDGET"),\n)',
     )
     registry.write_text(text)
