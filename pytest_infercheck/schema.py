@@ -200,6 +200,27 @@ def _model_source(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaV
     return schema
 
 
+def _adapter_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
+    """:meth:`.matrix.AdapterSpec._shorthand`: an adapter as one path."""
+    return _or_string(
+        schema,
+        {
+            "type": "string",
+            "minLength": 1,
+            "description": "a .gguf file (llama-server) or else a folder (mlx-lm, vLLM)",
+            "examples": ["./lora/adapter", "./lora/adapter-f32.gguf"],
+        },
+    )
+
+
+def _adapter_source(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
+    """:meth:`.matrix.AdapterSpec._some_source`: a path or a gguf."""
+    schema.setdefault("allOf", []).append(
+        {"anyOf": [_given(name, min_length=1) for name in ("path", "gguf")]}
+    )
+    return schema
+
+
 def _present(*names: str) -> JsonSchemaValue:
     """The fields ``names`` are present and not null."""
     return {"required": list(names), "properties": {n: {"not": {"type": "null"}} for n in names}}
@@ -306,9 +327,26 @@ def _target_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSch
     return _or_string(schema, target)
 
 
+def _stop_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
+    """:meth:`.request_params.RequestParams._one_stop`: ``stop`` may be one string."""
+    for key in keys:
+        for branch in list(_branches(schema["properties"][key])):
+            if branch.get("type") == "array":
+                items = branch.pop("items", {"type": "string"})
+                head: JsonSchemaValue = {
+                    k: branch.pop(k) for k in ("title", "description") if k in branch
+                }
+                branch.clear()
+                branch.update(head)
+                branch["anyOf"] = [items, {"type": "array", "items": items}]
+    return schema
+
+
 COUNTERPARTS: dict[str, Counterpart] = {
     "ModelSpec._shorthand": _model_shorthand,
     "ModelSpec._some_source": _model_source,
+    "AdapterSpec._shorthand": _adapter_shorthand,
+    "AdapterSpec._some_source": _adapter_source,
     "validate_backend_entry": _backend_entry,
     "ServedSpec._url_or_serve": _url_or_serve,
     "Settings._record_is_an_option": _record_off_file,
@@ -316,6 +354,7 @@ COUNTERPARTS: dict[str, Counterpart] = {
     "CheckEntry._suite_shorthand": _suite_shorthand,
     "CheckEntry._one_kind": _one_kind,
     "TargetCheck._shorthand": _target_shorthand,
+    "RequestParams._one_stop": _stop_shorthand,
 }
 """The counterpart of each validator of the matrix's models, by the validator's qualified
 name. Every before-validator needs one (see :class:`SchemaGapError`)."""

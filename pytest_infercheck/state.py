@@ -22,6 +22,7 @@ import pytest
 from .fast_exit import freeze_at_exit
 from .golden import GoldenWriter
 from .options import is_worker, matrix_paths, results_path
+from .report.env import step_summary_path
 from .report.terminal_plugin import TerminalSummary
 from .server_lifecycle import ServerLifecycle, close_servers_dir
 from .stash import (
@@ -63,7 +64,12 @@ def configure(config: pytest.Config) -> None:
 
             start = config.invocation_params.dir
             html_dir = (start / config.getoption("htmlpath")).resolve().parent
-            _register(config, HtmlReport(start, html_dir), "infercheck-html")
+            _register(config, HtmlReport(config, start, html_dir), "infercheck-html")
+        summary = step_summary_path()
+        if summary is not None:
+            from .report.step_summary import StepSummary  # the kinds' verdicts
+
+            _register(config, StepSummary(config, summary), "infercheck-step-summary")
         results = results_path(config)
         if results is not None:
             from .report.collector import ResultsCollector  # pydantic (results schema)

@@ -252,8 +252,46 @@ LEGACY_PROTOCOL_REPLACED: tuple[str, ...] = (
 """Units of the check protocol before the facets (one ``CheckRun`` class per kind in
 ``checks/protocol.py``), replaced in the docs by the package of facets (issue 27)."""
 
+REPLACED_IN_ISSUE_29: tuple[str, ...] = (
+    (
+        "The infercheck section opens with the **verdict matrix** (element id "
+        "`infercheck-verdicts`): a row per check x suite, a column per test side, sweep "
+        "level, stress level or target, each cell the verdict (`pass`, `fail`, `ungated`) "
+        "and the number that decided it: the first gate it broke, value against threshold "
+        "(`mean KL 0.0151764 > max_mean_kl 0.005`), else its failed items (`1/60 items "
+        "failed`), else its headline measure when it passed (mean KL ± SE, determinism "
+        "score, consistency)."
+    ),
+    ("Each cell links to the check's table below; the engines' identities come after the tables."),
+    (
+        "`pytest --html=report.html --self-contained-html` (pytest-html, the `html` extra) "
+        "shows, for every item, the thresholds it was held to and what it measured: for a "
+        "comparison the two outputs side by side with the first divergence marked (token "
+        "index and character), the extracted answers and the flip, and a per-position KL "
+        "chart; for the other kinds their runs, levels, trials or hostile requests."
+    ),
+    (
+        "The results table gets sortable KL, flip and similarity columns; the summary has "
+        "one table per check x suite (failures, flip rate with its interval, mean KL +- SE, "
+        "same-top rate, determinism score, stress latency and consistency per level) and "
+        "inline SVG charts (flip rate by suite and model, KL distribution, degradation "
+        "across a sweep, latency and consistency against concurrency)."
+    ),
+)
+"""What the README said of the HTML report before issue 29 gave it a banner, links to the
+failing items, every broken gate in a cell and violations first."""
+
+
 DROPPED: dict[str, str] = {
     # unit (as normalised: one line, links as text) -> why it is not in the docs
+    **{
+        unit: (
+            "issue 29: the HTML report opens with a banner, a cell lists every reason it "
+            "failed and links to its failed items, an item's view starts with its violations, "
+            "the KL chart draws max_kl (docs/reference/results.md says the new report)"
+        )
+        for unit in REPLACED_IN_ISSUE_29
+    },
     "ungated), verdicts.py, present.py": (
         "a stray duplicate line in the README's architecture tree (the line before it says it)"
     ),

@@ -9,6 +9,14 @@ cd "$(dirname "$0")/.."
 VENV="${INFERCHECK_VENV:-.venv}"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
+# The browser test (tests/plugin/test_report_browser.py) drives the system's Chromium through
+# playwright: Debian's package, installed once when missing and apt is there (a browser build
+# of playwright's own is a download this project does not rely on). Under CI=true a missing
+# browser fails that test.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
+    && [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 if [ "$#" -eq 0 ]; then
     # Cold CI: build llama-server and install vLLM and vllm-mlx in the background while lint
     # and the tests that need no server run. The integration fixtures run the same scripts,

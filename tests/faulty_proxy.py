@@ -61,6 +61,17 @@ generation response they apply to:
   becomes ``null`` and a ``finish_reason`` of ``tool_calls`` becomes ``stop`` (a server with
   a reasoning and a tool parser both on, as users reported it); non-streamed answers pass.
 
+With ``drop_fields`` (``{"top_p"}``, ``{"seed"}``), those fields are removed from the JSON
+body of every sampled generation request (``temperature`` > 0) before it is forwarded: a
+server that ignores a sampling parameter (its own default applies instead: llama-server's
+``top_p`` 0.95, ``top_k`` 40, ``temperature`` 0.8, a random seed). Greedy requests pass.
+
+Two faults drop a LoRA adapter from every generation request, as a gateway that strips
+unknown fields or routes to the base model would (the silent base-model answer, vLLM #34186):
+``drop_lora`` sets every ``lora`` entry's ``scale`` to 0 (llama-server's per-request
+adapters); ``model_to`` rewrites the ``model`` field (vLLM: the LoRA module's name becomes
+the base model's). ``/lora-adapters`` and ``/v1/models`` still list the adapter.
+
 With ``refuse_tools``, a generation request whose body offers ``tools`` is not forwarded: the
 proxy answers HTTP 400 with an OpenAI error body (:data:`TOOLS_REFUSED`), as a server whose
 tool parser broke refuses every tool request; requests without tools pass. With
@@ -164,6 +175,9 @@ class Fault:
     return_stop: bool = False  # an answer that stopped on a stop string returns it too
     usage_offset: int = 0  # added to the answer's completion token count
     prompt_usage_offset: int = 0  # added to the answer's prompt token count
+    drop_fields: frozenset[str] = frozenset()  # removed from every sampled generation request
+    drop_lora: bool = False  # llama-server: every `lora` scale of a generation request set to 0
+    model_to: str | None = None  # a generation request's `model` rewritten to this (vLLM base)
 
 
 TOOLS_REFUSED = "faulty proxy: the tool parser failed to load"
@@ -830,15 +844,39 @@ class FaultyProxy:
 
     # -- serving ------------------------------------------------------------------------
 
+    def _drop_adapter(self, body: bytes) -> bytes:
+        """``body`` without its adapter (``drop_lora``, ``model_to``), counted as altered."""
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return body
+        if not isinstance(obj, dict):
+            return body
+        changed = False
+        if self.fault.drop_lora and isinstance(obj.get("lora"), list):
+            obj["lora"] = [{**e, "scale": 0.0} for e in obj["lora"] if isinstance(e, dict)]
+            changed = True
+        if self.fault.model_to is not None and "model" in obj:
+            changed = changed or obj["model"] != self.fault.model_to
+            obj["model"] = self.fault.model_to
+        if not changed:
+            return body
+        self._count_altered()
+        return json.dumps(obj).encode()
+
     def _serve(self, handler: _Handler, body: bytes) -> None:
         path = handler.path.split("?", 1)[0]
         generation = handler.command == "POST" and path in GENERATION_PATHS
+        if generation and (self.fault.drop_lora or self.fault.model_to is not None):
+            body = self._drop_adapter(body)
         request = self._begin(*prompt_of(body)) if generation else None
         if request is not None:
             request.body = body
         if request is not None and path in self.fault.alter_paths:
             request.history = True  # selected for alteration, as by its history
         self._check_poison(body)  # after _begin: the poison request itself stays intact
+        if generation and self.fault.drop_fields:
+            body = self._dropped(body)
         try:
             if request is not None and self.fault.delay_s > 0:
                 time.sleep(self.fault.delay_s)
@@ -846,6 +884,20 @@ class FaultyProxy:
         finally:
             if request is not None:
                 self._end(request)
+
+    def _dropped(self, body: bytes) -> bytes:
+        """``body`` without :attr:`Fault.drop_fields` when it asks a sampled generation."""
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return body
+        if not isinstance(payload, dict) or not (payload.get("temperature") or 0) > 0:
+            return body
+        if not any(k in payload for k in self.fault.drop_fields):
+            return body
+        self._count_altered()
+        kept = {k: v for k, v in payload.items() if k not in self.fault.drop_fields}
+        return json.dumps(kept).encode()
 
     def _forward(self, handler: _Handler, body: bytes, request: _Request | None) -> None:
         refused = None

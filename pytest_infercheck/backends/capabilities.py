@@ -145,3 +145,30 @@ one-token request each (a field the server refuses with HTTP 400/422 is lacking)
 PROBE_TOPICS = (GENERATION_PATHS, TOKENIZE_TOPIC, STRUCTURED, REQUEST_PARAMS)
 """Every probe topic; a check asks only for the ones it uses (a generating probe can warm a
 prefix cache)."""
+
+
+@runtime_checkable
+class NextTokenSampling(Protocol):
+    """A backend that draws many next tokens of one prompt at once with the sampling
+    parameters under test, through the engine's own sampler (mlx-lm in-process: one forward
+    pass, its sampler applied to many copies of the row). A server draws them by requests
+    (``n`` or concurrency) instead."""
+
+    async def sample_next(
+        self, prompt: PromptInput, params: GenerationParams, count: int
+    ) -> list[int]:
+        """``count`` independent draws of the token after ``prompt`` under ``params``."""
+        ...
+
+
+@runtime_checkable
+class ProcessedProbs(Protocol):
+    """A backend that reports the distribution its sampler draws from (after its
+    truncations and temperature): llama-server's ``post_sampling_probs``."""
+
+    async def processed_probs(
+        self, prompt: PromptInput, params: GenerationParams
+    ) -> dict[int, float] | None:
+        """The probabilities of the next token after ``prompt`` under ``params``, the support
+        only; None when the engine reported none for this request."""
+        ...

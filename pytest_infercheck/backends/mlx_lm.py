@@ -52,7 +52,7 @@ from .base import (
 from .mlx_load import _LOADED as _LOADED
 from .mlx_load import Loaded, MlxModelSpec, load_model, token_piece, version
 from .mlx_rows import generate_with_rows
-from .mlx_sampling import mlx_processors, mlx_sampler, top_rows
+from .mlx_sampling import mlx_processors, mlx_sampler, sample_next, top_rows
 from .params import check_taken
 
 if TYPE_CHECKING:
@@ -221,12 +221,22 @@ class MlxLmBackend(Backend):
             return list(prompt.token_ids)
         return list(self._loaded.tokenizer.encode(prompt.text, add_special_tokens=False))
 
+    async def generate_base(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` by the same weights loaded without the adapter."""
+        spec = dataclasses.replace(self.spec, adapter=None)
+        twin = MlxLmBackend(
+            self.name, spec, chat=self.chat, add_bos=self.add_bos, options=self.options
+        )
+        return await twin.generate(prompt, params)
+
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return self.generate_sync(prompt, params)
 
     async def generate_with_rows(self, prompt: PromptInput, params: GenerationParams) -> Any:
         """:func:`.mlx_rows.generate_with_rows`: the generation and, shared, its rows."""
         return generate_with_rows(self, prompt, params)
+
+    sample_next = sample_next  # NextTokenSampling: one forward pass, many draws
 
     async def generate_uncached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """:meth:`generate`: a fresh prompt cache (and the kept one left as it is)."""
@@ -562,6 +572,7 @@ class MlxLmBackend(Backend):
             "name": self.name,
             "model": self.spec.source,
             "revision": self.spec.revision,
+            **({"adapter": self.spec.adapter} if self.spec.adapter else {}),
             "quantization": config.get("quantization"),
             "tokenizer": self._loaded.fingerprint,
             "mlx": version("mlx"),
@@ -580,10 +591,16 @@ class MlxLmBackend(Backend):
 
 
 def create(
-    name: str, spec: MlxLmSpec, source: str, revision: str | None, url: str | None
+    name: str,
+    spec: MlxLmSpec,
+    source: str,
+    revision: str | None,
+    url: str | None,
+    adapter: str | None = None,
 ) -> MlxLmBackend:
-    """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
-    model = MlxModelSpec(source, revision, spec.dtype)
+    """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`), with the LoRA
+    ``adapter`` folder applied if given."""
+    model = MlxModelSpec(source, revision, spec.dtype, adapter)
     return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos, options=spec.options)
 
 

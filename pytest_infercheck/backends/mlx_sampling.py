@@ -58,3 +58,38 @@ def top_rows(full: np.ndarray | None, k: int) -> list[dict[Any, float]]:
         best = np.argsort(-row, kind="stable")[:k]
         out.append({int(v): float(row[v]) for v in best})
     return out
+
+
+async def sample_next(backend: Any, prompt: Any, params: GenerationParams, count: int) -> list[int]:
+    """``count`` next tokens of ``prompt`` drawn by mlx-lm's own sampler and logits
+    processors (``make_sampler``, ``make_logits_processors``) from one forward pass of
+    ``generate_step``: the sampler it is given draws ``count`` rows of the step's
+    log-probabilities (``(1, V)`` after the processors, broadcast to ``(count, V)``: each
+    row is an independent draw of ``categorical_sampling``) and hands ``generate_step`` the
+    first. ``params.seed`` seeds ``mx.random`` first, as :meth:`generate_sync` does. The
+    method :meth:`~.mlx_lm.MlxLmBackend.sample_next` (the ``NextTokenSampling``
+    capability)."""
+    import mlx.core as mx
+
+    from .base import BackendError
+    from .params import check_taken
+
+    check_taken(backend.name, backend.kind, backend.chat, params)
+    if not params.sampled:
+        raise BackendError(f"backend {backend.name!r}: sample_next needs temperature > 0")
+    ids = backend._prompt_ids(prompt)
+    if params.seed is not None:
+        mx.random.seed(params.seed)
+    sampler = mlx_sampler(params)
+    drawn: list[Any] = []
+
+    def many(logprobs: Any) -> Any:
+        tokens = sampler(mx.broadcast_to(logprobs, (count, logprobs.shape[-1])))
+        drawn.append(tokens)
+        return tokens[:1]
+
+    for _ in backend._steps(ids, 0, 1, many, [], mlx_processors(params)):
+        break
+    if not drawn:
+        raise BackendError(f"backend {backend.name!r}: generate_step drew no token")
+    return [int(t) for t in np.array(drawn[0]).reshape(-1)]

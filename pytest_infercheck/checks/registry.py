@@ -29,6 +29,7 @@ _MODULES: tuple[tuple[str, str, str], ...] = (
     ("cache-parity", ".cache_parity", "CACHE_PARITY"),
     ("structured-parity", ".structured_parity", "STRUCTURED_PARITY"),
     ("request-conformance", ".request_conformance", "REQUEST_CONFORMANCE"),
+    ("sampling", ".sampling", "SAMPLING"),
 )
 """``(YAML key, module relative to this package, CheckKind's name)`` of every kind, in the
 order the terminal summary shows their families."""

@@ -218,6 +218,10 @@ class AnswerFlip:
     base: Answer | None
     test: Answer | None
     flip: FlipKind
+    base_correct: bool | None = None
+    """Whether the baseline's answer equals the reference (:func:`answers_equal`; no answer
+    is wrong); None without a reference. With :attr:`flip` it places the prompt in the flip
+    matrix: correct or wrong before, correct or wrong after."""
 
 
 def judge_answers(
@@ -237,4 +241,5 @@ def judge_answers(
     base = extract_answer(base_text, answer_kind, base_calls)
     test = extract_answer(test_text, answer_kind, test_calls)
     expected = parse_reference(reference, answer_kind) if reference is not None else None
-    return AnswerFlip(base, test, classify_flip(base, test, expected))
+    base_correct = None if expected is None else base is not None and answers_equal(base, expected)
+    return AnswerFlip(base, test, classify_flip(base, test, expected), base_correct)

@@ -154,23 +154,45 @@ def line_chart(
     width: int = WIDTH,
     height: int = HEIGHT,
     max_points: int = MAX_POINTS,
+    threshold: tuple[str, float] | None = None,
+    marks: Sequence[tuple[int, str]] = (),
 ) -> str:
     """Lines of ``series`` over x = 0..n-1 (n: the longest series), x spanning the plot area's
     width; ``x_labels`` names the positions (a sweep's levels, stress concurrencies), else
     the first and last index are written. Each line is a ``<polyline class="ic-line">``
-    (several when a gap breaks it); with up to 40 points each point is also a ``<circle>``."""
+    (several when a gap breaks it); with up to 40 points each point is also a ``<circle>``.
+    ``threshold`` ``(name, y)``: a dashed ``<line class="ic-threshold">`` across the plot
+    area at ``y`` (the y axis reaches it), named at its right end. ``marks``: ``(x, text)``,
+    a vertical ``<line class="ic-mark">`` at index ``x`` with ``text`` at its top."""
     canvas = _Canvas(title, width, height, y_label)
     reduced = [(name, downsample_max(values, max_points)) for name, values in series]
     everything = [v for _, points in reduced for _, v in points]
     if not everything:
         return canvas.empty()
     n = max(len(values) for _, values in series)
-    y_max = _y_max(everything)
+    limit = threshold if threshold is not None and finite(threshold[1]) else None
+    y_max = _y_max(everything + ([limit[1]] if limit is not None else []))
     canvas.y_axis(y_max)
 
     def x_of(i: int) -> float:
         return scale(i, 0, n - 1, canvas.left, canvas.right)
 
+    if limit is not None:
+        y = scale(limit[1], 0.0, y_max, canvas.bottom, canvas.top)
+        canvas.parts.append(
+            f'<line class="ic-threshold" x1="{canvas.left}" y1="{_px(y)}" x2="{canvas.right}" '
+            f'y2="{_px(y)}" stroke="#b00" stroke-dasharray="4 3"/>'
+        )
+        canvas.text(canvas.right - 2, y - 3, f"{limit[0]} {limit[1]:.4g}", "ic-tick", "end")
+    for i, text in marks:
+        if not 0 <= i < n:
+            continue
+        x = x_of(i)
+        canvas.parts.append(
+            f'<line class="ic-mark" x1="{_px(x)}" y1="{canvas.top}" x2="{_px(x)}" '
+            f'y2="{canvas.bottom}" stroke="#e08000" stroke-width="1.5"/>'
+        )
+        canvas.text(x + 3, canvas.top + 9, text, "ic-tick")
     for k, ((name, values), (_, points)) in enumerate(zip(series, reduced, strict=True)):
         color = COLORS[k % len(COLORS)]
         for run in _runs(points, values):

@@ -148,7 +148,29 @@ CSS = """
 .ic-grid{stroke:#eee}.ic-axis{stroke:#999}.ic-line{stroke-width:1.5}
 .ic-err{stroke:#000;stroke-width:1.5}
 th.sortable{cursor:pointer}
+.ic-banner{font-family:sans-serif;border:2px solid;border-radius:4px;padding:6px 12px;
+ margin:8px 0;font-size:15px}
+.ic-banner p{margin:2px 0}.ic-banner-head{font-size:17px}.ic-worst-text{font-weight:bold}
+.ic-banner-fail{border-color:#b00;background:#fde8e8}
+.ic-banner-pass{border-color:#070;background:#e8f6e8}
+.ic-banner-fail strong{color:#b00}.ic-banner-pass strong{color:#070}
+.ic-also{margin:2px 0;padding-left:16px;color:#600}
+.ic-failed-items{font-size:11px;margin-top:2px}.ic-failed-items a{margin-right:4px}
+.ic-note{background:#fff3c4;border:1px solid #d9a400;border-radius:3px;padding:0 3px;
+ font-size:11px}
+.ic-notes{margin:2px 0 8px;font-size:13px}
 """
+
+TO_TOP_SCRIPT = (
+    "<script>(function () {"
+    ' var b = document.getElementById("infercheck-banner"),'
+    ' t = document.getElementById("title");'
+    " if (!b) { return; }"
+    " if (t) { t.after(b); } else { document.body.prepend(b); }"
+    "})();</script>"
+)
+"""Moves the banner (:func:`..report.overview.banner_html`) under the page's title: pytest-html
+gives a plugin a place in its summary only, below its environment table."""
 
 SORT_SCRIPT = """
 document.querySelectorAll("table.ic-results th.sortable").forEach(function (th) {

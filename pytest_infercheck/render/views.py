@@ -10,6 +10,10 @@ from typing import Any
 from ..metrics.answers import FLIP_VALUES
 from .markup import clip, esc, is_number, kv_table, plain, table
 
+VIEW_THRESHOLDS = "_thresholds"
+"""The key under which a kind's view finds the item's thresholds beside its record's data
+(:func:`~pytest_infercheck.report.views.item_detail`; a record never has this key)."""
+
 SIDE_CHARS = 1000
 """Characters of an output shown on each side of the first difference (before and after)."""
 
@@ -101,3 +105,40 @@ def target_aggregate(data: Mapping[str, Any]) -> str:
             table([esc(k) for k in keys], [[plain(lv.get(k)) for k in keys] for lv in levels])
         )
     return "".join(parts) + engines(data.get("engines"))
+
+
+def flip_matrix(counts: Any) -> str:
+    """A comparison's flip matrix (``{correct_to_wrong: n, ...}``, see
+    :func:`~pytest_infercheck.checks.comparison.aggregate.answer_matrix`) as a 2 x 2 table:
+    a row per baseline answer (correct, wrong), a column per test answer; the cells that
+    changed correctness are marked. ``-`` without counts."""
+    if not isinstance(counts, Mapping) or not counts:
+        return "-"
+    rows = []
+    for before in ("correct", "wrong"):
+        cells = []
+        for after in ("correct", "wrong"):
+            n = counts.get(f"{before}_to_{after}", 0)
+            text = esc(n)
+            if before != after and n:
+                text = f'<span class="ic-flip">{text}</span>'
+            cells.append(text)
+        rows.append([f"<b>{before}</b>", *cells])
+    return table(["baseline \\ test", "correct", "wrong"], rows, cls="ic-table ic-flip-matrix")
+
+
+def flip_matrix_line(counts: Any) -> str:
+    """The flip matrix (:func:`flip_matrix`) in one table cell: ``correct->correct 49,
+    correct->wrong 1 / wrong->correct 0, wrong->wrong 10``, the changes of correctness
+    marked. ``-`` without counts."""
+    if not isinstance(counts, Mapping) or not counts:
+        return "-"
+    rows = []
+    for before in ("correct", "wrong"):
+        cells = []
+        for after in ("correct", "wrong"):
+            n = counts.get(f"{before}_to_{after}", 0)
+            text = f"{before}→{after} {esc(n)}"
+            cells.append(f'<span class="ic-flip">{text}</span>' if before != after and n else text)
+        rows.append(", ".join(cells))
+    return "<br>".join(rows)

@@ -79,9 +79,10 @@ def items_table(run: RunView) -> str:
             + "".join(f'<td data-sort="{esc(k)}">{html}</td>' for k, html in cells.values())
             + f'<td data-sort="{sort_key(duration)}">{num(duration, ".3g")}</td>'
         )
-        detail = item_detail(item, outcome) if item.get("kind") is not None else ""
+        ident = run.anchor(item)
+        detail = item_detail(item, outcome, ident) if item.get("kind") is not None else ""
         if not detail and item.get("longrepr"):
-            detail = f'<pre class="ic-text">{esc(item["longrepr"])}</pre>'
+            detail = f'<pre id="{esc(ident)}" class="ic-text">{esc(item["longrepr"])}</pre>'
         extra = f'<tr><td colspan="{len(COLUMNS) + 3}">{detail}</td></tr>' if detail else ""
         bodies.append(f"<tbody><tr>{row}</tr>{extra}</tbody>")
     return f'<table class="ic-results"><thead><tr>{heads}</tr></thead>{"".join(bodies)}</table>'
@@ -130,6 +131,7 @@ def render_report(results: list[dict[str, Any]]) -> str:
             label,
             [i for i in r.get("items") or [] if isinstance(i, Mapping)],
             mapping(r.get("engines")),
+            label if len(results) > 1 else "",
         )
         for label, r in zip(labels, results, strict=True)
     ]

@@ -19,6 +19,7 @@ from ..checks.registry import kind_named
 from ..render.charts import bar_chart, histogram
 from ..render.markup import esc, is_number, kv_table, mapping, plain
 from ..render.views import engines
+from .overview import banner_html, failing_by_cell, item_anchor, overview
 from .verdicts import Row, anchor, verdict_matrix, verdicts_of
 
 MAX_KL_CHARTS = 24
@@ -35,6 +36,13 @@ class RunView:
     items: Sequence[Mapping[str, Any]]
     engines: Mapping[str, Any] = field(default_factory=dict)
     """Engine identities by target label; empty: those recorded by the aggregates."""
+    anchors: str = ""
+    """What the ids of this run's item views are made from besides the node id
+    (:func:`.overview.item_anchor`): the run's label when a page shows several runs."""
+
+    def anchor(self, item: Mapping[str, Any]) -> str:
+        """The id of ``item``'s detail view in the page."""
+        return item_anchor(item.get("nodeid"), self.anchors)
 
 
 Measure = tuple[str, Callable[[Mapping[str, Any]], str]]
@@ -145,17 +153,25 @@ def check_table(entries: list[tuple[RunView, Mapping[str, Any]]], several_runs: 
 
 def verdicts_html(runs: list[RunView]) -> str:
     """The verdict matrix (:mod:`.verdicts`) of the runs' aggregates, a row per check x
-    suite linking to its table (:func:`summary_html`); with several runs each column is
-    named by its run."""
+    suite linking to its table (:func:`summary_html`), each cell to its failing items; with
+    several runs each column is named by its run."""
     several = len(runs) > 1
     rows: list[Row] = []
     for index, ((check, suite), entries) in enumerate(_aggregates(runs).items()):
-        cells = [
-            v._replace(column=f"{run.label}: {v.column}") if several else v
-            for run, item in entries
-            for v in verdicts_of(item)
-        ]
-        rows.append((check, suite, anchor(index), cells))
+        row = Row(check, suite, anchor(index), [])
+        for run, item in entries:
+            cells = verdicts_of(item)
+            prefix = f"{run.label}: " if several else ""
+            for column, failing in failing_by_cell(run.items, check, suite, cells).items():
+                key = None if column is None else prefix + column
+                row.links.setdefault(key, []).extend(
+                    (str(i.get("name", "?")), run.anchor(i)) for i in failing
+                )
+            row.cells += [v._replace(column=prefix + v.column) for v in cells]
+            kind = kind_named(item.get("kind"))
+            if kind is not None:
+                row.notes += [prefix + n for n in kind.present.notes(mapping(item.get("data")))]
+        rows.append(row)
     return verdict_matrix(rows)
 
 
@@ -173,16 +189,19 @@ def _verdict_cell(title: str, item: Mapping[str, Any]) -> str:
     if not found:
         return "<td>-</td>"
     v = found[0]
-    return (
-        f'<td class="ic-{esc(v.verdict)}"><strong>{esc(v.verdict)}</strong>: {esc(v.deciding)}</td>'
-    )
+    shown = esc(v.verdict.upper())
+    return f'<td class="ic-{esc(v.verdict)}"><strong>{shown}</strong>: {esc(v.deciding)}</td>'
 
 
-def summary_html(runs: list[RunView]) -> str:
-    """The summary section of ``runs``: the verdict matrix, one table per check x suite,
-    engines, charts."""
+def summary_html(runs: list[RunView], banner: bool = True, title: str | None = None) -> str:
+    """The summary section of ``runs``: the banner (one run; :mod:`.overview`), the verdict
+    matrix, one table per check x suite, engines, charts."""
     several = len(runs) > 1
-    parts = ['<section class="ic-summary"><h2>infercheck summary</h2>', verdicts_html(runs)]
+    parts = ['<section class="ic-summary">', "<h2>infercheck summary</h2>", verdicts_html(runs)]
+    if banner:
+        titles = [run.label for run in runs] if several else [title]
+        banners = [banner_html(overview(r.items), t) for r, t in zip(runs, titles, strict=True)]
+        parts[1:1] = banners
     for index, ((check, suite), entries) in enumerate(_aggregates(runs).items()):
         parts.append(f'<h3 id="{anchor(index)}">{esc(check)} · {esc(suite)}</h3>')
         parts.append(check_table(entries, several))

@@ -5,14 +5,16 @@ each cell the verdict and the number that decided it, linking to the check's det
 A kind gives its cells (:attr:`..checks.framework.kind.CheckKind.verdicts`, a comparison's per
 test side); otherwise a cell per column of the kind's summary table, judged by the column's
 own ``violations`` when it has them (a stress level), else one cell for the target judged by
-the aggregate. A failed cell shows its first broken gate (value against threshold), a passed
-one the kind's headline measure.
+the aggregate. A failed cell shows its first broken gate (value against threshold), then every
+other reason it failed, and links to its failing items; a passed one the kind's headline
+measure. A kind's notes (a sweep's degradation cliff) follow the table.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from html import unescape
 from typing import Any
 
@@ -56,13 +58,16 @@ def default_verdicts(
             else:
                 ok, reasons = passed, list(violations)
             deciding = _headline(kind, numbers) if ok else (reasons or ["failed"])[0]
-            cells.append(Verdict(title, "pass" if ok else "fail", deciding))
+            shown = () if ok else tuple(reasons)
+            cells.append(Verdict(title, "pass" if ok else "fail", deciding, shown))
         if cells:
             return cells
     target = str(data.get("target", "?"))
     if passed:
         return [Verdict(target, "pass", _headline(kind, data))]
-    return [Verdict(target, "fail", str(violations[0]) if violations else "failed")]
+    return [
+        Verdict(target, "fail", str(violations[0]) if violations else "failed", tuple(violations))
+    ]
 
 
 def verdicts_of(item: Mapping[str, Any]) -> list[Verdict]:
@@ -80,35 +85,76 @@ def verdicts_of(item: Mapping[str, Any]) -> list[Verdict]:
     return default_verdicts(kind, data, passed, violations)
 
 
-Row = tuple[str, str, str, list[Verdict]]
-"""``(check, suite, anchor, cells)``."""
+Link = tuple[str, str]
+"""``(text, anchor)``: a link to a failing item's detail."""
+MAX_LINKS = 12
+"""Failing items linked from one cell before ``and N more``."""
+
+
+@dataclass
+class Row:
+    """A row of the verdict matrix: a check x suite, the anchor of its table, its cells, the
+    failing items of each cell (by column; None: the row's own) and the notes of its kind
+    (a sweep's degradation cliff)."""
+
+    check: str
+    suite: str
+    anchor: str
+    cells: list[Verdict]
+    links: dict[str | None, list[Link]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _links(links: list[Link]) -> str:
+    if not links:
+        return ""
+    shown = " ".join(f'<a href="#{esc(a)}">{esc(text)}</a>' for text, a in links[:MAX_LINKS])
+    more = f" and {len(links) - MAX_LINKS} more" if len(links) > MAX_LINKS else ""
+    return f'<div class="ic-failed-items">failed items: {shown}{more}</div>'
+
+
+def _cell(v: Verdict, row: Row) -> str:
+    """A cell: the verdict (linking to the first failing item of the cell, else the check's
+    table), what decided it, every other reason it failed, its note, its failing items."""
+    links = row.links.get(v.column, [])
+    target = links[0][1] if links else row.anchor
+    others = [r for r in v.reasons if r != v.deciding]
+    also = "".join(f"<li>{esc(r)}</li>" for r in others)
+    note = f' <span class="ic-note">{esc(v.note)}</span>' if v.note else ""
+    return (
+        f'<td class="ic-{esc(v.verdict)}"><a href="#{esc(target)}">'
+        f"<strong>{esc(v.verdict.upper())}</strong></a>{note} "
+        f'<span class="ic-deciding">{esc(v.deciding)}</span>'
+        + (f'<ul class="ic-also">{also}</ul>' if also else "")
+        + _links(links)
+        + "</td>"
+    )
 
 
 def verdict_matrix(rows: list[Row]) -> str:
     """The matrix: a column per distinct cell column in order of first appearance; a check
-    without a cell in a column shows nothing there."""
-    columns = list(dict.fromkeys(v.column for _, _, _, cells in rows for v in cells))
+    without a cell in a column shows nothing there. Each kind's notes follow the table."""
+    columns = list(dict.fromkeys(v.column for row in rows for v in row.cells))
     head = "<th>check</th><th>suite</th>" + "".join(f"<th>{esc(c)}</th>" for c in columns)
     body = []
-    for check, suite, link, cells in rows:
-        by_column = {v.column: v for v in cells}
-        tds = []
-        for column in columns:
-            v = by_column.get(column)
-            if v is None:
-                tds.append("<td></td>")
-                continue
-            tds.append(
-                f'<td class="ic-{esc(v.verdict)}"><a href="#{esc(link)}">'
-                f"<strong>{esc(v.verdict)}</strong></a> "
-                f'<span class="ic-deciding">{esc(v.deciding)}</span></td>'
-            )
+    for row in rows:
+        by_column = {v.column: v for v in row.cells}
+        tds = [
+            "<td></td>" if by_column.get(c) is None else _cell(by_column[c], row) for c in columns
+        ]
         body.append(
-            f'<tr><th><a href="#{esc(link)}">{esc(check)}</a></th><td>{esc(suite)}</td>'
+            f'<tr><th><a href="#{esc(row.anchor)}">{esc(row.check)}</a>'
+            f"{_links(row.links.get(None, []))}</th><td>{esc(row.suite)}</td>"
             + "".join(tds)
             + "</tr>"
         )
+    notes = "".join(
+        f"<li>{esc(row.check)} · {esc(row.suite)}: {esc(note)}</li>"
+        for row in rows
+        for note in row.notes
+    )
     return (
         '<table id="infercheck-verdicts" class="ic-verdicts">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        + (f'<ul class="ic-notes">{notes}</ul>' if notes else "")
     )

@@ -150,6 +150,8 @@ class ToyBackend(Backend):
         self.seed = seed
         self.chat = chat
         self._cache: OrderedDict[tuple[int, ...], int] = OrderedDict()
+        self._draws = 0
+        """Unseeded sampled requests so far (each one's draws its own)."""
 
     # -- the prompt cache ------------------------------------------------------------------
     def _cache_lookup(self, ids: Sequence[int]) -> int:
@@ -226,7 +228,13 @@ class ToyBackend(Backend):
         ids = self.prompt_ids_of(prompt)
         request, fault = self.injector.begin(self.name, path, prompt.key())
         self.injector.refuse(request, fault, f"/{path}")
-        out, rows, stopped = self.model.generate(ids, params.max_tokens)
+        if params.sampled:
+            self._draws += 1
+            key = ("seed", params.seed) if params.seed is not None else ("draw", self._draws)
+            rng = np.random.default_rng(toy.stable_hash(self.seed, ids, key))
+            out, rows, stopped = self.model.sample(ids, params.max_tokens, params, rng)
+        else:
+            out, rows, stopped = self.model.generate(ids, params.max_tokens)
         cached: int | None = {"bypass": 0, "cold": 0, "none": None}.get(cache)
         if cache == "use":
             cached = self._cache_lookup(ids)

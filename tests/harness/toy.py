@@ -26,6 +26,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from pytest_infercheck.backends.base import GenerationParams
+
 SPECIALS = ("<s>", "</s>", "<tool_call>", "</tool_call>")
 BOS, EOS, CALL_OPEN, CALL_CLOSE = 0, 1, 2, 3
 VOCAB: tuple[str, ...] = (*SPECIALS, *(chr(c) for c in range(32, 127)), "\n")
@@ -96,10 +98,50 @@ class ToyModel:
                 return ids, rows, True
         return ids, rows, False
 
+    def sample(
+        self,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        params: GenerationParams,
+        rng: np.random.Generator,
+    ) -> tuple[list[int], list[np.ndarray], bool]:
+        """Sampled decoding (``params.temperature > 0``) as llama.cpp's chain does it
+        (``common/sampling.cpp``): top-k, top-p over the survivors renormalised (kept through
+        the first token whose cumulative probability reaches ``top_p``), min-p (``p_i >=
+        min_p * p_max``), then the temperature on the survivors' logits and a draw from
+        ``rng``. The rows are the raw ones, as :meth:`generate` returns them."""
+        ids: list[int] = []
+        rows: list[np.ndarray] = []
+        while len(ids) < max_tokens:
+            row = self.row(prompt_ids, ids)
+            token = draw(row.astype(np.float64), params, rng)
+            ids.append(token)
+            rows.append(row)
+            if token == EOS:
+                return ids, rows, True
+        return ids, rows, False
+
     def score(self, prompt_ids: Sequence[int], continuation: Sequence[int]) -> np.ndarray:
         """Teacher-forced rows (T, V) of ``continuation`` after ``prompt_ids``."""
         rows = [self.row(prompt_ids, continuation[:t]) for t in range(len(continuation))]
         return np.stack(rows) if rows else np.zeros((0, V), dtype=np.float32)
+
+
+def draw(row: np.ndarray, params: GenerationParams, rng: np.random.Generator) -> int:
+    """One token of the raw logprobs ``row`` under llama.cpp's chain (see
+    :meth:`ToyModel.sample`)."""
+    order = np.argsort(-row, kind="stable")
+    if params.top_k:
+        order = order[: params.top_k]
+    if params.top_p is not None and params.top_p < 1:
+        p = np.exp(row[order] - np.logaddexp.reduce(row[order]))
+        reached = np.nonzero(np.cumsum(p) >= params.top_p)[0]
+        order = order[: int(reached[0]) + 1] if len(reached) else order
+    if params.min_p:
+        order = order[row[order] >= row[order[0]] + np.log(params.min_p)]
+    logits = row[order] / params.temperature
+    p = np.exp(logits - np.logaddexp.reduce(logits))
+    return int(order[int(rng.choice(len(order), p=p / p.sum()))])
 
 
 @lru_cache(maxsize=4096)

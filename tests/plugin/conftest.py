@@ -9,6 +9,7 @@ import numpy  # noqa: F401
 import pytest
 
 from .helpers import matrix_yaml, suite_jsonl
+from .quickstart_run import quickstart_run  # noqa: F401 (the fixture, shared by modules)
 
 # Collecting a matrix imports the check kinds and with them numpy, whose C extension cannot be
 # loaded twice in one process; pytester's in-process runs unload what they imported, so numpy

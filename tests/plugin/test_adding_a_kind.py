@@ -190,10 +190,10 @@ def add_kind(package: Path) -> list[str]:
     registry = package / "checks" / "registry.py"
     before = registry.read_text().splitlines()
     text = registry.read_text()
-    text = text.replace(
-        '    ("request-conformance", ".request_conformance", "REQUEST_CONFORMANCE"),\n)',
-        '    ("request-conformance", ".request_conformance", "REQUEST_CONFORMANCE"),\n'
-        '    ("prompt-budget", ".prompt_budget", "PROMPT_BUDGET"),\n)',
+    text = text.replace(  # after the last line of _MODULES, whichever kind it is
+        '),\n)\n"""``(YAML key',
+        '),\n    ("prompt-budget", ".prompt_budget", "PROMPT_BUDGET"),\n)\n"""``(YAML key',
+        1,
     )
     registry.write_text(text)
     return sorted(set(text.splitlines()) - set(before))

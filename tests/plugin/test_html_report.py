@@ -172,3 +172,53 @@ def test_single_target_kinds_in_the_html_report(
     for test, *_ in tests.values():
         detail = parse("".join(e["content"] for e in test["extras"]))
         assert "in the detail view" not in detail.text()  # no view fell back on an error
+
+
+def test_title_engines_banner_and_job_summary(
+    pytester: pytest.Pytester, hostile_suite: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The matrix's ``title`` heads the HTML report (escaped) and the job summary; the
+    environment table names mlx and mlx-lm with their versions; the banner's counts are the
+    run's; the job summary is appended to the file GITHUB_STEP_SUMMARY names, escaped."""
+    from importlib.metadata import version
+
+    matrix = pytester.path / "infercheck.yaml"
+    matrix.write_text(matrix.read_text() + f'\nsettings:\n  title: "{SCRIPT} tiny"\n')
+    summary_file = pytester.path / "step-summary.md"
+    summary_file.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
+    result = pytester.runpytest("-q", "-rf", "--html=report.html", "--self-contained-html")
+    outcomes = result.parseoutcomes()
+    failing = [line.split()[1] for line in result.outlines if line.startswith("FAILED ")]
+    assert failing and len(failing) == outcomes["failed"], "\n".join(result.outlines[-30:])
+    checks_failed = len({nodeid.split("::")[1] for nodeid in failing})
+    items_failed = [n for n in failing if not n.endswith("::aggregate")]
+    items = outcomes["failed"] + outcomes["passed"] - 2  # the sweep's and compare's aggregates
+    page = parse((pytester.path / "report.html").read_text(encoding="utf-8"))
+    assert page.one("h1").text() == f"{SCRIPT} tiny" and not page.one("h1").all("script")
+    (container,) = [n for n in page.iter("div") if n.attrs.get("id") == "data-container"]
+    environment = json.loads(container.attrs["data-jsonblob"])["environment"]
+    assert environment["Engines"] == {"mlx": version("mlx"), "mlx-lm": version("mlx-lm")}
+    (banner,) = [n for n in page.iter("div") if n.attrs.get("id") == "infercheck-banner"]
+    text = " ".join(banner.text().split())
+    counts = f"{checks_failed} of 2 checks failed, {len(items_failed)} of {items} items failed"
+    assert text.startswith(f"FAIL: {counts} worst finding: "), text
+    written = summary_file.read_text(encoding="utf-8")
+    assert written.startswith("earlier step\n## &lt;script&gt;alert(1)&lt;/script&gt; tiny: FAIL\n")
+    assert "<script" not in written and "| check | suite |" in written
+    assert f"### Failed items ({len(items_failed)})" in written
+
+
+def test_the_title_option_and_a_passing_job_summary(
+    pytester: pytest.Pytester, write_matrix: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_matrix("  - compare: {baseline: bf16, test: bf16}\n    max_kl: 0.0\n")
+    summary_file = pytester.path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
+    result = pytester.runpytest("-q", "--infercheck-title=nightly bf16", "-p", "no:html")
+    result.assert_outcomes(passed=9)
+    lines = summary_file.read_text(encoding="utf-8").splitlines()
+    assert lines[:3] == ["## nightly bf16: PASS", "", "0 of 1 check failed, 0 of 8 items failed."]
+    assert lines[4:6] == ["| check | suite | bf16@local |", "|---|---|---|"]
+    assert lines[6].startswith("| compare(bf16-vs-bf16) | addition | ✅ PASS: mean KL 0 ")
+    assert "Failed items" not in "\n".join(lines)

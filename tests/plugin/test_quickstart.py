@@ -4,8 +4,9 @@ gates; the sweep names q4 (not q8) as its degradation cliff and fails q4's 9 ite
 mean-KL gate (its q8 level passes); every aggregate fails for its failed items; the engine
 checks (determinism, batch invariance, stress on in-process mlx-lm) pass.
 
-The quickstart runs once per module (``quickstart_run``, a subprocess in a copy of
-``examples/quickstart``, plus a ``--collect-only`` run for the node ids in collection order).
+The quickstart runs once per session (``quickstart_run`` in quickstart_run.py, a subprocess
+in a copy of ``examples/quickstart``, plus a ``--collect-only`` run for the node ids in
+collection order).
 Besides the README's outcome, the run is compared with snapshots recorded from it, so a
 refactor can show that it changes nothing (or only what it names as a deliberate fix):
 
@@ -33,12 +34,7 @@ import json
 import math
 import os
 import re
-import shutil
-import subprocess
-import sys
-import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +44,8 @@ from conftest import REPO
 from pytest_infercheck.report.html import render_report
 from tests.htmldom import Node, parse
 
-QUICKSTART = REPO / "examples" / "quickstart"
+from .quickstart_run import QuickstartRun
+
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "quickstart"
 UPDATE = os.environ.get("INFERCHECK_UPDATE_SNAPSHOTS") == "1"
 
@@ -95,10 +92,10 @@ DROPPED_DATA_KEYS = frozenset(
 )
 
 # Columns of the summary's tables that hold wall-clock measurements (the stress table): the
-# whole cell is masked. In "in flight mean/max" only the mean (achieved concurrency) is timing;
+# whole cell is masked. In "in flight" (mean/max) only the mean (achieved concurrency) is timing;
 # the max is kept (see ``max_in_flight`` above).
 SUMMARY_TIMING_COLUMNS = frozenset({"p50 s", "p95 s", "tok/s"})
-SUMMARY_MEAN_SLASH_COLUMNS = frozenset({"in flight mean/max"})
+SUMMARY_MEAN_SLASH_COLUMNS = frozenset({"in flight"})
 MASK = "<t>"
 
 # Timing figures inside violation strings ("latency 0.41 s", "12.5 tok/s", "300 ms"); none
@@ -112,75 +109,6 @@ SIGNIFICANT = 6
 @pytest.fixture(autouse=True)
 def _inner_ini() -> None:
     """The quickstart is its own pytest project; no pytester ini is written here."""
-
-
-@dataclass(frozen=True)
-class QuickstartRun:
-    returncode: int
-    stdout: str
-    results: dict[str, Any]
-    nodeids: list[str]  # from --collect-only, in collection order
-    collected: int  # the "N tests collected" of --collect-only
-    seconds: float  # wall time of the full run
-    work: Path
-    models: dict[str, Path]
-
-
-def _pytest(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**outside_xdist(os.environ), "COLUMNS": "300"},  # -rf lines whole
-    )
-
-
-def outside_xdist(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without pytest-xdist's variables: the quickstart is its own run, in one
-    process, even when this module runs in an xdist worker (``-n 2``), whose
-    ``PYTEST_XDIST_WORKER`` the run would otherwise inherit and take for its own (stress
-    records it as ``measured_by``: ``gw1`` where the snapshot says ``main``)."""
-    return {k: v for k, v in environ.items() if not k.startswith("PYTEST_XDIST_")}
-
-
-@pytest.fixture(scope="module")
-def quickstart_run(
-    tmp_path_factory: pytest.TempPathFactory, tiny_models: dict[str, Path]
-) -> QuickstartRun:
-    """The quickstart, run once for the module on the tiny models made by ``tiny_models``."""
-    work = tmp_path_factory.mktemp("quickstart") / "quickstart"
-    shutil.copytree(QUICKSTART, work, ignore=shutil.ignore_patterns("models", "report.html"))
-    matrix = (work / "infercheck.yaml").read_text()
-    for name in ("bf16", "q8", "q4"):
-        matrix = matrix.replace(f"models/tiny-{name}", str(tiny_models[name]))
-    (work / "infercheck.yaml").write_text(matrix)
-
-    listed = _pytest(work, "--collect-only")
-    assert listed.returncode == 0, listed.stdout[-3000:] + listed.stderr[-3000:]
-    lines = listed.stdout.splitlines()
-    nodeids = [line for line in lines if "::" in line]
-    counts = [m for line in lines if (m := re.match(r"(\d+) tests? collected", line))]
-    assert len(counts) == 1, listed.stdout[-3000:]
-
-    started = time.monotonic()
-    done = _pytest(
-        work, "--infercheck-results=r.json", "-rf", "--html=report.html", "--self-contained-html"
-    )
-    seconds = time.monotonic() - started
-    results_file = work / "r.json"
-    assert results_file.exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    return QuickstartRun(
-        returncode=done.returncode,
-        stdout=done.stdout,
-        results=json.loads(results_file.read_text()),
-        nodeids=nodeids,
-        collected=int(counts[0].group(1)),
-        seconds=seconds,
-        work=work,
-        models=tiny_models,
-    )
 
 
 def test_demo_outcome_is_what_the_readme_says(quickstart_run: QuickstartRun) -> None:
@@ -254,34 +182,80 @@ def _sweep_q8_q4(page: Node) -> tuple[Node, Node]:
     return cells[header.index("q8@local")], cells[header.index("q4@local")]
 
 
-def _first_infercheck_element(page: Node) -> Node:
-    """The first element of the page's infercheck section after its heading (the section is
-    the page's first element of an ``ic-`` class)."""
-    section = next(n for n in page.iter() if any(c.startswith("ic-") for c in n.classes))
-    assert section.classes == ["ic-summary"]
-    return next(n for n in section.children if isinstance(n, Node) and n.tag != "h2")
+def _infercheck_elements(page: Node) -> list[Node]:
+    """The page's elements of an ``ic-`` class that are not inside another one (the banner
+    and the summary section), in page order."""
+
+    def top(node: Node) -> bool:
+        parent = node.parent
+        while parent is not None:
+            if any(c.startswith("ic-") for c in parent.classes):
+                return False
+            parent = parent.parent
+        return True
+
+    return [n for n in page.iter() if any(c.startswith("ic-") for c in n.classes) and top(n)]
+
+
+def _item_ids(html: str, page: Node, report: str) -> dict[str, str]:
+    """``{id: summary text}`` of the item detail views: in the page (standalone), or in
+    pytest-html's test data, whose script renders them."""
+    if report == "standalone":
+        views = list(page.iter("details"))
+    else:
+        (container,) = [n for n in page.iter("div") if n.attrs.get("id") == "data-container"]
+        tests = json.loads(container.attrs["data-jsonblob"])["tests"]
+        extras = "".join(e["content"] for runs in tests.values() for t in runs for e in t["extras"])
+        views = list(parse(extras).iter("details"))
+    return {v.attrs["id"]: v.one("summary").text() for v in views if "id" in v.attrs}
 
 
 @pytest.mark.parametrize("report", ["pytest-html", "standalone"])
-def test_the_report_opens_with_the_verdicts(quickstart_run: QuickstartRun, report: str) -> None:
-    """The first infercheck element of both reports is the verdict matrix; the sweep's q8
-    passes its gates (its mean KL shown) and q4 fails its mean-KL gate (its value against the
-    threshold), each cell linking to the sweep's table; engine tables come after."""
+def test_the_report_opens_with_the_banner_and_the_verdicts(
+    quickstart_run: QuickstartRun, report: str
+) -> None:
+    """Both reports open with the banner (the quickstart's counts and worst finding), then the
+    verdict matrix. The sweep's q8 passes its gates (its mean KL shown); q4 fails its mean-KL
+    gate (its value against the threshold) and its 9 failed items, is named the cliff, and
+    links to each of its failed items (the verdict to the first); engine tables come after
+    the check tables."""
     if report == "pytest-html":
         html = (quickstart_run.work / "report.html").read_text(encoding="utf-8")
     else:
         html = render_report([quickstart_run.results])
     page = parse(html)
-    assert _first_infercheck_element(page).attrs.get("id") == "infercheck-verdicts"
+    tops = _infercheck_elements(page)
+    if report == "pytest-html":  # the banner in pytest-html's summary, the section below
+        banner, section = tops[:2]
+    else:  # the banner opens the section
+        section = tops[0]
+        banner = next(c for c in section.children if isinstance(c, Node))
+    assert banner.attrs.get("id") == "infercheck-banner"
+    assert " ".join(banner.text().split()).endswith(
+        "FAIL: 3 of 6 checks failed, 19 of 364 items failed worst finding: q4@local turned 3 "
+        "right answers wrong in compare(bf16-vs-q4) · addition: e12, e13, e14"
+    )
+    assert section.classes == ["ic-summary"]
+    after = [c for c in section.children if isinstance(c, Node) and c.tag != "h2"]
+    assert next(c for c in after if c is not banner).attrs.get("id") == "infercheck-verdicts"
     q8, q4 = _sweep_q8_q4(page)
-    assert "ic-pass" in q8.classes and q8.one("strong").text() == "pass"
+    assert "ic-pass" in q8.classes and q8.one("strong").text() == "PASS"
     assert q8.one("span", "ic-deciding").text() == "mean KL 0.0002805 ± 0.0001"
-    assert "ic-fail" in q4.classes and q4.one("strong").text() == "fail"
+    assert "ic-fail" in q4.classes and q4.one("strong").text() == "FAIL"
+    assert q4.one("span", "ic-note").text() == "degradation cliff"
     deciding = q4.one("span", "ic-deciding").text()
     assert deciding == "mean KL 0.0151764 > max_mean_kl 0.005"
-    (link,) = {a.attrs["href"] for a in q4.all("a")}
-    (target,) = [n for n in page.iter("h3") if n.attrs.get("id") == link.removeprefix("#")]
-    assert target.text() == "sweep(bf16) · addition"
+    assert [li.text() for li in q4.one("ul", "ic-also").all("li")] == ["9/60 items failed"]
+    verdict, *listed = q4.all("a")
+    names = ["e01", "e02", "e03", "e12", "e13", "e14", "a25", "a38", "a40"]
+    # in the order the items reported (pytest-html) or the results file lists them
+    assert sorted(a.text() for a in listed) == sorted(f"{n}[q4]" for n in names)
+    assert verdict.attrs["href"] == listed[0].attrs["href"]
+    views = _item_ids(html, page, report)
+    for a in listed:
+        assert views[a.attrs["href"].removeprefix("#")] == f"sweep(bf16) · addition · {a.text()}"
+    (note,) = page.one("ul", "ic-notes").all("li")
+    assert note.text().startswith("sweep(bf16) · addition: degradation cliff: q4@local: ")
     headings = [h.text() for h in page.one("section", "ic-summary").all("h3")]
     assert headings.index("engines") > headings.index("sweep(bf16) · addition")
 
@@ -290,13 +264,9 @@ def test_only_the_failed_level_of_the_sweep_fails(quickstart_run: QuickstartRun)
     """Terminal: the sweep's q8 row passes (it failed no item and no gate), its q4 row fails;
     pytest's -rf line of the sweep aggregate starts with its failed items (q4's), and a
     prompt item's with its first violation."""
-    rows = {
-        tuple(line.split()[:3]): line.split()[-1]
-        for line in summary_section(quickstart_run.stdout)
-        if line.startswith("sweep(bf16)")
-    }
-    assert rows[("sweep(bf16)", "addition", "q8@local")] == "pass"
-    assert rows[("sweep(bf16)", "addition", "q4@local")] == "FAIL"
+    rows = grouped_rows(summary_section(quickstart_run.stdout))
+    assert rows[("sweep(bf16) addition", "q8@local")] == "PASS"
+    assert rows[("sweep(bf16) addition", "q4@local")] == "FAIL"
     lines = quickstart_run.stdout.splitlines()
     aggregate = "FAILED infercheck.yaml::sweep(bf16)::addition::aggregate - "
     (line,) = [x for x in lines if x.startswith(aggregate)]
@@ -407,6 +377,39 @@ def summary_section(stdout: str) -> list[str]:
             header = None
         out.append(line.rstrip())
     return out
+
+
+def grouped_rows(section: list[str]) -> dict[tuple[str, str], str]:
+    """``(group line, test side) -> verdict`` of the comparison table: rows are indented under
+    a line ``compare(bf16-vs-q4) addition:`` of their check x suite."""
+    rows: dict[tuple[str, str], str] = {}
+    group: str | None = None
+    for line in section:
+        if not line.startswith(" "):
+            group = line[:-1] if line.endswith(":") else None
+        elif group is not None:
+            cells = line.split()
+            rows[(group, cells[0])] = cells[-1]
+    return rows
+
+
+def test_the_summary_is_under_100_columns_in_one_spelling(quickstart_run: QuickstartRun) -> None:
+    """Every line of the terminal summary (comparisons, the sweep and its cliff, determinism,
+    batch invariance, stress) is under 100 columns as printed; verdicts are PASS and FAIL,
+    the standard error is ±, and no Python dict is printed; the run prints no
+    PytestDeprecationWarning (the quickstart's pytest.ini sets the asyncio loop scope)."""
+    lines = quickstart_run.stdout.splitlines()
+    (start,) = [i for i, line in enumerate(lines) if "infercheck summary" in line]
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(("==", "--")))
+    section = lines[start + 1 : end]
+    assert len(section) > 15
+    wide = [line for line in section if len(line) >= 100]
+    assert not wide, "\n".join(wide)
+    words = {w for line in section for w in line.split()}
+    assert {"PASS", "FAIL"} <= words and not {"pass", "fail"} & words
+    text = "\n".join(section)
+    assert "+-" not in text and "±" in text and "{'" not in text
+    assert "PytestDeprecationWarning" not in quickstart_run.stdout
 
 
 def _squeeze(lines: list[str]) -> list[str]:

@@ -127,3 +127,55 @@ def test_labels_are_escaped() -> None:
     root = parse(svg)
     assert not list(root.iter("script")) and not list(root.iter(f"{SVG}script"))
     assert "<b>&" in "".join(root.itertext())
+
+
+def test_threshold_line_and_marks_at_hand_computed_places() -> None:
+    """Values [0.1, 0.3, 0.2] and a threshold at 0.4: the y axis reaches 0.4, so the line is
+    at the top (y 22) and 0.2 halfway (y 76); index 1 of 3 is x = 48 + 420 / 2 = 258."""
+    root = parse(
+        line_chart(
+            [("KL_t", [0.1, 0.3, 0.2])],
+            title="t",
+            threshold=("max_kl", 0.4),
+            marks=[(1, "first divergence (token 1)"), (7, "out of range")],
+        )
+    )
+    lines = {line.get("class"): line for line in root.iter(f"{SVG}line")}
+    limit = lines["ic-threshold"]
+    assert (limit.get("y1"), limit.get("y2"), limit.get("x1"), limit.get("x2")) == (
+        f"{TOP:.1f}",
+        f"{TOP:.1f}",
+        str(LEFT),
+        str(RIGHT),
+    )
+    (mark,) = [line for line in root.iter(f"{SVG}line") if line.get("class") == "ic-mark"]
+    assert mark.get("x1") == mark.get("x2") == "258.0"
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert "max_kl 0.4" in texts and "first divergence (token 1)" in texts
+    assert "out of range" not in texts
+    ticks = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "ic-tick"]
+    assert "0.4" in ticks and "0.2" in ticks  # the axis: 0, 0.2, 0.4
+
+
+def test_the_kl_chart_labels_tokens_marks_the_divergence_and_draws_max_kl() -> None:
+    import dataclasses
+
+    from pytest_infercheck.checks.comparison.present import kl_chart
+    from tests.unit.factories import prompt_comparison
+
+    record = dataclasses.replace(
+        prompt_comparison("a", [0.0, 0.5, 0.25]),
+        base_tokens=["4", "<script>alert(1)</script>"],  # the end-of-sequence token left out
+        first_divergence=1,
+    )
+    svg = kl_chart(record, 0.01)
+    assert "<script>" not in svg
+    root = parse(svg)
+    labels = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "ic-tick"]
+    assert labels[-3:] == ["4", "<script>alert(1)</script>", None]  # an empty text element
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert "max_kl (mean) 0.01" in texts and "first divergence (token 1)" in texts
+    plain = parse(kl_chart(dataclasses.replace(record, base_tokens=[]), None))
+    assert not [line for line in plain.iter(f"{SVG}line") if line.get("class") == "ic-threshold"]
+    ticks = [t.text for t in plain.iter(f"{SVG}text") if t.get("class") == "ic-tick"]
+    assert ticks[-2:] == ["0", "2"]  # no tokens: the first and last index

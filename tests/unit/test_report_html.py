@@ -268,7 +268,7 @@ def test_single_target_views_show_their_outputs() -> None:
         },
     }
     root = parse(item_detail(parity))
-    assert [h.text() for h in root.all("h4")][:2] == ["non-streamed", "streamed"]
+    assert [h.text() for h in root.all("h4")][:3] == ["violations", "non-streamed", "streamed"]
     assert rows(root.all("table", "ic-table")[-1])["46"] == ["4", "correct_to_wrong"]
 
 
@@ -297,7 +297,7 @@ def test_summary_table_numbers_equal_the_aggregate() -> None:
     assert table["flip rate [90% CI]"] == ["0.100 [0.028, 0.301]"]
     assert table["mean KL ± SE"] == ["0.0123 ± 0.0021"]
     assert table["same-top rate"] == ["0.97"]
-    assert table["verdict"][0].startswith("fail: flip rate 2/20")
+    assert table["verdict"][0].startswith("FAIL: flip rate 2/20")
     titles = [t.text() for t in root.iter("title")]
     assert "flip rate by suite and test side" in titles
     assert any(t.startswith("per-prompt mean KL") for t in titles)

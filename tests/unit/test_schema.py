@@ -249,10 +249,12 @@ def test_every_before_validator_has_a_counterpart_and_none_is_stale() -> None:
     before = {name for name, mode in validators.items() if mode != "after"}
     assert before == {
         "ModelSpec._shorthand",
+        "AdapterSpec._shorthand",
         "validate_backend_entry",
         "TargetCheck._shorthand",
         "MatrixFields._suite_shorthand",
         "CheckEntry._suite_shorthand",
+        "RequestParams._one_stop",
     }
     assert before <= set(COUNTERPARTS) <= set(validators)
 

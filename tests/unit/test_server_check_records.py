@@ -227,9 +227,10 @@ def test_views_show_the_record_and_fall_back_when_a_field_is_missing(
 
 def test_views_read_the_record_by_attribute() -> None:
     root = parse(detail("endpoint-parity", "prompt", plain_data(parity_prompt(stream=False))))
-    assert [h.text() for h in root.all("h4")][:2] == ["completions", "chat"]
+    assert [h.text() for h in root.all("h4")][:3] == ["violations", "completions", "chat"]
     root = parse(detail("cache-pollution", "hostile", plain_data(hostile_record())))
-    assert [h.text() for h in root.all("h4")][:2] == ["before (s01)", "after the hostile request"]
+    heads = [h.text() for h in root.all("h4")][:3]
+    assert heads == ["violations", "before (s01)", "after the hostile request"]
     changed = plain_data(hostile_record())
     del changed["changed"][0]["after"]  # a changed output missing a field: not a record
     assert "ValidationError" in parse(detail("cache-pollution", "hostile", changed)).text()
@@ -387,8 +388,7 @@ def test_the_stream_parity_aggregate_counts_records_and_errors_in_any_order() ->
     assert (record.items, record.n_match, record.n_mismatch, record.n_errors) == (3, 2, 0, 1)
     assert record.errors == {"s02": "HTTP 500 after 4 attempts"}
     assert summary.text == (
-        "adder@llama: 2/3 identical, 0 answer flips, 1 errors; "
-        "divergences {'near-tie': 0, 'decisive': 0, 'unknown': 0}"
+        "adder@llama: 2/3 identical, 0 answer flips, 1 errors; divergences none"
     )
     assert aggregate_of("stream-parity", items[::-1], strict, STREAM_CONTEXT) == summary
 

@@ -9,7 +9,7 @@ from pytest_infercheck.checks.comparison.present import side_verdicts, summary_r
 from pytest_infercheck.checks.framework.kind import Verdict
 from pytest_infercheck.checks.framework.outcome import Outcome
 from pytest_infercheck.records import plain_data
-from pytest_infercheck.report.verdicts import verdict_matrix, verdicts_of
+from pytest_infercheck.report.verdicts import Row, verdict_matrix, verdicts_of
 from pytest_infercheck.specs import Thresholds
 from tests.htmldom import parse
 
@@ -41,10 +41,15 @@ def test_a_level_fails_for_its_own_gates_only() -> None:
     assert data["levels"][1]["violations"] == ["mean KL 0.2 > max_mean_kl 0.15"]
     assert side_verdicts(data, False, []) == [
         Verdict("q8@local", "pass", "mean KL 0.1 ± 0"),
-        Verdict("q4@local", "fail", "mean KL 0.2 > max_mean_kl 0.15"),
+        Verdict(
+            "q4@local",
+            "fail",
+            "mean KL 0.2 > max_mean_kl 0.15",
+            ("mean KL 0.2 > max_mean_kl 0.15",),
+        ),
     ]
     rows = summary_rows([("m.yaml::sweep(bf16)::s::aggregate", False, data)])
-    assert [row[-1] for row in rows] == ["pass", "FAIL"]
+    assert [row[-1] for row in rows] == ["PASS", "FAIL"]
 
 
 def test_errored_items_fail_every_side_and_old_records_follow_the_aggregate() -> None:
@@ -61,7 +66,7 @@ def test_errored_items_fail_every_side_and_old_records_follow_the_aggregate() ->
 def test_the_matrix_escapes_and_links() -> None:
     evil = "<script>alert(1)</script>"
     html = verdict_matrix(
-        [(f"compare({evil})", evil, "ic-check-0", [Verdict(evil, "fail", f"{evil} > 1")])]
+        [Row(f"compare({evil})", evil, "ic-check-0", [Verdict(evil, "fail", f"{evil} > 1")])]
     )
     page = parse(html)
     assert not page.all("script")
@@ -69,7 +74,7 @@ def test_the_matrix_escapes_and_links() -> None:
     assert table.attrs["id"] == "infercheck-verdicts"
     assert [th.text() for th in table.one("thead").all("th")] == ["check", "suite", evil]
     cell = table.one("tbody").all("td")[-1]
-    assert cell.classes == ["ic-fail"] and cell.text() == f"fail {evil} > 1"
+    assert cell.classes == ["ic-fail"] and cell.text() == f"FAIL {evil} > 1"
     assert {a.attrs["href"] for a in page.all("a")} == {"#ic-check-0"}
 
 
@@ -80,9 +85,8 @@ def test_a_kind_without_cells_of_its_own_shows_its_target_and_first_violation() 
         "violations": ["determinism score 0.5 < min_determinism 1"],
         "data": {"target": "q4@local", "score": 0.5},
     }
-    assert verdicts_of(item) == [
-        Verdict("q4@local", "fail", "determinism score 0.5 < min_determinism 1")
-    ]
+    reason = "determinism score 0.5 < min_determinism 1"
+    assert verdicts_of(item) == [Verdict("q4@local", "fail", reason, (reason,))]
 
 
 def test_a_failure_report_starts_with_what_failed() -> None:
@@ -133,7 +137,8 @@ def test_the_tokenization_table_is_headed_by_the_target_tested() -> None:
     assert table["measure"] == ["tested@llama"]
     assert table["against reference"] == ["ref@local"]
     assert table["identical"] == ["3/4"] and table["differing"] == ["1/4"]
-    assert verdicts_of(item) == [Verdict("tested@llama", "fail", "p1[tested]: token ids differ")]
+    reason = "p1[tested]: token ids differ"
+    assert verdicts_of(item) == [Verdict("tested@llama", "fail", reason, (reason,))]
 
 
 def test_raw_field_names_get_readable_titles() -> None:

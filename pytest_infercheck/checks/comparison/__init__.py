@@ -33,6 +33,7 @@ from .present import (
     side_columns,
     side_verdicts,
     summary_lines,
+    sweep_notes,
 )
 from .prompt import SELF_CHECK, PromptComparison, SelfCheckRecord
 from .spec import (
@@ -104,7 +105,10 @@ SWEEP = dataclasses.replace(
     ),
     summarize=summarize_sweep,
     present=dataclasses.replace(
-        COMPARE.present, charts=level_charts, views={**_VIEWS, SELF_CHECK: self_check}
+        COMPARE.present,
+        charts=level_charts,
+        views={**_VIEWS, SELF_CHECK: self_check},
+        notes=sweep_notes,
     ),
 )
 DIFF = dataclasses.replace(

@@ -79,29 +79,40 @@ def warn_ungated(loaded: LoadedMatrix, index: int, kind: str, thresholds: Any) -
     warnings.warn(UngatedCheckWarning(message), stacklevel=2)
 
 
+def side_reasons(
+    record: ComparisonAggregateRecord,
+    level: SuiteAggregate | None,
+    passed: bool,
+    violations: Sequence[str] = (),
+) -> list[str]:
+    """Every reason one test side of an aggregate failed (``passed``: the aggregate's
+    verdict), in this order: its own broken suite gates (its ``violations``), the items that
+    errored (every side's: :attr:`~.aggregate.ComparisonAggregateRecord.errored`), its failed
+    items; ``["no prompt of this side has a record"]`` when ``level`` is None; empty when it
+    passed. A record written before sides carried their gates (``violations`` None) is judged
+    by ``passed``, with the aggregate's ``violations``."""
+    if level is None:
+        return ["no prompt of this side has a record"]
+    if level.violations is None:
+        reasons = [] if passed else [*violations, "the aggregate failed"]
+    else:
+        reasons = [*level.violations, *record.errored]
+    if level.n_failed:
+        reasons.append(f"{level.n_failed}/{level.n_prompts} items failed")
+    return reasons
+
+
 def side_verdict(
     record: ComparisonAggregateRecord,
     level: SuiteAggregate | None,
     passed: bool,
     violations: Sequence[str] = (),
 ) -> tuple[bool, str]:
-    """Whether one test side of an aggregate passed (``passed``: the aggregate's verdict),
-    and what decided it. A side fails for its own broken suite gates (its ``violations``),
-    for the items that errored (every side's: :attr:`~.aggregate.ComparisonAggregateRecord.
-    errored`), for its failed items, or when none of its items has a record (``level``
-    None); it shows the first of these, or its mean KL when it passed. A record written
-    before sides carried their gates (``violations`` None) is judged by ``passed``, and
-    shows the aggregate's first violation (of ``violations``)."""
-    if level is None:
-        return False, "no prompt of this side has a record"
-    failed_items = f"{level.n_failed}/{level.n_prompts} items failed"
-    if level.violations is None:
-        reasons = [] if passed else [*violations, "the aggregate failed"]
-    else:
-        reasons = [*level.violations, *record.errored]
-    if level.n_failed:
-        reasons.append(failed_items)
-    if reasons:
+    """Whether one test side of an aggregate passed, and what decided it: the first of its
+    :func:`side_reasons`, or its mean KL (identical outputs when no position was compared)
+    when it passed."""
+    reasons = side_reasons(record, level, passed, violations)
+    if reasons or level is None:
         return False, reasons[0]
     if level.kl_n == 0:
         return True, f"identical outputs {level.n_identical}/{level.n_prompts}"

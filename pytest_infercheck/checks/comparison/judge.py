@@ -114,6 +114,7 @@ def build_record(evidence: PromptEvidence, thresholds: Thresholds) -> PromptComp
         method=dists.method,
         base_text=base.text,
         test_text=other.text,
+        base_tokens=list(base.token_texts or []),
         base_ids=base.token_ids,
         test_ids=other.token_ids,
         base_finish=base.finish_reason,
@@ -211,6 +212,7 @@ def _answers(prompt: Any, base: Generation, other: Generation) -> dict[str, Any]
         "base_answer": judged.base.raw if judged.base else None,
         "test_answer": judged.test.raw if judged.test else None,
         "flip": judged.flip.value,
+        "base_correct": judged.base_correct,
     }
 
 

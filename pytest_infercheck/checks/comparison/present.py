@@ -5,6 +5,7 @@ charts of the HTML summary."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -12,9 +13,16 @@ from ...metrics.answers import shown_reference
 from ...nodeid import NodeId
 from ...records import load_record, plain_data
 from ...render.charts import line_chart
-from ...render.markup import clip, esc, interval, num, plain, rate, table
+from ...render.markup import clip, esc, interval, is_number, mapping, num, plain, rate, table
 from ...render.table import render_table
-from ...render.views import engines, flip_cell, side_by_side
+from ...render.views import (
+    VIEW_THRESHOLDS,
+    engines,
+    flip_cell,
+    flip_matrix,
+    flip_matrix_line,
+    side_by_side,
+)
 from ..framework.kind import Aggregates, BarSeries, Distribution, MeasureSpec, Verdict
 from .aggregate import (
     CliffStep,
@@ -23,7 +31,7 @@ from .aggregate import (
     SweepAggregateRecord,
     cliff_evidence,
 )
-from .gates import side_verdict
+from .gates import side_reasons, side_verdict
 from .prompt import LOWER_BOUND_METHODS, PromptComparison, SelfCheckRecord
 from .verdicts import describe, item_faults, past_line
 
@@ -162,16 +170,38 @@ def comparison_prompt(data: Mapping[str, Any]) -> str:
             )
         )
     if r.kl_per_position:
-        label = f"{r.method}: a lower bound" if r.method in LOWER_BOUND_METHODS else r.method
-        parts.append(
-            line_chart(
-                [("KL_t", r.kl_per_position)],
-                title=f"KL per position ({label})",
-                x_label="position in the baseline's continuation",
-                y_label="KL",
-            )
-        )
+        parts.append(kl_chart(r, mapping(data.get(VIEW_THRESHOLDS)).get("max_kl")))
     return "".join(parts)
+
+
+MAX_TOKEN_LABELS = 40
+"""Positions of a KL chart labelled with their token, at most (else the first and last
+index are written)."""
+
+
+def kl_chart(r: PromptComparison, max_kl: Any) -> str:
+    """KL_t per position of the baseline's continuation; ``max_kl`` (the item's threshold on
+    its mean KL) as a dashed line; the first divergent token marked; each position labelled
+    with the baseline's token text where the record has them (up to
+    :data:`MAX_TOKEN_LABELS` positions), else its index."""
+    label = f"{r.method}: a lower bound" if r.method in LOWER_BOUND_METHODS else r.method
+    n = len(r.kl_per_position)
+    # an engine's token texts may leave out the end-of-sequence token the KL scores
+    tokens = [*r.base_tokens, *[""] * (n - len(r.base_tokens))][:n] if r.base_tokens else []
+    marks = []
+    if r.first_divergence is not None:
+        marks.append((r.first_divergence, f"first divergence (token {r.first_divergence})"))
+    return line_chart(
+        [("KL_t", r.kl_per_position)],
+        title=f"KL per position ({label})",
+        x_labels=[repr(t)[1:-1] for t in tokens] if 0 < len(tokens) <= MAX_TOKEN_LABELS else None,
+        x_label="token of the baseline's continuation"
+        if tokens
+        else "position in the baseline's continuation",
+        y_label="KL",
+        threshold=("max_kl (mean)", float(max_kl)) if is_number(max_kl) else None,
+        marks=marks,
+    )
 
 
 def _turns_html(r: PromptComparison) -> list[str]:
@@ -282,6 +312,14 @@ def comparison_aggregate(data: Mapping[str, Any]) -> str:
             [[f(lv) for _, f in COMPARISON_COLUMNS] for lv in record.levels],
         )
     )
+    matrices = [(lv.test, lv.answer_matrix) for lv in record.levels if lv.answer_matrix]
+    if matrices:
+        parts.append(
+            "<h4>flip matrix (baseline answer x test answer, against the reference)</h4>"
+            '<div class="ic-charts">'
+            + "".join(f"<div><b>{esc(t)}</b>{flip_matrix(m)}</div>" for t, m in matrices)
+            + "</div>"
+        )
     parts += [f"<p>{esc(line)}</p>" for line in record.replay]
     problems = [f"{lv.test}: {line}" for lv in record.levels for line in lv.problems]
     if problems:
@@ -338,16 +376,19 @@ COLUMNS = (
     ("check", "<"),
     ("suite", "<"),
     ("test", "<"),
-    ("prompts", ">"),
     ("failed", ">"),
     ("identical", ">"),
     ("KL mean±SE", ">"),
-    ("KL p99", ">"),
     ("KL max", ">"),
     ("same-top", ">"),
     ("flips (CI)", ">"),
     ("verdict", "<"),
 )
+"""A row of :func:`summary_rows`; the terminal shows the columns from ``test`` on, under a
+line per check x suite (:func:`summary_lines`), so that the table stays under 100 columns.
+The KL median and p99 are in the aggregate item's text, the HTML report and the results."""
+GROUPED = 2
+"""The leading columns (check, suite) that :func:`summary_lines` writes once per group."""
 
 
 def _num(value: float | None, fmt: str = ".4g") -> str:
@@ -357,13 +398,14 @@ def _num(value: float | None, fmt: str = ".4g") -> str:
 
 
 def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[list[str]]:
-    """Rows from ``(aggregate node id, passed, aggregate data)``.
+    """Rows of :data:`COLUMNS` from ``(aggregate node id, passed, aggregate data)``.
 
-    ``identical`` counts the prompts whose outputs are the same. The verdict is the side's
-    (:func:`side_verdicts`): ``FAIL`` when the side broke a suite gate (a sweep level fails
-    for its own gates only), an item errored or any of its items failed, else ``ungated``
-    when the check writes no gate (it passed, but checked nothing), else ``pass``. A test
-    side none of whose items has a record (they errored) is a row of dashes.
+    ``failed`` is failed items of prompts (``9/60``); ``identical`` counts the prompts whose
+    outputs are the same. The verdict is the side's (:func:`side_verdicts`): ``FAIL`` when the
+    side broke a suite gate (a sweep level fails for its own gates only), an item errored or
+    any of its items failed, else ``UNGATED`` when the check writes no gate (it passed, but
+    checked nothing), else ``PASS``. A test side none of whose items has a record (they
+    errored) is a row of dashes.
     """
     rows: list[list[str]] = []
     for nodeid, passed, data in aggregates:
@@ -372,10 +414,10 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
         check = node.check if node is not None else record.check
         verdicts = {v.column: v.verdict for v in side_verdicts(data, passed, [])}
         for test, level in _sides(record).items():
-            verdict = "FAIL" if verdicts[test] == "fail" else verdicts[test]
+            verdict = verdicts[test].upper()
             if level is None:  # every item of this side errored
-                dashes = ["-"] * (len(COLUMNS) - 5)
-                rows.append([check, record.suite, test, "0", *dashes, verdict])
+                dashes = ["-"] * (len(COLUMNS) - 4)
+                rows.append([check, record.suite, test, *dashes, verdict])
                 continue
             flips = (
                 "-"
@@ -388,11 +430,9 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
                     check,
                     record.suite,
                     level.test,
-                    str(level.n_prompts),
-                    str(level.n_failed),
+                    f"{level.n_failed}/{level.n_prompts}",
                     "-" if level.n_identical is None else f"{level.n_identical}/{level.n_prompts}",
                     f"{_num(level.kl_mean)}±{_num(level.kl_se, '.2g')}",
-                    _num(level.kl_p99),
                     _num(level.kl_max),
                     _num(level.same_top_rate, ".3f"),
                     flips,
@@ -400,6 +440,21 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
                 ]
             )
     return rows
+
+
+def grouped_table(rows: list[list[str]], columns: tuple[tuple[str, str], ...]) -> list[str]:
+    """``rows`` as one table whose first :data:`GROUPED` columns are written once per group,
+    as a line of their own (``compare(bf16-vs-q4) addition:``), the rows indented under it;
+    every row aligned with the others and with the header."""
+    body = render_table([r[GROUPED:] for r in rows], columns[GROUPED:])
+    lines = [f"  {body[0]}"]
+    group: list[str] | None = None
+    for row, line in zip(rows, body[1:], strict=True):
+        if row[:GROUPED] != group:
+            group = row[:GROUPED]
+            lines.append(" ".join(group) + ":")
+        lines.append(f"  {line}")
+    return lines
 
 
 def _sides(record: ComparisonAggregateRecord) -> dict[str, SuiteAggregate | None]:
@@ -416,12 +471,36 @@ def side_verdicts(
     (:func:`~.gates.side_verdict`): ``fail``, ``ungated`` (passed with no gate written) or
     ``pass``, with what decided it."""
     record = aggregate_record(data)
+    cliff = record.cliff if isinstance(record, SweepAggregateRecord) else None
     cells = []
     for test, level in _sides(record).items():
         ok, deciding = side_verdict(record, level, passed, violations)
+        reasons = tuple(side_reasons(record, level, passed, violations))
         verdict = "fail" if not ok else "ungated" if record.ungated else "pass"
-        cells.append(Verdict(test, verdict, deciding))
+        note = "degradation cliff" if test == cliff else ""
+        cells.append(Verdict(test, verdict, deciding, reasons, note))
     return cells
+
+
+def wrapped(line: str, width: int = 99) -> list[str]:
+    """``line`` in lines of at most ``width`` columns, the later ones indented (a word longer
+    than that stays whole)."""
+    return textwrap.wrap(
+        line, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+    ) or [line]
+
+
+def sweep_notes(data: Mapping[str, Any]) -> list[str]:
+    """A sweep's degradation cliff with its evidence (:func:`~.aggregate.cliff_evidence`),
+    for the verdict matrix; nothing for a compare or diff, or a record that cannot be read."""
+    record = _record(data)
+    if not isinstance(record, SweepAggregateRecord):
+        return []
+    if not record.cliff_steps:
+        return [f"degradation cliff: {record.cliff}"]
+    return [
+        "degradation cliff: " + cliff_evidence(record.cliff, record.cliff_steps, record.cliff_alpha)
+    ]
 
 
 def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
@@ -442,10 +521,11 @@ def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]
 
 
 def summary_lines(aggregates: Aggregates) -> list[str]:
-    """One table for every comparison aggregate (a row per test side), then each sweep's
-    degradation cliff."""
+    """One table for every comparison aggregate (a line per check x suite, a row per test
+    side under it), then each sweep's degradation cliff, wrapped under 100 columns."""
     rows = summary_rows(aggregates)
-    return (render_table(rows, COLUMNS) if rows else []) + cliff_lines(aggregates)
+    table = grouped_table(rows, COLUMNS) if rows else []
+    return table + [w for line in cliff_lines(aggregates) for w in wrapped(line)]
 
 
 # -- HTML summary -------------------------------------------------------------------------------
@@ -455,6 +535,7 @@ MEASURES: tuple[MeasureSpec, ...] = (
     ("failed items", ("n_failed",), num),
     ("identical outputs", ("n_identical", "n_prompts"), rate),
     ("flips", ("n_flips", "n_answered"), rate),
+    ("flip matrix (baseline→test)", ("answer_matrix",), flip_matrix_line),
     ("flip rate [CI]", ("flip_rate", "flip_rate_low", "flip_rate_high"), interval),
     ("mean KL ± SE", ("kl_mean", "kl_se"), lambda m, se: f"{num(m, '.6g')} ± {num(se, '.2g')}"),
     ("KL median", ("kl_median",), num),

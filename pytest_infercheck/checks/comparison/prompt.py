@@ -180,6 +180,14 @@ class PromptComparison:
     flip: str = "unchanged"
     """The answer flip (:class:`~pytest_infercheck.metrics.answers.FlipKind`):
     ``unchanged``, ``correct_to_wrong``, ``wrong_to_correct``, ..."""
+    base_tokens: list[str] = field(default_factory=list, metadata=OMIT_WHEN_EMPTY)
+    """Each token of the baseline's continuation as text, where its engine returned them
+    (:attr:`~pytest_infercheck.backends.base.Generation.token_texts`); empty (absent from
+    the JSON) otherwise. The KL chart labels its positions with them."""
+    base_correct: bool | None = None
+    """Whether the baseline's answer equals the reference (None: no reference, or a record
+    written before it was kept): with :attr:`flip`, the prompt's cell of the flip matrix
+    (:func:`~.aggregate.answer_matrix`)."""
     sameness: str = ""
     """The sameness verdict on the two outputs (ids and text,
     :func:`~pytest_infercheck.metrics.sameness.compare_outputs`), e.g. ``identical`` or

@@ -213,11 +213,19 @@ class Verdict(NamedTuple):
     verdict: str
     """``pass``, ``fail`` or ``ungated`` (passed, but no gate was written)."""
     deciding: str
-    """Plain text (escaped where shown)."""
+    """Plain text (escaped where shown): the first of :attr:`reasons` when it failed."""
+    reasons: tuple[str, ...] = ()
+    """Every reason it failed (each broken gate, its failed items), plain text; empty when
+    it passed (or a kind gives only :attr:`deciding`)."""
+    note: str = ""
+    """A finding besides the verdict, plain text (a sweep's degradation cliff)."""
 
 
 VerdictsOf = Callable[[Mapping[str, Any], bool, Sequence[str]], list[Verdict]]
 """``verdicts(aggregate data, passed, aggregate violations)``: a kind's cells."""
+NotesOf = Callable[[Mapping[str, Any]], list[str]]
+"""``notes(aggregate data)``: findings the report states under the verdict matrix (a sweep's
+degradation cliff with its evidence), plain text."""
 
 
 def empty_lines(aggregates: Aggregates) -> list[str]:
@@ -225,6 +233,10 @@ def empty_lines(aggregates: Aggregates) -> list[str]:
 
 
 def no_charts(name: str, data: Mapping[str, Any]) -> list[str]:
+    return []
+
+
+def no_notes(data: Mapping[str, Any]) -> list[str]:
     return []
 
 
@@ -258,6 +270,7 @@ class PresentFacet:
     distribution: Distribution | None = None
     verdicts: VerdictsOf | None = None
     headline: str | None = None
+    notes: NotesOf = no_notes
 
 
 # -- the kind --------------------------------------------------------------------------------

@@ -1,0 +1,90 @@
+"""The ``sampling`` kind against the real vLLM (its CPU build, ``scripts/install_vllm.sh``)
+serving the tiny adder in float32 with ``--max-logprobs 259`` (its whole vocabulary, so the
+expected distribution is made of full teacher-forced rows): vLLM's sampler (temperature,
+then min-p on the tempered probabilities, then top-k, then top-p over the survivors) draws
+what its parameters define, 50 draws (``n``) per request.
+
+Its own server (started once for the module, about 4 GB): the session's shared vLLM serves
+the realistic Qwen2, whose 151,643-token vocabulary of random weights has no spread
+distribution a few thousand draws can test.
+
+The prompts are the ``sampling`` suite's first two with ``<s>`` written: vLLM's ``/tokenize``
+adds no BOS for the adder's tokenizer (mlx-lm and llama.cpp add it), and without it the
+adder's first token is the end of sequence with probability 0.97 (nothing to test).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import _running_with_env
+from tests.integration.served import (
+    VLLM_ENV,
+    VLLM_FLAGS,
+    VLLM_HEALTH_TIMEOUT_S,
+    vllm_cpu_command,
+)
+from tests.plugin.conftest import INI
+
+pytestmark = pytest.mark.xdist_group("vllm")
+
+
+@pytest.fixture(scope="module")
+def vllm_adder(
+    vllm_python: Path, tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    workdir = tmp_path_factory.mktemp("vllm-adder")
+    model = str(tiny_models["bf16"])
+
+    def command(port: int) -> list[str]:
+        flags = VLLM_FLAGS.replace("--max-model-len 1024", "--max-model-len 64")
+        flags += " --max-logprobs 259"
+        return vllm_cpu_command(vllm_python, flags).format(model=model, port=port).split()
+
+    with _running_with_env("vllm", command, workdir, VLLM_ENV, VLLM_HEALTH_TIMEOUT_S) as url:
+        yield url
+
+
+def test_vllm_samples_what_its_parameters_define(
+    pytester: pytest.Pytester, vllm_adder: str, tiny_models: dict[str, Path]
+) -> None:
+    model = tiny_models["bf16"]
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(
+        ".jsonl",
+        bos='{"id": "sp001", "prompt": "<s>31+", "max_tokens": 8}\n'
+        '{"id": "sp002", "prompt": "<s>28+", "max_tokens": 8}\n',
+    )
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"""\
+models:
+  adder: {{path: '{model}'}}
+backends:
+  vllm: {{kind: vllm, url: '{vllm_adder}', chat: false}}
+suites: [bos.jsonl]
+checks:
+  - sampling: {{target: adder@vllm, samples: 1000}}
+    params:
+      - {{temperature: 1.5}}
+      - {{temperature: 1.0, top_k: 3}}
+      - {{temperature: 1.0, top_p: 0.9}}
+      - {{temperature: 0.7, min_p: 0.1}}
+    positions: 2
+    seed: true
+""",
+    )
+    result = pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
+    failures = {
+        str(case.get("name")): (
+            case.find("failure").get("message", "") if case.find("failure") is not None else ""
+        )  # type: ignore[union-attr]
+        for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase")
+    }
+    assert result.ret == 0, {k: v for k, v in failures.items() if v} or result.stdout.str()
+    assert len(failures) == 2 * 4 * 2 + 2 + 1
+    result.stdout.fnmatch_lines(["*sampling(adder)*adder@vllm*16/16*0*PASS*"])
