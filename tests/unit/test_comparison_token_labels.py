@@ -12,8 +12,9 @@ from pytest_infercheck.checks.comparison.gather_prompt import token_labels
 
 
 class _Backend:
-    def __init__(self, pieces: dict[int, str] | None) -> None:
+    def __init__(self, pieces: dict[int, str] | None, kind: str = "mlx-lm") -> None:
         self.pieces = pieces
+        self.kind = kind
         self.asked: list[list[int]] = []
 
     async def token_pieces(self, ids: Sequence[int]) -> list[str] | None:
@@ -39,13 +40,17 @@ def test_ids_only_are_labelled_by_the_backends_pieces() -> None:
     assert backend.asked == [[7, 3, 2]]
 
 
-def test_an_engine_with_token_texts_or_no_ids_or_no_pieces_gets_none() -> None:
+def test_an_engine_with_token_texts_or_no_ids_or_a_server_or_no_pieces_gets_none() -> None:
     backend = _Backend({1: "x"})
     texts = Generation(text="x", token_ids=[1], finish_reason="stop", token_texts=["x"])
     assert token_labels(_Cache(), _Target(backend), texts) is None  # type: ignore[arg-type]
     no_ids = Generation(text="x", token_ids=None, finish_reason="stop")
     assert token_labels(_Cache(), _Target(backend), no_ids) is None  # type: ignore[arg-type]
     assert backend.asked == []
+    server = _Backend({1: "x"}, kind="llama-server")  # a request per prompt: not for a label
+    ids_only = Generation(text="x", token_ids=[1], finish_reason="stop")
+    assert token_labels(_Cache(), _Target(server), ids_only) is None  # type: ignore[arg-type]
+    assert server.asked == []
     silent = _Backend(None)
     ids = Generation(text="x", token_ids=[1], finish_reason="stop")
     assert token_labels(_Cache(), _Target(silent), ids) is None  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from ...backends.registry import IN_PROCESS_KINDS
 from ...conversation import history
 from ...features import ADAPTER, FeatureActivity, adapter_differs, feature_record
 from ...metrics.ties import DEFAULT_TIE_MARGIN
@@ -102,11 +103,14 @@ def token_labels(
     cache: GenerationCache, target: ResolvedTarget, generation: Generation
 ) -> list[str] | None:
     """Each generated token's text, for the KL-per-position chart's labels, where the engine
-    returned ids but no token texts (mlx-lm in-process): the backend's own pieces of the ids
-    (:meth:`~pytest_infercheck.backends.base.Backend.token_pieces`). None when the engine
-    gave texts (they are the labels), gave no ids, or names no pieces; a label only, never
-    compared."""
+    returned ids but no token texts and runs in this process (mlx-lm): the backend's own
+    pieces of the ids (:meth:`~pytest_infercheck.backends.base.Backend.token_pieces`), which
+    cost no request. None when the engine gave texts (they are the labels), gave no ids, is
+    a server (its pieces would cost a request per prompt; the divergence origin asks only
+    for the ids it names), or names no pieces; a label only, never compared."""
     if generation.token_texts is not None or not generation.token_ids:
+        return None
+    if target.backend.kind not in IN_PROCESS_KINDS:
         return None
     pieces = cache.run(target.backend.token_pieces(list(generation.token_ids)))
     return None if pieces is None else list(pieces)
