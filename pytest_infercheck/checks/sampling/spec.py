@@ -44,8 +44,18 @@ if TYPE_CHECKING:
     from ...matrix import CheckSpec, LoadedMatrix
     from ...suites import Suite
 
-SAMPLING_PARAMS = ("temperature", "top_k", "top_p", "min_p")
-"""The parameters whose sampled distribution the kind checks."""
+SAMPLING_PARAMS = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+)
+"""The parameters whose sampled distribution the kind checks (the penalties and the bias
+shift the reference's row first: :mod:`.shift`)."""
 
 
 class SamplingSpec(TargetCheck):
@@ -67,7 +77,9 @@ class SamplingSpec(TargetCheck):
 
 class SamplingThresholds(KindThresholds):
     """``params``: the parameter sets under test (each a sampled one: ``temperature`` > 0;
-    ``top_k``, ``top_p``, ``min_p`` besides; default one, ``{temperature: 1.0}``).
+    ``top_k``, ``top_p``, ``min_p``, ``presence_penalty``, ``frequency_penalty``,
+    ``repetition_penalty``, ``logit_bias`` (token id -> bias) besides; default one,
+    ``{temperature: 1.0}``).
     ``positions``: the first generated position and ``positions - 1`` teacher-forced ones
     along the greedy continuation. ``seed``: add a seed item per prompt. ``alpha``: the
     family-wise level of the goodness-of-fit tests over the check x suite (Holm; Bonferroni
