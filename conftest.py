@@ -80,6 +80,13 @@ def random_model() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_lora(tiny_models: dict[str, Path]) -> Any:
+    """The tiny adder's rank-4 LoRA (``make_lora.Lora``: ``adapter`` folder in mlx-lm and PEFT
+    formats, ``merged`` float32 model), made from the cached bf16 adder."""
+    return load_example("make_lora").make_lora(MODELS_CACHE / "lora", base=tiny_models["bf16"])
+
+
 def load_example(name: str) -> ModuleType:
     """``examples/models/<name>.py`` as a module, registered in ``sys.modules`` (its
     dataclasses look their module up there); loaded once per process."""

@@ -12,6 +12,10 @@ sharded run is its gate; 2 when a file cannot be read, is not a
 results file of a supported version, or the shards cannot be merged (nothing written).
 Unsharded files are shown as they are: pytest judged their gates and exited accordingly.
 
+``pytest-infercheck init [--vllm URL | --llama-server URL | --openai URL | --mlx PATH]``:
+probe the engine and write a commented ``infercheck.yaml`` and a ``pytest.ini`` that run at
+once (see :mod:`.scaffold.command`).
+
 ``pytest-infercheck schema [-o FILE]``: print (or write to FILE) the JSON Schema of the YAML
 matrix, for editors: ``# yaml-language-server: $schema=./infercheck.schema.json`` as the
 matrix's first line. Exit status 2 when FILE cannot be written.
@@ -28,6 +32,8 @@ from pathlib import Path
 from .report.html import render_report
 from .report.merge import MergeError, failed_gates, merge_results
 from .report.results import ResultsError, load_results, write_atomic, write_results
+from .scaffold.command import add_parser as add_init_parser
+from .scaffold.command import run as run_init
 from .schema import matrix_schema
 
 PROG = "pytest-infercheck"
@@ -64,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     schema.add_argument(
         "-o", "--output", type=Path, default=None, help="write it here (default: stdout)"
     )
+    add_init_parser(commands)
     return parser
 
 
@@ -99,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "schema":
         return _schema(args.output)
+    if args.command == "init":
+        return run_init(args, PROG)
 
     try:
         warnings, failed = report(args.results, args.output, args.json)

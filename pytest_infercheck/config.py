@@ -26,6 +26,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from .adapters import adapter_engages, adapter_problem
 from .backends.registry import BACKENDS, backend_kind, backend_spec, validate_backend_entry
 from .backends.spec import BackendSpec as BackendSpec
 from .backends.spec import ServedSpec
@@ -299,6 +300,19 @@ class LoadedMatrix:
             ("models", name), f"a {kind} backend needs 'path' or 'repo' for {name!r}"
         )
 
+    def model_adapter(self, name: str, kind: str) -> str | None:
+        """The LoRA adapter a backend of ``kind`` applies to model ``name``: the adapter's
+        field that the kind loads (``gguf`` for llama-server, ``path`` otherwise), resolved
+        against the YAML's folder; None when the model has no adapter. The matrix has
+        refused an adapter on a kind without adapters, or without the field it loads
+        (:func:`adapter_problem`)."""
+        adapter = self.matrix.models[name].adapter
+        facts = backend_kind(kind)
+        if adapter is None or facts is None:
+            return None
+        value = adapter.gguf if facts.loads == "gguf" else adapter.path
+        return None if value is None else self._local(value)
+
     def check_local_models(self) -> None:
         """Every model a check runs on a backend that loads it from this machine (mlx-lm
         in-process, or a server the plugin starts with ``serve``) exists here: a missing
@@ -319,14 +333,18 @@ class LoadedMatrix:
         assert kind is not None  # validated
         field = kind.loads
         value = spec.gguf if field == "gguf" else spec.path
-        if value is None or Path(self._local(value)).exists():
-            return
-        what = "file" if field == "gguf" else "folder"
-        hub = "" if field == "gguf" else "; a hub model is written `repo: org/name`"
-        raise self.source.error(
-            ("models", name, field),
-            f"{value} does not exist (the {what} {self._local(value)}{hub})",
-        )
+        if value is not None and not Path(self._local(value)).exists():
+            what = "file" if field == "gguf" else "folder"
+            hub = "" if field == "gguf" else "; a hub model is written `repo: org/name`"
+            raise self.source.error(
+                ("models", name, field),
+                f"{value} does not exist (the {what} {self._local(value)}{hub})",
+            )
+        adapter = self.model_adapter(name, backend.kind)
+        if adapter is not None and not Path(adapter).exists():
+            raise self.source.error(
+                ("models", name, "adapter"), f"the adapter {adapter} does not exist"
+            )
 
     @property
     def golden_dir(self) -> Path:
@@ -386,6 +404,10 @@ def load_matrix(path: Path) -> LoadedMatrix:
                 side is not baseline or not check.spec.golden_baseline
             ):
                 errors.append(source.error(side.loc, GOLDEN_PLACE))
+            elif target.golden is None and (
+                why := adapter_problem(matrix, target.model, target.backend)
+            ):
+                errors.append(source.error(side.loc, why))
     if errors:
         raise SourceError.of(errors)
     return loaded
@@ -410,9 +432,9 @@ def _error_message(
 
 
 NOTHING_TO_ENGAGE = (
-    "true, but none of the check's backends declares a feature (mlx-lm "
-    "draft_model/kv_bits, or a serve command's --speculative-config, --kv-cache-dtype, -md, "
-    "-ctk/-ctv): the gate would never apply"
+    "true, but none of the check's backends declares a feature (a model's LoRA adapter, "
+    "mlx-lm draft_model/kv_bits, or a serve command's --speculative-config, "
+    "--kv-cache-dtype, -md, -ctk/-ctv): the gate would never apply"
 )
 
 
@@ -421,8 +443,15 @@ def _declares_a_feature(matrix: MatrixFields, check: CheckEntry) -> bool:
     engagement ``require_engaged`` can judge (:func:`.features.declared_features`)."""
     from .features import declared_features
 
-    names = getattr(check.spec, "backends", [])
-    return any(declared_features(matrix.backends[n]) for n in names if n in matrix.backends)
+    model = getattr(check.spec, "model", "")
+    for entry in getattr(check.spec, "backends", []):
+        name, _, backend = entry.rpartition("@") if "@" in entry else (model, "", entry)
+        spec = matrix.backends.get(backend)
+        if spec is None:
+            continue
+        if declared_features(spec) or adapter_engages(matrix, name, spec.kind):
+            return True
+    return False
 
 
 def check_rate_gates(loaded: LoadedMatrix, check: CheckSpec, index: int, suite: Suite) -> None:

@@ -33,16 +33,17 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from .records import OMIT_WHEN_EMPTY
 
 if TYPE_CHECKING:
     from .backends.spec import BackendSpec
 
-FeatureName = Literal["speculative decoding", "KV cache quantization"]
+FeatureName = Literal["speculative decoding", "KV cache quantization", "LoRA adapter"]
 SPECULATIVE: Final = "speculative decoding"
 KV_QUANTIZATION: Final = "KV cache quantization"
+ADAPTER: Final = "LoRA adapter"
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,22 @@ class FeatureActivity:
     source: str = ""
     """Where the numbers come from (``mlx-lm speculative_generate_step (from_draft)``,
     ``vLLM /metrics delta``, ``llama-server timings``)."""
+    adapter_differs: bool | None = None
+    """Whether the generation with the LoRA adapter differs from the base model's on the
+    same engine (:func:`adapter_differs`); None: not measured."""
+
+
+def adapter_differs(adapted: Any, base: Any) -> bool:
+    """Whether two generations (``Generation``: with the adapter, and the base model's on
+    the same engine and prompt) differ: their token ids, else their texts, or their chosen
+    tokens' logprobs (exactly: an adapter that changes no token still moves the
+    distribution; a dropped one leaves every bit as the base's)."""
+    if adapted.token_ids is not None and base.token_ids is not None:
+        if list(adapted.token_ids) != list(base.token_ids):
+            return True
+    elif adapted.text != base.text:
+        return True
+    return bool(adapted.chosen_logprobs != base.chosen_logprobs)
 
 
 @dataclass(frozen=True)
@@ -125,7 +142,16 @@ def unexercised(features: Sequence[Feature], activity: FeatureActivity | None) -
     for feature in features:
         if feature.server_wide and feature.name == KV_QUANTIZATION:
             continue
-        if feature.name == SPECULATIVE:
+        if feature.name == ADAPTER:
+            differs = None if activity is None else activity.adapter_differs
+            if differs is None:
+                out.append(f"{ADAPTER}: the base model's output was not measured")
+            elif not differs:
+                out.append(
+                    f"{ADAPTER} never engaged: the output equals the base model's on the same "
+                    f"engine, token for token and logprob for logprob ({feature.detail})"
+                )
+        elif feature.name == SPECULATIVE:
             seen = activity or FeatureActivity()
             count = seen.drafted if seen.drafted is not None else seen.accepted
             if count is None:

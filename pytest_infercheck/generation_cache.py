@@ -159,14 +159,18 @@ class GenerationCache:
             target.model, matrix.matrix.backends[target.backend].kind
         )
         spec = matrix.matrix.backends[target.backend]
-        key = (source, revision, spec.model_dump_json())
+        adapter = matrix.model_adapter(target.model, spec.kind)
+        key: TargetKey = (source, revision, spec.model_dump_json())
+        if adapter is not None:
+            key = (*key, "adapter", adapter)
         if key not in self._backends:
             url = None
             if spec.serve is not None:
                 if self.servers is None:
                     raise BackendError(f"backend {target.backend!r}: no server pool to start it")
                 url = self.servers.url_for(key, target.backend, server_spec(spec, source))
-            backend = create_backend(target.backend, spec, source, revision, url)
+            with_adapter = {"adapter": adapter} if adapter is not None else {}
+            backend = create_backend(target.backend, spec, source, revision, url, **with_adapter)
             self.run(backend.ensure_ready())
             self._backends[key] = backend
         if self.hook is None:

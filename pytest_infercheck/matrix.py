@@ -29,6 +29,30 @@ if TYPE_CHECKING:
     from .yamlpos import PositionedYaml
 
 
+class AdapterSpec(_Strict):
+    """A LoRA adapter applied to a model: ``path`` (a folder: mlx-lm's adapter folder for
+    mlx-lm, a PEFT folder for vLLM; one folder may hold both) or ``gguf`` (a GGUF LoRA file
+    for llama-server). A plain string is the ``gguf`` when it ends in ``.gguf``, else the
+    ``path``. Each backend kind that applies adapters reads the field its engine loads (the
+    kind's ``loads``); a kind that cannot apply one refuses the model at collection."""
+
+    path: str | None = None
+    gguf: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"gguf": value} if value.endswith(".gguf") else {"path": value}
+        return value
+
+    @model_validator(mode="after")
+    def _some_source(self) -> AdapterSpec:
+        if self.path is None and self.gguf is None:
+            raise ValueError("give the adapter's 'path' (a folder) or 'gguf' (a file)")
+        return self
+
+
 class ModelSpec(_Strict):
     """Where each kind of backend finds a model.
 
@@ -38,7 +62,7 @@ class ModelSpec(_Strict):
     ``quantization`` is a label. The infer-check shorthand is accepted as a plain string:
     ``mlx:DIR``, ``gguf:FILE``, ``ollama:NAME:TAG``, ``vllm-mlx:DIR``, ``openai:NAME``, or a
     bare value detected as a ``.gguf`` file, an ``org/name`` hub repo, an Ollama ``name:tag``,
-    or else a folder.
+    or else a folder. ``adapter``: a LoRA adapter applied on top (:class:`AdapterSpec`).
     """
 
     path: str | None = None
@@ -47,6 +71,7 @@ class ModelSpec(_Strict):
     gguf: str | None = None
     served_name: str | None = None
     quantization: str | None = None
+    adapter: AdapterSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -224,6 +249,10 @@ class LoadedMatrix(Protocol):
 
     def model_source(self, name: str, kind: str = "mlx-lm") -> tuple[str, str | None]:
         """What a backend of ``kind`` is given for model ``name``, and its hub revision."""
+        ...
+
+    def model_adapter(self, name: str, kind: str) -> str | None:
+        """The LoRA adapter a backend of ``kind`` applies to model ``name`` (None: none)."""
         ...
 
     def check_local_models(self) -> None:

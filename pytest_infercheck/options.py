@@ -6,6 +6,7 @@ every prompt's own ``max_tokens``; ``num_prompts`` keeps the first N prompts of 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,9 +20,20 @@ INT_OPTIONS = {
     "max_tokens": "generate at most N tokens per prompt (replaces the suites' own max_tokens)",
 }
 DEFAULT_FILE_PATTERNS = "infercheck*.yaml infercheck*.yml"
+ASYNCIO_LOOP_SCOPE = "asyncio_default_fixture_loop_scope"
+"""pytest-asyncio's ini key, which the quickstart's and ``init``'s ``pytest.ini`` set so that
+pytest-asyncio (where installed) prints no deprecation warning."""
+
+
+def add_asyncio_scope(parser: pytest.Parser) -> None:
+    """Declare :data:`ASYNCIO_LOOP_SCOPE` where pytest-asyncio is not installed (it declares
+    it itself), so a ``pytest.ini`` that sets it draws no "Unknown config option" warning."""
+    if importlib.util.find_spec("pytest_asyncio") is None:
+        parser.addini(ASYNCIO_LOOP_SCOPE, "read by pytest-asyncio (not installed): ignored")
 
 
 def add_options(parser: pytest.Parser) -> None:
+    add_asyncio_scope(parser)
     group = parser.getgroup("infercheck", "inference-engine correctness checks")
     for name, help_text in INT_OPTIONS.items():
         flag = "--infercheck-" + name.replace("_", "-")

@@ -200,6 +200,27 @@ def _model_source(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaV
     return schema
 
 
+def _adapter_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
+    """:meth:`.matrix.AdapterSpec._shorthand`: an adapter as one path."""
+    return _or_string(
+        schema,
+        {
+            "type": "string",
+            "minLength": 1,
+            "description": "a .gguf file (llama-server) or else a folder (mlx-lm, vLLM)",
+            "examples": ["./lora/adapter", "./lora/adapter-f32.gguf"],
+        },
+    )
+
+
+def _adapter_source(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
+    """:meth:`.matrix.AdapterSpec._some_source`: a path or a gguf."""
+    schema.setdefault("allOf", []).append(
+        {"anyOf": [_given(name, min_length=1) for name in ("path", "gguf")]}
+    )
+    return schema
+
+
 def _present(*names: str) -> JsonSchemaValue:
     """The fields ``names`` are present and not null."""
     return {"required": list(names), "properties": {n: {"not": {"type": "null"}} for n in names}}
@@ -324,6 +345,8 @@ def _stop_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchem
 COUNTERPARTS: dict[str, Counterpart] = {
     "ModelSpec._shorthand": _model_shorthand,
     "ModelSpec._some_source": _model_source,
+    "AdapterSpec._shorthand": _adapter_shorthand,
+    "AdapterSpec._some_source": _adapter_source,
     "validate_backend_entry": _backend_entry,
     "ServedSpec._url_or_serve": _url_or_serve,
     "Settings._record_is_an_option": _record_off_file,

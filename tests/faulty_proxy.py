@@ -66,6 +66,12 @@ body of every sampled generation request (``temperature`` > 0) before it is forw
 server that ignores a sampling parameter (its own default applies instead: llama-server's
 ``top_p`` 0.95, ``top_k`` 40, ``temperature`` 0.8, a random seed). Greedy requests pass.
 
+Two faults drop a LoRA adapter from every generation request, as a gateway that strips
+unknown fields or routes to the base model would (the silent base-model answer, vLLM #34186):
+``drop_lora`` sets every ``lora`` entry's ``scale`` to 0 (llama-server's per-request
+adapters); ``model_to`` rewrites the ``model`` field (vLLM: the LoRA module's name becomes
+the base model's). ``/lora-adapters`` and ``/v1/models`` still list the adapter.
+
 With ``refuse_tools``, a generation request whose body offers ``tools`` is not forwarded: the
 proxy answers HTTP 400 with an OpenAI error body (:data:`TOOLS_REFUSED`), as a server whose
 tool parser broke refuses every tool request; requests without tools pass. With
@@ -170,6 +176,8 @@ class Fault:
     usage_offset: int = 0  # added to the answer's completion token count
     prompt_usage_offset: int = 0  # added to the answer's prompt token count
     drop_fields: frozenset[str] = frozenset()  # removed from every sampled generation request
+    drop_lora: bool = False  # llama-server: every `lora` scale of a generation request set to 0
+    model_to: str | None = None  # a generation request's `model` rewritten to this (vLLM base)
 
 
 TOOLS_REFUSED = "faulty proxy: the tool parser failed to load"
@@ -836,9 +844,31 @@ class FaultyProxy:
 
     # -- serving ------------------------------------------------------------------------
 
+    def _drop_adapter(self, body: bytes) -> bytes:
+        """``body`` without its adapter (``drop_lora``, ``model_to``), counted as altered."""
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return body
+        if not isinstance(obj, dict):
+            return body
+        changed = False
+        if self.fault.drop_lora and isinstance(obj.get("lora"), list):
+            obj["lora"] = [{**e, "scale": 0.0} for e in obj["lora"] if isinstance(e, dict)]
+            changed = True
+        if self.fault.model_to is not None and "model" in obj:
+            changed = changed or obj["model"] != self.fault.model_to
+            obj["model"] = self.fault.model_to
+        if not changed:
+            return body
+        self._count_altered()
+        return json.dumps(obj).encode()
+
     def _serve(self, handler: _Handler, body: bytes) -> None:
         path = handler.path.split("?", 1)[0]
         generation = handler.command == "POST" and path in GENERATION_PATHS
+        if generation and (self.fault.drop_lora or self.fault.model_to is not None):
+            body = self._drop_adapter(body)
         request = self._begin(*prompt_of(body)) if generation else None
         if request is not None:
             request.body = body

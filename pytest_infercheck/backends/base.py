@@ -422,6 +422,12 @@ class Backend(abc.ABC):
             and prompt.tokenizer_fingerprint == self.tokenizer_fingerprint()
         )
 
+    async def generate_base(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` without the model's LoRA adapter, on the same engine (the base
+        model: whether the adapter engaged, :func:`~pytest_infercheck.features.
+        adapter_differs`). A backend that applies adapters overrides it."""
+        raise BackendError(f"backend {self.name!r} ({self.kind}) applies no LoRA adapter")
+
     @abc.abstractmethod
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """Generate a continuation of ``prompt``."""

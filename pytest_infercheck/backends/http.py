@@ -205,6 +205,17 @@ class HttpClient:
         self.name = name
         self.settings = settings
         self._clients: dict[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]] = {}
+        self.post_fields: dict[str, Any] = {}
+        """Fields added to every JSON object POSTed to one of :attr:`post_paths` that does
+        not set them itself (llama-server's per-request ``lora`` scales)."""
+        self.post_paths: frozenset[str] = frozenset()
+
+    def _with_fields(self, path: str, payload: Any) -> Any:
+        """``payload`` with :attr:`post_fields` (those it does not set) when POSTed to
+        ``path``: every generation request of the backend carries them, probes included."""
+        if not self.post_fields or path not in self.post_paths or not isinstance(payload, dict):
+            return payload
+        return {**self.post_fields, **payload}
 
     def _headers(self) -> dict[str, str]:
         env = self.settings.api_key_env
@@ -275,6 +286,8 @@ class HttpClient:
     async def request(self, method: str, path: str, payload: Any = None) -> Any:
         """Send one JSON request (retrying accidents) and return the decoded JSON body."""
         client, gate = self._client()
+        if method == "POST":
+            payload = self._with_fields(path, payload)
 
         async def attempt() -> httpx.Response:
             async with self._slot(gate):
@@ -320,6 +333,7 @@ class HttpClient:
         (:class:`MalformedEvent`).
         """
         client, gate = self._client()
+        payload = self._with_fields(path, payload)
 
         async def attempt() -> tuple[contextlib.AsyncExitStack, str | None, AsyncIterator[str]]:
             held = contextlib.AsyncExitStack()  # the concurrency slot and the open response
@@ -379,6 +393,8 @@ class HttpClient:
         status. ``content`` is sent as raw JSON bytes (which may be malformed on purpose).
         A connection failure raises :class:`HttpError`."""
         client, _ = self._client()
+        if method == "POST":
+            payload = self._with_fields(path, payload)
         headers = {"Content-Type": "application/json"} if content is not None else None
         try:
             response = await client.request(
@@ -399,6 +415,7 @@ class HttpClient:
         """Start a streamed POST, read until its first non-blank line, then close the
         connection mid-stream, as a client that goes away does. Returns what was seen."""
         client, _ = self._client()
+        payload = self._with_fields(path, payload)
         try:
             async with client.stream("POST", path, json=payload) as response:
                 if response.status_code >= 400:

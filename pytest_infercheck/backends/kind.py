@@ -42,6 +42,10 @@ class BackendKind:
     by_name: bool = False
     """The shorthand gives the model by name: its value is the name the server knows the
     model by (``served_name``), not a file or folder it loads."""
+    adapters: bool = False
+    """The kind applies a model's LoRA ``adapter`` (its ``loads`` field of the adapter: a
+    folder or a GGUF file); its ``create`` takes ``adapter=``. A model with an adapter on a
+    kind without is refused at collection."""
 
     @property
     def server(self) -> bool:
@@ -60,13 +64,23 @@ class BackendKind:
         return "served_name" if self.by_name else self.loads
 
     def create(
-        self, name: str, spec: BackendSpec, source: str, revision: str | None, url: str | None
+        self,
+        name: str,
+        spec: BackendSpec,
+        source: str,
+        revision: str | None,
+        url: str | None,
+        adapter: str | None = None,
     ) -> Backend:
         """The backend ``name`` serving the model at ``source`` (``url``: where a managed
-        server was started, else ``spec.url``), built by the kind's module (imported now).
-        Raises if the backend built carries another kind than this line's."""
+        server was started, else ``spec.url``) with the LoRA ``adapter`` if any, built by the
+        kind's module (imported now). Raises if the backend built carries another kind than
+        this line's, or if an adapter is given to a kind that applies none."""
         module = importlib.import_module(self.module, __package__)
-        backend: Backend = module.create(name, spec, source, revision, url)
+        if adapter is not None and not self.adapters:
+            raise ValueError(f"a {self.name} backend cannot apply a LoRA adapter")
+        extra = {"adapter": adapter} if adapter is not None else {}
+        backend: Backend = module.create(name, spec, source, revision, url, **extra)
         if backend.kind != self.name:
             raise RuntimeError(
                 f"backend registry line {self.name!r} names {self.module}, which created a "

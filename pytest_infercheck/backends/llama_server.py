@@ -13,6 +13,12 @@
   before the bias). That gives true full-vocabulary KL against an in-process engine, up to
   :data:`FULL_VOCAB_SCORING_LIMIT` ids; above it only the generation's top-k is compared.
 - ``/props`` (build info, model path) and ``/v1/models`` (vocabulary size) are recorded.
+- LoRA adapters (a model's ``adapter: {gguf: FILE}``): the server loads them at start
+  (``--lora FILE``) and applies them at scale 1 to a request that names none; every
+  generation request of the backend carries ``lora: [{id, scale}]`` for each adapter of
+  ``/lora-adapters``: 1 for the model's adapter, 0 for the others (the base model: all 0).
+  A model whose adapter the server has not loaded fails at start
+  (:func:`~.llama_wire.lora_scales`).
 - Feature activity (a backend whose serve command turns on speculative decoding or a
   quantized KV cache, :func:`~pytest_infercheck.features.declared_features`): each
   ``/completion`` answer's ``timings`` (:func:`timings_activity`), per request, so requests
@@ -51,8 +57,8 @@ from .capabilities import GENERATION_PATHS, REQUEST_PARAMS, STRUCTURED
 from .endpoint_probe import probe_generation_paths, probe_request_params
 from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
+from .llama_wire import LORA_PATHS, StreamedCompletion, lora_scales, native_generation
 from .llama_wire import TIMINGS_SOURCE as TIMINGS_SOURCE
-from .llama_wire import StreamedCompletion, native_generation
 from .llama_wire import _count as _count
 from .llama_wire import align_probabilities as align_probabilities
 from .llama_wire import timings_activity as timings_activity
@@ -81,9 +87,15 @@ rows (a lower bound of the KL, named ``top-k-lower-bound`` on the item)."""
 class LlamaServerBackend(Backend):
     kind = "llama-server"
 
-    def __init__(self, name: str, settings: HttpSettings, *, chat: bool = False) -> None:
+    def __init__(
+        self, name: str, settings: HttpSettings, *, chat: bool = False, adapter: str | None = None
+    ) -> None:
         super().__init__(name)
         self.http = HttpClient(name, settings)
+        self.adapter = adapter
+        """The model's LoRA adapter (a GGUF file the server loaded with ``--lora``)."""
+        self.loras: list[dict[str, Any]] = []
+        """The server's ``/lora-adapters``."""
         self.chat = chat
         self.concurrency = settings.max_concurrency
         self.props: dict[str, Any] = {}
@@ -103,6 +115,7 @@ class LlamaServerBackend(Backend):
     async def ensure_ready(self) -> None:
         await self.http.request("GET", "/health")
         self.props = await self.http.request("GET", "/props")
+        await self._apply_loras()
         models = await self.http.request("GET", "/v1/models")
         try:
             self.n_vocab = int(models["data"][0]["meta"]["n_vocab"])
@@ -115,6 +128,23 @@ class LlamaServerBackend(Backend):
         # llama.cpp's tokenizers (SPM, BPE, WPM, UGM) add their special tokens around the
         # same tokens: [BOS if add_bos] + tokens + [EOS/SEP if add_eos], whatever the text.
         self._adds_bos_only = len(special) == len(plain) + 1 and special[1:] == plain
+
+    async def _apply_loras(self) -> None:
+        """Read ``/lora-adapters`` and set the ``lora`` field of every generation request
+        (:func:`~.llama_wire.lora_scales`). A server that does not answer it has no adapter
+        for a base model to avoid, and fails a model with an adapter."""
+        try:
+            answer = await self.http.request("GET", "/lora-adapters")
+        except BackendError:
+            if self.adapter is not None:
+                raise
+            answer = []
+        self.loras = (
+            [dict(e) for e in answer if isinstance(e, dict)] if isinstance(answer, list) else []
+        )
+        if self.loras or self.adapter is not None:
+            self.http.post_fields = {"lora": lora_scales(self.loras, self.adapter, self.name)}
+            self.http.post_paths = LORA_PATHS
 
     async def _tokenize(self, text: str, *, add_special: bool) -> list[int]:
         answer = await self.http.request(
@@ -223,6 +253,11 @@ class LlamaServerBackend(Backend):
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return await self._generate(self._body(prompt, params))
+
+    async def generate_base(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` with every adapter's ``lora`` scale 0: the base model."""
+        zero = [{"id": e.get("id"), "scale": 0.0} for e in self.loras]
+        return await self._generate({**self._body(prompt, params), "lora": zero})
 
     async def generate_uncached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """:meth:`generate` (``cache_prompt: false``: no slot state reused)."""
@@ -440,6 +475,8 @@ class LlamaServerBackend(Backend):
             "build_info": self.props.get("build_info"),
             "model_path": self.props.get("model_path"),
             "n_vocab": self.n_vocab,
+            **({"adapter": self.adapter} if self.adapter is not None else {}),
+            **({"lora": self.http.post_fields.get("lora")} if self.loras else {}),
         }
 
     def structured_paths(self) -> tuple[StructuredPath, ...]:
@@ -508,8 +545,15 @@ class LlamaServerBackend(Backend):
 
 
 def create(
-    name: str, spec: LlamaServerSpec, source: str, revision: str | None, url: str | None
+    name: str,
+    spec: LlamaServerSpec,
+    source: str,
+    revision: str | None,
+    url: str | None,
+    adapter: str | None = None,
 ) -> LlamaServerBackend:
     """The ``llama-server`` backend of a ``backends:`` entry (see :mod:`.registry`); the
-    server was given the model (``source``, its gguf) by its own command line."""
-    return LlamaServerBackend(name, HttpSettings.of(spec, url), chat=bool(spec.chat))
+    server was given the model (``source``, its gguf) and its adapters (``--lora``) by its
+    own command line; ``adapter`` is the one this backend's requests apply."""
+    settings = HttpSettings.of(spec, url)
+    return LlamaServerBackend(name, settings, chat=bool(spec.chat), adapter=adapter)

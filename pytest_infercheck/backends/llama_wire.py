@@ -7,10 +7,12 @@ that asks is :mod:`.llama_server`."""
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..features import FeatureActivity
-from .base import Generation
+from .base import BackendError, Generation
 
 
 def native_generation(
@@ -109,3 +111,36 @@ def align_probabilities(
             chosen.append(math.nan)
             top.append({})
     return chosen, top
+
+
+LORA_PATHS = frozenset(
+    {"/completion", "/completions", "/v1/completions", "/v1/chat/completions", "/v1/messages"}
+)
+"""llama-server's generation endpoints: each takes a per-request ``lora`` list."""
+
+
+def lora_scales(
+    loaded: Sequence[Mapping[str, Any]], adapter: str | None, name: str
+) -> list[dict[str, Any]]:
+    """The per-request ``lora`` field for a backend with ``adapter`` (None: the base model)
+    on a llama-server whose ``/lora-adapters`` answered ``loaded`` (``[{id, path, scale},
+    ...]``): scale 1 for the adapter (the first loaded one whose path names the same file),
+    0 for every other. A server started with ``--lora`` applies it at scale 1 to a request
+    that names none, so the base model is asked for with every scale 0. Raises a
+    :class:`BackendError` when the adapter is not among those loaded (the server would
+    answer with the base model: the silent failure an adapter check exists for)."""
+    mine = None
+    if adapter is not None:
+        mine = next((e.get("id") for e in loaded if _same_file(str(e.get("path")), adapter)), None)
+        if mine is None:
+            paths = [str(e.get("path")) for e in loaded] or "none"
+            raise BackendError(
+                f"backend {name!r}: llama-server has not loaded the LoRA adapter {adapter} "
+                f"(its /lora-adapters: {paths}): start it with --lora {adapter}"
+            )
+    return [{"id": e.get("id"), "scale": 1.0 if e.get("id") == mine else 0.0} for e in loaded]
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name the same file (symlinks and ``..`` resolved)."""
+    return os.path.realpath(a) == os.path.realpath(b)

@@ -221,6 +221,14 @@ class MlxLmBackend(Backend):
             return list(prompt.token_ids)
         return list(self._loaded.tokenizer.encode(prompt.text, add_special_tokens=False))
 
+    async def generate_base(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` by the same weights loaded without the adapter."""
+        spec = dataclasses.replace(self.spec, adapter=None)
+        twin = MlxLmBackend(
+            self.name, spec, chat=self.chat, add_bos=self.add_bos, options=self.options
+        )
+        return await twin.generate(prompt, params)
+
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return self.generate_sync(prompt, params)
 
@@ -561,6 +569,7 @@ class MlxLmBackend(Backend):
             "name": self.name,
             "model": self.spec.source,
             "revision": self.spec.revision,
+            **({"adapter": self.spec.adapter} if self.spec.adapter else {}),
             "quantization": config.get("quantization"),
             "tokenizer": self._loaded.fingerprint,
             "mlx": version("mlx"),
@@ -579,10 +588,16 @@ class MlxLmBackend(Backend):
 
 
 def create(
-    name: str, spec: MlxLmSpec, source: str, revision: str | None, url: str | None
+    name: str,
+    spec: MlxLmSpec,
+    source: str,
+    revision: str | None,
+    url: str | None,
+    adapter: str | None = None,
 ) -> MlxLmBackend:
-    """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
-    model = MlxModelSpec(source, revision, spec.dtype)
+    """The ``mlx-lm`` backend of a ``backends:`` entry (see :mod:`.registry`), with the LoRA
+    ``adapter`` folder applied if given."""
+    model = MlxModelSpec(source, revision, spec.dtype, adapter)
     return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos, options=spec.options)
 
 

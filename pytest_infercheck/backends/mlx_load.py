@@ -22,6 +22,10 @@ class MlxModelSpec:
     revision: str | None = None
     dtype: str | None = None
     """Cast the weights (e.g. ``float32``, to compare exactly with a float32 engine)."""
+    adapter: str | None = None
+    """A LoRA adapter folder (mlx-lm's format: ``adapter_config.json`` and
+    ``adapters.safetensors``), applied by ``mlx_lm.load(..., adapter_path=)``; the cast to
+    ``dtype`` comes after, so it covers the adapter's weights too."""
 
 
 @dataclass
@@ -50,10 +54,16 @@ def load_model(spec: MlxModelSpec) -> Loaded:
                 ) from exc
             try:
                 model, tokenizer, config = load(  # type: ignore[misc]
-                    spec.source, revision=spec.revision, return_config=True
+                    spec.source,
+                    revision=spec.revision,
+                    adapter_path=spec.adapter,
+                    return_config=True,
                 )
             except Exception as exc:
-                raise BackendError(f"mlx-lm could not load {spec.source!r}: {exc}") from exc
+                with_adapter = f" with the adapter {spec.adapter!r}" if spec.adapter else ""
+                raise BackendError(
+                    f"mlx-lm could not load {spec.source!r}{with_adapter}: {exc}"
+                ) from exc
             if spec.dtype is not None:
                 import mlx.core as mx
 

@@ -31,15 +31,20 @@ from .spec import (
 )
 
 BACKENDS: tuple[BackendKind, ...] = (
-    BackendKind("mlx-lm", ".mlx_lm", MlxLmSpec, shorthand="mlx:DIR"),
+    BackendKind("mlx-lm", ".mlx_lm", MlxLmSpec, shorthand="mlx:DIR", adapters=True),
     BackendKind(
         "openai", ".openai_compat", OpenAIServerSpec, shorthand="openai:NAME", by_name=True
     ),
-    BackendKind("vllm", ".vllm", OpenAIServerSpec, shorthand="vllm:DIR"),
+    BackendKind("vllm", ".vllm", OpenAIServerSpec, shorthand="vllm:DIR", adapters=True),
     BackendKind("vllm-mlx", ".vllm_mlx", OpenAIServerSpec, shorthand="vllm-mlx:DIR"),
     BackendKind("sglang", ".sglang", SglangSpec, shorthand="sglang:DIR"),
     BackendKind(
-        "llama-server", ".llama_server", LlamaServerSpec, loads="gguf", shorthand="gguf:FILE"
+        "llama-server",
+        ".llama_server",
+        LlamaServerSpec,
+        loads="gguf",
+        shorthand="gguf:FILE",
+        adapters=True,
     ),
     BackendKind("ollama", ".ollama", OllamaSpec, shorthand="ollama:NAME:TAG", by_name=True),
 )
@@ -49,6 +54,8 @@ BACKEND_NAMES = tuple(kind.name for kind in BACKENDS)
 SERVER_KINDS = tuple(kind.name for kind in BACKENDS if kind.server)
 """Backend kinds served over HTTP (the others run in-process)."""
 IN_PROCESS_KINDS = tuple(kind.name for kind in BACKENDS if not kind.server)
+ADAPTER_KINDS = tuple(kind.name for kind in BACKENDS if kind.adapters)
+"""Backend kinds that apply a model's LoRA ``adapter``."""
 SHORTHANDS = {kind.prefix: kind for kind in BACKENDS if kind.prefix is not None}
 """The kinds with a model shorthand, by its prefix (``gguf`` -> llama-server)."""
 _BY_NAME = {kind.name: kind for kind in BACKENDS}

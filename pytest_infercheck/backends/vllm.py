@@ -41,14 +41,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import json
+import os
 import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..features import ADAPTER
 from ..tools import Tool
 from .base import (
     BackendError,
@@ -107,6 +110,11 @@ class VllmBackend(OpenAICompatBackend):
         """The largest ``prompt_logprobs`` the server answers (its ``--max-logprobs``)."""
         self.vocab_size: int | None = None
         self.max_model_len: int | None = None
+        self.adapter: str | None = None
+        """The model's LoRA adapter (a PEFT folder the server serves by ``--lora-modules``):
+        requests name the adapter (:meth:`ensure_ready` finds its name)."""
+        self.base_model: str | None = None
+        """The base model's name, which the adapter's module replaced in requests."""
         self._pieces: dict[int, str] = {}
         self._lock: asyncio.Lock | None = None
 
@@ -138,6 +146,9 @@ class VllmBackend(OpenAICompatBackend):
         models = await self.http.request("GET", "/v1/models")
         served = [m for m in models.get("data") or [] if isinstance(m, dict)]
         ids = [str(m.get("id")) for m in served]
+        if self.adapter is not None:
+            self.base_model = self.base_model or self.model
+            self.model = lora_module(served, self.adapter, self.name)
         if self.model is not None and self.model not in ids:
             raise BackendError(
                 f"backend {self.name!r}: the server serves {ids}, not {self.model!r} "
@@ -290,10 +301,16 @@ class VllmBackend(OpenAICompatBackend):
             body["seed"] = params.seed
         return body
 
+    @property
+    def metered(self) -> bool:
+        """Whether a feature's activity is read from ``/metrics`` (speculative decoding, a
+        cache dtype); a LoRA adapter's engagement is measured apart (its base output)."""
+        return any(f.name != ADAPTER for f in self.features)
+
     def _exclusive(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """Held around each generating or scoring request of a backend with features (one
         in flight, so ``/metrics`` deltas are that request's); a no-op for the others."""
-        if not self.features:
+        if not self.metered:
             return contextlib.nullcontext()
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -316,10 +333,14 @@ class VllmBackend(OpenAICompatBackend):
             after = await self._counters()
         return after
 
+    async def generate_base(self, prompt: PromptInput, params: GenerationParams) -> Generation:
+        """:meth:`generate` asking for the base model, not the adapter's module."""
+        return await _generate_base(self, prompt, params)
+
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """One ``/v1/completions`` request; with features, its ``/metrics`` delta as the
         generation's :attr:`~.base.Generation.activity`."""
-        if not self.features:
+        if not self.metered:
             return await self._completion(prompt, params)
         async with self._exclusive():
             before = await self._counters()
@@ -505,6 +526,7 @@ class VllmBackend(OpenAICompatBackend):
             "name": self.name,
             "url": self.http.settings.base_url,
             "model": self.model,
+            **({"adapter": self.adapter} if self.adapter is not None else {}),
             "version": self.version,
             "serve": self.serve,
             "max_logprobs": self.max_logprobs,
@@ -513,10 +535,42 @@ class VllmBackend(OpenAICompatBackend):
         }
 
 
+async def _generate_base(backend: VllmBackend, prompt: PromptInput, params: Any) -> Generation:
+    """``backend``'s generation asking for the base model (its ``model`` before the LoRA
+    module replaced it) on the same server."""
+    twin = copy.copy(backend)
+    twin.model, twin.adapter = backend.base_model, None
+    return await twin.generate(prompt, params)
+
+
 def create(
-    name: str, spec: OpenAIServerSpec, source: str, revision: str | None, url: str | None
+    name: str,
+    spec: OpenAIServerSpec,
+    source: str,
+    revision: str | None,
+    url: str | None,
+    adapter: str | None = None,
 ) -> VllmBackend:
-    """The ``vllm`` backend of a ``backends:`` entry (see :mod:`.registry`)."""
+    """The ``vllm`` backend of a ``backends:`` entry (see :mod:`.registry`); with a LoRA
+    ``adapter`` (a PEFT folder), its requests name the adapter's module."""
     backend = create_served(VllmBackend, name, spec, source, url)
     backend.serve = spec.serve
+    backend.adapter = adapter
     return backend
+
+
+def lora_module(served: Sequence[Mapping[str, Any]], adapter: str, name: str) -> str:
+    """The ``model`` that asks vLLM for ``adapter``: the id of the ``/v1/models`` entry
+    with a ``parent`` (a LoRA module, ``--lora-modules NAME=PATH``) whose ``root`` is the
+    adapter's folder. Raises a :class:`BackendError` when the server serves no such module
+    (a request naming the base model would answer without the adapter, silently)."""
+    want = os.path.realpath(adapter)
+    for entry in served:
+        root = entry.get("root")
+        if entry.get("parent") and isinstance(root, str) and os.path.realpath(root) == want:
+            return str(entry.get("id"))
+    modules = [f"{e.get('id')}={e.get('root')}" for e in served if e.get("parent")] or "none"
+    raise BackendError(
+        f"backend {name!r}: vLLM serves no LoRA module for the adapter {adapter} (its modules: "
+        f"{modules}): start it with --enable-lora --lora-modules NAME={adapter}"
+    )

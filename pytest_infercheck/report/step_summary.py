@@ -47,7 +47,7 @@ def md(text: Any, limit: int = MAX_CHARS) -> str:
 
 def _cell(verdict: str, reasons: Sequence[str], deciding: str, note: str) -> str:
     shown = list(reasons) or [deciding]
-    mark = {"fail": "❌ **fail**", "pass": "✅ pass"}.get(verdict, md(verdict))
+    mark = {"fail": "❌ **FAIL**", "pass": "✅ PASS"}.get(verdict, md(verdict.upper()))
     text = f"{mark}: " + "; ".join(md(r) for r in shown if r)
     return text + (f" ({md(note)})" if note else "")
 

@@ -189,9 +189,8 @@ def _verdict_cell(title: str, item: Mapping[str, Any]) -> str:
     if not found:
         return "<td>-</td>"
     v = found[0]
-    return (
-        f'<td class="ic-{esc(v.verdict)}"><strong>{esc(v.verdict)}</strong>: {esc(v.deciding)}</td>'
-    )
+    shown = esc(v.verdict.upper())
+    return f'<td class="ic-{esc(v.verdict)}"><strong>{shown}</strong>: {esc(v.deciding)}</td>'
 
 
 def summary_html(runs: list[RunView], banner: bool = True, title: str | None = None) -> str:

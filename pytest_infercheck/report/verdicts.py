@@ -123,7 +123,7 @@ def _cell(v: Verdict, row: Row) -> str:
     note = f' <span class="ic-note">{esc(v.note)}</span>' if v.note else ""
     return (
         f'<td class="ic-{esc(v.verdict)}"><a href="#{esc(target)}">'
-        f"<strong>{esc(v.verdict)}</strong></a>{note} "
+        f"<strong>{esc(v.verdict.upper())}</strong></a>{note} "
         f'<span class="ic-deciding">{esc(v.deciding)}</span>'
         + (f'<ul class="ic-also">{also}</ul>' if also else "")
         + _links(links)

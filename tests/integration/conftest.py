@@ -115,6 +115,16 @@ def tiny_draft_gguf(tiny_draft: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_lora_gguf(tiny_lora: Any, tiny_models: dict[str, Path], vllm_python: Path) -> Path:
+    """The tiny adder's LoRA (``tiny_lora``) as an f32 GGUF LoRA for llama-server's
+    ``--lora``, converted by llama.cpp's own ``convert_lora_to_gguf.py`` (vendored in the
+    llama-cpp-python sdist) run with vLLM's CPU venv, which has the torch and transformers
+    the converter needs."""
+    out: Path = load_example("make_lora").lora_gguf(tiny_lora, tiny_models["bf16"], vllm_python)
+    return out
+
+
+@pytest.fixture(scope="session")
 def adder(tiny_models: dict[str, Path], tiny_gguf: Path) -> str:
     """The tiny adder for every kind of backend (a ``models:`` value): mlx weights and the
     f32 GGUF."""

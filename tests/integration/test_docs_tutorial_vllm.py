@@ -14,6 +14,8 @@ vLLM with an fp8 KV cache started by ``vllm serve`` (the CPU build starts by its
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -39,7 +41,8 @@ def test_the_tutorial_runs_as_written(
     pytester.makefile(".yaml", infercheck=matrix)
     (ini,) = _blocks("ini")
     pytester.makefile(".ini", pytest=ini)
-    commands = [c.split("#")[0].split() for c in _blocks("bash")[1].splitlines()]
+    (block,) = [b for b in _blocks("bash") if b.startswith("pytest ")]
+    commands = [c.split("#")[0].split() for c in block.splitlines()]
     assert commands[0] == ["pytest"] and commands[1] == ["pytest", "-k", "determinism"]
 
     everything = pytester.runpytest_subprocess(
@@ -55,6 +58,48 @@ def test_the_tutorial_runs_as_written(
         "--infercheck-num-prompts", "6", "-p", "no:cacheprovider", "-k", "determinism"
     )
     one.assert_outcomes(passed=7)
+
+
+def test_the_pages_init_command_writes_a_matrix_that_passes(
+    pytester: pytest.Pytester, vllm_qwen2: str, realistic_qwen2: Any
+) -> None:
+    """Step 2's ``pytest-infercheck init --vllm URL --out my-checks``, its URL replaced by the
+    shared server's: it finds the served folder, and ``pytest`` in ``my-checks`` passes."""
+    (block,) = [b for b in _blocks("bash") if b.startswith("pytest-infercheck init")]
+    words = block.split("#")[0].split()
+    assert words == [
+        "pytest-infercheck",
+        "init",
+        "--vllm",
+        "http://127.0.0.1:8000",
+        "--out",
+        "my-checks",
+    ]
+    words[3] = vllm_qwen2
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_infercheck.cli", *words[1:]],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"serving {realistic_qwen2.path}" in done.stdout
+    out = pytester.path / "my-checks"
+    matrix = (out / "infercheck.yaml").read_text()
+    assert f'mine: {{path: "{realistic_qwen2.path}"}}' in matrix
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "11 passed" in run.stdout, run.stdout[-3000:]
+    assert "PytestDeprecationWarning" not in run.stdout + run.stderr
 
 
 def test_the_page_shows_what_it_ran() -> None:

@@ -377,7 +377,7 @@ def test_parity_aggregates_merged_from_two_shards_are_the_unsharded_ones(
         assert said.startswith(
             "8 of 8 items failed: s01 (the streamed output differs from the non-streamed one"
         )
-        assert said.endswith(", ... 3 more")
+        assert said.endswith(", and 3 more")
     # the merge covers every item of the unsharded run, each in one shard
     items = {i["nodeid"] for i in merged["items"] if i["role"] != "aggregate"}
     assert items == {i["nodeid"] for i in whole["items"] if i["role"] != "aggregate"}

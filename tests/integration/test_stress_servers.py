@@ -105,12 +105,12 @@ def test_llama_server_np4_passes_with_levels_spread_over_two_workers(
     result.stdout.fnmatch_lines(
         [
             "*infercheck summary*",
-            "stress(adder) addition on adder@llama: pass",
-            "*level*requests*errors*consistent*flips*in flight mean/max*verdict",
-            "*c1 *16*0*16/16*0*/1*pass",
-            "*c2 *16*0*16/16*0*/2*pass",
-            "*c4 *16*0*16/16*0*/4*pass",
-            "*c8 *16*0*16/16*0*/8*pass",
+            "stress(adder) addition on adder@llama: PASS",
+            "*level*requests*errors*consistent*flips*in flight*verdict",
+            "*c1 *16*0*16/16*0*/1*PASS",
+            "*c2 *16*0*16/16*0*/2*PASS",
+            "*c4 *16*0*16/16*0*/4*PASS",
+            "*c8 *16*0*16/16*0*/8*PASS",
         ]
     )
 

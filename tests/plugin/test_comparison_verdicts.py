@@ -153,7 +153,7 @@ def test_kl_gates_on_a_comparison_without_logprobs_fail_naming_the_gate(
     assert items["aggregate"]["violations"] == [
         "8 of 8 items failed: "
         + ", ".join(f"s0{i} (max_kl: not measured: {why})" for i in range(1, 6))
-        + ", ... 3 more",
+        + ", and 3 more",
         "bf16@nolp: max_mean_kl: not measured: method text, 8 of 8 prompts compared by text "
         "only: no KL over the suite",
     ]

@@ -86,7 +86,7 @@ def test_mlx_lm_is_deterministic_and_batch_invariant(
         assert cases[f"{check}::aggregate"]["infercheck_invariant_prompts"] == "8"
     result.stdout.fnmatch_lines(
         [
-            "*check*suite*target*runs*deterministic*score (95% CI)*errors*max drift*verdict*",
+            "*check*suite*target*runs*identical*score (95% CI)*errors*drift*verdict*",
             "*determinism(det-bf16)*addition*bf16@local*4*8/8*1.0000 (0.893-1.000)*0*0*PASS*",
             "*check*suite*target*trials*invariant*batched by*verdict*",
             "*batch-invariance(needle-f32)*bf16@local32*16*8/8*mlx-lm BatchGenerator*PASS*",

@@ -220,5 +220,5 @@ def test_the_title_option_and_a_passing_job_summary(
     lines = summary_file.read_text(encoding="utf-8").splitlines()
     assert lines[:3] == ["## nightly bf16: PASS", "", "0 of 1 check failed, 0 of 8 items failed."]
     assert lines[4:6] == ["| check | suite | bf16@local |", "|---|---|---|"]
-    assert lines[6].startswith("| compare(bf16-vs-bf16) | addition | ✅ pass: mean KL 0 ")
+    assert lines[6].startswith("| compare(bf16-vs-bf16) | addition | ✅ PASS: mean KL 0 ")
     assert "Failed items" not in "\n".join(lines)

@@ -92,10 +92,10 @@ DROPPED_DATA_KEYS = frozenset(
 )
 
 # Columns of the summary's tables that hold wall-clock measurements (the stress table): the
-# whole cell is masked. In "in flight mean/max" only the mean (achieved concurrency) is timing;
+# whole cell is masked. In "in flight" (mean/max) only the mean (achieved concurrency) is timing;
 # the max is kept (see ``max_in_flight`` above).
 SUMMARY_TIMING_COLUMNS = frozenset({"p50 s", "p95 s", "tok/s"})
-SUMMARY_MEAN_SLASH_COLUMNS = frozenset({"in flight mean/max"})
+SUMMARY_MEAN_SLASH_COLUMNS = frozenset({"in flight"})
 MASK = "<t>"
 
 # Timing figures inside violation strings ("latency 0.41 s", "12.5 tok/s", "300 ms"); none
@@ -239,9 +239,9 @@ def test_the_report_opens_with_the_banner_and_the_verdicts(
     after = [c for c in section.children if isinstance(c, Node) and c.tag != "h2"]
     assert next(c for c in after if c is not banner).attrs.get("id") == "infercheck-verdicts"
     q8, q4 = _sweep_q8_q4(page)
-    assert "ic-pass" in q8.classes and q8.one("strong").text() == "pass"
+    assert "ic-pass" in q8.classes and q8.one("strong").text() == "PASS"
     assert q8.one("span", "ic-deciding").text() == "mean KL 0.0002805 ± 0.0001"
-    assert "ic-fail" in q4.classes and q4.one("strong").text() == "fail"
+    assert "ic-fail" in q4.classes and q4.one("strong").text() == "FAIL"
     assert q4.one("span", "ic-note").text() == "degradation cliff"
     deciding = q4.one("span", "ic-deciding").text()
     assert deciding == "mean KL 0.0151764 > max_mean_kl 0.005"
@@ -264,13 +264,9 @@ def test_only_the_failed_level_of_the_sweep_fails(quickstart_run: QuickstartRun)
     """Terminal: the sweep's q8 row passes (it failed no item and no gate), its q4 row fails;
     pytest's -rf line of the sweep aggregate starts with its failed items (q4's), and a
     prompt item's with its first violation."""
-    rows = {
-        tuple(line.split()[:3]): line.split()[-1]
-        for line in summary_section(quickstart_run.stdout)
-        if line.startswith("sweep(bf16)")
-    }
-    assert rows[("sweep(bf16)", "addition", "q8@local")] == "pass"
-    assert rows[("sweep(bf16)", "addition", "q4@local")] == "FAIL"
+    rows = grouped_rows(summary_section(quickstart_run.stdout))
+    assert rows[("sweep(bf16) addition", "q8@local")] == "PASS"
+    assert rows[("sweep(bf16) addition", "q4@local")] == "FAIL"
     lines = quickstart_run.stdout.splitlines()
     aggregate = "FAILED infercheck.yaml::sweep(bf16)::addition::aggregate - "
     (line,) = [x for x in lines if x.startswith(aggregate)]
@@ -381,6 +377,39 @@ def summary_section(stdout: str) -> list[str]:
             header = None
         out.append(line.rstrip())
     return out
+
+
+def grouped_rows(section: list[str]) -> dict[tuple[str, str], str]:
+    """``(group line, test side) -> verdict`` of the comparison table: rows are indented under
+    a line ``compare(bf16-vs-q4) addition:`` of their check x suite."""
+    rows: dict[tuple[str, str], str] = {}
+    group: str | None = None
+    for line in section:
+        if not line.startswith(" "):
+            group = line[:-1] if line.endswith(":") else None
+        elif group is not None:
+            cells = line.split()
+            rows[(group, cells[0])] = cells[-1]
+    return rows
+
+
+def test_the_summary_is_under_100_columns_in_one_spelling(quickstart_run: QuickstartRun) -> None:
+    """Every line of the terminal summary (comparisons, the sweep and its cliff, determinism,
+    batch invariance, stress) is under 100 columns as printed; verdicts are PASS and FAIL,
+    the standard error is ±, and no Python dict is printed; the run prints no
+    PytestDeprecationWarning (the quickstart's pytest.ini sets the asyncio loop scope)."""
+    lines = quickstart_run.stdout.splitlines()
+    (start,) = [i for i, line in enumerate(lines) if "infercheck summary" in line]
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith(("==", "--")))
+    section = lines[start + 1 : end]
+    assert len(section) > 15
+    wide = [line for line in section if len(line) >= 100]
+    assert not wide, "\n".join(wide)
+    words = {w for line in section for w in line.split()}
+    assert {"PASS", "FAIL"} <= words and not {"pass", "fail"} & words
+    text = "\n".join(section)
+    assert "+-" not in text and "±" in text and "{'" not in text
+    assert "PytestDeprecationWarning" not in quickstart_run.stdout
 
 
 def _squeeze(lines: list[str]) -> list[str]:

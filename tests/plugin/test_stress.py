@@ -68,11 +68,11 @@ def test_in_process_levels_are_real_batches_and_pass(
     result.stdout.fnmatch_lines(
         [
             "*infercheck summary*",
-            "stress(bf16) addition on bf16@local: pass",
-            "*level*requests*errors*consistent*flips*p50 s*p95 s*tok/s*in flight mean/max*",
-            "*c1 *16*0*16/16*0*1.00/1*pass",
-            "*c4 *16*0*16/16*0*/4*pass",
-            "*c16 *16*0*16/16*0*16.00/16*pass",
+            "stress(bf16) addition on bf16@local: PASS",
+            "*level*requests*errors*consistent*flips*p50 s*p95 s*tok/s*in flight*",
+            "*c1 *16*0*16/16*0*1.00/1*PASS",
+            "*c4 *16*0*16/16*0*/4*PASS",
+            "*c16 *16*0*16/16*0*16.00/16*PASS",
         ]
     )
 
@@ -107,7 +107,7 @@ def test_under_xdist_levels_spread_and_are_measured_once(
     # its timings), whichever worker made them
     assert recs["aggregate"]["data"]["levels"] == list(levels.values())
     result.stdout.fnmatch_lines(
-        ["stress(bf16) addition on bf16@local: pass", "*c1 *", "*c2 *", "*c4 *", "*c8 *", "*c16 *"]
+        ["stress(bf16) addition on bf16@local: PASS", "*c1 *", "*c2 *", "*c4 *", "*c8 *", "*c16 *"]
     )
 
 

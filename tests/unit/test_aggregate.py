@@ -14,7 +14,7 @@ from pytest_infercheck.checks.comparison.aggregate import (
     format_aggregate,
 )
 from pytest_infercheck.checks.comparison.judge import item_verdict as item_violations
-from pytest_infercheck.checks.comparison.present import COLUMNS, summary_rows
+from pytest_infercheck.checks.comparison.present import COLUMNS, grouped_table, summary_rows
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
 from pytest_infercheck.checks.comparison.verdicts import describe
 from pytest_infercheck.checks.framework.outcome import Outcome
@@ -131,20 +131,16 @@ def test_summary_table() -> None:
     nodeid = "m.yaml::compare(bf16-vs-q4)::reasoning::aggregate"
     rows = summary_rows([(nodeid, False, plain_data(record))])
     (row,) = rows
-    # p99 of (0, 0, 0.1, 0.2, 0.3, 0.6) with linear interpolation: 0.3 + 0.95 * 0.3 = 0.585.
-    # the factory's outputs ("4" against "5") differ, but their records say nothing of their
-    # sameness (an older file): none counts as identical
-    assert row[:6] == ["compare(bf16-vs-q4)", "reasoning", "q4@local", "3", "1", "0/3"]
-    assert row[6].startswith("0.2±") and row[7:] == [
-        "0.585",
-        "0.6",
-        "0.833",
-        "2/3 (0.21-0.94)",
-        "FAIL",
-    ]
-    lines = render_table(rows, COLUMNS)
-    assert lines[0].split()[:3] == ["check", "suite", "test"]
-    assert len(lines) == 2
+    # 1 failed item of 3 prompts; the factory's outputs ("4" against "5") differ, but their
+    # records say nothing of their sameness (an older file): none counts as identical; KL max
+    # 0.6; same-top 5/6; flips 2 of 3 (Wilson 0.21-0.94)
+    assert row[:5] == ["compare(bf16-vs-q4)", "reasoning", "q4@local", "1/3", "0/3"]
+    assert row[5].startswith("0.2±") and row[6:] == ["0.6", "0.833", "2/3 (0.21-0.94)", "FAIL"]
+    lines = grouped_table(rows, COLUMNS)
+    assert lines[0].split()[:3] == ["test", "failed", "identical"]
+    assert lines[1] == "compare(bf16-vs-q4) reasoning:"
+    assert lines[2].split()[:3] == ["q4@local", "1/3", "0/3"]
+    assert len(lines) == 3
 
 
 def test_format_aggregate_by_hand() -> None:
@@ -157,16 +153,16 @@ def test_format_aggregate_by_hand() -> None:
     agg = aggregate(RESULTS, Thresholds(max_kl_position=0.5))
     lines = format_aggregate(agg).splitlines()
     assert lines[0] == "q4@local vs bf16@local: 3 prompts, 2 failed items"
-    assert lines[1].startswith("KL mean 0.2 +- ")  # SE 0 up to float rounding
+    assert lines[1].startswith("KL mean 0.2 ± ")  # SE 0 up to float rounding
     assert lines[1].endswith(
         "(SE, by prompt), median 0.15, p90 0.45, p99 0.585, max 0.6 over 6 positions"
     )
     assert lines[2] == "same-top rate 0.8333; delta-p mean -0.03333, RMS 0.1"
     assert lines[3] == (
-        "flips 2/3 = 0.667 (CI 0.208-0.939) {'correct_to_wrong': 1, 'unchanged': 1, "
-        "'wrong_to_correct': 1}; McNemar p = 1"
+        "flips 2/3 = 0.667 (CI 0.208-0.939) 1 correct to wrong, 1 unchanged, 1 wrong to "
+        "correct; McNemar p = 1"
     )
-    assert lines[4] == "severity {'severe': 3}; methods {'teacher-forced': 3}"
+    assert lines[4] == "severity 3 severe; methods 3 teacher-forced"
     assert len(lines) == 5  # no problem lines
 
 

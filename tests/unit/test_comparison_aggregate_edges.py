@@ -203,7 +203,7 @@ def test_a_cliff_at_exactly_alpha_says_p_is_not_below_it() -> None:
     steps = [_step("self-check"), _step("q4", 0.05, failed=list("ab"), newly_failed=2)]
     assert cliff_evidence("q4", steps, 0.05) == (
         "q4: failed items 0 -> 2 of 8 (2 newly failed, 0 recovered; exact McNemar p = 0.05 "
-        ">= alpha 0.05); mean KL 0 +- 0 -> 0 +- 0"
+        ">= alpha 0.05); mean KL 0 ± 0 -> 0 ± 0"
     )
 
 
@@ -216,9 +216,9 @@ def test_a_mean_kl_not_measured_is_said_nan() -> None:
     assert cliff_table("q4", steps, 0.05) == [
         "cliff evidence (alpha 0.05):",
         "  self-check: 0/8 failed; mean KL NaN",
-        "  q4: 0/8 failed, vs previous +0 -0 (McNemar p = 1); mean KL 0.0125 +- NaN, within "
+        "  q4: 0/8 failed, vs previous +0 -0 (McNemar p = 1); mean KL 0.0125 ± NaN, within "
         "max_mean_kl  <- cliff",
-        "  q2: 0/8 failed, vs previous +0 -0 (McNemar p = 1); mean KL 0.5 +- 0.25, above "
+        "  q2: 0/8 failed, vs previous +0 -0 (McNemar p = 1); mean KL 0.5 ± 0.25, above "
         "max_mean_kl",
     ]
     # The first level is never marked the cliff.
@@ -237,9 +237,7 @@ def test_the_text_says_divergences_without_a_noise_floor_and_no_flip_rate() -> N
     )
     lines = format_aggregate(agg).splitlines()
     assert "flips 0/0 = n/a (CI " in lines[3]
-    assert lines[5] == (
-        "divergences {'near-tie': 1, 'decisive': 0, 'unknown': 0}; noise floor n/a nats"
-    )
+    assert lines[5] == ("divergences 1 near-tie; noise floor n/a nats")
     floor = format_aggregate(_agg(noise_floor=0.03125)).splitlines()
     assert floor[5].endswith("; noise floor 0.03125 nats")
 
@@ -285,11 +283,11 @@ def test_a_sweeps_aggregate_finds_its_cliff_and_says_why_by_hand() -> None:
     assert [level.n_failed for level in record.levels] == [0, 6]  # the items' own verdicts
     assert summary.text.split("\n\n")[-1].splitlines() == [
         "degradation cliff: q4@local: failed items 0 -> 6 of 6 (6 newly failed, 0 recovered; "
-        "exact McNemar p = 0.0312 < alpha 0.05); mean KL 0 +- 0 -> 0.25 +- 0",
+        "exact McNemar p = 0.0312 < alpha 0.05); mean KL 0 ± 0 -> 0.25 ± 0",
         "cliff evidence (alpha 0.05):",
-        "  self-check: 0/6 failed; mean KL 0 +- 0",
-        "  q8@local: 0/6 failed, vs previous +0 -0 (McNemar p = 1); mean KL 0 +- 0",
-        "  q4@local: 6/6 failed, vs previous +6 -0 (McNemar p = 0.0312); mean KL 0.25 +- 0  "
+        "  self-check: 0/6 failed; mean KL 0 ± 0",
+        "  q8@local: 0/6 failed, vs previous +0 -0 (McNemar p = 1); mean KL 0 ± 0",
+        "  q4@local: 6/6 failed, vs previous +6 -0 (McNemar p = 0.0312); mean KL 0.25 ± 0  "
         "<- cliff",
     ]
     assert (

@@ -574,15 +574,15 @@ def test_the_cliffs_evidence_in_the_text_terminal_and_html() -> None:
     assert cliff == "q4"
     assert cliff_evidence(cliff, steps, 0.05) == (
         "q4: failed items 1 -> 9 of 60 (9 newly failed, 1 recovered; exact McNemar p = "
-        "0.0215 < alpha 0.05); mean KL 0.00028 +- 0.0001 -> 0.0152 +- 0.0084 crosses "
+        "0.0215 < alpha 0.05); mean KL 0.00028 ± 0.0001 -> 0.0152 ± 0.0084 crosses "
         "max_mean_kl"
     )
     assert cliff_table(cliff, steps, 0.05) == [
         "cliff evidence (alpha 0.05):",
-        "  self-check: 0/60 failed; mean KL 0 +- 0, within max_mean_kl",
-        "  q8: 1/60 failed, vs previous +1 -0 (McNemar p = 1); mean KL 0.00028 +- 0.0001, "
+        "  self-check: 0/60 failed; mean KL 0 ± 0, within max_mean_kl",
+        "  q8: 1/60 failed, vs previous +1 -0 (McNemar p = 1); mean KL 0.00028 ± 0.0001, "
         "within max_mean_kl",
-        "  q4: 9/60 failed, vs previous +9 -1 (McNemar p = 0.0215); mean KL 0.0152 +- 0.0084, "
+        "  q4: 9/60 failed, vs previous +9 -1 (McNemar p = 0.0215); mean KL 0.0152 ± 0.0084, "
         "above max_mean_kl  <- cliff",
     ]
     record = SweepAggregateRecord("sweep", "addition", [], {}, cliff, 0.05, steps)

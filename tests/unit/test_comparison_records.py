@@ -310,14 +310,14 @@ def test_terminal_rows_and_the_cliff_of_sweeps_only() -> None:
         ("m.yaml::sweep(bf16)::addition::aggregate", True, plain_data(SWEEP_AGGREGATE)),
     ]
     rows = summary_rows(aggregates)
-    assert [row[:5] for row in rows] == [
-        ["compare(bf16-vs-q4)", "addition", "q4@local", "2", "1"],
-        ["sweep(bf16)", "addition", "q4@local", "2", "1"],
+    assert [row[:4] for row in rows] == [
+        ["compare(bf16-vs-q4)", "addition", "q4@local", "1/2"],
+        ["sweep(bf16)", "addition", "q4@local", "1/2"],
     ]
     (line,) = cliff_lines(aggregates)
     assert line.startswith(
         "sweep(bf16) addition: degradation cliff: q4@local: failed items 0 -> 1 of 2 (1 newly "
-        "failed, 0 recovered; exact McNemar p = 1 >= alpha 0.05); mean KL 0 +- 0 -> 0.2 +- "
+        "failed, 0 recovered; exact McNemar p = 1 >= alpha 0.05); mean KL 0 ± 0 -> 0.2 ± "
     )
     assert line.endswith(" crosses max_mean_kl")
     # a record without the evidence (an older results file): the cliff alone
@@ -349,7 +349,7 @@ def test_an_ungated_aggregate_says_so_in_the_terminal_and_the_html() -> None:
     node = "m.yaml::compare(bf16-vs-q4)::addition::aggregate"
     passing = dataclasses.replace(ungated, levels=[dataclasses.replace(LEVEL, n_failed=0)])
     (passed,) = summary_rows([(node, True, plain_data(passing))])
-    assert passed[-1] == "ungated"  # passed, but nothing was checked
+    assert passed[-1] == "UNGATED"  # passed, but nothing was checked
     (failed,) = summary_rows([(node, False, plain_data(ungated))])
     assert failed[-1] == "FAIL"
     (gated,) = summary_rows([(node, True, plain_data(COMPARE_AGGREGATE))])
@@ -367,7 +367,7 @@ def test_a_side_whose_items_all_errored_is_a_failed_row_of_dashes() -> None:
     node = "m.yaml::sweep(bf16)::addition::aggregate"
     errored = dataclasses.replace(SWEEP_AGGREGATE, tests=["q8@local", "q4@local"])
     q8, q4 = summary_rows([(node, False, plain_data(errored))])
-    assert q8 == ["sweep(bf16)", "addition", "q8@local", "0", *["-"] * 7, "FAIL"]
+    assert q8 == ["sweep(bf16)", "addition", "q8@local", *["-"] * 6, "FAIL"]
     assert q4[2] == "q4@local" and len(q4) == len(q8)
     assert summary_lines([]) == []
     nothing = dataclasses.replace(COMPARE_AGGREGATE, levels=[], tests=[])

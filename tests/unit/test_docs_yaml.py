@@ -79,7 +79,11 @@ def _refs(check: dict[str, Any]) -> list[tuple[str, str | None]]:
             add(value)
             continue
         if "model" in value:
-            found += [(value["model"], b) for b in value.get("backends") or [None]]
+            for entry in value.get("backends") or [None]:
+                if isinstance(entry, str) and "@" in entry:  # MODEL@BACKEND: another model
+                    add(entry)
+                else:
+                    found.append((value["model"], entry))
             continue
         for field in ("baseline", "test", "target"):
             add(value.get(field))
@@ -120,6 +124,15 @@ def stubbed(block: Block, folder: Path) -> dict[str, Any]:
             spec["path"] = str(_stub_dir(folder, name))
         if spec.get("gguf") and not (folder / spec["gguf"]).exists():
             spec["gguf"] = str(_stub_file(folder, f"{name}.gguf"))
+        adapter = spec.get("adapter")
+        if isinstance(adapter, str):
+            key = "gguf" if adapter.endswith(".gguf") else "path"
+            adapter = spec["adapter"] = {key: adapter}
+        if isinstance(adapter, dict):  # a LoRA adapter not on this machine: a stub
+            if adapter.get("path") and not (folder / adapter["path"]).exists():
+                adapter["path"] = str(_stub_dir(folder, f"{name}-adapter"))
+            if adapter.get("gguf") and not (folder / adapter["gguf"]).exists():
+                adapter["gguf"] = str(_stub_file(folder, f"{name}-adapter.gguf"))
     for backend in (data.get("backends") or {}).values():
         draft = backend.get("draft_model") if isinstance(backend, dict) else None
         if draft and not (folder / draft).exists():

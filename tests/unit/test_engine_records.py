@@ -287,8 +287,14 @@ def test_terminal_summary_from_plain_records() -> None:
     assert "batch-invariance(q4) addition q4@local 120 59/60 mlx-lm BatchGenerator FAIL" in (
         squeezed
     )
-    assert "stress(q4) addition on q4@local: pass" in squeezed
+    assert "stress(q4) addition on q4@local: PASS" in squeezed
     assert "c8 20 2 (http_503 x2) 17/20 1 0.250 - - 3.50/4 FAIL" in squeezed
+    assert max(len(line) for line in lines) < 100, "\n".join(lines)
+    verdicts = {word for line in squeezed for word in line.split() if word.lower() in VERDICTS}
+    assert verdicts == {"PASS", "FAIL", "verdict"}
+
+
+VERDICTS = {"pass", "fail", "verdict", "ungated"}
 
 
 # -- the summary table's measures ------------------------------------------------------------

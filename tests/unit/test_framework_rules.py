@@ -145,7 +145,7 @@ def test_errored_and_failed_items_are_named_by_name_with_their_first_violation()
     assert failed_items(items[::-1]) == failed_items(items)
     many = [RecordedItem("prompt", f"p{n}", Record(1.0), violations=("v",)) for n in range(7)]
     assert failed_items(many) == [
-        "7 of 7 items failed: p0 (v), p1 (v), p2 (v), p3 (v), p4 (v), ... 2 more"
+        "7 of 7 items failed: p0 (v), p1 (v), p2 (v), p3 (v), p4 (v), and 2 more"
     ]
     assert failed_items([]) == [] and errored_items([]) == []
 

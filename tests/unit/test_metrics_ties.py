@@ -157,7 +157,7 @@ def test_the_aggregate_counts_labels_and_keeps_the_largest_floor() -> None:
     assert agg.divergence_labels == {"near-tie": 2, "decisive": 1, "unknown": 1}
     assert agg.noise_floor == 0.003
     assert agg.n_failed == 2  # the decisive and the unknown
-    assert "divergences {'near-tie': 2, 'decisive': 1, 'unknown': 1}; noise floor 0.003" in (
+    assert "divergences 2 near-tie, 1 decisive, 1 unknown; noise floor 0.003" in (
         format_aggregate(agg)
     )
 

@@ -202,4 +202,4 @@ def test_the_item_text_record_and_aggregate_count_the_labels() -> None:
     )
     assert summary.record.divergence_labels == {"near-tie": 1, "decisive": 1, "unknown": 0}
     assert ("infercheck_divergences_near_tie", 1) in summary.properties
-    assert summary.text.endswith("divergences {'near-tie': 1, 'decisive': 1, 'unknown': 0}")
+    assert summary.text.endswith("divergences 1 near-tie, 1 decisive")

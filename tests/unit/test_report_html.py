@@ -297,7 +297,7 @@ def test_summary_table_numbers_equal_the_aggregate() -> None:
     assert table["flip rate [90% CI]"] == ["0.100 [0.028, 0.301]"]
     assert table["mean KL ± SE"] == ["0.0123 ± 0.0021"]
     assert table["same-top rate"] == ["0.97"]
-    assert table["verdict"][0].startswith("fail: flip rate 2/20")
+    assert table["verdict"][0].startswith("FAIL: flip rate 2/20")
     titles = [t.text() for t in root.iter("title")]
     assert "flip rate by suite and test side" in titles
     assert any(t.startswith("per-prompt mean KL") for t in titles)

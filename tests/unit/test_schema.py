@@ -249,6 +249,7 @@ def test_every_before_validator_has_a_counterpart_and_none_is_stale() -> None:
     before = {name for name, mode in validators.items() if mode != "after"}
     assert before == {
         "ModelSpec._shorthand",
+        "AdapterSpec._shorthand",
         "validate_backend_entry",
         "TargetCheck._shorthand",
         "MatrixFields._suite_shorthand",

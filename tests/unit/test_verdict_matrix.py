@@ -49,7 +49,7 @@ def test_a_level_fails_for_its_own_gates_only() -> None:
         ),
     ]
     rows = summary_rows([("m.yaml::sweep(bf16)::s::aggregate", False, data)])
-    assert [row[-1] for row in rows] == ["pass", "FAIL"]
+    assert [row[-1] for row in rows] == ["PASS", "FAIL"]
 
 
 def test_errored_items_fail_every_side_and_old_records_follow_the_aggregate() -> None:
@@ -74,7 +74,7 @@ def test_the_matrix_escapes_and_links() -> None:
     assert table.attrs["id"] == "infercheck-verdicts"
     assert [th.text() for th in table.one("thead").all("th")] == ["check", "suite", evil]
     cell = table.one("tbody").all("td")[-1]
-    assert cell.classes == ["ic-fail"] and cell.text() == f"fail {evil} > 1"
+    assert cell.classes == ["ic-fail"] and cell.text() == f"FAIL {evil} > 1"
     assert {a.attrs["href"] for a in page.all("a")} == {"#ic-check-0"}
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ...metrics.faults import aggregate_faults
 from ...metrics.ties import count_labels
+from ...render.text import counted
 from ..framework.items import RecordedItem, Summary
 from ..framework.target import TargetContext
 from .records import BatchInvarianceAggregate, BatchInvariancePrompt
@@ -44,7 +45,7 @@ def summarize(
     )
     text = (
         f"{context.target}: {invariant}/{len(results)} prompts batch-invariant over "
-        f"{trials} trials ({data.batched_by}); divergences {data.divergence_labels}"
+        f"{trials} trials ({data.batched_by}); divergences {counted(data.divergence_labels)}"
     )
     props: list[tuple[str, Any]] = [
         ("infercheck_invariant_prompts", invariant),

@@ -1,6 +1,6 @@
 """Suite-level statistics of a comparison and the suite gates.
 
-- KL: mean +- standard error clustered by prompt, median, p90, p99, max over all positions.
+- KL: mean ± standard error clustered by prompt, median, p90, p99, max over all positions.
 - same-top rate: share of positions where both argmaxes agree (pooled).
 - delta-p: p_test - p_base of the baseline's chosen token, mean and RMS (pooled).
 - flips: counted over prompts with an answer kind; rate with its Wilson interval; McNemar's
@@ -31,6 +31,7 @@ from ...metrics.finite import strict_max
 from ...metrics.stats import mcnemar_exact, rms, summarize, wilson_interval
 from ...metrics.ties import count_labels
 from ...records import OMIT_WHEN_EMPTY, Measured
+from ...render.text import counted
 from ...verdict.gate import judge_gates
 from ...verdict.measure import MeasureValue, Reading, Unmeasured
 from .evidence import LOWER_BOUND_METHODS, NO_ARGMAX_METHODS, TEXT_ONLY
@@ -389,7 +390,7 @@ def comparison_level(agg: SuiteAggregate, failed: frozenset[str]) -> CliffLevel:
 
 def self_check_level(failed: Iterable[str], n_prompts: int, ran: bool = True) -> CliffLevel:
     """The cliff's first level: the self-check, whose failed prompts are those whose two
-    baseline generations differ. Its mean KL is 0 (+- 0) when every prompt reproduced (the
+    baseline generations differ. Its mean KL is 0 (± 0) when every prompt reproduced (the
     baseline against itself) and not measured otherwise. When the sweep's self-check is off
     (``ran=False``) the first level is a clean baseline (nothing failed, KL 0), named
     ``baseline``."""
@@ -465,17 +466,17 @@ def degradation_cliff(
 
 
 def _kl(step: CliffStep) -> str:
-    """``0.01518 +- 0.0084``; ``NaN`` (not measured, or not finite)."""
+    """``0.01518 ± 0.0084``; ``NaN`` (not measured, or not finite)."""
     if math.isnan(step.kl_mean):
         return "NaN"
     se = "NaN" if math.isnan(step.kl_se) else f"{step.kl_se:.2g}"
-    return f"{step.kl_mean:.4g} +- {se}"
+    return f"{step.kl_mean:.4g} ± {se}"
 
 
 def cliff_evidence(cliff: str, steps: list[CliffStep], alpha: float) -> str:
     """One line: the cliff and why, e.g. ``q4@local: failed items 0 -> 9 of 60 (9 newly
-    failed, 0 recovered; exact McNemar p = 0.0039 < alpha 0.05); mean KL 0.00028 +- 0.0001
-    -> 0.01518 +- 0.0084 crosses max_mean_kl``; or ``none`` and what no level showed."""
+    failed, 0 recovered; exact McNemar p = 0.0039 < alpha 0.05); mean KL 0.00028 ± 0.0001
+    -> 0.01518 ± 0.0084 crosses max_mean_kl``; or ``none`` and what no level showed."""
     at = next((i for i, s in enumerate(steps) if i > 0 and s.level == cliff), None)
     if at is None:
         return (
@@ -520,7 +521,7 @@ def format_aggregate(agg: SuiteAggregate) -> str:
     rate = "n/a" if agg.flip_rate is None else f"{agg.flip_rate:.3f}"
     lines = [
         f"{agg.test} vs {agg.baseline}: {agg.n_prompts} prompts, {agg.n_failed} failed items",
-        f"KL mean {agg.kl_mean:.6g} +- {agg.kl_se:.2g} (SE, by prompt), median "
+        f"KL mean {agg.kl_mean:.6g} ± {agg.kl_se:.2g} (SE, by prompt), median "
         f"{agg.kl_median:.4g}, p90 {agg.kl_p90:.4g}, p99 {agg.kl_p99:.4g}, max {agg.kl_max:.4g}"
         f" over {agg.kl_n} positions",
     ]
@@ -531,11 +532,11 @@ def format_aggregate(agg: SuiteAggregate) -> str:
         )
     lines.append(
         f"flips {agg.n_flips}/{agg.n_answered} = {rate} (CI {agg.flip_rate_low:.3f}-"
-        f"{agg.flip_rate_high:.3f}) {agg.flips}; McNemar p = {agg.mcnemar_p:.3g}"
+        f"{agg.flip_rate_high:.3f}) {counted(agg.flips)}; McNemar p = {agg.mcnemar_p:.3g}"
     )
-    lines.append(f"severity {agg.severities}; methods {agg.methods}")
+    lines.append(f"severity {counted(agg.severities)}; methods {counted(agg.methods)}")
     if any(agg.divergence_labels.values()) or agg.noise_floor is not None:
         floor = "n/a" if agg.noise_floor is None else f"{agg.noise_floor:.4g}"
-        lines.append(f"divergences {agg.divergence_labels}; noise floor {floor} nats")
+        lines.append(f"divergences {counted(agg.divergence_labels)}; noise floor {floor} nats")
     lines.extend(f"problem: {line}" for line in agg.problems)
     return "\n".join(lines)

@@ -10,10 +10,11 @@ the baseline's history (the test side generates each from the same concrete turn
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ...conversation import history
-from ...features import feature_record
+from ...features import ADAPTER, FeatureActivity, adapter_differs, feature_record
 from ...metrics.ties import DEFAULT_TIE_MARGIN
 from .evidence import PromptEvidence, TurnEvidence, outputs_verdict
 from .inputs import decide_inputs
@@ -23,7 +24,7 @@ from .scoring import distributions, margins
 from .spec import Thresholds
 
 if TYPE_CHECKING:
-    from ...backends import Generation, GenerationParams
+    from ...backends import Generation, GenerationParams, PromptInput
     from ...conversation import Conversation
     from ...generation_cache import GenerationCache, ResolvedTarget
     from ...suites import Prompt
@@ -80,11 +81,38 @@ def gather_prompt(
         test_batch=_batch_size(test, other),
         batching_note=batching_note,
         feature_activity=[
-            feature_record(side, target.label, target.backend.features, generation.activity)
-            for side, target, generation in (("baseline", baseline, base), ("test", test, other))
+            feature_record(
+                side,
+                target.label,
+                target.backend.features,
+                _activity(cache, target, side_input, params, generation),
+            )
+            for side, target, side_input, generation in (
+                ("baseline", baseline, rendered, base),
+                ("test", test, test_input, other),
+            )
             if target.backend.features
         ],
         turns=turns,
+    )
+
+
+def _activity(
+    cache: GenerationCache,
+    target: ResolvedTarget,
+    side_input: PromptInput,
+    params: GenerationParams,
+    generation: Generation,
+) -> FeatureActivity | None:
+    """What the engine reported of ``generation``'s features, and, for a side with a LoRA
+    adapter, whether its output differs from the base model's on the same engine (one more
+    request: :meth:`~pytest_infercheck.backends.base.Backend.generate_base`)."""
+    if not any(f.name == ADAPTER for f in target.backend.features):
+        return generation.activity
+    base = cache.call(target, target.backend.generate_base(side_input, params))
+    return dataclasses.replace(
+        generation.activity or FeatureActivity(),
+        adapter_differs=adapter_differs(generation, base),
     )
 
 

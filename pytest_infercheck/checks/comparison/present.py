@@ -5,6 +5,7 @@ charts of the HTML summary."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -375,16 +376,19 @@ COLUMNS = (
     ("check", "<"),
     ("suite", "<"),
     ("test", "<"),
-    ("prompts", ">"),
     ("failed", ">"),
     ("identical", ">"),
     ("KL mean±SE", ">"),
-    ("KL p99", ">"),
     ("KL max", ">"),
     ("same-top", ">"),
     ("flips (CI)", ">"),
     ("verdict", "<"),
 )
+"""A row of :func:`summary_rows`; the terminal shows the columns from ``test`` on, under a
+line per check x suite (:func:`summary_lines`), so that the table stays under 100 columns.
+The KL median and p99 are in the aggregate item's text, the HTML report and the results."""
+GROUPED = 2
+"""The leading columns (check, suite) that :func:`summary_lines` writes once per group."""
 
 
 def _num(value: float | None, fmt: str = ".4g") -> str:
@@ -394,13 +398,14 @@ def _num(value: float | None, fmt: str = ".4g") -> str:
 
 
 def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[list[str]]:
-    """Rows from ``(aggregate node id, passed, aggregate data)``.
+    """Rows of :data:`COLUMNS` from ``(aggregate node id, passed, aggregate data)``.
 
-    ``identical`` counts the prompts whose outputs are the same. The verdict is the side's
-    (:func:`side_verdicts`): ``FAIL`` when the side broke a suite gate (a sweep level fails
-    for its own gates only), an item errored or any of its items failed, else ``ungated``
-    when the check writes no gate (it passed, but checked nothing), else ``pass``. A test
-    side none of whose items has a record (they errored) is a row of dashes.
+    ``failed`` is failed items of prompts (``9/60``); ``identical`` counts the prompts whose
+    outputs are the same. The verdict is the side's (:func:`side_verdicts`): ``FAIL`` when the
+    side broke a suite gate (a sweep level fails for its own gates only), an item errored or
+    any of its items failed, else ``UNGATED`` when the check writes no gate (it passed, but
+    checked nothing), else ``PASS``. A test side none of whose items has a record (they
+    errored) is a row of dashes.
     """
     rows: list[list[str]] = []
     for nodeid, passed, data in aggregates:
@@ -409,10 +414,10 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
         check = node.check if node is not None else record.check
         verdicts = {v.column: v.verdict for v in side_verdicts(data, passed, [])}
         for test, level in _sides(record).items():
-            verdict = "FAIL" if verdicts[test] == "fail" else verdicts[test]
+            verdict = verdicts[test].upper()
             if level is None:  # every item of this side errored
-                dashes = ["-"] * (len(COLUMNS) - 5)
-                rows.append([check, record.suite, test, "0", *dashes, verdict])
+                dashes = ["-"] * (len(COLUMNS) - 4)
+                rows.append([check, record.suite, test, *dashes, verdict])
                 continue
             flips = (
                 "-"
@@ -425,11 +430,9 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
                     check,
                     record.suite,
                     level.test,
-                    str(level.n_prompts),
-                    str(level.n_failed),
+                    f"{level.n_failed}/{level.n_prompts}",
                     "-" if level.n_identical is None else f"{level.n_identical}/{level.n_prompts}",
                     f"{_num(level.kl_mean)}±{_num(level.kl_se, '.2g')}",
-                    _num(level.kl_p99),
                     _num(level.kl_max),
                     _num(level.same_top_rate, ".3f"),
                     flips,
@@ -437,6 +440,21 @@ def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[lis
                 ]
             )
     return rows
+
+
+def grouped_table(rows: list[list[str]], columns: tuple[tuple[str, str], ...]) -> list[str]:
+    """``rows`` as one table whose first :data:`GROUPED` columns are written once per group,
+    as a line of their own (``compare(bf16-vs-q4) addition:``), the rows indented under it;
+    every row aligned with the others and with the header."""
+    body = render_table([r[GROUPED:] for r in rows], columns[GROUPED:])
+    lines = [f"  {body[0]}"]
+    group: list[str] | None = None
+    for row, line in zip(rows, body[1:], strict=True):
+        if row[:GROUPED] != group:
+            group = row[:GROUPED]
+            lines.append(" ".join(group) + ":")
+        lines.append(f"  {line}")
+    return lines
 
 
 def _sides(record: ComparisonAggregateRecord) -> dict[str, SuiteAggregate | None]:
@@ -462,6 +480,14 @@ def side_verdicts(
         note = "degradation cliff" if test == cliff else ""
         cells.append(Verdict(test, verdict, deciding, reasons, note))
     return cells
+
+
+def wrapped(line: str, width: int = 99) -> list[str]:
+    """``line`` in lines of at most ``width`` columns, the later ones indented (a word longer
+    than that stays whole)."""
+    return textwrap.wrap(
+        line, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+    ) or [line]
 
 
 def sweep_notes(data: Mapping[str, Any]) -> list[str]:
@@ -495,10 +521,11 @@ def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]
 
 
 def summary_lines(aggregates: Aggregates) -> list[str]:
-    """One table for every comparison aggregate (a row per test side), then each sweep's
-    degradation cliff."""
+    """One table for every comparison aggregate (a line per check x suite, a row per test
+    side under it), then each sweep's degradation cliff, wrapped under 100 columns."""
     rows = summary_rows(aggregates)
-    return (render_table(rows, COLUMNS) if rows else []) + cliff_lines(aggregates)
+    table = grouped_table(rows, COLUMNS) if rows else []
+    return table + [w for line in cliff_lines(aggregates) for w in wrapped(line)]
 
 
 # -- HTML summary -------------------------------------------------------------------------------

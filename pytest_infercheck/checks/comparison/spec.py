@@ -114,17 +114,22 @@ class SweepSpec(ComparisonSpec):
 
 
 class DiffSpec(ComparisonSpec):
-    """One model across backends; the first backend is the baseline."""
+    """One model across backends; the first backend is the baseline. An entry
+    ``MODEL@BACKEND`` runs another model there: the same weights in another form (a LoRA
+    adapter's merged model on an engine that serves the adapter itself)."""
 
     model: str
     backends: list[str] = Field(min_length=2)
 
+    def _ref(self, entry: str) -> str:
+        return entry if "@" in entry else f"{self.model}@{entry}"
+
     def baseline_side(self, loc: Loc) -> Side:
-        return Side(None, f"{self.model}@{self.backends[0]}", (*loc, "backends", 0))
+        return Side(None, self._ref(self.backends[0]), (*loc, "backends", 0))
 
     def test_sides(self, loc: Loc) -> list[Side]:
         return [
-            Side(backend, f"{self.model}@{backend}", (*loc, "backends", j))
+            Side(backend, self._ref(backend), (*loc, "backends", j))
             for j, backend in enumerate(self.backends)
             if j > 0
         ]

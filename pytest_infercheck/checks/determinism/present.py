@@ -80,10 +80,10 @@ def summary_lines(aggregates: Aggregates) -> list[str]:
 
     columns = (
         ("runs", ">"),
-        ("deterministic", ">"),
+        ("identical", ">"),  # prompts whose runs all gave the modal output
         ("score (95% CI)", ">"),
         ("errors", ">"),
-        ("max drift", ">"),
+        ("drift", ">"),  # largest logprob drift among runs with identical tokens
     )
     return check_table(aggregates, columns, cells, complete)
 

@@ -19,6 +19,7 @@ from ...metrics.determinism import DeterminismSummary, determinism_score
 from ...metrics.faults import aggregate_faults
 from ...metrics.finite import strict_max
 from ...metrics.ties import count_labels
+from ...render.text import counted
 from ...verdict.measure import MeasureValue, Reading, Unmeasured
 from ..framework.items import RecordedItem, Summary, records_of
 from .records import SCORE_INTERVAL, DeterminismAggregate, DeterminismContext, DeterminismPrompt
@@ -55,7 +56,7 @@ def summarize(
         f"{context.target}: {deterministic}/{len(summaries)} prompts deterministic over "
         f"{context.runs} runs; score {score:.4f} (95% CI {low:.4f}-{high:.4f}); "
         f"{errors} failed runs; {len(faulty)} prompts with faults; "
-        f"divergences {data.divergence_labels}"
+        f"divergences {counted(data.divergence_labels)}"
     )
     properties: list[tuple[str, Any]] = [
         ("infercheck_determinism_score", score),

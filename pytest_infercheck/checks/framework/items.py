@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .kind import CheckKind
 
 SHOWN_ITEMS = 5
-"""Failed or errored items an aggregate names before ``... N more``."""
+"""Failed or errored items an aggregate names before ``, and N more``."""
 
 
 def records_of(items: Sequence[RecordedItem], role: str) -> list[Any]:
@@ -38,7 +38,7 @@ def records_of(items: Sequence[RecordedItem], role: str) -> list[Any]:
 
 def _named(items: Sequence[RecordedItem], say: Any) -> str:
     names = ", ".join(say(item) for item in items[:SHOWN_ITEMS])
-    more = f", ... {len(items) - SHOWN_ITEMS} more" if len(items) > SHOWN_ITEMS else ""
+    more = f", and {len(items) - SHOWN_ITEMS} more" if len(items) > SHOWN_ITEMS else ""
     return names + more
 
 

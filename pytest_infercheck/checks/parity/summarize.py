@@ -18,6 +18,7 @@ from typing import Any
 from ...metrics.answers import FlipKind
 from ...metrics.faults import aggregate_faults
 from ...metrics.ties import count_labels
+from ...render.text import counted
 from ..framework.items import RecordedItem, Summary
 from ..framework.target import TargetContext
 from .records import (
@@ -115,7 +116,8 @@ def aggregate_summary(record: ParityAggregate, faults: Sequence[str] = ()) -> Su
     unsupported = f", {len(record.unsupported)} unsupported" if record.unsupported else ""
     text = (
         f"{record.target}: {record.n_match}/{record.items} identical, {record.n_flips} answer "
-        f"flips, {record.n_errors} errors{unsupported}; divergences {record.divergence_labels}"
+        f"flips, {record.n_errors} errors{unsupported}; "
+        f"divergences {counted(record.divergence_labels)}"
     )
     properties: list[tuple[str, Any]] = [
         ("infercheck_items", record.items),

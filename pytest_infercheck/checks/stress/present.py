@@ -12,6 +12,7 @@ from ...records import load_record, plain_data
 from ...render.charts import line_chart
 from ...render.markup import esc, kv_table, num, table
 from ...render.table import render_table
+from ...render.text import counted
 from ...render.views import facts, side_by_side, target_aggregate
 from ..framework.kind import PresentFacet
 from .records import StressAggregate, StressLevel
@@ -35,7 +36,7 @@ def level_row(data: StressLevel) -> list[str]:
         _num(data.latency_p95_s, ".3f"),
         _num(data.tokens_per_s, ".1f"),
         f"{_num(data.achieved_concurrency, '.2f')}/{data.max_in_flight}",
-        "FAIL" if data.violations else "pass",
+        "FAIL" if data.violations else "PASS",
     ]
 
 
@@ -48,7 +49,7 @@ COLUMNS = (
     ("p50 s", ">"),
     ("p95 s", ">"),
     ("tok/s", ">"),
-    ("in flight mean/max", ">"),
+    ("in flight", ">"),  # mean (achieved concurrency) / max
     ("verdict", "<"),
 )
 
@@ -70,7 +71,7 @@ def level_text(data: StressLevel) -> str:
         if m.after_tie is not None:
             lines.append(f"    {m.after_tie.why}")
     if data.divergence_labels:
-        lines.append(f"  divergences {data.divergence_labels}")
+        lines.append(f"  divergences {counted(data.divergence_labels)}")
     return "\n".join(lines)
 
 
@@ -100,7 +101,7 @@ def summary_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[st
         record = load_record(StressAggregate, data)
         node = NodeId.parse(nodeid)
         check, suite = (node.check, node.suite) if node is not None else (nodeid, "?")
-        verdict = "pass" if passed else "FAIL"
+        verdict = "PASS" if passed else "FAIL"
         lines.append(f"{check} {suite} on {record.target}: {verdict}")
         lines += [f"  {line}" for line in level_table(record.levels)]
     return lines

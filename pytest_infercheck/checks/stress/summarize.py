@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from ...metrics.ties import count_labels
+from ...render.text import counted
 from ..framework.items import RecordedItem, Summary
 from ..framework.target import TargetContext
 from .present import level_table
@@ -43,7 +44,7 @@ def summarize(
     return Summary(
         record=record,
         violations=[],
-        text="\n".join([*level_table(levels), f"divergences {record.divergence_labels}"]),
+        text="\n".join([*level_table(levels), f"divergences {counted(record.divergence_labels)}"]),
         properties=[
             ("infercheck_levels_failed", sum(bool(d.violations) for d in levels)),
             ("infercheck_measured_by", ",".join(sorted({d.measured_by for d in levels}))),
