@@ -63,9 +63,15 @@ def test_presence_and_frequency_shift_the_repeated_tokens_from_log_probabilities
     z = sum(w.values())
     e = position({0: 1}, [1, 1, 2], frequency_penalty=0.5)
     assert expected_of(e) == pytest.approx({t: v / z for t, v in w.items()})
-    # mlx-lm's window is the last 20 tokens: a token 21 back is not penalised.
+    # mlx-lm's window is the last 20 tokens: a token 21 back is not penalised, and a
+    # penalty on tokens outside the row changes nothing to test.
+    e = position({0: 1}, [1] + [9] * 19 + [2], presence_penalty=1.0)
+    w = {0: 0.5, 1: 0.3, 2: 0.2 * math.exp(-1)}
+    z = sum(w.values())
+    assert expected_of(e) == pytest.approx({t: v / z for t, v in w.items()})
     e = position({0: 1}, [1] + [9] * 20, presence_penalty=1.0)
-    assert expected_of(e) == pytest.approx(P)
+    assert isinstance(e.fit, Unmeasured)
+    assert "presence_penalty changes nothing at this position on mlx-lm" in e.fit.reason
 
 
 def test_the_constant_of_log_probabilities_cancels_for_presence_not_for_repetition() -> None:
@@ -142,3 +148,18 @@ def test_draws_that_fit_the_set_without_a_penalty_name_it() -> None:
     z = sum(w.values())
     fair = {t: round(1000 * v / z) for t, v in w.items()}
     assert position(fair, [0], presence_penalty=2.0).fit == Finding(True)
+
+
+def test_a_penalty_that_changes_nothing_here_is_not_measured() -> None:
+    # vLLM counts presence over the output only; the tokens so far are all sent as the
+    # prompt, so the row is unchanged: a dropped penalty would draw the same.
+    e = position({0: 50, 1: 30, 2: 20}, [1, 1, 2], presence_penalty=1.0)
+    e.engine = "vllm"
+    assert isinstance(e.fit, Unmeasured)
+    assert "presence_penalty changes nothing at this position on vllm: it counts the output" in (
+        e.fit.reason
+    )
+    # its repetition penalty counts the prompt too: measured.
+    e = position({0: 1}, [1], {0: 2.0, 1: 1.0, 2: -1.0}, repetition_penalty=2.0)
+    e.engine = "vllm"
+    assert isinstance(e.analysis, Analysis)

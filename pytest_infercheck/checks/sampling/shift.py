@@ -29,6 +29,10 @@ support, and a draw of it fails at once. A bias of :data:`FORCE` or more whose t
 all but :data:`FORCED_SLACK` of the expected mass forces them: a draw of any other token
 fails at once (the G-test pools a one-token support into one cell and cannot see it).
 
+A shifting parameter that changes nothing at the position (vLLM's presence and frequency
+penalties, which count the output only, on tokens all sent as the prompt) leaves the item
+unmeasured, saying so: a pass would not tell it was applied.
+
 A reference given as a top-k list with its tail pooled is refused under penalties: a
 penalised token among the unlisted ones shifts the tail by an unknown amount.
 """
@@ -47,6 +51,10 @@ PENALTY_PARAMS = ("presence_penalty", "frequency_penalty", "repetition_penalty",
 """The parameters that shift logits before the truncations."""
 BAN = -100.0
 FORCE = 100.0
+IDLE_ATOL = 1e-12
+"""Rows whose probabilities differ by no more than this are one distribution: a parameter
+that changes nothing at a position is not tested there (the item is unmeasured, saying so:
+an engine that dropped it would pass)."""
 FORCED_SLACK = 1e-12
 """The largest expected mass outside the forced tokens under which :data:`FORCE` forces."""
 
@@ -116,8 +124,36 @@ def shifted_row(
             "reference gives log-probabilities only"
         )
     source = logits if logits is not None else logprobs
+    shifted = _shift(source, params, engine, history)
+    for name in shifting:
+        if _same(shifted, _shift(source, without(params, name), engine, history)):
+            raise ValueError(
+                f"{name} changes nothing at this position on {engine}: {_idle(name, engine)}"
+            )
+    return shifted
+
+
+def _shift(
+    source: Mapping[int, float], params: Mapping[str, Any], engine: str, history: Sequence[int]
+) -> dict[int, float]:
     shifted = penalized_logprobs(source, penalties_of(params), engine, prompt=list(history))
     return {t: v for t, v in shifted.items() if not math.isinf(v)}
+
+
+def _same(a: Mapping[int, float], b: Mapping[int, float]) -> bool:
+    """Whether two rows are one distribution (probabilities within :data:`IDLE_ATOL`)."""
+    if a.keys() != b.keys():
+        return False
+    return all(abs(math.exp(a[t]) - math.exp(b[t])) <= IDLE_ATOL for t in a)
+
+
+def _idle(name: str, engine: str) -> str:
+    if engine in ("vllm", "openai") and name in ("presence_penalty", "frequency_penalty"):
+        return (
+            "it counts the output only, and the check sends the tokens so far as the prompt "
+            "(nothing to test: a dropped penalty would draw the same)"
+        )
+    return "no token it acts on carries probability here (nothing to test)"
 
 
 def without(params: Mapping[str, Any], name: str) -> dict[str, Any]:
