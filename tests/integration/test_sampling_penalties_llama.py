@@ -3,7 +3,7 @@ slots) on the tiny adder, prompt ``1+1+1+1+`` (ids ``1, 52, 46, 52, 46, ...``; n
 ``53`` p 0.76 or the repeated ``52`` p 0.24). llama-server gives log-probabilities, not raw
 logits: presence, frequency and bias are computed from them (the log-sum-exp cancels), the
 repetition penalty is not (the item fails as not measured, saying why). The faulty proxy
-dropping ``presence_penalty`` fails its item."""
+dropping ``presence_penalty`` or ``logit_bias`` fails its item."""
 
 from __future__ import annotations
 
@@ -61,13 +61,19 @@ def test_llama_server_applies_presence_frequency_and_bias(
     assert "repetition_penalty needs the raw logits" in why, why
 
 
-def test_a_dropped_presence_penalty_fails_its_item(
-    pytester: pytest.Pytester, llama: str, adder: str
+@pytest.mark.parametrize(
+    ("field", "item", "named"),
+    [
+        ("presence_penalty", "t1-pres1", "presence_penalty 1 at position 0"),
+        ("logit_bias", "t1-bias53:-100", "logit_bias -100 on token 53 '2' (a ban): drawn"),
+    ],
+)
+def test_a_dropped_penalty_or_bias_fails_its_item(
+    pytester: pytest.Pytester, llama: str, adder: str, field: str, item: str, named: str
 ) -> None:
-    with FaultyProxy(llama, Fault(drop_fields=frozenset({"presence_penalty"}))) as proxy:
+    with FaultyProxy(llama, Fault(drop_fields=frozenset({field}))) as proxy:
         _write(pytester, adder, proxy.url)
         _, items = _run(pytester)
     assert items["sp012[t1-freq0.5-pos0]"] == "passed", items
-    why = items["sp012[t1-pres1-pos0]"]
-    assert "presence_penalty 1 at position 0" in why, why
-    assert "differ" in why, why
+    why = items[f"sp012[{item}-pos0]"]
+    assert named in why and ("differ" in why or "a ban" in why), why
