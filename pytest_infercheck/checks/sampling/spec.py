@@ -16,7 +16,8 @@ plus ``<prompt>[seed]`` per prompt under ``seed: true``): at position ``j`` (0: 
 generated token; ``j > 0``: teacher-forced after the first ``j`` tokens of the target's
 greedy continuation) ``samples`` next tokens are drawn with the parameters under test and
 compared with the distribution the engine's documented semantics make of the reference's raw
-(temperature-1) log-probabilities at that position (:mod:`.evidence`).
+(temperature-1) log-probabilities at that position (:mod:`.evidence`), shifted first by the
+set's penalties and ``logit_bias`` given the tokens so far (:mod:`.shift`).
 
 The one gate, ``alpha`` (default 0.001, always written), reads the item's ``fit``: a sample
 outside the truncated support fails at once, naming the token; otherwise the G-test's
