@@ -1,35 +1,41 @@
 """vLLM case of the benchmark: the plugin's ``diff`` and ``determinism`` against infer-check's
 ``openai-compat`` backend, on the same real vLLM server.
 
-    .venv/bin/python bench/on_vllm.py [--prompts 12] [--max-tokens 48] [--runs 5] [--repeat 3]
+    .venv/bin/python bench/on_vllm.py [--prompts 8] [--max-tokens 32] [--runs 3] [--repeat 3]
+    .venv/bin/python bench/on_vllm.py --url http://127.0.0.1:PORT   # a vLLM already serving it
 
 One run makes the realistic Qwen2 (random weights, real tokenizer, head size 32: what vLLM's
 CPU build serves; ``examples/models/make_realistic.py``), installs vLLM's CPU build
 (``scripts/install_vllm.sh``, cached), starts one float32 vLLM server on a free loopback port
-(own process group, log in the work folder, always stopped) and then, alternating the two
-tools ``--repeat`` times on the same prompts and server:
+(own process group, log in the work folder, always stopped; or uses ``--url``, whose access
+log is then not read) and then, alternating the tools ``--repeat`` times on the same prompts
+and server (the order rotating each round):
 
 - ``diff``: the plugin's ``diff: {model: m, backends: [mlx, vllm]}`` (mlx-lm in-process
-  against ``kind: vllm``, raw completions; teacher-forced on every item) vs ``infer-check diff
-  --backends mlx-lm,openai-compat --no-chat`` (free-running top-k and text);
+  against ``kind: vllm``, raw completions; teacher-forced on every item), the same with
+  ``--infercheck-no-batching`` (every item's scorings one request after another, the path
+  before ``checks/comparison/ahead.py``), vs ``infer-check diff --backends
+  mlx-lm,openai-compat --no-chat`` (free-running top-k and text);
 - ``determinism``: the plugin's ``determinism: {target: m@vllm, runs: R}`` vs ``infer-check
   determinism --backend openai-compat --runs R --no-chat``.
 
-Each tool's wall time is the median of its runs; the ratio plugin / infer-check is printed
-with the requests the server answered during each run (from its access log), so the work done
-is visible next to the time. Not a timed test: one run, numbers side by side.
+Each tool's wall time is the median of its runs; the ratios plugin / infer-check (median of
+the per-round ratios) are printed against the targets (diff <= 0.5, determinism <= 0.3), with
+the requests the server answered during each run (from its access log), so the work done is
+visible next to the time. Not a timed test: one run, numbers side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import statistics
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,9 +43,13 @@ from common import MODELS_DIR, REPO, load_average, long_prompts, run_timed
 from common import write_suite as write_jsonl
 from http_diff import Server, _import_by_path, _on_sigterm, _script_output, free_port, serve
 from overhead import INFER_CHECK_VERSION, ensure_infer_check, pytest_cmd
+from stats import alternating_order, median_ratio
 
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 VLLM_FLAGS = ("--dtype", "float32", "--max-model-len", "1024", "--enforce-eager")
+TARGETS = {"diff": 0.5, "determinism": 0.3}
+"""Issue 30's targets for plugin / infer-check."""
+INFER_CHECK = "infer-check"
 
 
 @dataclass
@@ -55,11 +65,24 @@ class Runs:
 
     def line(self) -> str:
         walls = ", ".join(f"{w:.2f}" for w in self.walls)
-        work = dict(self.requests[-1]) if self.requests else {}
+        work = dict(self.requests[-1]) if self.requests and self.requests[-1] else "not read"
         return f"median {self.median:7.2f} s (runs: {walls}); server requests per run: {work}"
 
 
-def _requests(server: Server, offset: int) -> Counter[str]:
+@dataclass
+class ExternalServer:
+    """A vLLM started by someone else (``--url``): no access log to read."""
+
+    url: str
+
+    def log_offset(self) -> int:
+        return 0
+
+    def log_since(self, offset: int) -> str:
+        return ""
+
+
+def _requests(server: Server | ExternalServer, offset: int) -> Counter[str]:
     """The POST requests the server logged since ``offset``, by path."""
     counts: Counter[str] = Counter()
     for line in server.log_since(offset).splitlines():
@@ -89,40 +112,69 @@ def _matrix(work: Path, model: Path, url: str, check: str, max_tokens: int, c: i
 
 def _case(
     name: str,
-    plugin_cmd: Sequence[str | Path],
-    ic_cmd: Sequence[str | Path],
+    tools: dict[str, Sequence[str | Path]],
     work: Path,
-    server: Server,
+    server: Server | ExternalServer,
     repeat: int,
 ) -> list[str]:
-    plugin, ic = Runs(), Runs()
-    for i in range(repeat):  # alternating, so that a slow spell of the machine hits both
-        for label, runs, cmd in (("plugin", plugin, plugin_cmd), ("infer-check", ic, ic_cmd)):
-            print(f"{name} run {i + 1}/{repeat}: {label} ...", flush=True)
+    """Each of ``tools`` (label -> command) run ``repeat`` times, the order rotating each
+    round (so a slow spell of the machine hits all); the ratios of every plugin row to
+    infer-check, paired by round."""
+    runs = {label: Runs() for label in tools}
+    for i, order in enumerate(alternating_order(list(tools), repeat)):
+        for label in order:
+            print(f"{name} round {i + 1}/{repeat}: {label} ...", flush=True)
             offset = server.log_offset()
-            env = {"HF_HUB_OFFLINE": "1"}
-            timed = run_timed(cmd, work, env=env, ok_codes=(0, 1))
+            timed = run_timed(tools[label], work, env={"HF_HUB_OFFLINE": "1"}, ok_codes=(0, 1))
             time.sleep(0.3)  # the server's last access-log lines
-            runs.walls.append(timed.seconds)
-            runs.requests.append(_requests(server, offset))
-    ratio = plugin.median / ic.median
-    return [
-        f"{name}:",
-        f"  plugin:      {plugin.line()}",
-        f"  infer-check: {ic.line()}",
-        f"  ratio plugin / infer-check (medians): {ratio:.2f}",
-    ]
+            runs[label].walls.append(timed.seconds)
+            runs[label].requests.append(_requests(server, offset))
+    lines = [f"{name}:"]
+    lines += [f"  {label + ':':<28} {r.line()}" for label, r in runs.items()]
+    reference = runs[INFER_CHECK].walls
+    for label, r in runs.items():
+        if label == INFER_CHECK:
+            continue
+        ratio = median_ratio(r.walls, reference)
+        target = TARGETS[name] if label == "plugin" else None
+        verdict = "" if target is None else (" ok" if ratio <= target else " ABOVE TARGET")
+        aim = "" if target is None else f" (target <= {target}:{verdict})"
+        lines.append(f"  ratio {label} / infer-check (median of paired rounds): {ratio:.2f}{aim}")
+    return lines
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--prompts", type=int, default=12, help="prompts (default 12)")
-    p.add_argument("--max-tokens", type=int, default=48, help="generation budget (default 48)")
-    p.add_argument("--runs", type=int, default=5, help="determinism runs per prompt (default 5)")
+    p.add_argument("--prompts", type=int, default=8, help="prompts (default 8)")
+    p.add_argument("--max-tokens", type=int, default=32, help="generation budget (default 32)")
+    p.add_argument("--runs", type=int, default=3, help="determinism runs per prompt (default 3)")
     p.add_argument("--concurrency", type=int, default=4, help="plugin's max_concurrency")
-    p.add_argument("--repeat", type=int, default=3, help="runs per tool, alternating (default 3)")
+    p.add_argument("--repeat", type=int, default=3, help="rounds, tools alternating (default 3)")
     p.add_argument("--work", type=Path, help="work folder (default: a new temporary one, kept)")
+    p.add_argument("--url", help="a vLLM already serving the model (not started here)")
+    p.add_argument(
+        "--cases", nargs="+", default=["diff", "determinism"], choices=["diff", "determinism"]
+    )
     return p.parse_args(argv)
+
+
+@contextlib.contextmanager
+def _server(args: argparse.Namespace, model: Path, work: Path) -> Iterator[Server | ExternalServer]:
+    if args.url:
+        yield ExternalServer(args.url.rstrip("/"))
+        return
+    vllm_python = _script_output("install_vllm.sh")
+    port = free_port()
+    command = [
+        vllm_python,
+        *("-m", "vllm.entrypoints.openai.api_server", "--model", model),
+        *("--host", "127.0.0.1", "--port", str(port), *VLLM_FLAGS),
+    ]
+    print(f"model {model}; starting vLLM ...", flush=True)
+    # vLLM's /health answers with an empty body: wait for its model list instead.
+    ready = lambda doc: isinstance(doc, dict)  # noqa: E731
+    with serve("vllm", command, port, work, ready, env=VLLM_ENV, health="/v1/models") as server:
+        yield server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,47 +188,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     model = make_realistic.make_realistic(MODELS_DIR / "realistic-qwen2", "qwen2", seed=0).path
     infer_check = ensure_infer_check()
-    vllm_python = _script_output("install_vllm.sh")
     prompts = long_prompts(args.prompts)
     suite = work / "suite.jsonl"
     write_jsonl(suite, prompts, args.max_tokens)
-    port = free_port()
-    command = [
-        vllm_python,
-        *("-m", "vllm.entrypoints.openai.api_server", "--model", model),
-        *("--host", "127.0.0.1", "--port", str(port), *VLLM_FLAGS),
-    ]
-    print(f"model {model}; starting vLLM ...", flush=True)
     lines: list[str] = []
-    # vLLM's /health answers with an empty body: wait for its model list instead.
-    ready = lambda doc: isinstance(doc, dict)  # noqa: E731
-    with serve("vllm", command, port, work, ready, env=VLLM_ENV, health="/v1/models") as server:
+    with _server(args, model, work) as server:
         common = ["--model", model, "--prompts", suite, "--max-tokens", str(args.max_tokens)]
-        for name, check, ic_args in (
-            (
-                "diff",
+        cases = {
+            "diff": (
                 "diff: {model: m, backends: [mlx, vllm]}",
                 ["diff", "--backends", "mlx-lm,openai-compat", "--base-urls", f",{server.url}"],
             ),
-            (
-                "determinism",
+            "determinism": (
                 f"determinism: {{target: m@vllm, runs: {args.runs}}}",
                 [
                     *("determinism", "--backend", "openai-compat"),
                     *("--base-url", server.url, "--runs", str(args.runs)),
                 ],
             ),
-        ):
+        }
+        for name in args.cases:
+            check, ic_args = cases[name]
             case = work / name
             case.mkdir(exist_ok=True)
             (case / "suite.jsonl").write_text(suite.read_text())
             matrix = _matrix(case, model, server.url, check, args.max_tokens, args.concurrency)
-            plugin_cmd = pytest_cmd(matrix)
-            ic_cmd = [infer_check, *ic_args, *common, "--no-chat", "--output", case / "ic"]
-            lines += _case(name, plugin_cmd, ic_cmd, case, server, args.repeat)
+            tools: dict[str, Sequence[str | Path]] = {"plugin": pytest_cmd(matrix)}
+            if name == "diff":
+                tools["plugin one at a time"] = pytest_cmd(matrix, "--infercheck-no-batching")
+            out = case / "ic"
+            tools[INFER_CHECK] = [infer_check, *ic_args, *common, "--no-chat", "--output", out]
+            lines += _case(name, tools, case, server, args.repeat)
     print()
     print(
-        f"=== vLLM {' '.join(VLLM_FLAGS)}: {args.prompts} prompts x {args.max_tokens} tokens; "
+        f"=== vLLM {' '.join(VLLM_FLAGS)}: {args.prompts} prompts x {args.max_tokens} tokens, "
+        f"determinism {args.runs} runs, plugin max_concurrency {args.concurrency}; "
         f"infer-check {INFER_CHECK_VERSION} openai-compat on the same server"
     )
     for line in lines:

@@ -27,7 +27,7 @@ from .backends import BackendError
 from .checks.framework.outcome import BACKEND_ERROR, Outcome, defer_gates
 from .checks.framework.plan import ItemPlan
 from .checks.framework.run import RunContext, SuiteRun
-from .config import LoadedMatrix, check_measurable, check_rate_gates, load_matrix
+from .config import LoadedMatrix, check_rate_gates, load_matrix
 from .options import effective_settings
 from .records import ItemRecord, plain_data
 from .stash import generation_cache_for
@@ -65,8 +65,7 @@ class InfercheckFile(pytest.File):
     """An ``infercheck*.yaml`` matrix."""
 
     def collect(self) -> Iterator[pytest.Collector]:
-        loaded = load_matrix(self.path)
-        loaded.check_local_models()
+        loaded = load_matrix(self.path, on_this_machine=True)
         settings = effective_settings(self.config, loaded.matrix.settings)
         seen: dict[str, int] = {}
         for index, check in enumerate(loaded.matrix.checks):
@@ -115,7 +114,6 @@ class CheckCollector(pytest.Collector):
         return self.check.thresholds()
 
     def collect(self) -> Iterator[pytest.Collector]:
-        check_measurable(self.loaded, self.check, self.index)
         refs = self.check.suites or self.loaded.matrix.suites
         for ref in refs:
             suite = load_suite(ref.suite, self.loaded.base_dir)

@@ -1,242 +1,75 @@
-"""The YAML matrix as pydantic models: models, backends, suites, settings and checks.
+"""The YAML matrix loaded: models, backends, suites, settings and checks, validated.
 
 Every error names the file, the line and the field (``infercheck.yaml:14: checks[0].compare
-.test: unknown model 'q5'``); the plugin shows it as a collection error, not a traceback.
+.test: unknown model 'q5'``); the plugin shows it as a collection error, not a traceback, and
+:func:`load_matrix` says every mistake of a file at once (one mistake, one error).
 
-The check entries are assembled from the registry of kinds (:func:`check_model`), a backend
-entry is its kind's spec (:func:`.backends.registry.backend_spec`); the models that need no
-kind, and the Protocols through which the code below this module reads the matrix, are in
-:mod:`.matrix`.
+The models are in :mod:`.entries` (re-exported here): the check entries are assembled from
+the registry of kinds (:func:`check_model`), a backend entry is its kind's spec
+(:func:`.backends.registry.backend_spec`); the models that need no kind, and the Protocols
+through which the code below this module reads the matrix, are in :mod:`.matrix`; what the
+entries name is checked by :mod:`.references`.
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Union, cast, get_args, get_origin
+from typing import TYPE_CHECKING, Any
 
-from pydantic import (
-    BaseModel,
-    Field,
-    PlainValidator,
-    ValidationError,
-    create_model,
-    field_validator,
-    model_validator,
-)
-from pydantic.fields import FieldInfo
+from pydantic import ValidationError
 
 from .adapters import adapter_engages, adapter_problem
-from .backends.registry import BACKENDS, backend_kind, backend_spec, validate_backend_entry
+from .backends.registry import backend_kind, backend_spec
 from .backends.spec import BackendSpec as BackendSpec
 from .backends.spec import ServedSpec
-from .checks.framework.kind import CheckKind, RateGate
-from .checks.registry import KIND_NAMES, kind_named
-from .golden.names import GOLDEN_NAME, GOLDEN_PLACE
+from .checks.framework.kind import RateGate
+from .checks.registry import KIND_NAMES
+from .entries import BackendEntry as BackendEntry
+from .entries import CheckEntry as CheckEntry
+from .entries import MatrixFields as MatrixFields
+from .entries import check_model as check_model
+from .entries import field_name as field_name
+from .entries import keys_at as keys_at
+from .entries import kind_of as kind_of
+from .entries import kinds_used as kinds_used
+from .entries import matrix_model as matrix_model
+from .entries import not_used as not_used
+from .entries import threshold_users as threshold_users
+from .entries import unknown_key_message as unknown_key_message
+from .entries import unused_thresholds as unused_thresholds
+from .entries import yaml_loc
+from .golden.names import GOLDEN_PLACE
 from .matrix import ModelSpec as ModelSpec
 from .matrix import Settings as Settings
 from .matrix import SuiteRef as SuiteRef
 from .matrix import Target as Target
 from .matrix import parse_model_shorthand as parse_model_shorthand
 from .metrics.stats import wilson_interval, wilson_min_trials
-from .specs import KindThresholds, Side, _Strict
-from .strict import unknown_key
-from .yamlpos import PositionedYaml, SourceError, format_loc, load_positioned
+from .references import (
+    errors_at,
+    local_problem,
+    model_problem,
+    resolve_ref,
+    suite_problem,
+)
+from .strict import nearest, plain_message, unknown_key
+from .yamlpos import Loc, PositionedYaml, SourceError, format_loc, load_positioned
 
 if TYPE_CHECKING:
     from . import matrix as view
+    from .entries import CheckSpec as CheckSpec
+    from .entries import Matrix as Matrix
     from .suites import Suite
-
-BackendEntry = Annotated[
-    BackendSpec,
-    PlainValidator(
-        validate_backend_entry,
-        json_schema_input_type=Union[tuple(dict.fromkeys(k.spec for k in BACKENDS))],  # noqa: UP007
-    ),
-]
-"""A ``backends:`` entry: validated by its kind's spec (:func:`.backends.registry.backend_spec`)."""
-
-
-class CheckEntry(_Strict):
-    """One entry of ``checks:``: exactly one kind key (its options: the kind's ``spec``) plus
-    its kind's thresholds, an optional ``name`` and ``suites``. :func:`check_model` adds one
-    optional field per kind of the registry and the thresholds of those kinds; a threshold
-    that the entry's own kind does not declare is refused by :func:`load_matrix` at its
-    line (:func:`unused_thresholds`)."""
-
-    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.+-]+$")
-    suites: list[SuiteRef] | None = None
-
-    @field_validator("suites", mode="before")
-    @classmethod
-    def _suite_shorthand(cls, value: Any) -> Any:
-        return _suite_list(value)
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> CheckEntry:
-        kinds = [name for name in KIND_NAMES if self.spec_of(name) is not None]
-        if len(kinds) != 1:
-            raise ValueError(f"a check needs exactly one of {', '.join(KIND_NAMES)}")
-        return self
-
-    def spec_of(self, kind: str) -> Any:
-        """The options of kind ``kind`` (``batch-invariance`` -> ``self.batch_invariance``)."""
-        return getattr(self, field_name(kind), None)
-
-    @property
-    def kind(self) -> str:
-        return self.check_kind.name
-
-    @property
-    def check_kind(self) -> CheckKind:
-        """The kind of this check, from the registry."""
-        kind = kind_named(next(n for n in KIND_NAMES if self.spec_of(n) is not None))
-        assert kind is not None
-        return kind
-
-    @property
-    def spec(self) -> Any:
-        """The options under the kind key."""
-        return self.spec_of(self.kind)
-
-    def kind_thresholds(self) -> KindThresholds:
-        """The thresholds this check is held to: its kind's model (:attr:`CheckKind
-        .thresholds`) of the thresholds written, defaults for the others."""
-        model = self.check_kind.spec.thresholds
-        written = self.model_fields_set & set(model.model_fields)
-        return model.model_validate(self.model_dump(include=written))
-
-    def thresholds(self) -> dict[str, Any]:
-        """The thresholds this check is held to, as plain types (for reports): its kind's
-        only, those without a value left out."""
-        return self.kind_thresholds().model_dump(exclude_none=True)
-
-    def baseline_side(self, index: int) -> Side:
-        """The baseline's ref and where it is written (a single-target check: its target)."""
-        return self.spec.baseline_side(("checks", index, self.kind))
-
-    def test_sides(self, index: int) -> list[Side]:
-        """The sides compared with the baseline, in the user's order (none for a
-        single-target check)."""
-        return self.spec.test_sides(("checks", index, self.kind))
-
-
-def field_name(kind: str) -> str:
-    """The Python field of a kind's YAML key: ``batch-invariance`` -> ``batch_invariance``."""
-    return kind.replace("-", "_")
-
-
-@functools.cache
-def check_model(kinds: frozenset[str]) -> type[CheckEntry]:
-    """:class:`CheckEntry` with one optional field per kind in ``kinds`` (its YAML key as
-    alias, its ``spec`` as type), in the registry's order. Building it imports those kinds'
-    modules only; :func:`load_matrix` asks for the kinds its file uses."""
-    used = [_kind(name) for name in KIND_NAMES if name in kinds]
-    fields: dict[str, Any] = {
-        field_name(kind.name): (kind.spec.options | None, Field(default=None, alias=kind.name))
-        for kind in used
-    }
-    for kind in used:
-        for key, info in kind.spec.thresholds.model_fields.items():
-            fields.setdefault(key, (info.annotation, info))
-    return create_model("CheckSpec", __base__=CheckEntry, __doc__=CheckEntry.__doc__, **fields)
-
-
-def _kind(name: str) -> CheckKind:
-    kind = kind_named(name)
-    assert kind is not None
-    return kind
-
-
-def threshold_users() -> dict[str, list[str]]:
-    """Every threshold key of the registry's kinds and the kinds that use it, in the
-    registry's order (imports every kind: for error messages)."""
-    users: dict[str, list[str]] = {}
-    for name in KIND_NAMES:
-        for key in _kind(name).spec.thresholds.model_fields:
-            users.setdefault(key, []).append(name)
-    return users
-
-
-def unused_thresholds(check: CheckEntry, raw: Any) -> list[tuple[str, str]]:
-    """``(key, message)`` for each key of the raw check entry ``raw`` that is a threshold of
-    some kind but not of this check's kind: ``stress does not use max_kl (compare, sweep,
-    diff do)``."""
-    mine = check.check_kind.spec.thresholds.model_fields
-    own = {*CheckEntry.model_fields, *(field_name(k) for k in KIND_NAMES), *KIND_NAMES}
-    others = [k for k in (raw if isinstance(raw, dict) else {}) if k not in mine and k not in own]
-    if not others:
-        return []  # the usual case: no other kind's module is imported
-    users = threshold_users()
-    return [(key, not_used(check.kind, key, users[key])) for key in others if key in users]
-
-
-def not_used(kind: str, key: str, users: list[str]) -> str:
-    """``stress does not use max_kl (compare, sweep, diff do)``."""
-    verb = "do" if len(users) > 1 else "does"
-    return f"{kind} does not use {key} ({', '.join(users)} {verb})"
-
-
-def _suite_list(value: Any) -> Any:
-    """Accept ``[reasoning, {suite: x.jsonl, limit: 5}]`` as well as full mappings."""
-    if not isinstance(value, list):
-        return value
-    return [{"suite": item} if isinstance(item, str) else item for item in value]
-
-
-class MatrixFields(_Strict):
-    """Every section of ``infercheck.yaml`` but ``checks`` (see :func:`matrix_model`)."""
-
-    models: dict[str, ModelSpec] = Field(min_length=1)
-    backends: dict[str, BackendEntry] = Field(
-        default_factory=lambda: {"local": backend_spec({"kind": "mlx-lm"})}
-    )
-    suites: list[SuiteRef] = Field(min_length=1)
-    settings: Settings = Settings()
-
-    @field_validator("suites", mode="before")
-    @classmethod
-    def _suite_shorthand(cls, value: Any) -> Any:
-        return _suite_list(value)
-
-
-@functools.cache
-def matrix_model(kinds: frozenset[str]) -> type[Matrix]:
-    """The model of a whole ``infercheck.yaml`` whose checks use ``kinds``:
-    :class:`MatrixFields` + ``checks: list[check_model(kinds)]`` (at least one)."""
-    checks: Any = list[check_model(kinds)]  # type: ignore[misc]
-    fields: dict[str, Any] = {"checks": (checks, Field(min_length=1))}
-    model = create_model(
-        "Matrix", __base__=MatrixFields, __doc__="The whole ``infercheck.yaml``.", **fields
-    )
-    return cast("type[Matrix]", model)
-
-
-def kinds_used(data: Any) -> frozenset[str]:
-    """The kind keys (of the registry) that the raw ``checks:`` entries of ``data`` use."""
-    checks = data.get("checks") if isinstance(data, dict) else None
-    if not isinstance(checks, list):
-        return frozenset()
-    return frozenset(k for c in checks if isinstance(c, dict) for k in c if k in KIND_NAMES)
-
-
-if TYPE_CHECKING:
-    CheckSpec = CheckEntry
-
-    class Matrix(MatrixFields):
-        """The whole ``infercheck.yaml``."""
-
-        checks: list[CheckSpec]
-
 else:
 
     def __getattr__(name: str) -> Any:
-        """``CheckSpec`` and ``Matrix`` with every kind (imports them all: the JSON Schema,
-        tests); :func:`load_matrix` builds the models of the kinds its file uses."""
-        if name == "CheckSpec":
-            return check_model(frozenset(KIND_NAMES))
-        if name == "Matrix":
-            return matrix_model(frozenset(KIND_NAMES))
+        """``CheckSpec`` and ``Matrix`` with every kind (:mod:`.entries`)."""
+        from . import entries
+
+        if name in ("CheckSpec", "Matrix"):
+            return getattr(entries, name)
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -254,51 +87,28 @@ class LoadedMatrix:
 
     def target(self, ref: str, loc: tuple[str | int, ...]) -> Target:
         """Resolve ``model@backend`` (or ``model`` when there is one backend), or
-        ``golden:NAME``."""
-        if ref.startswith("golden:"):
-            name = ref.removeprefix("golden:")
-            if not GOLDEN_NAME.fullmatch(name):
-                raise self.source.error(
-                    loc, f"{ref!r}: a golden name is letters, digits and . _ + - only"
-                )
-            return Target(model=f"golden.{name}", backend="golden", golden=name)
-        model, _, backend = ref.partition("@")
-        if not backend:
-            if len(self.matrix.backends) != 1:
-                raise self.source.error(
-                    loc, f"{ref!r} needs '@backend' (backends: {_names(self.matrix.backends)})"
-                )
-            backend = next(iter(self.matrix.backends))
-        if model not in self.matrix.models:
-            raise self.source.error(
-                loc, f"unknown model {model!r} (models: {_names(self.matrix.models)})"
-            )
-        if backend not in self.matrix.backends:
-            raise self.source.error(
-                loc, f"unknown backend {backend!r} (backends: {_names(self.matrix.backends)})"
-            )
-        return Target(model=model, backend=backend)
+        ``golden:NAME`` (:func:`.references.resolve_ref`)."""
+        return resolve_ref(self.source, ref, loc, self.matrix.models, self.matrix.backends)
 
     def model_source(self, name: str, kind: str = "mlx-lm") -> tuple[str, str | None]:
         """What a backend of ``kind`` is given for model ``name`` (local paths resolved
         against the YAML's folder), and the hub revision if any: its ``gguf`` for a kind that
-        loads one, else a server's ``served_name`` if given, else ``path`` or ``repo``."""
+        loads one, else a server's ``served_name`` if given, else ``path`` or ``repo``
+        (:func:`.references.model_problem` says when there is none)."""
         spec = self.matrix.models[name]
         facts = backend_kind(kind)
         assert facts is not None  # validated
+        problem = model_problem(name, spec, kind)
+        if problem is not None:
+            raise self.source.error(("models", name), problem)
         if facts.loads == "gguf":
-            if spec.gguf is None:
-                raise self.source.error(("models", name), f"a {kind} needs 'gguf' for {name!r}")
+            assert spec.gguf is not None
             return self._local(spec.gguf), None
         if facts.server and spec.served_name is not None:
             return spec.served_name, None
         if spec.path is not None:
             return self._local(spec.path), None
-        if spec.repo is not None:
-            return spec.repo, spec.revision
-        raise self.source.error(
-            ("models", name), f"a {kind} backend needs 'path' or 'repo' for {name!r}"
-        )
+        return str(spec.repo), spec.revision
 
     def model_adapter(self, name: str, kind: str) -> str | None:
         """The LoRA adapter a backend of ``kind`` applies to model ``name``: the adapter's
@@ -318,33 +128,13 @@ class LoadedMatrix:
         in-process, or a server the plugin starts with ``serve``) exists here: a missing
         ``path`` folder or ``gguf`` file is a :class:`SourceError` at the model's line, said
         before any backend starts (mlx-lm would read a missing folder as a hub id and answer
-        "Repo id must be in the form ...")."""
-        for index, check in enumerate(self.matrix.checks):
-            for side in [check.baseline_side(index), *check.test_sides(index)]:
-                target = self.target(side.ref, side.loc)
-                if target.golden is None:
-                    self._check_local(target.model, self.matrix.backends[target.backend])
-
-    def _check_local(self, name: str, backend: BackendSpec) -> None:
-        if isinstance(backend, ServedSpec) and backend.serve is None:
-            return  # a running server holds the model
-        spec = self.matrix.models[name]
-        kind = backend_kind(backend.kind)
-        assert kind is not None  # validated
-        field = kind.loads
-        value = spec.gguf if field == "gguf" else spec.path
-        if value is not None and not Path(self._local(value)).exists():
-            what = "file" if field == "gguf" else "folder"
-            hub = "" if field == "gguf" else "; a hub model is written `repo: org/name`"
-            raise self.source.error(
-                ("models", name, field),
-                f"{value} does not exist (the {what} {self._local(value)}{hub})",
-            )
-        adapter = self.model_adapter(name, backend.kind)
-        if adapter is not None and not Path(adapter).exists():
-            raise self.source.error(
-                ("models", name, "adapter"), f"the adapter {adapter} does not exist"
-            )
+        "Repo id must be in the form ..."). ``load_matrix(path, on_this_machine=True)`` says
+        it with the file's other mistakes."""
+        errors = _problems(
+            self.source, _Parts.of(self.matrix), self.base_dir, local=True, suites=False
+        )
+        if errors:
+            raise SourceError.of(errors)
 
     @property
     def golden_dir(self) -> Path:
@@ -353,81 +143,323 @@ class LoadedMatrix:
         return Path(self._local(self.matrix.settings.golden_dir))
 
     def _local(self, path_text: str) -> str:
-        path = Path(path_text).expanduser()
-        return str(path if path.is_absolute() else (self.base_dir / path).resolve())
+        return _local_path(self.base_dir, path_text)
 
 
-def _names(mapping: dict[str, Any]) -> str:
-    return ", ".join(sorted(mapping)) or "none"
-
-
-def load_matrix(path: Path) -> LoadedMatrix:
-    """Read and validate ``path``; raises :class:`SourceError` naming file, line and field of
-    every error the file has (one pass: the user sees them all at once)."""
+def load_matrix(path: Path, *, on_this_machine: bool = False) -> LoadedMatrix:
+    """Read and validate ``path``; raises one :class:`SourceError` naming file, line and
+    field of every mistake the file has, in file order: its keys and values, what its checks
+    name (models, backends, a model a backend cannot load), and with ``on_this_machine``
+    (collection) the suites and local model files it names and the gates its checks can
+    never measure or the options they refuse (:func:`check_measurable`). One mistake is one error: a
+    reference to a model whose entry is wrong, the thresholds of a misspelt kind, a missing
+    key that a misspelt one beside it names, are not errors of their own."""
     source = load_positioned(path)
     if not isinstance(source.data, dict):
         raise SourceError(path, 1, "the file must be a mapping with models, suites and checks")
+    kinds = kinds_used(source.data)
+    context = {"base_dir": path.parent}
+    errors: list[SourceError] = []
     try:
-        matrix = matrix_model(kinds_used(source.data)).model_validate(
-            source.data, context={"base_dir": path.parent}
-        )
+        matrix: Matrix | None = matrix_model(kinds).model_validate(source.data, context=context)
     except ValidationError as exc:
-        raise SourceError.of(
-            [source.error(*_error_message(source.data, e)) for e in exc.errors()]
-        ) from None
+        matrix = None
+        errors += [source.error(loc, why) for loc, why in _pydantic_errors(source.data, exc)]
+    parts = _Parts.of(matrix) if matrix is not None else _Parts.raw(source.data, kinds, context)
+    errors += _problems(source, parts, path.parent, local=on_this_machine, suites=on_this_machine)
+    if on_this_machine:
+        errors += _unmeasurable(source, parts, matrix)
+    if errors:
+        unique = {(e.line, e.reason): e for e in errors}
+        raise SourceError.of(list(unique.values()))
+    assert matrix is not None
+    return LoadedMatrix(source, matrix)
+
+
+@dataclass
+class _Parts:
+    """The sections of a matrix as far as they validate: every model and backend name the
+    file gives (None: the section is not a mapping, so no reference to it is judged), the
+    entries that validate on their own, and each check entry that validates on its own
+    (None: it has errors of its own)."""
+
+    model_names: Collection[str] | None
+    models: Mapping[str, ModelSpec]
+    backend_names: Collection[str] | None
+    backends: Mapping[str, BackendSpec]
+    checks: list[CheckEntry | None]
+
+    @classmethod
+    def of(cls, matrix: Matrix) -> _Parts:
+        checks: list[CheckEntry | None] = list(matrix.checks)
+        return cls(matrix.models, matrix.models, matrix.backends, matrix.backends, checks)
+
+    @classmethod
+    def raw(cls, data: dict[str, Any], kinds: frozenset[str], context: Any) -> _Parts:
+        models = data.get("models")
+        backends = data.get("backends", {"local": {"kind": "mlx-lm"}})
+        checks = data.get("checks")
+        entry = check_model(kinds)
+        return cls(
+            list(models) if isinstance(models, dict) else None,
+            _valid(models, ModelSpec.model_validate),
+            list(backends) if isinstance(backends, dict) else None,
+            _valid(backends, lambda raw: backend_spec(raw, context)),
+            [_one(entry, raw, context) for raw in checks] if isinstance(checks, list) else [],
+        )
+
+
+def _unmeasurable(
+    source: PositionedYaml, parts: _Parts, matrix: Matrix | None
+) -> list[SourceError]:
+    """What :func:`check_measurable` refuses of each check whose entry and targets are
+    valid (of a file with other mistakes too: the valid models and backends, as far as the
+    matrix goes)."""
+    if matrix is None:
+        matrix = matrix_model(frozenset()).model_construct(
+            models=dict(parts.models), backends=dict(parts.backends), checks=[]
+        )
     loaded = LoadedMatrix(source, matrix)
     errors: list[SourceError] = []
-    for i, check in enumerate(matrix.checks):
-        raw = source.data["checks"][i]
-        errors += [
-            source.error(("checks", i, key), why) for key, why in unused_thresholds(check, raw)
-        ]
+    for index, check in enumerate(parts.checks):
+        sides = [] if check is None else [check.baseline_side(index), *check.test_sides(index)]
+        if check is None or not all(_usable(parts, side.ref) for side in sides):
+            continue
         try:
-            thresholds = check.kind_thresholds()
-        except ValidationError as exc:  # a value the kind's own model refuses
-            errors += [
-                source.error(*_error_message(source.data, e, ("checks", i))) for e in exc.errors()
-            ]
-        else:
-            if getattr(thresholds, "require_engaged", False) and not _declares_a_feature(
-                matrix, check
-            ):
-                errors.append(source.error(("checks", i, "require_engaged"), NOTHING_TO_ENGAGE))
-        baseline = check.baseline_side(i)
-        for side in [baseline, *check.test_sides(i)]:
-            try:
-                target = loaded.target(side.ref, side.loc)
-            except SourceError as err:
-                errors.append(err)
-                continue
-            if target.golden is not None and (
-                side is not baseline or not check.spec.golden_baseline
-            ):
+            check_measurable(loaded, check, index)
+        except SourceError as err:
+            errors += err.each()
+    return errors
+
+
+def _usable(parts: _Parts, ref: str) -> bool:
+    """Whether ``ref`` names a golden file, or a valid model on a valid backend."""
+    if ref.startswith("golden:"):
+        return True
+    model, _, backend = ref.partition("@")
+    names = list(parts.backend_names or [])
+    backend = backend or (names[0] if len(names) == 1 else "")
+    return model in parts.models and backend in parts.backends
+
+
+def _valid(section: Any, validate: Any) -> dict[str, Any]:
+    """The entries of a ``models:`` or ``backends:`` mapping that validate on their own."""
+    found = {}
+    for name, raw in section.items() if isinstance(section, dict) else ():
+        try:
+            found[name] = validate(raw)
+        except (ValidationError, ValueError, TypeError, AttributeError):
+            continue
+    return found
+
+
+def _one(model: type[CheckEntry], raw: Any, context: Any) -> CheckEntry | None:
+    """Check entry ``raw`` validated on its own; failing that, its kind's options alone
+    (what its sides name is still judged when a threshold beside them is wrong); None when
+    those fail too."""
+    keep = [*KIND_NAMES, "name", "suites"]
+    for entry in (
+        raw,
+        {k: v for k, v in raw.items() if k in keep} if isinstance(raw, dict) else raw,
+    ):
+        try:
+            return model.model_validate(entry, context=context)
+        except ValidationError:
+            continue
+    return None
+
+
+def _problems(
+    source: PositionedYaml, parts: _Parts, base_dir: Path, *, local: bool, suites: bool
+) -> list[SourceError]:
+    """The mistakes of each check that validates (:func:`_check_problems`), each model a
+    check's backend cannot load (:func:`.references.model_problem`), the suites not found
+    (``suites``) and the local models missing (``local``)."""
+    errors: list[SourceError] = []
+    targets: list[Target] = []
+    for index, check in enumerate(parts.checks):
+        if check is not None:
+            errors += _check_problems(source, parts, index, check, targets)
+    found: list[tuple[Loc, str]] = []
+    for target in targets:
+        model, backend = parts.models.get(target.model), parts.backends.get(target.backend)
+        problem = (
+            None
+            if model is None or backend is None
+            else (model_problem(target.model, model, backend.kind))
+        )
+        if problem is not None:
+            found.append((("models", target.model), problem))
+        elif local:
+            found += _missing_locally(parts, target, base_dir)
+    if suites:
+        for loc, ref in _suite_refs(source.data):
+            why = suite_problem(ref, base_dir)
+            if why is not None:
+                found.append((loc, why))
+    return errors + errors_at(source, found)
+
+
+def _check_problems(
+    source: PositionedYaml, parts: _Parts, i: int, check: CheckEntry, targets: list[Target]
+) -> list[SourceError]:
+    """The mistakes of check ``i`` beyond its own entry's keys: thresholds of another kind,
+    values its kind refuses, a ``require_engaged`` with nothing to engage, what its sides
+    name (appended to ``targets`` when they resolve), a golden file out of place."""
+    raw = source.data["checks"][i]
+    errors = [source.error(("checks", i, k), why) for k, why in unused_thresholds(check, raw)]
+    try:
+        thresholds = check.kind_thresholds()
+    except ValidationError as exc:  # a value the kind's own model refuses
+        for e in exc.errors():
+            loc, why = _error_message(source.data, e, ("checks", i))
+            errors += [source.error(loc, why)] if why is not None else []
+    else:
+        if getattr(thresholds, "require_engaged", False) and not _declares_a_feature(parts, check):
+            errors.append(source.error(("checks", i, "require_engaged"), NOTHING_TO_ENGAGE))
+    if parts.model_names is None or parts.backend_names is None:
+        return errors
+    baseline = check.baseline_side(i)
+    for side in [baseline, *check.test_sides(i)]:
+        try:
+            target = resolve_ref(source, side.ref, side.loc, parts.model_names, parts.backend_names)
+        except SourceError as err:
+            errors.append(err)
+            continue
+        if target.golden is not None:
+            if side is not baseline or not check.spec.golden_baseline:
                 errors.append(source.error(side.loc, GOLDEN_PLACE))
-            elif target.golden is None and (
-                why := adapter_problem(matrix, target.model, target.backend)
+        else:
+            targets.append(target)
+            if (
+                target.model in parts.models
+                and target.backend in parts.backends
+                and (why := adapter_problem(parts, target.model, target.backend))
             ):
                 errors.append(source.error(side.loc, why))
-    if errors:
-        raise SourceError.of(errors)
-    return loaded
+    return errors
 
 
-def _error_message(
-    data: Any, error: Any, within: tuple[str | int, ...] = ()
-) -> tuple[tuple[str | int, ...], str]:
+def _missing_locally(parts: _Parts, target: Target, base_dir: Path) -> list[tuple[Loc, str]]:
+    """The model of ``target`` if its backend loads it from this machine (mlx-lm, or a
+    server the plugin starts) and its folder or file is not there."""
+    model, backend = parts.models.get(target.model), parts.backends.get(target.backend)
+    if model is None or backend is None:
+        return []
+    if isinstance(backend, ServedSpec) and backend.serve is None:
+        return []  # a running server holds the model
+    facts = backend_kind(backend.kind)
+    value = None if facts is None else (model.gguf if facts.loads == "gguf" else model.path)
+    local = None if value is None else _local_path(base_dir, value)
+    problem = local_problem(model, backend.kind, local)
+    found: list[tuple[Loc, str]] = (
+        [] if problem is None else [(("models", target.model, problem[0]), problem[1])]
+    )
+    adapter = model.adapter
+    if adapter is not None and facts is not None and facts.adapters:
+        field = adapter.gguf if facts.loads == "gguf" else adapter.path
+        path = None if field is None else _local_path(base_dir, field)
+        if path is not None and not Path(path).exists():
+            found.append(
+                (("models", target.model, "adapter"), f"the adapter {path} does not exist")
+            )
+    return found
+
+
+def _suite_refs(data: dict[str, Any]) -> list[tuple[Loc, str]]:
+    """Every suite the file names (``suites:`` and each check's), with where."""
+    found: list[tuple[Loc, str]] = []
+    checks = data.get("checks")
+    lists: list[tuple[Loc, Any]] = [(("suites",), data.get("suites"))]
+    for i, check in enumerate(checks if isinstance(checks, list) else []):
+        if isinstance(check, dict):
+            lists.append((("checks", i, "suites"), check.get("suites")))
+    for loc, refs in lists:
+        for j, ref in enumerate(refs if isinstance(refs, list) else []):
+            if isinstance(ref, str):
+                found.append(((*loc, j), ref))
+            elif isinstance(ref, dict) and isinstance(ref.get("suite"), str):
+                found.append(((*loc, j, "suite"), ref["suite"]))
+    return found
+
+
+def _pydantic_errors(data: Any, exc: ValidationError) -> list[tuple[Loc, str]]:
+    """Each error of the whole file's validation at its place, in our words
+    (:func:`_error_message`), without follow-ons: the thresholds of a check whose kind is
+    misspelt, and a missing key that a misspelt key beside it names."""
+    errors = exc.errors()
+    said = [_error_message(data, e) for e in errors]
+    meant = {
+        (*loc[:-1], hint)
+        for error, (loc, _) in zip(errors, said, strict=True)
+        if error["type"] == "extra_forbidden" and (hint := _meant(loc)) is not None
+    }
+    found: list[tuple[Loc, str]] = []
+    for error, (loc, why) in zip(errors, said, strict=True):
+        if why is not None and not (error["type"] == "missing" and loc in meant):
+            found.append((loc, why))
+    checks = data.get("checks")
+    for i, entry in enumerate(checks if isinstance(checks, list) else []):
+        if isinstance(entry, dict) and not _kinds_of(entry) and not any(map(_kind_typo, entry)):
+            found.append((("checks", i), f"a check needs one of: {', '.join(KIND_NAMES)}"))
+    return found
+
+
+def _meant(loc: Loc) -> str | None:
+    """The key a misspelt key at ``loc`` means (the nearest one its mapping accepts)."""
+    if not loc or not isinstance(loc[-1], str):
+        return None
+    return nearest(loc[-1], keys_at(loc[:-1]))
+
+
+def _kinds_of(entry: dict[str, Any]) -> list[str]:
+    return [k for k in KIND_NAMES if k in entry]
+
+
+def _kind_typo(key: Any) -> str | None:
+    """The check kind a key that is none means (``compar``, ``Compare``), else None."""
+    if not isinstance(key, str) or key in KIND_NAMES or key in CheckEntry.model_fields:
+        return None
+    if key in threshold_users():
+        return None
+    return nearest(key, KIND_NAMES)
+
+
+def _local_path(base_dir: Path, path_text: str) -> str:
+    path = Path(path_text).expanduser()
+    return str(path if path.is_absolute() else (base_dir / path).resolve())
+
+
+def _error_message(data: Any, error: Any, within: Loc = ()) -> tuple[Loc, str | None]:
     """Where a pydantic error is in the YAML (its location under ``within``) and what to tell
-    the user: an unknown key with the nearest known one, a threshold of another kind with the
-    kinds that use it."""
-    loc = (*within, *_yaml_loc(tuple(p for p in error["loc"] if isinstance(p, str | int))))
+    the user (None: nothing, it follows from another): an unknown key with the nearest known
+    one (ignoring case), a threshold of another kind with the kinds that use it, a misspelt
+    check kind with the kind it means (and not its thresholds), else the error in our words
+    (:func:`.strict.plain_message`)."""
+    loc = (*within, *yaml_loc(tuple(p for p in error["loc"] if isinstance(p, str | int))))
+    entry = None
+    if len(loc) >= 2 and loc[0] == "checks" and isinstance(loc[1], int):
+        checks = data.get("checks")
+        entry = checks[loc[1]] if isinstance(checks, list) and loc[1] < len(checks) else None
+    kinds = _kinds_of(entry) if isinstance(entry, dict) else []
+    if error["type"] == "value_error" and len(loc) == 2 and isinstance(entry, dict) and not kinds:
+        return loc, None  # said once, by _pydantic_errors
     if error["type"] != "extra_forbidden" or not loc or not isinstance(loc[-1], str):
-        return loc, str(error["msg"])
-    if len(loc) == 3 and loc[0] == "checks" and isinstance(loc[1], int):
-        users = threshold_users().get(loc[-1])
-        entry = data["checks"][loc[1]]
-        kinds = [k for k in KIND_NAMES if isinstance(entry, dict) and k in entry]
+        return loc, plain_message(error)
+    if len(loc) == 3 and isinstance(entry, dict):
+        key = loc[-1]
+        users = threshold_users().get(key)
         if users and len(kinds) == 1:
-            return loc, not_used(kinds[0], str(loc[-1]), users)
+            return loc, not_used(kinds[0], key, users)
+        if not kinds:
+            if users:
+                return loc, None  # a threshold of the kind the entry misspells
+            if (kind := _kind_typo(key)) is not None:
+                return loc, f"unknown check kind {key!r} (did you mean {kind!r}?)"
+            return loc, unknown_key(key, [*KIND_NAMES, *CheckEntry.model_fields])
+        if len(kinds) == 1:
+            own = [*CheckEntry.model_fields, kinds[0]]
+            return loc, unknown_key(key, own + list(kind_of(kinds[0]).spec.thresholds.model_fields))
     return loc, unknown_key_message(loc)
 
 
@@ -438,7 +470,7 @@ NOTHING_TO_ENGAGE = (
 )
 
 
-def _declares_a_feature(matrix: MatrixFields, check: CheckEntry) -> bool:
+def _declares_a_feature(parts: _Parts, check: CheckEntry) -> bool:
     """Whether a backend of ``check`` (a diff's ``backends``) turns on a feature whose
     engagement ``require_engaged`` can judge (:func:`.features.declared_features`)."""
     from .features import declared_features
@@ -446,10 +478,10 @@ def _declares_a_feature(matrix: MatrixFields, check: CheckEntry) -> bool:
     model = getattr(check.spec, "model", "")
     for entry in getattr(check.spec, "backends", []):
         name, _, backend = entry.rpartition("@") if "@" in entry else (model, "", entry)
-        spec = matrix.backends.get(backend)
+        spec = parts.backends.get(backend)
         if spec is None:
             continue
-        if declared_features(spec) or adapter_engages(matrix, name, spec.kind):
+        if declared_features(spec) or adapter_engages(parts, name, spec.kind):
             return True
     return False
 
@@ -515,51 +547,6 @@ def infeasible_gate(
         f"the {gate.confidence * 100:g}% Wilson upper bound at 0 {gate.events} is {upper:.4f}; "
         f"{enough}",
     )
-
-
-def unknown_key_message(loc: tuple[str | int, ...]) -> str:
-    """``unknown key 'max_kll' (did you mean 'max_kl'?)`` for the key at the end of ``loc``,
-    suggesting the nearest key the mapping it is in accepts."""
-    return unknown_key(str(loc[-1]), keys_at(loc[:-1]))
-
-
-def keys_at(loc: tuple[str | int, ...]) -> list[str]:
-    """The keys the mapping at ``loc`` of a matrix accepts (YAML spelling), found by walking
-    the models' fields from :class:`Matrix` (every kind: an error path, so importing all kinds
-    is fine); empty where ``loc`` leads to no model."""
-    model: type[BaseModel] = matrix_model(frozenset(KIND_NAMES))
-    parts = list(loc)
-    while parts:
-        part = parts.pop(0)
-        info = _field(model, part)
-        if info is None:
-            return []
-        annotation = info.annotation
-        if get_origin(annotation) in (dict, list) and parts:
-            parts.pop(0)  # a model name, a list index
-        found = _models_in(annotation)
-        if not found:
-            return []
-        model = found[0]
-    return [info.alias or name for name, info in model.model_fields.items()]
-
-
-def _field(model: type[BaseModel], key: str | int) -> FieldInfo | None:
-    for name, info in model.model_fields.items():
-        if key in (name, info.alias):
-            return info
-    return None
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in get_args(annotation) for m in _models_in(arg)]
-
-
-def _yaml_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
-    """Drop pydantic's union/tag segments (e.g. ``function-after[...]``) from a location."""
-    return tuple(p for p in loc if not (isinstance(p, str) and "[" in p))
 
 
 if TYPE_CHECKING:

@@ -1,31 +1,22 @@
 """The generation cache: generations and teacher-forced scores, each computed once per session
-and process, and the backends that compute them.
+and process, and the backends that compute them. One :class:`GenerationCache` per pytest
+process (:mod:`.state`), shared by every check and YAML file, and returned to users' tests by
+the ``infercheck_engine`` fixture. It owns:
 
-One :class:`GenerationCache` per pytest process (see :mod:`.state`), shared by every check and
-YAML file, and returned to users' tests by the ``infercheck_engine`` fixture. It owns:
-
-- the backends, one instance per (model source, revision, backend options), a golden
-  baseline's replay per file: a model is loaded, or a server started (through its
-  :class:`~.servers.ServerPool`), once; and what the ``pytest_infercheck_wrap_backend`` hook
-  (:mod:`.hookspecs`) returned for each backend name, a target of its own;
+- the backends, one per (model source, revision, backend options), a golden baseline's
+  replay per file: a model loaded, or a server started (:class:`~.servers.ServerPool`), once;
+  and what the ``pytest_infercheck_wrap_backend`` hook (:mod:`.hookspecs`) returned for each;
 - a private event loop for the async backend API (items are synchronous);
-- rendered prompts per (target, prompt text, system prompt, turns, thinking), and rendered
-  concrete turn lists per (target, turns, thinking): the chat template is applied once;
-- conversations filled in per (target, prompt, thinking, generation params)
-  (:meth:`GenerationCache.conversation`): each ``generate`` turn generated once;
-- whether a target takes another target's token ids as they are, per (target, prompt
-  input): asked once per rendering;
-- generations per (target, prompt input, generation params, run): the baseline of a sweep is
-  generated once, not once per test model; ``run`` > 0 forces an independent repeat (the
-  sweep's self-check, determinism runs);
-- teacher-forced log-probabilities per (target, prompt ids, continuation ids), in a small
-  LRU bounded by bytes, since a (T, V) float32 matrix of a real model is large;
-- the per-position statistics a lockstep run (:mod:`.backends.mlx_lockstep`) accumulated per
-  (baseline, test, prompt ids, baseline continuation ids), which stand for scoring both;
+- renders per (target, prompt text, system prompt, turns, thinking), and of concrete turn
+  lists; conversations filled in per (target, prompt, thinking, generation params);
+- whether a target takes another target's token ids as they are, per (target, prompt input);
+- generations per (target, prompt input, generation params, run) (``run`` > 0: an
+  independent repeat), and teacher-forced rows per (target, prompt ids, continuation ids),
+  full ones in an LRU bounded by bytes, top-k ones; each made, or failed, ahead or not;
+- a lockstep run's per-position statistics (:mod:`.backends.mlx_lockstep`) per (baseline,
+  test, prompt ids, baseline continuation ids), which stand for scoring both;
 - per target, whether it may be batched (:class:`BatchingLicence`, probed once).
-
-What a check computes from these (its comparisons, verdicts, trials) is memoised on its run
-object instead (:class:`~.checks.framework.run.SuiteRun`).
+What a check computes from these is memoised on its run (:class:`~.checks.framework.run.SuiteRun`).
 """
 
 from __future__ import annotations
@@ -35,7 +26,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .backends import (
@@ -48,6 +38,18 @@ from .backends import (
 )
 from .backends.base import TopKRow
 from .backends.capabilities import Scoring, TopKScoring
+from .cache_keys import (
+    BatchingLicence,
+    GenerationJob,
+    GenerationKey,
+    RenderKey,
+    ResolvedTarget,
+    ScoreJob,
+    ScoreKey,
+    StatsKey,
+    TargetKey,
+    render_key,
+)
 from .conversation import (
     Conversation,
     GeneratedTurn,
@@ -82,35 +84,21 @@ DYING_GRACE_S = 10.0
 DEATH_POLL_S = 0.25
 SCORE_CACHE_BYTES = 512 * 1024 * 1024
 
-TargetKey = tuple[Any, ...]
-"""What identifies a target's backend across YAML files (see :class:`ResolvedTarget`)."""
-GenerationKey = tuple[TargetKey, str, tuple[Any, ...], int]
-"""(target, ``PromptInput.key()``, ``GenerationParams.key()``, run)."""
-ScoreKey = tuple[TargetKey, tuple[int, ...], tuple[int, ...]]
-"""(target, prompt ids, continuation ids)."""
 
+def _where_attached(exc: BackendError, matrix: LoadedMatrix, name: str) -> BackendError | None:
+    """A server attached at its ``url`` that cannot be reached: the error again, saying
+    where that ``url`` is written (``infercheck.yaml:6``), else None."""
+    import os
 
-StatsKey = tuple[TargetKey, TargetKey, tuple[int, ...], tuple[int, ...]]
-"""(baseline, test, prompt ids, the baseline's continuation ids)."""
+    from .backends.http import Unreachable
 
-
-@dataclass(frozen=True)
-class BatchingLicence:
-    """Whether a target's generations may be batched, and why not."""
-
-    batched: bool
-    note: str = ""
-    """Why it is generated one at a time (``batching: false``, the command line, a failed
-    probe with what differed); empty when batched."""
-
-
-@dataclass(frozen=True)
-class ResolvedTarget:
-    """A ``model@backend`` with its live backend; ``key`` identifies it across YAML files."""
-
-    label: str
-    key: TargetKey
-    backend: Backend
+    if not isinstance(exc, Unreachable):
+        return None
+    loc = ("backends", name, "url")
+    path = os.path.relpath(matrix.path) if matrix.path.is_absolute() else str(matrix.path)
+    line = matrix.source.line_of(loc)
+    where = f"{path}:{line}" if line else path
+    return Unreachable(f"{exc} (its url is written at {where}: backends.{name}.url)")
 
 
 class GenerationCache:
@@ -132,8 +120,8 @@ class GenerationCache:
         """A wrapper's key -> the key of the backend it wraps (its server, if any)."""
         self._renders: dict[RenderKey, PromptInput] = {}
         self._failed: dict[Any, BackendError] = {}
-        """Render and generation keys whose request failed ahead of their items (prefetched
-        or rendered ahead): the item that needs one fails with that error, never asks again
+        """Render, generation and ``("score", top_k, key)`` keys whose request failed ahead
+        of their items: the item that needs one fails with that error, never asks again
         (an engine that refuses once and answers the second time has refused)."""
         self._message_renders: dict[tuple[Any, ...], PromptInput] = {}
         """Renders of concrete turn lists per (target, turns' keys, thinking[, tools])."""
@@ -171,7 +159,13 @@ class GenerationCache:
                 url = self.servers.url_for(key, target.backend, server_spec(spec, source))
             with_adapter = {"adapter": adapter} if adapter is not None else {}
             backend = create_backend(target.backend, spec, source, revision, url, **with_adapter)
-            self.run(backend.ensure_ready())
+            try:
+                self.run(backend.ensure_ready())
+            except BackendError as exc:
+                hinted = _where_attached(exc, matrix, target.backend) if url is None else None
+                if hinted is None:
+                    raise
+                raise hinted from exc
             self._backends[key] = backend
         if self.hook is None:
             return ResolvedTarget(target.label, key, self._backends[key])
@@ -239,9 +233,8 @@ class GenerationCache:
     def check_alive(self, target: ResolvedTarget, *, after_failures: bool = False) -> None:
         """Raise :class:`~.servers.ServerError` if ``target``'s managed server has died; with
         ``after_failures`` (its requests just failed), also if it dies within
-        :data:`DYING_GRACE_S` (polled): such a server may be dying (vLLM answers HTTP 500 when
-        its engine dies, and exits a few seconds later), and its death, with its last log
-        lines, says more than the errors."""
+        :data:`DYING_GRACE_S` (vLLM answers HTTP 500 when its engine dies and exits seconds
+        later): its death, with its last log lines, says more than the errors."""
         key = self._wrapped.get(target.key, target.key)
         if self.servers is None or not self.servers.manages(key):
             return
@@ -261,7 +254,7 @@ class GenerationCache:
             ValueError: ``prompt`` is a conversation with ``generate`` turns, which only
                 :meth:`conversation` can fill in (a caller's bug).
         """
-        key = _render_key(target, prompt, thinking)
+        key = render_key(target, prompt, thinking)
         if key in self._failed:
             raise self._failed[key]
         if key not in self._renders:
@@ -329,7 +322,7 @@ class GenerationCache:
         generation (through :meth:`generate`, with ``params``) of the concrete turns before
         it, and its text is fed back as that turn; ``final`` renders every turn. A prompt
         without ``generate`` turns has none to fill (``final`` is :meth:`render`)."""
-        key = (_render_key(target, prompt, thinking), params.key())
+        key = (render_key(target, prompt, thinking), params.key())
         if key not in self._conversations:
             turns = prompt.messages
             if turns is None:
@@ -363,7 +356,7 @@ class GenerationCache:
             dict.fromkeys(
                 p
                 for p in prompts
-                if p.messages is None and _render_key(target, p, thinking) not in self._renders
+                if p.messages is None and render_key(target, p, thinking) not in self._renders
             )
         )
         results = self._settled(
@@ -381,9 +374,9 @@ class GenerationCache:
         )
         for prompt, result in zip(missing, results, strict=True):
             if isinstance(result, PromptInput):
-                self._renders[_render_key(target, prompt, thinking)] = result
+                self._renders[render_key(target, prompt, thinking)] = result
             elif isinstance(result, BackendError):
-                self._failed[_render_key(target, prompt, thinking)] = result
+                self._failed[render_key(target, prompt, thinking)] = result
 
     def detokenize(self, target: ResolvedTarget, ids: Sequence[int]) -> str | None:
         """``target``'s text of ``ids`` (cached; None: its engine exposes no tokenizer)."""
@@ -412,9 +405,24 @@ class GenerationCache:
             if text is None or isinstance(text, str):
                 self._detokenized[key] = text
 
+    def accepts_ids_ahead(self, target: ResolvedTarget, prompts: Sequence[PromptInput]) -> None:
+        """Ask a concurrent (HTTP) backend at once what :meth:`accepts_ids` asks of each of
+        ``prompts``, kept as it keeps it; a failure is kept as the item's (never asked again)."""
+        found = {p.key(): p for p in prompts if (target.key, p.key()) not in self._accepts_ids}
+        if target.backend.concurrency <= 1 or not found:
+            return
+        results = self._settled([target.backend.accepts_token_ids(p) for p in found.values()])
+        for key, result in zip(found, results, strict=True):
+            if isinstance(result, BackendError):
+                self._failed[("accepts", target.key, key)] = result
+            elif isinstance(result, bool):
+                self._accepts_ids[(target.key, key)] = result
+
     def accepts_ids(self, target: ResolvedTarget, prompt: PromptInput) -> bool:
         """Whether ``target`` can take ``prompt``'s token ids as they are (cached)."""
         key = (target.key, prompt.key())
+        if (failed := self._failed.get(("accepts", *key))) is not None:
+            raise failed
         if key not in self._accepts_ids:
             accepts = self.call(target, target.backend.accepts_token_ids(prompt))
             self._accepts_ids[key] = bool(accepts)
@@ -491,10 +499,14 @@ class GenerationCache:
         target: ResolvedTarget,
         jobs: list[tuple[PromptInput, GenerationParams]],
         runs: int = 1,
+        scores: Sequence[ScoreJob] = (),
     ) -> dict[tuple[str, tuple[Any, ...], int], BackendError]:
         """Generate ``jobs`` (each as runs ``0 .. runs-1``) concurrently on a concurrent
         backend (bounded by its own ``max_concurrency``), filling the cache; an in-process
-        backend is left to generate item by item.
+        backend is left to generate item by item. ``scores``: teacher-forced scorings
+        (:class:`ScoreJob`) sent in the same burst as the generations, so that the server
+        batches them together; each kept as :meth:`score` / :meth:`score_top_k` keep theirs,
+        a failed one not kept (the item that needs it asks again and meets the error).
 
         Returns the jobs that failed with a :class:`BackendError`, keyed by
         ``(prompt.key(), params.key(), run)``, for checks that count errors (determinism);
@@ -509,18 +521,59 @@ class GenerationCache:
             if (target.key, prompt.key(), params.key(), run) not in self._generations
         ]
 
+        scoring = [job for job in dict.fromkeys(scores) if not self.has_scored(target, job)]
         with self.watching(target):
             results = self._settled(
-                [target.backend.generate(p, params) for p, params, _ in missing]
+                [
+                    *(target.backend.generate(p, params) for p, params, _ in missing),
+                    *(job.run(target.backend) for job in scoring),
+                ]
             )
+        for job, scored in zip(scoring, results[len(missing) :], strict=True):
+            self.put_scored(target, job, scored)
         failures: dict[tuple[str, tuple[Any, ...], int], BackendError] = {}
-        for (prompt, params, run), result in zip(missing, results, strict=True):
-            if isinstance(result, Generation):
-                self._generations[(target.key, prompt.key(), params.key(), run)] = result
-            elif isinstance(result, BackendError):
-                failures[(prompt.key(), params.key(), run)] = result
-                self._failed[(target.key, prompt.key(), params.key(), run)] = result
+        for (prompt, params, run), result in zip(missing, results[: len(missing)], strict=True):
+            if (error := self.put_result(target, (prompt, params, run), result)) is not None:
+                failures[(prompt.key(), params.key(), run)] = error
         return failures
+
+    def put_result(self, target: ResolvedTarget, job: GenerationJob, result: Any) -> Any:
+        """Keep a generation made ahead of ``job`` (prompt, params, run), or its
+        :class:`BackendError` (returned) as the item's; anything else is not kept."""
+        key = (target.key, job[0].key(), job[1].key(), job[2])
+        if isinstance(result, Generation):
+            self._generations[key] = result
+        elif isinstance(result, BackendError):
+            self._failed[key] = result
+            return result
+        return None
+
+    def has_scored(self, target: ResolvedTarget, job: ScoreJob) -> bool:
+        return job.key(target) in (self._top_k_scores if job.top_k else self._scores)
+
+    def put_scored(self, target: ResolvedTarget, job: ScoreJob, scored: Any) -> None:
+        """Keep a scoring made ahead, or its :class:`BackendError` as the item's (never asked
+        again, as a generation's); any other exception is not kept."""
+        if isinstance(scored, BackendError):
+            self._failed[("score", job.top_k, job.key(target))] = scored
+        elif job.top_k and not isinstance(scored, BaseException):
+            self._top_k_scores[job.key(target)] = scored
+        elif not isinstance(scored, BaseException):
+            self.put_score(job.key(target), scored)
+
+    def put_score(self, key: ScoreKey, rows: np.ndarray, *, if_fits: bool = False) -> bool:
+        """Keep ``rows`` as the teacher-forced rows of ``key`` in the byte-bounded LRU, evicting
+        the oldest; ``if_fits`` (rows shared): only if they fit, evicting none. Whether kept."""
+        if key in self._scores:
+            return True
+        if if_fits and self._score_bytes + rows.nbytes > self._score_cache_limit:
+            return False
+        self._scores[key] = rows
+        self._score_bytes += rows.nbytes
+        while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:
+            _, evicted = self._scores.popitem(last=False)
+            self._score_bytes -= evicted.nbytes
+        return key in self._scores
 
     def score(
         self, target: ResolvedTarget, prompt_ids: list[int], continuation_ids: list[int]
@@ -528,6 +581,8 @@ class GenerationCache:
         """``target``'s teacher-forced log-probabilities of ``continuation_ids`` after
         ``prompt_ids``, ``(T, V)`` (cached in the byte-bounded LRU)."""
         key = (target.key, tuple(prompt_ids), tuple(continuation_ids))
+        if (failed := self._failed.get(("score", False, key))) is not None:
+            raise failed
         cached = self._scores.get(key)
         if cached is not None:
             self._scores.move_to_end(key)
@@ -538,11 +593,7 @@ class GenerationCache:
                 f"backend {backend.name!r} ({backend.kind}) cannot score teacher-forced"
             )
         result = self.call(target, backend.score(prompt_ids, continuation_ids))
-        self._scores[key] = result
-        self._score_bytes += result.nbytes
-        while self._score_bytes > self._score_cache_limit and len(self._scores) > 1:
-            _, evicted = self._scores.popitem(last=False)
-            self._score_bytes -= evicted.nbytes
+        self.put_score(key, result)
         return result
 
     def score_top_k(
@@ -552,6 +603,8 @@ class GenerationCache:
         ``prompt_ids`` (:meth:`~.backends.base.Backend.score_top_k`), cached: a baseline
         scored by its top k against several test sides is asked once."""
         key = (target.key, tuple(prompt_ids), tuple(continuation_ids))
+        if (failed := self._failed.get(("score", True, key))) is not None:
+            raise failed
         if key not in self._top_k_scores:
             backend = target.backend
             if not isinstance(backend, TopKScoring):
@@ -571,19 +624,3 @@ class GenerationCache:
             self._backends.clear()
         if self._loop is not None and not self._loop.is_closed():
             self._loop.close()
-
-
-RenderKey = tuple[TargetKey, str, str | None, Any, bool, str | None]
-"""(target, prompt text, system prompt, turns, thinking, tools and tool choice)."""
-
-
-def _render_key(target: ResolvedTarget, prompt: Prompt, thinking: bool) -> RenderKey:
-    """What a render is cached under: the target, the prompt's text, system prompt and turns,
-    whether thinking is on, and the tools offered and tool choice (canonical JSON; None: no
-    tools)."""
-    offer = None
-    if prompt.tools or prompt.tool_choice is not None:
-        offer = canonical_json(
-            {"tools": [t.openai() for t in prompt.tools], "choice": prompt.tool_choice}
-        )
-    return (target.key, prompt.text, prompt.system, prompt.messages, thinking, offer)

@@ -37,7 +37,10 @@ class AdapterSpec(_Strict):
     kind's ``loads``); a kind that cannot apply one refuses the model at collection."""
 
     path: str | None = None
+    """The adapter folder (mlx-lm adapter files and/or PEFT files), relative to the YAML
+    file; read by mlx-lm and vLLM."""
     gguf: str | None = None
+    """The GGUF LoRA file, relative to the YAML file; read by llama-server."""
 
     @model_validator(mode="before")
     @classmethod
@@ -66,12 +69,19 @@ class ModelSpec(_Strict):
     """
 
     path: str | None = None
+    """A local model folder (mlx or Hugging Face), relative to the YAML file."""
     repo: str | None = None
+    """A Hugging Face hub id (org/name)."""
     revision: str | None = None
+    """The hub revision of repo (a branch, tag or commit)."""
     gguf: str | None = None
+    """A GGUF file (llama-server), relative to the YAML file."""
     served_name: str | None = None
+    """The name a server knows the model by (an OpenAI model id, an Ollama name:tag)."""
     quantization: str | None = None
+    """A label shown in reports (4bit, q4_k_m, ...)."""
     adapter: AdapterSpec | None = None
+    """A LoRA adapter applied to the model (a folder or a GGUF file, or {path, gguf})."""
 
     @model_validator(mode="before")
     @classmethod
@@ -115,7 +125,9 @@ class SuiteRef(_Strict):
     """A bundled suite name or a path to a JSONL/YAML suite, with an optional prompt limit."""
 
     suite: str
+    """A bundled suite name, or a path to a .jsonl/.yaml suite relative to the YAML file."""
     limit: int | None = Field(default=None, gt=0)
+    """Only the first this many prompts of the suite."""
 
 
 class Settings(_Strict):
@@ -128,13 +140,21 @@ class Settings(_Strict):
     """
 
     num_prompts: int | None = Field(default=None, gt=0)
+    """Only the first this many prompts of every suite."""
     max_tokens: int | None = Field(default=None, gt=0)
+    """Tokens generated per prompt, over every prompt's own max_tokens."""
     default_max_tokens: int = Field(default=256, gt=0)
+    """Tokens generated for a prompt that sets no max_tokens (default 256)."""
     thinking: bool = False
+    """Let a thinking model think (its chat template's enable_thinking; default false)."""
     seed: int | None = None
+    """The sampling seed sent with every request."""
     golden_dir: str = "goldens"
+    """The folder of the golden files, relative to the YAML file (default goldens)."""
     golden_gzip: bool = False
+    """Record golden files as .json.gz (default .json)."""
     golden_top_k: int = Field(default=20, ge=1, le=1000)
+    """The most logprobs recorded per position in a golden file (default 20)."""
     record: bool = False
     batching: bool = True
     """Whether comparisons may batch in-process generations at all

@@ -35,21 +35,38 @@ class RequestParams(Strict):
     token) and ``seed`` are sent as each engine names them."""
 
     temperature: float | None = Field(default=None, ge=0)
+    """Sampling temperature (0: greedy)."""
     top_p: float | None = Field(default=None, gt=0, le=1)
+    """Nucleus sampling: keep the most likely tokens whose probabilities sum to this (0 < p <=
+    1)."""
     top_k: int | None = Field(default=None, ge=1)
+    """Keep only the k most likely tokens."""
     min_p: float | None = Field(default=None, ge=0, le=1)
+    """Keep the tokens at least this share of the most likely one's probability (0 to 1)."""
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    """Subtracted from the logit of every token already generated (-2 to 2)."""
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    """Subtracted from a token's logit per time it was generated (-2 to 2)."""
     repetition_penalty: float | None = Field(default=None, gt=0)
+    """Divides the logits of tokens already seen (> 0; 1: none)."""
     logit_bias: dict[int, float] | None = None
+    """Token id -> a bias added to its logit."""
     stop: list[str] | None = None
+    """A stop string, or a list of them."""
     n: int | None = Field(default=None, ge=1)
+    """Choices per request."""
     min_tokens: int | None = Field(default=None, ge=0)
+    """Tokens generated before an end of sequence is allowed."""
     ignore_eos: bool | None = None
+    """Generate past the end-of-sequence token."""
     include_stop: bool | None = None
+    """Keep the stop string in the output."""
     logprobs: int | None = Field(default=None, ge=0)
+    """Top logprobs returned per token."""
     seed: int | None = None
+    """The sampling seed of the request."""
     max_tokens: int | None = Field(default=None, ge=0)
+    """Tokens generated at most."""
 
     @field_validator("stop", mode="before")
     @classmethod

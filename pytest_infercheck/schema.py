@@ -22,6 +22,7 @@ accepted only as ``false``.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -298,25 +299,36 @@ def _suite_shorthand(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSche
 
 
 def _one_kind(schema: JsonSchemaValue, keys: tuple[str, ...]) -> JsonSchemaValue:
-    """:meth:`.config.CheckEntry._one_kind`: exactly one kind key of the registry, not null;
-    with it, only that kind's thresholds (:func:`.config.unused_thresholds`)."""
+    """:meth:`.config.CheckEntry._one_kind`: exactly one kind key of the registry, not null
+    (``oneOf``); and, discriminated by that key (``if`` it is given ``then`` its branch), a
+    closed object of that kind's keys only: ``name``, ``suites``, the kind's options and
+    its own thresholds (:func:`.config.unused_thresholds`), so an editor flags ``max_kl`` on
+    a determinism check and offers only the keys its kind takes."""
+    properties = schema["properties"]
+    for kind in KINDS:
+        properties[kind.name]["description"] = _cleandoc(kind.spec.options)
+    names = {kind.name for kind in KINDS}
     thresholds = {key for kind in KINDS for key in kind.spec.thresholds.model_fields}
+    common = [key for key in properties if key not in names and key not in thresholds]
+
+    def given(kind: Any) -> JsonSchemaValue:
+        return {"required": [kind.name], "properties": {kind.name: {"not": {"type": "null"}}}}
 
     def branch(kind: Any) -> JsonSchemaValue:
-        others = {k.name: {"type": "null"} for k in KINDS if k is not kind}
-        foreign = sorted(thresholds - set(kind.spec.thresholds.model_fields))
+        own = [*common, kind.name, *kind.spec.thresholds.model_fields]
         return {
-            "required": [kind.name],
+            "title": f"{kind.name} check",
+            "description": _cleandoc(kind.spec.thresholds),
+            "type": "object",
             "properties": {
-                kind.name: {"not": {"type": "null"}},
-                **others,
-                **{key: {"not": {}} for key in foreign},
+                **{key: copy.deepcopy(properties[key]) for key in own},
+                **{other.name: {"type": "null"} for other in KINDS if other is not kind},
             },
+            "additionalProperties": False,
         }
 
-    schema["oneOf"] = [branch(kind) for kind in KINDS]
-    for kind in KINDS:
-        schema["properties"][kind.name]["description"] = _cleandoc(kind.spec.options)
+    schema["oneOf"] = [given(kind) for kind in KINDS]
+    schema["allOf"] = [{"if": given(kind), "then": branch(kind)} for kind in KINDS]
     return schema
 
 

@@ -54,9 +54,16 @@ class FlipThresholds(_Strict):
     """
 
     fail_item_on: Literal["correct_to_wrong", "any", "never"] = "correct_to_wrong"
+    """Which answer flip fails a prompt's item: correct_to_wrong (the default), any flip, or
+    never."""
     max_rate: float | None = Field(default=None, ge=0, le=1)
+    """Suite gate: the largest flip rate allowed, compared with the upper bound of its Wilson
+    interval at confidence (or the point estimate with gate: point). None: not gated."""
     confidence: float = Field(default=0.95, gt=0, lt=1)
+    """The confidence of the Wilson interval that max_rate is compared with (default 0.95)."""
     gate: Literal["upper", "point"] = "upper"
+    """What max_rate is compared with: upper (the Wilson upper bound, the default) or point (the
+    observed rate)."""
 
 
 class KindThresholds(_Strict):
@@ -70,18 +77,23 @@ class SimilarityGate(KindThresholds):
     """``min_similarity``: per item, the text similarity (difflib ratio) of the two outputs."""
 
     min_similarity: float | None = Field(default=None, ge=0, le=1)
+    """Per item: the least text similarity (difflib ratio, 0 to 1) of the two outputs. None: not
+    gated."""
 
 
 class FlipGates(KindThresholds):
     """``flips``: which answer flip fails an item and the suite gate on the flip rate."""
 
     flips: FlipThresholds = FlipThresholds()
+    """Answer-flip gates: which flip fails an item (fail_item_on) and the suite gate on the flip
+    rate (max_rate, confidence, gate)."""
 
 
 class ErrorRate(KindThresholds):
     """``max_error_rate``: the share of failed requests allowed (0: none)."""
 
     max_error_rate: float = Field(default=0.0, ge=0, le=1)
+    """The largest share of failed requests allowed (default 0: none)."""
 
 
 class LogprobTolerance(KindThresholds):
@@ -89,6 +101,7 @@ class LogprobTolerance(KindThresholds):
     identical."""
 
     logprob_tolerance: float = Field(default=1e-4, ge=0)
+    """The largest |logprob difference| allowed where the tokens are identical (default 1e-4)."""
 
 
 class TieGates(KindThresholds):
@@ -100,7 +113,11 @@ class TieGates(KindThresholds):
     say; ``decisive`` lets an item whose only fault is a ``near-tie`` divergence pass."""
 
     tie_margin: float = Field(default=DEFAULT_TIE_MARGIN, gt=0)
+    """Nats (> 0): a divergence is a near-tie when both sides' margins between their top two
+    tokens are at most this (default 0.01)."""
     fail_on: Literal["any", "decisive"] = "any"
+    """any (the default): a divergent item fails as its gates say; decisive: an item whose only
+    fault is a near-tie divergence passes."""
 
 
 class Thresholds(SimilarityGate, FlipGates, TieGates):
@@ -111,9 +128,16 @@ class Thresholds(SimilarityGate, FlipGates, TieGates):
     ``tie_margin`` and ``fail_on`` (:class:`TieGates`)."""
 
     max_kl: float | None = Field(default=None, ge=0)
+    """Per item: the largest teacher-forced mean KL(baseline || test) over the prompt's
+    positions, in nats. None: not gated."""
     max_kl_position: float | None = Field(default=None, ge=0)
+    """Per item: the largest KL at any one position (max_t KL_t), in nats. None: not gated."""
     max_mean_kl: float | None = Field(default=None, ge=0)
+    """Suite gate: the largest pooled mean KL over every position of every prompt, in nats.
+    None: not gated."""
     min_same_top: float | None = Field(default=None, ge=0, le=1)
+    """Suite gate: the least share of positions where both sides' most likely token agrees (0 to
+    1). None: not gated."""
 
 
 class TargetCheck(KindSpec):
@@ -121,6 +145,7 @@ class TargetCheck(KindSpec):
     ``determinism: {target: q4@llama}``."""
 
     target: str
+    """The model@backend checked (MODEL alone when the matrix has one backend)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -9,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from .strict import nearest
 from .suite_spec import SUITE_SUFFIXES, SuiteError, type_name
 from .yamlpos import SourceError, load_positioned
 
@@ -50,11 +51,12 @@ def resolve(ref: str, base_dir: Path) -> tuple[Path, str]:
         path = Path(base_dir) / path
     available = ", ".join(names) if names else "(none found)"
     if not path.exists():
+        close = suggest_suite(ref, base_dir, names)
+        hint = f"did you mean {close!r}?" if close else f"bundled suites: {available}"
         raise SuiteError(
             path,
             None,
-            f"suite {ref!r} not found: it is neither a bundled suite nor an existing file "
-            f"(bundled suites: {available})",
+            f"suite {ref!r} not found: it is neither a bundled suite nor an existing file ({hint})",
         )
     if not path.is_file():
         raise SuiteError(path, None, f"suite {ref!r} is not a file (bundled suites: {available})")
@@ -66,6 +68,26 @@ def resolve(ref: str, base_dir: Path) -> tuple[Path, str]:
             f"expected one of {', '.join(SUITE_SUFFIXES)} (bundled suites: {available})",
         )
     return path, path.stem
+
+
+def suggest_suite(ref: str, base_dir: Path, names: list[str]) -> str | None:
+    """The suite ``ref`` most likely meant (:func:`.strict.nearest`, ignoring case): a
+    bundled suite's name, or a suite file in the folder ``ref`` points into, spelt as it
+    would be written (``adition`` -> ``addition.jsonl``, also matched by its stem)."""
+    spelling = {name: name for name in names}
+    written = Path(ref)
+    folder = written.parent if written.is_absolute() else Path(base_dir) / written.parent
+    try:
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+    except OSError:
+        files = []
+    for file in files:
+        if file.suffix in SUITE_SUFFIXES:
+            shown = str(written.parent / file.name)
+            spelling.setdefault(shown, shown)
+            spelling.setdefault(str(written.parent / file.stem), shown)
+    close = ref if ref in spelling else nearest(ref, spelling)
+    return None if close is None else spelling[close]
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

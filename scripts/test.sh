@@ -3,7 +3,7 @@
 # then runs ruff, mypy and the whole test suite. Extra arguments go to one pytest run of
 # them. Without arguments the suite runs in two parts: the tests that need no server on both
 # cores (pytest-xdist, -n 2), then the integration tests (real servers, shared by the tests of
-# one process) in one process.
+# one process) in one process; the servers are built and installed in the background meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${INFERCHECK_VENV:-.venv}"
@@ -16,6 +16,17 @@ VENV="${INFERCHECK_VENV:-.venv}"
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
     && [ "$(id -u)" -eq 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+if [ "$#" -eq 0 ]; then
+    # Cold CI: build llama-server and install vLLM and vllm-mlx in the background while lint
+    # and the tests that need no server run. The integration fixtures run the same scripts,
+    # which wait on their lock (flock) and then find them built; a failed background run is
+    # only logged: the fixture's own run fails with its words.
+    SERVER_LOGS="$(mktemp -d "${TMPDIR:-/tmp}/infercheck-servers.XXXXXX")"
+    for script in build_llama_server.sh install_vllm.sh install_vllm_mlx.sh; do
+        bash "scripts/$script" >"$SERVER_LOGS/$script.log" 2>&1 &
+    done
+    trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .

@@ -11,7 +11,7 @@ it wraps offers a capability only by defining its methods.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,6 +63,18 @@ class Stepping(Protocol):
 
     def lockstep_ids(self, prompt: PromptInput) -> list[int]:
         """The token ids the backend generates from for ``prompt`` (as its ``generate``)."""
+        ...
+
+
+@runtime_checkable
+class SharedRows(Stepping, Protocol):
+    """An in-process model whose generation can hand out its per-step rows as the
+    teacher-forced rows of its own continuation (:mod:`.mlx_rows`)."""
+
+    async def generate_with_rows(self, prompt: PromptInput, params: GenerationParams) -> Any:
+        """``(generation, rows)``: the generation :meth:`generate` returns and, when they are
+        what ``score`` gives for its prompt ids and generated tokens, its rows ``(T, V)``
+        (else None)."""
         ...
 
 

@@ -164,6 +164,30 @@ class HttpError(BackendError):
         self.body = body
 
 
+class Unreachable(HttpError):
+    """A server that could not be reached: the connection was refused or failed, or the
+    server did not answer in time. The message names the URL asked and what to look at."""
+
+
+def unreachable(name: str, url: str, label: str, tries: int, exc: Exception, timeout: float) -> str:
+    """``backend 'llama': cannot connect to http://127.0.0.1:9/health (GET /health, 1
+    attempt: ConnectError: ...): is the server running and listening at
+    http://127.0.0.1:9?``; a timeout: no answer within the ``timeout``."""
+    attempts = f"{tries} attempt" + ("" if tries == 1 else "s")
+    base = url.split("/", 3)
+    root = "/".join(base[:3]) if len(base) >= 3 else url
+    cause = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    if isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+        return (
+            f"backend {name!r}: no answer from {url} within {timeout:g}s ({label}, {attempts}: "
+            f"{cause}): is the server up and not stuck, or does it need a longer 'timeout'?"
+        )
+    return (
+        f"backend {name!r}: cannot connect to {url} ({label}, {attempts}: {cause}): is the "
+        f"server running and listening at {root}?"
+    )
+
+
 class MalformedEvent(HttpError):
     """A line of a stream that should carry JSON and does not."""
 
@@ -251,7 +275,7 @@ class HttpClient:
         """A place among the ``max_concurrency`` requests in flight (none under load)."""
         return contextlib.nullcontext() if _UNDER_LOAD.get() else gate
 
-    async def _retrying(self, label: str, attempt: Callable[[], Awaitable[T]]) -> T:
+    async def _retrying(self, label: str, attempt: Callable[[], Awaitable[T]], path: str = "") -> T:
         """``attempt()`` until it succeeds: connection errors, read errors and timeouts, and
         HTTP 429/503 (raised by ``attempt`` as :class:`_ErrorStatus`) are retried with
         exponential backoff and jitter (``Retry-After`` honoured), at most ``retries`` times
@@ -267,9 +291,9 @@ class HttpClient:
                 if check is not None:
                     check()
                 if tries >= retries:
-                    raise HttpError(
-                        f"backend {self.name!r}: {label} failed after "
-                        f"{tries + 1} attempts: {type(exc).__name__}: {exc}"
+                    url = self.settings.base_url + path
+                    raise Unreachable(
+                        unreachable(self.name, url, label, tries + 1, exc, self.settings.timeout_s)
                     ) from exc
             except _ErrorStatus as error:
                 status = error.response.status_code
@@ -297,7 +321,7 @@ class HttpClient:
             return response
 
         try:
-            response = await self._retrying(f"{method} {path}", attempt)
+            response = await self._retrying(f"{method} {path}", attempt, path)
         except HttpError as exc:
             self._note(method, path, payload, exc.status, exc.body)
             raise
@@ -351,7 +375,7 @@ class HttpClient:
             return held, first, lines
 
         try:
-            held, first, lines = await self._retrying(f"POST {path} (stream)", attempt)
+            held, first, lines = await self._retrying(f"POST {path} (stream)", attempt, path)
         except HttpError as exc:
             self._note("POST", path, payload, exc.status, exc.body)
             raise

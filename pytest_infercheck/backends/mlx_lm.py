@@ -1,10 +1,9 @@
 """mlx-lm in-process backend: greedy generation and one-pass teacher-forced scoring.
 
-Models are loaded lazily, once per process (session and xdist worker), and shared by every
-backend instance that names the same weights. Generation uses ``mlx_lm.generate_step``
-(greedy when no sampler is given), stops at any EOS id and honours ``max_tokens``. Scoring
-is one forward pass over prompt + continuation: row ``i`` of the result is the float32
-log-softmax at position ``len(prompt) - 1 + i``, which predicts ``continuation[i]``.
+Models load lazily, once per process, shared by every backend naming the same weights.
+Generation: ``mlx_lm.generate_step`` (greedy without a sampler), stops at any EOS id, honours
+``max_tokens``. Scoring: one pass over prompt + continuation, row ``i`` the float32 log-softmax
+at position ``len(prompt) - 1 + i``; or a generation's own rows, shared (:mod:`.mlx_rows`).
 
 The backend's options (:class:`~.options.MlxLmOptions`) apply on every path that generates
 or scores for it, never a plain cache in their place:
@@ -52,6 +51,7 @@ from .base import (
 )
 from .mlx_load import _LOADED as _LOADED
 from .mlx_load import Loaded, MlxModelSpec, load_model, token_piece, version
+from .mlx_rows import generate_with_rows
 from .mlx_sampling import mlx_processors, mlx_sampler, raw_logits, sample_next, top_rows
 from .params import check_taken
 
@@ -231,6 +231,10 @@ class MlxLmBackend(Backend):
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         return self.generate_sync(prompt, params)
+
+    async def generate_with_rows(self, prompt: PromptInput, params: GenerationParams) -> Any:
+        """:func:`.mlx_rows.generate_with_rows`: the generation and, shared, its rows."""
+        return generate_with_rows(self, prompt, params)
 
     sample_next = sample_next  # NextTokenSampling: one forward pass, many draws
     raw_logits = raw_logits  # RawLogits: the rows before the softmax
@@ -602,8 +606,7 @@ def create(
 
 
 def _written(**options: Any) -> dict[str, Any]:
-    """The keyword arguments among ``options`` that are not None (an engine default kept)."""
-    return {k: v for k, v in options.items() if v is not None}
+    return {k: v for k, v in options.items() if v is not None}  # engine defaults kept
 
 
 def _attempt(generate: Any) -> Generation | BaseException:

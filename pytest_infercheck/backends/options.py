@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 class BackendOptions(BaseModel):
     """The base of a kind's options."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     def problems(self) -> list[tuple[str, str]]:
         """``(key, message)`` for each combination of options the engine cannot run."""
@@ -47,15 +47,24 @@ class MlxLmOptionKeys(BaseModel):
     ``prefill_step_size``: prompt tokens per prefill pass. ``max_kv_size``: a rotating KV
     cache of at most this many tokens."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     draft_model: str | None = None
+    """A draft model folder (relative to the YAML file) sharing the target's tokenizer:
+    speculative decoding."""
     num_draft_tokens: int | None = Field(default=None, ge=0)
+    """Tokens drafted per step with draft_model (mlx-lm's default 2; 0: none)."""
     kv_bits: Literal[2, 3, 4, 5, 6, 8] | None = None
+    """Quantize the KV cache to this many bits (2, 3, 4, 5, 6 or 8)."""
     kv_group_size: Literal[32, 64, 128] | None = None
+    """The group size of the KV cache's quantization (32, 64 or 128), with kv_bits."""
     quantized_kv_start: int | None = Field(default=None, ge=0)
+    """The cache size in tokens from which the KV cache is quantized (mlx-lm's default 5000),
+    with kv_bits."""
     prefill_step_size: int | None = Field(default=None, ge=1)
+    """Prompt tokens per prefill pass."""
     max_kv_size: int | None = Field(default=None, ge=1)
+    """A rotating KV cache of at most this many tokens."""
 
     @field_validator("draft_model")
     @classmethod

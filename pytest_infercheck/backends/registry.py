@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError, ValidationInfo
 from pydantic_core import InitErrorDetails
 
-from ..strict import unknown_key
+from ..strict import nearest, plain_message, unknown_key
 from .kind import BackendKind
 from .spec import (
     BackendSpec,
@@ -81,11 +81,7 @@ def backend_spec(data: Mapping[str, Any], context: Any = None) -> BackendSpec:
     kind = backend_kind(data.get("kind"))
     if kind is None:
         given = data.get("kind")
-        why = (
-            "a backend needs a kind"
-            if given is None
-            else f"unknown backend kind {given!r} (known kinds: {', '.join(BACKEND_NAMES)})"
-        )
+        why = "a backend needs a kind" if given is None else unknown_kind(given)
         raise ValidationError.from_exception_data("BackendSpec", [error_at("kind", why, given)])
     fields = kind.spec.model_fields
     errors = [
@@ -102,6 +98,13 @@ def backend_spec(data: Mapping[str, Any], context: Any = None) -> BackendSpec:
     if errors:
         raise ValidationError.from_exception_data(kind.spec.__name__, errors)
     return spec
+
+
+def unknown_kind(given: object) -> str:
+    """``unknown backend kind 'vLLM' (did you mean 'vllm'?)``, else the known kinds."""
+    close = nearest(given, BACKEND_NAMES) if isinstance(given, str) else None
+    hint = f"did you mean {close!r}?" if close else f"known kinds: {', '.join(BACKEND_NAMES)}"
+    return f"unknown backend kind {given!r} ({hint})"
 
 
 def validate_backend_entry(value: Any, info: ValidationInfo) -> BackendSpec:
@@ -128,6 +131,6 @@ def _foreign(key: str, kind: BackendKind) -> str:
 def _kept(error: Any) -> InitErrorDetails:
     """An error of a kind's spec, kept at its place with its message."""
     loc = tuple(error["loc"])
-    details = error_at(str(loc[0]) if loc else "kind", error["msg"], error["input"])
+    details = error_at(str(loc[0]) if loc else "kind", plain_message(error), error["input"])
     details["loc"] = loc
     return details

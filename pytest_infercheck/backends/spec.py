@@ -50,7 +50,10 @@ class BackendSpec(Strict):
     llama-server and SGLang: raw prompts unless ``chat: true``)."""
 
     kind: str
+    """The backend kind: mlx-lm, openai, vllm, vllm-mlx, sglang, llama-server or ollama."""
     chat: bool | None = None
+    """Use the chat template (default: mlx-lm when the tokenizer has one; OpenAI-compatible
+    servers and Ollama yes; llama-server and SGLang no)."""
 
     if TYPE_CHECKING:
         # Read by code that handles every kind; see the module docstring.
@@ -130,14 +133,23 @@ class ServedSpec(BackendSpec):
     at once) and ``retries`` (of a failed connection or a 5xx) drive its HTTP client."""
 
     url: str | None = Field(default=None, pattern=r"^https?://")
+    """Attach to a running server at this URL (http:// or https://); or give serve."""
     serve: str | None = None
+    """A command that starts the server, with {model} and {port} filled in; or give url."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables added for the serve command."""
     health_path: str = "/health"
+    """The path polled until the started server is ready (default /health)."""
     startup_timeout: float = Field(default=180.0, gt=0)
+    """Seconds to wait for a started server to be ready (default 180)."""
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The environment variable holding the API key (never the key itself)."""
     timeout: float = Field(default=120.0, gt=0)
+    """Seconds per request (default 120)."""
     max_concurrency: int = Field(default=4, ge=1)
+    """Requests in flight at once (default 4)."""
     retries: int = Field(default=4, ge=0)
+    """Retries of a failed connection, a timeout, a 429 or a 503 (default 4)."""
 
     @property
     def batching(self) -> bool:
@@ -181,6 +193,8 @@ class _ModelName(Strict):
     ``served_name``, else its path or repo)."""
 
     model_name: str | None = None
+    """The model field sent to the server (default: the model's served_name, else its path or
+    repo)."""
 
 
 class OpenAIServerSpec(_ModelName, ServedSpec):
@@ -190,6 +204,7 @@ class OpenAIServerSpec(_ModelName, ServedSpec):
     unsorted top-k: its text and answers are compared, and the items say why)."""
 
     logprobs: bool = True
+    """Ask the server for logprobs (default true); false compares text and answers only."""
 
 
 class LlamaServerSpec(ServedSpec, _LogprobsAsked):
@@ -215,8 +230,11 @@ class MlxLmSpec(MlxLmOptionKeys, InProcessSpec):
     :class:`~.options.MlxLmOptionKeys`."""
 
     add_bos: bool = True
+    """Prepend the tokenizer's BOS when the rendered prompt lacks it (default true)."""
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """Cast the loaded weights (float32 for a reference, bfloat16, float16)."""
     batching: bool = True
+    """Whether the comparisons may batch this backend's generations (default true)."""
 
     @property
     def options(self) -> MlxLmOptions:

@@ -373,11 +373,16 @@ def test_parity_aggregates_merged_from_two_shards_are_the_unsharded_ones(
         assert stream["outcome"] == "passed" and stream["data"]["n_match"] == 8
     else:
         assert stream["outcome"] == "failed" and stream["data"]["n_failed"] == 8
-        (said,) = stream["violations"]  # the framework names 5 items, each with its first
+        # the stream asks for its usage (stream_options.include_usage), so the dropped
+        # chunk shows first as a stream shorter than its own usage count says: a fault of
+        # each item, which the aggregate also counts
+        said, faults = stream["violations"]  # the framework names 5 items, each with its first
         assert said.startswith(
-            "8 of 8 items failed: s01 (the streamed output differs from the non-streamed one"
+            "8 of 8 items failed: s01 (logprob count does not match the tokens in the "
+            "streamed output: 2 logprobs for 3 generated tokens (usage.completion_tokens))"
         )
         assert said.endswith(", and 3 more")
+        assert faults.startswith("logprob count does not match the tokens in 8 of 8 items")
     # the merge covers every item of the unsharded run, each in one shard
     items = {i["nodeid"] for i in merged["items"] if i["role"] != "aggregate"}
     assert items == {i["nodeid"] for i in whole["items"] if i["role"] != "aggregate"}

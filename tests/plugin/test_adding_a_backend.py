@@ -223,16 +223,21 @@ def test_the_new_kind_is_validated_like_the_others(
     matrix.write_text(matrix.read_text().replace("{kind: mlx-relay}", "{kind: mlx-rel}"))
     result = _run(pytester, "--collect-only", "-q")
     assert result.ret != 0
-    result.stdout.fnmatch_lines(
-        ["*infercheck.yaml:5: backends.relay.kind: *unknown backend kind 'mlx-rel' (known kinds:*"]
+    result.stdout.fnmatch_lines(  # the suggestion is the new kind's: it is in the registry
+        [
+            "*infercheck.yaml:5: backends.relay.kind: *unknown backend kind 'mlx-rel' "
+            "(did you mean 'mlx-relay'?)"
+        ]
     )
+    matrix.write_text(matrix.read_text().replace("{kind: mlx-rel}", "{kind: tensorrt}"))
+    result = _run(pytester, "--collect-only", "-q")
     known = "mlx-lm, openai, vllm, vllm-mlx, sglang, llama-server, ollama, mlx-relay)"
-    assert known in result.stdout.str()
+    assert f"unknown backend kind 'tensorrt' (known kinds: {known}" in result.stdout.str()
     # Its spec is mlx-lm's (its registry line says so): an in-process kind takes no url, and
     # no key that only servers honour, each refused at its line.
     matrix.write_text(
         matrix.read_text().replace(
-            "{kind: mlx-rel}",
+            "{kind: tensorrt}",
             "{kind: mlx-relay, dtype: float32,\n    url: 'http://x',\n    model_name: m}",
         )
     )

@@ -273,7 +273,7 @@ def test_targets_and_allow_are_validated(
     write(pytester, models, "  local: {kind: mlx-lm}\n", "  - tokenization: {targets: [adder]}\n")
     run = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
     assert (
-        "infercheck.yaml:7: checks[0].tokenization.targets: List should have at least 2 items"
+        "infercheck.yaml:7: checks[0].tokenization.targets: needs at least 2 entries"
         in run.stdout.str()
     )
     write(

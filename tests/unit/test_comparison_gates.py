@@ -203,7 +203,11 @@ def test_a_diff_takes_expect_beside_its_thresholds(tmp_path: Path) -> None:
     default = _load(tmp_path, "  - diff: {model: m, backends: [a, b]}\n").matrix.checks[0]
     assert default.kind_thresholds().expect == "identical"
     assert default.thresholds()["expect"] == "identical"  # in every record's thresholds
-    with pytest.raises(SourceError, match=r"infercheck.yaml:9: checks\[0\]\.expect: Input"):
+    with pytest.raises(
+        SourceError,
+        match=r"infercheck.yaml:9: checks\[0\]\.expect: expected 'identical' or 'budget', "
+        r"got 'same'",
+    ):
         _load(tmp_path, "  - diff: {model: m, backends: [a, b]}\n    expect: same\n")
 
 

@@ -199,9 +199,9 @@ def test_each_backend_kind_gets_its_artifact(tmp_path: Path) -> None:
     assert loaded.model_source("bf16", "llama-server") == (str(tmp_path / "m/bf16.gguf"), None)
     assert loaded.model_source("bf16", "mlx-lm") == (str(tmp_path / "m/bf16"), None)
     assert loaded.model_source("named", "openai") == ("qwen3:4b", None)
-    with pytest.raises(SourceError, match="a llama-server needs 'gguf' for 'q4'"):
+    with pytest.raises(SourceError, match=r"add `gguf: FILE\.gguf` to model 'q4'"):
         loaded.model_source("q4", "llama-server")
-    with pytest.raises(SourceError, match="needs 'path' or 'repo' for 'named'"):
+    with pytest.raises(SourceError, match="needs 'path' or 'repo': add one to model 'named'"):
         loaded.model_source("named", "mlx-lm")
 
 

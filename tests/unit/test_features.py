@@ -240,7 +240,7 @@ def test_option_values_and_combinations_are_errors_at_their_lines(tmp_path: Path
     assert _errors(tmp_path, backends) == [
         "6: backends.a.num_draft_tokens: num_draft_tokens needs draft_model",
         "7: backends.a.kv_group_size: kv_group_size needs kv_bits",
-        "11: backends.b.kv_bits: Input should be 2, 3, 4, 5, 6 or 8",
+        "11: backends.b.kv_bits: expected 2, 3, 4, 5, 6 or 8, got 7",
     ]
 
 

@@ -35,7 +35,7 @@ def test_collecting_a_matrix_imports_only_the_kinds_it_uses(tmp_path: Path) -> N
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "suite.jsonl").write_text('{"id": "a", "prompt": "hi"}\n')
     (tmp_path / "infercheck.yaml").write_text(
-        "models: {m: {path: /nonexistent/model}}\n"
+        "models: {m: {path: /nonexistent/model, gguf: /nonexistent/m.gguf}}\n"
         "backends:\n"
         "  a: {kind: llama-server, url: 'http://127.0.0.1:9'}\n"
         "  b: {kind: vllm-mlx, url: 'http://127.0.0.1:10'}\n"

@@ -380,7 +380,6 @@ def c(index: int, *rest: str | int) -> tuple[str | int, ...]:
 # (id, edits, valid): valid for the schema and for load_matrix alike.
 MUTATIONS: list[tuple[str, list[Edit], bool]] = [
     ("base", [], True),
-    ("model as gguf shorthand", [(m("q4"), "gguf:./m/q4.gguf")], True),
     ("model as bare hub repo", [(m("q4"), "org/name")], True),
     ("model as vllm-mlx shorthand", [(m("q4"), "vllm-mlx:./m/q4")], True),
     ("model with empty path but a gguf", [(m("q4"), {"path": "", "gguf": "q.gguf"})], True),
@@ -539,6 +538,8 @@ EXCEPTIONS: list[tuple[str, list[Edit], bool, bool, str]] = [
     ("golden as test", [(c(0, "compare", "test"), "golden:x")], True, False, "baseline of"),
     ("golden target", [(c(4, "determinism"), "golden:x")], True, False, "baseline of"),
     ("bad golden name", [(c(1, "compare", "baseline"), "golden:a/b")], True, False, "golden name"),
+    # A model its backends cannot load (a GGUF file alone, checked on mlx-lm).
+    ("gguf model on mlx-lm", [(m("q4"), "gguf:./m/q4.gguf")], True, False, "needs 'path' or"),
     # YAML mapping keys that are not strings: an editor's schema sees every key as a string.
     ("a number as model name", [(m("q4"), DELETE), (m(4), {"path": "x"})], True, False, "models"),
     # pydantic's lax mode converts these; the schema asks for the real type.
@@ -611,3 +612,68 @@ def test_readme_editor_support_runs_as_written(
     monkeypatch.chdir(tmp_path)
     assert main(shlex.split(command.group(1))) == 0
     assert json.loads((tmp_path / modeline.group(1)).read_text()) == SCHEMA
+
+
+# -- per-kind branches and descriptions -------------------------------------------------------
+def _declared(schema: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every property an object declares (``properties`` outside the constraint keywords,
+    whose ``properties`` only narrow what is declared elsewhere), with where."""
+    if isinstance(schema, dict):
+        for key, value in (schema.get("properties") or {}).items():
+            yield f"{path}.{key}", value
+        for key, value in schema.items():
+            if key not in ("allOf", "oneOf", "if", "not", "properties"):
+                yield from _declared(value, f"{path}/{key}")
+            if key == "properties":
+                for name, sub in value.items():
+                    yield from _declared(sub, f"{path}.{name}")
+    elif isinstance(schema, list):
+        for i, value in enumerate(schema):
+            yield from _declared(value, f"{path}[{i}]")
+
+
+def _branches_of_checks() -> dict[str, dict[str, Any]]:
+    return {rule["then"]["title"]: rule["then"] for rule in SCHEMA["$defs"]["CheckSpec"]["allOf"]}
+
+
+def test_every_field_has_a_description() -> None:
+    missing = [where for where, prop in _declared(SCHEMA) if "description" not in prop]
+    branches = _branches_of_checks()
+    for title, branch in branches.items():
+        missing += [
+            f"{title}.{key}"
+            for key, prop in branch["properties"].items()
+            if prop != {"type": "null"} and "description" not in prop
+        ]
+    assert missing == []
+    # a threshold's description is its pydantic field's
+    from pytest_infercheck.checks.determinism.spec import DeterminismThresholds
+
+    described = branches["determinism check"]["properties"]["min_determinism"]["description"]
+    assert described == DeterminismThresholds.model_fields["min_determinism"].description
+    assert described.startswith("Suite gate: the least determinism score")
+
+
+def test_each_kind_has_a_closed_branch_of_its_own_keys() -> None:
+    branches = _branches_of_checks()
+    assert list(branches) == [f"{kind.name} check" for kind in KINDS]
+    for kind in KINDS:
+        branch = branches[f"{kind.name} check"]
+        taken = [k for k, v in branch["properties"].items() if v != {"type": "null"}]
+        assert taken == ["name", "suites", kind.name, *kind.spec.thresholds.model_fields]
+        assert branch["additionalProperties"] is False
+
+
+def test_the_schema_flags_a_threshold_of_another_kind_at_its_key() -> None:
+    """``max_kl`` under determinism: the determinism branch names the key (an editor
+    underlines it), as load_matrix does at its line."""
+    data = {**STUB, "checks": [{"determinism": "m", "max_kl": 0.1}]}
+    assert "$.checks[0]: Additional properties are not allowed ('max_kl' was unexpected)" in (
+        schema_errors(data)
+    )
+    assert (
+        schema_errors(
+            {**STUB, "checks": [{"compare": {"baseline": "m", "test": "m"}, "max_kl": 0.1}]}
+        )
+        == []
+    )

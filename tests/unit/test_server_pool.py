@@ -95,7 +95,7 @@ def test_a_request_to_a_dead_server_is_not_retried(pool: ServerPool) -> None:
     with liveness_check(check), pytest.raises(ServerError, match="died"):
         asyncio.run(get())
     assert checks == [1]  # asked once, after the first attempt: no retry
-    with pytest.raises(HttpError, match="failed after 5 attempts"):  # without the check
+    with pytest.raises(HttpError, match="5 attempts"):  # without the check
         asyncio.run(get())
 
 

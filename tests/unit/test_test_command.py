@@ -29,3 +29,20 @@ def test_the_ci_runs_the_readme_commands() -> None:
     assert any(line.startswith("bash scripts/demo.sh") for line in readme)
     assert any(line.startswith("bash scripts/test.sh") for line in readme)
     assert Path(REPO / "scripts" / "test.sh").exists()
+
+
+def test_the_servers_are_built_in_the_background_before_the_tests_run() -> None:
+    """Cold CI: the llama-server build and the vLLM and vllm-mlx installs start in the
+    background, before lint and the first pytest run, and only for the whole suite (the
+    fixtures run the same scripts, which wait on their lock)."""
+    script = (REPO / "scripts" / "test.sh").read_text()
+    lines = script.splitlines()
+    started = next(i for i, line in enumerate(lines) if 'bash "scripts/$script"' in line)
+    assert lines[started].rstrip().endswith("&")
+    loop = next(line for line in lines[:started] if line.lstrip().startswith("for script in"))
+    assert loop.split()[3:6] == ["build_llama_server.sh", "install_vllm.sh", "install_vllm_mlx.sh;"]
+    first_tool = next(i for i, line in enumerate(lines) if "/bin/ruff" in line)
+    first_pytest = next(i for i, line in enumerate(lines) if "-m pytest" in line)
+    assert started < first_tool < first_pytest
+    guard = max(i for i in range(started) if lines[i].startswith("if "))
+    assert lines[guard] == 'if [ "$#" -eq 0 ]; then'  # not for a run of chosen tests

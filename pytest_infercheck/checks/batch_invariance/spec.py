@@ -29,8 +29,11 @@ class BatchInvarianceSpec(TargetCheck):
     prompts of mixed lengths, drawn with ``seed``."""
 
     trials: int = Field(default=3, ge=1)
+    """How many batches each prompt is placed in (default 3)."""
     batch_size: int = Field(default=8, ge=2)
+    """Prompts per batch, at least 2 (default 8)."""
     seed: int = 0
+    """The seed that draws the batches and the prompt's place in them (default 0)."""
 
 
 class BatchInvarianceThresholds(LogprobTolerance, TieGates):

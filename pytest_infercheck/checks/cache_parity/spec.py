@@ -53,6 +53,7 @@ class CacheParitySpec(TargetCheck):
     """Each prompt's cold reference against its generations through the cache."""
 
     scenarios: list[Scenario] = Field(default_factory=lambda: list(SCENARIOS), min_length=1)
+    """The cache scenarios run on each prompt, in order (default: all of them)."""
     eviction_tokens: int | None = Field(default=None, ge=0)
     """The cache's capacity in tokens (e.g. a llama-server ``-np 1 -c N --cache-ram 0``:
     ``N``); None: asked from the backend (vLLM), else ``eviction`` is not exercised."""
@@ -66,6 +67,7 @@ class CacheParityThresholds(LogprobTolerance, TieGates):
     a scenario that expects a cache hit and got none fails its item (default: shown only)."""
 
     require_hits: bool = False
+    """A scenario that expects a cache hit and got none fails its item (default: shown only)."""
 
 
 def tolerance_written(thresholds: Any) -> bool:

@@ -37,6 +37,7 @@ class CachePollutionSpec(TargetCheck):
     """Reference prompts, then each hostile request, then the reference prompts again."""
 
     hostile: list[HostileKind] = Field(default_factory=lambda: list(HOSTILE_KINDS), min_length=1)
+    """The hostile requests sent between the reference prompts (default: every kind)."""
 
 
 def plan(check: CheckSpec, suite: Suite) -> list[ItemPlan]:

@@ -152,6 +152,9 @@ class PromptEvidence:
     feature_activity: list[FeatureRecord] = field(default_factory=list)
     turns: list[TurnEvidence] = field(default_factory=list)
     """A conversation's turns before its final answer (empty for a single-turn prompt)."""
+    base_labels: list[str] | None = None
+    """The baseline's generated tokens as texts for the chart's labels, where the engine
+    returned ids only (:func:`.gather_prompt.token_labels`); None: its ``token_texts``."""
     conduct: Conduct = field(default_factory=Conduct)
 
     @functools.cached_property

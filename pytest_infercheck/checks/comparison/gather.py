@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from ...backends import BackendError
 from ...backends.capabilities import Stepping
+from ...cache_keys import ScoreJob
 from ...conversation import Conversation, has_generated
 from ...golden import golden_name, record_prompts, replay_lines, verify_replay
 from ...specs import LogprobTolerance
 from ..framework.outcome import Outcome
+from .ahead import accept_ids_ahead, overlapped, scorings_ahead
 from .batched import LockstepJob, batching_note, licence, run_lockstep, stepper_of
 from .evidence import RecordingEvidence, Reproduced, SelfCheckEvidence
 from .gates import warn_unexercised, warn_ungated
@@ -240,17 +242,26 @@ class ComparisonGatherer:
         baseline, test = self.baseline, self.resolve(side)
         if baseline.backend.concurrency <= 1 and test.backend.concurrency <= 1:
             return
-        thinking = self.settings.thinking
+        thinking, ahead = self.settings.thinking, self.settings.batching
         self.cache.render_many(baseline, prompts, thinking)
-        base_jobs, test_jobs = [], []
+        if ahead:
+            accept_ids_ahead(self.cache, baseline, test, prompts, thinking)
+        base_jobs, test_jobs, sides = [], [], []
         for prompt in prompts:
             inputs = self.inputs(prompt, side)
             base_jobs.append((inputs.base, self.params(prompt)))
             test_jobs.append((inputs.test, self.params(prompt)))
+            sides.append((inputs, self.params(prompt)))
         # One side after the other: on a 2-core machine two servers generating at once
         # finished later than in turn (0.95 s vs 0.75 s for 20 x 64, llama-server and vllm-mlx).
         self.cache.prefetch(baseline, base_jobs)
-        self.cache.prefetch(test, test_jobs)
+        if not (ahead and overlapped(self.cache, baseline, test, sides)):
+            base_scores: list[ScoreJob] = []
+            test_scores: list[ScoreJob] = []
+            if ahead:  # the items' scorings with the generations (:mod:`.ahead`)
+                base_scores, test_scores = scorings_ahead(self.cache, baseline, test, sides)
+                self.cache.prefetch(baseline, [], scores=base_scores)
+            self.cache.prefetch(test, test_jobs, scores=test_scores)
         compared = [
             (
                 self.inputs(p, side),

@@ -94,7 +94,22 @@ def gather_prompt(
             if target.backend.features
         ],
         turns=turns,
+        base_labels=token_labels(cache, baseline, base),
     )
+
+
+def token_labels(
+    cache: GenerationCache, target: ResolvedTarget, generation: Generation
+) -> list[str] | None:
+    """Each generated token's text, for the KL-per-position chart's labels, where the engine
+    returned ids but no token texts (mlx-lm in-process): the backend's own pieces of the ids
+    (:meth:`~pytest_infercheck.backends.base.Backend.token_pieces`). None when the engine
+    gave texts (they are the labels), gave no ids, or names no pieces; a label only, never
+    compared."""
+    if generation.token_texts is not None or not generation.token_ids:
+        return None
+    pieces = cache.run(target.backend.token_pieces(list(generation.token_ids)))
+    return None if pieces is None else list(pieces)
 
 
 def _activity(

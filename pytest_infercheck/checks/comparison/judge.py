@@ -114,7 +114,7 @@ def build_record(evidence: PromptEvidence, thresholds: Thresholds) -> PromptComp
         method=dists.method,
         base_text=base.text,
         test_text=other.text,
-        base_tokens=list(base.token_texts or []),
+        base_tokens=list(base.token_texts or evidence.base_labels or []),
         base_ids=base.token_ids,
         test_ids=other.token_ids,
         base_finish=base.finish_reason,

@@ -140,6 +140,26 @@ def distributions(
     return Scored(_free_running_top_k(baseline, test, base, other, shared_ids, verdict))
 
 
+def planned_scorings(
+    baseline: ResolvedTarget, test: ResolvedTarget, shared_ids: bool, base: Generation
+) -> list[tuple[str, bool]]:
+    """The scorings :func:`distributions` asks of an item whose sides received the same
+    prompt ids (``shared_ids``), before it knows the test side's output: its first two ways
+    (both sides full rows; else both scoring, one or both by top k), as ``(side, top_k)``
+    with side ``baseline`` or ``test``; none for the ways that read the test side's output
+    or a golden (:mod:`.ahead` makes these requests ahead of the items)."""
+    caps_b, caps_t = baseline.backend.capabilities, test.backend.capabilities
+    if not (shared_ids and base.token_ids):
+        return []
+    if caps_b.teacher_forcing and caps_t.teacher_forcing:
+        return [("baseline", False), ("test", False)]
+    if not (_scores(caps_b) and _scores(caps_t)):
+        return []
+    if caps_b.teacher_forcing:
+        return [("baseline", False), ("test", True)]
+    return [("baseline", True), ("test", not caps_t.teacher_forcing)]
+
+
 def _scores(caps: Capabilities) -> bool:
     """Whether a side scores a given continuation teacher-forced (full rows or top-k)."""
     return caps.teacher_forcing or caps.teacher_forcing_top_k > 0

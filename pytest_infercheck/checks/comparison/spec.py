@@ -78,7 +78,9 @@ class CompareSpec(ComparisonSpec):
     golden_baseline: ClassVar[bool] = True
 
     baseline: str
+    """The reference: model@backend, or golden:NAME (a recorded golden file)."""
     test: str
+    """The target compared with the baseline: model@backend."""
 
     def baseline_side(self, loc: Loc) -> Side:
         return Side(None, self.baseline, (*loc, "baseline"))
@@ -96,9 +98,14 @@ class SweepSpec(ComparisonSpec):
     ``max_mean_kl`` while the previous level's does not."""
 
     baseline: str
+    """The reference: model@backend."""
     models: list[str] = Field(min_length=1)
+    """The targets compared with the baseline, in order (each labels its items: r017[q4])."""
     self_check: bool = True
+    """Generate the baseline twice first; it must reproduce itself (default true)."""
     cliff_alpha: float = Field(default=DEFAULT_CLIFF_ALPHA, gt=0, lt=1)
+    """The significance level of the exact McNemar test that names the degradation cliff
+    (default 0.05)."""
 
     def runs_self_check(self) -> bool:
         return self.self_check
@@ -119,7 +126,9 @@ class DiffSpec(ComparisonSpec):
     adapter's merged model on an engine that serves the adapter itself)."""
 
     model: str
+    """The model run on every backend."""
     backends: list[str] = Field(min_length=2)
+    """Two or more backends; the first is the baseline."""
 
     def _ref(self, entry: str) -> str:
         return entry if "@" in entry else f"{self.model}@{entry}"
@@ -150,7 +159,11 @@ class DiffThresholds(Thresholds):
     feature."""
 
     expect: Literal["identical", "budget"] = "identical"
+    """identical (the default): an item fails when its outputs are not the same; budget: only
+    the thresholds written apply."""
     require_engaged: bool = False
+    """An item whose side's feature (speculative decoding, a quantized KV cache) never engaged
+    fails; default: it passes with a warning."""
 
 
 def expects_identical(thresholds: Any) -> bool:

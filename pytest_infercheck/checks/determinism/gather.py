@@ -43,6 +43,7 @@ class DeterminismGather(TargetGatherer[DeterminismSpec]):
     def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, Any]:
         run, target = self.run, self.target
         prompts = [run.prompt(plan.key) for plan in plans]
+        run.cache.render_many(target, prompts, run.settings.thinking)  # at once, not in turn
         jobs = [(self.render(p), self.params(p)) for p in prompts]
         failures = run.cache.prefetch(target, jobs, runs=self.runs)
         if failures:

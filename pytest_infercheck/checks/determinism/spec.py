@@ -34,6 +34,7 @@ class DeterminismSpec(TargetCheck):
     """Each prompt ``runs`` times at temperature 0."""
 
     runs: int = Field(default=10, ge=2)
+    """How many times each prompt is generated at temperature 0 (at least 2, default 10)."""
 
 
 class DeterminismThresholds(ErrorRate, TieGates):
@@ -45,7 +46,11 @@ class DeterminismThresholds(ErrorRate, TieGates):
     once each was judged past it (:class:`~pytest_infercheck.specs.TieGates`)."""
 
     min_determinism: float | None = Field(default=None, ge=0, le=1)
+    """Suite gate: the least determinism score (mean over prompts of the share of runs equal to
+    the modal output). None: not gated."""
     max_logprob_drift: float | None = Field(default=None, ge=0)
+    """Per item: the largest |logprob difference| among runs with identical tokens. None:
+    reported only."""
 
 
 GATES = (

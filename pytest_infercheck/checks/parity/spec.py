@@ -58,6 +58,7 @@ class EndpointParitySpec(TargetCheck):
     endpoints: list[Endpoint] = Field(
         default_factory=lambda: list[Endpoint](["completions", "chat"]), min_length=2
     )
+    """Two or more endpoints (completions, chat, messages); the first is the reference."""
 
 
 class StreamParityThresholds(LogprobTolerance, TieGates):

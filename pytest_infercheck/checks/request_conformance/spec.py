@@ -33,8 +33,12 @@ class RequestConformanceSpec(TargetCheck):
     """Deterministic probes of the request parameters (see :mod:`.probes`)."""
 
     probes: list[Probe] | None = Field(default=None, min_length=1)
+    """The probes run on each prompt (default: every probe; a written probe whose parameters
+    the target's engine does not take is refused at its line)."""
     top_logprobs: int = Field(default=3, ge=1, le=20)
+    """How many top logprobs a probe that asks for them requests (1 to 20, default 3)."""
     streamed: bool = True
+    """Also send each probe streamed (default true)."""
 
     def probe_list(self) -> tuple[Probe, ...]:
         """The probes written, or every probe."""

@@ -65,7 +65,10 @@ class SamplingSpec(TargetCheck):
     share the target's tokenizer)."""
 
     samples: int = Field(default=2000, ge=20)
+    """Next tokens drawn per item (at least 20, default 2000)."""
     reference: str | None = None
+    """The model@backend whose raw logprobs make the expected distribution (default: the target
+    itself; it must share the target's tokenizer)."""
     seed_runs: int = Field(default=4, ge=2)
     """Under ``seed: true``: requests with one seed, alone one after another and then at
     once (each count), and distinct seeds tried."""
@@ -89,9 +92,16 @@ class SamplingThresholds(KindThresholds):
     params: list[RequestParams] = Field(
         default_factory=lambda: [RequestParams(temperature=1.0)], min_length=1
     )
+    """The parameter sets under test, each sampled (temperature > 0; top_k, top_p, min_p
+    besides); default one, {temperature: 1.0}."""
     positions: int = Field(default=3, ge=1, le=16)
+    """The first generated position and positions - 1 teacher-forced ones along the greedy
+    continuation (1 to 16, default 3)."""
     seed: bool = False
+    """Add a seed item per prompt (default false)."""
     alpha: float = Field(default=0.001, gt=0, lt=1)
+    """The family-wise level of the goodness-of-fit tests over the check x suite (Holm;
+    Bonferroni per item; default 0.001)."""
 
     @field_validator("params")
     @classmethod

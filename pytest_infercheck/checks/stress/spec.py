@@ -40,7 +40,9 @@ class StressSpec(TargetCheck):
         min_length=1,
         json_schema_extra={"uniqueItems": True, "items": {"type": "integer", "minimum": 1}},
     )
+    """The concurrency levels, distinct integers >= 1 (default 1, 2, 4, 8, 16)."""
     repeats: int = Field(default=2, ge=1)
+    """Copies of every prompt per level, so a prompt is in flight with itself (default 2)."""
 
     @field_validator("levels")
     @classmethod
@@ -60,6 +62,7 @@ class StressThresholds(ErrorRate, FlipGates, TieGates):
     other than its default is refused rather than ignored."""
 
     min_consistency: float = Field(default=1.0, ge=0, le=1)
+    """Per level: the least share of outputs equal to their reference (default 1.0)."""
 
     @field_validator("flips")
     @classmethod

@@ -34,7 +34,10 @@ class StructuredParitySpec(KindSpec):
     recorded ``unsupported``; ``chat`` is the reference and always sent)."""
 
     targets: list[str] = Field(min_length=1)
+    """One or more model@backend targets; the first is the cross-target reference."""
     paths: list[Path] | None = None
+    """The request paths sent (default: every path the backend can send); chat is the reference
+    and must be listed."""
 
     @field_validator("targets")
     @classmethod
@@ -77,6 +80,8 @@ class StructuredParityThresholds(KindThresholds):
     validity faults and failed requests are never allowed."""
 
     allow: list[FieldName] = Field(default_factory=list)
+    """Fields whose differences pass (still shown and counted); validity faults and failed
+    requests are never allowed."""
 
 
 GATES: tuple[Gate, ...] = ()

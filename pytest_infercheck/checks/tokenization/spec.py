@@ -28,7 +28,10 @@ class TokenizationSpec(KindSpec):
     tokenizer properties that pass (still named on the item)."""
 
     targets: list[str] = Field(min_length=2)
+    """Two or more model@backend targets; the first is the reference."""
     allow: list[Allowed] = Field(default_factory=list)
+    """Tokenizer properties whose differences pass (normalization, control-tokens), still named
+    on the item."""
 
     def baseline_side(self, loc: Loc) -> Side:
         return Side(None, self.targets[0], (*loc, "targets", 0))
