@@ -272,7 +272,7 @@ REPLACED_IN_ISSUE_29: tuple[str, ...] = (
     ),
     (
         "The results table gets sortable KL, flip and similarity columns; the summary has "
-        "one table per check x suite (failures, flip rate with its interval, mean KL +- SE, "
+        "one table per check x suite (failures, flip rate with its interval, mean KL ± SE, "
         "same-top rate, determinism score, stress latency and consistency per level) and "
         "inline SVG charts (flip rate by suite and model, KL distribution, degradation "
         "across a sweep, latency and consistency against concurrency)."
@@ -406,8 +406,8 @@ SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*(\"])")
 
 
 def normalise(text: str) -> str:
-    """Links as their text, whitespace collapsed."""
-    return " ".join(LINK.sub(r"\1", text).split())
+    """Links as their text, whitespace collapsed, ``+-`` as the docs now spell it (``±``)."""
+    return " ".join(LINK.sub(r"\1", text).replace(" +- ", " ± ").split())
 
 
 def units(markdown: str) -> list[Unit]:
