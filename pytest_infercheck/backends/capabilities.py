@@ -162,6 +162,17 @@ class NextTokenSampling(Protocol):
 
 
 @runtime_checkable
+class RawLogits(Protocol):
+    """A backend that gives the raw (pre-softmax) logits of teacher-forced positions, not
+    only log-probabilities (mlx-lm in-process): the repetition penalty acts on them."""
+
+    async def raw_logits(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
+        """Float32 ``(len(continuation_ids), V)`` logits predicting each continuation token
+        (the row before the last one predicts the token after the prompt)."""
+        ...
+
+
+@runtime_checkable
 class ProcessedProbs(Protocol):
     """A backend that reports the distribution its sampler draws from (after its
     truncations and temperature): llama-server's ``post_sampling_probs``."""

@@ -52,7 +52,7 @@ from .base import (
 from .mlx_load import _LOADED as _LOADED
 from .mlx_load import Loaded, MlxModelSpec, load_model, token_piece, version
 from .mlx_rows import generate_with_rows
-from .mlx_sampling import mlx_processors, mlx_sampler, sample_next, top_rows
+from .mlx_sampling import mlx_processors, mlx_sampler, raw_logits, sample_next, top_rows
 from .params import check_taken
 
 if TYPE_CHECKING:
@@ -237,6 +237,7 @@ class MlxLmBackend(Backend):
         return generate_with_rows(self, prompt, params)
 
     sample_next = sample_next  # NextTokenSampling: one forward pass, many draws
+    raw_logits = raw_logits  # RawLogits: the rows before the softmax
 
     async def generate_uncached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """:meth:`generate`: a fresh prompt cache (and the kept one left as it is)."""

@@ -93,3 +93,25 @@ async def sample_next(backend: Any, prompt: Any, params: GenerationParams, count
     if not drawn:
         raise BackendError(f"backend {backend.name!r}: generate_step drew no token")
     return [int(t) for t in np.array(drawn[0]).reshape(-1)]
+
+
+async def raw_logits(backend: Any, prompt_ids: list[int], continuation_ids: list[int]) -> Any:
+    """Float32 raw logits (before any softmax) of one forward pass over ``prompt_ids +
+    continuation_ids``, the rows predicting each continuation token: the logits mlx-lm's
+    logits processors act on (``generate_step`` calls them on the model's output). The
+    method :meth:`~.mlx_lm.MlxLmBackend.raw_logits` (the ``RawLogits`` capability); refused
+    with cache options, whose quantized or rotated cache a plain pass would not apply."""
+    import mlx.core as mx
+
+    from .base import BackendError
+
+    if backend.options.cache_options() or backend.options.max_kv_size is not None:
+        raise BackendError(
+            f"backend {backend.name!r}: raw logits are not given under cache options"
+        )
+    if not prompt_ids or not continuation_ids:
+        raise BackendError(f"backend {backend.name!r}: raw logits need a prompt and a token")
+    ids = mx.array([*prompt_ids, *continuation_ids])[None]
+    start = len(prompt_ids) - 1
+    logits = backend._loaded.model(ids)[0, start : start + len(continuation_ids)]
+    return np.array(logits.astype(mx.float32))

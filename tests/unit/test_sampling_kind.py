@@ -145,8 +145,10 @@ def test_holm_fails_the_aggregate_for_items_it_rejects_beyond_bonferroni() -> No
 def test_thresholds_refuse_greedy_and_unchecked_parameters() -> None:
     with pytest.raises(ValidationError, match=r"params\[0\]: temperature > 0 is required"):
         SamplingThresholds(params=[{"top_k": 3}])
-    with pytest.raises(ValidationError, match="presence_penalty not checked by sampling"):
-        SamplingThresholds(params=[{"temperature": 1.0, "presence_penalty": 1.0}])
+    with pytest.raises(ValidationError, match="stop not checked by sampling"):
+        SamplingThresholds(params=[{"temperature": 1.0, "stop": "x"}])
+    t = SamplingThresholds(params=[{"temperature": 1.0, "presence_penalty": 1.0}])
+    assert t.params[0].presence_penalty == 1.0
     with pytest.raises(ValidationError, match="listed twice: t1"):
         SamplingThresholds(params=[{"temperature": 1.0}, {"temperature": 1.0}])
 

@@ -41,6 +41,7 @@ from ...metrics.sampling import Expected, Fit, SamplingParams, expected_distribu
 from ...metrics.sampling import goodness_of_fit as g_test
 from ...verdict.conduct import Conduct
 from ...verdict.measure import Finding, MeasureValue, Unmeasured
+from .shift import bias_finding, penalized, shifted_row, without
 
 PROCESSED_ATOL = 1e-4
 """The largest difference between a reported post-sampling probability and the expected one
@@ -88,6 +89,9 @@ class Analysis:
 
     expected: Expected
     fit: Fit
+    row: dict[int, float]
+    """The log-probabilities truncated and tempered: the reference's, shifted by the
+    penalties and the bias where the set has them (:mod:`.shift`)."""
 
 
 @dataclass
@@ -120,6 +124,11 @@ class PositionEvidence:
     processed: dict[int, float] | None = None
     """The distribution the engine reports it samples from (llama-server's
     ``post_sampling_probs``), where it reports one."""
+    history: list[int] = field(default_factory=list)
+    """The tokens so far the penalties count: the prompt's ids and :attr:`context`."""
+    logits: dict[int, float] | None = None
+    """The reference's raw logits at the position, where it gives them (the repetition
+    penalty needs them: :mod:`.shift`)."""
     conduct: Conduct = field(default_factory=Conduct)
 
     @property
@@ -138,30 +147,54 @@ class PositionEvidence:
         if drawn == 0:
             return Unmeasured(f"no tokens were drawn at position {self.position}")
         try:
+            row = self.shifted(self.params)
             expected = expected_distribution(
-                self.logprobs, sampling_params(self.params), self.engine, tail=self.tail
+                row, sampling_params(self.params), self.engine, tail=self.tail
             )
             fit = g_test(self.counts, expected, alpha=self.level)
         except ValueError as exc:
             return Unmeasured(f"the expected distribution cannot be made: {exc}")
-        return Analysis(expected, fit)
+        return Analysis(expected, fit, row)
+
+    def shifted(self, params: Mapping[str, Any]) -> dict[int, float]:
+        """The reference's row shifted by the penalties and bias of ``params``
+        (:func:`.shift.shifted_row`; unchanged without them)."""
+        assert self.logprobs is not None
+        return shifted_row(self.logprobs, self.logits, self.tail, params, self.engine, self.history)
+
+    def dropped(self) -> str:
+        """The shifting parameters whose absence the draws fit (p at least the item's
+        level against the expectation without it, where they fail the full one):
+        ``; the draws fit the distribution without presence_penalty (p 0.41): not
+        applied?``; empty when none does."""
+        fits = []
+        for name in penalized(self.params):
+            params = without(self.params, name)
+            try:
+                row = self.shifted(params)
+                e = expected_distribution(row, sampling_params(params), self.engine, tail=self.tail)
+                p = g_test(self.counts, e, alpha=self.level)
+            except ValueError:
+                continue
+            if not p.outside_support and p.p_value >= self.level:
+                fits.append(f"{name} (p {p.p_value:.3g})")
+        if not fits:
+            return ""
+        return f"; the draws fit the distribution without {' or '.join(fits)}: not applied?"
 
     def name(self, token: int) -> str:
         piece = self.pieces.get(token)
         return f"{token}" if piece is None else f"{token} {piece!r}"
 
-    def excluded_by(self, token: int) -> list[str]:
-        """The truncations that alone exclude ``token`` (``top_p 0.9``)."""
-        assert self.logprobs is not None
+    def excluded_by(self, token: int, row: Mapping[int, float]) -> list[str]:
+        """The truncations that alone exclude ``token`` (``top_p 0.9``) from ``row``."""
         out = []
         for name in TRUNCATIONS:
             if self.params.get(name) is None:
                 continue
             alone = {"temperature": self.params["temperature"], name: self.params[name]}
             try:
-                e = expected_distribution(
-                    self.logprobs, sampling_params(alone), self.engine, tail=self.tail
-                )
+                e = expected_distribution(row, sampling_params(alone), self.engine, tail=self.tail)
             except ValueError:
                 continue
             if token not in e.probs and token not in e.boundary:
@@ -182,10 +215,13 @@ class PositionEvidence:
                 f"{head}: {self.samples} draws asked, {drawn} returned (the engine answered "
                 "fewer choices than a request's n asked)",
             )
+        broken = bias_finding(self.params, self.counts, a.expected, self.name)
+        if broken:
+            return Finding(False, f"{head}: {broken}")
         if a.fit.outside_support:
             parts = []
             for token in a.fit.outside_support[:5]:
-                by = self.excluded_by(token)
+                by = self.excluded_by(token, a.row)
                 why = f"excluded by {' and '.join(by)}" if by else "excluded by the parameters"
                 parts.append(f"token {self.name(token)} x{self.counts.get(token, 0)} ({why})")
             more = len(a.fit.outside_support) - 5
@@ -197,14 +233,14 @@ class PositionEvidence:
                 return Finding(
                     False,
                     f"{head}: the engine's post-sampling probabilities differ from the expected "
-                    f"({self.engine} semantics): {off}",
+                    f"({self.engine} semantics): {off}{self.dropped()}",
                 )
         if a.fit.p_value < self.level:
             return Finding(
                 False,
                 f"{head}: sampled distribution differs from the expected ({self.engine} "
                 f"semantics): G {a.fit.statistic:.4g} on {a.fit.dof} dof, p {a.fit.p_value:.3g} "
-                f"< alpha/m = {self.alpha:g}/{self.family}; {self.most_over(a)}",
+                f"< alpha/m = {self.alpha:g}/{self.family}; {self.most_over(a)}{self.dropped()}",
             )
         return Finding(True)
 

@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...backends.base import BackendError, Generation, GenerationParams, PromptInput
-from ...backends.capabilities import NextTokenSampling, ProcessedProbs, Scoring, TopKScoring
+from ...backends.capabilities import (
+    NextTokenSampling,
+    ProcessedProbs,
+    RawLogits,
+    Scoring,
+    TopKScoring,
+)
 from ...backends.params import taken
 from ...metrics.sampling import expected_distribution
 from ...specs import Side
@@ -47,6 +53,7 @@ from ..framework.failures import request_failure
 from ..framework.requests import settle
 from ..framework.target import TargetContext, TargetGatherer
 from .evidence import ENGINE_OF_KIND, PositionEvidence, SeedEvidence, sampling_params
+from .shift import penalized, shifted_row
 from .spec import SamplingSpec, SamplingThresholds, family_size
 
 if TYPE_CHECKING:
@@ -73,6 +80,10 @@ class Rows:
         self.continuation: list[int] = []
         self.rows: list[tuple[dict[int, float], float]] = []
         """Per position: the reference's logprobs (by id) and the tail not listed."""
+        self.raw: list[dict[int, float]] = []
+        """Per position: the reference's raw logits, where a parameter set has a penalty
+        and the reference gives them (:class:`~pytest_infercheck.backends.capabilities.
+        RawLogits`)."""
         self.why_not: str | None = None
         self.conduct = Conduct()
 
@@ -145,10 +156,17 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
             return r
         try:
             r.rows = self._reference_rows(ref, r.ids, r.continuation)
+            if self._penalized() and isinstance(ref.backend, RawLogits):
+                raw = cache.call(ref, ref.backend.raw_logits(r.ids, r.continuation))
+                r.raw = [{i: float(v) for i, v in enumerate(row)} for row in np.asarray(raw)]
         except BackendError as exc:
             r.conduct.failures.append(request_failure(ref.label, "the reference's rows", exc))
             r.why_not = "the reference's rows failed"
         return r
+
+    def _penalized(self) -> bool:
+        """Whether a parameter set shifts logits (the raw logits are then asked)."""
+        return any(penalized(p.model_dump(exclude_none=True)) for p in self.thresholds.params)
 
     def _reference_rows(
         self, ref: ResolvedTarget, ids: list[int], continuation: list[int]
@@ -199,6 +217,8 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
             )
         else:
             evidence.logprobs, evidence.tail = r.rows[j]
+            evidence.history = [*(r.ids or []), *r.continuation[:j]]
+            evidence.logits = r.raw[j] if j < len(r.raw) else None
         return evidence
 
     # -- the draws ---------------------------------------------------------------------
@@ -298,10 +318,11 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
             return evidence
         if r.rows:
             row, tail = r.rows[0]
+            engine = evidence_engine(target)
+            raw = r.raw[0] if r.raw else None
             try:
-                expected = expected_distribution(
-                    row, sampling_params(written), evidence_engine(target), tail=tail
-                )
+                row = shifted_row(row, raw, tail, written, engine, r.ids or [])
+                expected = expected_distribution(row, sampling_params(written), engine, tail=tail)
                 evidence.p_max = max([*expected.probs.values(), expected.tail])
             except ValueError:
                 evidence.p_max = None

@@ -16,7 +16,8 @@ plus ``<prompt>[seed]`` per prompt under ``seed: true``): at position ``j`` (0: 
 generated token; ``j > 0``: teacher-forced after the first ``j`` tokens of the target's
 greedy continuation) ``samples`` next tokens are drawn with the parameters under test and
 compared with the distribution the engine's documented semantics make of the reference's raw
-(temperature-1) log-probabilities at that position (:mod:`.evidence`).
+(temperature-1) log-probabilities at that position (:mod:`.evidence`), shifted first by the
+set's penalties and ``logit_bias`` given the tokens so far (:mod:`.shift`).
 
 The one gate, ``alpha`` (default 0.001, always written), reads the item's ``fit``: a sample
 outside the truncated support fails at once, naming the token; otherwise the G-test's
@@ -44,8 +45,18 @@ if TYPE_CHECKING:
     from ...matrix import CheckSpec, LoadedMatrix
     from ...suites import Suite
 
-SAMPLING_PARAMS = ("temperature", "top_k", "top_p", "min_p")
-"""The parameters whose sampled distribution the kind checks."""
+SAMPLING_PARAMS = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+)
+"""The parameters whose sampled distribution the kind checks (the penalties and the bias
+shift the reference's row first: :mod:`.shift`)."""
 
 
 class SamplingSpec(TargetCheck):
@@ -70,7 +81,9 @@ class SamplingSpec(TargetCheck):
 
 class SamplingThresholds(KindThresholds):
     """``params``: the parameter sets under test (each a sampled one: ``temperature`` > 0;
-    ``top_k``, ``top_p``, ``min_p`` besides; default one, ``{temperature: 1.0}``).
+    ``top_k``, ``top_p``, ``min_p``, ``presence_penalty``, ``frequency_penalty``,
+    ``repetition_penalty``, ``logit_bias`` (token id -> bias) besides; default one,
+    ``{temperature: 1.0}``).
     ``positions``: the first generated position and ``positions - 1`` teacher-forced ones
     along the greedy continuation. ``seed``: add a seed item per prompt. ``alpha``: the
     family-wise level of the goodness-of-fit tests over the check x suite (Holm; Bonferroni
