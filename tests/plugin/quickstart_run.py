@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
-
+REPO = Path(__file__).resolve().parents[2]
+"""The repository (computed here, not imported from the root conftest: a pytester project's
+own conftest.py that imports this module through tests.plugin.conftest would shadow it)."""
 QUICKSTART = REPO / "examples" / "quickstart"
 
 
