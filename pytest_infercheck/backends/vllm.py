@@ -117,6 +117,9 @@ class VllmBackend(OpenAICompatBackend):
         """The base model's name, which the adapter's module replaced in requests."""
         self._pieces: dict[int, str] = {}
         self._lock: asyncio.Lock | None = None
+        self.lora_served = False
+        """Whether this backend (or the base-model twin of one) asks a LoRA-serving vLLM: its
+        requests go one at a time (:meth:`_exclusive`)."""
 
     @property
     def full_rows(self) -> bool:
@@ -146,6 +149,8 @@ class VllmBackend(OpenAICompatBackend):
         models = await self.http.request("GET", "/v1/models")
         served = [m for m in models.get("data") or [] if isinstance(m, dict)]
         ids = [str(m.get("id")) for m in served]
+        if any(m.get("parent") for m in served):  # a LoRA-enabled server: see _exclusive
+            self.lora_served = True
         if self.adapter is not None:
             self.base_model = self.base_model or self.model
             self.model = lora_module(served, self.adapter, self.name)
@@ -309,8 +314,15 @@ class VllmBackend(OpenAICompatBackend):
 
     def _exclusive(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """Held around each generating or scoring request of a backend with features (one
-        in flight, so ``/metrics`` deltas are that request's); a no-op for the others."""
-        if not self.metered:
+        in flight, so ``/metrics`` deltas are that request's) or serving a LoRA adapter; a
+        no-op for the others. vLLM 0.32's CPU LoRA path cannot batch a ``prompt_logprobs``
+        request with others: its ``punica_cpu.add_lora_logits`` fails with "einsum():
+        subscript b has size 3 for operand 1 which does not broadcast with previously seen
+        size 9" and the engine dies (measured in CI with a scoring sent beside generations),
+        so the requests of a backend on a server that serves LoRA modules (``/v1/models``
+        entries with a ``parent``; a base model's twin, :func:`_generate_base`, shares the
+        lock) go one at a time. Even a batch of base-model requests fails there."""
+        if not self.metered and not self.lora_served:
             return contextlib.nullcontext()
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -341,7 +353,8 @@ class VllmBackend(OpenAICompatBackend):
         """One ``/v1/completions`` request; with features, its ``/metrics`` delta as the
         generation's :attr:`~.base.Generation.activity`."""
         if not self.metered:
-            return await self._completion(prompt, params)
+            async with self._exclusive():  # one at a time on a LoRA-serving vLLM
+                return await self._completion(prompt, params)
         async with self._exclusive():
             before = await self._counters()
             generation = await self._completion(prompt, params)
@@ -538,6 +551,7 @@ class VllmBackend(OpenAICompatBackend):
 async def _generate_base(backend: VllmBackend, prompt: PromptInput, params: Any) -> Generation:
     """``backend``'s generation asking for the base model (its ``model`` before the LoRA
     module replaced it) on the same server."""
+    backend._exclusive()  # the lock made before the copy, so that the twin shares it
     twin = copy.copy(backend)
     twin.model, twin.adapter = backend.base_model, None
     return await twin.generate(prompt, params)
@@ -556,6 +570,7 @@ def create(
     backend = create_served(VllmBackend, name, spec, source, url)
     backend.serve = spec.serve
     backend.adapter = adapter
+    backend.lora_served = adapter is not None
     return backend
 
 

@@ -112,5 +112,9 @@ checks:
     # vLLM: each prompt generated and scored once on both paths (+ the readiness probe)
     assert serial_requests == ahead_requests == 1 + 2 * len(PROMPTS)
     # one-at-a-time: the 4 generations at once, then one scoring after another; ahead: the
-    # scorings in flight with the generations
-    assert serial_in_flight <= len(PROMPTS) < ahead_in_flight
+    # scorings go out as soon as mlx-lm has the baseline, in flight with the generations
+    # when vLLM is still generating then: whether it is depends on the two engines' speeds
+    # (a quiet CI machine had vLLM finish first: 4 in flight), so only "at least the
+    # generations at once" is asserted here; the requests made up front are counted in
+    # tests/unit/test_comparison_ahead.py
+    assert serial_in_flight <= len(PROMPTS) <= ahead_in_flight
