@@ -28,7 +28,7 @@ from .fit import (
     short_suite_text,
     suite_texts,
 )
-from .matrix_text import PYTEST_INI, Choices, matrix_text, refusals
+from .matrix_text import DEFAULT_SUITE, PYTEST_INI, Choices, matrix_text, refusals
 from .probe import ENGINES, Probed, ProbeError, probe
 
 FILES = ("infercheck.yaml", "pytest.ini")
@@ -59,7 +59,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     init.add_argument("--model", metavar="NAME", help="the served model (when several are)")
     init.add_argument("--out", metavar="DIR", type=Path, default=Path("."), help="default: .")
     init.add_argument("--force", action="store_true", help="overwrite existing files")
-    init.add_argument("--suite", default="determinism", help="default: determinism")
+    init.add_argument("--suite", default=DEFAULT_SUITE, help=f"default: {DEFAULT_SUITE}")
     init.add_argument("--num-prompts", type=int, default=10, help="default: 10")
     init.add_argument("--max-tokens", type=int, default=64, help="default: 64")
 
@@ -93,7 +93,7 @@ def command_line(engine: str, where: str, args: argparse.Namespace) -> str:
     words = ["pytest-infercheck", "init", f"--{engine}", where]
     if args.model:
         words += ["--model", args.model]
-    if args.suite != "determinism":
+    if args.suite != DEFAULT_SUITE:
         words += ["--suite", args.suite]
     return " ".join(shlex.quote(w) for w in words)
 

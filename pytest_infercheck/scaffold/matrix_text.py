@@ -45,11 +45,15 @@ asyncio_default_fixture_loop_scope = function
 """
 
 
+DEFAULT_SUITE = "determinism"
+"""The bundled suite init writes unless ``--suite`` names another."""
+
+
 @dataclass(frozen=True)
 class Choices:
     """What the user chose (flags or answers): the suite, how many prompts, tokens, runs."""
 
-    suite: str = "determinism"
+    suite: str = DEFAULT_SUITE
     num_prompts: int = 10
     max_tokens: int = 64
     runs: int = 3
