@@ -87,6 +87,14 @@ def tiny_lora(tiny_models: dict[str, Path]) -> Any:
     return load_example("make_lora").make_lora(MODELS_CACHE / "lora", base=tiny_models["bf16"])
 
 
+@pytest.fixture(scope="session")
+def tiny_lora2(tiny_models: dict[str, Path]) -> Any:
+    """A second LoRA of the tiny adder (``make_lora`` seed 1: other random matrices, its own
+    folder ``tiny-adder-lora-seed1``), served beside ``tiny_lora`` by the isolation tests."""
+    make = load_example("make_lora").make_lora
+    return make(MODELS_CACHE / "lora", base=tiny_models["bf16"], seed=1)
+
+
 def load_example(name: str) -> ModuleType:
     """``examples/models/<name>.py`` as a module, registered in ``sys.modules`` (its
     dataclasses look their module up there); loaded once per process."""

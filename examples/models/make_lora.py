@@ -11,7 +11,9 @@ scale, no rsLoRA) each adapted projection computes
 so the merged weights are ``W' = W + scale * B @ A`` (float32: the base's bf16 weights
 widened exactly, the product in float32).
 
-Files (``make_lora(out_dir)``; ``out_dir / "tiny-adder-lora"``):
+Files (``make_lora(out_dir)``; ``out_dir / "tiny-adder-lora"``, or for another ``seed``
+``out_dir / "tiny-adder-lora-seedN"``: a second adapter of the same base, with other random
+matrices, as the isolation scenario serves beside the first):
 
 - ``adapter/``: ONE folder in two formats. ``adapters.safetensors`` + ``adapter_config.json``
   for mlx-lm (``load(base, adapter_path=...)``: ``lora_a = A.T`` (in, r), ``lora_b = B.T``
@@ -198,12 +200,18 @@ def _build(work: Path, base: Path, seed: int) -> None:
     )
 
 
+def folder_name(seed: int) -> str:
+    """The adapter's folder: ``tiny-adder-lora`` for seed 0, ``tiny-adder-lora-seedN`` for
+    another seed (a second adapter of the same base, for the isolation scenario)."""
+    return "tiny-adder-lora" if seed == 0 else f"tiny-adder-lora-seed{seed}"
+
+
 def make_lora(out_dir: Path, base: Path = SOURCE_DIR, seed: int = 0) -> Lora:
-    """Write ``out_dir / "tiny-adder-lora"`` (``adapter/``, ``merged/``; the module
+    """Write ``out_dir / folder_name(seed)`` (``adapter/``, ``merged/``; the module
     docstring) for the model at ``base``; reused when its stamp matches."""
     models = _models()
     base = Path(base).resolve()
-    target = Path(out_dir) / "tiny-adder-lora"
+    target = Path(out_dir) / folder_name(int(seed))
     stamp = models._stamp(
         kind="lora",
         lora_maker=MAKER_VERSION,

@@ -125,6 +125,15 @@ def tiny_lora_gguf(tiny_lora: Any, tiny_models: dict[str, Path], vllm_python: Pa
 
 
 @pytest.fixture(scope="session")
+def tiny_lora2_gguf(tiny_lora2: Any, tiny_models: dict[str, Path], vllm_python: Path) -> Path:
+    """The second LoRA (``tiny_lora2``, seed 1) as an f32 GGUF LoRA, converted like
+    ``tiny_lora_gguf``."""
+    make = load_example("make_lora")
+    out: Path = make.lora_gguf(tiny_lora2, tiny_models["bf16"], vllm_python)
+    return out
+
+
+@pytest.fixture(scope="session")
 def adder(tiny_models: dict[str, Path], tiny_gguf: Path) -> str:
     """The tiny adder for every kind of backend (a ``models:`` value): mlx weights and the
     f32 GGUF."""
