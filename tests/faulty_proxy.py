@@ -70,7 +70,11 @@ Two faults drop a LoRA adapter from every generation request, as a gateway that 
 unknown fields or routes to the base model would (the silent base-model answer, vLLM #34186):
 ``drop_lora`` sets every ``lora`` entry's ``scale`` to 0 (llama-server's per-request
 adapters); ``model_to`` rewrites the ``model`` field (vLLM: the LoRA module's name becomes
-the base model's). ``/lora-adapters`` and ``/v1/models`` still list the adapter.
+the base model's). ``/lora-adapters`` and ``/v1/models`` still list the adapter. And one
+swaps adapters, as a server that mixes up the adapters of concurrent requests would:
+``swap_lora_every`` N rotates the ``lora`` scales of every Nth generation request that asks
+for an adapter (a scale not 0) one entry on (id 0's scale goes to id 1, the last's to id 0):
+it is answered with the other adapter; base-model requests (every scale 0) pass.
 
 With ``refuse_tools``, a generation request whose body offers ``tools`` is not forwarded: the
 proxy answers HTTP 400 with an OpenAI error body (:data:`TOOLS_REFUSED`), as a server whose
@@ -178,6 +182,7 @@ class Fault:
     drop_fields: frozenset[str] = frozenset()  # removed from every sampled generation request
     drop_lora: bool = False  # llama-server: every `lora` scale of a generation request set to 0
     model_to: str | None = None  # a generation request's `model` rewritten to this (vLLM base)
+    swap_lora_every: int = 0  # every Nth request asking for an adapter: `lora` scales rotated
 
 
 TOOLS_REFUSED = "faulty proxy: the tool parser failed to load"
@@ -712,6 +717,7 @@ class FaultyProxy:
         self._lock = threading.Lock()
         self._active: set[_Request] = set()
         self._poisoned = False
+        self._adapter_requests = 0  # generation requests that asked for an adapter
         self._seen: dict[str, int] = {}  # prompt (as JSON) -> requests that sent it
         self._prompts: list[Any] = []  # every distinct prompt, in order
         self._connections: set[socket.socket] = set()
@@ -864,11 +870,35 @@ class FaultyProxy:
         self._count_altered()
         return json.dumps(obj).encode()
 
+    def _swap_adapter(self, body: bytes) -> bytes:
+        """``body`` with its ``lora`` scales rotated one entry on when it is the Nth request
+        asking for an adapter (``swap_lora_every``), counted as altered."""
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            return body
+        lora = obj.get("lora") if isinstance(obj, dict) else None
+        if not isinstance(lora, list) or len(lora) < 2:
+            return body
+        if not any(isinstance(e, dict) and e.get("scale") for e in lora):
+            return body  # the base model: nothing to swap
+        with self._lock:
+            self._adapter_requests += 1
+            nth = self._adapter_requests
+        if nth % self.fault.swap_lora_every:
+            return body
+        scales = [e.get("scale", 0.0) for e in lora]
+        obj["lora"] = [{**e, "scale": scales[i - 1]} for i, e in enumerate(lora)]
+        self._count_altered()
+        return json.dumps(obj).encode()
+
     def _serve(self, handler: _Handler, body: bytes) -> None:
         path = handler.path.split("?", 1)[0]
         generation = handler.command == "POST" and path in GENERATION_PATHS
         if generation and (self.fault.drop_lora or self.fault.model_to is not None):
             body = self._drop_adapter(body)
+        if generation and self.fault.swap_lora_every:
+            body = self._swap_adapter(body)
         request = self._begin(*prompt_of(body)) if generation else None
         if request is not None:
             request.body = body

@@ -82,6 +82,7 @@ def test_the_same_checks_collect_where_logprobs_can_be_had_or_the_gate_is_not_wr
             [
                 ("max_error_rate", "error_rate", "item"),
                 ("min_consistency", "consistency", "item"),
+                ("logprob_tolerance", "logprob_diff", "item"),
                 ("flips.max_rate", "<function>", "item"),
             ],
         ),

@@ -43,7 +43,16 @@ from .present import (
     summary_lines,
 )
 from .records import Mismatch, Reference, StressAggregate, StressLevel
-from .spec import GATES, HARNESS, StressSpec, StressThresholds, flip_rate_gates, plan
+from .spec import (
+    GATES,
+    HARNESS,
+    StressSpec,
+    StressThresholds,
+    flip_rate_gates,
+    plan,
+    refuse,
+    unmeasurable,
+)
 from .summarize import summarize
 
 __all__ = [
@@ -91,6 +100,8 @@ STRESS = CheckKind(
         records={"level": StressLevel, "aggregate": StressAggregate},
         plan=plan,
         rate_gates=flip_rate_gates,
+        refuse=refuse,
+        unmeasurable=unmeasurable,
         spread_over_workers=True,
         harness=HARNESS,
     ),

@@ -16,6 +16,11 @@ prompt side by side, so a prompt is in flight with itself and at least ``L`` req
   flight (a semaphore), inside ``under_load()``: no client gate and no retries, so a 503
   busy answer is an error of the level, not a retry.
 
+With ``beside`` (isolation): the references are each model's prompts alone, model after
+model, on the one server; a level's jobs are every prompt's copies for each model in turn
+(target, then each ``beside`` model: ``s01 base, s01 tuned, s01 tuned2, s01 base, ...``), all
+started at once as above, each request through its own model's backend.
+
 A managed server that has died is not load: a level asks whether it is alive before it
 sends and, if any request failed, after; a dead one errors the level with the server's
 death (exit code, last log lines), not with an error rate. A level whose every request
@@ -41,26 +46,45 @@ from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from ...conversation import has_generated
 from ...records import load_record, plain_data
 from ...shared_work import SharedWork
 from ...verdict.conduct import RequestFailure
 from ..framework.target import TargetGatherer
 from ..tie_scoring import ScoreJob, rescore
 from .evidence import StressEvidence
-from .measure import Job, Output, batches, jobs_for, measure_level, output_of, reference_of
+from .measure import (
+    Job,
+    Output,
+    batches,
+    jobs_for,
+    measure_level,
+    output_of,
+    ref_key,
+    reference_of,
+)
 from .records import Reference
 from .spec import StressSpec
 
 if TYPE_CHECKING:
-    from ...backends import Backend
+    from ...backends import Backend, PromptInput
+    from ...generation_cache import ResolvedTarget
+    from ...suites import Prompt
     from ..framework.plan import ItemPlan
 
 
 async def send_burst(backend: Backend, jobs: Sequence[Job], level: int) -> list[Output]:
     """Every job started at once, at most ``level`` in flight; errors become outputs."""
+    return await send_mixed([(backend, job, "") for job in jobs], level)
+
+
+async def send_mixed(sends: Sequence[tuple[Backend, Job, str]], level: int) -> list[Output]:
+    """Every ``(backend, job, side)`` started at once in order, at most ``level`` in flight,
+    each through its own backend (``beside``: one model each, one server); errors become
+    outputs of their side."""
     gate = asyncio.Semaphore(level)
 
-    async def one(job: Job) -> tuple[str, float, float, Any]:
+    async def one(backend: Backend, job: Job, side: str) -> tuple[str, float, float, Any, str]:
         prompt, rendered, params = job
         async with gate:
             start = time.perf_counter()
@@ -68,11 +92,12 @@ async def send_burst(backend: Backend, jobs: Sequence[Job], level: int) -> list[
                 result: Any = await backend.generate(rendered, params)
             except Exception as exc:  # counted by kind, never dropped
                 result = exc
-            return prompt.id, start, time.perf_counter(), result
+            return prompt.id, start, time.perf_counter(), result, side
 
     # Outputs (and their fault checks) are made once every request is done: nothing of the
     # harness's runs while a request holds its place in flight.
-    return [output_of(*done) for done in await asyncio.gather(*(one(job) for job in jobs))]
+    done = await asyncio.gather(*(one(*send) for send in sends))
+    return [output_of(*one_done) for one_done in done]
 
 
 async def send_batches(backend: Backend, jobs: Sequence[Job], level: int) -> list[Output]:
@@ -115,22 +140,49 @@ class StressGather(TargetGatherer[StressSpec]):
     def gather(self, plans: Sequence[ItemPlan]) -> Mapping[str, Any]:
         return {plan.full_name: self.level(int(plan.key)) for plan in plans}
 
+    def sides(self) -> list[tuple[str, ResolvedTarget]]:
+        """The models a level asks, each with its live target: the target alone (side
+        ``""``), or with ``beside`` the target's model then each ``beside`` model, by name."""
+        if not self.spec.beside:
+            return [("", self.target)]
+        run = self.run
+        model = run.check.baseline_side(run.index).ref.partition("@")[0]
+        beside = [
+            (side.label or side.ref, run.resolve(side))
+            for side in run.check.test_sides(run.index)
+        ]
+        return [(model, self.target), *beside]
+
+    def render_on(self, target: ResolvedTarget, prompt: Prompt) -> PromptInput:
+        """``prompt`` as ``target`` receives it (:meth:`render` for the check's target)."""
+        if target is self.target or not has_generated(prompt):
+            if target is self.target:
+                return self.render(prompt)
+            return self.run.cache.render(target, prompt, self.run.settings.thinking)
+        thinking = self.run.settings.thinking
+        return self.run.cache.conversation(target, prompt, thinking, self.params(prompt)).final
+
     def references(self) -> dict[str, Reference]:
-        """Each prompt generated alone, by prompt id (computed once per run, see the module
+        """Each prompt generated alone, by :func:`~.measure.ref_key` (its id; with
+        ``beside``, each model's: ``tuned/s01``), computed once per run (see the module
         docstring)."""
-        run, target = self.run, self.target
+        run = self.run
+        sides = self.sides()
 
         def alone() -> dict[str, dict[str, Any]]:
             with self.shared.locked(self._load_lock, exclusive=True):
                 return {
-                    p.id: plain_data(
+                    ref_key(side, p.id): plain_data(
                         reference_of(
                             run.cache.call(
                                 target,
-                                target.backend.generate(self.render(p), self.params(p)),
+                                target.backend.generate(
+                                    self.render_on(target, p), self.params(p)
+                                ),
                             )
                         )
                     )
+                    for side, target in sides
                     for p in run.suite.prompts
                 }
 
@@ -148,14 +200,24 @@ class StressGather(TargetGatherer[StressSpec]):
 
         run, target = self.run, self.target
         references = self.references()
-        jobs = [
-            (p, self.render(p), self.params(p))
+        sides = self.sides()
+        rendered = {
+            (side, p.id): self.render_on(side_target, p)
+            for side, side_target in sides
+            for p in run.suite.prompts
+        }
+        sends = [
+            (side_target.backend, (p, rendered[side, p.id], self.params(p)), side)
             for p in jobs_for(run.suite.prompts, level, self.spec.repeats)
+            for side, side_target in sides
         ]
-        send = send_batches if target.backend.batching is not None else send_burst
+        jobs = [job for _, job, _ in sends]
         run.cache.check_alive(target)
         with self.shared.locked(self._load_lock, exclusive=False), under_load():
-            outputs = run.cache.run(send(target.backend, jobs, level))
+            if target.backend.batching is not None and not self.spec.beside:
+                outputs = run.cache.run(send_batches(target.backend, jobs, level))
+            else:
+                outputs = run.cache.run(send_mixed(sends, level))
         if any(output.error is not None for output in outputs):
             # a dead (or dying) server is its death, not a load failure
             run.cache.check_alive(target, after_failures=True)

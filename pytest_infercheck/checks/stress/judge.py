@@ -13,6 +13,10 @@ teacher-forced on the target, no later decisive disagreement): a
 violation stands and the item says why (an output not scored, a decisive disagreement after
 its near-tie).
 
+With ``beside`` and ``logprob_tolerance`` not written, its default applies to the level's
+``logprob_diff`` where logprobs were compared (a violation naming the request, its model and
+token, and each model's largest difference); written, it is a gate of :mod:`.spec`.
+
 The level's record carries its verdict (``violations``: what the framework will find, by
 the same rules), so the terminal and HTML tables show it.
 """
@@ -20,6 +24,7 @@ the same rules), so the terminal and HTML tables show it.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ...metrics.past_tie import AfterTie, judge_after_tie
 from ...verdict.conduct import conduct_violations
@@ -27,9 +32,10 @@ from ...verdict.gate import Violation, judge_gates
 from ...verdict.waiver import Waiver, apply_waivers
 from ..framework.kind import Judged
 from ..framework.plan import ItemPlan
-from .evidence import StressEvidence
+from ...verdict.measure import Reading
+from .evidence import StressEvidence, logprob_reading
 from .records import StressLevel
-from .spec import GATES, StressThresholds
+from .spec import GATES, StressThresholds, tolerance_written
 
 DECISIVE_RULE = "fail_on: decisive"
 
@@ -38,6 +44,18 @@ def judge(plan: ItemPlan, evidence: StressEvidence, thresholds: StressThresholds
     """The level's record, its findings and its waiver (see the module docstring)."""
     d = evidence.level
     violations = [Violation(f.text, "fault") for f in d.faults]
+    diff, limit = d.logprob_diff, thresholds.logprob_tolerance
+    if d.sides and not tolerance_written(thresholds) and diff is not None and not diff <= limit:
+        reading = logprob_reading(d)
+        where = reading.qualifier if isinstance(reading, Reading) else ""
+        violations.append(
+            Violation(
+                f"logprobs moved by {diff:.3g} "
+                f"{'> ' if math.isfinite(diff) else '(not finite): fails '}"
+                f"logprob_tolerance {limit:g} ({where})",
+                "logprob_tolerance",
+            )
+        )
     waivers: list[Waiver] = []
     mismatches = list(d.mismatches)
     if thresholds.fail_on == "decisive" and evidence.near_ties:

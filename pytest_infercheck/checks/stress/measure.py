@@ -26,6 +26,16 @@ An output that leaves its reference at a token (both with token ids) has that to
 and top-k it keeps, the output's from its own), kept on its :class:`~.records.Mismatch`
 (``tie``) and counted over every inconsistent output of the level (``divergence_labels``);
 the near-tie ones are listed apart (:class:`~.evidence.NearTie`).
+
+Logprobs: each successful output's ``|chosen logprob - its reference's|`` at every token
+before its first divergence (every token when the two are equal) where both are reported and
+finite; ``logprob_diff`` is their largest over the level (None when no output has such a
+token), ``logprob_worst`` where it is (:class:`~.records.LogprobShift`).
+
+With ``beside`` (isolation), every request carries its model (``Output.side``); its
+reference is that model's output alone (:func:`ref_key`), a mismatch and the largest
+logprob delta name it, and ``sides`` counts each model's requests, consistent outputs and
+largest logprob delta (:class:`~.records.SideCount`).
 """
 
 from __future__ import annotations
@@ -55,7 +65,7 @@ from ...metrics.ties import DEFAULT_TIE_MARGIN, SideTokens, count_labels, tie_di
 from ...tools import ToolCall, canonical_calls
 from ..framework.failures import server_message
 from .evidence import NearTie
-from .records import Mismatch, Reference, StressLevel
+from .records import LogprobShift, Mismatch, Reference, SideCount, StressLevel
 
 if TYPE_CHECKING:
     from ...backends import Generation, GenerationParams, PromptInput
@@ -97,6 +107,31 @@ class Output:
     """The error's message (the server's), when it failed."""
     status: int | None = None
     """The error's HTTP status, when it had one."""
+    side: str = ""
+    """With ``beside``: the model the request asked (its reference is that model's)."""
+
+
+def ref_key(side: str, prompt_id: str) -> str:
+    """The key of a prompt's reference: its id, or ``side/id`` for a model's request under
+    ``beside`` (every side named then, so the two forms never meet)."""
+    return f"{side}/{prompt_id}" if side else prompt_id
+
+
+def logprob_shift(
+    reference: Sequence[float | None] | None, output: Sequence[float | None] | None, upto: int
+) -> tuple[float, int] | None:
+    """The largest ``|output[i] - reference[i]|`` over ``i < upto`` where both are reported
+    and finite, and its ``i`` (the first of equals); None when there is no such ``i``."""
+    if reference is None or output is None:
+        return None
+    best: tuple[float, int] | None = None
+    for i, (a, b) in enumerate(zip(reference[:upto], output[:upto], strict=False)):
+        if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+            continue
+        delta = abs(b - a)
+        if best is None or delta > best[0]:
+            best = (delta, i)
+    return best
 
 
 def error_kind(exc: BaseException) -> str:
@@ -154,7 +189,9 @@ def batches(jobs: Sequence[Job], level: int) -> list[list[Job]]:
     return out
 
 
-def output_of(prompt_id: str, start: float, end: float, result: Any) -> Output:
+def output_of(
+    prompt_id: str, start: float, end: float, result: Any, side: str = ""
+) -> Output:
     """One request's :class:`Output` from what it returned (a generation or an error)."""
     if isinstance(result, BaseException):
         message, status = (
@@ -166,7 +203,13 @@ def output_of(prompt_id: str, start: float, end: float, result: Any) -> Output:
             )
         )
         return Output(
-            prompt_id, start, end, error=error_kind(result), message=message, status=status
+            prompt_id,
+            start,
+            end,
+            error=error_kind(result),
+            message=message,
+            status=status,
+            side=side,
         )
     reading = read_generation(f"the output of {prompt_id}", result)
     return Output(
@@ -181,6 +224,7 @@ def output_of(prompt_id: str, start: float, end: float, result: Any) -> Output:
         degenerate=reading.degenerate,
         tokens=dataclasses.replace(side_tokens(result), full=None),
         tool_calls=result.tool_calls,
+        side=side,
     )
 
 
@@ -215,10 +259,15 @@ def measure_level(
     empties: list[tuple[int, Fault]] = []
     labels: list[str] = []
     near: list[NearTie] = []
+    worst: LogprobShift | None = None
+    sides: dict[str, list[Any]] = {}  # side -> [requests, consistent, largest delta]
+    for o in outputs:
+        if o.side:
+            sides.setdefault(o.side, [0, 0, None])[0] += 1
     for index, output in enumerate(outputs):
         if output.error is not None:
             continue
-        reference = references[output.prompt_id]
+        reference = references[ref_key(output.side, output.prompt_id)]
         verdict = compare_outputs(
             reference.text,
             reference.token_ids,
@@ -251,8 +300,30 @@ def measure_level(
         )
         if tie is not None:
             labels.append(tie.divergence_label)
+        upto = (
+            None
+            if verdict.same
+            else (verdict.first_divergence or 0)
+            if verdict.divergence_unit == "token"
+            else 0  # a text-only divergence: no token is known to be shared
+        )
+        shift = logprob_shift(
+            reference.chosen_logprobs,
+            None if output.tokens is None else output.tokens.chosen,
+            len(reference.token_ids or reference.chosen_logprobs or [])
+            if upto is None
+            else upto,
+        )
+        if shift is not None:
+            if worst is None or shift[0] > worst.delta:
+                worst = LogprobShift(shift[0], index, output.prompt_id, shift[1], output.side)
+            if output.side:
+                count = sides[output.side]
+                count[2] = shift[0] if count[2] is None else max(count[2], shift[0])
         if verdict.same:
             consistent += 1
+            if output.side:
+                sides[output.side][1] += 1
         else:
             slot = len(mismatches) if len(mismatches) < MAX_MISMATCHES else None
             if slot is not None:
@@ -265,9 +336,11 @@ def measure_level(
                         output=output.text[:TEXT_CHARS],
                         fault=None if empty is None else empty.text,
                         tie=tie,
+                        side=output.side,
                     )
                 )
-            if tie is not None and tie.divergence_label == "near-tie":
+            if tie is not None and tie.divergence_label == "near-tie" and not output.side:
+                # beside: no near-tie is judged past (each model would be scored on itself)
                 near.append(NearTie(index, output.prompt_id, tie.token, slot))
         prompt = by_id[output.prompt_id]
         if prompt.answer_kind is not None:
@@ -309,6 +382,9 @@ def measure_level(
         faults=faults,
         divergence_labels=count_labels(labels) if labels else {},
         degenerate=DegenerateScan.of([o.degenerate for o in done]),
+        logprob_diff=None if worst is None else worst.delta,
+        logprob_worst=worst,
+        sides={side: SideCount(*count) for side, count in sides.items()},
     )
     return data, near
 

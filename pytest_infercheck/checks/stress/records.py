@@ -74,6 +74,35 @@ class Mismatch:
     after_tie: AfterTie | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """Under ``fail_on: decisive``, a near-tie output judged past its near-tie
     (:mod:`~pytest_infercheck.metrics.past_tie`); absent otherwise."""
+    side: str = field(default="", metadata=OMIT_WHEN_EMPTY)
+    """With ``beside``: the model whose request it is (the target's or a ``beside`` one);
+    empty, and absent from the JSON, otherwise."""
+
+
+@dataclass
+class LogprobShift:
+    """The largest ``|chosen logprob - its reference's|`` of a level: where it is."""
+
+    delta: float
+    request: int
+    """The request's index in the level."""
+    prompt_id: str
+    token: int
+    """The generated token's position (0: the first)."""
+    side: str = field(default="", metadata=OMIT_WHEN_EMPTY)
+    """With ``beside``: the model whose request it is."""
+
+
+@dataclass
+class SideCount:
+    """With ``beside``: one model's requests of a level and how they fared."""
+
+    requests: int
+    consistent: int
+    """Outputs equal to their reference (the model's output alone)."""
+    logprob_diff: float | None = None
+    """The largest ``|chosen logprob - its reference's|`` of its outputs (None: no output
+    with logprobs on both)."""
 
 
 @dataclass
@@ -121,6 +150,15 @@ class StressLevel:
     degenerate: DegenerateScan | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """The degenerate findings of the level's outputs (:mod:`~pytest_infercheck.metrics.
     degenerate`); absent from a record of an older version."""
+    logprob_diff: float | None = None
+    """The largest ``|chosen logprob - its reference's|`` over every successful output's
+    tokens before its first divergence (:mod:`.measure`); None when no output and its
+    reference both carry logprobs (0.0 is kept: bit-equal)."""
+    logprob_worst: LogprobShift | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
+    """Where :attr:`logprob_diff` is."""
+    sides: dict[str, SideCount] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
+    """With ``beside``: each model's requests by its name (the target's first); absent
+    otherwise."""
 
 
 @dataclass
