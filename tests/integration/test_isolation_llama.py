@@ -48,7 +48,9 @@ def llama_two_loras(
 
 
 def _yaml(models: str, backends: dict[str, str]) -> str:
-    entries = "\n".join(f"  {name}: {{kind: llama-server, url: '{url}'}}" for name, url in backends.items())
+    entries = "\n".join(
+        f"  {name}: {{kind: llama-server, url: '{url}'}}" for name, url in backends.items()
+    )
     checks = "\n".join(
         f"  - stress: {{target: base@{name}, beside: [tuned, tuned2], levels: [1, 4], "
         f"repeats: 2}}\n    name: {name}"
@@ -89,9 +91,7 @@ def test_base_and_two_adapters_are_isolated_on_llama_server_and_mixing_fails_nam
         )
         assert cached.altered > 0 and swapped.altered > 0
     items = json.loads((pytester.path / "out.json").read_text())["items"]
-    levels = {
-        (i["check"], i["data"]["level"]): i for i in items if i["role"] == "level"
-    }
+    levels = {(i["check"], i["data"]["level"]): i for i in items if i["role"] == "level"}
     for level in (1, 4):
         faithful = levels["stress(llama)", level]
         assert faithful["outcome"] == "passed", faithful["violations"]

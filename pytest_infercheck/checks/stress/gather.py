@@ -148,8 +148,7 @@ class StressGather(TargetGatherer[StressSpec]):
         run = self.run
         model = run.check.baseline_side(run.index).ref.partition("@")[0]
         beside = [
-            (side.label or side.ref, run.resolve(side))
-            for side in run.check.test_sides(run.index)
+            (side.label or side.ref, run.resolve(side)) for side in run.check.test_sides(run.index)
         ]
         return [(model, self.target), *beside]
 
@@ -176,9 +175,7 @@ class StressGather(TargetGatherer[StressSpec]):
                         reference_of(
                             run.cache.call(
                                 target,
-                                target.backend.generate(
-                                    self.render_on(target, p), self.params(p)
-                                ),
+                                target.backend.generate(self.render_on(target, p), self.params(p)),
                             )
                         )
                     )

@@ -29,10 +29,10 @@ import math
 from ...metrics.past_tie import AfterTie, judge_after_tie
 from ...verdict.conduct import conduct_violations
 from ...verdict.gate import Violation, judge_gates
+from ...verdict.measure import Reading
 from ...verdict.waiver import Waiver, apply_waivers
 from ..framework.kind import Judged
 from ..framework.plan import ItemPlan
-from ...verdict.measure import Reading
 from .evidence import StressEvidence, logprob_reading
 from .records import StressLevel
 from .spec import GATES, StressThresholds, tolerance_written

@@ -189,9 +189,7 @@ def batches(jobs: Sequence[Job], level: int) -> list[list[Job]]:
     return out
 
 
-def output_of(
-    prompt_id: str, start: float, end: float, result: Any, side: str = ""
-) -> Output:
+def output_of(prompt_id: str, start: float, end: float, result: Any, side: str = "") -> Output:
     """One request's :class:`Output` from what it returned (a generation or an error)."""
     if isinstance(result, BaseException):
         message, status = (
@@ -310,9 +308,7 @@ def measure_level(
         shift = logprob_shift(
             reference.chosen_logprobs,
             None if output.tokens is None else output.tokens.chosen,
-            len(reference.token_ids or reference.chosen_logprobs or [])
-            if upto is None
-            else upto,
+            len(reference.token_ids or reference.chosen_logprobs or []) if upto is None else upto,
         )
         if shift is not None:
             if worst is None or shift[0] > worst.delta:

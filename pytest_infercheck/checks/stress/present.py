@@ -61,9 +61,16 @@ def level_table(levels: Sequence[StressLevel]) -> list[str]:
 def level_text(data: StressLevel) -> str:
     """The human-readable report of one level (model output shown as Python literals)."""
     lines = level_table([data])
-    for m in data.mismatches:
+    for side, count in data.sides.items():
+        diff = "n/a" if count.logprob_diff is None else f"{count.logprob_diff:.3g}"
         lines.append(
-            f"  {m.prompt_id}: reference {m.reference!r} -> {m.output!r} (first "
+            f"  {side}: {count.consistent}/{count.requests} equal to its output alone, "
+            f"largest logprob difference {diff}"
+        )
+    for m in data.mismatches:
+        who = f"{m.side} {m.prompt_id}" if m.side else m.prompt_id
+        lines.append(
+            f"  {who}: reference {m.reference!r} -> {m.output!r} (first "
             f"divergence at {m.unit} {m.first_divergence}{'; ' + m.fault if m.fault else ''})"
         )
         if m.tie is not None:
@@ -118,7 +125,7 @@ def stress_level(data: Mapping[str, Any]) -> str:
     for m in record.mismatches[:20]:
         parts.append(
             side_by_side(
-                f"reference ({m.prompt_id})",
+                f"reference ({m.side + ' ' if m.side else ''}{m.prompt_id})",
                 m.reference,
                 f"at concurrency {record.level}",
                 m.output,

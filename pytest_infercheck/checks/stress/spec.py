@@ -29,15 +29,17 @@ from typing import TYPE_CHECKING, Any, cast
 from pydantic import Field, field_validator
 
 from ...specs import (
+    SERVER_KINDS,
     ErrorRate,
     FlipGates,
     FlipThresholds,
+    Loc,
     LogprobTolerance,
+    Side,
     TargetCheck,
     TieGates,
 )
 from ...verdict.gate import Gate
-from ...specs import SERVER_KINDS, Loc, Side
 from ..framework.harness import BOTH_SHAPES, NO_LOGPROB_GATE, SELF_COMPARED, HarnessProfile
 from ..framework.kind import RateGate
 from ..framework.plan import ItemPlan
