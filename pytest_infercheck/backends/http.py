@@ -92,6 +92,11 @@ def under_load() -> Iterator[None]:
         _UNDER_LOAD.reset(token)
 
 
+def is_under_load() -> bool:
+    """Whether the caller runs inside :func:`under_load` (a load test's requests)."""
+    return _UNDER_LOAD.get()
+
+
 @contextlib.contextmanager
 def liveness_check(check: Callable[[], None]) -> Iterator[None]:
     """Requests started inside this context call ``check()`` after a connection error or

@@ -131,3 +131,13 @@ def test_beside_options() -> None:
         StressSpec.model_validate({"target": "base@llama", "beside": ["tuned@vllm"]})
     with pytest.raises(ValidationError, match="beside names each model once"):
         StressSpec.model_validate({"target": "base@llama", "beside": ["t", "t"]})
+
+
+def test_an_empty_output_names_its_model() -> None:
+    outputs = [out("a", "tuned", [], [])]
+    data = level_data(1, "base@llama", outputs, REFS, [prompt("a")])
+    (fault,) = data.faults
+    assert fault.text == (
+        "empty generation in 1 of 1 requests: request 0 (tuned, a) generated no tokens while "
+        "its reference generated 3"
+    )

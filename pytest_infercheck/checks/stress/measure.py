@@ -281,7 +281,8 @@ def measure_level(
                 reference.token_ids,
                 reference.finish_reason,
             ),
-            a_name=f"request {index} ({output.prompt_id})",
+            a_name=f"request {index} ({output.side + ', ' if output.side else ''}"
+            f"{output.prompt_id})",
             b_name="its reference",
         )
         if empty is not None:
