@@ -73,6 +73,12 @@ that is absent by design, e.g. a trial's ``error`` or an output's ``faults``):
 ``field(default_factory=list, metadata=OMIT_WHEN_EMPTY)``. Its default reads it back."""
 
 
+OMIT_WHEN_NONE: dict[str, Any] = {"omit_when_none": True}
+"""Field metadata of a record field left out of the JSON when it is None only (a number whose
+0 is a finding, e.g. a largest difference that is 0: bit-equal); its default None reads it
+back."""
+
+
 def plain_data(data: Any) -> dict[str, Any]:
     """A kind's record (a dataclass, or already a mapping) as JSON types: every field, nested
     records too, but the fields marked :data:`OMIT_WHEN_EMPTY` that are empty; a record with
@@ -90,6 +96,7 @@ def _plain_record(value: Any) -> Any:
             f.name: _plain_record(getattr(value, f.name))
             for f in dataclasses.fields(value)
             if not (f.metadata.get("omit_when_empty") and not getattr(value, f.name))
+            and not (f.metadata.get("omit_when_none") and getattr(value, f.name) is None)
         }
     if isinstance(value, dict):
         return {str(k): _plain_record(v) for k, v in value.items()}

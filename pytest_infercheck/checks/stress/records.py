@@ -13,7 +13,7 @@ from ...metrics.faults import Faults
 from ...metrics.past_tie import AfterTie
 from ...metrics.sameness import DivergenceUnit
 from ...metrics.ties import SideTokens, TieDivergence
-from ...records import OMIT_WHEN_EMPTY
+from ...records import OMIT_WHEN_EMPTY, OMIT_WHEN_NONE
 from ...tools import ToolCall
 
 
@@ -150,10 +150,10 @@ class StressLevel:
     degenerate: DegenerateScan | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """The degenerate findings of the level's outputs (:mod:`~pytest_infercheck.metrics.
     degenerate`); absent from a record of an older version."""
-    logprob_diff: float | None = None
+    logprob_diff: float | None = field(default=None, metadata=OMIT_WHEN_NONE)
     """The largest ``|chosen logprob - its reference's|`` over every successful output's
-    tokens before its first divergence (:mod:`.measure`); None when no output and its
-    reference both carry logprobs (0.0 is kept: bit-equal)."""
+    tokens before its first divergence (:mod:`.measure`); None, and absent from the JSON,
+    when no output and its reference both carry logprobs (0.0 is kept: bit-equal)."""
     logprob_worst: LogprobShift | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """Where :attr:`logprob_diff` is."""
     sides: dict[str, SideCount] = field(default_factory=dict, metadata=OMIT_WHEN_EMPTY)
