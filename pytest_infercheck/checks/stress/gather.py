@@ -153,13 +153,11 @@ class StressGather(TargetGatherer[StressSpec]):
         return [(model, self.target), *beside]
 
     def render_on(self, target: ResolvedTarget, prompt: Prompt) -> PromptInput:
-        """``prompt`` as ``target`` receives it (:meth:`render` for the check's target)."""
-        if target is self.target or not has_generated(prompt):
-            if target is self.target:
-                return self.render(prompt)
-            return self.run.cache.render(target, prompt, self.run.settings.thinking)
+        """``prompt`` as ``target`` receives it (:meth:`render`, on any of the sides)."""
         thinking = self.run.settings.thinking
-        return self.run.cache.conversation(target, prompt, thinking, self.params(prompt)).final
+        if has_generated(prompt):
+            return self.run.cache.conversation(target, prompt, thinking, self.params(prompt)).final
+        return self.run.cache.render(target, prompt, thinking)
 
     def references(self) -> dict[str, Reference]:
         """Each prompt generated alone, by :func:`~.measure.ref_key` (its id; with
