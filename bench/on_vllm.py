@@ -14,13 +14,17 @@ and server (the order rotating each round):
 - ``diff``: the plugin's ``diff: {model: m, backends: [mlx, vllm]}`` (mlx-lm in-process
   against ``kind: vllm``, raw completions; teacher-forced on every item), the same with
   ``--infercheck-no-batching`` (every item's scorings one request after another, the path
-  before ``checks/comparison/ahead.py``), vs ``infer-check diff --backends
+  before ``checks/comparison/ahead.py``), the same with an empty ``INFERCHECK_CACHE_DIR`` at
+  every run (``plugin, cold``: nothing kept from an earlier run, e.g. the vocabulary
+  fingerprint of ``backends/vocab_fingerprint.py``), vs ``infer-check diff --backends
   mlx-lm,openai-compat --no-chat`` (free-running top-k and text);
 - ``determinism``: the plugin's ``determinism: {target: m@vllm, runs: R}`` vs ``infer-check
   determinism --backend openai-compat --runs R --no-chat``.
 
-Each tool's wall time is the median of its runs; the ratios plugin / infer-check (median of
-the per-round ratios) are printed against the targets (diff <= 0.5, determinism <= 0.3), with
+Each tool's wall time is the median of its runs, with its CPU time (user + system, the
+tool's own work, less disturbed by a loaded machine); the ratios plugin / infer-check (median
+of the per-round ratios, wall and CPU) are printed against the targets (diff <= 0.5,
+determinism <= 0.3), with
 the requests the server answered during each run (from its access log), so the work done is
 visible next to the time. Not a timed test: one run, numbers side by side.
 """
@@ -50,6 +54,9 @@ VLLM_FLAGS = ("--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"
 TARGETS = {"diff": 0.5, "determinism": 0.3}
 """Issue 30's targets for plugin / infer-check."""
 INFER_CHECK = "infer-check"
+COLD = ", cold"
+"""A plugin row whose every run starts from an empty ``INFERCHECK_CACHE_DIR`` (nothing kept
+from an earlier run: the vocabulary fingerprint computed again)."""
 
 
 @dataclass
@@ -57,6 +64,9 @@ class Runs:
     """One tool's timed runs of one case, and the server requests each made."""
 
     walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+    """user + system CPU seconds of each run (the tool's own work, less disturbed by a
+    loaded machine than its wall time; the server's work is not in it)."""
     requests: list[Counter[str]] = field(default_factory=list)
 
     @property
@@ -65,8 +75,12 @@ class Runs:
 
     def line(self) -> str:
         walls = ", ".join(f"{w:.2f}" for w in self.walls)
+        cpu = statistics.median(self.cpus)
         work = dict(self.requests[-1]) if self.requests and self.requests[-1] else "not read"
-        return f"median {self.median:7.2f} s (runs: {walls}); server requests per run: {work}"
+        return (
+            f"median {self.median:7.2f} s (runs: {walls}), CPU {cpu:.2f} s; "
+            f"server requests per run: {work}"
+        )
 
 
 @dataclass
@@ -125,9 +139,13 @@ def _case(
         for label in order:
             print(f"{name} round {i + 1}/{repeat}: {label} ...", flush=True)
             offset = server.log_offset()
-            timed = run_timed(tools[label], work, env={"HF_HUB_OFFLINE": "1"}, ok_codes=(0, 1))
+            env = {"HF_HUB_OFFLINE": "1"}
+            if label.endswith(COLD):  # nothing kept from an earlier run (a fresh cache)
+                env["INFERCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="cold-", dir=work)
+            timed = run_timed(tools[label], work, env=env, ok_codes=(0, 1))
             time.sleep(0.3)  # the server's last access-log lines
             runs[label].walls.append(timed.seconds)
+            runs[label].cpus.append(timed.cpu_seconds)
             runs[label].requests.append(_requests(server, offset))
     lines = [f"{name}:"]
     lines += [f"  {label + ':':<28} {r.line()}" for label, r in runs.items()]
@@ -136,10 +154,16 @@ def _case(
         if label == INFER_CHECK:
             continue
         ratio = median_ratio(r.walls, reference)
-        target = TARGETS[name] if label == "plugin" else None
+        target = (
+            TARGETS[name] if label.startswith("plugin") and "one at a time" not in label else None
+        )
         verdict = "" if target is None else (" ok" if ratio <= target else " ABOVE TARGET")
         aim = "" if target is None else f" (target <= {target}:{verdict})"
-        lines.append(f"  ratio {label} / infer-check (median of paired rounds): {ratio:.2f}{aim}")
+        cpu = median_ratio(r.cpus, runs[INFER_CHECK].cpus)
+        lines.append(
+            f"  ratio {label} / infer-check (median of paired rounds): {ratio:.2f}{aim}; "
+            f"CPU {cpu:.2f}"
+        )
     return lines
 
 
@@ -214,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             (case / "suite.jsonl").write_text(suite.read_text())
             matrix = _matrix(case, model, server.url, check, args.max_tokens, args.concurrency)
             tools: dict[str, Sequence[str | Path]] = {"plugin": pytest_cmd(matrix)}
+            if name == "diff":
+                tools["plugin" + COLD] = pytest_cmd(matrix)
             if name == "diff":
                 tools["plugin one at a time"] = pytest_cmd(matrix, "--infercheck-no-batching")
             out = case / "ic"

@@ -4,14 +4,13 @@ loaded once per process and shared by every backend that names the same weights
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from .base import BackendError
+from .vocab_fingerprint import vocabulary_fingerprint
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,7 @@ def load_model(spec: MlxModelSpec) -> Loaded:
                 import mlx.core as mx
 
                 model.set_dtype(getattr(mx, spec.dtype))
-            vocab = sorted(tokenizer.get_vocab().items())
-            fingerprint = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
+            fingerprint = vocabulary_fingerprint(tokenizer, spec.source)
             _LOADED[spec] = Loaded(model, tokenizer, dict(config), fingerprint)
         return _LOADED[spec]
 

@@ -118,3 +118,44 @@ checks:
     # generations at once" is asserted here; the requests made up front are counted in
     # tests/unit/test_comparison_ahead.py
     assert serial_in_flight <= len(PROMPTS) <= ahead_in_flight
+
+
+HEAVY_CONFTEST = """\
+import sys
+from pathlib import Path
+
+
+def pytest_sessionfinish(session):
+    heavy = sorted(
+        m for m in sys.modules if m.split(".")[0] in ("mlx", "mlx_lm", "transformers", "tokenizers")
+    )
+    Path("heavy.txt").write_text(" ".join(heavy))
+"""
+
+
+def test_determinism_on_vllm_loads_no_mlx_lm(
+    pytester: pytest.Pytester, vllm_qwen2: str, realistic_qwen2: Any
+) -> None:
+    """The benchmark's determinism matrix (an mlx-lm backend declared beside the vLLM one,
+    ``bench/on_vllm.py``): the run imports neither mlx, mlx-lm, transformers nor tokenizers
+    (their import and the 151,936-id tokenizer are most of a diff's load)."""
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makepyfile(conftest=HEAVY_CONFTEST)
+    suite = "\n".join(json.dumps({"id": i, "prompt": p, "max_tokens": 8}) for i, p in PROMPTS)
+    pytester.makefile(".jsonl", prompts=suite)
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"""\
+models:
+  qwen: {{path: '{Path(realistic_qwen2.path)}'}}
+backends:
+  mlx: {{kind: mlx-lm}}
+  vllm: {{kind: vllm, url: '{vllm_qwen2}', chat: false}}
+suites: [prompts.jsonl]
+checks:
+  - determinism: {{target: qwen@vllm, runs: 2}}
+""",
+    )
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    assert result.parseoutcomes() == {"passed": len(PROMPTS) + 1}, result.stdout.str()
+    assert (pytester.path / "heavy.txt").read_text() == ""
