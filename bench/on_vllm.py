@@ -14,7 +14,7 @@ and server (the order rotating each round):
 - ``diff``: the plugin's ``diff: {model: m, backends: [mlx, vllm]}`` (mlx-lm in-process
   against ``kind: vllm``, raw completions; teacher-forced on every item), the same with
   ``--infercheck-no-batching`` (every item's scorings one request after another, the path
-  before ``checks/comparison/ahead.py``), the same with an empty ``INFERCHECK_CACHE_DIR`` at
+  before ``checks/comparison/ahead.py``), the same with an empty ``INFERCHECK_CACHE`` at
   every run (``plugin, cold``: nothing kept from an earlier run, e.g. the vocabulary
   fingerprint of ``backends/vocab_fingerprint.py``), vs ``infer-check diff --backends
   mlx-lm,openai-compat --no-chat`` (free-running top-k and text);
@@ -55,7 +55,7 @@ TARGETS = {"diff": 0.5, "determinism": 0.3}
 """Issue 30's targets for plugin / infer-check."""
 INFER_CHECK = "infer-check"
 COLD = ", cold"
-"""A plugin row whose every run starts from an empty ``INFERCHECK_CACHE_DIR`` (nothing kept
+"""A plugin row whose every run starts from an empty ``INFERCHECK_CACHE`` (nothing kept
 from an earlier run: the vocabulary fingerprint computed again)."""
 
 
@@ -141,7 +141,7 @@ def _case(
             offset = server.log_offset()
             env = {"HF_HUB_OFFLINE": "1"}
             if label.endswith(COLD):  # nothing kept from an earlier run (a fresh cache)
-                env["INFERCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="cold-", dir=work)
+                env["INFERCHECK_CACHE"] = tempfile.mkdtemp(prefix="cold-", dir=work)
             timed = run_timed(tools[label], work, env=env, ok_codes=(0, 1))
             time.sleep(0.3)  # the server's last access-log lines
             runs[label].walls.append(timed.seconds)

@@ -7,7 +7,7 @@ every token to the same id (what lets one engine's prompt ids be sent to another
 
 Computing it for a 151,936-token vocabulary (``get_vocab``, the sort and the JSON) took 0.47 s
 of CPU (2.4 s wall at load 14 on 2 cores: ``bench/README.md``, "vLLM") on every run. It is kept
-in ``INFERCHECK_CACHE_DIR`` (default ``$XDG_CACHE_HOME/pytest-infercheck``, else
+in ``INFERCHECK_CACHE`` (default ``$XDG_CACHE_HOME/pytest-infercheck``, else
 ``~/.cache/pytest-infercheck``), under ``fingerprints/``, keyed by the SHA-256 of the **contents**
 of every file of the model folder that a Hugging Face tokenizer can read (the patterns mlx-lm
 fetches for its tokenizer: ``*.json``, ``*.txt``, ``*.model``, ...) with the versions of
@@ -47,7 +47,7 @@ def fingerprint_of(vocab: dict[str, int]) -> str:
 
 def cache_dir() -> Path:
     """Where the plugin keeps what it computed between runs (see the module docstring)."""
-    if explicit := os.environ.get("INFERCHECK_CACHE_DIR"):
+    if explicit := os.environ.get("INFERCHECK_CACHE"):
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "pytest-infercheck"

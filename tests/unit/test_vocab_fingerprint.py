@@ -29,7 +29,7 @@ class Counting:
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     where = tmp_path / "cache"
-    monkeypatch.setenv("INFERCHECK_CACHE_DIR", str(where))
+    monkeypatch.setenv("INFERCHECK_CACHE", str(where))
     return where
 
 
