@@ -163,13 +163,14 @@ class PositionEvidence:
         return shifted_row(self.logprobs, self.logits, self.tail, params, self.engine, self.history)
 
     def dropped(self) -> str:
-        """The shifting parameters whose absence the draws fit (p at least the item's
-        level against the expectation without it, where they fail the full one):
-        ``; the draws fit the distribution without presence_penalty (p 0.41): not
-        applied?``; empty when none does."""
+        """The parameters whose absence the draws fit (p at least the item's level against
+        the expectation without it, where they fail the full one): each penalty and
+        truncation left out, and a temperature other than 1 replaced by 1 (the OpenAI API's
+        default, vLLM's and mlx-lm's): ``; the draws fit the distribution without
+        presence_penalty (p 0.41): not applied?``, ``...without temperature 1.5 (at 1; p
+        0.3)...``; empty when none does."""
         fits = []
-        for name in penalized(self.params):
-            params = without(self.params, name)
+        for name, params in self.alternatives():
             try:
                 row = self.shifted(params)
                 e = expected_distribution(row, sampling_params(params), self.engine, tail=self.tail)
@@ -177,10 +178,22 @@ class PositionEvidence:
             except ValueError:
                 continue
             if not p.outside_support and p.p_value >= self.level:
-                fits.append(f"{name} (p {p.p_value:.3g})")
+                at = " (at 1; " if name.startswith("temperature") else " ("
+                fits.append(f"{name}{at}p {p.p_value:.3g})")
         if not fits:
             return ""
         return f"; the draws fit the distribution without {' or '.join(fits)}: not applied?"
+
+    def alternatives(self) -> list[tuple[str, dict[str, Any]]]:
+        """The parameter sets of an engine that dropped one parameter of :attr:`params`, each
+        with the parameter's name: a penalty or truncation left out, a temperature other
+        than 1 at 1 (``temperature 1.5``)."""
+        out = [(name, without(self.params, name)) for name in penalized(self.params)]
+        out += [(name, without(self.params, name)) for name in TRUNCATIONS if name in self.params]
+        t = float(self.params["temperature"])
+        if t != 1.0:
+            out.append((f"temperature {t:g}", {**self.params, "temperature": 1.0}))
+        return out
 
     def name(self, token: int) -> str:
         piece = self.pieces.get(token)
