@@ -8,9 +8,14 @@ Its own server (started once for the module, about 4 GB): the session's shared v
 the realistic Qwen2, whose 151,643-token vocabulary of random weights has no spread
 distribution a few thousand draws can test.
 
-The prompts are the ``sampling`` suite's first two with ``<s>`` written: vLLM's ``/tokenize``
-adds no BOS for the adder's tokenizer (mlx-lm and llama.cpp add it), and without it the
-adder's first token is the end of sequence with probability 0.97 (nothing to test).
+The prompts are the ``sampling`` suite's first two, on a backend with ``add_bos: true``:
+vLLM's ``/tokenize`` (``add_special_tokens`` true, its default) adds no BOS for the adder,
+whose ``tokenizer.json`` post-processor declares none (mlx-lm's ``add_bos`` and llama.cpp's
+GGUF ``add_bos_token`` add it), and without it the adder's first token is the end of sequence
+with probability 0.97 (nothing to test).
+
+Through the faulty proxy (``drop_fields``) a dropped ``top_p``, temperature or seed fails the
+item of that parameter, naming it, and only that item.
 """
 
 from __future__ import annotations
@@ -56,18 +61,13 @@ def test_vllm_samples_what_its_parameters_define(
     model = tiny_models["bf16"]
     pytester.makefile(".ini", pytest=INI)
     pytester.makefile(
-        ".jsonl",
-        bos='{"id": "sp001", "prompt": "<s>31+", "max_tokens": 8}\n'
-        '{"id": "sp002", "prompt": "<s>28+", "max_tokens": 8}\n',
-    )
-    pytester.makefile(
         ".yaml",
         infercheck=f"""\
 models:
   adder: {{path: '{model}'}}
 backends:
-  vllm: {{kind: vllm, url: '{vllm_adder}', chat: false}}
-suites: [bos.jsonl]
+  vllm: {{kind: vllm, url: '{vllm_adder}', chat: false, add_bos: true}}
+suites: [{{suite: sampling, limit: 2}}]
 checks:
   - sampling: {{target: adder@vllm, samples: 1000}}
     params:
@@ -104,15 +104,14 @@ def _items(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[str, str]]
 
 def _matrix(pytester: pytest.Pytester, model: Path, url: str, check: str) -> None:
     pytester.makefile(".ini", pytest=INI)
-    pytester.makefile(".jsonl", bos='{"id": "sp001", "prompt": "<s>31+", "max_tokens": 8}\n')
     pytester.makefile(
         ".yaml",
         infercheck=f"""\
 models:
   adder: {{path: '{model}'}}
 backends:
-  vllm: {{kind: vllm, url: '{url}', chat: false}}
-suites: [bos.jsonl]
+  vllm: {{kind: vllm, url: '{url}', chat: false, add_bos: true}}
+suites: [{{suite: sampling, limit: 1}}]
 checks:
 {check}""",
     )

@@ -412,11 +412,15 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
         tokens = sorted({t for e in evidence for t in (*e.counts, *(e.logprobs or {}))})
         if not tokens:
             return
-        backend = self.target.backend
-        try:
-            pieces = self.run.cache.call(self.target, backend.token_pieces(tokens))
-        except BackendError:
-            return
+        pieces = None
+        # the target's own pieces, else the reference's (same tokenizer): a text-only server
+        for side in dict.fromkeys((self.target, self.reference)):
+            try:
+                pieces = self.run.cache.call(side, side.backend.token_pieces(tokens))
+            except BackendError:
+                continue
+            if pieces:
+                break
         if not pieces:
             return
         named = dict(zip(tokens, pieces, strict=False))
