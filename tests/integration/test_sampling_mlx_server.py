@@ -11,14 +11,15 @@ judged where the engines' orders agree (a temperature alone, one truncation at t
 
 Measured:
 
-- one request at a time (``max_concurrency: 1``), every position item and the seed item
-  pass: it samples what its parameters define, and honours the seed;
+- with its prompt cache off (``--prompt-cache-size 0``), every position item and the seed
+  item pass: it samples what its parameters define, and honours the seed;
 - with ``n: 50`` asked, every item fails saying the engine answered fewer choices;
-- requests at once (the default 4) kill its generation thread when a batched request's
-  prompt is entirely in its prompt cache (``server.py`` ``_generate``: the cached prefix
-  leaves no segment, and ``BatchGenerator.insert_segments`` raises "Sequence N has an empty
-  prompt"): here the draws at position 1 (``<s>31+5``), whose prompt an earlier draw at
-  position 0 stored; every later request is answered HTTP 404 "generation thread died".
+- with its prompt cache on (the default 10 sequences) its generation thread dies when a
+  request that joins its running batch has a prompt entirely in the cache (``server.py``
+  ``_generate``: the cached prefix leaves no segment, and ``BatchGenerator.insert_segments``
+  raises "Sequence N has an empty prompt"): here the draws at position 1 (``<s>31+5``),
+  whose prompt a draw at position 0 stored; every later request is answered HTTP 404
+  "generation thread died" (one request at a time, ``max_concurrency: 1``, dies too).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _run(
     model: Path,
     *,
     per: str = ", per_request: 1",
-    concurrency: int = 4,
+    flags: str = " --prompt-cache-size 0",
     samples: int = 1000,
     params: str = PARAMS,
     positions: int = 2,
@@ -64,10 +65,9 @@ def _run(
     served = backend(
         "mlxserver",
         "openai",
-        MLX_LM_SERVE,
+        MLX_LM_SERVE + flags,
         {"HF_HUB_CACHE": str(hub)},
         chat=False,
-        max_concurrency=concurrency,
     )
     check = CHECK.format(
         samples=samples,
@@ -94,7 +94,7 @@ def _run(
 def test_mlx_lm_server_samples_what_its_parameters_define(
     pytester: pytest.Pytester, tiny_models: dict[str, Path]
 ) -> None:
-    items = _run(pytester, tiny_models["bf16"], concurrency=1)
+    items = _run(pytester, tiny_models["bf16"])
     assert len(items) == 4 * 2 + 1 + 1, items
     assert set(items.values()) == {"passed"}, items
 
@@ -118,6 +118,7 @@ def test_mlx_lm_server_dies_on_a_batched_prompt_it_has_cached_whole(
         samples=200,
         params="      - {temperature: 1.0}\n",
         seed=False,
+        flags="",
     )
     assert items["sp001[t1-pos0]"] == "passed", items
     assert "HTTP 404: generation thread died" in items["sp001[t1-pos1]"], items
