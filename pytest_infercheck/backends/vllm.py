@@ -5,14 +5,8 @@ What vLLM offers beyond the OpenAI API, and what this backend uses (measured on 
 
 - Prompt ids: ``POST /tokenize`` (chat: the messages with ``add_generation_prompt`` and
   ``chat_template_kwargs``; raw: the text, special tokens added as for a completion); the
-  rendered text is ``POST /detokenize`` of those ids (the exact string of the ids). vLLM's
-  ``add_special_tokens`` (default true on ``/tokenize`` and ``/v1/completions``) adds what
-  the tokenizer's post-processor adds: nothing for a tokenizer whose ``tokenizer.json``
-  declares no BOS (the tiny adder: ``TemplateProcessing`` of ``$A`` alone; transformers reads
-  ``add_bos_token`` False), where mlx-lm's ``add_bos`` and llama.cpp's GGUF
-  ``add_bos_token`` (true when the tokenizer does not say) prepend ``<s>``. ``add_bos:
-  true`` (raw prompts) prepends the tokenizer's BOS (``tokenizer_config.json``'s
-  ``bos_token``, its id by ``/tokenize``) when the ids lack it, as mlx-lm's does.
+  rendered text is ``POST /detokenize`` of those ids (the exact string of the ids); under
+  ``add_bos`` a raw prompt's ids get the tokenizer's BOS first (:mod:`.vllm_bos`).
 - Generation: ``/v1/completions`` with the prompt as token ids, greedy, integer ``logprobs``
   and ``return_tokens_as_token_ids: true``: every generated token comes back as
   ``token_id:N`` (its id, from the server, never a re-tokenisation of its text), the
@@ -82,6 +76,7 @@ from .openai_compat import (
 )
 from .openai_wire import STREAM_USAGE
 from .params import TAKEN, openai_fields
+from .vllm_bos import with_bos
 from .vllm_metrics import SETTLE_READS, activity_delta, counted, parse_counters
 from .vllm_wire import cache_config_tokens, streamed_id_generation
 from .vllm_wire import id_generation as id_generation
@@ -125,9 +120,7 @@ class VllmBackend(OpenAICompatBackend):
         self._pieces: dict[int, str] = {}
         self._lock: asyncio.Lock | None = None
         self.add_bos = False
-        """Raw prompts: prepend the tokenizer's BOS when ``/tokenize`` gives ids without it
-        (the module docstring)."""
-        self._bos: int | None = None
+        """Raw prompts: the tokenizer's BOS first (:mod:`.vllm_bos`)."""
         self.lora_served = False
         """Whether this backend (or the base-model twin of one) asks a LoRA-serving vLLM: its
         requests go one at a time (:meth:`_exclusive`)."""
@@ -248,35 +241,6 @@ class VllmBackend(OpenAICompatBackend):
         }
         return {i for i in ids if i in special}
 
-    async def bos_id(self) -> int:
-        """The id of the served tokenizer's BOS: ``tokenizer_config.json``'s ``bos_token``
-        of the served folder, tokenized by the server (one id). Raises ``BackendError`` when
-        the model is not a local folder, names no BOS, or the text is not one token."""
-        if self._bos is not None:
-            return self._bos
-        folder = self.model_folder()
-        try:
-            config = json.loads((folder / "tokenizer_config.json").read_text()) if folder else {}
-        except (OSError, ValueError):
-            config = {}
-        token = config.get("bos_token") if isinstance(config, dict) else None
-        if isinstance(token, dict):
-            token = token.get("content")
-        if not isinstance(token, str) or not token:
-            raise BackendError(
-                f"backend {self.name!r}: add_bos: true, but the served model "
-                f"({self.source or self.model!r}) has no local tokenizer_config.json naming a "
-                "bos_token"
-            )
-        ids = await self.tokenize(token)
-        if len(ids) != 1:
-            raise BackendError(
-                f"backend {self.name!r}: add_bos: the bos_token {token!r} is not one token "
-                f"on the server ({ids})"
-            )
-        self._bos = ids[0]
-        return self._bos
-
     def _tokenize_body(self, prompt: PromptInput) -> dict[str, Any]:
         if self.chat:
             return {
@@ -319,9 +283,7 @@ class VllmBackend(OpenAICompatBackend):
         first), with the exact text of its ids."""
         ids = await self._tokenize(self._tokenize_body(asked))
         if self.add_bos and not self.chat:
-            bos = await self.bos_id()
-            if ids[:1] != [bos]:
-                ids = [bos, *ids]
+            ids = await with_bos(self, ids)
         text = await self.detokenize(ids)
         return dataclasses.replace(asked, text=text, token_ids=tuple(ids))
 
