@@ -292,6 +292,9 @@ DROPPED: dict[str, str] = {
         )
         for unit in REPLACED_IN_ISSUE_29
     },
+    "| `add_bos`, `dtype`, `batching`, and the options below | `mlx-lm` |": (
+        "issue 28: vllm takes add_bos too; the row split in two (docs/reference/backends.md)"
+    ),
     "ungated), verdicts.py, present.py": (
         "a stray duplicate line in the README's architecture tree (the line before it says it)"
     ),

@@ -27,6 +27,7 @@ from .spec import (
     OllamaSpec,
     OpenAIServerSpec,
     SglangSpec,
+    VllmSpec,
     error_at,
 )
 
@@ -35,7 +36,7 @@ BACKENDS: tuple[BackendKind, ...] = (
     BackendKind(
         "openai", ".openai_compat", OpenAIServerSpec, shorthand="openai:NAME", by_name=True
     ),
-    BackendKind("vllm", ".vllm", OpenAIServerSpec, shorthand="vllm:DIR", adapters=True),
+    BackendKind("vllm", ".vllm", VllmSpec, shorthand="vllm:DIR", adapters=True),
     BackendKind("vllm-mlx", ".vllm_mlx", OpenAIServerSpec, shorthand="vllm-mlx:DIR"),
     BackendKind("sglang", ".sglang", SglangSpec, shorthand="sglang:DIR"),
     BackendKind(

@@ -19,8 +19,9 @@ reads the entry:
 - ``logprobs``: the kinds that negotiate logprobs on the OpenAI endpoints (openai, vllm,
   vllm-mlx: :class:`~.openai_compat.OpenAICompatBackend`); sglang reads its native
   ``/generate``, which this switch never reached;
-- ``add_bos``, ``dtype``, ``batching`` and the options of :class:`~.options.MlxLmOptionKeys`:
-  mlx-lm in-process.
+- ``add_bos``: mlx-lm in-process and vllm (raw prompts);
+- ``dtype``, ``batching`` and the options of :class:`~.options.MlxLmOptionKeys`: mlx-lm
+  in-process.
 
 Code that handles every kind reads the shared keys of :class:`BackendSpec` (``url``,
 ``serve``, ``api_key_env``, ``logprobs``, ``batching``): a kind whose entry does not take the
@@ -205,6 +206,16 @@ class OpenAIServerSpec(_ModelName, ServedSpec):
 
     logprobs: bool = True
     """Ask the server for logprobs (default true); false compares text and answers only."""
+
+
+class VllmSpec(OpenAIServerSpec):
+    """vLLM's OpenAI server. ``add_bos`` (raw prompts, ``chat: false``): prepend the
+    tokenizer's BOS when vLLM's ``/tokenize`` gives ids without it (a tokenizer whose
+    post-processor adds none, such as the tiny adder's), as mlx-lm's ``add_bos`` and
+    llama.cpp's ``add_bos_token`` do; default false: vLLM's own ids."""
+
+    add_bos: bool = False
+    """Prepend the tokenizer's BOS to raw prompts whose ids lack it (default false)."""
 
 
 class LlamaServerSpec(ServedSpec, _LogprobsAsked):

@@ -5,7 +5,8 @@ What vLLM offers beyond the OpenAI API, and what this backend uses (measured on 
 
 - Prompt ids: ``POST /tokenize`` (chat: the messages with ``add_generation_prompt`` and
   ``chat_template_kwargs``; raw: the text, special tokens added as for a completion); the
-  rendered text is ``POST /detokenize`` of those ids (the exact string of the ids).
+  rendered text is ``POST /detokenize`` of those ids (the exact string of the ids); under
+  ``add_bos`` a raw prompt's ids get the tokenizer's BOS first (:mod:`.vllm_bos`).
 - Generation: ``/v1/completions`` with the prompt as token ids, greedy, integer ``logprobs``
   and ``return_tokens_as_token_ids: true``: every generated token comes back as
   ``token_id:N`` (its id, from the server, never a re-tokenisation of its text), the
@@ -75,6 +76,7 @@ from .openai_compat import (
 )
 from .openai_wire import STREAM_USAGE
 from .params import TAKEN, openai_fields
+from .vllm_bos import with_bos
 from .vllm_metrics import SETTLE_READS, activity_delta, counted, parse_counters
 from .vllm_wire import cache_config_tokens, streamed_id_generation
 from .vllm_wire import id_generation as id_generation
@@ -84,7 +86,7 @@ from .vllm_wire import token_id as token_id
 if TYPE_CHECKING:
     import numpy as np
 
-    from .spec import OpenAIServerSpec
+    from .spec import VllmSpec
 
 GENERATION_TOP_K = 8
 """Top-k logprobs asked with each generated token (the teacher-forced scoring asks for as many
@@ -117,6 +119,8 @@ class VllmBackend(OpenAICompatBackend):
         """The base model's name, which the adapter's module replaced in requests."""
         self._pieces: dict[int, str] = {}
         self._lock: asyncio.Lock | None = None
+        self.add_bos = False
+        """Raw prompts: the tokenizer's BOS first (:mod:`.vllm_bos`)."""
         self.lora_served = False
         """Whether this backend (or the base-model twin of one) asks a LoRA-serving vLLM: its
         requests go one at a time (:meth:`_exclusive`)."""
@@ -275,8 +279,11 @@ class VllmBackend(OpenAICompatBackend):
         return await super().render_messages(messages, thinking)
 
     async def _rendered(self, asked: PromptInput) -> PromptInput:
-        """``asked`` as the server tokenizes it, with the exact text of its ids."""
+        """``asked`` as the server tokenizes it (a raw prompt under ``add_bos`` with the BOS
+        first), with the exact text of its ids."""
         ids = await self._tokenize(self._tokenize_body(asked))
+        if self.add_bos and not self.chat:
+            ids = await with_bos(self, ids)
         text = await self.detokenize(ids)
         return dataclasses.replace(asked, text=text, token_ids=tuple(ids))
 
@@ -566,7 +573,7 @@ async def _generate_base(backend: VllmBackend, prompt: PromptInput, params: Any)
 
 def create(
     name: str,
-    spec: OpenAIServerSpec,
+    spec: VllmSpec,
     source: str,
     revision: str | None,
     url: str | None,
@@ -578,6 +585,7 @@ def create(
     backend.serve = spec.serve
     backend.adapter = adapter
     backend.lora_served = adapter is not None
+    backend.add_bos = spec.add_bos
     return backend
 
 

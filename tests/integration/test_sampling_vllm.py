@@ -8,9 +8,14 @@ Its own server (started once for the module, about 4 GB): the session's shared v
 the realistic Qwen2, whose 151,643-token vocabulary of random weights has no spread
 distribution a few thousand draws can test.
 
-The prompts are the ``sampling`` suite's first two with ``<s>`` written: vLLM's ``/tokenize``
-adds no BOS for the adder's tokenizer (mlx-lm and llama.cpp add it), and without it the
-adder's first token is the end of sequence with probability 0.97 (nothing to test).
+The prompts are the ``sampling`` suite's first two, on a backend with ``add_bos: true``:
+vLLM's ``/tokenize`` (``add_special_tokens`` true, its default) adds no BOS for the adder,
+whose ``tokenizer.json`` post-processor declares none (mlx-lm's ``add_bos`` and llama.cpp's
+GGUF ``add_bos_token`` add it), and without it the adder's first token is the end of sequence
+with probability 0.97 (nothing to test).
+
+Through the faulty proxy (``drop_fields``) a dropped ``top_p``, temperature or seed fails the
+item of that parameter, naming it, and only that item.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.faulty_proxy import Fault, FaultyProxy
 from tests.integration.conftest import _running_with_env
 from tests.integration.served import (
     VLLM_ENV,
@@ -55,18 +61,13 @@ def test_vllm_samples_what_its_parameters_define(
     model = tiny_models["bf16"]
     pytester.makefile(".ini", pytest=INI)
     pytester.makefile(
-        ".jsonl",
-        bos='{"id": "sp001", "prompt": "<s>31+", "max_tokens": 8}\n'
-        '{"id": "sp002", "prompt": "<s>28+", "max_tokens": 8}\n',
-    )
-    pytester.makefile(
         ".yaml",
         infercheck=f"""\
 models:
   adder: {{path: '{model}'}}
 backends:
-  vllm: {{kind: vllm, url: '{vllm_adder}', chat: false}}
-suites: [bos.jsonl]
+  vllm: {{kind: vllm, url: '{vllm_adder}', chat: false, add_bos: true}}
+suites: [{{suite: sampling, limit: 2}}]
 checks:
   - sampling: {{target: adder@vllm, samples: 1000}}
     params:
@@ -88,3 +89,75 @@ checks:
     assert result.ret == 0, {k: v for k, v in failures.items() if v} or result.stdout.str()
     assert len(failures) == 2 * 4 * 2 + 2 + 1
     result.stdout.fnmatch_lines(["*sampling(adder)*adder@vllm*16/16*0*PASS*"])
+
+
+def _items(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[str, str]]:
+    """The run (a subprocess: the proxy lives in this process) and each item's outcome by
+    name (``passed`` or its failure message)."""
+    result = pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
+    out = {}
+    for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase"):
+        failure = case.find("failure")
+        out[str(case.get("name"))] = "passed" if failure is None else failure.get("message", "")
+    return result, out
+
+
+def _matrix(pytester: pytest.Pytester, model: Path, url: str, check: str) -> None:
+    pytester.makefile(".ini", pytest=INI)
+    pytester.makefile(
+        ".yaml",
+        infercheck=f"""\
+models:
+  adder: {{path: '{model}'}}
+backends:
+  vllm: {{kind: vllm, url: '{url}', chat: false, add_bos: true}}
+suites: [{{suite: sampling, limit: 1}}]
+checks:
+{check}""",
+    )
+
+
+FAULTS = """\
+  - sampling: {target: adder@vllm, samples: 1000}
+    params:
+      - {temperature: 1.5}
+      - {temperature: 1.0, top_k: 3}
+      - {temperature: 1.0, top_p: 0.9}
+    positions: 1
+    seed: true
+"""
+
+
+@pytest.mark.parametrize(
+    ("dropped", "failing", "why"),
+    [
+        # top_p 0.9 keeps '5', '4', '3' (0.318, 0.318, 0.284): vLLM's default 1.0 draws '6'
+        # and '2' (0.028, 0.026) about 55 times in 1000
+        ("top_p", "sp001[t1-p0.9-pos0]", "excluded by top_p 0.9"),
+        # vLLM's default temperature 1.0 instead of 1.5: the tail's share falls from about
+        # 0.18 to 0.08 (a G-test far below alpha at 1000 draws)
+        ("temperature", "sp001[t1.5-pos0]", "fit the distribution without temperature 1.5"),
+        # a random seed per request: four requests of seed 1234 give several outputs
+        ("seed", "sp001[seed]", "seed 1234 gave"),
+    ],
+)
+def test_a_dropped_parameter_fails_its_item_naming_it(
+    pytester: pytest.Pytester,
+    vllm_adder: str,
+    tiny_models: dict[str, Path],
+    dropped: str,
+    failing: str,
+    why: str,
+) -> None:
+    """Through the faulty proxy (``drop_fields``: the field removed from every sampled
+    request, so vLLM's own default applies), only the item of the dropped parameter fails,
+    and its message names it; the other items (which send the field at its neutral value, or
+    at vLLM's default) still pass."""
+    with FaultyProxy(vllm_adder, Fault(drop_fields=frozenset({dropped}))) as proxy:
+        _matrix(pytester, tiny_models["bf16"], proxy.url, FAULTS)
+        _, items = _items(pytester)
+        assert proxy.altered > 0
+    failed = {name: message for name, message in items.items() if message != "passed"}
+    assert set(failed) == {failing, "aggregate"}, items
+    assert why in failed[failing], failed[failing]
+    assert len(items) == 3 + 1 + 1, items

@@ -49,7 +49,8 @@ HONOURED: dict[str, set[str]] = {
     "mlx-lm": {"chat", "add_bos", "dtype", "batching", *MLX_OPTIONS},
     # openai_compat.create_served: chat, model_name, logprobs (no_logprobs), HttpSettings.of.
     "openai": OPENAI,
-    "vllm": OPENAI,
+    # vllm.create: add_bos besides (raw prompts: the tokenizer's BOS prepended).
+    "vllm": {*OPENAI, "add_bos"},
     "vllm-mlx": OPENAI,
     # sglang.create: chat, model_name, HttpSettings.of; its native /generate always asks
     # for logprobs (the entry's logprobs was never read).

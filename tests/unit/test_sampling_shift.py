@@ -163,3 +163,17 @@ def test_a_penalty_that_changes_nothing_here_is_not_measured() -> None:
     e = position({0: 1}, [1], {0: 2.0, 1: 1.0, 2: -1.0}, repetition_penalty=2.0)
     e.engine = "vllm"
     assert isinstance(e.analysis, Analysis)
+
+
+def test_draws_that_fit_temperature_one_name_the_temperature() -> None:
+    # temperature 2 on 0.5 / 0.3 / 0.2: q proportional to sqrt(p), 0.7071 / 0.5477 / 0.4472
+    # over 1.7020: 0.4155 / 0.3218 / 0.2628; the draws are the untempered 500 / 300 / 200
+    # (G on 2 dof far beyond alpha), which fit temperature 1 exactly.
+    e = position({0: 500, 1: 300, 2: 200}, [], temperature=2.0)
+    assert expected_of(e) == pytest.approx({0: 0.4155, 1: 0.3218, 2: 0.2628}, abs=1e-4)
+    assert isinstance(e.fit, Finding) and not e.fit.ok
+    assert "the draws fit the distribution without temperature 2 (at 1; p 1): not applied?" in (
+        e.fit.detail
+    )
+    # draws at temperature 2 pass and name nothing.
+    assert position({0: 416, 1: 322, 2: 262}, [], temperature=2.0).fit == Finding(True)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ...metrics.sampling import Expected, Fit, SamplingParams, expected_distribution
+from ...metrics.sampling import Expected, Fit, SamplingParams, expected_distribution, pooled
 from ...metrics.sampling import goodness_of_fit as g_test
 from ...verdict.conduct import Conduct
 from ...verdict.measure import Finding, MeasureValue, Unmeasured
@@ -129,6 +129,11 @@ class PositionEvidence:
     logits: dict[int, float] | None = None
     """The reference's raw logits at the position, where it gives them (the repetition
     penalty needs them: :mod:`.shift`)."""
+    groups: list[tuple[int, ...]] = field(default_factory=list)
+    """Tokens the draws cannot tell apart, each group counted as its first id (a server that
+    returns the drawn text only, where several tokens have one text: the special tokens a
+    server strips, the bytes of a broken character); the expected distribution pools each
+    group the same way (:func:`~pytest_infercheck.metrics.sampling.pooled`)."""
     conduct: Conduct = field(default_factory=Conduct)
 
     @property
@@ -148,13 +153,17 @@ class PositionEvidence:
             return Unmeasured(f"no tokens were drawn at position {self.position}")
         try:
             row = self.shifted(self.params)
-            expected = expected_distribution(
-                row, sampling_params(self.params), self.engine, tail=self.tail
-            )
+            expected = self.expect(row, self.params)
             fit = g_test(self.counts, expected, alpha=self.level)
         except ValueError as exc:
             return Unmeasured(f"the expected distribution cannot be made: {exc}")
         return Analysis(expected, fit, row)
+
+    def expect(self, row: Mapping[int, float], params: Mapping[str, Any]) -> Expected:
+        """The expected distribution of ``params`` over ``row`` by the engine's semantics,
+        with the indistinguishable :attr:`groups` pooled."""
+        e = expected_distribution(row, sampling_params(params), self.engine, tail=self.tail)
+        return pooled(e, self.groups)
 
     def shifted(self, params: Mapping[str, Any]) -> dict[int, float]:
         """The reference's row shifted by the penalties and bias of ``params``
@@ -163,24 +172,36 @@ class PositionEvidence:
         return shifted_row(self.logprobs, self.logits, self.tail, params, self.engine, self.history)
 
     def dropped(self) -> str:
-        """The shifting parameters whose absence the draws fit (p at least the item's
-        level against the expectation without it, where they fail the full one):
-        ``; the draws fit the distribution without presence_penalty (p 0.41): not
-        applied?``; empty when none does."""
+        """The parameters whose absence the draws fit (p at least the item's level against
+        the expectation without it, where they fail the full one): each penalty and
+        truncation left out, and a temperature other than 1 replaced by 1 (the OpenAI API's
+        default, vLLM's and mlx-lm's): ``; the draws fit the distribution without
+        presence_penalty (p 0.41): not applied?``, ``...without temperature 1.5 (at 1; p
+        0.3)...``; empty when none does."""
         fits = []
-        for name in penalized(self.params):
-            params = without(self.params, name)
+        for name, params in self.alternatives():
             try:
-                row = self.shifted(params)
-                e = expected_distribution(row, sampling_params(params), self.engine, tail=self.tail)
+                e = self.expect(self.shifted(params), params)
                 p = g_test(self.counts, e, alpha=self.level)
             except ValueError:
                 continue
             if not p.outside_support and p.p_value >= self.level:
-                fits.append(f"{name} (p {p.p_value:.3g})")
+                at = " (at 1; " if name.startswith("temperature") else " ("
+                fits.append(f"{name}{at}p {p.p_value:.3g})")
         if not fits:
             return ""
         return f"; the draws fit the distribution without {' or '.join(fits)}: not applied?"
+
+    def alternatives(self) -> list[tuple[str, dict[str, Any]]]:
+        """The parameter sets of an engine that dropped one parameter of :attr:`params`, each
+        with the parameter's name: a penalty or truncation left out, a temperature other
+        than 1 at 1 (``temperature 1.5``)."""
+        out = [(name, without(self.params, name)) for name in penalized(self.params)]
+        out += [(name, without(self.params, name)) for name in TRUNCATIONS if name in self.params]
+        t = float(self.params["temperature"])
+        if t != 1.0:
+            out.append((f"temperature {t:g}", {**self.params, "temperature": 1.0}))
+        return out
 
     def name(self, token: int) -> str:
         piece = self.pieces.get(token)
@@ -194,7 +215,7 @@ class PositionEvidence:
                 continue
             alone = {"temperature": self.params["temperature"], name: self.params[name]}
             try:
-                e = expected_distribution(row, sampling_params(alone), self.engine, tail=self.tail)
+                e = self.expect(row, alone)
             except ValueError:
                 continue
             if token not in e.probs and token not in e.boundary:

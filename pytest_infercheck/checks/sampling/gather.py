@@ -86,6 +86,14 @@ class Rows:
         RawLogits`)."""
         self.why_not: str | None = None
         self.conduct = Conduct()
+        self.by_text = False
+        """The target gives no token ids (vllm-mlx; mlx_lm.server asked no logprobs): the
+        reference's ids are sent as their exact text and each draw is known by its text."""
+        self.texts: dict[int, str] = {}
+        """Per position ``j > 0`` under :attr:`by_text`: the exact text of the prompt's ids and
+        the first ``j`` greedy tokens."""
+        self.text_gap: str | None = None
+        """Why the positions from the first missing from :attr:`texts` cannot be drawn."""
 
 
 class SamplingGather(TargetGatherer[SamplingSpec]):
@@ -122,7 +130,9 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
             if evidence.why_not is None and r.rendered is not None:
                 prefix = r.rendered if j == 0 else self._prefix(r, j)
                 draws.append((plan, evidence, self._sample_params(params), prefix))
-        self._draw(draws)
+        text_only = [e for _, e, _, _ in draws if rows[e.prompt_id].by_text]
+        cells = self._text_cells([rows[k] for k in keys if rows[k].by_text], text_only)
+        self._draw(draws, cells)
         self._processed(draws)
         self._name_tokens([e for _, e, _, _ in draws])
         return out
@@ -134,14 +144,18 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
         rendered = self.render(prompt)
         r.rendered = rendered
         if rendered.token_ids is None:
-            r.why_not = f"{target.label} gives no prompt token ids to teacher-force along"
-            return r
-        r.ids = list(rendered.token_ids)
+            borrowed = self._borrowed(prompt, r)
+            if borrowed is None:
+                return r
+            rendered = r.rendered = borrowed
+        r.ids = list(rendered.token_ids or ())
         greedy = GenerationParams(max_tokens=self.thresholds.positions, temperature=0.0)
+        # A target that returns no token ids continues along the reference's greedy tokens.
+        follow = ref if r.by_text else target
         try:
-            generation = cache.generate(target, rendered, greedy)
+            generation = cache.generate(follow, rendered, greedy)
         except BackendError as exc:
-            r.conduct.failures.append(request_failure(target.label, "the greedy continuation", exc))
+            r.conduct.failures.append(request_failure(follow.label, "the greedy continuation", exc))
             r.why_not = "the greedy continuation failed"
             return r
         if generation.token_ids is None:
@@ -159,10 +173,57 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
             if self._penalized() and isinstance(ref.backend, RawLogits):
                 raw = cache.call(ref, ref.backend.raw_logits(r.ids, r.continuation))
                 r.raw = [{i: float(v) for i, v in enumerate(row)} for row in np.asarray(raw)]
+            if r.by_text:
+                self._prefix_texts(r)
         except BackendError as exc:
             r.conduct.failures.append(request_failure(ref.label, "the reference's rows", exc))
             r.why_not = "the reference's rows failed"
         return r
+
+    def _borrowed(self, prompt: Prompt, r: Rows) -> PromptInput | None:
+        """The reference's rendering of ``prompt`` (its ids and their exact text), for a
+        target that gives no ids of its own and takes the text as it is (raw completions);
+        None (``r.why_not`` set) when there is no such reference or the target does not."""
+        target, cache = self.target, self.run.cache
+        if self.spec.reference is None:
+            r.why_not = (
+                f"{target.label} gives no prompt token ids to teacher-force along (name a "
+                "reference that does: its ids are sent to the target as their exact text)"
+            )
+            return None
+        ref = self.reference
+        try:
+            own = cache.render(ref, prompt, self.run.settings.thinking)
+            takes = own.token_ids is not None and cache.accepts_ids(target, own)
+        except (BackendError, ValueError) as exc:
+            r.why_not = f"{target.label} gives no prompt token ids and {ref.label}'s: {exc}"
+            return None
+        if not takes:
+            r.why_not = (
+                f"{target.label} gives no prompt token ids and does not take {ref.label}'s "
+                "as their text (chat: true applies its own template)"
+            )
+            return None
+        r.by_text = True
+        return own
+
+    def _prefix_texts(self, r: Rows) -> None:
+        """The exact text of the ids at each teacher-forced position (the reference's
+        detokenizer), checked to tokenize back to the same ids: else that position's items
+        cannot be drawn, nor any after it (``r.text_gap``)."""
+        ref, cache = self.reference, self.run.cache
+        assert r.ids is not None
+        for j in range(1, len(r.rows)):
+            ids = [*r.ids, *r.continuation[:j]]
+            text = str(cache.call(ref, ref.backend.detokenize(ids)))
+            back = cache.call(ref, ref.backend.tokenize(text))
+            if back is None or list(back) != ids:
+                r.text_gap = (
+                    f"the text {text!r} of the ids {ids} tokenizes back to {back} ({ref.label}): "
+                    f"a target that takes text cannot be given position {j} exactly"
+                )
+                return
+            r.texts[j] = text
 
     def _penalized(self) -> bool:
         """Whether a parameter set shifts logits (the raw logits are then asked)."""
@@ -191,7 +252,49 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
 
     def _prefix(self, r: Rows, j: int) -> PromptInput:
         assert r.rendered is not None and r.ids is not None
-        return replace(r.rendered, token_ids=(*r.ids, *r.continuation[:j]), templated=True)
+        text = r.texts[j] if r.by_text else r.rendered.text
+        return replace(
+            r.rendered, text=text, token_ids=(*r.ids, *r.continuation[:j]), templated=True
+        )
+
+    def _text_cells(self, rows: list[Rows], evidence: list[PositionEvidence]) -> dict[str, int]:
+        """For draws known by their text only: each text of one token of the reference's rows
+        (``detokenize([id])``) -> the id it is counted as. Tokens with one text are one cell
+        (joined transitively), counted as the smallest id, and every special token is also
+        in the cell of the empty text (a server strips them from its output: vllm-mlx all of
+        them, mlx_lm.server the end of sequence); each evidence gets the groups."""
+        if not rows:
+            return {}
+        ref, cache = self.reference, self.run.cache
+        ids = sorted({t for r in rows for row, _ in r.rows for t in row})
+
+        async def texts() -> list[str]:
+            return [str(await ref.backend.detokenize([i])) for i in ids]
+
+        by_text: dict[str, set[int]] = {}
+        for token, text in zip(ids, cache.call(ref, texts()), strict=True):
+            by_text.setdefault(text, set()).add(token)
+        special = cache.call(ref, ref.backend.special_tokens(ids)) or set()
+        if special:
+            by_text.setdefault("", set()).update(special)
+        head = {t: t for t in ids}
+
+        def find(t: int) -> int:
+            while head[t] != t:
+                t = head[t]
+            return t
+
+        for members in by_text.values():
+            first = min(find(t) for t in members)
+            for t in members:
+                head[find(t)] = first
+        groups: dict[int, list[int]] = {}
+        for t in ids:
+            groups.setdefault(find(t), []).append(t)
+        pooled_groups = [tuple(g) for g in groups.values() if len(g) > 1]
+        for e in evidence:
+            e.groups = list(pooled_groups)
+        return {text: find(min(members)) for text, members in by_text.items()}
 
     def _position(self, prompt_id: str, params: RequestParams, j: int, r: Rows) -> PositionEvidence:
         t, target = self.thresholds, self.target
@@ -215,6 +318,8 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
                 f"the greedy continuation ended (end of sequence) after {len(r.continuation)} "
                 f"tokens: there is no position {j} to teacher-force"
             )
+        elif r.by_text and j > 0 and j not in r.texts:
+            evidence.why_not = r.text_gap or f"no exact text of position {j}"
         else:
             evidence.logprobs, evidence.tail = r.rows[j]
             evidence.history = [*(r.ids or []), *r.continuation[:j]]
@@ -226,8 +331,12 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
         return replace(params.generation_params(1), seed=None)
 
     def _draw(
-        self, draws: list[tuple[ItemPlan, PositionEvidence, GenerationParams, PromptInput]]
+        self,
+        draws: list[tuple[ItemPlan, PositionEvidence, GenerationParams, PromptInput]],
+        cells: Mapping[str, int],
     ) -> None:
+        """Every item's draws; a draw without token ids is counted by its text
+        (:meth:`_text_cells`) where the item's ids were the reference's."""
         target, cache = self.target, self.run.cache
         backend = target.backend
         samples = self.spec.samples
@@ -242,7 +351,7 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
                     continue
                 evidence.counts = dict(Counter(drawn))
             return
-        per = draws_per_request(backend)
+        per = self.spec.per_request or draws_per_request(backend)
         coros = []
         owners: list[int] = []
         for index, (_, _, params, prefix) in enumerate(draws):
@@ -262,7 +371,16 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
                     evidence.conduct.failures.append(request_failure(target.label, what, result))
                 continue
             for choice in (result, *result.others):
-                first = _first_token(choice)
+                # Counted by its text where the prompt went as text (its ids, if any, are the
+                # server's logprob entries: mlx_lm.server 0.32.2's are not the drawn tokens).
+                first = cells.get(choice.text) if cells else _first_token(choice)
+                if first is None and cells:
+                    if evidence.why_not is None:
+                        evidence.why_not = (
+                            f"{target.label} drew {choice.text!r}, the text of no one token of "
+                            f"{self.reference.label}'s vocabulary: the draw cannot be counted"
+                        )
+                    continue
                 if first is None:
                     if evidence.why_not is None:
                         evidence.why_not = f"{target.label} returned a draw without token ids"
@@ -294,11 +412,15 @@ class SamplingGather(TargetGatherer[SamplingSpec]):
         tokens = sorted({t for e in evidence for t in (*e.counts, *(e.logprobs or {}))})
         if not tokens:
             return
-        backend = self.target.backend
-        try:
-            pieces = self.run.cache.call(self.target, backend.token_pieces(tokens))
-        except BackendError:
-            return
+        pieces = None
+        # the target's own pieces, else the reference's (same tokenizer): a text-only server
+        for side in dict.fromkeys((self.target, self.reference)):
+            try:
+                pieces = self.run.cache.call(side, side.backend.token_pieces(tokens))
+            except BackendError:
+                continue
+            if pieces:
+                break
         if not pieces:
             return
         named = dict(zip(tokens, pieces, strict=False))

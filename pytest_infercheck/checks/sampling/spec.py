@@ -69,6 +69,10 @@ class SamplingSpec(TargetCheck):
     reference: str | None = None
     """The model@backend whose raw logprobs make the expected distribution (default: the target
     itself; it must share the target's tokenizer)."""
+    per_request: int | None = Field(default=None, ge=1)
+    """Draws asked per request (``n``; default: llama-server's slots, 50 where the kind takes
+    ``n``, else 1); 1 for a server that ignores ``n`` (mlx_lm.server 0.32.2 answers one
+    choice, which fails the item otherwise)."""
     seed_runs: int = Field(default=4, ge=2)
     """Under ``seed: true``: requests with one seed, alone one after another and then at
     once (each count), and distinct seeds tried."""

@@ -22,7 +22,7 @@ from .engines import ENGINES, expected_distribution
 from .fit import Fit, goodness_of_fit
 from .gamma import chi2_isf, chi2_sf, ncx2_sf, regularized_gamma_q
 from .holm import holm
-from .params import Expected, SamplingParams
+from .params import Expected, SamplingParams, pooled
 from .penalties import Penalties, penalized_logits, penalized_logprobs
 from .power import detectable_tv, samples_needed
 from .processed import ProcessedGap, compare_processed
@@ -47,6 +47,7 @@ __all__ = [
     "ncx2_sf",
     "penalized_logits",
     "penalized_logprobs",
+    "pooled",
     "regularized_gamma_q",
     "samples_needed",
 ]

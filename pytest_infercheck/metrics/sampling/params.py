@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["BOUNDARY_RTOL", "TAIL", "Expected", "SamplingParams", "finite_map"]
+__all__ = ["BOUNDARY_RTOL", "TAIL", "Expected", "SamplingParams", "finite_map", "pooled"]
 
 BOUNDARY_RTOL = 1e-4
 """Relative tolerance within which a token's inclusion in a truncated support is numerical
@@ -108,3 +108,31 @@ def finite_map(values: Mapping[int, float], what: str) -> dict[int, float]:
             raise ValueError(f"{what} of token {token} is not finite ({v!r})")
         out[int(token)] = v
     return out
+
+
+def pooled(expected: Expected, groups: Sequence[Sequence[int]]) -> Expected:
+    """``expected`` with each group of tokens the draws cannot tell apart (a server that
+    returns text only, where several tokens have one text) made one cell, named by the
+    group's first id: its probability the sum of its members'; in ``boundary`` when a
+    member is (its draws are left out of the test, as a boundary token's are); in
+    ``excluded`` when every member is excluded and none is in the support or the boundary.
+    A group of one id changes nothing. ``sum(probs) + tail`` stays 1."""
+    probs = dict(expected.probs)
+    boundary = set(expected.boundary)
+    excluded = set(expected.excluded)
+    for group in groups:
+        if len(group) < 2:
+            continue
+        head, members = group[0], set(group)
+        mass = sum(probs.pop(t, 0.0) for t in members)
+        in_boundary = bool(members & boundary)
+        in_excluded = bool(members & excluded)
+        boundary -= members
+        excluded -= members
+        if mass > 0:
+            probs[head] = mass
+        if in_boundary:
+            boundary.add(head)
+        elif mass == 0 and in_excluded:
+            excluded.add(head)
+    return Expected(probs, frozenset(boundary), expected.tail, frozenset(excluded))

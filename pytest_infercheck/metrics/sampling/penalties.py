@@ -35,7 +35,12 @@ Per engine (order of application, and which past tokens count):
 * ``vllm-mlx`` (0.6.0, simple engine): ``make_logits_processors(repetition_penalty,
   presence_penalty)`` of mlx-lm after the ``logit_bias`` processor; frequency penalty not
   taken (``ValueError`` here). Its continuous-batching scheduler applies
-  ``repetition_penalty`` only (``vllm_mlx/scheduler.py``): not modelled.
+  ``repetition_penalty`` only (``vllm_mlx/scheduler.py``): not modelled. Measured on 0.6.0
+  (``tests/integration/test_sampling_vllm_mlx.py``): the penalties see the last prompt token
+  and the output only (its mlx-lm 0.31.3 ``generate_step`` prefills the rest of the prompt
+  without handing it to the logits processors; 0.32.2 hands it over), so its items fail
+  where the prompt's earlier tokens matter: the engine departs from mlx-lm's documented
+  window, and the check says so rather than model the departure.
 * ``openai``: the OpenAI formula with ``c_i`` counted in the output; repetition as
   HF/CTRL over prompt and output (transformers applies it to ``input_ids``).
 
