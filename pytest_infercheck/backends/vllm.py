@@ -45,7 +45,6 @@ import contextlib
 import copy
 import dataclasses
 import json
-import os
 import re
 import time
 import uuid
@@ -77,6 +76,7 @@ from .openai_compat import (
 from .openai_wire import STREAM_USAGE
 from .params import TAKEN, openai_fields
 from .vllm_bos import with_bos
+from .vllm_lora import lora_module
 from .vllm_metrics import SETTLE_READS, activity_delta, counted, parse_counters
 from .vllm_wire import cache_config_tokens, streamed_id_generation
 from .vllm_wire import id_generation as id_generation
@@ -587,20 +587,3 @@ def create(
     backend.lora_served = adapter is not None
     backend.add_bos = spec.add_bos
     return backend
-
-
-def lora_module(served: Sequence[Mapping[str, Any]], adapter: str, name: str) -> str:
-    """The ``model`` that asks vLLM for ``adapter``: the id of the ``/v1/models`` entry
-    with a ``parent`` (a LoRA module, ``--lora-modules NAME=PATH``) whose ``root`` is the
-    adapter's folder. Raises a :class:`BackendError` when the server serves no such module
-    (a request naming the base model would answer without the adapter, silently)."""
-    want = os.path.realpath(adapter)
-    for entry in served:
-        root = entry.get("root")
-        if entry.get("parent") and isinstance(root, str) and os.path.realpath(root) == want:
-            return str(entry.get("id"))
-    modules = [f"{e.get('id')}={e.get('root')}" for e in served if e.get("parent")] or "none"
-    raise BackendError(
-        f"backend {name!r}: vLLM serves no LoRA module for the adapter {adapter} (its modules: "
-        f"{modules}): start it with --enable-lora --lora-modules NAME={adapter}"
-    )

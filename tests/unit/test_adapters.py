@@ -11,7 +11,7 @@ import pytest
 from pytest_infercheck.backends.base import BackendError, Generation
 from pytest_infercheck.backends.llama_wire import lora_scales
 from pytest_infercheck.backends.registry import ADAPTER_KINDS
-from pytest_infercheck.backends.vllm import lora_module
+from pytest_infercheck.backends.vllm_lora import lora_module
 from pytest_infercheck.config import load_matrix
 from pytest_infercheck.features import (
     ADAPTER,
