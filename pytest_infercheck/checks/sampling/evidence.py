@@ -151,7 +151,7 @@ class PositionEvidence:
             expected = expected_distribution(
                 row, sampling_params(self.params), self.engine, tail=self.tail
             )
-            fit = g_test(self.counts, expected, alpha=self.level)
+            fit = g_test(self.counts, expected, alpha=self.level, up_to=self.alpha)
         except ValueError as exc:
             return Unmeasured(f"the expected distribution cannot be made: {exc}")
         return Analysis(expected, fit, row)
@@ -173,7 +173,7 @@ class PositionEvidence:
             try:
                 row = self.shifted(params)
                 e = expected_distribution(row, sampling_params(params), self.engine, tail=self.tail)
-                p = g_test(self.counts, e, alpha=self.level)
+                p = g_test(self.counts, e, alpha=self.level, up_to=self.alpha)
             except ValueError:
                 continue
             if not p.outside_support and p.p_value >= self.level:
