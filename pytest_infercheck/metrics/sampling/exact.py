@@ -120,7 +120,11 @@ def _seed(m: int, probs: np.ndarray, observed: np.ndarray) -> int:
 
 
 def monte_carlo_p(
-    observed: Sequence[int], probs: Sequence[float], *, simulations: int, stop_after: int = STOP_AFTER
+    observed: Sequence[int],
+    probs: Sequence[float],
+    *,
+    simulations: int,
+    stop_after: int = STOP_AFTER,
 ) -> GTestP:
     """Besag and Clifford's sequential Monte Carlo p-value of the G statistic of
     ``observed`` under ``Multinomial(sum(observed), probs)``, at most ``simulations - 1``
