@@ -194,5 +194,5 @@ def g_test_p_value(
     if bound <= eps:
         return GTestP(bound, "bound")
     n = int(min(MAX_SIMULATIONS, math.ceil(RESOLUTION / smallest)))
-    mc = monte_carlo_p(obs, p, simulations=n)
+    mc = monte_carlo_p(observed, probs, simulations=n)
     return GTestP(min(1.0, eps + mc.p_value), mc.method, mc.simulated, mc.exceeded)
