@@ -59,6 +59,7 @@ def test_counts_as_expected_pass_and_counts_far_off_fail_by_the_g_test() -> None
     g = 2 * (80 * math.log(80 / 62.5) + 20 * math.log(20 / 37.5))
     g /= 1 + 3 / 600  # Williams: q = 1 + (k + 1) / (6 n), k = 2 cells, n = 100
     assert math.erfc(math.sqrt(g / 2)) < 0.004  # chi2(1) survival: near the level, so
+
     # the p-value is the Monte Carlo one (metrics/sampling/exact.py): its exact value is the
     # binomial mass of the counts whose G reaches 80 / 20's: 1.845e-4, above the
     # chi-square's 1.57e-4
