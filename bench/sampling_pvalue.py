@@ -31,7 +31,8 @@ from pytest_infercheck.metrics.sampling import (
     holm,
 )
 
-SPREAD = {i: float(np.log(1.0 / (i + 1))) for i in range(40)}
+_W = np.array([1.0 / (i + 1) for i in range(40)])
+SPREAD = {i: float(np.log(w)) for i, w in enumerate(_W / _W.sum())}
 
 
 def _draw(rng: np.random.Generator, probs: np.ndarray, n: int) -> dict[int, int]:

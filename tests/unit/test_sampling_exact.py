@@ -94,6 +94,14 @@ def test_each_branch_of_the_p_value() -> None:
     p = g_test_p_value([100, 0], [0.5, 0.5], 138.0, smallest=1e-6)
     assert p.method == "bound" and p.simulated == 0
     assert p.p_value == pytest.approx(math.exp(-100 * math.log(2)) * math.e * 100 * math.log(2))
+    # far below the item's level and short of the bound: the chi-square, not simulated.
+    # O = (150, 50, 100 x 8) of ten cells of 100: G = 2 (150 ln 1.5 + 50 ln .5) = 52.3,
+    # B = e^-26.2 (e 52.3 / 18)^9 = 5.2e-4 > eps = 5e-5; chi2(9) p 4e-8 < .001 / 1000
+    observed = [150, 50, *[100] * 8]
+    g = 2 * (150 * math.log(1.5) + 50 * math.log(0.5))
+    assert agrawal_bound(g, 10) == pytest.approx(5.22e-4, rel=0.01)
+    p = g_test_p_value(observed, [0.1] * 10, g, smallest=0.001)
+    assert (p.method, p.simulated) == ("chi-square", 0) and p.p_value == chi2_sf(g, 9) < 1e-6
     # between: Monte Carlo with n = RESOLUTION / smallest, p >= eps + 1 / n
     p = g_test_p_value([70, 30], [0.5, 0.5], 16.0, smallest=0.001)
     assert p.method == "monte-carlo"
