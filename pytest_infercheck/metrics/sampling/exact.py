@@ -174,7 +174,7 @@ def monte_carlo_p(
             return GTestP(stop_after / (done + at), "monte-carlo", done + at, stop_after)
         exceeded += len(hits)
         done += size
-        batch *= 4
+        batch = min(2 * batch, 8 * _BATCH)
     return GTestP((exceeded + 1) / simulations, "monte-carlo", done, exceeded)
 
 
