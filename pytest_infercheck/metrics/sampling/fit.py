@@ -19,8 +19,10 @@ Given ``counts`` (token -> times sampled, ``N`` in all) and an :class:`~.params.
    levels, else Agrawal's finite-sample bound where it is tiny, else a sequential Monte Carlo
    p-value simulated from the cells' multinomial. One cell: ``G = 0``, ``p = 1`` (only the
    support is tested).
-5. ``detectable_tv``: :func:`~.power.detectable_tv` of ``m``, the cells, ``alpha`` and the
-   hidden mass (the pooled cell when it holds several tokens or the tail, and the tail).
+5. ``detectable_tv``: :func:`~.power.detectable_tv` of ``m``, the cells, ``alpha x``
+   :data:`~.exact.POWER_LEVEL` (the p-value of step 4 is a little more conservative than the
+   chi-square's: measured) and the hidden mass (the pooled cell when it holds several
+   tokens or the tail, and the tail).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .exact import g_test_p_value
+from .exact import POWER_LEVEL, g_test_p_value
 from .params import TAIL, Expected
 from .power import detectable_tv
 
@@ -176,7 +178,8 @@ def goodness_of_fit(
             largest=max(alpha, up_to or alpha),
         )
         p_value, method, simulated = tested.p_value, tested.method, tested.simulated
-    tv = detectable_tv(m, [c for _, _, c in groups], alpha, power=power, hidden=min(1.0, hidden))
+    cells_p = [c for _, _, c in groups]
+    tv = detectable_tv(m, cells_p, alpha * POWER_LEVEL, power=power, hidden=min(1.0, hidden))
     return Fit(
         statistic,
         max(0, k - 1),
