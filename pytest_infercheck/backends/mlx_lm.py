@@ -49,6 +49,7 @@ from .base import (
     openai_messages,
     single_turn,
 )
+from .mlx_batch import generate_together
 from .mlx_load import _LOADED as _LOADED
 from .mlx_load import Loaded, MlxModelSpec, load_model, token_piece, version
 from .mlx_rows import generate_with_rows
@@ -418,22 +419,14 @@ class MlxLmBackend(Backend):
     def generate_batch_sync(
         self, prompts: list[PromptInput], params: GenerationParams
     ) -> list[Generation | BaseException]:
-        """Real batched generation: every prompt inserted into one ``mlx_lm``
-        ``BatchGenerator`` (prefill and decode batches as large as the batch, so all prompts
-        share each forward pass, left-padded to the longest). Results follow
-        :class:`Generation`'s convention, unlike ``batch_generate``, which drops the stop
-        token: ``token_ids`` include the EOS the generation stopped on and
-        ``chosen_logprobs`` align with them. A prompt that encodes to nothing is its
-        :class:`BackendError`. A backend with a draft model or ``kv_bits`` generates each
-        prompt alone (:meth:`generate_sync`): ``BatchGenerator`` applies neither."""
-        import mlx.core as mx
-        from mlx_lm.generate import BatchGenerator
-
+        """Real batched generation (:func:`~.mlx_batch.generate_together`). A prompt that
+        encodes to nothing is its :class:`BackendError`. A backend with a draft model or
+        ``kv_bits`` generates each prompt alone (:meth:`generate_sync`): ``BatchGenerator``
+        applies neither."""
         if not self._batches or params.written():
             # BatchGenerator takes a sampler, not our logits processors nor top logprobs:
             # a request with any of them is generated one prompt at a time.
             return [_attempt(lambda p=p: self.generate_sync(p, params)) for p in prompts]
-        loaded = self._loaded
         results: list[Generation | BaseException] = []
         batch: list[tuple[int, list[int]]] = []
         for i, prompt in enumerate(prompts):
@@ -447,50 +440,15 @@ class MlxLmBackend(Backend):
                 batch.append((i, ids))
         if not batch:
             return results
-        if params.seed is not None:
-            mx.random.seed(params.seed)
-        sampler = mlx_sampler(params)
-        started = time.perf_counter()
-        generator = BatchGenerator(
-            loaded.model,
-            max_tokens=params.max_tokens,
-            stop_tokens=[[t] for t in loaded.tokenizer.eos_token_ids],
-            sampler=sampler,
-            completion_batch_size=len(batch),
-            prefill_batch_size=len(batch),
+        generations = generate_together(
+            self._loaded,
+            [ids for _, ids in batch],
+            params,
             max_kv_size=self.options.max_kv_size,
-            **_written(prefill_step_size=self.options.prefill_step_size),
+            prefill_step_size=self.options.prefill_step_size,
         )
-        try:
-            uids = generator.insert([ids for _, ids in batch])
-            tokens: dict[int, list[int]] = {uid: [] for uid in uids}
-            chosen: dict[int, list[Any]] = {uid: [] for uid in uids}
-            finish: dict[int, str] = {}
-            while responses := generator.next_generated():
-                for r in responses:
-                    tokens[r.uid].append(int(r.token))
-                    chosen[r.uid].append(r.logprobs[r.token])
-                    if r.finish_reason is not None:
-                        finish[r.uid] = r.finish_reason
-        finally:
-            generator.close()
-        elapsed = time.perf_counter() - started
-        for uid, (i, ids) in zip(uids, batch, strict=True):
-            reason = finish.get(uid, "length")
-            ids_out = tokens[uid]
-            text_ids = ids_out[:-1] if reason == "stop" else ids_out
-            values = chosen[uid]
-            results[i] = Generation(
-                text=loaded.tokenizer.decode(text_ids),
-                token_ids=ids_out,
-                finish_reason=reason,
-                chosen_logprobs=(
-                    np.array(mx.stack(values).astype(mx.float32)).tolist() if values else []
-                ),
-                elapsed_s=elapsed,
-                prompt_tokens=len(ids),
-                batched=len(batch),
-            )
+        for (i, _), generation in zip(batch, generations, strict=True):
+            results[i] = generation
         return results
 
     async def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> np.ndarray:
@@ -603,10 +561,6 @@ def create(
     ``adapter`` folder applied if given."""
     model = MlxModelSpec(source, revision, spec.dtype, adapter)
     return MlxLmBackend(name, model, chat=spec.chat, add_bos=spec.add_bos, options=spec.options)
-
-
-def _written(**options: Any) -> dict[str, Any]:
-    return {k: v for k, v in options.items() if v is not None}  # engine defaults kept
 
 
 def _attempt(generate: Any) -> Generation | BaseException:

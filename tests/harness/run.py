@@ -242,7 +242,7 @@ def run(s: Setup, fault: Fault | None = None, seed: int = 0) -> RunResult:
 
     cache = GenerationCache()
     try:
-        with mock.patch("pytest_infercheck.generation_cache.create_backend", create):
+        with mock.patch("pytest_infercheck.engines.create_backend", create):
             context = RunContext(cache, s.loaded, s.check, 0, s.suite, s.loaded.matrix.settings)
             suite_run = SuiteRun(s.kind, context)
             items = []

@@ -14,8 +14,8 @@ from pytest_infercheck.checks.comparison.aggregate import (
     format_aggregate,
 )
 from pytest_infercheck.checks.comparison.judge import item_verdict as item_violations
-from pytest_infercheck.checks.comparison.present import COLUMNS, grouped_table, summary_rows
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
+from pytest_infercheck.checks.comparison.terminal import COLUMNS, grouped_table, summary_rows
 from pytest_infercheck.checks.comparison.verdicts import describe
 from pytest_infercheck.checks.framework.outcome import Outcome
 from pytest_infercheck.records import plain_data

@@ -31,8 +31,8 @@ from pytest_infercheck.checks.comparison.aggregate import (
     self_check_level,
 )
 from pytest_infercheck.checks.comparison.judge import item_verdict as item_violations
-from pytest_infercheck.checks.comparison.present import cliff_lines
 from pytest_infercheck.checks.comparison.prompt import PromptComparison
+from pytest_infercheck.checks.comparison.terminal import cliff_lines
 from pytest_infercheck.metrics.consistency import logprob_faults
 from pytest_infercheck.metrics.faults import non_finite, not_normalised
 from pytest_infercheck.records import load_record, plain_data

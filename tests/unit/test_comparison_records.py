@@ -26,14 +26,12 @@ from pytest_infercheck.checks.comparison.present import (
     FLIP_BARS,
     KL_DISTRIBUTION,
     MEASURES,
-    cliff_lines,
     level_charts,
     side_columns,
-    summary_lines,
-    summary_rows,
 )
 from pytest_infercheck.checks.comparison.prompt import PromptComparison, SelfCheckRecord
 from pytest_infercheck.checks.comparison.summarize import SweepContext, summarize_sweep
+from pytest_infercheck.checks.comparison.terminal import cliff_lines, summary_lines, summary_rows
 from pytest_infercheck.checks.framework.items import RecordedItem, summarize_items
 from pytest_infercheck.checks.registry import kind_named
 from pytest_infercheck.golden.record import GoldenRecording, PromptRecording, SuiteRecording

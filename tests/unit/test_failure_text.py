@@ -4,7 +4,7 @@ grouped under a line per check x suite and its prose lines are wrapped under 100
 
 from __future__ import annotations
 
-from pytest_infercheck.checks.comparison.present import grouped_table, wrapped
+from pytest_infercheck.checks.comparison.terminal import grouped_table, wrapped
 from pytest_infercheck.checks.framework.items import failed_items
 from pytest_infercheck.checks.framework.summary import RecordedItem
 from pytest_infercheck.render.text import counted

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from pytest_infercheck.checks.comparison.aggregate import ComparisonAggregateRecord, aggregate
-from pytest_infercheck.checks.comparison.present import side_verdicts, summary_rows
+from pytest_infercheck.checks.comparison.present import side_verdicts
+from pytest_infercheck.checks.comparison.terminal import summary_rows
 from pytest_infercheck.checks.framework.kind import Verdict
 from pytest_infercheck.checks.framework.outcome import Outcome
 from pytest_infercheck.records import plain_data

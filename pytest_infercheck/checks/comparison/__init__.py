@@ -32,7 +32,6 @@ from .present import (
     self_check,
     side_columns,
     side_verdicts,
-    summary_lines,
     sweep_notes,
 )
 from .prompt import SELF_CHECK, PromptComparison, SelfCheckRecord
@@ -53,6 +52,7 @@ from .spec import (
     unmeasurable,
 )
 from .summarize import ComparisonContext, SweepContext, summarize, summarize_sweep
+from .terminal import summary_lines
 
 __all__ = ["COMPARE", "DIFF", "SWEEP"]
 

@@ -5,16 +5,13 @@ charts of the HTML summary."""
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...metrics.answers import shown_reference
-from ...nodeid import NodeId
 from ...records import load_record, plain_data
 from ...render.charts import line_chart
 from ...render.markup import clip, esc, interval, is_number, mapping, num, plain, rate, table
-from ...render.table import render_table
 from ...render.views import (
     VIEW_THRESHOLDS,
     engines,
@@ -23,7 +20,7 @@ from ...render.views import (
     flip_matrix_line,
     side_by_side,
 )
-from ..framework.kind import Aggregates, BarSeries, Distribution, MeasureSpec, Verdict
+from ..framework.kind import BarSeries, Distribution, MeasureSpec, Verdict
 from .aggregate import (
     CliffStep,
     ComparisonAggregateRecord,
@@ -371,93 +368,8 @@ def self_check(data: Mapping[str, Any]) -> str:
     return "<ul>" + "".join(f"<li>{esc(p)}</li>" for p in problems) + "</ul>"
 
 
-# -- terminal -----------------------------------------------------------------------------------
-COLUMNS = (
-    ("check", "<"),
-    ("suite", "<"),
-    ("test", "<"),
-    ("failed", ">"),
-    ("identical", ">"),
-    ("KL mean±SE", ">"),
-    ("KL max", ">"),
-    ("same-top", ">"),
-    ("flips (CI)", ">"),
-    ("verdict", "<"),
-)
-"""A row of :func:`summary_rows`; the terminal shows the columns from ``test`` on, under a
-line per check x suite (:func:`summary_lines`), so that the table stays under 100 columns.
-The KL median and p99 are in the aggregate item's text, the HTML report and the results."""
-GROUPED = 2
-"""The leading columns (check, suite) that :func:`summary_lines` writes once per group."""
-
-
-def _num(value: float | None, fmt: str = ".4g") -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return format(value, fmt)
-
-
-def summary_rows(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[list[str]]:
-    """Rows of :data:`COLUMNS` from ``(aggregate node id, passed, aggregate data)``.
-
-    ``failed`` is failed items of prompts (``9/60``); ``identical`` counts the prompts whose
-    outputs are the same. The verdict is the side's (:func:`side_verdicts`): ``FAIL`` when the
-    side broke a suite gate (a sweep level fails for its own gates only), an item errored or
-    any of its items failed, else ``UNGATED`` when the check writes no gate (it passed, but
-    checked nothing), else ``PASS``. A test side none of whose items has a record (they
-    errored) is a row of dashes.
-    """
-    rows: list[list[str]] = []
-    for nodeid, passed, data in aggregates:
-        record = aggregate_record(data)
-        node = NodeId.parse(nodeid)
-        check = node.check if node is not None else record.check
-        verdicts = {v.column: v.verdict for v in side_verdicts(data, passed, [])}
-        for test, level in _sides(record).items():
-            verdict = verdicts[test].upper()
-            if level is None:  # every item of this side errored
-                dashes = ["-"] * (len(COLUMNS) - 4)
-                rows.append([check, record.suite, test, *dashes, verdict])
-                continue
-            flips = (
-                "-"
-                if level.flip_rate is None
-                else f"{level.n_flips}/{level.n_answered} "
-                f"({level.flip_rate_low:.2f}-{level.flip_rate_high:.2f})"
-            )
-            rows.append(
-                [
-                    check,
-                    record.suite,
-                    level.test,
-                    f"{level.n_failed}/{level.n_prompts}",
-                    "-" if level.n_identical is None else f"{level.n_identical}/{level.n_prompts}",
-                    f"{_num(level.kl_mean)}±{_num(level.kl_se, '.2g')}",
-                    _num(level.kl_max),
-                    _num(level.same_top_rate, ".3f"),
-                    flips,
-                    verdict,
-                ]
-            )
-    return rows
-
-
-def grouped_table(rows: list[list[str]], columns: tuple[tuple[str, str], ...]) -> list[str]:
-    """``rows`` as one table whose first :data:`GROUPED` columns are written once per group,
-    as a line of their own (``compare(bf16-vs-q4) addition:``), the rows indented under it;
-    every row aligned with the others and with the header."""
-    body = render_table([r[GROUPED:] for r in rows], columns[GROUPED:])
-    lines = [f"  {body[0]}"]
-    group: list[str] | None = None
-    for row, line in zip(rows, body[1:], strict=True):
-        if row[:GROUPED] != group:
-            group = row[:GROUPED]
-            lines.append(" ".join(group) + ":")
-        lines.append(f"  {line}")
-    return lines
-
-
-def _sides(record: ComparisonAggregateRecord) -> dict[str, SuiteAggregate | None]:
+# -- verdicts ------------------------------------------------------------------------------
+def test_sides(record: ComparisonAggregateRecord) -> dict[str, SuiteAggregate | None]:
     """Every test side in the user's order, with its level (None: no item has a record)."""
     levels: dict[str, SuiteAggregate | None] = dict.fromkeys(record.tests)
     levels.update((level.test, level) for level in record.levels)
@@ -473,21 +385,13 @@ def side_verdicts(
     record = aggregate_record(data)
     cliff = record.cliff if isinstance(record, SweepAggregateRecord) else None
     cells = []
-    for test, level in _sides(record).items():
+    for test, level in test_sides(record).items():
         ok, deciding = side_verdict(record, level, passed, violations)
         reasons = tuple(side_reasons(record, level, passed, violations))
         verdict = "fail" if not ok else "ungated" if record.ungated else "pass"
         note = "degradation cliff" if test == cliff else ""
         cells.append(Verdict(test, verdict, deciding, reasons, note))
     return cells
-
-
-def wrapped(line: str, width: int = 99) -> list[str]:
-    """``line`` in lines of at most ``width`` columns, the later ones indented (a word longer
-    than that stays whole)."""
-    return textwrap.wrap(
-        line, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
-    ) or [line]
 
 
 def sweep_notes(data: Mapping[str, Any]) -> list[str]:
@@ -501,31 +405,6 @@ def sweep_notes(data: Mapping[str, Any]) -> list[str]:
     return [
         "degradation cliff: " + cliff_evidence(record.cliff, record.cliff_steps, record.cliff_alpha)
     ]
-
-
-def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
-    """``sweep(bf16) reasoning: degradation cliff: q4@local: failed items 0 -> 9 of 60 (...);
-    mean KL ... crosses max_mean_kl`` for every sweep aggregate (the bare cliff for a record
-    without its evidence, from an older results file)."""
-    lines = []
-    for nodeid, _, data in aggregates:
-        record = aggregate_record(data)
-        if isinstance(record, SweepAggregateRecord):
-            node = NodeId.parse(nodeid)
-            check = node.check if node is not None else record.check
-            cliff = record.cliff
-            if record.cliff_steps:
-                cliff = cliff_evidence(record.cliff, record.cliff_steps, record.cliff_alpha)
-            lines.append(f"{check} {record.suite}: degradation cliff: {cliff}")
-    return lines
-
-
-def summary_lines(aggregates: Aggregates) -> list[str]:
-    """One table for every comparison aggregate (a line per check x suite, a row per test
-    side under it), then each sweep's degradation cliff, wrapped under 100 columns."""
-    rows = summary_rows(aggregates)
-    table = grouped_table(rows, COLUMNS) if rows else []
-    return table + [w for line in cliff_lines(aggregates) for w in wrapped(line)]
 
 
 # -- HTML summary -------------------------------------------------------------------------------
