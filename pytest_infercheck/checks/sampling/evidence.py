@@ -154,7 +154,7 @@ class PositionEvidence:
         try:
             row = self.shifted(self.params)
             expected = self.expect(row, self.params)
-            fit = g_test(self.counts, expected, alpha=self.level)
+            fit = g_test(self.counts, expected, alpha=self.level, up_to=self.alpha)
         except ValueError as exc:
             return Unmeasured(f"the expected distribution cannot be made: {exc}")
         return Analysis(expected, fit, row)
@@ -182,7 +182,7 @@ class PositionEvidence:
         for name, params in self.alternatives():
             try:
                 e = self.expect(self.shifted(params), params)
-                p = g_test(self.counts, e, alpha=self.level)
+                p = g_test(self.counts, e, alpha=self.level, up_to=self.alpha)
             except ValueError:
                 continue
             if not p.outside_support and p.p_value >= self.level:

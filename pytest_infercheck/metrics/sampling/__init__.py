@@ -8,6 +8,8 @@ One job per module:
 * :mod:`.gamma` - the chi-square distribution without scipy: regularized incomplete gamma,
   survival function, quantile, noncentral survival.
 * :mod:`.fit` - :func:`goodness_of_fit` (G-test with pooling), :class:`Fit`.
+* :mod:`.exact` - :func:`g_test_p_value`: the G statistic's p-value, valid at finite counts
+  (chi-square far from the levels, Agrawal's bound, else sequential Monte Carlo).
 * :mod:`.power` - :func:`detectable_tv`: the smallest total-variation distance a test sees;
   :func:`samples_needed` for a distance.
 * :mod:`.processed` - :func:`compare_processed`: an engine's reported processed distribution
@@ -19,6 +21,7 @@ One job per module:
 """
 
 from .engines import ENGINES, expected_distribution
+from .exact import GTestP, agrawal_bound, g_test_p_value, monte_carlo_p
 from .fit import Fit, goodness_of_fit
 from .gamma import chi2_isf, chi2_sf, ncx2_sf, regularized_gamma_q
 from .holm import holm
@@ -32,9 +35,11 @@ __all__ = [
     "ENGINES",
     "Expected",
     "Fit",
+    "GTestP",
     "Penalties",
     "ProcessedGap",
     "SamplingParams",
+    "agrawal_bound",
     "agreement_probability",
     "all_agree_probability",
     "chi2_isf",
@@ -42,8 +47,10 @@ __all__ = [
     "compare_processed",
     "detectable_tv",
     "expected_distribution",
+    "g_test_p_value",
     "goodness_of_fit",
     "holm",
+    "monte_carlo_p",
     "ncx2_sf",
     "penalized_logits",
     "penalized_logprobs",

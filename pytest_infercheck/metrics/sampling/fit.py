@@ -13,10 +13,16 @@ Given ``counts`` (token -> times sampled, ``N`` in all) and an :class:`~.params.
 3. Cells with ``E_i < 5`` are pooled into one cell; if that cell's expected count is still
    below 5, the smallest remaining cells join it until it reaches 5 (or none is left).
 4. ``G = 2 sum_i O_i ln(O_i / E_i)`` over the ``k`` cells (``0 ln 0 = 0``), divided by
-   Williams' correction ``q = 1 + (k + 1) / (6 m)``; ``p = P(chi2(k - 1) >= G / q)``
-   (:func:`~.gamma.chi2_sf`). One cell: ``G = 0``, ``p = 1`` (only the support is tested).
-5. ``detectable_tv``: :func:`~.power.detectable_tv` of ``m``, the cells, ``alpha`` and the
-   hidden mass (the pooled cell when it holds several tokens or the tail, and the tail).
+   Williams' correction ``q = 1 + (k + 1) / (6 m)``. ``p``: :func:`~.exact.g_test_p_value`,
+   valid at these counts (``P(p <= u) <= u`` for every level ``u`` it is compared at):
+   ``P(chi2(k - 1) >= G / q)`` (:func:`~.gamma.chi2_sf`) where that is far above the
+   levels, else Agrawal's finite-sample bound where it is tiny, else a sequential Monte Carlo
+   p-value simulated from the cells' multinomial. One cell: ``G = 0``, ``p = 1`` (only the
+   support is tested).
+5. ``detectable_tv``: :func:`~.power.detectable_tv` of ``m``, the cells, ``alpha x``
+   :data:`~.exact.POWER_LEVEL` (the p-value of step 4 is a little more conservative than the
+   chi-square's: measured) and the hidden mass (the pooled cell when it holds several
+   tokens or the tail, and the tail).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .gamma import chi2_sf
+from .exact import POWER_LEVEL, g_test_p_value
 from .params import TAIL, Expected
 from .power import detectable_tv
 
@@ -46,7 +52,10 @@ class Fit:
     ``detectable_tv``: the total-variation distance from the expected distribution beyond
     which this test detects every alternative with probability >= ``power`` at ``alpha``;
     ``samples``: the counts' total ``N``; ``boundary_samples``: the samples of boundary
-    tokens set aside; ``hidden``: the mass inside pooled cells the test cannot see into."""
+    tokens set aside; ``hidden``: the mass inside pooled cells the test cannot see into;
+    ``method``: how ``p_value`` was computed (``"chi-square"``, ``"bound"``,
+    ``"monte-carlo"``: :mod:`.exact`; ``"none"`` for one cell); ``simulated``: the ``G``
+    simulated for it."""
 
     statistic: float
     dof: int
@@ -57,6 +66,8 @@ class Fit:
     samples: int
     boundary_samples: int = 0
     hidden: float = 0.0
+    method: str = "none"
+    simulated: int = 0
 
 
 def _counts(counts: Mapping[int, int]) -> dict[int, int]:
@@ -98,11 +109,18 @@ def _pool(expected_counts: dict[int, float]) -> list[int]:
 
 
 def goodness_of_fit(
-    counts: Mapping[int, int], expected: Expected, *, alpha: float = 0.001, power: float = 0.8
+    counts: Mapping[int, int],
+    expected: Expected,
+    *,
+    alpha: float = 0.001,
+    power: float = 0.8,
+    up_to: float | None = None,
 ) -> Fit:
     """Test ``counts`` (token id -> times sampled) against ``expected`` by the G-test of the
-    module docstring; ``alpha`` and ``power`` set what ``detectable_tv`` reports (use the
-    level the item is judged at: under Holm, ``alpha / items`` is the strictest).
+    module docstring. ``alpha``: the level the item is judged at (under Holm, ``alpha /
+    items``, the strictest); ``up_to``: the largest level its p-value is compared at (Holm's
+    ``alpha``; default ``alpha``): the p-value is valid at every level between. ``alpha`` and
+    ``power`` set what ``detectable_tv`` reports.
 
     Raises ``ValueError`` on no samples, a count that is not a non-negative integer, or a
     non-finite expected probability (the kind reports it as unmeasured)."""
@@ -146,13 +164,22 @@ def goodness_of_fit(
         hidden += groups[0][2]
     if TAIL in cells and TAIL not in in_pool:
         hidden += cells[TAIL]
+    method, simulated = "none", 0
     if k <= 1:
         statistic, p_value = 0.0, 1.0
     else:
         g = 2.0 * sum(o * math.log(o / e) for e, o, _ in groups if o > 0)
         statistic = max(0.0, g) / (1.0 + (k + 1) / (6.0 * m))
-        p_value = chi2_sf(statistic, k - 1)
-    tv = detectable_tv(m, [c for _, _, c in groups], alpha, power=power, hidden=min(1.0, hidden))
+        tested = g_test_p_value(
+            [o for _, o, _ in groups],
+            [c for _, _, c in groups],
+            statistic,
+            smallest=alpha,
+            largest=max(alpha, up_to or alpha),
+        )
+        p_value, method, simulated = tested.p_value, tested.method, tested.simulated
+    cells_p = [c for _, _, c in groups]
+    tv = detectable_tv(m, cells_p, alpha * POWER_LEVEL, power=power, hidden=min(1.0, hidden))
     return Fit(
         statistic,
         max(0, k - 1),
@@ -163,4 +190,6 @@ def goodness_of_fit(
         total,
         boundary_samples,
         min(1.0, hidden),
+        method,
+        simulated,
     )
