@@ -128,12 +128,13 @@ LONG_CONTEXT = 128
 LONG_VARIANTS = ("linear", "llama3", "yarn")
 
 
-def realistic_long(rope: str | None) -> Any:
+def realistic_long(rope: str | None, context: int = LONG_CONTEXT) -> Any:
     """The tiny random Llama 3 of :func:`realistic_llama3` with an original context of
-    :data:`LONG_CONTEXT` tokens and RoPE scaling ``rope`` by 8 (None: none), in the cache."""
+    ``context`` tokens and RoPE scaling ``rope`` by 8 (None: none), in the cache. The weights
+    are the same for every variant (same seed, same shapes)."""
     made = load_example("make_realistic")
-    long = made.LongContext(LONG_CONTEXT, rope, 8.0)
-    name = f"llama3-ctx{LONG_CONTEXT}-{rope or 'plain'}-s0"
+    long = made.LongContext(context, rope, 8.0)
+    name = f"llama3-ctx{context}-{rope or 'plain'}-s0"
     return made.make_realistic(MODELS_CACHE / "realistic" / name, "llama-bpe", seed=0, long=long)
 
 

@@ -27,7 +27,7 @@ from .suite_spec import Prompt, Suite, SuiteError
 
 NAME = "context-ladder"
 MULTIPLES: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
-PER_BUCKET = 2
+PER_BUCKET = 1
 MAX_TOKENS = 16
 
 _WORDS = [
