@@ -119,7 +119,7 @@ class CheckCollector(pytest.Collector):
         for j, ref in enumerate(refs):
             if ref.suite == context_ladder.NAME:
                 where = ("checks", self.index, "suites") if self.check.suites else ("suites",)
-                suite = self._ladder((*where, j, "suite"))
+                suite = self._ladder((*where, j))
             else:
                 suite = load_suite(ref.suite, self.loaded.base_dir)
             limits = [n for n in (ref.limit, self.settings.num_prompts) if n is not None]
