@@ -130,6 +130,22 @@ def realistic_qwen2() -> Any:
     )
 
 
+LONG_CONTEXT = 128
+"""The original context of the long-context variants (:func:`realistic_long`): 0.5x of it
+(64 tokens) still holds the Llama 3.1 template's own 35 tokens, and 4x is 512 tokens."""
+LONG_VARIANTS = ("linear", "llama3", "yarn")
+
+
+def realistic_long(rope: str | None, context: int = LONG_CONTEXT) -> Any:
+    """The tiny random Llama 3 of :func:`realistic_llama3` with an original context of
+    ``context`` tokens and RoPE scaling ``rope`` by 8 (None: none), in the cache. The weights
+    are the same for every variant (same seed, same shapes)."""
+    made = load_example("make_realistic")
+    long = made.LongContext(context, rope, 8.0)
+    name = f"llama3-ctx{context}-{rope or 'plain'}-s0"
+    return made.make_realistic(MODELS_CACHE / "realistic" / name, "llama-bpe", seed=0, long=long)
+
+
 @pytest.fixture(scope="session")
 def realistic_llama3() -> Any:
     """A tiny random Llama 3 (``make_realistic.Realistic``): the llama-bpe vocabulary (128,256

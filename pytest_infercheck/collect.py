@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from _pytest.pathlib import bestrelpath
 
+from . import context_ladder
 from . import nodeid as node_ids
 from .backends import BackendError
 from .checks.framework.outcome import BACKEND_ERROR, Outcome, defer_gates
@@ -115,12 +116,35 @@ class CheckCollector(pytest.Collector):
 
     def collect(self) -> Iterator[pytest.Collector]:
         refs = self.check.suites or self.loaded.matrix.suites
-        for ref in refs:
-            suite = load_suite(ref.suite, self.loaded.base_dir)
+        for j, ref in enumerate(refs):
+            if ref.suite == context_ladder.NAME:
+                where = ("checks", self.index, "suites") if self.check.suites else ("suites",)
+                suite = self._ladder((*where, j))
+            else:
+                suite = load_suite(ref.suite, self.loaded.base_dir)
             limits = [n for n in (ref.limit, self.settings.num_prompts) if n is not None]
             suite = suite.limited(min(limits)) if limits else suite
             check_rate_gates(self.loaded, self.check, self.index, suite)
             yield SuiteCollector.from_parent(self, name=suite.name, suite=suite)
+
+    def _ladder(self, loc: tuple[str | int, ...]) -> Suite:
+        """The ``context-ladder`` suite of the check's first model (baseline first) that has
+        a local folder with a ``config.json``; an error at ``loc`` when none has."""
+        sides = [self.check.baseline_side(self.index), *self.check.test_sides(self.index)]
+        sources: list[str | None] = []
+        for side in sides:
+            target = self.loaded.target(side.ref, side.loc)
+            if target.golden is None:
+                spec = self.loaded.matrix.models[target.model]
+                sources.append(None if spec.path is None else str(self.loaded.base_dir / spec.path))
+        model_dir = context_ladder.ladder_model_dir(sources)
+        if model_dir is None:
+            raise self.loaded.source.error(
+                loc,
+                f"{context_ladder.NAME} is made from a model's config.json and tokenizer.json: "
+                "give one of the check's models a local `path` folder that has them",
+            )
+        return context_ladder.ladder_suite(model_dir)
 
     def repr_failure(  # type: ignore[override]
         self, excinfo: ExceptionInfo[BaseException]

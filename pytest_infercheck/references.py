@@ -86,7 +86,10 @@ def model_problem(name: str, spec: ModelSpec, kind: str) -> str | None:
 
 def suite_problem(ref: str, base_dir: Path) -> str | None:
     """Why the suite ``ref`` cannot be found (:func:`.suite_files.resolve`'s reason, with
-    the nearest bundled suite or suite file beside the matrix), else None."""
+    the nearest bundled suite or suite file beside the matrix), else None. The generated
+    suite ``context-ladder`` (:mod:`.context_ladder`) is found at collection."""
+    if ref == "context-ladder":
+        return None
     try:
         resolve(ref, base_dir)
     except SuiteError as exc:

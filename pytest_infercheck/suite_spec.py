@@ -58,6 +58,11 @@ class Prompt:
     Compared, not hashed (a dict), as is ``response_format``."""
     response_format: Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
     """A JSON schema the answer's content must follow (constrained decoding)."""
+    bucket: str | None = None
+    """A generated suite's group of the prompt (``context-ladder``: its length, ``2x``),
+    which a comparison's aggregate reports apart; None in a suite file."""
+    meta: Mapping[str, Any] | None = dataclasses.field(default=None, hash=False)
+    """What a generated suite says of the prompt (``context-ladder``: its tokens)."""
 
 
 @dataclass(frozen=True)

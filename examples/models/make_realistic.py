@@ -10,7 +10,14 @@ deterministic, and every engine must compute the same ones.
 CLI::
 
     python examples/models/make_realistic.py OUT_DIR --vocab qwen2|qwen35|llama-bpe \
-        [--template NAME] [--seed N]
+        [--template NAME] [--seed N] \
+        [--context TOKENS] [--rope-scaling linear|llama3|yarn] [--rope-factor F]
+
+``--context`` sets the original context length (default 4096) and ``--rope-scaling`` a
+RoPE scaling of it by ``--rope-factor`` (default 8, so that 4x the original context and the
+tokens generated after it stay inside the scaled range): :class:`LongContext` says what
+``config.json`` and the GGUF carry. ``llama3`` needs the ``llama`` architecture
+(``--vocab llama-bpe``): llama.cpp applies it through the llama arch's ``rope_freqs``.
 
 writes ``OUT_DIR`` as a Hugging Face folder that mlx-lm, mlx_lm.server and vllm-mlx load
 (``config.json``, ``model.safetensors`` in float32, ``tokenizer.json``,
@@ -477,12 +484,101 @@ def _gguf_vocab(vocab: str) -> Vocab:
 # --------------------------------------------------------------------------- weights
 
 
+@dataclass(frozen=True)
+class LongContext:
+    """The long-context variant of a model: an original context, RoPE scaling or not.
+
+    ``config.json`` takes Hugging Face's conventions (as Llama 3.1, Qwen 2.5 and Llama 2's
+    linear-scaled fine-tunes write them):
+
+    - no scaling: ``max_position_embeddings = context``;
+    - ``linear``: ``rope_scaling = {rope_type: linear, factor}``,
+      ``max_position_embeddings = context`` (HF's linear has no original length);
+    - ``llama3``: ``{rope_type: llama3, factor, low_freq_factor: 1, high_freq_factor: 4,
+      original_max_position_embeddings: context}``, ``max_position_embeddings = context *
+      factor``;
+    - ``yarn``: ``{rope_type: yarn, factor, original_max_position_embeddings: context}``,
+      ``max_position_embeddings = context * factor``.
+
+    The GGUF carries the same, as llama.cpp's ``convert_hf_to_gguf.py`` writes it
+    (``conversion/base.py`` ``set_gguf_parameters``; ``conversion/llama.py``
+    ``generate_extra_tensors``): ``linear`` and ``yarn`` as ``rope.scaling.type`` and
+    ``.factor`` (yarn also ``.original_context_length``), ``llama3`` as the
+    ``rope_freqs.weight`` tensor of per-frequency divisors (:func:`llama3_rope_freqs`).
+    """
+
+    context: int = CONTEXT
+    rope: str | None = None
+    """None, ``linear``, ``llama3`` or ``yarn`` (:data:`ROPE_TYPES`)."""
+    factor: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.rope is not None and self.rope not in ROPE_TYPES:
+            raise ValueError(f"rope must be one of {ROPE_TYPES}, got {self.rope!r}")
+        if self.context < 8:
+            raise ValueError(f"context must be at least 8 tokens, got {self.context}")
+        if self.rope is not None and not self.factor > 1:
+            raise ValueError(f"the RoPE factor must be above 1, got {self.factor}")
+
+    @property
+    def max_positions(self) -> int:
+        """``max_position_embeddings`` of ``config.json`` (see the class docstring)."""
+        if self.rope in ("llama3", "yarn"):
+            return int(self.context * self.factor)
+        return self.context
+
+    def rope_scaling(self) -> dict[str, Any] | None:
+        """``rope_scaling`` of ``config.json``, or None."""
+        if self.rope is None:
+            return None
+        out: dict[str, Any] = {"rope_type": self.rope, "factor": float(self.factor)}
+        if self.rope == "llama3":
+            out.update(low_freq_factor=1.0, high_freq_factor=4.0)
+        if self.rope in ("llama3", "yarn"):
+            out["original_max_position_embeddings"] = self.context
+        return out
+
+
+ROPE_TYPES = ("linear", "llama3", "yarn")
+
+
+def llama3_rope_freqs(rope_theta: float, head_dim: int, scaling: dict[str, Any]) -> np.ndarray:
+    """The ``rope_freqs.weight`` of a ``llama3`` RoPE, as llama.cpp's converter computes it.
+
+    For each frequency ``f_i = theta^(-2i/d)`` with wavelength ``w = 2 pi / f_i``: divisor 1
+    when ``w < L / high``, ``factor`` when ``w > L / low``, else ``1 / ((1 - s) / factor +
+    s)`` with ``s = (L / w - low) / (high - low)`` (``L`` the original context).
+    """
+    freqs = 1.0 / (rope_theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    factor = float(scaling["factor"])
+    low = float(scaling.get("low_freq_factor", 1.0))
+    high = float(scaling.get("high_freq_factor", 4.0))
+    old = float(scaling.get("original_max_position_embeddings", 8192))
+    out = []
+    for freq in freqs:
+        wavelen = 2 * np.pi / float(freq)
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
 def model_config(
-    vocab: str, vocab_size: int, bos_id: int | None, eos_id: int | list[int]
+    vocab: str,
+    vocab_size: int,
+    bos_id: int | None,
+    eos_id: int | list[int],
+    long: LongContext | None = None,
 ) -> dict[str, Any]:
     """``config.json`` of the tiny model: hidden 64, 2 layers, 2 heads of 32 (1 KV), float32;
-    ``eos_id`` one id or the list of end ids (:func:`eos_ids`)."""
+    ``eos_id`` one id or the list of end ids (:func:`eos_ids`); ``long`` the context length
+    and RoPE scaling (:class:`LongContext`; default: 4096 tokens, no scaling)."""
     spec = VOCABS[vocab]
+    long = long or LongContext()
     arch_name = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
     config: dict[str, Any] = {
         "architectures": [arch_name.get(spec.arch, "LlamaForCausalLM")],
@@ -496,7 +592,7 @@ def model_config(
         "hidden_act": "silu",
         "rms_norm_eps": 1e-6,
         "vocab_size": vocab_size,
-        "max_position_embeddings": CONTEXT,
+        "max_position_embeddings": long.max_positions,
         "rope_theta": spec.rope_theta,
         "tie_word_embeddings": False,
         "eos_token_id": eos_id,
@@ -504,6 +600,8 @@ def model_config(
     }
     if bos_id is not None:
         config["bos_token_id"] = bos_id
+    if (scaling := long.rope_scaling()) is not None:
+        config["rope_scaling"] = scaling
     if spec.arch == "llama":
         config.update(attention_bias=False, mlp_bias=False)
     return config
@@ -594,13 +692,17 @@ def write_gguf(
     pad_id: int | None,
 ) -> None:
     """The f32 GGUF of the model: llama.cpp's metadata keys and tensor names for the
-    architecture, the vocabulary of :func:`_read_vocab`, and the chat template."""
+    architecture, the vocabulary of :func:`_read_vocab`, the chat template, and the context
+    length and RoPE scaling of ``config`` (:class:`LongContext`)."""
     spec = VOCABS[vocab]
     v = _gguf_vocab(vocab)
     writer = _make_gguf._Writer(out, arch=spec.arch)
     writer.add_name(f"tiny-realistic-{vocab}")
     writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
-    writer.add_context_length(CONTEXT)
+    writer.add_context_length(int(config["max_position_embeddings"]))
+    scaling = config.get("rope_scaling")
+    if scaling is not None:
+        _add_rope_scaling(writer, scaling)
     writer.add_embedding_length(HIDDEN)
     writer.add_block_count(LAYERS)
     writer.add_feed_forward_length(INTERMEDIATE)
@@ -634,10 +736,32 @@ def write_gguf(
         elif spec.arch == "llama" and hf_name.endswith("self_attn.k_proj.weight"):
             arr = _make_gguf.permute_qk(arr, HEADS, KV_HEADS)
         writer.add_tensor(_gguf_name(hf_name), np.ascontiguousarray(arr, dtype=np.float32))
+    if scaling is not None and scaling["rope_type"] == "llama3":
+        if spec.arch != "llama":
+            raise ValueError("llama3 RoPE scaling is llama.cpp's rope_freqs of the llama arch")
+        writer.add_tensor(
+            "rope_freqs.weight", llama3_rope_freqs(spec.rope_theta, HEAD_DIM, scaling)
+        )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def _add_rope_scaling(writer: Any, scaling: dict[str, Any]) -> None:
+    """The ``rope.scaling.*`` keys llama.cpp's converter writes for ``scaling``
+    (``conversion/base.py``): linear: type and factor; yarn: also the original context
+    length; llama3: none (its ``rope_freqs.weight`` tensor instead)."""
+    rope_type = scaling["rope_type"]
+    if rope_type == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(scaling["factor"]))
+    elif rope_type == "yarn":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(float(scaling["factor"]))
+        writer.add_rope_scaling_orig_ctx_len(int(scaling["original_max_position_embeddings"]))
+    elif rope_type != "llama3":
+        raise ValueError(f"no GGUF form for RoPE scaling {rope_type!r}")
 
 
 # --------------------------------------------------------------------------- the model
@@ -660,7 +784,7 @@ class Realistic:
 
 
 def _tokenizer_config(
-    vocab: str, template: str, added: list[tuple[int, str, bool]]
+    vocab: str, template: str, added: list[tuple[int, str, bool]], max_positions: int = CONTEXT
 ) -> dict[str, Any]:
     """``tokenizer_config.json`` as the original model's: added tokens, BOS/EOS/PAD, whether
     BOS is added, and the chat template."""
@@ -686,14 +810,18 @@ def _tokenizer_config(
         "unk_token": None,
         "chat_template": template,
         "clean_up_tokenization_spaces": False,
-        "model_max_length": CONTEXT,
+        "model_max_length": max_positions,
         "split_special_tokens": False,
         "tokenizer_class": "PreTrainedTokenizerFast",
     }
 
 
 def make_realistic(
-    out_dir: Path, vocab: str, template: str | None = None, seed: int = 0
+    out_dir: Path,
+    vocab: str,
+    template: str | None = None,
+    seed: int = 0,
+    long: LongContext | None = None,
 ) -> Realistic:
     """Make (or reuse) the realistic tiny model of ``vocab`` in ``out_dir``.
 
@@ -702,7 +830,9 @@ def make_realistic(
         vocab: A key of :data:`VOCABS`.
         template: A template name of the sdist (default: the vocabulary's).
         seed: Weight seed (:func:`random_weights`).
+        long: Context length and RoPE scaling (:class:`LongContext`; default 4096, none).
     """
+    long = long or LongContext()
     out_dir = Path(out_dir)
     if vocab not in VOCABS:
         raise ValueError(f"vocab must be one of {sorted(VOCABS)}, got {vocab!r}")
@@ -739,15 +869,19 @@ def make_realistic(
         "template_sha256": hashlib.sha256(chat_template.encode()).hexdigest(),
         "seed": int(seed),
     }
+    if long != LongContext():
+        stamp["long_context"] = {"context": long.context, "rope": long.rope, "factor": long.factor}
 
     def build(work: Path) -> None:
         work.mkdir(parents=True)
-        config = model_config(vocab, vocab_size, bos_id, config_eos)
+        config = model_config(vocab, vocab_size, bos_id, config_eos, long)
         tensors = random_weights(config, int(seed))
         _save_safetensors(work / "model.safetensors", tensors)
         (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         shutil.copy(tok_dir / "tokenizer.json", work / "tokenizer.json")
-        config_json = _tokenizer_config(vocab, chat_template, _added_tokens(tok))
+        config_json = _tokenizer_config(
+            vocab, chat_template, _added_tokens(tok), long.max_positions
+        )
         (work / "tokenizer_config.json").write_text(
             json.dumps(config_json, indent=2, ensure_ascii=False) + "\n"
         )
@@ -784,9 +918,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--vocab", choices=sorted(VOCABS), required=True)
     ap.add_argument("--template", default=None, help="a models/templates/<NAME>.jinja name")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--context", type=int, default=CONTEXT, help="the original context length in tokens"
+    )
+    ap.add_argument("--rope-scaling", choices=ROPE_TYPES, default=None)
+    ap.add_argument("--rope-factor", type=float, default=8.0)
     args = ap.parse_args(argv)
     start = time.monotonic()
-    made = make_realistic(args.out_dir, args.vocab, args.template, args.seed)
+    long = LongContext(args.context, args.rope_scaling, args.rope_factor)
+    made = make_realistic(args.out_dir, args.vocab, args.template, args.seed, long)
     print(f"{made.path}\n{made.gguf}\n{time.monotonic() - start:.1f} s")
     return 0
 

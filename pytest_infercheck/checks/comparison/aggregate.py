@@ -34,6 +34,7 @@ from ...records import OMIT_WHEN_EMPTY, Measured
 from ...render.text import counted
 from ...verdict.gate import judge_gates
 from ...verdict.measure import MeasureValue, Reading, Unmeasured
+from .buckets import BucketStat, bucket_line, bucket_stats
 from .evidence import LOWER_BOUND_METHODS, NO_ARGMAX_METHODS, TEXT_ONLY
 from .judge import item_verdict
 from .prompt import SELF_CHECK, PromptComparison, SelfCheckRecord
@@ -176,6 +177,9 @@ class SuiteAggregate:
     known (:func:`answer_matrix`): ``correct_to_correct``, ``correct_to_wrong``,
     ``wrong_to_correct``, ``wrong_to_wrong`` (a wrong answer unchanged counts there too);
     empty without such prompts, or in a results file written before it was counted."""
+    buckets: list[BucketStat] = field(default_factory=list, kw_only=True, metadata=OMIT_WHEN_EMPTY)
+    """KL, argmax flips and failed items by the prompts' bucket (:mod:`.buckets`; a
+    ``context-ladder`` suite's lengths); empty when no prompt has a bucket."""
     violations: list[str] | None = field(default=None, kw_only=True)
     """The suite gates this side broke (:func:`aggregate_violations`), without the side's
     label: a sweep level fails for its own gates only. None in a results file written before
@@ -303,6 +307,7 @@ def aggregate(
         divergence_labels=count_labels([r.divergence_label for r in results]),
         noise_floor=strict_max(floors) if floors else None,
         answer_matrix=answer_matrix(results),
+        buckets=bucket_stats(results, failed_ids),
     )
     return dataclasses.replace(agg, violations=aggregate_violations(agg, thresholds))
 
@@ -538,5 +543,7 @@ def format_aggregate(agg: SuiteAggregate) -> str:
     if any(agg.divergence_labels.values()) or agg.noise_floor is not None:
         floor = "n/a" if agg.noise_floor is None else f"{agg.noise_floor:.4g}"
         lines.append(f"divergences {counted(agg.divergence_labels)}; noise floor {floor} nats")
+    if agg.buckets:
+        lines.append(bucket_line(agg.buckets))
     lines.extend(f"problem: {line}" for line in agg.problems)
     return "\n".join(lines)

@@ -155,6 +155,7 @@ def build_record(evidence: PromptEvidence, thresholds: Thresholds) -> PromptComp
         judged_past=judged_past,
         later_labels=later_labels,
         later_first=later_first,
+        bucket=prompt.bucket or "",
     )
     if not evidence.turns:
         return record

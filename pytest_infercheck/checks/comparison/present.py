@@ -488,4 +488,27 @@ def level_charts(name: str, data: Mapping[str, Any]) -> list[str]:
             x_labels=labels,
             y_label="KL",
         ),
+        *length_charts(name, levels),
+    ]
+
+
+def length_charts(name: str, levels: list[SuiteAggregate]) -> list[str]:
+    """KL vs length: the pooled mean KL of each bucket (:mod:`.buckets`), a line per test
+    side, the buckets in the order of the first side that has them; none without buckets."""
+    order = next((level.buckets for level in levels if level.buckets), None)
+    if order is None:
+        return []
+    names = [b.bucket for b in order]
+    series = []
+    for level in levels:
+        by_name = {b.bucket: b.kl_mean for b in level.buckets}
+        series.append((level.test, [by_name.get(bucket) for bucket in names]))
+    return [
+        line_chart(
+            series,
+            title=f"KL vs length: {name}",
+            x_labels=names,
+            x_label="prompt length (x the original context)",
+            y_label="mean KL",
+        )
     ]

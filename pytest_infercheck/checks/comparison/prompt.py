@@ -297,6 +297,10 @@ class PromptComparison:
     judged."""
     later_first: Disagreement | None = field(default=None, metadata=OMIT_WHEN_EMPTY)
     """The first of those that is not a near-tie (decisive or unknown), if any."""
+    bucket: str = field(default="", metadata=OMIT_WHEN_EMPTY)
+    """The prompt's bucket in a generated suite (``context-ladder``: its length, ``2x``),
+    by which the aggregate reports KL apart (:func:`~.buckets.bucket_stats`); absent from
+    the JSON when empty."""
     kl_mean: float | None = field(init=False)
     """Derived: mean of :attr:`kl_per_position`, NaN when any position is NaN (None without
     positions)."""

@@ -12,6 +12,7 @@ from ...nodeid import NodeId
 from ...render.table import render_table
 from ..framework.kind import Aggregates
 from .aggregate import SweepAggregateRecord, cliff_evidence
+from .buckets import bucket_line
 from .present import aggregate_record, side_verdicts, test_sides
 
 COLUMNS = (
@@ -124,9 +125,25 @@ def cliff_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]
     return lines
 
 
+def bucket_lines(aggregates: list[tuple[str, bool, dict[str, Any]]]) -> list[str]:
+    """``diff(ladder) context-ladder: q4@local: KL by length: 0.5x 0 (0 flips, 0 failed) |
+    ...`` for every test side whose prompts have buckets (:mod:`.buckets`)."""
+    lines = []
+    for nodeid, _, data in aggregates:
+        record = aggregate_record(data)
+        node = NodeId.parse(nodeid)
+        check = node.check if node is not None else record.check
+        for level in record.levels:
+            if level.buckets:
+                lines.append(f"{check} {record.suite}: {level.test}: {bucket_line(level.buckets)}")
+    return lines
+
+
 def summary_lines(aggregates: Aggregates) -> list[str]:
     """One table for every comparison aggregate (a line per check x suite, a row per test
-    side under it), then each sweep's degradation cliff, wrapped under 100 columns."""
+    side under it), then each sweep's degradation cliff and each side's KL by length
+    (:func:`bucket_lines`), wrapped under 100 columns."""
     rows = summary_rows(aggregates)
     table = grouped_table(rows, COLUMNS) if rows else []
-    return table + [w for line in cliff_lines(aggregates) for w in wrapped(line)]
+    notes = cliff_lines(aggregates) + bucket_lines(aggregates)
+    return table + [w for line in notes for w in wrapped(line)]
