@@ -34,8 +34,7 @@ from typing import Any
 import numpy as np
 
 from pytest_infercheck.backends import Backend, Capabilities, Generation, PromptInput
-from pytest_infercheck.backends.base import GenerationParams, Message, TopKRow
-from pytest_infercheck.backends.base import BackendError
+from pytest_infercheck.backends.base import BackendError, GenerationParams, Message, TopKRow
 from pytest_infercheck.backends.http import HttpError
 from pytest_infercheck.backends.prompt_count import check_prompt_count
 from pytest_infercheck.structured.records import (

@@ -90,9 +90,7 @@ def test_a_prompt_over_the_context_fails_with_the_servers_words(
 ) -> None:
     pytester.makefile(".ini", pytest=INI)
     long = "1+2+" * 24 + "3="  # 98 bytes: 99 ids with the BOS, over -c 64
-    pytester.makefile(
-        ".jsonl", long=json.dumps({"id": "long", "prompt": long, "max_tokens": 4})
-    )
+    pytester.makefile(".jsonl", long=json.dumps({"id": "long", "prompt": long, "max_tokens": 4}))
     pytester.makefile(
         ".yaml",
         infercheck=f"models:\n  adder: {adder}\n"

@@ -88,8 +88,7 @@ def test_unmeasured_is_said_once_per_backend_and_reason() -> None:
         check_prompt_count(backend, _gen(7), None, why="sent as text")
     texts = [str(r.message) for r in record]
     assert texts == [
-        "backend 'srv' (fake): truncation not measured: the engine reported no prompt "
-        "token count",
+        "backend 'srv' (fake): truncation not measured: the engine reported no prompt token count",
         "backend 'srv' (fake): truncation not measured: sent as text",
     ]
     with pytest.warns(TruncationUnmeasuredWarning):  # another backend object says it again
