@@ -61,9 +61,9 @@ def test_faithful_counts_pass_and_a_cut_prompt_fails_as_truncated(
         got = _run(
             pytester, tiny_tool, backends, "  - determinism: {target: tool@plain, runs: 2}\n"
         )
-        assert [i["name"] for i in got["items"] if i["outcome"] != "passed"] == [], got[
-            "stdout"
-        ][-4000:]
+        assert [i["name"] for i in got["items"] if i["outcome"] != "passed"] == [], got["stdout"][
+            -4000:
+        ]
         assert "TruncationUnmeasuredWarning" not in got["stdout"]
         got = _run(
             pytester,

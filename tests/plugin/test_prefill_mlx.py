@@ -34,9 +34,7 @@ of 4 (7 to 9 passes) and well inside the adder's 64-token context with 5 generat
 
 
 def suite() -> str:
-    return "\n".join(
-        json.dumps({"id": i, "prompt": p, "max_tokens": 5}) for i, p in PROMPTS
-    )
+    return "\n".join(json.dumps({"id": i, "prompt": p, "max_tokens": 5}) for i, p in PROMPTS)
 
 
 def test_prefill_step_size_reaches_generation_and_scoring(
