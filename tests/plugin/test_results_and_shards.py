@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from _pytest.junitxml import mangle_test_address
 
+from pytest_infercheck.checks.registry import KIND_NAMES
 from pytest_infercheck.cli import main as cli_main
 from pytest_infercheck.report.merge import merge_results
 from pytest_infercheck.report.results import load_results
@@ -265,7 +266,20 @@ EVERY_IN_PROCESS_KIND = """\
   - batch-invariance: {target: q4, trials: 1, batch_size: 4}
   - stress: {target: q4, levels: [1, 2, 4], repeats: 1}
   - tokenization: {targets: [bf16, q4]}
+  - sampling: {target: q4, samples: 200}
+    params: [{temperature: 1.0, top_k: 3}]
+    positions: 1
+  - request-conformance: {target: q4, top_logprobs: 2}
 """
+SERVER_ONLY_KINDS = {
+    "cache-parity": "a server's prompt cache",
+    "cache-pollution": "a server's hostile requests",
+    "stream-parity": "a server's streamed and whole answers",
+    "endpoint-parity": "a server's endpoints",
+    "structured-parity": "a server's tool-call parser",
+}
+"""The kinds :data:`EVERY_IN_PROCESS_KIND` leaves out: what each needs that mlx-lm in process
+has not (their shards merge through the same ``summarize``)."""
 MEASURED_PER_RUN = {
     "latency_p50_s",
     "latency_p95_s",
@@ -301,9 +315,9 @@ def assert_same_numbers(got: Any, want: Any, where: str = "") -> None:
 def test_every_in_process_kind_merges_to_the_unsharded_aggregates(
     pytester: pytest.Pytester, write_matrix: Any
 ) -> None:
-    """compare, sweep, determinism, batch-invariance, stress and tokenization, unsharded and
-    in two shards; ``pytest-infercheck report --json`` merges the shards into a results file
-    whose every aggregate has the unsharded run's outcome, violations and numbers (each
+    """Every kind that runs on mlx-lm in process (all but :data:`SERVER_ONLY_KINDS` and diff),
+    unsharded and in two shards; ``pytest-infercheck report --json`` merges the shards into a
+    results file whose every aggregate has the unsharded run's outcome, violations and numbers (each
     kind's ``summarize`` over the union of the shards' item records; a stress level is an
     item of one shard, a sweep's self-check too)."""
     write_matrix(EVERY_IN_PROCESS_KIND)
@@ -323,9 +337,7 @@ def test_every_in_process_kind_merges_to_the_unsharded_aggregates(
 
     got, want = aggregates(merged), aggregates(whole)
     kinds = {item["kind"] for item in want.values()}
-    assert kinds == {"compare", "sweep", "determinism", "batch-invariance", "stress"} | {
-        "tokenization"
-    }
+    assert kinds == set(KIND_NAMES) - {"diff"} - set(SERVER_ONLY_KINDS)  # diff: compare's twin
     assert list(got) == list(want)
     for nodeid, item in want.items():
         other = got[nodeid]

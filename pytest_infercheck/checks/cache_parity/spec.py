@@ -24,7 +24,7 @@ rule of the judge:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import Field
 
@@ -36,13 +36,7 @@ if TYPE_CHECKING:
     from ...matrix import CheckSpec, LoadedMatrix
 
 Scenario = Literal["shared-prefix", "exact-repeat", "multi-turn", "eviction", "concurrent"]
-SCENARIOS: tuple[Scenario, ...] = (
-    "shared-prefix",
-    "exact-repeat",
-    "multi-turn",
-    "eviction",
-    "concurrent",
-)
+SCENARIOS: tuple[Scenario, ...] = get_args(Scenario)
 """Every scenario, in the order they run on a prompt (each leaves the cache state the next
 one starts from)."""
 EXPECTS_HIT: frozenset[str] = frozenset(SCENARIOS) - {"eviction"}

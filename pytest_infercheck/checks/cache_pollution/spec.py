@@ -8,7 +8,7 @@ entry says.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, cast
+from typing import TYPE_CHECKING, Literal, cast, get_args
 
 from pydantic import Field
 
@@ -24,13 +24,7 @@ if TYPE_CHECKING:
 HostileKind = Literal[
     "context-overflow", "invalid-utf8", "special-tokens", "max-tokens-0", "disconnect"
 ]
-HOSTILE_KINDS: tuple[HostileKind, ...] = (
-    "context-overflow",
-    "invalid-utf8",
-    "special-tokens",
-    "max-tokens-0",
-    "disconnect",
-)
+HOSTILE_KINDS: tuple[HostileKind, ...] = get_args(HostileKind)
 
 
 class CachePollutionSpec(TargetCheck):

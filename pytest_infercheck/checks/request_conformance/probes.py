@@ -32,7 +32,7 @@ Every probe is greedy, so a conforming engine repeats ``R`` up to where the prob
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Probe = Literal[
     "stop-token",
@@ -46,18 +46,7 @@ Probe = Literal[
     "ignore-eos",
     "n",
 ]
-PROBES: tuple[Probe, ...] = (
-    "stop-token",
-    "stop-tokens",
-    "stop-spanning",
-    "stop-included",
-    "max-tokens",
-    "usage",
-    "logprobs",
-    "min-tokens",
-    "ignore-eos",
-    "n",
-)
+PROBES: tuple[Probe, ...] = get_args(Probe)
 PROBE_PARAMS: dict[str, tuple[str, ...]] = {
     "stop-token": ("stop",),
     "stop-tokens": ("stop",),
