@@ -2,7 +2,7 @@
 default scheduler against chunked prefill in chunks of 16 tokens (``--enable-chunked-prefill
 --max-num-batched-tokens 16``, with ``--max-num-seqs 16``: vLLM refuses a token budget below
 its sequence limit), on prompts of 60 to 120 tokens, as a diff with ``expect: identical`` and
-an exact KL gate (``--max-logprobs 1024`` covers the 513-token vocabulary: full rows). Both
+an exact KL gate (``--max-logprobs 1775`` covers the 1,775-token vocabulary: full rows). Both
 servers are started by the plugin, one after the other's flags (two vLLMs: about 7.6 GB).
 docs/how-to/prefill.md has the numbers."""
 
@@ -19,7 +19,7 @@ from tests.plugin.conftest import INI
 pytestmark = pytest.mark.xdist_group("vllm")
 
 CHUNKED = "--enable-chunked-prefill --max-num-batched-tokens 16 --max-num-seqs 16"
-FULL_ROWS = "--max-logprobs 1024"
+FULL_ROWS = "--max-logprobs 1775"
 TEXTS = [
     "the quick brown fox jumps over the lazy dog and then",
     "what is 57 plus 444? Please answer with the number and",
