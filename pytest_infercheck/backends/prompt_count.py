@@ -2,13 +2,14 @@
 (a context limit applied silently, a gateway that shortened the request: Ollama #3839 answered
 such prompts with a 200).
 
-Every backend reads, beside each generation, the engine's own count of the prompt it generated
-from (``counted``: ``usage.prompt_tokens``; llama-server's ``tokens_evaluated``; SGLang's
-``meta_info.prompt_tokens``; Ollama's ``prompt_eval_count``) into
+A server backend reads, beside each generation, the engine's own count of the prompt it
+generated from (``counted``: vLLM's ``usage.prompt_tokens``, llama-server's
+``tokens_evaluated``, SGLang's ``meta_info.prompt_tokens``) into
 :attr:`~.base.Generation.prompt_tokens`, and knows how many tokens it sent (``sent``): the
 number of ids of a prompt sent as token ids (what the backend's render tokenized, or another
 backend's ids it verified it takes as they are). The comparison, made for every generation
-of every such backend, whatever check asked for it (:func:`check_prompt_count`):
+of those backends (llama-server's teacher-forced scoring requests too), whatever check asked
+for it (:func:`check_prompt_count`):
 
     truncated  <=>  counted < sent
 
@@ -22,9 +23,11 @@ item whose generation it was fails as the framework fails a request that failed
 prompt tokens of the 2048 sent: truncated``.
 
 A generation is not measured when the engine reports no count, or the prompt went as text or
-messages (templated by the server), whose tokens the backend does not count without asking
+messages (templated by the server: the OpenAI-compatible and Ollama backends, every backend's
+``chat`` and ``messages`` endpoints), whose tokens the backend does not count without asking
 the engine; that is said once per backend, as a :class:`TruncationUnmeasuredWarning` naming
-it and why, never passed in silence.
+it and why, never passed in silence. mlx-lm in process generates from the ids it holds: there
+is no request to cut.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from .base import BackendError
 if TYPE_CHECKING:
     from .base import Backend, Generation
 
+AS_TEXT = "the prompt goes as text or messages, not token ids (no sent count to hold it to)"
+"""Why a backend that sends text is not measured."""
 TRUNCATED = "truncated"
 """The rule a truncated generation fails under (a violation's source)."""
 
