@@ -49,6 +49,8 @@ def tree_cpu_s(root: int) -> float:
 
 
 def pytest_runtest_logreport(report: Any) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # under -n N the controller logs every report, with its workers in its tree
     with open(_PATH, "a", encoding="utf-8") as f:
         f.write(
             f"{time.time():.1f}\t{report.nodeid}\t{report.when}\t{report.duration:.3f}\t"

