@@ -89,7 +89,9 @@ request before forwarding it (a gateway or engine that drops ``stop``, ``n_probs
 ``stopping_word``; an OpenAI choice finished ``stop`` gets the request's first stop string),
 streamed or not; ``usage_offset`` adds to its completion count (``tokens_predicted`` of the
 final answer or chunk, ``usage.completion_tokens``), ``prompt_usage_offset`` to its prompt
-count (``tokens_evaluated``, ``usage.prompt_tokens``).
+count (``tokens_evaluated``, ``usage.prompt_tokens``). ``cut_prompt`` drops the first half
+of every generation request's prompt before forwarding it (:func:`cut_prompt`: ids or
+text), as a gateway or a context limit that cuts prompts silently would.
 
 Streams (SSE, and Ollama's NDJSON) are forwarded event by event. When a stream may be
 altered, the proxy holds back the events from the last content-carrying event on (usually
@@ -183,6 +185,7 @@ class Fault:
     drop_lora: bool = False  # llama-server: every `lora` scale of a generation request set to 0
     model_to: str | None = None  # a generation request's `model` rewritten to this (vLLM base)
     swap_lora_every: int = 0  # every Nth request asking for an adapter: `lora` scales rotated
+    cut_prompt: bool = False  # the first half of a generation request's prompt dropped
 
 
 TOOLS_REFUSED = "faulty proxy: the tool parser failed to load"
@@ -608,6 +611,25 @@ class _Request:
         """The request's body as the client sent it."""
 
 
+def cut_prompt(doc: dict[str, Any]) -> bool:
+    """Drop the first half of a generation request's prompt, in place: a ``prompt`` (or
+    SGLang's ``input_ids``) of ids keeps its second half of ids, a text its second half of
+    characters; a chat request's last message its second half of characters. Whether
+    anything was cut."""
+    for key in ("prompt", "input_ids"):
+        value = doc.get(key)
+        if isinstance(value, (list, str)) and len(value) >= 2:
+            doc[key] = value[len(value) // 2 :]
+            return True
+    messages = doc.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        content = messages[-1].get("content")
+        if isinstance(content, str) and len(content) >= 2:
+            messages[-1] = {**messages[-1], "content": content[len(content) // 2 :]}
+            return True
+    return False
+
+
 def prompt_of(body: bytes) -> tuple[Any, bool]:
     """The prompt of a generation request body (its ``prompt``, text or token ids, or its
     ``messages``; None when the body is not JSON or has neither) and whether the request may
@@ -1010,10 +1032,11 @@ class FaultyProxy:
             response.close()
 
     def _rewritten_request(self, body: bytes) -> bytes:
-        """A generation request without the keys of ``drop_params`` and with those of
-        ``set_params`` (unchanged when neither applies or it is not JSON)."""
+        """A generation request without the keys of ``drop_params``, with those of
+        ``set_params`` and, under ``cut_prompt``, its prompt cut (:func:`cut_prompt`);
+        unchanged when none applies or it is not JSON."""
         fault = self.fault
-        if not (fault.drop_params or fault.set_params):
+        if not (fault.drop_params or fault.set_params or fault.cut_prompt):
             return body
         try:
             doc = json.loads(body)
@@ -1022,6 +1045,8 @@ class FaultyProxy:
         if not isinstance(doc, dict):
             return body
         hit = [k for k in fault.drop_params if k in doc] + [k for k, _ in fault.set_params]
+        if fault.cut_prompt and cut_prompt(doc):
+            hit.append("prompt")
         for key in fault.drop_params:
             doc.pop(key, None)
         doc.update(dict(fault.set_params))

@@ -217,6 +217,10 @@ class Generation:
     prompt_tokens: int | None = None
     """The number of prompt tokens the engine generated from (in-process engines; a server's
     ``usage.prompt_tokens``, llama-server's ``tokens_evaluated``, where given)."""
+    prompt_sent: int | None = None
+    """The prompt tokens the backend sent for this generation (the ids of a prompt sent as
+    ids), set where it checked the engine's count against them (:mod:`.prompt_count`); None:
+    not measured."""
     completion_tokens: int | None = None
     """The server's count of generated tokens (``usage.completion_tokens``), where given."""
     others: tuple[Generation, ...] = field(default=(), compare=False, repr=False)

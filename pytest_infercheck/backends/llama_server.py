@@ -70,6 +70,7 @@ from .openai_compat import (
     tool_fields,
 )
 from .params import TAKEN, llama_fields, openai_fields, taken
+from .prompt_count import PromptTruncated, check_prompt_count, sent_ids, truncated
 
 if TYPE_CHECKING:
     from ..structured.records import Path as StructuredPath
@@ -279,7 +280,7 @@ class LlamaServerBackend(Backend):
         generation, *others = (self._completion(a) for a in answers)
         generation.others = tuple(others)
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        return check_prompt_count(self, generation, sent_ids(body.get("prompt")))
 
     def _completion(self, answer: dict[str, Any]) -> Generation:
         """One completion of a ``/completion`` answer."""
@@ -314,7 +315,7 @@ class LlamaServerBackend(Backend):
         if self.features:
             first.activity = timings_activity(parts[min(parts)].timings)
         first.elapsed_s = time.perf_counter() - started
-        return first
+        return check_prompt_count(self, first, sent_ids(body.get("prompt")))
 
     async def generate_via(
         self, endpoint: str, prompt: PromptInput, params: GenerationParams
@@ -357,7 +358,8 @@ class LlamaServerBackend(Backend):
         else:
             return await super().generate_via(endpoint, prompt, params)
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        why = f"the prompt goes to {endpoint} as text (the server's template applied)"
+        return check_prompt_count(self, generation, None, why=why)
 
     async def send_hostile(self, kind: str) -> str:
         def body(text: str, max_tokens: int) -> dict[str, Any]:
@@ -408,6 +410,7 @@ class LlamaServerBackend(Backend):
             "logit_bias": [[self._forced_token, 100.0]] if self._forced_token else [],
         }
         answer = await self.http.request("POST", "/completion", body)
+        self._scored_whole(answer, len(prefix))
         row = np.full(self.n_vocab, -np.inf, dtype=np.float32)
         entries = answer.get("completion_probabilities") or []
         if not entries:
@@ -439,6 +442,7 @@ class LlamaServerBackend(Backend):
                 "logit_bias": [[token, 100.0]],
             }
             answer = await self.http.request("POST", "/completion", body)
+            self._scored_whole(answer, len(body["prompt"]))
             entries = answer.get("completion_probabilities") or []
             if entries and int(entries[0].get("id", -1)) == token:
                 top = {int(t["id"]): float(t["logprob"]) for t in entries[0]["top_logprobs"]}
@@ -448,6 +452,14 @@ class LlamaServerBackend(Backend):
             return TopKRow(float(row[token]), {int(v): float(row[v]) for v in best})
 
         return list(await asyncio.gather(*(position(i) for i in range(len(continuation_ids)))))
+
+    def _scored_whole(self, answer: Any, sent: int) -> None:
+        """Raise :class:`~.prompt_count.PromptTruncated` when a scoring request's answer
+        counts fewer prompt tokens (``tokens_evaluated``) than its ``sent`` prefix ids."""
+        counted = _count(answer.get("tokens_evaluated")) if isinstance(answer, dict) else None
+        if truncated(counted, sent):
+            assert counted is not None
+            raise PromptTruncated(self.name, counted, sent)
 
     async def processed_probs(
         self, prompt: PromptInput, params: GenerationParams

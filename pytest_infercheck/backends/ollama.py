@@ -33,6 +33,7 @@ from .hostile import probe_alive, send_hostile
 from .http import HttpClient, HttpSettings
 from .openai_compat import TOP_K, chat_messages, message_calls
 from .params import TAKEN, openai_fields, taken
+from .prompt_count import AS_TEXT, check_prompt_count
 
 if TYPE_CHECKING:
     from ..structured.records import Path as StructuredPath
@@ -121,7 +122,7 @@ class OllamaBackend(Backend):
         path, body = self._request(prompt, params)
         generation = self._generation([await self.http.request("POST", path, body)])
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        return check_prompt_count(self, generation, None, why=AS_TEXT)
 
     async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """The same request with ``stream: true`` (NDJSON lines), assembled."""
@@ -130,7 +131,7 @@ class OllamaBackend(Backend):
         chunks = [c async for c in self.http.stream(path, {**body, "stream": True}, sse=False)]
         generation = self._generation(chunks)
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        return check_prompt_count(self, generation, None, why=AS_TEXT)
 
     def _generation(self, answers: list[Any]) -> Generation:
         """One answer, or a stream's chunks, as a :class:`Generation` (texts and logprob

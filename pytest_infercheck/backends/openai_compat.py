@@ -93,6 +93,7 @@ from .openai_wire import read_usage as read_usage
 from .openai_wire import text_generation as text_generation
 from .openai_wire import tool_fields as tool_fields
 from .params import openai_fields, taken
+from .prompt_count import AS_TEXT, check_prompt_count
 
 if TYPE_CHECKING:
     from ..structured.records import Path as StructuredPath
@@ -285,7 +286,7 @@ class OpenAICompatBackend(Backend):
             tried = (*self.negotiated[chat].tried, ShapeTried(shape, "a generation without"))
             self._record(LogprobNegotiation(chat_endpoint(chat), None, tried))
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        return check_prompt_count(self, generation, None, why=AS_TEXT)
 
     async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         shape = await self._shape(self.chat)
@@ -294,7 +295,7 @@ class OpenAICompatBackend(Backend):
         chunks = [event async for event in self.http.stream(self._path, body)]
         generation = assemble_chunks(chunks, chat=self.chat)
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        return check_prompt_count(self, generation, None, why=AS_TEXT)
 
     async def generate_via(
         self, endpoint: str, prompt: PromptInput, params: GenerationParams

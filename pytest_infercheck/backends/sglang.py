@@ -67,6 +67,7 @@ from .http import HttpError, HttpSettings
 from .llama_server import FULL_VOCAB_SCORING_LIMIT
 from .openai_compat import OpenAICompatBackend
 from .params import TAKEN, openai_fields
+from .prompt_count import check_prompt_count, sent_ids
 
 if TYPE_CHECKING:
     from .spec import SglangSpec
@@ -271,10 +272,11 @@ class SglangBackend(OpenAICompatBackend):
 
     async def generate(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         started = time.perf_counter()
-        answer = await self._generate_request(self._body(prompt, params))
+        body = self._body(prompt, params)
+        answer = await self._generate_request(body)
         generation = self._generation(answer)
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        return check_prompt_count(self, generation, sent_ids(body.get("input_ids")))
 
     async def generate_stream(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """The same ``/generate`` request with ``stream: true`` (SSE), assembled: by default
@@ -285,7 +287,7 @@ class SglangBackend(OpenAICompatBackend):
         events = [e async for e in self.http.stream("/generate", body)]
         generation = self._generation(assemble_events(self.name, events))
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        return check_prompt_count(self, generation, sent_ids(body.get("input_ids")))
 
     def _generation(self, answer: dict[str, Any]) -> Generation:
         try:

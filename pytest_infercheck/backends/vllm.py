@@ -75,6 +75,7 @@ from .openai_compat import (
 )
 from .openai_wire import STREAM_USAGE
 from .params import TAKEN, openai_fields
+from .prompt_count import check_prompt_count, sent_ids
 from .vllm_bos import with_bos
 from .vllm_lora import lora_module
 from .vllm_metrics import SETTLE_READS, activity_delta, counted, parse_counters
@@ -379,12 +380,11 @@ class VllmBackend(OpenAICompatBackend):
 
     async def _completion(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         started = time.perf_counter()
-        answer = await self.http.request(
-            "POST", "/v1/completions", self._completion_body(prompt, params)
-        )
+        body = self._completion_body(prompt, params)
+        answer = await self.http.request("POST", "/v1/completions", body)
         generation = id_generation(answer, chat=False, name=self.name)
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        return check_prompt_count(self, generation, sent_ids(body["prompt"]))
 
     async def generate_uncached(self, prompt: PromptInput, params: GenerationParams) -> Generation:
         """:meth:`generate` with a unique ``cache_salt``: the request shares no prefix-cache
@@ -395,7 +395,7 @@ class VllmBackend(OpenAICompatBackend):
         answer = await self.http.request("POST", "/v1/completions", body)
         generation = id_generation(answer, chat=False, name=self.name)
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        return check_prompt_count(self, generation, sent_ids(body["prompt"]))
 
     async def cache_capacity(self) -> int | None:
         """The KV cache's size in tokens: ``num_gpu_blocks x block_size`` of ``/metrics``'
@@ -414,7 +414,7 @@ class VllmBackend(OpenAICompatBackend):
         chunks = [chunk async for chunk in self.http.stream("/v1/completions", body)]
         generation = streamed_id_generation(chunks, self.name)
         generation.elapsed_s = time.perf_counter() - started
-        return generation
+        return check_prompt_count(self, generation, sent_ids(body["prompt"]))
 
     async def generate_via(
         self, endpoint: str, prompt: PromptInput, params: GenerationParams
@@ -447,6 +447,7 @@ class VllmBackend(OpenAICompatBackend):
             )
             generation = id_generation(answer, chat=False, name=self.name)
             generation.prompt_text = rendered.text
+            check_prompt_count(self, generation, len(ids))
         elif endpoint == "chat":
             body: dict[str, Any] = {
                 **self._model_field(),
@@ -472,6 +473,9 @@ class VllmBackend(OpenAICompatBackend):
         else:
             return await super().generate_via(endpoint, prompt, params)
         generation.elapsed_s = time.perf_counter() - started
+        if endpoint != "completions":
+            why = f"the prompt goes to {endpoint} as messages (the server's template applied)"
+            check_prompt_count(self, generation, None, why=why)
         return generation
 
     # -- teacher forcing --------------------------------------------------------------------

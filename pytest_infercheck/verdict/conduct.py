@@ -6,6 +6,8 @@ cold (:class:`Conduct`). The rules (:func:`conduct_violations`) are the same for
 
 - a request the target offers that fails (a 4xx refusal or a 5xx error, a broken body) fails
   the item with the server's message, on the reference side too (:class:`RequestFailure`);
+  an answer whose engine counted fewer prompt tokens than were sent fails it as
+  ``truncated``, naming both counts (the same record, its ``rule`` ``truncated``);
 - ``unsupported`` comes only from the target's abilities probed at readiness
   (:meth:`Abilities.lacking`); one recorded any other way (from an error) fails the item;
 - ``not exercised`` comes only from reasons decided before any request
@@ -36,8 +38,14 @@ class RequestFailure:
     what: str
     message: str
     status: int | None = None
+    rule: str = "request-failed"
+    """The rule it fails under: ``request-failed``, or ``truncated`` for an answer whose
+    engine counted fewer prompt tokens than were sent (:mod:`~pytest_infercheck.backends.
+    prompt_count`), whose message names both counts."""
 
     def text(self) -> str:
+        if self.rule != "request-failed":
+            return f"{self.side}: {self.what}: {self.message}"
         status = f"HTTP {self.status}: " if self.status is not None else ""
         return f"{self.side}: {self.what} failed: {status}{self.message}"
 
@@ -192,7 +200,7 @@ class Conduct:
 
 def conduct_violations(conduct: Conduct) -> list[Violation]:
     """The violations of the framework's rules on ``conduct`` (see the module docstring)."""
-    out = [Violation(f.text(), "request-failed") for f in conduct.failures]
+    out = [Violation(f.text(), f.rule) for f in conduct.failures]
     out += [
         Violation(
             f"{u.what}: recorded unsupported without a probe of {u.ability!r}: a refusal or "

@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from pytest_infercheck.backends import Backend, Capabilities, Generation, PromptInput
-from pytest_infercheck.backends.base import GenerationParams, Message, TopKRow
+from pytest_infercheck.backends.base import BackendError, GenerationParams, Message, TopKRow
 from pytest_infercheck.backends.http import HttpError
+from pytest_infercheck.backends.prompt_count import check_prompt_count
 from pytest_infercheck.structured.records import (
     PlacedCall,
     StructuredChoice,
@@ -228,6 +229,10 @@ class ToyBackend(Backend):
         ids = self.prompt_ids_of(prompt)
         request, fault = self.injector.begin(self.name, path, prompt.key())
         self.injector.refuse(request, fault, f"/{path}")
+        sent = len(prompt.token_ids) if prompt.token_ids is not None else None
+        if fault is not None and fault.kind == "cut-prompt" and len(ids) >= 2:
+            ids = ids[len(ids) // 2 :]  # the engine got (and counts) the second half only
+            self.injector.changed(fault.describe(), request)
         if params.sampled:
             self._draws += 1
             key = ("seed", params.seed) if params.seed is not None else ("draw", self._draws)
@@ -248,11 +253,13 @@ class ToyBackend(Backend):
             content=content if generation.token_ids is not None else len(generation.text),
             logprobs=generation.chosen_logprobs is not None,
             reference=reference and self._has_reference_path(path),
+            sent=sent or 0,
         )
         faithful = copy.deepcopy(generation)
         generation = self._faulty(request, fault, generation, ids, reference)
         self.injector.remember(self.name, "generation", request.key, faithful)
-        return generation
+        # the backend's reading of the answer, as llama-server's and vLLM's adapters read it
+        return check_prompt_count(self, generation, sent, why="the prompt went as text")
 
     def _has_reference_path(self, path: str) -> bool:
         return path == "generate_uncached"
@@ -360,7 +367,7 @@ class ToyBackend(Backend):
         for prompt in prompts:
             try:
                 out.append(self._generation("generate_batch", prompt, params))
-            except HttpError as exc:
+            except BackendError as exc:
                 out.append(exc)
         return out
 

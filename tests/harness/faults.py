@@ -18,7 +18,10 @@ which prompt, the how-many-th time), or every request of that backend and path
   engine reports cached tokens on it (``variant: reported``, its output right), or the cache
   corrupts every hit alike and the reference is one of them (``variant: corrupted-cache``);
 - ``duplicated``: the answer to another prompt (the last one the engine answered on that
-  backend) comes back.
+  backend) comes back;
+- ``cut-prompt``: the engine generates from the second half of the prompt ids it was sent
+  (and counts those), as a proxy or a context limit that cuts the prompt silently would;
+  only a request that sent ids (the backend knows how many) can be measured for it.
 
 Paths (:data:`GENERATION_PATHS` and the others) are the fake engine's request methods; a
 structured path is ``structured:<path>`` (``structured:chat-stream``).
@@ -42,6 +45,7 @@ FAULT_KINDS = (
     "http-5xx",
     "warm-reference",
     "duplicated",
+    "cut-prompt",
 )
 GENERATION_PATHS = (
     "generate",
@@ -76,6 +80,8 @@ class Request:
     """Positions without a final EOS (what ``changed-token`` and ``truncated`` hit)."""
     logprobs: bool = False
     """Whether its answer carried logprobs."""
+    sent: int = 0
+    """Prompt token ids the request sent (0: text or messages)."""
     reference: bool = False
     """A reference that must be cold (an uncached request; on an engine without one, the
     first request of a prompt)."""
@@ -142,6 +148,8 @@ def applicable(kind: str, request: Request) -> bool:
         return request.positions > 0
     if kind == "changed-token":
         return request.content > 0
+    if kind == "cut-prompt":
+        return request.generation and request.sent >= 2
     raise ValueError(f"unknown fault kind {kind!r}")
 
 

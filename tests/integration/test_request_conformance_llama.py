@@ -144,7 +144,7 @@ FAULTS = {
         },
     ),
     "return-stop-drop-n_predict-miscount-prompt": (
-        Fault(return_stop=True, drop_params=frozenset({"n_predict"}), prompt_usage_offset=-1),
+        Fault(return_stop=True, drop_params=frozenset({"n_predict"}), prompt_usage_offset=1),
         {
             "stop-token": "(the stop string returned)",
             "stop-tokens": "(the stop string returned)",
@@ -158,7 +158,9 @@ FAULTS = {
 """Two runs, each with faults that hit different probes (a run per fault would take over
 the module's two minutes on a loaded machine): the probes each fails, and what the finding
 says (``{c}``, ``{t}``: the completion count reported and the tokens returned; ``{p}``,
-``{s}``: the prompt count reported and the tokens sent)."""
+``{s}``: the prompt count reported and the tokens sent). The prompt count is one too many:
+one too few is a truncated prompt, which fails every generation's item
+(:mod:`pytest_infercheck.backends.prompt_count`), not the ``usage`` probe alone."""
 
 
 @pytest.mark.parametrize("name", list(FAULTS))
@@ -178,7 +180,7 @@ def test_each_fault_fails_its_probe_naming_the_parameter(
             c=answer["completion_tokens"],
             t=answer["tokens"],
             p=answer["prompt_tokens"],
-            s=(answer["prompt_tokens"] or 0) + 1,
+            s=(answer["prompt_tokens"] or 0) - 1,
         )
         assert any(named in v for v in violations), (item, named, violations)
     assert items(pytester)["aggregate"]["outcome"] == "failed"

@@ -36,6 +36,11 @@ def server_message(exc: BackendError) -> tuple[str, int | None]:
 
 
 def request_failure(side: str, what: str, exc: BackendError) -> RequestFailure:
-    """``exc`` (a request of ``side`` for ``what``) as the item's failed request."""
+    """``exc`` (a request of ``side`` for ``what``) as the item's failed request; one with a
+    ``rule`` of its own (:class:`~pytest_infercheck.backends.prompt_count.PromptTruncated`:
+    ``truncated``) under that rule, with its message."""
+    rule = getattr(exc, "rule", None)
+    if isinstance(rule, str):  # an answer judged by a rule of its own (``truncated``)
+        return RequestFailure(side, what, str(getattr(exc, "message", exc)), None, rule)
     message, status = server_message(exc)
     return RequestFailure(side, what, message, status)
