@@ -2,8 +2,10 @@
 # The README's test command: installs the dev dependencies into .venv (created if missing),
 # then runs ruff, mypy and the whole test suite. Extra arguments go to one pytest run of
 # them. Without arguments the suite runs in two parts: the tests that need no server on both
-# cores (pytest-xdist, -n 2), then the integration tests (real servers, shared by the tests of
-# one process) in one process; the servers are built and installed in the background meanwhile.
+# cores (pytest-xdist, -n 2), then the integration tests (real servers) on two workers too,
+# a module's tests on one worker and the modules on the session's vLLMs on one
+# (tests/integration/conftest.py); the servers are built and installed in the background
+# meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${INFERCHECK_VENV:-.venv}"
@@ -35,4 +37,4 @@ if [ "$#" -gt 0 ]; then
     exec "$VENV/bin/python" -m pytest "$@"
 fi
 "$VENV/bin/python" -m pytest -n 2 tests/unit tests/http tests/harness tests/plugin
-"$VENV/bin/python" -m pytest tests/integration
+"$VENV/bin/python" -m pytest -n 2 --dist loadgroup tests/integration

@@ -31,22 +31,36 @@ SHARED_VLLM_FIXTURES = frozenset({"vllm_qwen2", "vllm_tiny_tool"})
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for ``pytest -n N --dist loadgroup`` (``scripts/test.sh`` runs the integration
-    tests so): a module's tests stay on one worker, so its module-scoped servers start once,
-    and every module that uses a session vLLM (:data:`SHARED_VLLM_FIXTURES`, or marked
-    ``xdist_group("vllm")``) goes to one worker, which starts each of them once."""
+    tests so): a module's tests stay on one worker, so its module-scoped servers start once;
+    every module that uses a session vLLM (:data:`SHARED_VLLM_FIXTURES`) goes to one worker
+    (group ``vllm``), which starts each of them once; the other modules marked
+    ``xdist_group("vllm")`` start vLLMs of their own and go one after the other to one worker
+    (group ``vllm-own``), so that at most the session's vLLMs and one module's run at once
+    (about 3-4 GB each)."""
     modules: dict[Path, list[pytest.Item]] = defaultdict(list)
     for item in items:
         modules[item.path].append(item)
     for path, module_items in modules.items():
-        on_vllm = any(
-            SHARED_VLLM_FIXTURES & set(getattr(item, "fixturenames", ()))
-            or item.get_closest_marker("xdist_group") is not None
-            for item in module_items
+        shared = any(
+            SHARED_VLLM_FIXTURES & set(getattr(item, "fixturenames", ())) for item in module_items
         )
-        group = "vllm" if on_vllm else path.stem
+        marked = any(item.get_closest_marker("xdist_group") is not None for item in module_items)
+        group = "vllm" if shared else "vllm-own" if marked else path.stem
         for item in module_items:
-            if item.get_closest_marker("xdist_group") is None:
-                item.add_marker(pytest.mark.xdist_group(group))
+            item.add_marker(pytest.mark.xdist_group(group))  # the item's own: the closest
+
+
+XDIST_WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+"""What an xdist worker puts in its environment, which its subprocesses would inherit."""
+
+
+@pytest.fixture(autouse=True)
+def _inner_runs_in_a_plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pytest runs a test starts (``runpytest_subprocess``) get the environment of a
+    plain shell, not this xdist worker's: an inherited ``PYTEST_XDIST_WORKER`` would make an
+    inner run say a stress level was measured by ``gw1``."""
+    for name in XDIST_WORKER_ENV:
+        monkeypatch.delenv(name, raising=False)
 
 
 def _script_output(script: str) -> Path:
@@ -81,10 +95,10 @@ def vllm_qwen2(
 ) -> Iterator[str]:
     """THE shared vLLM server: float32 on the realistic Qwen2 (head size 32), started once per
     session (30-60 s and 3.8 GB) for every test that can share it; its ``model`` name is the
-    folder's path. Tests needing other flags start their own (``serve:``). The suite runs in
-    one process (``scripts/test.sh``: no ``-n``); under ``-n N`` every worker that runs a test
-    using it would start its own, so those modules are marked ``xdist_group("vllm")``: run
-    them with ``--dist loadgroup`` and one worker starts it.
+    folder's path. Tests needing other flags start their own (``serve:``). Under ``-n N``
+    every worker that runs a test using it would start its own, so the modules using it go
+    to one worker (:func:`pytest_collection_modifyitems`; ``scripts/test.sh`` runs ``-n 2
+    --dist loadgroup``), which starts it once.
 
     Its Hermes tool parser (``--enable-auto-tool-choice --tool-call-parser hermes``) serves
     the structured tests; a request without tools is not touched by it. Without it, vLLM
