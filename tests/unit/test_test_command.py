@@ -1,5 +1,6 @@
 """scripts/test.sh (the README's test command, what CI runs) runs every test directory: the
-ones without servers on both cores, then the integration tests in one process."""
+ones without servers on both cores, then the integration tests on both cores, grouped so that
+a module, and the modules on the session's vLLMs, each stay on one worker."""
 
 from __future__ import annotations
 
@@ -11,15 +12,20 @@ from conftest import REPO
 
 def test_the_test_command_runs_every_test_directory_once() -> None:
     script = (REPO / "scripts" / "test.sh").read_text()
-    runs = re.findall(r"-m pytest (?:-n 2 )?((?:tests/\S+ ?)+)$", script, re.M)
+    options = r"(?:-n 2 )?(?:--dist loadgroup )?"
+    runs = re.findall(rf"-m pytest {options}((?:tests/\S+ ?)+)$", script, re.M)
     named = [d for run in runs for d in run.split()]
     found = sorted(
         str(path.parent.relative_to(REPO)) for path in (REPO / "tests").glob("*/test_*.py")
     )
     assert sorted(named) == sorted(set(named)), "a test directory runs twice"
     assert sorted({*found}) == sorted(named), "a test directory that scripts/test.sh misses"
-    (integration,) = [line for line in script.splitlines() if "tests/integration" in line]
-    assert " -n " not in integration  # real servers, shared by one process's tests
+    (integration,) = [
+        line for line in script.splitlines() if "-m pytest" in line and "tests/integration" in line
+    ]
+    # real servers: without loadgroup, every worker would start the session's vLLMs and a
+    # module's servers would start on both (tests/integration/conftest.py's groups)
+    assert "-n 2 --dist loadgroup tests/integration" in integration
 
 
 def test_the_ci_runs_the_readme_commands() -> None:
