@@ -25,14 +25,15 @@ prompt tokens of the 2048 sent: truncated``.
 A generation is not measured when the engine reports no count, or the prompt went as text or
 messages (templated by the server: the OpenAI-compatible and Ollama backends, every backend's
 ``chat`` and ``messages`` endpoints), whose tokens the backend does not count without asking
-the engine; that is said once per backend, as a :class:`TruncationUnmeasuredWarning` naming
-it and why, never passed in silence. mlx-lm in process generates from the ids it holds: there
-is no request to cut.
+the engine; that is said once per backend, as a WARNING record of the logger :data:`LOG`
+(``pytest_infercheck.truncation``) naming it and why, never passed in silence (a log record,
+not a Python warning: a warning would change every run's outcome counts). mlx-lm in process
+generates from the ids it holds: there is no request to cut.
 """
 
 from __future__ import annotations
 
-import warnings
+import logging
 import weakref
 from typing import TYPE_CHECKING
 
@@ -47,8 +48,8 @@ TRUNCATED = "truncated"
 """The rule a truncated generation fails under (a violation's source)."""
 
 
-class TruncationUnmeasuredWarning(UserWarning):
-    """A backend whose generations cannot be measured for truncation, and why."""
+LOG = logging.getLogger("pytest_infercheck.truncation")
+"""Where a backend whose generations cannot be measured for truncation is said, with why."""
 
 
 class PromptTruncated(BackendError):
@@ -119,9 +120,4 @@ def _say_unmeasured(backend: Backend, reason: str) -> None:
     if reason in said:
         return
     said.add(reason)
-    warnings.warn(
-        TruncationUnmeasuredWarning(
-            f"backend {backend.name!r} ({backend.kind}): truncation not measured: {reason}"
-        ),
-        stacklevel=3,
-    )
+    LOG.warning("backend %r (%s): truncation not measured: %s", backend.name, backend.kind, reason)
