@@ -18,7 +18,8 @@ Measured:
   request that joins its running batch has a prompt entirely in the cache (``server.py``
   ``_generate``: the cached prefix leaves no segment, and ``BatchGenerator.insert_segments``
   raises "Sequence N has an empty prompt"): here the draws at position 1 (``<s>31+5``),
-  whose prompt a draw at position 0 stored; every later request is answered HTTP 404
+  whose prompt a draw at position 0 stored, or now and then one of position 0's own last
+  draws (its prompt stored by an earlier draw); every later request is answered HTTP 404
   "generation thread died" (one request at a time, ``max_concurrency: 1``, dies too).
 """
 
@@ -120,5 +121,10 @@ def test_mlx_lm_server_dies_on_a_batched_prompt_it_has_cached_whole(
         seed=False,
         flags="",
     )
-    assert items["sp001[t1-pos0]"] == "passed", items
-    assert "HTTP 404: generation thread died" in items["sp001[t1-pos1]"], items
+    # When the thread dies depends on which request first finds its whole prompt cached while
+    # a batch runs: usually a draw at position 1, sometimes one of the last draws at position
+    # 0 (a CI run: 198 of 200 drawn there). Either way position 1 never gets its draws, and
+    # position 0 either passes or dies the same way; it never fails for another reason.
+    died = "HTTP 404: generation thread died"
+    assert died in items["sp001[t1-pos1]"], items
+    assert items["sp001[t1-pos0]"] == "passed" or died in items["sp001[t1-pos0]"], items
