@@ -11,13 +11,17 @@ CLI::
 
     python examples/models/make_realistic.py OUT_DIR --vocab qwen2|qwen35|llama-bpe \
         [--template NAME] [--seed N] \
-        [--context TOKENS] [--rope-scaling linear|llama3|yarn] [--rope-factor F]
+        [--context TOKENS] [--rope-scaling linear|llama3|yarn] [--rope-factor F] \
+        [--arch gemma3 --sliding-window TOKENS]
 
 ``--context`` sets the original context length (default 4096) and ``--rope-scaling`` a
 RoPE scaling of it by ``--rope-factor`` (default 8, so that 4x the original context and the
 tokens generated after it stay inside the scaled range): :class:`LongContext` says what
 ``config.json`` and the GGUF carry. ``llama3`` needs the ``llama`` architecture
 (``--vocab llama-bpe``): llama.cpp applies it through the llama arch's ``rope_freqs``.
+``--arch gemma3`` makes a Gemma 3 text model (``gemma3_text``, 6 layers, 5 of them local)
+with the vocabulary's tokenizer and template and a sliding window of ``--sliding-window``
+tokens: ``realistic_gemma3.py`` says what it carries and how its GGUF is written.
 
 writes ``OUT_DIR`` as a Hugging Face folder that mlx-lm, mlx_lm.server and vllm-mlx load
 (``config.json``, ``model.safetensors`` in float32, ``tokenizer.json``,
@@ -128,6 +132,9 @@ def _load_sibling(name: str) -> ModuleType:
 
 
 _make_gguf = _load_sibling("make_gguf")
+_gemma3 = _load_sibling("realistic_gemma3")
+ARCHS = ("gemma3",)
+"""``--arch`` values other than the vocabulary's own (:data:`VOCABS`)."""
 
 # The original (Hugging Face ``tokenizer.json``) regexes of llama.cpp's pre-tokenizer names,
 # as quoted in llama.cpp's ``src/llama-vocab.cpp``.
@@ -696,9 +703,20 @@ def write_gguf(
     length and RoPE scaling of ``config`` (:class:`LongContext`)."""
     spec = VOCABS[vocab]
     v = _gguf_vocab(vocab)
-    writer = _make_gguf._Writer(out, arch=spec.arch)
+    gemma3 = config["model_type"] == _gemma3.ARCH
+    writer = _make_gguf._Writer(out, arch=_gemma3.GGUF_ARCH if gemma3 else spec.arch)
     writer.add_name(f"tiny-realistic-{vocab}")
     writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    if gemma3:
+        _gemma3.add_hparams(writer, config)
+        _add_tokenizer(writer, vocab, v, template, bos_id, eos_id, pad_id)
+        for name, arr in _gemma3.gguf_tensors(tensors):
+            writer.add_tensor(name, arr)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return
     writer.add_context_length(int(config["max_position_embeddings"]))
     scaling = config.get("rope_scaling")
     if scaling is not None:
@@ -715,20 +733,7 @@ def write_gguf(
     if spec.arch == "llama":
         writer.add_rope_dimension_count(HEAD_DIM)
         writer.add_vocab_size(len(v.tokens))
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(v.pre)
-    writer.add_token_list(v.tokens)
-    writer.add_token_types(v.types)
-    writer.add_token_merges(v.merges)
-    if bos_id is not None:
-        writer.add_bos_token_id(bos_id)
-    else:  # Qwen GGUFs name <|endoftext|> as BOS but never add it
-        writer.add_bos_token_id(v.tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(eos_id)
-    if pad_id is not None:
-        writer.add_pad_token_id(pad_id)
-    writer.add_add_bos_token(spec.add_bos)
-    writer.add_chat_template(template)
+    _add_tokenizer(writer, vocab, v, template, bos_id, eos_id, pad_id)
     for hf_name in sorted(tensors, key=_make_gguf._tensor_order):
         arr = tensors[hf_name]
         if spec.arch == "llama" and hf_name.endswith("self_attn.q_proj.weight"):
@@ -746,6 +751,34 @@ def write_gguf(
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def _add_tokenizer(
+    writer: Any,
+    vocab: str,
+    v: Vocab,
+    template: str,
+    bos_id: int | None,
+    eos_id: int,
+    pad_id: int | None,
+) -> None:
+    """The ``tokenizer.*`` keys of the GGUF: the vocabulary of :func:`_read_vocab` (BPE as
+    ``gpt2``), BOS/EOS/PAD, whether BOS is added, and the chat template."""
+    spec = VOCABS[vocab]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(v.pre)
+    writer.add_token_list(v.tokens)
+    writer.add_token_types(v.types)
+    writer.add_token_merges(v.merges)
+    if bos_id is not None:
+        writer.add_bos_token_id(bos_id)
+    else:  # Qwen GGUFs name <|endoftext|> as BOS but never add it
+        writer.add_bos_token_id(v.tokens.index("<|endoftext|>"))
+    writer.add_eos_token_id(eos_id)
+    if pad_id is not None:
+        writer.add_pad_token_id(pad_id)
+    writer.add_add_bos_token(spec.add_bos)
+    writer.add_chat_template(template)
 
 
 def _add_rope_scaling(writer: Any, scaling: dict[str, Any]) -> None:
@@ -822,6 +855,8 @@ def make_realistic(
     template: str | None = None,
     seed: int = 0,
     long: LongContext | None = None,
+    arch: str | None = None,
+    sliding_window: int | None = None,
 ) -> Realistic:
     """Make (or reuse) the realistic tiny model of ``vocab`` in ``out_dir``.
 
@@ -831,11 +866,20 @@ def make_realistic(
         template: A template name of the sdist (default: the vocabulary's).
         seed: Weight seed (:func:`random_weights`).
         long: Context length and RoPE scaling (:class:`LongContext`; default 4096, none).
+        arch: None (the vocabulary's architecture) or ``gemma3`` (:data:`ARCHS`): a Gemma 3
+            text model with the vocabulary's tokenizer (``realistic_gemma3.py``).
+        sliding_window: The Gemma 3 sliding window in tokens (required with ``gemma3``).
     """
     long = long or LongContext()
     out_dir = Path(out_dir)
     if vocab not in VOCABS:
         raise ValueError(f"vocab must be one of {sorted(VOCABS)}, got {vocab!r}")
+    if arch is not None and arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    if (arch == "gemma3") != (sliding_window is not None):
+        raise ValueError("--sliding-window goes with --arch gemma3, and gemma3 needs it")
+    if arch == "gemma3" and long.rope is not None:
+        raise ValueError("the gemma3 variant has no RoPE scaling here")
     spec = VOCABS[vocab]
     template_name = template or spec.template
     chat_template = template_text(template_name)
@@ -852,7 +896,7 @@ def make_realistic(
         out_dir,
         out_dir / GGUF_NAME,
         vocab,
-        spec.arch,
+        _gemma3.ARCH if arch == "gemma3" else spec.arch,
         template_name,
         bos_id,
         eos_id,
@@ -871,11 +915,19 @@ def make_realistic(
     }
     if long != LongContext():
         stamp["long_context"] = {"context": long.context, "rope": long.rope, "factor": long.factor}
+    if arch == "gemma3":
+        stamp["gemma3"] = {"sliding_window": sliding_window, "maker": _gemma3.MAKER_VERSION}
 
     def build(work: Path) -> None:
         work.mkdir(parents=True)
-        config = model_config(vocab, vocab_size, bos_id, config_eos, long)
-        tensors = random_weights(config, int(seed))
+        if sliding_window is not None:
+            config = _gemma3.model_config(
+                vocab_size, bos_id, config_eos, long.context, sliding_window, pad_id
+            )
+            tensors = _gemma3.random_weights(config, int(seed))
+        else:
+            config = model_config(vocab, vocab_size, bos_id, config_eos, long)
+            tensors = random_weights(config, int(seed))
         _save_safetensors(work / "model.safetensors", tensors)
         (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         shutil.copy(tok_dir / "tokenizer.json", work / "tokenizer.json")
@@ -891,8 +943,9 @@ def make_realistic(
         (work / "gguf").mkdir()
         write_gguf(work / GGUF_NAME, vocab, config, tensors, chat_template, bos_id, eos_id, pad_id)
         (work / "README.md").write_text(
-            f"# tiny realistic {vocab}\n\nRandom-weight {spec.arch} (hidden {HIDDEN}, "
-            f"{LAYERS} layers, float32, seed {seed}) made by `make_realistic.py` with the real "
+            f"# tiny realistic {vocab}\n\nRandom-weight {config['model_type']} (hidden "
+            f"{HIDDEN}, {config['num_hidden_layers']} layers, float32, seed {seed}) made by "
+            "`make_realistic.py` with the real "
             f"`{vocab}` tokenizer of llama.cpp's vocab GGUF (llama-cpp-python {SDIST_VERSION}) "
             f"and the chat template `{template_name}`. Outputs are meaningless but "
             "deterministic.\n"
@@ -923,10 +976,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--rope-scaling", choices=ROPE_TYPES, default=None)
     ap.add_argument("--rope-factor", type=float, default=8.0)
+    ap.add_argument("--arch", choices=ARCHS, default=None, help="gemma3: sliding window")
+    ap.add_argument("--sliding-window", type=int, default=None, help="tokens (gemma3)")
     args = ap.parse_args(argv)
     start = time.monotonic()
     long = LongContext(args.context, args.rope_scaling, args.rope_factor)
-    made = make_realistic(args.out_dir, args.vocab, args.template, args.seed, long)
+    made = make_realistic(
+        args.out_dir, args.vocab, args.template, args.seed, long, args.arch, args.sliding_window
+    )
     print(f"{made.path}\n{made.gguf}\n{time.monotonic() - start:.1f} s")
     return 0
 
