@@ -2,8 +2,10 @@
 
 ``suite: context-ladder`` (in ``suites:`` or a check's) is made per check at collection from
 the model of the check's baseline (else its first test side) that has a local folder with a
-``config.json``: its original context ``L`` is ``rope_scaling.original_max_position_embeddings``
-when the config has it, else ``max_position_embeddings`` (:func:`original_context`). For each
+``config.json``: its length ``L`` is the original context,
+``rope_scaling.original_max_position_embeddings`` when the config has it, else
+``max_position_embeddings`` (:func:`original_context`), or the sliding window when one is in
+effect and shorter (:func:`ladder_context`: Gemma 3's ladder straddles its window). For each
 multiple ``m`` of :data:`MULTIPLES` (0.5, 1, 2, 4) it holds :data:`PER_BUCKET` prompts whose
 chat-rendered prompt is ``round(m * L)`` tokens of the model's own tokenizer (the user text
 is deterministic prose, :func:`prose`, cut to the token count that makes the rendered prompt
@@ -82,6 +84,35 @@ def original_context(config: Mapping[str, Any]) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"no original context length in config.json (got {value!r})")
     return value
+
+
+def sliding_window(config: Mapping[str, Any]) -> int | None:
+    """The sliding window a ``config.json`` puts in effect, or None: ``sliding_window`` when
+    it is a positive integer, unless ``use_sliding_window`` is false (Qwen2's configs carry a
+    window they do not use) or ``layer_types`` lists no ``sliding_attention`` layer."""
+    window = config.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+        return None
+    if config.get("use_sliding_window") is False:
+        return None
+    types = config.get("layer_types")
+    if isinstance(types, Sequence) and "sliding_attention" not in types:
+        return None
+    return window
+
+
+def ladder_context(config: Mapping[str, Any]) -> int:
+    """The ladder's ``L``: ``min(original_context(config), sliding_window(config))``, the
+    original context when no window is in effect. A sliding-window model's ladder then
+    puts 0.5x inside the window, 1x's prompt at it (the generated tokens cross it) and 2x
+    and 4x past it, whatever context the model declares (Gemma 3 1B: window 512 of 32,768).
+
+    Raises:
+        ValueError: no original context (:func:`original_context`).
+    """
+    context = original_context(config)
+    window = sliding_window(config)
+    return context if window is None else min(context, window)
 
 
 def bucket_label(multiple: float) -> str:
@@ -223,7 +254,7 @@ def ladder_suite(model_dir: Path) -> Suite:
     config_path = model_dir / "config.json"
     try:
         config = json.loads(config_path.read_text())
-        context = original_context(config)
+        context = ladder_context(config)
     except (OSError, ValueError) as exc:
         raise SuiteError(config_path, None, f"{NAME}: {exc}") from exc
     from tokenizers import Tokenizer

@@ -61,6 +61,65 @@ def test_original_context(config: dict, expected: int) -> None:
     assert cl.original_context(config) == expected
 
 
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        # Gemma 3 style: a window shorter than the context anchors the ladder.
+        ({"max_position_embeddings": 1024, "sliding_window": 128}, 128),
+        (
+            {
+                "max_position_embeddings": 1024,
+                "sliding_window": 128,
+                "layer_types": ["sliding_attention", "full_attention"],
+            },
+            128,
+        ),
+        # A window longer than the context, or one not in effect, does not.
+        ({"max_position_embeddings": 128, "sliding_window": 4096}, 128),
+        (
+            {"max_position_embeddings": 1024, "sliding_window": 128, "use_sliding_window": False},
+            1024,
+        ),
+        (
+            {
+                "max_position_embeddings": 1024,
+                "sliding_window": 128,
+                "layer_types": ["full_attention", "full_attention"],
+            },
+            1024,
+        ),
+        ({"max_position_embeddings": 1024, "sliding_window": None}, 1024),
+        ({"max_position_embeddings": 1024, "sliding_window": True}, 1024),
+        (
+            {
+                "max_position_embeddings": 4096,
+                "sliding_window": 256,
+                "rope_scaling": {"original_max_position_embeddings": 512},
+            },
+            256,
+        ),
+    ],
+)
+def test_ladder_context(config: dict, expected: int) -> None:
+    assert cl.ladder_context(config) == expected
+
+
+def test_ladder_suite_of_a_sliding_window_model(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    # One token per word (the prose's other words are [UNK], one token each too).
+    words = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(cl._WORDS)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    config = {"max_position_embeddings": 1024, "sliding_window": 20}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    suite = cl.ladder_suite(tmp_path)
+    # No chat template: the text is counted; 0.5x, 1x, 2x, 4x of the window of 20.
+    assert [p.meta["tokens"] for p in suite.prompts] == [10, 20, 40, 80]
+    assert {p.meta["original_context"] for p in suite.prompts} == {20}
+
+
 def test_original_context_missing() -> None:
     with pytest.raises(ValueError, match="no original context length"):
         cl.original_context({"hidden_size": 64})
