@@ -146,6 +146,31 @@ def realistic_long(rope: str | None, context: int = LONG_CONTEXT) -> Any:
     return made.make_realistic(MODELS_CACHE / "realistic" / name, "llama-bpe", seed=0, long=long)
 
 
+SWA_WINDOW = 128
+"""The sliding window of :func:`realistic_swa`: the ``context-ladder`` is anchored at it
+(0.5x, 1x, 2x and 4x = 64, 128, 256 and 512 tokens, as the RoPE variants' ladder)."""
+SWA_CONTEXT = 1024
+"""Its context (``max_position_embeddings``): 4x the window and the generated tokens fit."""
+
+
+def realistic_swa(window: int = SWA_WINDOW) -> Any:
+    """A tiny random Gemma 3 text model (``make_realistic --arch gemma3``, the llama-bpe
+    vocabulary and the Llama 3.1 template) with a context of 1024 and a sliding window of
+    ``window`` tokens, in the cache. The weights are the same for every window (same seed,
+    same shapes): a window of 1024 or more is the same model with no window in effect."""
+    made = load_example("make_realistic")
+    long = made.LongContext(SWA_CONTEXT)
+    name = f"gemma3-ctx{SWA_CONTEXT}-swa{window}-s0"
+    return made.make_realistic(
+        MODELS_CACHE / "realistic" / name,
+        "llama-bpe",
+        seed=0,
+        long=long,
+        arch="gemma3",
+        sliding_window=window,
+    )
+
+
 @pytest.fixture(scope="session")
 def realistic_llama3() -> Any:
     """A tiny random Llama 3 (``make_realistic.Realistic``): the llama-bpe vocabulary (128,256

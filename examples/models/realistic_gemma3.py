@@ -26,9 +26,11 @@ all implement natively. What it carries, as Gemma 3 does:
 
 The weights are drawn as ``make_realistic.random_weights`` draws them (parameter ``k`` of the
 sorted names from ``default_rng([seed, k])``), except: norms N(0, :data:`NORM_STD`), the tied
-embedding N(0, :data:`EMBED_STD`) (the residual stream starts at ``8 x 0.25 = 2`` per dimension
-and the logits have a std of about 2, so the context matters and greedy choices are not
-ties). Two models of the same seed and vocabulary have the same weights whatever their
+embedding N(0, :data:`EMBED_STD`). The residual stream starts at ``8 x 0.1 = 0.8`` per
+dimension, below what each layer adds, so the context matters; the final norm's gain of
+about :data:`FINAL_GAIN` = 4 gives the logits a std of about 3. With 0.25 the current token's own embedding dominated: greedy continuations
+repeated one token from the first (mlx-lm, 3 of the 4 ladder prompts); with 0.1 they vary a
+little, and greedy choices are not near ties. Two models of the same seed and vocabulary have the same weights whatever their
 window: ``--sliding-window`` larger than any prompt is the same model with no window in
 effect (the control of an engine that ignores it).
 """
@@ -43,7 +45,7 @@ import numpy as np
 ARCH = "gemma3_text"
 """``model_type`` (mlx-lm ``models/gemma3_text.py``, Transformers ``Gemma3TextConfig``)."""
 GGUF_ARCH = "gemma3"
-MAKER_VERSION = 1
+MAKER_VERSION = 3
 """Bumped when what this module writes changes (part of the model folder's stamp)."""
 HIDDEN = 64
 LAYERS = 6
@@ -57,7 +59,11 @@ LOCAL_ROPE_BASE = 10_000.0
 GLOBAL_ROPE_BASE = 1_000_000.0
 RMS_EPS = 1e-6
 NORM_STD = 0.1
-EMBED_STD = 0.25
+EMBED_STD = 0.1
+FINAL_GAIN = 4.0
+"""The final norm's mean gain ``1 + w`` (``w`` ~ N(3, 0.1)): the tied head's logits get a
+std of about 3 (0.8 with a gain of 1: a near-uniform distribution over 128,256 tokens, whose
+top-k KL is 0 even where the argmax differs)."""
 
 
 def layer_types(layers: int = LAYERS, pattern: int = PATTERN) -> list[str]:
@@ -117,8 +123,8 @@ def model_config(
 
 def random_weights(config: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
     """Float32 weights for mlx-lm's ``gemma3_text`` model of ``config`` (no ``lm_head``:
-    tied), seeded per parameter name: norms N(0, 0.1) (gain ``1 + w``), the embedding
-    N(0, 0.25), other matrices N(0, 1/fan_in)."""
+    tied), seeded per parameter name: norms N(0, 0.1) (gain ``1 + w``; the final norm N(3, 0.1)), the embedding
+    N(0, 0.1), other matrices N(0, 1/fan_in)."""
     from mlx.utils import tree_flatten
     from mlx_lm.utils import _get_classes
 
@@ -135,6 +141,8 @@ def random_weights(config: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
         shape = shapes[name]
         if name.endswith("norm.weight"):
             w = rng.standard_normal(shape, np.float32) * np.float32(NORM_STD)
+            if name == "model.norm.weight":
+                w += np.float32(FINAL_GAIN - 1)
         elif "embed_tokens" in name:
             w = rng.standard_normal(shape, np.float32) * np.float32(EMBED_STD)
         else:
