@@ -26,13 +26,14 @@ all implement natively. What it carries, as Gemma 3 does:
 
 The weights are drawn as ``make_realistic.random_weights`` draws them (parameter ``k`` of the
 sorted names from ``default_rng([seed, k])``), except: norms N(0, :data:`NORM_STD`), the tied
-embedding N(0, :data:`EMBED_STD`). The residual stream starts at ``8 x 0.1 = 0.8`` per
-dimension, below what each layer adds, so the context matters; the final norm's gain of
-about :data:`FINAL_GAIN` = 4 gives the logits a std of about 3. With 0.25 the current token's own embedding dominated: greedy continuations
-repeated one token from the first (mlx-lm, 3 of the 4 ladder prompts); with 0.1 they vary a
-little, and greedy choices are not near ties. Two models of the same seed and vocabulary have the same weights whatever their
-window: ``--sliding-window`` larger than any prompt is the same model with no window in
-effect (the control of an engine that ignores it).
+embedding N(0, :data:`EMBED_STD`), the final norm's gain ``1 + w`` around :data:`FINAL_GAIN`.
+The residual stream starts at ``8 x 0.1 = 0.8`` per dimension, below what each layer adds,
+so the context matters (with 0.25 the current token's own embedding dominated it); the final
+gain gives the logits a std of about 3, so that the top-k KL sees a changed distribution.
+Greedy continuations of a random tied model still fall into repeating one or two tokens
+after a few (``degenerate`` in the aggregate). Two models of the same seed and vocabulary
+have the same weights whatever their window: ``--sliding-window`` larger than any prompt is
+the same model with no window in effect (the control of an engine that ignores it).
 """
 
 from __future__ import annotations
@@ -123,8 +124,8 @@ def model_config(
 
 def random_weights(config: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
     """Float32 weights for mlx-lm's ``gemma3_text`` model of ``config`` (no ``lm_head``:
-    tied), seeded per parameter name: norms N(0, 0.1) (gain ``1 + w``; the final norm N(3, 0.1)), the embedding
-    N(0, 0.1), other matrices N(0, 1/fan_in)."""
+    tied), seeded per parameter name: norms N(0, 0.1) (gain ``1 + w``; the final norm
+    N(3, 0.1)), the embedding N(0, 0.1), other matrices N(0, 1/fan_in)."""
     from mlx.utils import tree_flatten
     from mlx_lm.utils import _get_classes
 
