@@ -11,9 +11,9 @@ the engines do is in docs/how-to/long-context.md; this test holds them to it:
 - control: the same weights without the scaling (an engine that ignores it) against the
   llama3-scaled model fails at every length;
 - sliding window: the tiny Gemma 3 (window 128, context 1024; the ladder anchored at the
-  window) identical at every length, and on 8 short ``tokenizer-edge`` prompts (inside the
-  window); control: the same weights with the window off in the GGUF (an engine that ignores
-  it) passes 0.5x and 1x and fails 2x and 4x.
+  window) identical at every length; control, a second test side of the same check: the
+  same weights with the window off in the GGUF (an engine that ignores it) passes 0.5x and
+  1x and fails 2x and 4x.
 
 The GGUF of each variant is read back too: its rope scaling keys (linear, yarn) or its
 ``rope_freqs`` tensor (llama3) as llama.cpp's converter writes them; Gemma 3's window keys
@@ -153,7 +153,6 @@ def test_context_ladder_on_llama_server(
 models:
 {models}
   unscaled: {{path: '{llama3.path}', gguf: '{plain.gguf}'}}
-  swa_ignored: {{path: '{long_models["swa"].path}', gguf: '{long_models["swa_off"].gguf}'}}
 backends:
   f32: {{kind: mlx-lm, dtype: float32}}
 {backends}
@@ -162,13 +161,8 @@ checks:
 {checks}
   - diff: {{model: unscaled, backends: [f32, llama_plain]}}
     name: ignored
-  - diff: {{model: swa, backends: [f32, llama_swa]}}
+  - diff: {{model: swa, backends: [f32, llama_swa, llama_swa_off]}}
     name: swa
-  - diff: {{model: swa, backends: [f32, llama_swa]}}
-    name: swa-short
-    suites: [{{suite: tokenizer-edge, limit: 8}}]
-  - diff: {{model: swa_ignored, backends: [f32, llama_swa_off]}}
-    name: swa-ignored
 """,
     )
     result = pytester.runpytest_subprocess(
@@ -178,16 +172,20 @@ checks:
     prompts: dict[str, dict[str, dict[str, Any]]] = {}
     levels: dict[str, dict[str, Any]] = {}
     for item in items:
+        check = item["check"]
+        if check == "diff(swa)":  # two test sides: diff(swa)@llama_swa, diff(swa)@llama_swa_off
+            side = item["nodeid"].split("[")[-1].rstrip("]") if item["role"] == "prompt" else ""
+            check = f"{check}@{side}"
         if item["role"] == "prompt":
-            name = item["nodeid"].split("::")[-1].split("[")[0]
-            bucket = name.split("-")[1] if name.startswith("len-") else name
-            prompts.setdefault(item["check"], {})[bucket] = item
+            bucket = item["nodeid"].split("::")[-1].split("[")[0].split("-")[1]
+            prompts.setdefault(check, {})[bucket] = item
         elif item["data"].get("levels"):
-            (levels[item["check"]],) = item["data"]["levels"]
+            for level in item["data"]["levels"]:
+                side = "@" + level["test"].split("@")[1] if check.endswith("@") else ""
+                levels[check.rstrip("@") + side] = level
     report = {
         check: [(b["bucket"], b["kl_mean"], b["top_flips"], b["n_failed"]) for b in lv["buckets"]]
         for check, lv in levels.items()
-        if "buckets" in lv
     }
     print(json.dumps(report, indent=1))
     # llama3 and yarn: identical to mlx-lm at every length, 4x included.
@@ -221,25 +219,25 @@ checks:
     assert "diff(ignored) context-ladder: unscaled@llama_plain: KL by length: 0.5x" in summary
     # Sliding window (Gemma 3, window 128: the ladder is 64, 128, 256 and 512 tokens):
     # llama-server applies it as mlx-lm does, inside the window and far past it.
-    swa = prompts["diff(swa)"]
+    swa = prompts["diff(swa)@llama_swa"]
     assert sorted(swa) == ["0.5x", "1x", "2x", "4x"]
-    for item in [*swa.values(), *prompts["diff(swa-short)"].values()]:
+    for item in swa.values():
         assert item["outcome"] == "passed", item["violations"]
         assert item["data"]["sameness"] == "identical"
         assert item["data"]["kl_max"] < 1e-5
-    assert len(prompts["diff(swa-short)"]) == 8
-    # The gate sees a window ignored: the same weights with the window off in the GGUF pass
-    # inside the window (0.5x: 80 tokens with the generated ones) and at it (1x: the same
-    # tokens; measured mean KL 0.0058 over the 16 generated positions past 128), and fail
-    # past it (measured: 2x mean KL 0.163, 4x 0.217; token 0 differs).
-    swa_ignored = prompts["diff(swa-ignored)"]
+    # The gate sees a window ignored: llama_swa_off serves the same weights with the window
+    # off in the GGUF (4096). It passes inside the window (0.5x: 80 tokens with the generated
+    # ones) and at it (1x: the same tokens; measured mean KL 0.0058 over the 16 generated
+    # positions past 128), and fails past it (measured: 2x mean KL 0.163, 4x 0.217; token 0
+    # differs).
+    swa_ignored = prompts["diff(swa)@llama_swa_off"]
     assert {b: i["outcome"] for b, i in swa_ignored.items()} == {
         "0.5x": "passed",
         "1x": "passed",
         "2x": "failed",
         "4x": "failed",
     }
-    by_bucket = {b[0]: b for b in report["diff(swa-ignored)"]}
+    by_bucket = {b[0]: b for b in report["diff(swa)@llama_swa_off"]}
     assert by_bucket["0.5x"][1] < 1e-6
     assert by_bucket["2x"][1] > 0.05 and by_bucket["4x"][1] > 0.05
     assert [by_bucket[b][3] for b in ("0.5x", "1x", "2x", "4x")] == [0, 0, 1, 1]
