@@ -5,10 +5,15 @@ teacher-forced (top-k). What it does is in docs/how-to/long-context.md; this tes
 to it: the same tokens at every length for every variant (linear's 0.5x prompt fails on a
 detokenization difference of its generated text, not on its tokens or logprobs).
 
+The sliding-window variant ``swa`` is the tiny Gemma 3 of :func:`conftest.realistic_swa`
+(window 128, context 1024; its ladder is anchored at the window: 64 to 512 tokens), served
+the same way: mlx-lm's tokens at every length too.
+
 Each server starts in 30-60 s on an idle machine (3 minutes measured under load), so the
 suite's run serves one variant, ``yarn`` (the one with the most parts: ramp, attention
-factor); ``INFERCHECK_LONG_VARIANTS=all`` serves each of :data:`conftest.LONG_VARIANTS`, as
-the measurement in the docs was made."""
+factor); ``INFERCHECK_LONG_VARIANTS=all`` serves each of :data:`conftest.LONG_VARIANTS` and
+``swa``, as the measurement in the docs was made, and a comma-separated list (``swa``,
+``yarn,swa``) serves those."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from conftest import LONG_VARIANTS, realistic_long
+from conftest import LONG_VARIANTS, realistic_long, realistic_swa
 from tests.integration.conftest import _running_with_env
 from tests.integration.served import (
     VLLM_ENV,
@@ -31,7 +36,22 @@ from tests.integration.served import (
 
 pytestmark = pytest.mark.xdist_group("vllm")
 
-VARIANTS = LONG_VARIANTS if os.environ.get("INFERCHECK_LONG_VARIANTS") == "all" else ("yarn",)
+ALL_VARIANTS = (*LONG_VARIANTS, "swa")
+
+
+def _variants(chosen: str) -> tuple[str, ...]:
+    """The variants ``INFERCHECK_LONG_VARIANTS`` names: ``all``, a comma-separated list, or
+    (unset or empty) ``yarn`` alone."""
+    if chosen == "all":
+        return ALL_VARIANTS
+    names = tuple(v.strip() for v in chosen.split(",") if v.strip())
+    unknown = [v for v in names if v not in ALL_VARIANTS]
+    if unknown:
+        raise ValueError(f"INFERCHECK_LONG_VARIANTS: unknown {unknown}; known {ALL_VARIANTS}")
+    return names or ("yarn",)
+
+
+VARIANTS = _variants(os.environ.get("INFERCHECK_LONG_VARIANTS", ""))
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
@@ -40,7 +60,7 @@ def long_vllm(
 ) -> Iterator[tuple[str, Any, str]]:
     """``(variant, model, url)``: vLLM on the variant's folder (one server at a time)."""
     rope = request.param
-    model = realistic_long(rope)
+    model = realistic_swa() if rope == "swa" else realistic_long(rope)
     workdir = tmp_path_factory.mktemp(f"vllm-{rope}")
 
     def command(port: int) -> list[str]:
@@ -82,8 +102,8 @@ checks:
     )
     assert sorted(prompts) == ["0.5x", "1x", "2x", "4x"]
     assert [b["bucket"] for b in level["buckets"]] == ["0.5x", "1x", "2x", "4x"]
-    # Every variant, linear included (vLLM's max_model_len is 128 x 8 for it), gives
-    # mlx-lm's tokens at every length, 4x included.
+    # Every variant, linear included (vLLM's max_model_len is 128 x 8 for it), and the
+    # sliding window (Gemma 3, window 128) give mlx-lm's tokens at every length, 4x included.
     for bucket, item in prompts.items():
         data = item["data"]
         assert data["method"] == "teacher-forced-top-k", bucket
