@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import gguf
+import numpy as np
 import pytest
 
-from conftest import LONG_VARIANTS, realistic_long, realistic_swa
+from conftest import LONG_VARIANTS, load_example, realistic_long, realistic_swa
 from tests.integration.conftest import _running_with_env
 from tests.integration.served import (
     VLLM_ENV,
@@ -52,6 +55,45 @@ def _variants(chosen: str) -> tuple[str, ...]:
 
 
 VARIANTS = _variants(os.environ.get("INFERCHECK_LONG_VARIANTS", ""))
+
+
+def test_gemma3_gguf_is_llama_cpp_converters(
+    vllm_python: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The sliding-window model's GGUF (make_realistic's) equals what llama.cpp's own
+    ``convert_hf_to_gguf.py --outtype f32`` (the pinned sdist's, run by the vLLM venv's
+    python, which has torch) makes of its folder: every tensor, and every ``gemma3.*`` and
+    tokenizer key but the converter's bookkeeping (``general.name`` and the like,
+    ``add_eos_token``/``add_sep_token`` false). About 11 s."""
+    model = realistic_swa()
+    convert = load_example("make_lora").converter_dir()
+    out = tmp_path_factory.mktemp("convert") / "model.gguf"
+    env = {**os.environ, "PYTHONPATH": str(convert / "gguf-py"), "HF_HUB_OFFLINE": "1"}
+    command = [str(vllm_python), str(convert / "convert_hf_to_gguf.py"), "--outtype", "f32"]
+    done = subprocess.run(
+        [*command, "--outfile", str(out), str(model.path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours, theirs = gguf.GGUFReader(model.gguf), gguf.GGUFReader(out)
+
+    def fields(reader: gguf.GGUFReader) -> dict[str, Any]:
+        skip = ("GGUF.", "general.")
+        return {k: f.contents() for k, f in reader.fields.items() if not k.startswith(skip)}
+
+    theirs_fields = fields(theirs)
+    assert theirs_fields.pop("tokenizer.ggml.add_eos_token") is False
+    assert theirs_fields.pop("tokenizer.ggml.add_sep_token") is False
+    assert fields(ours) == theirs_fields
+    assert theirs_fields["gemma3.attention.sliding_window"] == 128
+    assert "gemma3.attention.sliding_window_pattern" not in theirs_fields
+    mine = {t.name: np.asarray(t.data) for t in ours.tensors}
+    made = {t.name: np.asarray(t.data) for t in theirs.tensors}
+    assert sorted(mine) == sorted(made)
+    assert all(np.array_equal(mine[name], made[name]) for name in mine)
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
