@@ -3,8 +3,9 @@ long run that is stopped still leaves its per-file times (``--durations`` prints
 end). Tab-separated lines: time, node id, phase, seconds, outcome, and the CPU seconds used
 so far by the pytest process and every process under it (servers, inner pytest runs):
 ``utime + stime + cutime + cstime`` of each live process of the tree, from ``/proc`` (a
-process that exited counts where its parent reaped it). The CPU column says how much of a
-file's wall time kept the cores busy, which is what running files side by side can win.
+process that exited counts where its parent reaped it), and the xdist worker that ran it.
+The CPU column says how much of a file's wall time kept the cores busy, which is what
+running files side by side can win.
 
     CI=true DURLOG=/tmp/durations.tsv PYTHONPATH=.:bench \\
         .venv/bin/python -m pytest tests/integration -p durlog -p no:randomly -q
@@ -17,6 +18,9 @@ import time
 from typing import Any
 
 _PATH = os.environ.get("DURLOG", "durations.tsv")
+_IN_WORKER = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+"""Read at import: a test may take ``PYTEST_XDIST_WORKER`` out of its environment while it runs
+(``tests/integration/conftest.py`` does, for the pytest runs it starts)."""
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -48,11 +52,17 @@ def tree_cpu_s(root: int) -> float:
     return total
 
 
+def _worker(report: Any) -> str:
+    """The xdist worker that ran the test (``gw0``...), or ``-`` without xdist."""
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    return str(getattr(gateway, "id", "-"))
+
+
 def pytest_runtest_logreport(report: Any) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if _IN_WORKER:
         return  # under -n N the controller logs every report, with its workers in its tree
     with open(_PATH, "a", encoding="utf-8") as f:
         f.write(
             f"{time.time():.1f}\t{report.nodeid}\t{report.when}\t{report.duration:.3f}\t"
-            f"{report.outcome}\t{tree_cpu_s(os.getpid()):.1f}\n"
+            f"{report.outcome}\t{tree_cpu_s(os.getpid()):.1f}\t{_worker(report)}\n"
         )

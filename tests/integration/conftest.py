@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,30 +23,13 @@ from tests.integration.served import (
     running,
     vllm_cpu_command,
 )
-
-SHARED_VLLM_FIXTURES = frozenset({"vllm_qwen2", "vllm_tiny_tool"})
-"""The session's vLLM servers: under ``-n N`` each worker that uses one starts its own."""
+from tests.integration.xdist_groups import assign_groups
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for ``pytest -n N --dist loadgroup`` (``scripts/test.sh`` runs the integration
-    tests so): a module's tests stay on one worker, so its module-scoped servers start once;
-    every module that uses a session vLLM (:data:`SHARED_VLLM_FIXTURES`) goes to one worker
-    (group ``vllm``), which starts each of them once; the other modules marked
-    ``xdist_group("vllm")`` start vLLMs of their own and go one after the other to one worker
-    (group ``vllm-own``), so that at most the session's vLLMs and one module's run at once
-    (about 3-4 GB each)."""
-    modules: dict[Path, list[pytest.Item]] = defaultdict(list)
-    for item in items:
-        modules[item.path].append(item)
-    for path, module_items in modules.items():
-        shared = any(
-            SHARED_VLLM_FIXTURES & set(getattr(item, "fixturenames", ())) for item in module_items
-        )
-        marked = any(item.get_closest_marker("xdist_group") is not None for item in module_items)
-        group = "vllm" if shared else "vllm-own" if marked else path.stem
-        for item in module_items:
-            item.add_marker(pytest.mark.xdist_group(group))  # the item's own: the closest
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own, whose id it replaces
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for ``pytest -n N --dist loadgroup``: :mod:`tests.integration.xdist_groups`."""
+    assign_groups(config, items)
 
 
 XDIST_WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")

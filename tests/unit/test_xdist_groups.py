@@ -1,0 +1,83 @@
+"""The integration tests' worker groups (``tests/integration/xdist_groups.py``) hold under the
+README's test command (``-n 2 --dist loadgroup``): with pytest 9.2, pytest-xdist 3.8's own
+suffix no longer reached the node id and every group was scattered over the workers."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.integration.xdist_groups import grouped_id
+
+REPO = Path(__file__).resolve().parents[2]
+
+CONFTEST = """\
+import pytest
+from tests.integration.xdist_groups import assign_groups
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    assign_groups(config, items)
+
+@pytest.fixture
+def vllm_qwen2():
+    return "a session vLLM"
+"""
+SHARED = """\
+import pytest
+@pytest.mark.parametrize("i", range(4))
+def test_on_the_session_vllm(vllm_qwen2, i):
+    pass
+"""
+OWN = """\
+import pytest
+pytestmark = pytest.mark.xdist_group("vllm")
+@pytest.mark.parametrize("i", range(4))
+def test_on_its_own_vllm(i):
+    pass
+"""
+PLAIN = """\
+import pytest
+@pytest.mark.parametrize("i", range(4))
+def test_plain(i):
+    pass
+"""
+
+
+def test_each_group_runs_on_one_worker(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(
+        test_shared_a=SHARED, test_shared_b=SHARED, test_own_c=OWN, test_own_d=OWN,
+        test_plain_e=PLAIN, test_plain_f=PLAIN, test_plain_g=PLAIN,
+    )  # fmt: skip
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-v")
+    result.assert_outcomes(passed=28)
+    workers: dict[str, set[str]] = defaultdict(set)
+    modules: dict[str, set[str]] = defaultdict(set)
+    for worker, module, group in re.findall(
+        r"\[(gw\d)\] \[ *\d+%\] PASSED (test_\w+)\.py::\S+@([\w-]+)", result.stdout.str()
+    ):
+        workers[group].add(worker)
+        modules[group].add(module)
+    assert dict(modules) == {
+        "vllm": {"test_shared_a", "test_shared_b"},
+        "vllm-own": {"test_own_c", "test_own_d"},
+        "test_plain_e": {"test_plain_e"},
+        "test_plain_f": {"test_plain_f"},
+        "test_plain_g": {"test_plain_g"},
+    }
+    assert all(len(ran_on) == 1 for ran_on in workers.values()), dict(workers)
+    assert len(set().union(*workers.values())) == 2  # and the groups still use both workers
+
+
+def test_grouped_id_replaces_a_suffix_and_keeps_an_at_inside_brackets() -> None:
+    assert grouped_id("t.py::test_x[1]", "vllm") == "t.py::test_x[1]@vllm"
+    assert grouped_id("t.py::test_x[1]@vllm", "vllm-own") == "t.py::test_x[1]@vllm-own"
+    assert grouped_id("t.py::test_x[a@b]", "g") == "t.py::test_x[a@b]@g"
+    assert grouped_id("t.py::test_y", "g") == "t.py::test_y@g"
