@@ -114,6 +114,13 @@ def long_vllm(
 
 def test_context_ladder_on_vllm(pytester: pytest.Pytester, long_vllm: tuple[str, Any, str]) -> None:
     rope, model, url = long_vllm
+    # The sliding window: also 8 short prompts, where the window does not matter.
+    short = (
+        f"  - diff: {{model: {rope}, backends: [f32, vllm]}}\n    name: short\n"
+        "    suites: [{suite: tokenizer-edge, limit: 8}]\n"
+        if rope == "swa"
+        else ""
+    )
     pytester.makefile(
         ".yaml",
         infercheck=f"""\
@@ -126,7 +133,7 @@ suites: [context-ladder]
 checks:
   - diff: {{model: {rope}, backends: [f32, vllm]}}
     name: {rope}
-""",
+{short}""",
     )
     result = pytester.runpytest_subprocess(
         "--infercheck-results=out.json", "-p", "no:cacheprovider", "-rA"
@@ -135,9 +142,18 @@ checks:
     prompts = {
         item["nodeid"].split("::")[-1].split("[")[0].split("-")[1]: item
         for item in items
-        if item["role"] == "prompt"
+        if item["role"] == "prompt" and item["check"] == f"diff({rope})"
     }
-    (aggregate,) = [item for item in items if item["role"] == "aggregate"]
+    if short:
+        shorts = [i for i in items if i["role"] == "prompt" and i["check"] == "diff(short)"]
+        assert len(shorts) == 8
+        for item in shorts:
+            assert item["outcome"] == "passed", item["violations"]
+            assert item["data"]["sameness"] == "identical"
+            assert item["data"]["kl_max"] < 1e-5
+    (aggregate,) = [
+        item for item in items if item["role"] == "aggregate" and item["check"] == f"diff({rope})"
+    ]
     (level,) = aggregate["data"]["levels"]
     print(
         rope, [(b["bucket"], b["kl_mean"], b["top_flips"], b["n_failed"]) for b in level["buckets"]]
