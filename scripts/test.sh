@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The README's test command: installs the dev dependencies into .venv (created if missing),
 # then runs ruff, mypy and the whole test suite. Extra arguments go to one pytest run of
-# them. Without arguments the suite runs in two parts: the tests that need no server on both
-# cores (pytest-xdist, -n 2), then the integration tests (real servers) on two workers too,
-# a module's tests on one worker and the modules on the session's vLLMs on one
-# (tests/integration/conftest.py); the servers are built and installed in the background
+# them. Without arguments the whole suite is one pytest run on three workers (pytest-xdist,
+# -n 3 --dist loadgroup; tests/integration/xdist_groups.py): each integration module's tests
+# on one worker, the modules on the session's vLLMs on one, those starting vLLMs of their own
+# one after the other on one, these two chains first, and the tests that need no server last,
+# filling the workers as they free up. The integration tests wait on their servers as much
+# as they compute: on two cores a third worker takes up that time (measured in
+# bench/README.md, "CI time"). The servers are built and installed in the background
 # meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,5 +39,4 @@ fi
 if [ "$#" -gt 0 ]; then
     exec "$VENV/bin/python" -m pytest "$@"
 fi
-"$VENV/bin/python" -m pytest -n 2 tests/unit tests/http tests/harness tests/plugin
-"$VENV/bin/python" -m pytest -n 2 --dist loadgroup tests/integration
+"$VENV/bin/python" -m pytest -n 3 --dist loadgroup tests/integration tests/unit tests/http tests/harness tests/plugin

@@ -1,5 +1,5 @@
 """Which worker runs which integration module under ``pytest -n N --dist loadgroup``
-(``scripts/test.sh``), and the node-id suffix that tells pytest-xdist.
+(``scripts/test.sh``), in which order, and the node-id suffix that tells pytest-xdist.
 
 - a module's tests stay together, so its module-scoped servers start once (group: the
   module's stem);
@@ -8,6 +8,11 @@
 - the other modules marked ``xdist_group`` start vLLMs of their own and go one after the
   other to one worker (group ``vllm-own``), so that at most the session's vLLMs and one
   module's run at once (about 3-4 GB each).
+
+The two vLLM groups, then the longest other modules (:data:`LONG_MODULES`), are moved to the
+front of the run: pytest-xdist hands groups out in collection order, and a long group
+started last ends the run alone. The tests outside ``tests/integration`` (one run holds them
+all) keep no group and come last, filling the workers as they free up.
 
 pytest-xdist 3.8 groups by a suffix ``@<group>`` on each node id, which it writes as
 ``item._nodeid``; pytest 9.2 keeps the id in ``item._id`` (a structured ``NodeId``), so that
@@ -25,6 +30,35 @@ import pytest
 
 SHARED_VLLM_FIXTURES = frozenset({"vllm_qwen2", "vllm_tiny_tool"})
 """The session's vLLM servers: under ``-n N`` each worker that uses one starts its own."""
+
+
+FIRST_GROUPS = ("vllm", "vllm-own")
+"""The chains of vLLM modules, the longest groups (15 and 13 minutes beside the rest)."""
+
+LONG_MODULES = {
+    "test_sampling_vllm_mlx": 340,
+    "test_realistic_models": 138,
+    "test_realistic_checks": 107,
+    "test_sampling_mlx_server": 68,
+    "test_sampling_false_failures_llama": 66,
+    "test_parity_servers": 60,
+    "test_stress_servers": 59,
+}
+"""Integration modules over a minute, with their seconds in one run of the suite on two workers
+(``bench/durlog.py``, 2026-11-29): the order in which they start, after :data:`FIRST_GROUPS`."""
+
+INTEGRATION = Path(__file__).parent
+
+
+def start_order(group: str, integration: bool) -> tuple[int, int]:
+    """Sort key of an item's group: the vLLM groups, then the integration modules longest
+    first (:data:`LONG_MODULES`, the rest as 0 s), then every test outside the integration
+    folder."""
+    if not integration:
+        return (2, 0)
+    if group in FIRST_GROUPS:
+        return (0, FIRST_GROUPS.index(group))
+    return (1, -LONG_MODULES.get(group, 0))
 
 
 def module_group(module_items: list[pytest.Item]) -> str:
@@ -51,16 +85,24 @@ def _set_id(item: pytest.Item, nodeid: str) -> None:
         item._nodeid = nodeid
 
 
-def assign_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every item with its module's group and, under ``--dist loadgroup`` (a worker's
-    ``config.option.loadgroup``), give its node id the group's suffix."""
+def assign_groups(
+    config: pytest.Config, items: list[pytest.Item], root: Path = INTEGRATION
+) -> None:
+    """Mark every integration item (under ``root``) with its module's group and, under
+    ``--dist loadgroup`` (a worker's ``config.option.loadgroup``), give its node id the
+    group's suffix; reorder
+    ``items`` in place by :func:`start_order` (stable: a module's tests keep their order)."""
     modules: dict[Path, list[pytest.Item]] = defaultdict(list)
     for item in items:
-        modules[item.path].append(item)
+        if item.path.is_relative_to(root):
+            modules[item.path].append(item)
     loadgroup = bool(getattr(config.option, "loadgroup", False))
+    groups: dict[int, str] = {}  # by id(item)
     for module_items in modules.values():
         group = module_group(module_items)
         for item in module_items:
             item.add_marker(pytest.mark.xdist_group(group))  # the item's own: the closest
+            groups[id(item)] = group
             if loadgroup:
                 _set_id(item, grouped_id(item.nodeid, group))
+    items.sort(key=lambda item: start_order(groups.get(id(item), ""), id(item) in groups))

@@ -1,6 +1,6 @@
-"""scripts/test.sh (the README's test command, what CI runs) runs every test directory: the
-ones without servers on both cores, then the integration tests on both cores, grouped so that
-a module, and the modules on the session's vLLMs, each stay on one worker."""
+"""scripts/test.sh (the README's test command, what CI runs) runs every test directory once, in
+one pytest run on three workers, grouped so that a module, and the modules on the session's
+vLLMs, each stay on one worker (tests/integration/xdist_groups.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from conftest import REPO
 
 def test_the_test_command_runs_every_test_directory_once() -> None:
     script = (REPO / "scripts" / "test.sh").read_text()
-    options = r"(?:-n 2 )?(?:--dist loadgroup )?"
+    options = r"(?:-n \d )?(?:--dist loadgroup )?"
     runs = re.findall(rf"-m pytest {options}((?:tests/\S+ ?)+)$", script, re.M)
     named = [d for run in runs for d in run.split()]
     found = sorted(
@@ -25,7 +25,7 @@ def test_the_test_command_runs_every_test_directory_once() -> None:
     ]
     # real servers: without loadgroup, every worker would start the session's vLLMs and a
     # module's servers would start on both (tests/integration/conftest.py's groups)
-    assert "-n 2 --dist loadgroup tests/integration" in integration
+    assert "-n 3 --dist loadgroup tests/integration" in integration
 
 
 def test_the_ci_runs_the_readme_commands() -> None:

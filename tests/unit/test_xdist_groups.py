@@ -10,17 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.xdist_groups import grouped_id
+from tests.integration.xdist_groups import grouped_id, start_order
 
 REPO = Path(__file__).resolve().parents[2]
 
 CONFTEST = """\
+from pathlib import Path
+
 import pytest
 from tests.integration.xdist_groups import assign_groups
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    assign_groups(config, items)
+    assign_groups(config, items, root=Path(__file__).parent / "integration")
 
 @pytest.fixture
 def vllm_qwen2():
@@ -51,29 +53,66 @@ def test_each_group_runs_on_one_worker(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(
-        test_shared_a=SHARED, test_shared_b=SHARED, test_own_c=OWN, test_own_d=OWN,
-        test_plain_e=PLAIN, test_plain_f=PLAIN, test_plain_g=PLAIN,
-    )  # fmt: skip
+    _make_suite(pytester)
     result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-v")
-    result.assert_outcomes(passed=28)
+    result.assert_outcomes(passed=36)
     workers: dict[str, set[str]] = defaultdict(set)
     modules: dict[str, set[str]] = defaultdict(set)
     for worker, module, group in re.findall(
-        r"\[(gw\d)\] \[ *\d+%\] PASSED (test_\w+)\.py::\S+@([\w-]+)", result.stdout.str()
+        r"\[(gw\d)\] \[ *\d+%\] PASSED integration/(test_\w+)\.py::\S+@([\w-]+)",
+        result.stdout.str(),
     ):
         workers[group].add(worker)
         modules[group].add(module)
     assert dict(modules) == {
         "vllm": {"test_shared_a", "test_shared_b"},
         "vllm-own": {"test_own_c", "test_own_d"},
+        "test_stress_servers": {"test_stress_servers"},
         "test_plain_e": {"test_plain_e"},
         "test_plain_f": {"test_plain_f"},
         "test_plain_g": {"test_plain_g"},
     }
     assert all(len(ran_on) == 1 for ran_on in workers.values()), dict(workers)
     assert len(set().union(*workers.values())) == 2  # and the groups still use both workers
+
+
+def _make_suite(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    modules = {
+        "test_shared_a": SHARED, "test_shared_b": SHARED, "test_own_c": OWN, "test_own_d": OWN,
+        "test_plain_e": PLAIN, "test_plain_f": PLAIN, "test_plain_g": PLAIN,
+        "test_stress_servers": PLAIN,  # one of LONG_MODULES
+    }  # fmt: skip
+    (pytester.path / "integration").mkdir()
+    for name, text in modules.items():
+        (pytester.path / "integration" / f"{name}.py").write_text(text)
+    (pytester.path / "test_a_unit.py").write_text(PLAIN)
+
+
+def test_the_vllm_groups_start_first_then_the_long_modules_and_other_tests_last(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    _make_suite(pytester)
+    result = pytester.runpytest_subprocess("--collect-only", "-q")
+    modules = []
+    for line in result.stdout.lines:
+        module = line.split("::")[0].removeprefix("integration/")
+        if "::" in line and module not in modules:
+            modules.append(module)
+    assert modules == [
+        "test_shared_a.py", "test_shared_b.py", "test_own_c.py", "test_own_d.py",
+        "test_stress_servers.py", "test_plain_e.py", "test_plain_f.py", "test_plain_g.py",
+        "test_a_unit.py",
+    ]  # fmt: skip
+
+
+def test_start_order() -> None:
+    assert start_order("vllm", True) < start_order("vllm-own", True)
+    assert start_order("vllm-own", True) < start_order("test_sampling_vllm_mlx", True)
+    assert start_order("test_sampling_vllm_mlx", True) < start_order("test_stress_servers", True)
+    assert start_order("test_stress_servers", True) < start_order("test_init", True)
+    assert start_order("test_init", True) < start_order("", False)
 
 
 def test_grouped_id_replaces_a_suffix_and_keeps_an_at_inside_brackets() -> None:
