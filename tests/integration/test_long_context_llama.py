@@ -104,7 +104,9 @@ def test_gguf_carries_the_sliding_window(long_models: dict[str, Any]) -> None:
     assert config["sliding_window"] == SWA_WINDOW
     assert config["layer_types"] == ["sliding_attention"] * 5 + ["full_attention"]
     reader = gguf.GGUFReader(model.gguf)
-    fields = {k: f.contents() for k, f in reader.fields.items()}
+    fields = {  # not the tokenizer's: contents() of 128,256 tokens takes seconds
+        k: f.contents() for k, f in reader.fields.items() if k.startswith(("gemma3.", "general."))
+    }
     assert fields["general.architecture"] == "gemma3"
     assert fields["gemma3.attention.sliding_window"] == SWA_WINDOW
     assert fields["gemma3.rope.freq_base_swa"] == 10000.0
