@@ -30,7 +30,8 @@ the original model) and ``OUT_DIR/gguf/model-f32.gguf`` for llama-server.
 
 Importable (``examples`` is not a package; load it by path with ``importlib``)::
 
-    make_realistic(out_dir, vocab, template=None, seed=0) -> Realistic
+    make_realistic(out_dir, vocab, template=None, seed=0, long=None, arch=None,
+                   sliding_window=None) -> Realistic
     hf_tokenizer(vocab) -> tokenizers.Tokenizer
     sdist_models_dir() -> Path            # vendor/llama.cpp/models, extracted
 
