@@ -15,8 +15,12 @@ import pytest
 REPO = Path(__file__).parent
 MODELS_CACHE = Path(
     os.environ.get("INFERCHECK_MODELS_CACHE")
-    or Path.home() / ".cache" / "pytest-infercheck" / "models"
+    or Path(os.environ.get("INFERCHECK_CACHE") or Path.home() / ".cache" / "pytest-infercheck")
+    / "models"
 )
+"""The tests' models: ``$INFERCHECK_MODELS_CACHE``, else ``models`` under the cache root that the
+scripts and ``examples/models`` use (``$INFERCHECK_CACHE``, else ``~/.cache/pytest-infercheck``),
+so that one variable moves every cached thing (a cold run: ``INFERCHECK_CACHE=$(mktemp -d)``)."""
 
 
 def _make_models_module() -> ModuleType:
