@@ -297,13 +297,18 @@ def test_parity_passes_on_vllm_mlx_and_names_mlx_lm_servers_logprobs(
   - stream-parity: adder@vllmcb
   - stream-parity: adder@mlxserver
   - endpoint-parity: {target: adder@vllm, endpoints: [completions, chat, messages]}
-  - cache-pollution: adder@vllm"""
+  - cache-pollution: adder@vllm
+    hostile: [context-overflow, invalid-utf8, special-tokens, max-tokens-0]"""
+    # Not the ``disconnect`` request: now and then (1 CI run of 3) vllm-mlx 0.6.0's simple
+    # engine never finishes the stream whose client left after the first chunk, and every
+    # later request waits on it until the client's timeout (120 s each: 20 minutes of a CI
+    # run; docs/how-to/cache-pollution.md, "Measured").
     write_project(pytester, backends, checks, f"{{path: '{folder}'}}")
     result, props = run(pytester)
     # mlx_lm.server's streams equal its answers, but its negotiated top-k lists are unsorted
     # and their chosen entry is not the generated token
     # (tests/integration/test_mlx_server_logprobs.py): its 4 items and aggregate fail on it.
-    outcomes = {"passed": 2 * (4 + 1) + 8 + 1 + 5 + 1, "failed": 4 + 1}
+    outcomes = {"passed": 2 * (4 + 1) + 8 + 1 + 4 + 1, "failed": 4 + 1}
     assert result.parseoutcomes() == outcomes, result.stdout.str()
     assert "top-k logprobs not sorted in the non-streamed output" in result.stdout.str()
     assert props["s01[messages]"]["infercheck_similarity"] == "1.0"
