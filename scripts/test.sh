@@ -7,8 +7,8 @@
 # one after the other on one, these two chains first, and the tests that need no server last,
 # filling the workers as they free up. The integration tests wait on their servers as much
 # as they compute: on two cores a third worker takes up that time (measured in
-# bench/README.md, "CI time"). The servers are built and installed in the background
-# meanwhile.
+# docs/explanation/performance.md, "Cold CI"). The servers are built and installed in the
+# background meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${INFERCHECK_VENV:-.venv}"
@@ -39,4 +39,4 @@ fi
 if [ "$#" -gt 0 ]; then
     exec "$VENV/bin/python" -m pytest "$@"
 fi
-"$VENV/bin/python" -m pytest -n 3 --dist loadgroup tests/integration tests/unit tests/http tests/harness tests/plugin
+"$VENV/bin/python" -m pytest -n 3 --dist loadgroup --no-loadscope-reorder tests/integration tests/unit tests/http tests/harness tests/plugin

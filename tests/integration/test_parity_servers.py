@@ -297,8 +297,9 @@ def test_parity_passes_on_vllm_mlx_and_names_mlx_lm_servers_logprobs(
   - stream-parity: adder@vllmcb
   - stream-parity: adder@mlxserver
   - endpoint-parity: {target: adder@vllm, endpoints: [completions, chat, messages]}
-  - cache-pollution: adder@vllm
-    hostile: [context-overflow, invalid-utf8, special-tokens, max-tokens-0]"""
+  - cache-pollution:
+      target: adder@vllm
+      hostile: [context-overflow, invalid-utf8, special-tokens, max-tokens-0]"""
     # Not the ``disconnect`` request: now and then (1 CI run of 3) vllm-mlx 0.6.0's simple
     # engine never finishes the stream whose client left after the first chunk, and every
     # later request waits on it until the client's timeout (120 s each: 20 minutes of a CI

@@ -10,8 +10,9 @@
   module's run at once (about 3-4 GB each).
 
 The two vLLM groups, then the longest other modules (:data:`LONG_MODULES`), are moved to the
-front of the run: pytest-xdist hands groups out in collection order, and a long group
-started last ends the run alone. The tests outside ``tests/integration`` (one run holds them
+front of the run: with ``--no-loadscope-reorder`` pytest-xdist hands groups out in
+collection order (without it, by their number of tests), and a long group started last ends
+the run alone. The tests outside ``tests/integration`` (one run holds them
 all) keep no group and come last, filling the workers as they free up.
 
 pytest-xdist 3.8 groups by a suffix ``@<group>`` on each node id, which it writes as
