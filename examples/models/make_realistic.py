@@ -93,7 +93,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -710,14 +710,21 @@ def write_gguf(
     writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
     if gemma3:
         _gemma3.add_hparams(writer, config)
-        _add_tokenizer(writer, vocab, v, template, bos_id, eos_id, pad_id)
-        for name, arr in _gemma3.gguf_tensors(tensors):
-            writer.add_tensor(name, arr)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        return
+    else:
+        _add_hparams(writer, spec, config, len(v.tokens))
+    _add_tokenizer(writer, vocab, v, template, bos_id, eos_id, pad_id)
+    named = _gemma3.gguf_tensors(tensors) if gemma3 else _gguf_tensors(spec, config, tensors)
+    for name, arr in named:
+        writer.add_tensor(name, arr)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _add_hparams(writer: Any, spec: VocabSpec, config: dict[str, Any], n_vocab: int) -> None:
+    """The hyperparameter keys of the ``llama``/``qwen2``/``qwen3`` GGUF: sizes, RoPE base,
+    context length and RoPE scaling (:class:`LongContext`)."""
     writer.add_context_length(int(config["max_position_embeddings"]))
     scaling = config.get("rope_scaling")
     if scaling is not None:
@@ -733,25 +740,27 @@ def write_gguf(
     writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
     if spec.arch == "llama":
         writer.add_rope_dimension_count(HEAD_DIM)
-        writer.add_vocab_size(len(v.tokens))
-    _add_tokenizer(writer, vocab, v, template, bos_id, eos_id, pad_id)
+        writer.add_vocab_size(n_vocab)
+
+
+def _gguf_tensors(
+    spec: VocabSpec, config: dict[str, Any], tensors: dict[str, np.ndarray]
+) -> Iterator[tuple[str, np.ndarray]]:
+    """The ``llama``/``qwen2``/``qwen3`` tensors under llama.cpp's names, in its order: q/k
+    rows permuted for ``llama`` (rotate-half -> interleaved RoPE), then ``rope_freqs`` for
+    ``llama3`` RoPE scaling."""
     for hf_name in sorted(tensors, key=_make_gguf._tensor_order):
         arr = tensors[hf_name]
         if spec.arch == "llama" and hf_name.endswith("self_attn.q_proj.weight"):
             arr = _make_gguf.permute_qk(arr, HEADS, HEADS)
         elif spec.arch == "llama" and hf_name.endswith("self_attn.k_proj.weight"):
             arr = _make_gguf.permute_qk(arr, HEADS, KV_HEADS)
-        writer.add_tensor(_gguf_name(hf_name), np.ascontiguousarray(arr, dtype=np.float32))
+        yield _gguf_name(hf_name), np.ascontiguousarray(arr, dtype=np.float32)
+    scaling = config.get("rope_scaling")
     if scaling is not None and scaling["rope_type"] == "llama3":
         if spec.arch != "llama":
             raise ValueError("llama3 RoPE scaling is llama.cpp's rope_freqs of the llama arch")
-        writer.add_tensor(
-            "rope_freqs.weight", llama3_rope_freqs(spec.rope_theta, HEAD_DIM, scaling)
-        )
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+        yield "rope_freqs.weight", llama3_rope_freqs(spec.rope_theta, HEAD_DIM, scaling)
 
 
 def _add_tokenizer(
