@@ -24,14 +24,10 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 \
 fi
 if [ "$#" -eq 0 ]; then
     # Cold CI: build llama-server and install vLLM and vllm-mlx in the background while lint
-    # and the tests that need no server run. The integration fixtures run the same scripts,
-    # which wait on their lock (flock) and then find them built; a failed background run is
-    # only logged: the fixture's own run fails with its words.
-    SERVER_LOGS="$(mktemp -d "${TMPDIR:-/tmp}/infercheck-servers.XXXXXX")"
-    for script in build_llama_server.sh install_vllm.sh install_vllm_mlx.sh; do
-        bash "scripts/$script" >"$SERVER_LOGS/$script.log" 2>&1 &
-    done
-    trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+    # and the tests run (scripts/build_servers.sh; the fixtures wait for what they need).
+    bash scripts/build_servers.sh "$(mktemp -d "${TMPDIR:-/tmp}/infercheck-servers.XXXXXX")" &
+    BUILDS=$!
+    trap 'kill $BUILDS 2>/dev/null || true' EXIT
 fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .

@@ -23,13 +23,15 @@ from tests.integration.served import (
     running,
     vllm_cpu_command,
 )
-from tests.integration.xdist_groups import assign_groups
+from tests.integration.xdist_groups import assign_groups, llama_server_built
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own, whose id it replaces
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for ``pytest -n N --dist loadgroup``: :mod:`tests.integration.xdist_groups`."""
-    assign_groups(config, items)
+    """Groups for ``pytest -n N --dist loadgroup``: :mod:`tests.integration.xdist_groups`;
+    while llama-server is not built yet, the modules needing it start after the others."""
+    unbuilt = frozenset() if llama_server_built() else frozenset({"llama_server_bin"})
+    assign_groups(config, items, unbuilt=unbuilt)
 
 
 XDIST_WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")

@@ -15,7 +15,7 @@ strips from its output pooled into one cell).
 
 At ``31+`` the adder's raw probabilities are 0.318, 0.318, 0.284 ('5', '4', '3'), then
 0.028 ('6') and 0.026 ('2'): ``top_k`` 3 keeps three, so an engine without it draws '6' or
-'2' in about 8% of the requests (1000 draws miss them with a chance below 1e-30). At
+'2' in about 8% of the requests (400 draws miss them with a chance below 1e-14). At
 ``7777+`` presence 1.5 divides the weight of '7' and '+' (in the prompt) by e^1.5.
 """
 
@@ -32,14 +32,14 @@ from tests.plugin.conftest import INI
 SIMPLE_ENV = {"VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION": "wait"}
 
 CHECK = """\
-  - sampling: {target: adder@vllm, reference: adder@ref, samples: 1000}
+  - sampling: {target: adder@vllm, reference: adder@ref, samples: 400}
     params:
       - {temperature: 1.5}
       - {temperature: 1.0, top_k: 3}
       - {temperature: 1.0, top_p: 0.9}
       - {temperature: 0.7, min_p: 0.1}
     positions: 2
-  - sampling: {target: adder@vllm, reference: adder@ref, samples: 1000}
+  - sampling: {target: adder@vllm, reference: adder@ref, samples: 400}
     params:
       - {temperature: 1.0, presence_penalty: 1.5}
     positions: 1
@@ -107,9 +107,10 @@ def test_vllm_mlx_continuous_batching_drops_top_k_and_presence_penalty(
     scheduler passes no ``presence_penalty``). One sampler serves the whole running batch
     (``scheduler.py`` ``_ensure_batch_generator``: a request whose temperature, ``top_p`` or
     ``min_p`` differ from the running ones' joins the batch under theirs), so the first draws
-    of an item may be taken with the previous item's parameters: in one run of two, one '2'
-    of 1000 under ``top_p`` 0.9 drawn beside the ``top_k`` item's ``top_p`` 1. At position 1
-    ``top_k`` 3 holds nearly all the mass, so its item fails in some runs (one '0' of 1000).
+    of an item may be taken with the previous item's parameters: in one run of two (1,000
+    draws an item then), one '2' of 1000 under ``top_p`` 0.9 drawn beside the ``top_k``
+    item's ``top_p`` 1. At position 1 ``top_k`` 3 holds nearly all the mass, so its item
+    fails in some runs (one '0' of 1000).
     Every other failure is such a draw outside the support, never a distribution off."""
     _, items = _run(pytester, vllm_mlx_bin, tiny_models["bf16"], " --continuous-batching", {})
     failed = {k.rpartition("::")[2]: v for k, v in items.items() if v != "passed"}

@@ -12,8 +12,10 @@
 The two vLLM groups, then the longest other modules (:data:`LONG_MODULES`), are moved to the
 front of the run: with ``--no-loadscope-reorder`` pytest-xdist hands groups out in
 collection order (without it, by their number of tests), and a long group started last ends
-the run alone. The tests outside ``tests/integration`` (one run holds them
-all) keep no group and come last, filling the workers as they free up.
+the run alone. The tests outside ``tests/integration`` (one run holds them all) come last,
+filling the workers as they free up; they keep no group, except those using a costly
+session fixture (:data:`SHARED_FIXTURE_GROUPS`), which share one worker so that it is made
+once, not once per worker.
 
 pytest-xdist 3.8 groups by a suffix ``@<group>`` on each node id, which it writes as
 ``item._nodeid``; pytest 9.2 keeps the id in ``item._id`` (a structured ``NodeId``), so that
@@ -24,6 +26,7 @@ suffix is written here on whichever attribute the running pytest reads.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -48,18 +51,36 @@ LONG_MODULES = {
 """Integration modules over a minute, with their seconds in one run of the suite on two workers
 (``bench/durlog.py``, 2026-11-29): the order in which they start, after :data:`FIRST_GROUPS`."""
 
+SHARED_FIXTURE_GROUPS = {"quickstart_run": "quickstart"}
+"""Session fixtures outside the integration folder that take long to make (the quickstart
+run: 37 s), with the group of every test using one: under ``-n 3`` each worker that ran one
+of them made its own."""
+
 INTEGRATION = Path(__file__).parent
 
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+"""The default of ``scripts/build_llama_server.sh`` (``INFERCHECK_LLAMA_CPP_PYTHON_VERSION``)."""
 
-def start_order(group: str, integration: bool) -> tuple[int, int]:
+
+def start_order(group: str, integration: bool, waits: bool = False) -> tuple[int, int, int]:
     """Sort key of an item's group: the vLLM groups, then the integration modules longest
     first (:data:`LONG_MODULES`, the rest as 0 s), then every test outside the integration
-    folder."""
+    folder. ``waits``: the item's module needs a server still being built (a cold machine):
+    it goes after the modules that need none, within its vLLM chain or among the other
+    integration modules, so that no worker waits on the build while there is other work."""
     if not integration:
-        return (2, 0)
+        return (2, 0, 0)
     if group in FIRST_GROUPS:
-        return (0, FIRST_GROUPS.index(group))
-    return (1, -LONG_MODULES.get(group, 0))
+        return (0, FIRST_GROUPS.index(group), waits)
+    return (1, waits, -LONG_MODULES.get(group, 0))
+
+
+def llama_server_built() -> bool:
+    """Whether ``scripts/build_llama_server.sh`` has built llama-server (its cached binary
+    exists): on a cold machine the modules needing it wait for the build."""
+    root = Path(os.environ.get("INFERCHECK_CACHE") or Path.home() / ".cache" / "pytest-infercheck")
+    version = os.environ.get("INFERCHECK_LLAMA_CPP_PYTHON_VERSION", LLAMA_CPP_PYTHON_VERSION)
+    return os.access(root / "llama-server" / version / "llama-server", os.X_OK)
 
 
 def module_group(module_items: list[pytest.Item]) -> str:
@@ -87,23 +108,52 @@ def _set_id(item: pytest.Item, nodeid: str) -> None:
 
 
 def assign_groups(
-    config: pytest.Config, items: list[pytest.Item], root: Path = INTEGRATION
+    config: pytest.Config,
+    items: list[pytest.Item],
+    root: Path = INTEGRATION,
+    unbuilt: frozenset[str] = frozenset(),
 ) -> None:
-    """Mark every integration item (under ``root``) with its module's group and, under
-    ``--dist loadgroup`` (a worker's ``config.option.loadgroup``), give its node id the
-    group's suffix; reorder
-    ``items`` in place by :func:`start_order` (stable: a module's tests keep their order)."""
+    """Mark every integration item (under ``root``) with its module's group, and every other
+    item using a fixture of :data:`SHARED_FIXTURE_GROUPS` with that fixture's group, and,
+    under ``--dist loadgroup`` (a worker's ``config.option.loadgroup``), give its node id
+    the group's suffix; reorder
+    ``items`` in place by :func:`start_order` (stable: a module's tests keep their order), a
+    module with an item using a fixture of ``unbuilt`` (a server still being built) after
+    the others of its tier."""
     modules: dict[Path, list[pytest.Item]] = defaultdict(list)
     for item in items:
         if item.path.is_relative_to(root):
             modules[item.path].append(item)
     loadgroup = bool(getattr(config.option, "loadgroup", False))
     groups: dict[int, str] = {}  # by id(item)
+
+    def join(item: pytest.Item, group: str) -> None:
+        item.add_marker(pytest.mark.xdist_group(group))  # the item's own: the closest
+        groups[id(item)] = group
+        if loadgroup:
+            _set_id(item, grouped_id(item.nodeid, group))
+
     for module_items in modules.values():
         group = module_group(module_items)
         for item in module_items:
-            item.add_marker(pytest.mark.xdist_group(group))  # the item's own: the closest
-            groups[id(item)] = group
-            if loadgroup:
-                _set_id(item, grouped_id(item.nodeid, group))
-    items.sort(key=lambda item: start_order(groups.get(id(item), ""), id(item) in groups))
+            join(item, group)
+    integration = set(groups)
+    for item in items:
+        shared = [
+            SHARED_FIXTURE_GROUPS[f]
+            for f in getattr(item, "fixturenames", ())
+            if f in SHARED_FIXTURE_GROUPS
+        ]
+        if id(item) not in integration and shared:
+            join(item, shared[0])
+    waiting = {
+        id(item)
+        for module_items in modules.values()
+        if any(unbuilt & set(getattr(i, "fixturenames", ())) for i in module_items)
+        for item in module_items
+    }
+    items.sort(
+        key=lambda item: start_order(
+            groups.get(id(item), ""), id(item) in integration, id(item) in waiting
+        )
+    )
