@@ -88,7 +88,7 @@ def test_build_servers_runs_the_three_at_once_and_logs_each(tmp_path: Path) -> N
         f"for i in $(seq 100); do [ $(ls {marks} | wc -l) -eq 3 ] && break; sleep 0.05; done\n"
         f"[ $(ls {marks} | wc -l) -eq 3 ] || {{ echo NAME ran alone; exit 7; }}\n"
         "echo NAME says hi\n"
-        '[ NAME = install_vllm.sh ] && exit 3\nexit 0\n'
+        "[ NAME = install_vllm.sh ] && exit 3\nexit 0\n"
     )
     wrapper = _stub_repo(tmp_path, body)
     logs = tmp_path / "logs"
