@@ -16,10 +16,15 @@ and server (the order rotating each round):
   ``--infercheck-no-batching`` (every item's scorings one request after another, the path
   before ``checks/comparison/ahead.py``), the same with an empty ``INFERCHECK_CACHE`` at
   every run (``plugin, cold``: nothing kept from an earlier run, e.g. the vocabulary
-  fingerprint of ``backends/vocab_fingerprint.py``), vs ``infer-check diff --backends
-  mlx-lm,openai-compat --no-chat`` (free-running top-k and text);
-- ``determinism``: the plugin's ``determinism: {target: m@vllm, runs: R}`` vs ``infer-check
-  determinism --backend openai-compat --runs R --no-chat``.
+  fingerprint of ``backends/vocab_fingerprint.py``), the same comparison against mlx-lm's
+  outputs kept from an earlier run (``plugin, kept baseline``: a golden recorded once,
+  untimed, before the rounds; ``compare: {baseline: "golden:m-mlx", test: m@vllm}``, which
+  loads no mlx-lm), vs ``infer-check diff --backends mlx-lm,openai-compat --no-chat``
+  (free-running top-k and text);
+- ``determinism``: the plugin's ``determinism: {target: m@vllm, runs: R}`` (at
+  ``--concurrency``, and with every run of every prompt in flight at once:
+  ``max_concurrency`` prompts x R) vs ``infer-check determinism --backend openai-compat
+  --runs R --no-chat``.
 
 Each tool's wall time is the median of its runs, with its CPU time (user + system, the
 tool's own work, less disturbed by a loaded machine); the ratios plugin / infer-check (median
@@ -57,6 +62,13 @@ INFER_CHECK = "infer-check"
 COLD = ", cold"
 """A plugin row whose every run starts from an empty ``INFERCHECK_CACHE`` (nothing kept
 from an earlier run: the vocabulary fingerprint computed again)."""
+
+
+KEPT = ", kept baseline"
+"""A plugin row comparing vLLM with mlx-lm's outputs recorded in an earlier run (a golden):
+no mlx-lm in the timed run."""
+KEPT_MATRIX = "infercheck_kept.yaml"
+IN_FLIGHT_MATRIX = "infercheck_in_flight.yaml"
 
 
 @dataclass
@@ -105,9 +117,17 @@ def _requests(server: Server | ExternalServer, offset: int) -> Counter[str]:
     return counts
 
 
-def _matrix(work: Path, model: Path, url: str, check: str, max_tokens: int, c: int) -> Path:
+def _matrix(
+    work: Path,
+    model: Path,
+    url: str,
+    check: str,
+    max_tokens: int,
+    c: int,
+    name: str = "infercheck.yaml",
+) -> Path:
     (work / "pytest.ini").write_text("[pytest]\n")
-    matrix = work / "infercheck.yaml"
+    matrix = work / name
     matrix.write_text(
         "models:\n"
         f"  m: {{path: {json.dumps(str(model))}}}\n"
@@ -122,6 +142,25 @@ def _matrix(work: Path, model: Path, url: str, check: str, max_tokens: int, c: i
         f"  - {check}\n"
     )
     return matrix
+
+
+def _kept_baseline(case: Path, model: Path, url: str, args: argparse.Namespace) -> list[str]:
+    """The diff's comparison against a baseline kept from an earlier run: mlx-lm's outputs
+    recorded once, here, untimed, as a golden (``compare`` with ``--infercheck-record``: its
+    continuations, scored teacher-forced, top ``golden_top_k`` logprobs a position); the
+    command compares vLLM with it (``golden-top-k-lower-bound``) and loads no mlx-lm."""
+    record = case / "record"
+    record.mkdir(exist_ok=True)
+    (record / "suite.jsonl").write_text((case / "suite.jsonl").read_text())
+    check = 'compare: {baseline: "golden:m-mlx", test: m@mlx}'
+    matrix = _matrix(record, model, url, check, args.max_tokens, args.concurrency)
+    run_timed(pytest_cmd(matrix, "--infercheck-record"), record, env={"HF_HUB_OFFLINE": "1"})
+    (case / "goldens").mkdir(exist_ok=True)
+    golden = record / "goldens" / "m-mlx.json"
+    (case / "goldens" / "m-mlx.json").write_text(golden.read_text())
+    check = 'compare: {baseline: "golden:m-mlx", test: m@vllm}'
+    kept = _matrix(case, model, url, check, args.max_tokens, args.concurrency, KEPT_MATRIX)
+    return pytest_cmd(kept)
 
 
 def _case(
@@ -242,6 +281,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tools["plugin" + COLD] = pytest_cmd(matrix)
             if name == "diff":
                 tools["plugin one at a time"] = pytest_cmd(matrix, "--infercheck-no-batching")
+                tools["plugin" + KEPT] = _kept_baseline(case, model, server.url, args)
+            if name == "determinism":
+                every = args.prompts * args.runs
+                matrix = _matrix(
+                    case, model, server.url, check, args.max_tokens, every, IN_FLIGHT_MATRIX
+                )
+                tools[f"plugin, max_concurrency {every}"] = pytest_cmd(matrix)
             out = case / "ic"
             tools[INFER_CHECK] = [infer_check, *ic_args, *common, "--no-chat", "--output", out]
             lines += _case(name, tools, case, server, args.repeat)
