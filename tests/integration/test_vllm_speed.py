@@ -114,10 +114,12 @@ checks:
     # one-at-a-time: the 4 generations at once, then one scoring after another; ahead: the
     # scorings go out as soon as mlx-lm has the baseline, in flight with the generations
     # when vLLM is still generating then: whether it is depends on the two engines' speeds
-    # (a quiet CI machine had vLLM finish first: 4 in flight), so only "at least the
-    # generations at once" is asserted here; the requests made up front are counted in
-    # tests/unit/test_comparison_ahead.py
-    assert serial_in_flight <= len(PROMPTS) <= ahead_in_flight
+    # (a quiet CI machine had vLLM finish first: 4 in flight). Nor do the 4 generations
+    # always meet at the server: sent at once, one can be answered before the last arrives
+    # (a cold CI run under load saw 3). So only "more than one at once" is asserted here;
+    # the requests made up front are counted in tests/unit/test_comparison_ahead.py
+    assert serial_in_flight <= len(PROMPTS)
+    assert ahead_in_flight > 1
 
 
 HEAVY_CONFTEST = """\
