@@ -183,7 +183,7 @@ def unmeasurable(loaded: LoadedMatrix, check: CheckSpec, index: int) -> dict[str
 
 HARNESS = HarnessProfile(
     {
-        "sampling": {"target": "{target}", "samples": 400},
+        "sampling": {"target": "{target}", "samples": 200},
         "params": [{"temperature": 5.0}, {"temperature": 5.0, "top_k": 3}],
         "positions": 1,
         "seed": True,
