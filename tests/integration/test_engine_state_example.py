@@ -26,7 +26,12 @@ VLLM_BLOCK = 32
 
 
 @pytest.mark.xdist_group("vllm")
-def test_engine_state_example_passes_with_hits_and_drafts(tmp_path: Path) -> None:
+def test_engine_state_example_passes_with_hits_and_drafts(
+    tmp_path: Path, llama_server_bin: Path, vllm_python: Path
+) -> None:
+    # The script builds llama-server and installs vLLM itself; the fixtures say so first, so
+    # that a failed build fails here with its words and, while llama-server is being built
+    # (a cold machine), this module starts after those that need no build (xdist_groups.py).
     results = tmp_path / "out.json"
     command = ["bash", "scripts/engine_state_example.sh", "-rA", "-p", "no:cacheprovider"]
     command.append(f"--infercheck-results={results}")
