@@ -124,17 +124,23 @@ def _make_suite(pytester: pytest.Pytester) -> None:
     (pytester.path / "test_c_quickstart.py").write_text(QUICKSTART)
 
 
+def _collected_modules(pytester: pytest.Pytester) -> list[str]:
+    """The suite's modules in collection order (``--collect-only``)."""
+    result = pytester.runpytest_subprocess("--collect-only", "-q")
+    modules: list[str] = []
+    for line in result.stdout.lines:
+        module = line.split("::")[0].removeprefix("integration/")
+        if "::" in line and module not in modules:
+            modules.append(module)
+    return modules
+
+
 def test_the_vllm_groups_start_first_then_the_long_modules_and_other_tests_last(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     _make_suite(pytester)
-    result = pytester.runpytest_subprocess("--collect-only", "-q")
-    modules = []
-    for line in result.stdout.lines:
-        module = line.split("::")[0].removeprefix("integration/")
-        if "::" in line and module not in modules:
-            modules.append(module)
+    modules = _collected_modules(pytester)
     assert modules == [
         "test_shared_a.py", "test_shared_b.py", "test_own_c.py", "test_own_d.py",
         "test_stress_servers.py", "test_plain_e.py", "test_plain_f.py", "test_plain_g.py",
@@ -153,12 +159,7 @@ def test_while_llama_server_is_built_its_modules_start_after_the_others(
     _make_suite(pytester)
     for name, text in {"test_shared_0": SHARED_LLAMA, "test_llama_0": LLAMA}.items():
         (pytester.path / "integration" / f"{name}.py").write_text(text)
-    result = pytester.runpytest_subprocess("--collect-only", "-q")
-    modules = []
-    for line in result.stdout.lines:
-        module = line.split("::")[0].removeprefix("integration/")
-        if "::" in line and module not in modules:
-            modules.append(module)
+    modules = _collected_modules(pytester)
     if unbuilt:
         assert modules == [
             "test_shared_a.py", "test_shared_b.py", "test_shared_0.py", "test_own_c.py",
