@@ -68,6 +68,7 @@ KEPT = ", kept baseline"
 """A plugin row comparing vLLM with mlx-lm's outputs recorded in an earlier run (a golden):
 no mlx-lm in the timed run."""
 KEPT_MATRIX = "infercheck_kept.yaml"
+RECORD_MATRIX = "infercheck_record.yaml"
 IN_FLIGHT_MATRIX = "infercheck_in_flight.yaml"
 
 
@@ -146,18 +147,13 @@ def _matrix(
 
 def _kept_baseline(case: Path, model: Path, url: str, args: argparse.Namespace) -> list[str]:
     """The diff's comparison against a baseline kept from an earlier run: mlx-lm's outputs
-    recorded once, here, untimed, as a golden (``compare`` with ``--infercheck-record``: its
-    continuations, scored teacher-forced, top ``golden_top_k`` logprobs a position); the
-    command compares vLLM with it (``golden-top-k-lower-bound``) and loads no mlx-lm."""
-    record = case / "record"
-    record.mkdir(exist_ok=True)
-    (record / "suite.jsonl").write_text((case / "suite.jsonl").read_text())
+    recorded once, here, untimed, as a golden in ``case/goldens`` (``compare`` with
+    ``--infercheck-record``: its continuations, scored teacher-forced, top ``golden_top_k``
+    logprobs a position); the command compares vLLM with it (``golden-top-k-lower-bound``)
+    and loads no mlx-lm."""
     check = 'compare: {baseline: "golden:m-mlx", test: m@mlx}'
-    matrix = _matrix(record, model, url, check, args.max_tokens, args.concurrency)
-    run_timed(pytest_cmd(matrix, "--infercheck-record"), record, env={"HF_HUB_OFFLINE": "1"})
-    (case / "goldens").mkdir(exist_ok=True)
-    golden = record / "goldens" / "m-mlx.json"
-    (case / "goldens" / "m-mlx.json").write_text(golden.read_text())
+    record = _matrix(case, model, url, check, args.max_tokens, args.concurrency, RECORD_MATRIX)
+    run_timed(pytest_cmd(record, "--infercheck-record"), case, env={"HF_HUB_OFFLINE": "1"})
     check = 'compare: {baseline: "golden:m-mlx", test: m@vllm}'
     kept = _matrix(case, model, url, check, args.max_tokens, args.concurrency, KEPT_MATRIX)
     return pytest_cmd(kept)
@@ -279,7 +275,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             tools: dict[str, Sequence[str | Path]] = {"plugin": pytest_cmd(matrix)}
             if name == "diff":
                 tools["plugin" + COLD] = pytest_cmd(matrix)
-            if name == "diff":
                 tools["plugin one at a time"] = pytest_cmd(matrix, "--infercheck-no-batching")
                 tools["plugin" + KEPT] = _kept_baseline(case, model, server.url, args)
             if name == "determinism":

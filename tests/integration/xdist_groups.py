@@ -139,13 +139,12 @@ def assign_groups(
             join(item, group)
     integration = set(groups)
     for item in items:
-        shared = [
-            SHARED_FIXTURE_GROUPS[f]
-            for f in getattr(item, "fixturenames", ())
-            if f in SHARED_FIXTURE_GROUPS
-        ]
-        if id(item) not in integration and shared:
-            join(item, shared[0])
+        fixtures = getattr(item, "fixturenames", ())
+        shared = next(
+            (SHARED_FIXTURE_GROUPS[f] for f in fixtures if f in SHARED_FIXTURE_GROUPS), ""
+        )
+        if shared and id(item) not in integration:
+            join(item, shared)
     waiting = {
         id(item)
         for module_items in modules.values()
