@@ -76,15 +76,18 @@ def check_servers(loaded: Any, check: Any, index: int) -> frozenset[str]:
 
 def needed_counts(items: list[pytest.Item]) -> Counter[str]:
     """Per server key, how many of ``items`` may use it; :data:`.servers.ANY` counts the
-    items of unknown use. Empty when no item uses a managed server."""
+    items of unknown use. Empty when no item uses a managed server (then :mod:`.servers`, with
+    the backends' specs, is not imported: a run without a matrix pays nothing for it)."""
+    memo: dict[int, frozenset[str]] = {}
+    uses = [item_servers(item, memo) for item in items]
+    if not any(uses):  # None (unknown use) and empty sets alike
+        return Counter()
     from .servers import ANY
 
-    memo: dict[int, frozenset[str]] = {}
     counts: Counter[str] = Counter()
-    for item in items:
-        keys = item_servers(item, memo)
+    for keys in uses:
         counts.update([ANY] if keys is None else keys)
-    return counts if any(key != ANY for key in counts) else Counter()
+    return counts
 
 
 class ServerLifecycle:

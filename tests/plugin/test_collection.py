@@ -171,6 +171,22 @@ def test_collection_does_not_import_mlx(project: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["HEAVY []"])
 
 
+def test_a_run_without_a_matrix_imports_neither_the_specs_nor_pydantic(
+    pytester: pytest.Pytester,
+) -> None:
+    """The plugin is installed for every pytest run of the user's repo: a run with no matrix
+    must not pay for the backends' specs (pydantic, 0.15 s at every run)."""
+    pytester.makepyfile(
+        "import sys\n"
+        "def test_plain():\n"
+        "    heavy = sorted(m for m in sys.modules\n"
+        "                   if m.split('.')[0] == 'pydantic' or m == 'pytest_infercheck.servers')\n"
+        "    assert heavy == []\n"
+    )
+    result = pytester.runpytest_subprocess("-q")
+    result.assert_outcomes(passed=1)
+
+
 def test_help_lists_options(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(
