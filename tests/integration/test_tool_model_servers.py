@@ -10,8 +10,8 @@ engines:
   ``/v1/completions``, each given its own rendering) keep the model's calls in the text,
   ``<tool_call>{...}</tool_call>``, and are the same text on all three (float32).
 
-vLLM here is this module's own server (the tool model, with the hermes tool parser as the
-issue runs it): run this module on its own, not beside the shared Qwen2 vLLM."""
+vLLM here is the session's tool-model server (``vllm_tiny_tool``: the hermes tool parser, as
+the issue runs it), shared with the other structured tests."""
 
 from __future__ import annotations
 
@@ -30,15 +30,7 @@ from pytest_infercheck.backends.mlx_lm import MlxLmBackend, MlxModelSpec
 from pytest_infercheck.backends.vllm import VllmBackend
 from pytest_infercheck.conversation import concrete, prompt_turns
 from pytest_infercheck.suites import Prompt, load_suite
-from tests.integration.conftest import _running_with_env
-from tests.integration.served import (
-    VLLM_ENV,
-    VLLM_FLAGS,
-    VLLM_HEALTH_TIMEOUT_S,
-    llama_flags,
-    running,
-    vllm_cpu_command,
-)
+from tests.integration.served import llama_flags, running
 
 pytestmark = pytest.mark.xdist_group("vllm")
 
@@ -61,22 +53,6 @@ def tool_llama(
         yield url
 
 
-@pytest.fixture(scope="module")
-def tool_vllm(
-    vllm_python: Path, tiny_tool: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """vLLM (float32) on the tool model with ``--enable-auto-tool-choice --tool-call-parser
-    hermes``; its ``model`` name is the folder's path."""
-    flags = f"{VLLM_FLAGS} --enable-auto-tool-choice --tool-call-parser hermes"
-
-    def command(port: int) -> list[str]:
-        return vllm_cpu_command(vllm_python, flags).format(model=tiny_tool, port=port).split()
-
-    workdir = tmp_path_factory.mktemp("toolmodel-vllm")
-    with _running_with_env("vllm", command, workdir, VLLM_ENV, VLLM_HEALTH_TIMEOUT_S) as url:
-        yield url
-
-
 def _render(backend: Backend, prompt: Prompt) -> Any:
     """``prompt`` as ``backend`` renders it (a conversation's every turn; a prompt with
     tools as its turns with the tools), as the generation cache asks."""
@@ -96,9 +72,9 @@ def _engines(
 
 
 def test_the_tool_use_suite_renders_to_the_same_ids_on_every_engine(
-    tiny_tool: Path, tool_llama: str, tool_vllm: str
+    tiny_tool: Path, tool_llama: str, vllm_tiny_tool: str
 ) -> None:
-    mlx, llama, vllm = _engines(tiny_tool, tool_llama, tool_vllm)
+    mlx, llama, vllm = _engines(tiny_tool, tool_llama, vllm_tiny_tool)
 
     async def render() -> dict[str, list[PromptInput]]:
         try:
@@ -122,11 +98,11 @@ def test_the_tool_use_suite_renders_to_the_same_ids_on_every_engine(
 
 
 def test_raw_generations_keep_the_calls_in_the_text_alike_on_every_engine(
-    tiny_tool: Path, tool_llama: str, tool_vllm: str
+    tiny_tool: Path, tool_llama: str, vllm_tiny_tool: str
 ) -> None:
     """Each engine generates greedily from its own rendering of every prompt that expects
     calls: the text holds ``<tool_call>`` blocks, and it is the same text on all three."""
-    mlx, llama, vllm = _engines(tiny_tool, tool_llama, tool_vllm)
+    mlx, llama, vllm = _engines(tiny_tool, tool_llama, vllm_tiny_tool)
     calling = [p for p in SUITE.prompts if p.answer_kind == "tool_call"]
     params = GenerationParams(max_tokens=64)
 
