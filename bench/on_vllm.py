@@ -224,7 +224,7 @@ def _server(args: argparse.Namespace, model: Path, work: Path) -> Iterator[Serve
         return
     vllm_python = _script_output("install_vllm.sh")
     port = free_port()
-    command = [
+    command: list[str | Path] = [
         vllm_python,
         *("-m", "vllm.entrypoints.openai.api_server", "--model", model),
         *("--host", "127.0.0.1", "--port", str(port), *VLLM_FLAGS),
