@@ -136,8 +136,8 @@ def main(argv: list[str]) -> dict[str, Any]:
         "total_s": done - STARTED,
         "tokens": [sum(len(g) for g in gens) for gens in generated],
         "scored_positions": scored,
-        "mean_kl": [float(s.item()) / max(scored, 1) for s in kl_sums],
-        "same_top_rate": [int(s.item()) / max(scored, 1) for s in same_top],
+        "mean_kl": [float(s) / max(scored, 1) for s in kl_sums],
+        "same_top_rate": [int(s) / max(scored, 1) for s in same_top],
     }
 
 

@@ -32,17 +32,23 @@ def main() -> None:
     mx.random.seed(0)
     w = mx.random.normal((VOCAB, HIDDEN)).astype(mx.bfloat16)
     wq, scales, biases = mx.quantize(w, group_size=GROUP, bits=BITS)
-    print(f"x (M, {HIDDEN}) @ W.T, W ({VOCAB}, {HIDDEN}); mlx {mx.__version__}, CPU")
+    print(
+        f"x (M, {HIDDEN}) @ W.T, W ({VOCAB}, {HIDDEN}); mlx {getattr(mx, '__version__', '?')}, CPU"
+    )
     for rows in (1, 8, 64, 512):
         x = mx.random.normal((rows, HIDDEN)).astype(mx.bfloat16)
         reps = max(20, 4000 // rows)
-        quantized = seconds_per_call(
-            lambda x=x: mx.quantized_matmul(
+
+        def quantized_call(x: mx.array = x) -> mx.array:
+            return mx.quantized_matmul(
                 x, wq, scales, biases, transpose=True, group_size=GROUP, bits=BITS
-            ),
-            reps,
-        )
-        dense = seconds_per_call(lambda x=x: x @ w.T, reps)
+            )
+
+        def dense_call(x: mx.array = x) -> mx.array:
+            return x @ w.T
+
+        quantized = seconds_per_call(quantized_call, reps)
+        dense = seconds_per_call(dense_call, reps)
         per_row = quantized / rows * 1e6
         print(
             f"M={rows:4d}: {BITS}-bit {quantized * 1e6:8.1f} us ({per_row:6.1f} us/row)"

@@ -82,8 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             (d / "pytest.ini").write_text("[pytest]\n")
         (work / "infercheck.yaml").write_text(MATRIX)
         write_suite(work / "suite.jsonl", [f"prompt {i}" for i in range(20)], 64)
-        pytest = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--collect-only"]
-        stages = {
+        pytest: list[str | Path] = [PYTHON, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+        pytest.append("--collect-only")
+        stages: dict[str, tuple[list[str | Path], Path]] = {
             "interpreter": ([PYTHON, "-c", "pass"], work),
             "pytest + plugins": (pytest, empty),
             "collect diff matrix": ([*pytest, "infercheck.yaml"], work),
