@@ -1,7 +1,7 @@
 """llama-server, built from the pinned llama.cpp sources, agrees with mlx-lm on tiny-adder.
 
 The binary comes from ``scripts/build_llama_server.sh`` (a cached build, or a fresh one of
-about 6 minutes on 2 cores when the cache is cold); the model is ``tiny-adder`` converted to
+about 3 minutes on 2 cores when the cache is cold); the model is ``tiny-adder`` converted to
 an f32 GGUF by ``examples/models/make_gguf.py``. Both are real: nothing is mocked, and a
 failed build fails the test with the script's output.
 """

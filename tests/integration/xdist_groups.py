@@ -61,6 +61,10 @@ INTEGRATION = Path(__file__).parent
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 """The default of ``scripts/build_llama_server.sh`` (``INFERCHECK_LLAMA_CPP_PYTHON_VERSION``)."""
 
+LLAMA_SERVER_FLAVOUR = "o1glue"
+"""``FLAVOUR`` of ``scripts/build_llama_server.sh``: its binary is cached in
+``llama-server/<version>-<flavour>/`` (a cache of another flavour is not reused)."""
+
 
 def start_order(group: str, integration: bool, waits: bool = False) -> tuple[int, int, int]:
     """Sort key of an item's group: the vLLM groups, then the integration modules longest
@@ -80,7 +84,8 @@ def llama_server_built() -> bool:
     exists): on a cold machine the modules needing it wait for the build."""
     root = Path(os.environ.get("INFERCHECK_CACHE") or Path.home() / ".cache" / "pytest-infercheck")
     version = os.environ.get("INFERCHECK_LLAMA_CPP_PYTHON_VERSION", LLAMA_CPP_PYTHON_VERSION)
-    return os.access(root / "llama-server" / version / "llama-server", os.X_OK)
+    folder = f"{version}-{LLAMA_SERVER_FLAVOUR}"
+    return os.access(root / "llama-server" / folder / "llama-server", os.X_OK)
 
 
 def module_group(module_items: list[pytest.Item]) -> str:

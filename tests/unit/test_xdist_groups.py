@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.xdist_groups import grouped_id, llama_server_built, start_order
+from tests.integration.xdist_groups import (
+    LLAMA_SERVER_FLAVOUR,
+    grouped_id,
+    llama_server_built,
+    start_order,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -182,7 +187,12 @@ def test_llama_server_built_reads_the_build_scripts_cache(
     monkeypatch.setenv("INFERCHECK_CACHE", str(tmp_path))
     monkeypatch.delenv("INFERCHECK_LLAMA_CPP_PYTHON_VERSION", raising=False)
     assert not llama_server_built()
-    binary = tmp_path / "llama-server" / "0.3.36" / "llama-server"
+    old = tmp_path / "llama-server" / "0.3.36" / "llama-server"  # before flavours: -O3 glue
+    old.parent.mkdir(parents=True)
+    old.write_text("#!/bin/sh\n")
+    old.chmod(0o755)
+    assert not llama_server_built()
+    binary = tmp_path / "llama-server" / f"0.3.36-{LLAMA_SERVER_FLAVOUR}" / "llama-server"
     binary.parent.mkdir(parents=True)
     binary.write_text("#!/bin/sh\n")
     assert not llama_server_built()  # not executable
@@ -193,7 +203,8 @@ def test_llama_server_built_reads_the_build_scripts_cache(
     script = (REPO / "scripts" / "build_llama_server.sh").read_text()
     assert 'VERSION="${INFERCHECK_LLAMA_CPP_PYTHON_VERSION:-0.3.36}"' in script
     assert 'CACHE_ROOT="${INFERCHECK_CACHE:-$HOME/.cache/pytest-infercheck}"' in script
-    assert 'DEST="$PARENT/$VERSION"' in script and 'BIN="$DEST/llama-server"' in script
+    assert f"FLAVOUR={LLAMA_SERVER_FLAVOUR} " in script
+    assert 'DEST="$PARENT/$VERSION-$FLAVOUR"' in script and 'BIN="$DEST/llama-server"' in script
 
 
 def test_start_order() -> None:
