@@ -29,6 +29,27 @@ import pytest
 from tests.integration.served import backend, vllm_serve
 from tests.plugin.conftest import INI
 
+NUL_AS_ITS_SYMBOL = "drew 'Ā', the text of no one token of adder@ref's vocabulary"
+"""vllm-mlx's text for the adder's id 3, the byte 0x00 (byte-level symbol 'Ā'): mlx-lm's
+``BPEStreamingDetokenizer._decode_bytes`` (0.31.3, which vllm-mlx 0.6.0 pins; 0.32.2 too)
+appends a symbol's byte only when ``byte_decoder.get(c, False)`` is true, and the byte 0 is
+not, so the symbol's own UTF-8 goes out instead of ``\x00``. mlx-lm's ``decode`` gives
+``\x00``. A draw whose text is no token's cannot be counted, so the check fails its item
+(``not measured``), naming the text: rare (a cold CI run drew it once in 400 draws at
+temperature 1.5, ``sp011`` position 1), never a distribution off. Items failing only so
+are set aside here, and only those."""
+
+
+def _engine_text_bug(failed: dict[str, str]) -> dict[str, str]:
+    """``failed`` without the items whose failure is only :data:`NUL_AS_ITS_SYMBOL`'s draw
+    (each says ``not measured`` and nothing else)."""
+    return {
+        k: v
+        for k, v in failed.items()
+        if not (NUL_AS_ITS_SYMBOL in v and v.startswith("alpha: not measured"))
+    }
+
+
 SIMPLE_ENV = {"VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION": "wait"}
 
 CHECK = """\
@@ -94,7 +115,7 @@ def test_vllm_mlx_samples_what_its_parameters_define(
     failed = {k.rpartition("::")[2]: v for k, v in items.items() if v != "passed"}
     presence = failed.pop("sp001[t1-pres1.5-pos0]", "")
     assert "the draws fit the distribution without presence_penalty" in presence, presence
-    assert set(failed) == {"aggregate"}, failed
+    assert set(_engine_text_bug(failed)) == {"aggregate"}, failed
     # 2 prompts x (4 sets x 2 positions + 1 set x 1 position) + 2 aggregates
     assert len(items) == 2 * 9 + 2, items
 
@@ -119,5 +140,6 @@ def test_vllm_mlx_continuous_batching_drops_top_k_and_presence_penalty(
     presence = failed.pop("sp001[t1-pres1.5-pos0]", "")
     assert "the draws fit the distribution without presence_penalty" in presence, presence
     failed.pop("aggregate", None)
+    failed = _engine_text_bug(failed)
     outside = {k: v for k, v in failed.items() if "sampled outside the support" in v}
     assert set(failed) == set(outside), failed
