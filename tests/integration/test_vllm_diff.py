@@ -1,17 +1,20 @@
 """``kind: vllm`` against the real vLLM (CPU build, ``scripts/install_vllm.sh``) on the
 realistic Qwen2 (vocabulary 151,936, head size 32), in diffs run by the plugin.
 
-- mlx-lm (float32, full rows) against a plugin-started vLLM (float32, ``serve:``): the
-  prompt ids are shared (vLLM's ``/tokenize`` reproduces mlx-lm's), the tokens identical, and
-  every item ``teacher-forced-top-k`` (vLLM's ``prompt_logprobs``: its top 20 and the given
-  token at every position of mlx-lm's continuation) with KL max <= 1e-4.
+- mlx-lm (float32, full rows) against the session's float32 vLLM (``vllm_qwen2``) and a
+  plugin-started llama-server (f32, ``serve:``): the prompt ids are shared (vLLM's
+  ``/tokenize`` reproduces mlx-lm's), the tokens identical, and every item
+  ``teacher-forced-top-k`` (vLLM's ``prompt_logprobs``: its top 20 and the given token at
+  every position of mlx-lm's continuation) with KL max <= 1e-4.
 - the shared float32 vLLM against one with an fp8 KV cache: both score the baseline's
   continuation by their top 20 (``teacher-forced-top-k``, top-k against top-k), so a prompt
   whose outputs part at once is compared at every position of the baseline's continuation,
   never only up to its first token, and ``max_kl: 0.001`` fails it.
 
-Servers: the session's shared float32 vLLM (``vllm_qwen2``) and two started by the plugin,
-one at a time (about 30 s and 3.8 GB each).
+Servers: the session's shared float32 vLLM (``vllm_qwen2``; its extra flags, prompt-token
+details and the tool parser, change nothing a raw completion returns) and the fp8 one started
+by the plugin (about 30 s and 3.8 GB). The plugin's ``serve:`` of ``kind: vllm`` is exercised
+by ``test_prefill_vllm.py``, ``test_vllm_checks.py`` and the engine-state example.
 """
 
 from __future__ import annotations
@@ -53,15 +56,15 @@ def _items(path: Path) -> dict[str, dict[str, Any]]:
     return {i["name"]: i["data"] for i in items if i["role"] == "prompt"}
 
 
-def test_mlx_lm_against_a_plugin_started_vllm_is_teacher_forced_top_k(
-    pytester: pytest.Pytester, vllm_python: Path, realistic_qwen2: Any, llama_server_bin: Path
+def test_mlx_lm_against_vllm_and_llama_server_is_teacher_forced_top_k(
+    pytester: pytest.Pytester, vllm_qwen2: str, realistic_qwen2: Any, llama_server_bin: Path
 ) -> None:
     """mlx-lm (float32), vLLM (float32) and llama-server (f32, exact flags) on one model:
     every item teacher-forced at every position of mlx-lm's continuation (vLLM by
     ``prompt_logprobs``, llama-server one forced request per position), identical tokens."""
     pytester.makefile(".ini", pytest=INI)
     pytester.makefile(".jsonl", prompts=_suite())
-    serve = backend("vllm", "vllm", vllm_cpu_command(vllm_python), VLLM_ENV)
+    serve = f"  vllm: {{kind: vllm, url: '{vllm_qwen2}'}}\n"
     serve += backend(
         "llama", "llama-server", llama_serve(llama_server_bin, llama_flags(1, REALISTIC_CONTEXT))
     )
