@@ -9,12 +9,12 @@ text of one token, which is counted (and, every draw being '5', fails as a distr
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from tests.plugin.conftest import INI
+from tests.plugin.helpers import junit_outcomes
 
 from .fake_server import Reply, Script, fake_server
 
@@ -47,10 +47,7 @@ checks:
 """,
         )
         pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
-    out = {}
-    for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase"):
-        failure = case.find("failure")
-        out[str(case.get("name"))] = "passed" if failure is None else failure.get("message", "")
+    out = junit_outcomes(pytester.path / "out.xml")
     draws = sum(1 for r in script.requests if (r["json"] or {}).get("temperature") == 1.0)
     return out, draws
 

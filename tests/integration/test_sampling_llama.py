@@ -17,7 +17,6 @@ compared with the expected one directly.
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import pytest
 from tests.faulty_proxy import Fault, FaultyProxy
 from tests.integration.served import llama_at, llama_flags, llama_server
 from tests.plugin.conftest import INI
+from tests.plugin.helpers import junit_outcomes
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +52,7 @@ def _write(pytester: pytest.Pytester, adder: str, url: str, check: str) -> None:
 def _run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[str, str]]:
     """The run (a subprocess: the proxy lives here) and each item's outcome by name."""
     result = pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
-    out = {}
-    for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase"):
-        failure = case.find("failure")
-        out[str(case.get("name"))] = "passed" if failure is None else failure.get("message", "")
-    return result, out
+    return result, junit_outcomes(pytester.path / "out.xml")
 
 
 FAITHFUL = """\

@@ -7,7 +7,6 @@ The bundled ``sampling`` suite's stated entropies are re-measured."""
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from pytest_infercheck.backends import GenerationParams
 from pytest_infercheck.backends.mlx_lm import MlxLmBackend, MlxModelSpec
 from pytest_infercheck.suites import load_suite
 from tests.plugin.conftest import INI
+from tests.plugin.helpers import junit_outcomes
 
 
 def _write(pytester: pytest.Pytester, models: dict[str, Path], check: str, limit: int) -> None:
@@ -29,11 +29,7 @@ def _write(pytester: pytest.Pytester, models: dict[str, Path], check: str, limit
 
 
 def _items(pytester: pytest.Pytester) -> dict[str, str]:
-    out = {}
-    for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase"):
-        failure = case.find("failure")
-        out[str(case.get("name"))] = "passed" if failure is None else failure.get("message", "")
-    return out
+    return junit_outcomes(pytester.path / "out.xml")
 
 
 CHECK = """\

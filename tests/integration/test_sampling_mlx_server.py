@@ -25,13 +25,13 @@ Measured:
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from tests.integration.served import MLX_LM_SERVE, backend
 from tests.plugin.conftest import INI
+from tests.plugin.helpers import junit_outcomes
 
 CHECK = """\
   - sampling: {{target: adder@mlxserver, reference: adder@ref, samples: {samples}{per}}}
@@ -85,11 +85,7 @@ def _run(
         f"{served}suites: [prompts.jsonl]\nchecks:\n{check}",
     )
     pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
-    out = {}
-    for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase"):
-        failure = case.find("failure")
-        out[str(case.get("name"))] = "passed" if failure is None else failure.get("message", "")
-    return out
+    return junit_outcomes(pytester.path / "out.xml")
 
 
 def test_mlx_lm_server_samples_what_its_parameters_define(

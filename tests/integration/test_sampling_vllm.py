@@ -35,6 +35,7 @@ from tests.integration.served import (
     vllm_cpu_command,
 )
 from tests.plugin.conftest import INI
+from tests.plugin.helpers import junit_outcomes
 
 pytestmark = pytest.mark.xdist_group("vllm")
 
@@ -95,11 +96,7 @@ def _items(pytester: pytest.Pytester) -> tuple[pytest.RunResult, dict[str, str]]
     """The run (a subprocess: the proxy lives in this process) and each item's outcome by
     name (``passed`` or its failure message)."""
     result = pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
-    out = {}
-    for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase"):
-        failure = case.find("failure")
-        out[str(case.get("name"))] = "passed" if failure is None else failure.get("message", "")
-    return result, out
+    return result, junit_outcomes(pytester.path / "out.xml")
 
 
 def _matrix(pytester: pytest.Pytester, model: Path, url: str, check: str) -> None:

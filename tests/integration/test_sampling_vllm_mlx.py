@@ -21,13 +21,13 @@ At ``31+`` the adder's raw probabilities are 0.318, 0.318, 0.284 ('5', '4', '3')
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from tests.integration.served import backend, vllm_serve
 from tests.plugin.conftest import INI
+from tests.plugin.helpers import junit_outcomes
 
 NUL_AS_ITS_SYMBOL = "drew 'Ā', the text of no one token of adder@ref's vocabulary"
 """vllm-mlx's text for the adder's id 3, the byte 0x00 (byte-level symbol 'Ā'): mlx-lm's
@@ -94,13 +94,7 @@ def _run(
         f"  ref: {{kind: mlx-lm}}\n{served}suites: [prompts.jsonl]\nchecks:\n{CHECK}",
     )
     result = pytester.runpytest_subprocess("-q", "--junitxml=out.xml", "-p", "no:cacheprovider")
-    out = {}
-    for case in ET.parse(pytester.path / "out.xml").getroot().iter("testcase"):
-        failure = case.find("failure")
-        out[f"{case.get('classname')}::{case.get('name')}"] = (
-            "passed" if failure is None else failure.get("message", "")
-        )
-    return result, out
+    return result, junit_outcomes(pytester.path / "out.xml", qualified=True)
 
 
 def test_vllm_mlx_samples_what_its_parameters_define(

@@ -33,6 +33,17 @@ def matrix_yaml(models: dict[str, Path], checks: str, suites: str = "[addition.j
     return "\n".join(lines) + "\n"
 
 
+def junit_outcomes(path: Path, qualified: bool = False) -> dict[str, str]:
+    """Item -> ``passed`` or its failure message, from a JUnit XML file; the item by its name
+    (``sp001[t1-pos0]``), or with ``qualified`` by ``classname::name``."""
+    out: dict[str, str] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        failure = case.find("failure")
+        name = f"{case.get('classname')}::{case.get('name')}" if qualified else case.get("name")
+        out[str(name)] = "passed" if failure is None else failure.get("message", "")
+    return out
+
+
 def junit_properties(path: Path) -> dict[str, dict[str, str]]:
     """Item name (last node-id part) -> {property name: value} from a JUnit XML file."""
     out: dict[str, dict[str, str]] = {}
