@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs the dev dependencies into .venv (created if missing),
-# then runs ruff, mypy and the whole test suite. Extra arguments go to one pytest run of
-# them. Without arguments the whole suite is one pytest run on three workers (pytest-xdist,
+# then runs ruff, mypy (the package and bench/, at no extra cost: bench imports the package)
+# and the whole test suite. Extra arguments go to one pytest run of them. Without arguments the whole suite is one pytest run on three workers (pytest-xdist,
 # -n 3 --dist loadgroup; tests/integration/xdist_groups.py): each integration module's tests
 # on one worker, the modules on the session's vLLMs on one, those starting vLLMs of their own
 # one after the other on one, these two chains first, and the tests that need no server last,
@@ -31,7 +31,7 @@ if [ "$#" -eq 0 ]; then
 fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
-"$VENV/bin/mypy" pytest_infercheck
+"$VENV/bin/mypy" pytest_infercheck bench
 if [ "$#" -gt 0 ]; then
     exec "$VENV/bin/python" -m pytest "$@"
 fi
