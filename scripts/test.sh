@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs the dev dependencies into .venv (created if missing),
 # then runs ruff, mypy (the package and bench/, at no extra cost: bench imports the package)
-# and the whole test suite. Extra arguments go to one pytest run of them. Without arguments the whole suite is one pytest run on three workers (pytest-xdist,
+# and the whole test suite. Extra arguments go to one pytest run of them. Without arguments
+# the whole suite is one pytest run on three workers (pytest-xdist,
 # -n 3 --dist loadgroup; tests/integration/xdist_groups.py): each integration module's tests
 # on one worker, the modules on the session's vLLMs on one, those starting vLLMs of their own
 # one after the other on one, these two chains first, and the tests that need no server last,
