@@ -40,7 +40,7 @@ temperature 1.5, ``sp011`` position 1), never a distribution off. Items failing 
 are set aside here, and only those."""
 
 
-def _engine_text_bug(failed: dict[str, str]) -> dict[str, str]:
+def _without_nul_text_items(failed: dict[str, str]) -> dict[str, str]:
     """``failed`` without the items whose failure is only :data:`NUL_AS_ITS_SYMBOL`'s draw
     (each says ``not measured`` and nothing else)."""
     return {
@@ -109,7 +109,7 @@ def test_vllm_mlx_samples_what_its_parameters_define(
     failed = {k.rpartition("::")[2]: v for k, v in items.items() if v != "passed"}
     presence = failed.pop("sp001[t1-pres1.5-pos0]", "")
     assert "the draws fit the distribution without presence_penalty" in presence, presence
-    assert set(_engine_text_bug(failed)) == {"aggregate"}, failed
+    assert set(_without_nul_text_items(failed)) == {"aggregate"}, failed
     # 2 prompts x (4 sets x 2 positions + 1 set x 1 position) + 2 aggregates
     assert len(items) == 2 * 9 + 2, items
 
@@ -134,6 +134,6 @@ def test_vllm_mlx_continuous_batching_drops_top_k_and_presence_penalty(
     presence = failed.pop("sp001[t1-pres1.5-pos0]", "")
     assert "the draws fit the distribution without presence_penalty" in presence, presence
     failed.pop("aggregate", None)
-    failed = _engine_text_bug(failed)
+    failed = _without_nul_text_items(failed)
     outside = {k: v for k, v in failed.items() if "sampled outside the support" in v}
     assert set(failed) == set(outside), failed
