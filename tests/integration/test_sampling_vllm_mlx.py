@@ -15,7 +15,7 @@ strips from its output pooled into one cell).
 
 At ``31+`` the adder's raw probabilities are 0.318, 0.318, 0.284 ('5', '4', '3'), then
 0.028 ('6') and 0.026 ('2'): ``top_k`` 3 keeps three, so an engine without it draws '6' or
-'2' in about 8% of the requests (400 draws miss them with a chance below 1e-14). At
+'2' in about 8% of the requests (200 draws miss them with a chance of 0.92^200, 6e-8). At
 ``7777+`` presence 1.5 divides the weight of '7' and '+' (in the prompt) by e^1.5.
 """
 
@@ -53,14 +53,14 @@ def _without_nul_text_items(failed: dict[str, str]) -> dict[str, str]:
 SIMPLE_ENV = {"VLLM_MLX_SIMPLE_ENGINE_LOCK_ADMISSION": "wait"}
 
 CHECK = """\
-  - sampling: {target: adder@vllm, reference: adder@ref, samples: 400}
+  - sampling: {target: adder@vllm, reference: adder@ref, samples: 200}
     params:
       - {temperature: 1.5}
       - {temperature: 1.0, top_k: 3}
       - {temperature: 1.0, top_p: 0.9}
       - {temperature: 0.7, min_p: 0.1}
     positions: 2
-  - sampling: {target: adder@vllm, reference: adder@ref, samples: 400}
+  - sampling: {target: adder@vllm, reference: adder@ref, samples: 200}
     params:
       - {temperature: 1.0, presence_penalty: 1.5}
     positions: 1
