@@ -24,7 +24,7 @@ all implement natively. What it carries, as Gemma 3 does:
 - the embedding scaled by ``sqrt(hidden)`` = 8 (exact in bfloat16, where mlx-lm rounds it),
   tied embeddings (no ``lm_head``), ``gelu_pytorch_tanh``.
 
-The weights are drawn as ``make_realistic.random_weights`` draws them (parameter ``k`` of the
+The weights are drawn as ``realistic_weights.random_weights`` draws them (parameter ``k`` of the
 sorted names from ``default_rng([seed, k])``), except: norms N(0, :data:`NORM_STD`), the tied
 embedding N(0, :data:`EMBED_STD`), the final norm's gain ``1 + w`` around :data:`FINAL_GAIN`.
 The residual stream starts at ``8 x 0.1 = 0.8`` per dimension, below what each layer adds,
