@@ -29,7 +29,7 @@ from pytest_infercheck.structured.records import (
 from pytest_infercheck.tools import Tool
 
 from . import toy
-from .engine import Injector, LlamaToy, OpenAIToy
+from .engine import Injector, LlamaToy, OpenAIToy, copied
 from .faults import FAULT_KINDS, Fault, Request, applicable, faults
 from .verdicts import NoProfile, faithful, observed, profile
 
@@ -154,9 +154,26 @@ def test_a_non_finite_logprob(kind: str, value: str) -> None:
     g = sync(engine.generate(raw(SUM), PARAMS))
     assert g.token_ids == ANSWER_IDS and g.chosen_logprobs is not None and g.top_logprobs
     assert str(g.chosen_logprobs[0]) == value and str(g.top_logprobs[0][24]) == value
+    # changed in place, and seen as changed: the answer kept before the fault is a copy
+    assert engine.injector.applied == [
+        f"{kind} on generate request #0 of sut for {raw(SUM).key()} (position 0)"
+    ]
     rows_fault = Fault(kind, request("score", f"r{toy.stable_hash(SUM_IDS, ANSWER_IDS):08x}"))
     rows = sync(llama(rows_fault).score(SUM_IDS, ANSWER_IDS))
     assert str(rows[0, 0]) == value and np.isfinite(rows[1:]).all()
+
+
+def test_a_copied_answer_shares_nothing_a_fault_changes() -> None:
+    g = sync(llama().generate(raw(SUM), PARAMS))
+    g.others = (dataclasses.replace(g),)
+    c = copied(g)
+    assert c == g and c.others == g.others
+    assert c.token_ids is not None and c.chosen_logprobs is not None and c.top_logprobs
+    c.token_ids[0], c.chosen_logprobs[0] = 99, math.nan
+    c.top_logprobs[0][24] = math.inf
+    c.others[0].top_logprobs[0][24] = math.inf  # type: ignore[index]
+    assert g.token_ids == ANSWER_IDS and math.isfinite(g.chosen_logprobs[0])  # type: ignore[index]
+    assert math.isfinite(g.top_logprobs[0][24]) and math.isfinite(g.others[0].top_logprobs[0][24])  # type: ignore[index]
 
 
 def test_empty_truncated_missing_logprobs_and_another_prompts_answer() -> None:
