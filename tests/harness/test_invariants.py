@@ -111,6 +111,8 @@ def test_a_fault_fails(name: str, fault_kind: str) -> None:
     if not options:
         pytest.skip(f"{name} makes no request that a {fault_kind} fault can change")
 
+    verdicts: list[str] = []
+
     @given(data=st.data())
     def check(data: st.DataObject) -> None:
         shape, seed = data.draw(st.sampled_from(options), label="shape, seed")
@@ -118,11 +120,14 @@ def test_a_fault_fails(name: str, fault_kind: str) -> None:
         note(f"shape {shape}, seed {seed}")
         judged = judge_fault(name, shape, seed, fault)
         note(judged.report())
+        verdicts.append(judged.verdict)
         assert not judged.skips, "\n".join(judged.skips)
         assert judged.verdict not in ("missed", "unnamed"), judged.report()
 
     known = (name, fault_kind) in KNOWN or (name, fault_kind) in SOMETIMES
     (NO_SHRINK(check) if known else check)()
+    # a case whose every drawn fault changed nothing would pass having tested nothing
+    assert set(verdicts) - {"not-applied"}, f"no {fault_kind} fault was applied: {verdicts}"
 
 
 # -- 4 -------------------------------------------------------------------------------------
