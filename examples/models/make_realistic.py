@@ -76,7 +76,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tokenizers import Tokenizer
@@ -85,21 +84,12 @@ HERE = Path(__file__).resolve().parent
 GGUF_NAME = "gguf/model-f32.gguf"
 
 
-def _load_sibling(name: str) -> ModuleType:
-    """``examples/models/<name>.py`` as a module (``examples`` is not a package), loaded once
-    and kept in ``sys.modules`` (where dataclasses look their module up)."""
-    key = f"infercheck_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[key]
-            raise
-    return sys.modules[key]
+if "infercheck_siblings" not in sys.modules:  # the loader of the modules below (siblings.py)
+    _spec = importlib.util.spec_from_file_location("infercheck_siblings", HERE / "siblings.py")
+    assert _spec is not None and _spec.loader is not None
+    sys.modules["infercheck_siblings"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["infercheck_siblings"])
+_load_sibling = sys.modules["infercheck_siblings"].load_sibling
 
 
 _make_gguf = _load_sibling("make_gguf")

@@ -9,37 +9,16 @@ use NeoX RoPE and are not permuted; the Gemma 3 keys and tensors are
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import gguf
 import numpy as np
+from infercheck_siblings import load_sibling as _load_sibling  # loaded by make_realistic.py
 
 if TYPE_CHECKING:  # for mypy; at run time the siblings are loaded by path (_load_sibling)
     from realistic_vocab import Vocab, VocabSpec
-
-HERE = Path(__file__).resolve().parent
-
-
-def _load_sibling(name: str) -> ModuleType:
-    """``examples/models/<name>.py`` as a module (``examples`` is not a package), loaded once
-    and kept in ``sys.modules`` (where dataclasses look their module up)."""
-    key = f"infercheck_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[key]
-            raise
-    return sys.modules[key]
 
 
 _make_gguf = _load_sibling("make_gguf")

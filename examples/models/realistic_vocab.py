@@ -26,16 +26,14 @@ vectors, see ``tests/unit/test_realistic_tokenizers.py``):
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import gguf
+from infercheck_siblings import load_sibling as _load_sibling  # loaded by make_realistic.py
 from tokenizers import (
     AddedToken,
     Regex,
@@ -55,23 +53,6 @@ id), the source and the model's end ids (``eos_token_id``)."""
 MAKER_VERSION = 2
 """The version of what ``make_realistic.py`` and its modules make: in the tokenizer cache key
 (:func:`_tokenizer_key`) and in each model folder's stamp."""
-
-
-def _load_sibling(name: str) -> ModuleType:
-    """``examples/models/<name>.py`` as a module (``examples`` is not a package), loaded once
-    and kept in ``sys.modules`` (where dataclasses look their module up)."""
-    key = f"infercheck_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[key]
-            raise
-    return sys.modules[key]
 
 
 _sdist = _load_sibling("realistic_sdist")

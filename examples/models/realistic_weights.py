@@ -7,36 +7,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from infercheck_siblings import load_sibling as _load_sibling  # loaded by make_realistic.py
 
 if TYPE_CHECKING:  # for mypy; at run time the siblings are loaded by path (_load_sibling)
     from realistic_long_context import LongContext
-
-HERE = Path(__file__).resolve().parent
-
-
-def _load_sibling(name: str) -> ModuleType:
-    """``examples/models/<name>.py`` as a module (``examples`` is not a package), loaded once
-    and kept in ``sys.modules`` (where dataclasses look their module up)."""
-    key = f"infercheck_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[key]
-            raise
-    return sys.modules[key]
 
 
 _vocab = _load_sibling("realistic_vocab")
